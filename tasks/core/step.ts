@@ -1,0 +1,48 @@
+/**
+ * The unit of work. A step reads the current state without changing anything (`check`),
+ * computes the changes as data (`plan`, pure), and performs them (`apply`).
+ * Dry-run is check + plan; after an apply the runner checks and plans again, and a step
+ * whose second plan is not empty did not converge.
+ */
+
+/** Display-safe before/after text of one changed thing; secrets are already masked. */
+export interface Diff {
+  label: string;
+  before: string;
+  after: string;
+}
+
+export interface Change<Action> {
+  /** One line an operator reads: "issue server certificate (new IP 10.0.0.5)". */
+  summary: string;
+  diff?: Diff;
+  /** The data `apply` needs; never printed. */
+  action: Action;
+}
+
+export interface Step<State, Action> {
+  /** Short name used in progress, errors and the recap: "pki", "cloud-init". */
+  name: string;
+  /** The hosts this step acts on: member names, or "localhost" for the control node. */
+  targets: readonly string[];
+  check(target: string): Promise<State>;
+  plan(state: State, target: string): Change<Action>[];
+  apply(changes: Change<Action>[], target: string, state: State): Promise<void>;
+}
+
+// Steps are heterogeneous; the runner only moves State and Action between a step's own methods.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type AnyStep = Step<any, any>;
+
+export type Status = 'ok' | 'changed' | 'failed' | 'skipped';
+
+export interface StepResult {
+  step: string;
+  host: string;
+  status: Status;
+  /** Summaries of what changed (or would change in dry-run). */
+  changes: string[];
+  diffs: Diff[];
+  durationMs: number;
+  error?: string;
+}

@@ -1,0 +1,226 @@
+import { readFileSync } from 'node:fs';
+import { homedir } from 'node:os';
+import { dirname, join, resolve } from 'node:path';
+import { parseDocument } from 'yaml';
+import { ZodArray, ZodDefault, ZodEffects, ZodObject, ZodOptional, ZodRecord, type ZodTypeAny } from 'zod';
+import { InputError } from '../core/errors.ts';
+import { readIfExists } from '../core/files.ts';
+import { Secret } from '../core/secret.ts';
+import { derivedMac } from './mac.ts';
+import type { Hypervisor, Inventory, Member, MemberInterface, PemPair } from './model.ts';
+import { formatProblem, problemsFromZod, type Path, type Problem } from './problems.ts';
+import { checkRules, firstIp, type ParsedDocument } from './rules.ts';
+import { documentSchema, memberDefaultsSchema, memberSchema, type MemberInput } from './schema.ts';
+
+/** Follows a zod schema along a document path to the keys the object there accepts. */
+function keysAt(schema: ZodTypeAny, path: Path): string[] {
+  let current: ZodTypeAny = schema;
+  const unwrap = () => {
+    for (;;) {
+      if (current instanceof ZodDefault) current = current._def.innerType;
+      else if (current instanceof ZodOptional) current = current._def.innerType;
+      else if (current instanceof ZodEffects) current = current._def.schema;
+      else return;
+    }
+  };
+  unwrap();
+  for (const part of path) {
+    if (current instanceof ZodArray) current = current.element;
+    else if (current instanceof ZodRecord) current = current.valueSchema;
+    else if (current instanceof ZodObject && typeof part === 'string') current = current.shape[part] ?? current;
+    unwrap();
+  }
+  return current instanceof ZodObject ? Object.keys(current.shape) : [];
+}
+
+export function expandHome(path: string): string {
+  return path === '~' || path.startsWith('~/') ? join(homedir(), path.slice(1)) : path;
+}
+
+function readYaml(path: string): unknown {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (error) {
+    throw new InputError(`cannot read inventory ${path}: ${(error as NodeJS.ErrnoException).code ?? String(error)}`);
+  }
+  const document = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
+  if (document.errors.length > 0) {
+    throw new InputError(
+      `inventory ${path} is not valid YAML`,
+      document.errors.map((error) => error.message.split('\n')[0] ?? error.message),
+    );
+  }
+  return document.toJS();
+}
+
+/** Shallow merge: a key set on the member replaces the default as a whole, as Ansible's variable precedence does. */
+function withDefaults(defaults: Record<string, unknown>, member: Record<string, unknown>): Record<string, unknown> {
+  return { ...defaults, ...member };
+}
+
+function parseMembers(raw: Record<string, unknown>[], defaults: Record<string, unknown>, problems: Problem[]): MemberInput[] {
+  const members: MemberInput[] = [];
+  raw.forEach((entry, i) => {
+    const result = memberSchema.safeParse(withDefaults(defaults, entry));
+    if (result.success) members.push(result.data);
+    else problems.push(...problemsFromZod(result.error.issues, ['members', i], (path) => keysAt(memberSchema, path)));
+  });
+  return members;
+}
+
+/** Reads a PEM given inline or as a path relative to the inventory. */
+function pemOrFile(value: string, baseDir: string, path: Path, problems: Problem[]): string {
+  if (value === '' || value.trimStart().startsWith('-----BEGIN')) return value;
+  const file = resolve(baseDir, expandHome(value));
+  try {
+    return readFileSync(file, 'utf8');
+  } catch {
+    problems.push({ path, message: `cannot read ${file}`, hint: 'give PEM text inline or a readable file path (relative to the inventory)' });
+    return '';
+  }
+}
+
+const OPENSSH_PUBLIC_KEY = /^(ssh-|ecdsa-|sk-)\S+ [A-Za-z0-9+/=]+( .*)?$/;
+
+/** An OpenSSH public key given inline or as a path to a .pub file. */
+function publicKeyOf(value: string, baseDir: string, path: Path, problems: Problem[]): string {
+  const trimmed = value.trim();
+  if (trimmed === '' || OPENSSH_PUBLIC_KEY.test(trimmed)) return trimmed;
+  const file = resolve(baseDir, expandHome(trimmed));
+  const content = readIfExists(file)?.trim();
+  if (content === undefined || !OPENSSH_PUBLIC_KEY.test(content)) {
+    problems.push({ path, message: content === undefined ? `cannot read ${file}` : `${file} is not an OpenSSH public key`, hint: 'give a key line like "ssh-ed25519 AAAA… me@host" or the path of a .pub file' });
+    return '';
+  }
+  return content;
+}
+
+function buildInterfaces(clusterName: string, member: MemberInput): MemberInterface[] {
+  const networks = member.libvirt_networks.map((nic) => ({
+    source: nic.network_name ? { kind: 'network' as const, networkName: nic.network_name } : { kind: 'network-id' as const, networkId: nic.network_id },
+    ip: nic.ip,
+    prefixLength: nic.prefix_length,
+    mac: nic.mac,
+    gateway: nic.gateway,
+    dnsServers: nic.dns_servers,
+  }));
+  const macvtaps = member.macvtap_interfaces.map((nic) => ({
+    source: { kind: 'macvtap' as const, device: nic.interface },
+    ip: nic.ip,
+    prefixLength: nic.prefix_length,
+    mac: nic.mac,
+    gateway: nic.gateway,
+    dnsServers: nic.dns_servers,
+  }));
+  return [...networks, ...macvtaps].map((nic, i) => ({ ...nic, mac: nic.mac ?? derivedMac(clusterName, member.name, i) }));
+}
+
+function buildMember(doc: ParsedDocument, hypervisors: Hypervisor[], member: MemberInput, index: number, baseDir: string, problems: Problem[]): Member {
+  const hypervisor = hypervisors.find((h) => h.name === member.hypervisor) ?? hypervisors[0]!;
+  const pool = member.volume_pool || hypervisor.pool;
+  const path = ['members', index];
+  const tlsSet = member.tls.server_cert !== '';
+  return {
+    index,
+    name: member.name,
+    fqdn: member.domain ? `${member.name}.${member.domain}` : '',
+    hypervisor,
+    vcpus: member.vcpus,
+    memoryMib: member.memory,
+    interfaces: buildInterfaces(doc.cluster.name, member),
+    etcdIp: firstIp(member)!,
+    volumes: {
+      pool,
+      os: member.volume_id
+        ? { existing: member.volume_id }
+        : { name: `${member.name}-os.qcow2`, base: member.base_image!, ...(member.os_volume_size_gib ? { sizeGib: member.os_volume_size_gib } : {}) },
+      ...(member.data_volume_id
+        ? { data: { existing: member.data_volume_id } }
+        : member.data_volume_size_gib > 0
+          ? { data: { name: `${member.name}-data.qcow2`, sizeGib: member.data_volume_size_gib } }
+          : {}),
+      cloudInit: { pool: member.cloud_init_volume_pool || pool, name: member.cloud_init_volume_name || `${member.name}-cloud-init.iso` },
+    },
+    admin: { user: member.ssh_admin_user, publicKey: publicKeyOf(member.ssh_admin_public_key, baseDir, [...path, 'ssh_admin_public_key'], problems), password: member.admin_user_password },
+    bootstrapsAuth: member.authentication_bootstrap.bootstrap,
+    rootPassword: member.authentication_bootstrap.root_password,
+    ...(tlsSet
+      ? {
+          suppliedTls: {
+            caCert: pemOrFile(member.tls.ca_cert, baseDir, [...path, 'tls', 'ca_cert'], problems),
+            serverCert: pemOrFile(member.tls.server_cert, baseDir, [...path, 'tls', 'server_cert'], problems),
+            serverKey: new Secret(pemOrFile(member.tls.server_key, baseDir, [...path, 'tls', 'server_key'], problems)),
+          },
+        }
+      : {}),
+    input: member,
+  };
+}
+
+function pemPair(pair: { certificate: string; key: string } | undefined, baseDir: string, path: Path, problems: Problem[]): PemPair | undefined {
+  if (!pair) return undefined;
+  return {
+    certificate: pemOrFile(pair.certificate, baseDir, [...path, 'certificate'], problems),
+    key: new Secret(pemOrFile(pair.key, baseDir, [...path, 'key'], problems)),
+  };
+}
+
+function fail(path: string, problems: Problem[], memberNames: (string | undefined)[]): never {
+  const count = problems.length === 1 ? '1 problem' : `${problems.length} problems`;
+  throw new InputError(
+    `inventory ${path} has ${count}; nothing was changed`,
+    problems.map((problem) => formatProblem(problem, memberNames)),
+  );
+}
+
+/**
+ * Reads and validates an inventory. Every problem is collected and reported at once, with its path,
+ * before anything else runs; the result is fully resolved (defaults, derived MACs, PEM files).
+ */
+export function loadInventory(inventoryPath: string): Inventory {
+  const path = resolve(inventoryPath);
+  const baseDir = dirname(path);
+  const raw = readYaml(path);
+  const problems: Problem[] = [];
+
+  const top = documentSchema.safeParse(raw ?? {});
+  if (!top.success) {
+    problems.push(...problemsFromZod(top.error.issues, [], (p) => keysAt(documentSchema, p)));
+  }
+  const rawMembers = Array.isArray((raw as { members?: unknown })?.members) ? ((raw as { members: unknown[] }).members as Record<string, unknown>[]) : [];
+  const memberNames = rawMembers.map((member) => (typeof member?.name === 'string' ? member.name : undefined));
+
+  const defaults = memberDefaultsSchema.safeParse((raw as { defaults?: unknown })?.defaults ?? {});
+  if (!defaults.success) {
+    problems.push(...problemsFromZod(defaults.error.issues, ['defaults'], (p) => keysAt(memberDefaultsSchema, p)));
+  }
+  // Member problems are only meaningful once the defaults they inherit are sound.
+  const members = top.success && defaults.success ? parseMembers(top.data.members, top.data.defaults, problems) : [];
+  if (problems.length > 0 || !top.success) fail(path, problems, memberNames);
+
+  const doc: ParsedDocument = { ...top.data, members };
+  problems.push(...checkRules(doc));
+  if (problems.length > 0) fail(path, problems, memberNames);
+
+  const hypervisors = Object.entries(doc.hypervisors).map(([name, settings]) => ({
+    name,
+    ...settings,
+    private_key: settings.private_key ? resolve(baseDir, expandHome(settings.private_key)) : '',
+    known_hosts: resolve(baseDir, expandHome(settings.known_hosts)),
+  }));
+  const built = members.map((member, i) => buildMember(doc, hypervisors, member, i, baseDir, problems));
+  const { ca, root_client, ...pkiSettings } = doc.pki;
+  const inventory: Inventory = {
+    path,
+    stateDir: doc.cluster.state_dir ? resolve(baseDir, expandHome(doc.cluster.state_dir)) : join(baseDir, '.etcd-kvm', doc.cluster.name),
+    cluster: doc.cluster,
+    etcd: doc.etcd,
+    pki: { ...pkiSettings, ca: pemPair(ca, baseDir, ['pki', 'ca'], problems), rootClient: pemPair(root_client, baseDir, ['pki', 'root_client'], problems) },
+    hypervisors,
+    members: built,
+  };
+  if (problems.length > 0) fail(path, problems, memberNames);
+  return inventory;
+}
+

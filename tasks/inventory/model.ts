@@ -1,0 +1,77 @@
+import type { Secret } from '../core/secret.ts';
+import type { ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings } from './schema.ts';
+
+/**
+ * The validated inventory, with defaults merged, derived values filled in and PEM files read.
+ * Everything after loading works on these types only.
+ */
+
+export interface Hypervisor extends HypervisorInput {
+  name: string;
+}
+
+/** Where a NIC attaches: a libvirt network (by name, or by uuid resolved on the host) or a macvtap device. */
+export type InterfaceSource =
+  | { kind: 'network'; networkName: string }
+  | { kind: 'network-id'; networkId: string }
+  | { kind: 'macvtap'; device: string };
+
+export interface MemberInterface {
+  source: InterfaceSource;
+  ip: string;
+  prefixLength: number;
+  mac: string;
+  gateway: string;
+  dnsServers: string[];
+}
+
+export interface VolumeNames {
+  pool: string;
+  /** The OS disk: an existing volume (volume_id) or an overlay the tool creates on the base image. */
+  os: { existing: string } | { name: string; base: { pool: string; volume: string }; sizeGib?: number };
+  data?: { existing: string } | { name: string; sizeGib: number };
+  cloudInit: { pool: string; name: string };
+}
+
+/** Operator-supplied certificate material for one member (the seed's `tls` block). */
+export interface SuppliedTls {
+  caCert: string;
+  serverCert: string;
+  serverKey: Secret;
+}
+
+export interface Member {
+  /** Position in the inventory's `members` list, for error paths. */
+  index: number;
+  name: string;
+  fqdn: string;
+  hypervisor: Hypervisor;
+  vcpus: number;
+  memoryMib: number;
+  interfaces: MemberInterface[];
+  /** etcd binds to the first interface only, as the seed module does. */
+  etcdIp: string;
+  volumes: VolumeNames;
+  admin: { user: string; publicKey: string; password: Secret };
+  bootstrapsAuth: boolean;
+  rootPassword: Secret;
+  suppliedTls?: SuppliedTls;
+  /** The settings as validated, for features rendered from them directly. */
+  input: MemberInput;
+}
+
+export interface PemPair {
+  certificate: string;
+  key: Secret;
+}
+
+export interface Inventory {
+  /** Absolute path of the inventory file. */
+  path: string;
+  stateDir: string;
+  cluster: ClusterSettings;
+  etcd: EtcdSettings;
+  pki: Omit<PkiSettings, 'ca' | 'root_client'> & { ca?: PemPair; rootClient?: PemPair };
+  hypervisors: Hypervisor[];
+  members: Member[];
+}

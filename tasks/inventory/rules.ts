@@ -1,0 +1,221 @@
+import type { ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings } from './schema.ts';
+import type { Problem } from './problems.ts';
+import { isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
+
+/**
+ * Rules that span fields or members, checked after every field parsed on its own.
+ * Each returns problems with paths; none stops at the first.
+ */
+
+export interface ParsedDocument {
+  cluster: ClusterSettings;
+  etcd: EtcdSettings;
+  pki: PkiSettings;
+  hypervisors: Record<string, HypervisorInput>;
+  members: MemberInput[];
+}
+
+type Rule = (doc: ParsedDocument) => Problem[];
+
+interface AddressedInterface {
+  path: (string | number)[];
+  ip: string;
+  prefix_length: number;
+  gateway: string;
+  mac?: string | undefined;
+}
+
+function interfacesOf(member: MemberInput, index: number): AddressedInterface[] {
+  return [
+    ...member.libvirt_networks.map((nic, j) => ({ ...nic, path: ['members', index, 'libvirt_networks', j] })),
+    ...member.macvtap_interfaces.map((nic, j) => ({ ...nic, path: ['members', index, 'macvtap_interfaces', j] })),
+  ];
+}
+
+/** The address etcd binds to: the first interface, libvirt networks before macvtap as in the seed module. */
+export function firstIp(member: MemberInput): string | undefined {
+  return member.libvirt_networks[0]?.ip ?? member.macvtap_interfaces[0]?.ip;
+}
+
+function duplicates<T>(items: { value: T; path: (string | number)[] }[], describe: (value: T) => string): Problem[] {
+  const firstSeen = new Map<T, (string | number)[]>();
+  const problems: Problem[] = [];
+  for (const item of items) {
+    const earlier = firstSeen.get(item.value);
+    if (earlier) {
+      problems.push({ path: item.path, message: `${describe(item.value)} is already used at ${earlier.join('.')}`, hint: 'each must be unique in the cluster' });
+    } else {
+      firstSeen.set(item.value, item.path);
+    }
+  }
+  return problems;
+}
+
+const uniqueNames: Rule = (doc) =>
+  duplicates(
+    doc.members.map((member, i) => ({ value: member.name, path: ['members', i, 'name'] })),
+    (name) => `member name '${name}'`,
+  );
+
+const uniqueAddresses: Rule = (doc) => {
+  const nics = doc.members.flatMap(interfacesOf);
+  return [
+    ...duplicates(nics.map((nic) => ({ value: nic.ip, path: [...nic.path, 'ip'] })), (ip) => `IP ${ip}`),
+    ...duplicates(
+      nics.filter((nic) => nic.mac).map((nic) => ({ value: nic.mac!, path: [...nic.path, 'mac'] })),
+      (mac) => `MAC ${mac}`,
+    ),
+  ];
+};
+
+const addressesInsidePrefix: Rule = (doc) =>
+  doc.members.flatMap(interfacesOf).flatMap((nic): Problem[] => {
+    const problems: Problem[] = [];
+    if (isNetworkOrBroadcast(nic.ip, nic.prefix_length)) {
+      problems.push({ path: [...nic.path, 'ip'], message: `${nic.ip} is the network or broadcast address of its /${nic.prefix_length}`, hint: 'pick a host address' });
+    }
+    if (nic.gateway) {
+      if (!sameSubnet(nic.ip, nic.gateway, nic.prefix_length)) {
+        problems.push({ path: [...nic.path, 'gateway'], message: `${nic.gateway} is outside ${nic.ip}/${nic.prefix_length}`, hint: 'the gateway must be on the interface\'s own subnet' });
+      } else if (nic.gateway === nic.ip) {
+        problems.push({ path: [...nic.path, 'gateway'], message: 'is the interface\'s own address' });
+      }
+    }
+    return problems;
+  });
+
+const everyMemberHasAnInterface: Rule = (doc) =>
+  doc.members.flatMap((member, i): Problem[] =>
+    interfacesOf(member, i).length === 0
+      ? [{ path: ['members', i], message: 'has no network interface', hint: 'add an entry to libvirt_networks or macvtap_interfaces' }]
+      : [],
+  );
+
+const networkByNameXorId: Rule = (doc) =>
+  doc.members.flatMap((member, i) =>
+    member.libvirt_networks.flatMap((nic, j): Problem[] => {
+      const path = ['members', i, 'libvirt_networks', j];
+      if (nic.network_name && nic.network_id) return [{ path, message: 'sets both network_name and network_id', hint: 'keep exactly one' }];
+      if (!nic.network_name && !nic.network_id) return [{ path, message: 'sets neither network_name nor network_id', hint: 'name the libvirt network to attach to' }];
+      return [];
+    }),
+  );
+
+const exactlyOneBootstrapMember: Rule = (doc) => {
+  const bootstrappers = doc.members.flatMap((member, i) => (member.authentication_bootstrap.bootstrap ? [i] : []));
+  if (!doc.cluster.is_initializing) return [];
+  if (bootstrappers.length === 0) {
+    return [{ path: ['members'], message: 'no member has authentication_bootstrap.bootstrap: true', hint: 'a new cluster needs exactly one member that creates the root user and enables auth' }];
+  }
+  return bootstrappers.slice(1).map((i) => ({
+    path: ['members', i, 'authentication_bootstrap', 'bootstrap'],
+    message: `is true on more than one member (first: ${doc.members[bootstrappers[0]!]!.name})`,
+    hint: 'exactly one member bootstraps authentication',
+  }));
+};
+
+const grpcGatewayNeedsPasswordMode: Rule = (doc) =>
+  doc.etcd.grpc_gateway_enabled && doc.etcd.client_cert_auth
+    ? [{ path: ['etcd', 'grpc_gateway_enabled'], message: 'requires client_cert_auth: false', hint: 'the legacy REST gateway cannot present client certificates' }]
+    : [];
+
+const rootPasswordInPasswordMode: Rule = (doc) =>
+  doc.etcd.client_cert_auth
+    ? []
+    : doc.members.flatMap((member, i): Problem[] =>
+        member.authentication_bootstrap.bootstrap && member.authentication_bootstrap.root_password.isEmpty
+          ? [{ path: ['members', i, 'authentication_bootstrap', 'root_password'], message: 'is required when etcd.client_cert_auth is false', hint: 'password mode creates the root user with this password' }]
+          : [],
+      );
+
+const initialMembersMatch: Rule = (doc) => {
+  const listed = doc.cluster.initial_members;
+  if (listed.length === 0) return [];
+  const problems: Problem[] = [];
+  const byName = new Map(doc.members.map((member) => [member.name, member]));
+  listed.forEach((entry, i) => {
+    const member = byName.get(entry.name);
+    const path = ['cluster', 'initial_members', i];
+    if (!member) {
+      problems.push({ path: [...path, 'name'], message: `'${entry.name}' is not a member of this inventory`, hint: 'initial_members must list the members below, or be left out to derive it' });
+    } else if (firstIp(member) !== entry.ip) {
+      problems.push({ path: [...path, 'ip'], message: `${entry.ip} differs from ${entry.name}'s first interface address ${firstIp(member)}` });
+    }
+  });
+  const listedNames = new Set(listed.map((entry) => entry.name));
+  doc.members.forEach((member, i) => {
+    if (!listedNames.has(member.name) && doc.cluster.is_initializing) {
+      problems.push({ path: ['members', i, 'name'], message: `'${member.name}' is missing from cluster.initial_members` });
+    }
+  });
+  return problems;
+};
+
+const hypervisorExists: Rule = (doc) => {
+  const names = Object.keys(doc.hypervisors);
+  return doc.members.flatMap((member, i): Problem[] => {
+    if (member.hypervisor === undefined) {
+      return names.length === 1 ? [] : [{ path: ['members', i, 'hypervisor'], message: 'is required when the inventory has several hypervisors', hint: `one of: ${names.join(', ')}` }];
+    }
+    return names.includes(member.hypervisor) ? [] : [{ path: ['members', i, 'hypervisor'], message: `'${member.hypervisor}' is not defined under hypervisors`, hint: `one of: ${names.join(', ') || '(none defined)'}` }];
+  });
+};
+
+const osVolumeSource: Rule = (doc) =>
+  doc.members.flatMap((member, i): Problem[] =>
+    !member.volume_id && !member.base_image
+      ? [{ path: ['members', i, 'base_image'], message: 'is required when volume_id is not set', hint: 'name the pool and volume of the OS image the member\'s disk is layered on' }]
+      : [],
+  );
+
+const suppliedTlsIsComplete: Rule = (doc) =>
+  doc.members.flatMap((member, i): Problem[] => {
+    const set = [member.tls.ca_cert, member.tls.server_cert, member.tls.server_key].filter(Boolean).length;
+    return set === 0 || set === 3 ? [] : [{ path: ['members', i, 'tls'], message: 'sets only some of ca_cert, server_cert, server_key', hint: 'give all three, or none to have the tool issue them' }];
+  });
+
+const distinctPorts: Rule = (doc) =>
+  doc.etcd.client_port === doc.etcd.peer_port ? [{ path: ['etcd', 'peer_port'], message: `equals client_port (${doc.etcd.client_port})` }] : [];
+
+/** Features of the seed module that the schema accepts but this version does not render yet. */
+const NOT_YET_SUPPORTED: { path: string[]; enabled: (member: MemberInput) => boolean }[] = [
+  { path: ['restore', 'enabled'], enabled: (member) => member.restore.enabled },
+  { path: ['chrony', 'enabled'], enabled: (member) => member.chrony.enabled },
+  { path: ['fluentbit', 'enabled'], enabled: (member) => member.fluentbit.enabled },
+  { path: ['fluentbit_dynamic_config', 'enabled'], enabled: (member) => member.fluentbit_dynamic_config.enabled },
+  { path: ['vault_agent', 'enabled'], enabled: (member) => member.vault_agent.enabled },
+  { path: ['install_dependencies'], enabled: (member) => member.install_dependencies },
+];
+
+const unsupportedFeatures: Rule = (doc) =>
+  doc.members.flatMap((member, i) =>
+    NOT_YET_SUPPORTED.filter((feature) => feature.enabled(member)).map((feature) => ({
+      path: ['members', i, ...feature.path],
+      message: 'is not supported yet by etcd-kvm',
+      hint:
+        feature.path[0] === 'install_dependencies'
+          ? 'set install_dependencies: false and use an image that already has etcd (the lab image does)'
+          : 'set it to false; this feature is planned but not rendered yet',
+    })),
+  );
+
+export const RULES: readonly Rule[] = [
+  uniqueNames,
+  uniqueAddresses,
+  addressesInsidePrefix,
+  everyMemberHasAnInterface,
+  networkByNameXorId,
+  exactlyOneBootstrapMember,
+  grpcGatewayNeedsPasswordMode,
+  rootPasswordInPasswordMode,
+  initialMembersMatch,
+  hypervisorExists,
+  osVolumeSource,
+  suppliedTlsIsComplete,
+  distinctPorts,
+  unsupportedFeatures,
+];
+
+export function checkRules(doc: ParsedDocument): Problem[] {
+  return RULES.flatMap((rule) => rule(doc));
+}

@@ -1,0 +1,119 @@
+import type { Change } from '../core/step.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { MaterialId, StoredPair } from './store.ts';
+import { inspectCertificate, isSignedBy, keyMatchesCertificate, type CertificateProfile, type SubjectAltNames } from './x509.ts';
+
+/** A certificate the cluster needs, as a function of the inventory. */
+export interface WantedCertificate {
+  id: MaterialId;
+  commonName: string;
+  profile: CertificateProfile;
+  sans: SubjectAltNames;
+}
+
+export type PkiAction =
+  | { kind: 'create-ca' }
+  | { kind: 'issue'; certificate: WantedCertificate }
+  | { kind: 'ssh-key'; id: 'ssh/admin' };
+
+/** What the state directory holds, read by the check. */
+export interface PkiFacts {
+  ca: StoredPair;
+  leaves: Map<MaterialId, StoredPair>;
+  adminSsh: StoredPair;
+}
+
+const sorted = (values: Iterable<string>) => [...new Set(values)].sort();
+
+/**
+ * Server and peer traffic share one certificate per member (EKU serverAuth + clientAuth): etcd presents
+ * the same identity on both ports, and one certificate per member halves what must be rotated.
+ */
+export function memberSans(inventory: Inventory, member: Member): SubjectAltNames {
+  return {
+    dns: sorted([member.name, ...(member.fqdn ? [member.fqdn] : []), ...inventory.pki.extra_domains, 'localhost']),
+    ips: sorted([...member.interfaces.map((nic) => nic.ip), '127.0.0.1']),
+  };
+}
+
+export function wantedCertificates(inventory: Inventory): WantedCertificate[] {
+  const members = inventory.members
+    .filter((member) => !member.suppliedTls)
+    .map((member): WantedCertificate => ({ id: `member/${member.name}`, commonName: member.name, profile: 'server-and-client', sans: memberSans(inventory, member) }));
+  // CN=root maps a client certificate to etcd's root user when client-cert-auth is on.
+  const root: WantedCertificate[] = inventory.pki.rootClient ? [] : [{ id: 'client/root', commonName: 'root', profile: 'client', sans: { dns: [], ips: [] } }];
+  return [...members, ...root];
+}
+
+/** The CA that signs issued certificates: the operator's, or the one in the state directory. */
+export function caOf(inventory: Inventory, facts: PkiFacts): StoredPair {
+  return inventory.pki.ca ? { public: inventory.pki.ca.certificate, privateKey: inventory.pki.ca.key.reveal() } : facts.ca;
+}
+
+function describeSans(sans: SubjectAltNames): string {
+  return [...sans.dns.map((d) => `DNS:${d}`), ...sans.ips.map((ip) => `IP:${ip}`)].join('\n');
+}
+
+/** Why an existing certificate must be re-issued, or undefined when it is still good. */
+function reissueReason(wanted: WantedCertificate, stored: StoredPair, caPem: string | undefined, renewBeforeHours: number, now: Date): string | undefined {
+  if (!stored.public) return 'missing';
+  if (!stored.privateKey) return 'its private key is missing';
+  if (!keyMatchesCertificate(stored.public, stored.privateKey)) return 'its private key does not match';
+  if (!caPem || !isSignedBy(stored.public, caPem)) return 'not signed by the current CA';
+  const facts = inspectCertificate(stored.public);
+  const have = describeSans({ dns: sorted(facts.sans.dns), ips: sorted(facts.sans.ips) });
+  if (have !== describeSans(wanted.sans) || facts.commonName !== wanted.commonName) return 'its names or addresses changed';
+  const hoursLeft = (facts.notAfter.getTime() - now.getTime()) / 3_600_000;
+  if (hoursLeft < renewBeforeHours) return `it expires ${facts.notAfter.toISOString()}, inside the renewal period`;
+  return undefined;
+}
+
+/** Refusals: situations where going on would silently replace the trust root of a running cluster. */
+export class PkiRefusal extends Error {}
+
+/** Pure: compares what the state directory holds with what the inventory needs. */
+export function planPki(inventory: Inventory, facts: PkiFacts, now = new Date()): Change<PkiAction>[] {
+  const changes: Change<PkiAction>[] = [];
+  const wanted = wantedCertificates(inventory);
+  const ca = caOf(inventory, facts);
+  let caPem = ca.public;
+
+  if (!inventory.pki.ca) {
+    if (ca.public && !ca.privateKey) {
+      throw new PkiRefusal('ca.crt exists but ca.key is missing; restore the key into the state directory (the CA is never replaced silently)');
+    }
+    if (!ca.public) {
+      const signedLeaves = [...facts.leaves.entries()].filter(([, pair]) => pair.public).map(([id]) => id);
+      if (signedLeaves.length > 0) {
+        throw new PkiRefusal(
+          `the CA is missing from the state directory but certificates it signed exist (${signedLeaves.join(', ')}); ` +
+            'restore pki/ca.crt and pki/ca.key, or delete the whole pki directory to start a new trust root deliberately',
+        );
+      }
+      changes.push({ summary: 'create cluster CA', action: { kind: 'create-ca' } });
+      caPem = undefined;
+    } else {
+      const caFacts = inspectCertificate(ca.public);
+      if (caFacts.notAfter.getTime() < now.getTime()) {
+        throw new PkiRefusal(`the CA expired ${caFacts.notAfter.toISOString()}; rotating a CA is a deliberate operation: see "Rotating the CA" in the README`);
+      }
+    }
+  }
+
+  for (const certificate of wanted) {
+    const stored = facts.leaves.get(certificate.id) ?? {};
+    const reason = caPem === undefined ? (stored.public ? 'the CA is new' : 'missing') : reissueReason(certificate, stored, caPem, inventory.pki.early_renewal_period, now);
+    if (reason === undefined) continue;
+    const before = stored.public ? describeSans(inspectCertificate(stored.public).sans) : '';
+    changes.push({
+      summary: `issue certificate ${certificate.id} (${reason})`,
+      ...(certificate.profile === 'client' ? {} : { diff: { label: `${certificate.id} subject alt names`, before, after: describeSans(certificate.sans) } }),
+      action: { kind: 'issue', certificate },
+    });
+  }
+
+  if (!facts.adminSsh.public || !facts.adminSsh.privateKey) {
+    changes.push({ summary: 'create the SSH key the tool logs into members with', action: { kind: 'ssh-key', id: 'ssh/admin' } });
+  }
+  return changes;
+}

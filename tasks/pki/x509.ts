@@ -1,0 +1,113 @@
+import { createPrivateKey, randomBytes, sign, X509Certificate } from 'node:crypto';
+import forge from 'node-forge';
+
+/**
+ * Certificates are assembled with node-forge and signed with Node's native crypto:
+ * forge builds the TBSCertificate, OpenSSL signs it (forge's JS RSA signing costs ~40 ms per certificate).
+ */
+
+export interface SubjectAltNames {
+  dns: string[];
+  ips: string[];
+}
+
+export type CertificateProfile = 'ca' | 'server-and-client' | 'client';
+
+export interface CertificateRequest {
+  commonName: string;
+  organization: string;
+  profile: CertificateProfile;
+  sans: SubjectAltNames;
+  validityHours: number;
+  /** The key the certificate is for (PEM). */
+  subjectKeyPem: string;
+  /** The issuer; absent for a self-signed CA. */
+  issuer?: { certificatePem: string; keyPem: string };
+}
+
+function extensionsFor(profile: CertificateProfile, sans: SubjectAltNames): object[] {
+  if (profile === 'ca') {
+    return [
+      { name: 'basicConstraints', cA: true, critical: true },
+      { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
+      { name: 'subjectKeyIdentifier' },
+    ];
+  }
+  const altNames = [...sans.dns.map((value) => ({ type: 2, value })), ...sans.ips.map((ip) => ({ type: 7, ip }))];
+  return [
+    { name: 'basicConstraints', cA: false, critical: true },
+    { name: 'keyUsage', digitalSignature: true, keyEncipherment: true, critical: true },
+    { name: 'extKeyUsage', serverAuth: profile === 'server-and-client', clientAuth: true },
+    ...(altNames.length > 0 ? [{ name: 'subjectAltName', altNames }] : []),
+    { name: 'subjectKeyIdentifier' },
+  ];
+}
+
+export function issueCertificate(request: CertificateRequest, now = new Date()): string {
+  const cert = forge.pki.createCertificate();
+  const subjectKey = forge.pki.privateKeyFromPem(request.subjectKeyPem) as forge.pki.rsa.PrivateKey;
+  cert.publicKey = forge.pki.setRsaPublicKey(subjectKey.n, subjectKey.e);
+  // Positive 128-bit serial: high bit cleared so DER does not read it as negative.
+  const serial = randomBytes(16);
+  serial[0] = serial[0]! & 0x7f;
+  cert.serialNumber = serial.toString('hex');
+  // Back-date a little so a member whose clock lags a few minutes still accepts the certificate.
+  cert.validity.notBefore = new Date(now.getTime() - 5 * 60_000);
+  cert.validity.notAfter = new Date(now.getTime() + request.validityHours * 3_600_000);
+  const subject = [
+    { name: 'commonName', value: request.commonName },
+    { name: 'organizationName', value: request.organization },
+  ];
+  cert.setSubject(subject);
+  const issuerCert = request.issuer ? forge.pki.certificateFromPem(request.issuer.certificatePem) : undefined;
+  cert.setIssuer(issuerCert ? issuerCert.subject.attributes : subject);
+  const extensions = extensionsFor(request.profile, request.sans);
+  if (issuerCert) {
+    const issuerKeyId = issuerCert.generateSubjectKeyIdentifier().getBytes();
+    extensions.push({ name: 'authorityKeyIdentifier', keyIdentifier: issuerKeyId });
+  }
+  cert.setExtensions(extensions);
+
+  const signingKeyPem = request.issuer?.keyPem ?? request.subjectKeyPem;
+  const oid = forge.pki.oids.sha256WithRSAEncryption!;
+  cert.siginfo.algorithmOid = oid;
+  cert.signatureOid = oid;
+  // getTBSCertificate is public in node-forge but missing from its type definitions.
+  const { getTBSCertificate } = forge.pki as unknown as { getTBSCertificate(c: forge.pki.Certificate): forge.asn1.Asn1 };
+  const tbs = forge.asn1.toDer(getTBSCertificate(cert)).getBytes();
+  cert.signature = sign('sha256', Buffer.from(tbs, 'binary'), createPrivateKey(signingKeyPem)).toString('binary');
+  return forge.pki.certificateToPem(cert);
+}
+
+/** What the tool needs to know about an existing certificate, read with Node's native X.509 parser. */
+export interface CertificateFacts {
+  commonName: string;
+  sans: SubjectAltNames;
+  notAfter: Date;
+  isCA: boolean;
+}
+
+export function inspectCertificate(pem: string): CertificateFacts {
+  const cert = new X509Certificate(pem);
+  const sans: SubjectAltNames = { dns: [], ips: [] };
+  for (const entry of (cert.subjectAltName ?? '').split(', ').filter(Boolean)) {
+    if (entry.startsWith('DNS:')) sans.dns.push(entry.slice(4));
+    else if (entry.startsWith('IP Address:')) sans.ips.push(entry.slice(11));
+  }
+  const commonName = /(?:^|\n)CN=([^\n]*)/.exec(cert.subject)?.[1] ?? '';
+  return { commonName, sans, notAfter: new Date(cert.validTo), isCA: cert.ca };
+}
+
+export function isSignedBy(certPem: string, caPem: string): boolean {
+  const cert = new X509Certificate(certPem);
+  const ca = new X509Certificate(caPem);
+  return cert.checkIssued(ca) && cert.verify(ca.publicKey);
+}
+
+export function keyMatchesCertificate(certPem: string, keyPem: string): boolean {
+  try {
+    return new X509Certificate(certPem).checkPrivateKey(createPrivateKey(keyPem));
+  } catch {
+    return false;
+  }
+}

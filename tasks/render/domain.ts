@@ -1,0 +1,61 @@
+import type { Member } from '../inventory/model.ts';
+import { renderTemplate } from './templates.ts';
+
+type DiskSource = { kind: 'volume'; pool: string; volume: string } | { kind: 'file'; file: string };
+
+interface DomainDisk {
+  device: 'disk' | 'cdrom';
+  format: 'qcow2' | 'raw';
+  source: DiskSource;
+  target: string;
+  bus: 'virtio' | 'scsi';
+  readonly: boolean;
+}
+
+/** A volume given by the operator (seed's volume_id): an absolute path is a file, anything else a volume in the pool. */
+function existingSource(existing: string, pool: string): DiskSource {
+  return existing.startsWith('/') ? { kind: 'file', file: existing } : { kind: 'volume', pool, volume: existing };
+}
+
+export function domainDisks(member: Member): DomainDisk[] {
+  const { volumes } = member;
+  const os = 'existing' in volumes.os ? existingSource(volumes.os.existing, volumes.pool) : { kind: 'volume' as const, pool: volumes.pool, volume: volumes.os.name };
+  const disks: DomainDisk[] = [{ device: 'disk', format: 'qcow2', source: os, target: 'vda', bus: 'virtio', readonly: false }];
+  if (volumes.data) {
+    const data = 'existing' in volumes.data ? existingSource(volumes.data.existing, volumes.pool) : { kind: 'volume' as const, pool: volumes.pool, volume: volumes.data.name };
+    disks.push({ device: 'disk', format: 'qcow2', source: data, target: 'vdb', bus: 'virtio', readonly: false });
+  }
+  disks.push({
+    device: 'cdrom',
+    format: 'raw',
+    source: { kind: 'volume', pool: volumes.cloudInit.pool, volume: volumes.cloudInit.name },
+    target: 'sda',
+    bus: 'scsi',
+    readonly: true,
+  });
+  return disks;
+}
+
+/**
+ * The domain XML of a member. `networkNames` resolves interfaces given by network_id (uuid) to the
+ * network's name on the hypervisor; without it (offline rendering) the uuid is kept as the name.
+ */
+export function renderDomainXml(clusterName: string, member: Member, networkNames: ReadonlyMap<string, string> = new Map()): string {
+  const interfaces = member.interfaces.map((nic) => ({
+    mac: nic.mac,
+    source:
+      nic.source.kind === 'macvtap'
+        ? { kind: 'macvtap', device: nic.source.device }
+        : { kind: 'network', network: nic.source.kind === 'network' ? nic.source.networkName : (networkNames.get(nic.source.networkId) ?? nic.source.networkId) },
+  }));
+  return renderTemplate('domain.xml.ejs', {
+    name: member.name,
+    cluster: clusterName,
+    domainType: member.hypervisor.domain_type,
+    tcgTbCacheMib: member.hypervisor.domain_type === 'qemu' ? member.hypervisor.tcg_tb_cache_mib : 0,
+    memoryMib: member.memoryMib,
+    vcpus: member.vcpus,
+    disks: domainDisks(member),
+    interfaces,
+  });
+}

@@ -1,0 +1,89 @@
+import type { Inventory, Member } from '../inventory/model.ts';
+import { renderTemplate } from './templates.ts';
+
+/** Where the member's etcd files live inside the guest. */
+export const GUEST_PATHS = {
+  environmentFile: '/etc/etcd/etcd.env',
+  unitFile: '/etc/systemd/system/etcd.service',
+  tlsDir: '/etc/etcd/tls',
+  caCert: '/etc/etcd/tls/ca.crt',
+  serverCert: '/etc/etcd/tls/server.crt',
+  serverKey: '/etc/etcd/tls/server.key',
+  binary: '/usr/bin/etcd',
+} as const;
+
+export function peerUrl(inventory: Inventory, member: Member): string {
+  return `https://${member.etcdIp}:${inventory.etcd.peer_port}`;
+}
+
+export function clientUrl(inventory: Inventory, member: Member): string {
+  return `https://${member.etcdIp}:${inventory.etcd.client_port}`;
+}
+
+export type InitialClusterState = 'new' | 'existing';
+
+/**
+ * etcd's settings for one member as ETCD_* variables, in a fixed order.
+ * `initialClusterState` is decided by the caller: 'new' only for a cluster that has not formed yet.
+ */
+export function etcdEnvironment(inventory: Inventory, member: Member, initialClusterState: InitialClusterState): [string, string][] {
+  const { etcd } = inventory;
+  const clientUrls = [clientUrl(inventory, member)];
+  const loopback = `https://127.0.0.1:${etcd.client_port}`;
+  if (etcd.listen_localhost && !clientUrls.includes(loopback)) clientUrls.push(loopback);
+  const initialCluster = inventory.members.map((m) => `${m.name}=${peerUrl(inventory, m)}`).join(',');
+  return [
+    ['ETCD_NAME', member.name],
+    ['ETCD_DATA_DIR', etcd.data_dir],
+    ['ETCD_LISTEN_PEER_URLS', peerUrl(inventory, member)],
+    ['ETCD_LISTEN_CLIENT_URLS', clientUrls.join(',')],
+    ['ETCD_ADVERTISE_CLIENT_URLS', clientUrl(inventory, member)],
+    ['ETCD_INITIAL_ADVERTISE_PEER_URLS', peerUrl(inventory, member)],
+    ['ETCD_INITIAL_CLUSTER', initialCluster],
+    ['ETCD_INITIAL_CLUSTER_STATE', initialClusterState],
+    ['ETCD_INITIAL_CLUSTER_TOKEN', inventory.cluster.initial_token],
+    ['ETCD_CERT_FILE', GUEST_PATHS.serverCert],
+    ['ETCD_KEY_FILE', GUEST_PATHS.serverKey],
+    ['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert],
+    ['ETCD_CLIENT_CERT_AUTH', String(etcd.client_cert_auth)],
+    ['ETCD_PEER_CERT_FILE', GUEST_PATHS.serverCert],
+    ['ETCD_PEER_KEY_FILE', GUEST_PATHS.serverKey],
+    ['ETCD_PEER_TRUSTED_CA_FILE', GUEST_PATHS.caCert],
+    ['ETCD_PEER_CLIENT_CERT_AUTH', 'true'],
+    ['ETCD_AUTO_COMPACTION_MODE', etcd.auto_compaction_mode],
+    ['ETCD_AUTO_COMPACTION_RETENTION', etcd.auto_compaction_retention],
+    ['ETCD_QUOTA_BACKEND_BYTES', String(etcd.space_quota)],
+    // etcd 3.4 enables the gateway unless told otherwise.
+    ['ETCD_ENABLE_GRPC_GATEWAY', String(etcd.grpc_gateway_enabled)],
+  ];
+}
+
+/** systemd EnvironmentFile syntax: plain values as they are, anything else double-quoted with escapes. */
+function environmentValue(value: string): string {
+  return /^[A-Za-z0-9_.,:/=@+-]*$/.test(value) ? value : `"${value.replace(/[\\"$`]/g, (c) => `\\${c}`)}"`;
+}
+
+export function renderEnvironmentFile(variables: [string, string][]): string {
+  return ['# Managed by etcd-kvm: etcd reads these ETCD_* variables (etcd --help lists each flag).', ...variables.map(([key, value]) => `${key}=${environmentValue(value)}`), ''].join('\n');
+}
+
+/** Parses an EnvironmentFile as rendered above (used by tests and by drift checks). */
+export function parseEnvironmentFile(text: string): Map<string, string> {
+  const variables = new Map<string, string>();
+  for (const line of text.split('\n')) {
+    const match = /^([A-Z0-9_]+)=(.*)$/.exec(line);
+    if (!match) continue;
+    const raw = match[2]!;
+    variables.set(match[1]!, raw.startsWith('"') ? raw.slice(1, -1).replace(/\\(.)/g, '$1') : raw);
+  }
+  return variables;
+}
+
+export function renderUnitFile(inventory: Inventory, member: Member): string {
+  return renderTemplate('etcd.service.ejs', {
+    name: member.name,
+    cluster: inventory.cluster.name,
+    environmentFile: GUEST_PATHS.environmentFile,
+    binary: GUEST_PATHS.binary,
+  });
+}
