@@ -32,7 +32,6 @@ export class Runner {
       host: target,
       status,
       changes: [],
-      diffs: [],
       durationMs: Math.round(performance.now() - started),
       ...extra,
     });
@@ -40,7 +39,7 @@ export class Runner {
     try {
       const state = await step.check(target);
       const changes = step.plan(state, target);
-      const summary = { changes: changes.map((change) => change.summary), diffs: changes.flatMap((change) => (change.diff ? [change.diff] : [])) };
+      const summary = { changes: changes.map(({ summary, diff }) => ({ summary, ...(diff ? { diff } : {}) })) };
       if (changes.length === 0) return result('ok');
       if (this.options.dryRun) return result('changed', summary);
       await step.apply(changes, target, state);

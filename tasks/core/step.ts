@@ -40,9 +40,8 @@ export interface StepResult {
   step: string;
   host: string;
   status: Status;
-  /** Summaries of what changed (or would change in dry-run). */
-  changes: string[];
-  diffs: Diff[];
+  /** What changed (or would change in dry-run), with display-safe diffs. */
+  changes: { summary: string; diff?: Diff }[];
   durationMs: number;
   error?: string;
 }

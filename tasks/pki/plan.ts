@@ -51,7 +51,7 @@ export function caOf(inventory: Inventory, facts: PkiFacts): StoredPair {
 }
 
 function describeSans(sans: SubjectAltNames): string {
-  return [...sans.dns.map((d) => `DNS:${d}`), ...sans.ips.map((ip) => `IP:${ip}`)].join('\n');
+  return [...sans.dns.map((d) => `DNS:${d}`), ...sans.ips.map((ip) => `IP:${ip}`)].map((line) => `${line}\n`).join('');
 }
 
 /** Why an existing certificate must be re-issued, or undefined when it is still good. */

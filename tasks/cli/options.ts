@@ -1,0 +1,68 @@
+import { parseArgs } from 'node:util';
+import { InputError } from '../core/errors.ts';
+
+export interface DeployOptions {
+  inventory: string;
+  dryRun: boolean;
+  renderOnly?: string;
+  limit?: string[];
+  json?: string;
+  debug: boolean;
+  help: boolean;
+}
+
+export const DEPLOY_HELP = `Usage: npx tsx tasks/deploy.ts -i INVENTORY [options]
+
+Turns an inventory into a running, TLS-secured, authenticated etcd cluster on libvirt/KVM
+virtual machines, and keeps it that way. Safe to re-run: it changes only what drifted.
+
+Options:
+  -i, --inventory FILE   inventory YAML (required)
+      --dry-run          check and plan only: print per host what would change, with diffs
+      --check            same as --dry-run (as Ansible users type it)
+      --render-only DIR  issue/reuse certificates, write every rendered file under DIR/<member>/
+                         and stop; contacts no hypervisor
+      --limit NAMES      comma-separated member names to act on (the others are left alone)
+      --json FILE        also write a machine-readable report of every step and host to FILE
+      --debug            show stack traces of unexpected errors
+  -h, --help             show this help
+
+Exit codes: 0 success, 1 a step failed, 2 bad input (inventory or flags); nothing is changed on 2.
+Secrets (private keys, passwords) are never printed, not even in dry-run diffs.`;
+
+export function parseDeployOptions(argv: string[]): DeployOptions {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      options: {
+        inventory: { type: 'string', short: 'i' },
+        'dry-run': { type: 'boolean', default: false },
+        check: { type: 'boolean', default: false },
+        'render-only': { type: 'string' },
+        limit: { type: 'string' },
+        json: { type: 'string' },
+        debug: { type: 'boolean', default: false },
+        help: { type: 'boolean', short: 'h', default: false },
+      },
+      strict: true,
+      allowPositionals: false,
+    });
+  } catch (error) {
+    throw new InputError(`${(error as Error).message}; see --help`);
+  }
+  const { values } = parsed;
+  if (values.help) return { inventory: '', dryRun: false, debug: false, help: true };
+  if (!values.inventory) throw new InputError('missing -i/--inventory FILE; see --help');
+  const dryRun = values['dry-run'] || values.check;
+  if (dryRun && values['render-only']) throw new InputError('--dry-run and --render-only exclude each other: --render-only already contacts nothing');
+  return {
+    inventory: values.inventory,
+    dryRun,
+    ...(values['render-only'] ? { renderOnly: values['render-only'] } : {}),
+    ...(values.limit ? { limit: values.limit.split(',').map((name) => name.trim()).filter(Boolean) } : {}),
+    ...(values.json ? { json: values.json } : {}),
+    debug: values.debug,
+    help: false,
+  };
+}

@@ -1,0 +1,58 @@
+import { createTwoFilesPatch } from 'diff';
+import type { Diff, Status, StepResult } from './step.ts';
+
+/** A unified diff of display-safe text (secrets already masked by the renderer). */
+export function unifiedDiff(diff: Diff): string {
+  const patch = createTwoFilesPatch(`${diff.label} (current)`, `${diff.label} (wanted)`, diff.before, diff.after, undefined, undefined, { context: 3 });
+  // Drop the "====" header line jsdiff adds before the file names.
+  return patch.split('\n').filter((line) => !line.startsWith('=====')).join('\n').trimEnd();
+}
+
+function indent(text: string, by: string): string {
+  return text.split('\n').map((line) => `${by}${line}`).join('\n');
+}
+
+/** What changed (or would change), host by host, step by step, with diffs. */
+export function formatChanges(results: readonly StepResult[], dryRun: boolean): string {
+  const lines: string[] = [];
+  const hosts = [...new Set(results.map((r) => r.host))];
+  for (const host of hosts) {
+    const mine = results.filter((r) => r.host === host && (r.status === 'changed' || r.status === 'failed'));
+    if (mine.length === 0) continue;
+    lines.push(`${host}:`);
+    for (const result of mine) {
+      if (result.status === 'failed') {
+        lines.push(`  ${result.step}: FAILED: ${result.error}`);
+        continue;
+      }
+      for (const change of result.changes) {
+        lines.push(`  ${result.step}: ${dryRun ? 'would ' : ''}${change.summary}`);
+        if (change.diff) lines.push(indent(unifiedDiff(change.diff), '    '));
+      }
+    }
+  }
+  return lines.join('\n');
+}
+
+export type HostRecap = Record<Status, number>;
+
+export function recapByHost(results: readonly StepResult[]): Map<string, HostRecap> {
+  const recap = new Map<string, HostRecap>();
+  for (const result of results) {
+    const counts = recap.get(result.host) ?? { ok: 0, changed: 0, failed: 0, skipped: 0 };
+    counts[result.status] += 1;
+    recap.set(result.host, counts);
+  }
+  return recap;
+}
+
+/** Ansible-style recap: one line per host with ok / changed / failed / skipped step counts. */
+export function formatRecap(results: readonly StepResult[], dryRun: boolean): string {
+  const recap = recapByHost(results);
+  const width = Math.max(...[...recap.keys()].map((host) => host.length), 4);
+  const lines = [`RECAP${dryRun ? ' (dry-run: nothing was changed)' : ''}`];
+  for (const [host, counts] of recap) {
+    lines.push(`${host.padEnd(width)}  ok=${counts.ok}  changed=${counts.changed}  failed=${counts.failed}  skipped=${counts.skipped}`);
+  }
+  return lines.join('\n');
+}

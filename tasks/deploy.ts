@@ -1,0 +1,58 @@
+#!/usr/bin/env -S npx tsx
+import { writeFileSync } from 'node:fs';
+import { DEPLOY_HELP, parseDeployOptions, type DeployOptions } from './cli/options.ts';
+import { InputError } from './core/errors.ts';
+import { formatChanges, formatRecap, recapByHost } from './core/report.ts';
+import { Runner } from './core/runner.ts';
+import { loadInventory } from './inventory/load.ts';
+import { runDeploy } from './pipeline.ts';
+
+const EXIT_OK = 0;
+const EXIT_FAILED = 1;
+const EXIT_BAD_INPUT = 2;
+
+async function deploy(options: DeployOptions): Promise<number> {
+  const inventory = loadInventory(options.inventory);
+  if (!options.dryRun && options.renderOnly === undefined) {
+    throw new InputError(
+      'applying to hypervisors is not implemented yet (volumes, domains, health polling and auth bootstrap are the next milestone); ' +
+        'nothing was changed. Use --dry-run to see the plan, or --render-only DIR to write the rendered files.',
+    );
+  }
+  const runner = new Runner({ dryRun: options.dryRun, renderer: process.stdout.isTTY ? 'default' : 'simple' });
+  const { written } = await runDeploy(inventory, runner, options);
+
+  const changes = formatChanges(runner.results, options.dryRun);
+  if (changes) console.log(`\n${changes}`);
+  if (written.length > 0) console.log(`\nwrote ${written.length} files:\n${written.map((path) => `  ${path}`).join('\n')}`);
+  console.log(`\n${formatRecap(runner.results, options.dryRun)}`);
+  if (options.json) {
+    const report = { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap: Object.fromEntries(recapByHost(runner.results)) };
+    writeFileSync(options.json, `${JSON.stringify(report, null, 2)}\n`);
+  }
+  return runner.failed ? EXIT_FAILED : EXIT_OK;
+}
+
+async function main(argv: string[]): Promise<number> {
+  let options: DeployOptions | undefined;
+  try {
+    options = parseDeployOptions(argv);
+    if (options.help) {
+      console.log(DEPLOY_HELP);
+      return EXIT_OK;
+    }
+    return await deploy(options);
+  } catch (error) {
+    if (error instanceof InputError) {
+      console.error(`error: ${error.message}`);
+      for (const problem of error.problems) console.error(`  - ${problem}`);
+      return EXIT_BAD_INPUT;
+    }
+    console.error(`error: ${error instanceof Error ? error.message : String(error)}`);
+    if (options?.debug && error instanceof Error) console.error(error.stack);
+    else console.error('(this is a bug in etcd-kvm; run again with --debug for the stack trace)');
+    return EXIT_FAILED;
+  }
+}
+
+process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,52 @@
+import { createHash } from 'node:crypto';
+import { join } from 'node:path';
+import { PRIVATE_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
+import type { Change, Step } from '../core/step.ts';
+import type { RenderedFile } from '../render/member.ts';
+
+/**
+ * The record of what was last rendered for each member, kept in the state directory as digests plus the
+ * secret-free display text. It lets dry-run show, per host, exactly how the member's configuration
+ * changes. No secret is stored: a change inside a secret shows as a changed digest.
+ */
+
+interface RecordedFile {
+  sha256: string;
+  display: string;
+}
+
+type Record = { [file: string]: RecordedFile };
+
+const digest = (content: string) => createHash('sha256').update(content).digest('hex');
+
+export function renderedFilesStep(stateDir: string, rendered: ReadonlyMap<string, RenderedFile[]>): Step<Record, RenderedFile> {
+  const recordPath = (member: string) => join(stateDir, 'rendered', `${member}.json`);
+  return {
+    name: 'render',
+    targets: [...rendered.keys()],
+    async check(member) {
+      const text = readIfExists(recordPath(member));
+      return text ? (JSON.parse(text) as Record) : {};
+    },
+    plan(record, member) {
+      const changes: Change<RenderedFile>[] = [];
+      for (const file of rendered.get(member) ?? []) {
+        const recorded = record[file.name];
+        if (recorded?.sha256 === digest(file.content)) continue;
+        const verb = recorded ? 'update' : 'create';
+        const secretOnly = recorded !== undefined && recorded.display === file.display;
+        changes.push({
+          summary: `${verb} ${file.name}${secretOnly ? ' (only secret content changed; redacted)' : ''}`,
+          ...(secretOnly ? {} : { diff: { label: `${member}/${file.name}`, before: recorded?.display ?? '', after: file.display } }),
+          action: file,
+        });
+      }
+      return changes;
+    },
+    async apply(changes, member, record) {
+      const next: Record = { ...record };
+      for (const { action: file } of changes) next[file.name] = { sha256: digest(file.content), display: file.display };
+      writeFileAtomic(recordPath(member), `${JSON.stringify(next, null, 2)}\n`, PRIVATE_FILE_MODE);
+    },
+  };
+}
