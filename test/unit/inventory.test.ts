@@ -1,0 +1,227 @@
+import test from 'ava';
+import { InputError } from '../../tasks/core/errors.ts';
+import { loadInventory } from '../../tasks/inventory/load.ts';
+import { baseDocument, load, problemsOf, type Doc } from '../helpers/inventory.ts';
+
+function edit(change: (doc: Doc) => void): Doc {
+  const doc = baseDocument();
+  change(doc);
+  return doc;
+}
+
+const member = (doc: Doc, i: number) => doc.members[i] as Record<string, any>;
+const nicOf = (doc: Doc, i: number) => (member(doc, i).libvirt_networks as Record<string, unknown>[])[0]!;
+
+test('the base document loads, with defaults and derived values filled in', (t) => {
+  const inventory = load(baseDocument());
+  t.is(inventory.members.length, 3);
+  const first = inventory.members[0]!;
+  t.is(first.vcpus, 1);
+  t.is(first.admin.user, 'ubuntu');
+  t.is(first.etcdIp, '10.10.0.11');
+  t.is(first.hypervisor.name, 'hv');
+  t.is(first.volumes.cloudInit.name, 'etcd-1-cloud-init.iso');
+  t.is(inventory.etcd.space_quota, 8 * 1024 ** 3);
+  t.is(inventory.etcd.auto_compaction_retention, '1000');
+  t.true(inventory.etcd.client_cert_auth);
+  t.regex(first.interfaces[0]!.mac, /^52:54:00(:[0-9a-f]{2}){3}$/);
+});
+
+test('derived MACs are stable across loads and distinct per member', (t) => {
+  const a = load(baseDocument()).members.map((m) => m.interfaces[0]!.mac);
+  const b = load(baseDocument()).members.map((m) => m.interfaces[0]!.mac);
+  t.deepEqual(a, b);
+  t.is(new Set(a).size, 3);
+});
+
+test('lab and seed example inventories load', (t) => {
+  for (const path of ['inventories/lab.yaml', 'inventories/examples/libvirt-network.yaml', 'inventories/examples/macvtap.yaml']) {
+    const inventory = loadInventory(path);
+    t.is(inventory.members.length, 3, path);
+  }
+  const macvtap = loadInventory('inventories/examples/macvtap.yaml');
+  t.deepEqual(macvtap.members[0]!.interfaces[0]!.source, { kind: 'macvtap', device: 'ens3' });
+  t.is(macvtap.members[0]!.interfaces[0]!.mac, '52:54:00:de:e3:64');
+  t.is(macvtap.members[0]!.interfaces[0]!.prefixLength, 24);
+});
+
+test('unknown keys are rejected with the nearest known key', (t) => {
+  const problems = problemsOf(edit((doc) => (member(doc, 1).vcpu = 2)));
+  t.deepEqual(problems, ["members[1].vcpu (member etcd-2): unknown key — did you mean 'vcpus'?"]);
+  const nested = problemsOf(edit((doc) => (doc.etcd = { client_cert_atuh: false })));
+  t.deepEqual(nested, ["etcd.client_cert_atuh: unknown key — did you mean 'client_cert_auth'?"]);
+});
+
+test('member names must be unique', (t) => {
+  const problems = problemsOf(edit((doc) => (member(doc, 2).name = 'etcd-1')));
+  t.deepEqual(problems, ["members[2].name (member etcd-1): member name 'etcd-1' is already used at members.0.name — each must be unique in the cluster"]);
+});
+
+test('IPs must be unique', (t) => {
+  const problems = problemsOf(edit((doc) => (nicOf(doc, 2).ip = '10.10.0.11')));
+  t.is(problems.length, 1);
+  t.regex(problems[0]!, /^members\[2\]\.libvirt_networks\[0\]\.ip \(member etcd-3\): IP 10\.10\.0\.11 is already used at members\.0\.libvirt_networks\.0\.ip/);
+});
+
+test('MACs must be unique, whatever their case', (t) => {
+  const problems = problemsOf(
+    edit((doc) => {
+      nicOf(doc, 0).mac = '52:54:00:aa:bb:cc';
+      nicOf(doc, 1).mac = '52:54:00:AA:BB:CC';
+    }),
+  );
+  t.is(problems.length, 1);
+  t.regex(problems[0]!, /^members\[1\]\.libvirt_networks\[0\]\.mac \(member etcd-2\): MAC 52:54:00:aa:bb:cc is already used/);
+});
+
+test('an IP must be a host address inside its prefix', (t) => {
+  t.deepEqual(problemsOf(edit((doc) => (nicOf(doc, 0).ip = '10.10.0.255'))), [
+    'members[0].libvirt_networks[0].ip (member etcd-1): 10.10.0.255 is the network or broadcast address of its /24 — pick a host address',
+  ]);
+  t.deepEqual(problemsOf(edit((doc) => (nicOf(doc, 0).ip = '10.10.0.300'))), ['members[0].libvirt_networks[0].ip (member etcd-1): "10.10.0.300" is not an IPv4 address']);
+});
+
+test('the gateway must be inside the interface prefix', (t) => {
+  t.deepEqual(problemsOf(edit((doc) => (nicOf(doc, 1).gateway = '10.20.0.1'))), [
+    "members[1].libvirt_networks[0].gateway (member etcd-2): 10.20.0.1 is outside 10.10.0.12/24 — the gateway must be on the interface's own subnet",
+  ]);
+});
+
+test('an initializing cluster needs exactly one bootstrap member', (t) => {
+  t.deepEqual(problemsOf(edit((doc) => delete member(doc, 0).authentication_bootstrap)), [
+    'members: no member has authentication_bootstrap.bootstrap: true — a new cluster needs exactly one member that creates the root user and enables auth',
+  ]);
+  t.deepEqual(problemsOf(edit((doc) => (member(doc, 2).authentication_bootstrap = { bootstrap: true }))), [
+    'members[2].authentication_bootstrap.bootstrap (member etcd-3): is true on more than one member (first: etcd-1) — exactly one member bootstraps authentication',
+  ]);
+  // A cluster that already exists may name no bootstrap member.
+  t.notThrows(() => load(edit((doc) => {
+    (doc.cluster as Record<string, unknown>).is_initializing = false;
+    delete member(doc, 0).authentication_bootstrap;
+  })));
+});
+
+test('the gRPC gateway requires client_cert_auth: false', (t) => {
+  t.deepEqual(problemsOf(edit((doc) => (doc.etcd = { grpc_gateway_enabled: true }))), [
+    'etcd.grpc_gateway_enabled: requires client_cert_auth: false — the legacy REST gateway cannot present client certificates',
+  ]);
+});
+
+test('password mode requires root_password on the bootstrap member', (t) => {
+  t.deepEqual(problemsOf(edit((doc) => (doc.etcd = { client_cert_auth: false }))), [
+    'members[0].authentication_bootstrap.root_password (member etcd-1): is required when etcd.client_cert_auth is false — password mode creates the root user with this password',
+  ]);
+  const inventory = load(edit((doc) => {
+    doc.etcd = { client_cert_auth: false, grpc_gateway_enabled: true };
+    member(doc, 0).authentication_bootstrap = { bootstrap: true, root_password: 's3cret' };
+  }));
+  t.is(inventory.members[0]!.rootPassword.reveal(), 's3cret');
+  t.is(String(inventory.members[0]!.rootPassword), '<redacted>');
+});
+
+test('initial_members, when given, must match the members', (t) => {
+  const problems = problemsOf(edit((doc) => {
+    (doc.cluster as Record<string, unknown>).initial_members = [
+      { name: 'etcd-1', ip: '10.10.0.99' },
+      { name: 'etcd-9', ip: '10.10.0.12' },
+    ];
+  }));
+  t.deepEqual(problems, [
+    "cluster.initial_members[0].ip: 10.10.0.99 differs from etcd-1's first interface address 10.10.0.11",
+    "cluster.initial_members[1].name: 'etcd-9' is not a member of this inventory — initial_members must list the members below, or be left out to derive it",
+    "members[1].name (member etcd-2): 'etcd-2' is missing from cluster.initial_members",
+    "members[2].name (member etcd-3): 'etcd-3' is missing from cluster.initial_members",
+  ]);
+});
+
+test('a libvirt network is named by network_name xor network_id', (t) => {
+  t.deepEqual(problemsOf(edit((doc) => (nicOf(doc, 0).network_id = '3b1c4a4e-0000-4000-8000-000000000001'))), [
+    'members[0].libvirt_networks[0] (member etcd-1): sets both network_name and network_id — keep exactly one',
+  ]);
+  t.deepEqual(problemsOf(edit((doc) => delete nicOf(doc, 0).network_name)), [
+    'members[0].libvirt_networks[0] (member etcd-1): sets neither network_name nor network_id — name the libvirt network to attach to',
+  ]);
+});
+
+test('every member needs an interface', (t) => {
+  t.deepEqual(problemsOf(edit((doc) => (member(doc, 1).libvirt_networks = []))), [
+    'members[1] (member etcd-2): has no network interface — add an entry to libvirt_networks or macvtap_interfaces',
+  ]);
+});
+
+test('a member must name a defined hypervisor when there are several', (t) => {
+  t.deepEqual(problemsOf(edit((doc) => (member(doc, 0).hypervisor = 'nope'))), [
+    "members[0].hypervisor (member etcd-1): 'nope' is not defined under hypervisors — one of: hv",
+  ]);
+  t.deepEqual(problemsOf(edit((doc) => ((doc.hypervisors as Record<string, unknown>).hv2 = { address: '127.0.0.2' }))).length, 3);
+});
+
+test('a member without volume_id needs a base image', (t) => {
+  t.deepEqual(problemsOf(edit((doc) => delete (doc.defaults as Record<string, unknown>).base_image)).length, 3);
+  t.notThrows(() => load(edit((doc) => (member(doc, 0).volume_id = 'etcd-1'))));
+});
+
+test('features not rendered yet are refused, not ignored', (t) => {
+  t.deepEqual(problemsOf(edit((doc) => (member(doc, 0).chrony = { enabled: true }))), [
+    'members[0].chrony.enabled (member etcd-1): is not supported yet by etcd-kvm — set it to false; this feature is planned but not rendered yet',
+  ]);
+  t.deepEqual(problemsOf(edit((doc) => ((doc.defaults as Record<string, unknown>).install_dependencies = true))).length, 3);
+});
+
+test('every problem is reported at once, with field-level type errors', (t) => {
+  const problems = problemsOf(edit((doc) => {
+    member(doc, 0).vcpus = 'two';
+    member(doc, 1).memory = 10;
+    member(doc, 2).bogus = true;
+  }));
+  t.deepEqual(problems, [
+    'members[0].vcpus (member etcd-1): Expected number, received string',
+    'members[1].memory (member etcd-2): is in MiB; etcd needs at least 256',
+    'members[2].bogus (member etcd-3): unknown key — known keys here: name, hypervisor, vcpus, memory, domain, volume_id, volume_pool, base_image, os_volume_size_gib, data_volume_id, data_volume_size_gib, libvirt_networks, macvtap_interfaces, cloud_init_volume_pool, cloud_init_volume_name, ssh_admin_user, admin_user_password, ssh_admin_public_key, authentication_bootstrap, tls, restore, chrony, fluentbit, fluentbit_dynamic_config, vault_agent, install_dependencies',
+  ]);
+});
+
+test('missing required fields and broken YAML are reported with their location', (t) => {
+  const doc = baseDocument();
+  delete (doc.cluster as Record<string, unknown>).initial_token;
+  t.deepEqual(problemsOf(doc), ['cluster.initial_token: is required (string)']);
+  const error = t.throws(() => load('cluster: [unclosed\n'), { instanceOf: InputError });
+  t.regex(error!.message, /is not valid YAML/);
+  t.regex(error!.problems[0]!, /line 2/);
+});
+
+test('every seed module input is expressible', (t) => {
+  const inventory = load(edit((doc) => {
+    doc.etcd = { auto_compaction_mode: 'periodic', auto_compaction_retention: '1h', space_quota: 1024 ** 3, grpc_gateway_enabled: false, client_cert_auth: true };
+    Object.assign(member(doc, 0), {
+      vcpus: 4,
+      memory: 4096,
+      volume_id: 'etcd-1-os',
+      data_volume_id: 'etcd-1-data',
+      macvtap_interfaces: [{ interface: 'ens3', prefix_length: '24', ip: '10.20.0.5', mac: '52:54:00:DE:E3:64', gateway: '10.20.0.1', dns_servers: ['10.20.0.1'] }],
+      cloud_init_volume_pool: 'ci',
+      cloud_init_volume_name: 'custom.iso',
+      ssh_admin_user: 'ops',
+      admin_user_password: 'console-only',
+      ssh_admin_public_key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBQ8b6Tt3v8cYbyZ5KJpyB2rMh3Y6m0l1C4dA2cXvFzC ops@example',
+      tls: { ca_cert: '', server_cert: '', server_key: '' },
+      restore: { enabled: false, s3: { endpoint: 'https://s3.local', bucket: 'b', object_prefix: 'p', region: 'r', access_key: 'a', secret_key: 's', ca_cert: '' }, encryption_key: 'k', backup_timestamp: '' },
+      chrony: { enabled: false, servers: [{ url: 'ntp.local', options: ['iburst'] }], pools: [{ url: 'pool.local', options: [] }], makestep: { threshold: 1, limit: 3 } },
+      fluentbit: { enabled: false, etcd_tag: 'etcd', node_exporter_tag: 'ne', forward: { domain: 'f', port: 24224, hostname: 'h', shared_key: 'k', ca_cert: '' } },
+      fluentbit_dynamic_config: {
+        enabled: false,
+        source: 'git',
+        etcd: { key_prefix: 'p', endpoints: ['e'], ca_certificate: '', client: { certificate: '', key: '', username: 'u', password: 'p' }, vault_agent_secret_path: '' },
+        git: { repo: 'r', ref: 'main', path: '/', trusted_gpg_keys: [], auth: { client_ssh_key: '', server_ssh_fingerprint: 'f' } },
+      },
+      vault_agent: { enabled: false, auth_method: { config: { role_id: 'r', secret_id: 's' } }, vault_address: 'https://vault', vault_ca_cert: '' },
+      install_dependencies: false,
+    });
+  }));
+  const first = inventory.members[0]!;
+  t.is(first.interfaces.length, 2);
+  t.is(first.etcdIp, '10.10.0.11', 'etcd binds to the first interface (libvirt networks come first)');
+  t.deepEqual(first.volumes.os, { existing: 'etcd-1-os' });
+  t.deepEqual(first.volumes.cloudInit, { pool: 'ci', name: 'custom.iso' });
+  t.is(first.admin.password.reveal(), 'console-only');
+});
