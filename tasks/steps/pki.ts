@@ -28,35 +28,34 @@ export function pkiStep(inventory: Inventory, store: PkiStore): Step<PkiFacts, P
     },
     async apply(changes: Change<PkiAction>[], _target, facts) {
       const actions = changes.map((change) => change.action);
+      const issues = actions.flatMap((action) => (action.kind === 'issue' ? [action.certificate] : []));
+      const createCa = actions.some((action) => action.kind === 'create-ca');
+      // Every key at once, on libuv's thread pool (RSA generation dominates); signing is quick and sequential.
+      const [caKey, leafKeys, sshKey] = await Promise.all([
+        createCa ? generateRsaKey(inventory.pki.key_length) : undefined,
+        Promise.all(issues.map(() => generateRsaKey(inventory.pki.key_length))),
+        actions.some((action) => action.kind === 'ssh-key') ? generateSshKey(`etcd-kvm@${inventory.cluster.name}`) : undefined,
+      ]);
       let ca = caOf(inventory, facts);
-      if (actions.some((action) => action.kind === 'create-ca')) {
-        const key = await generateRsaKey(inventory.pki.key_length);
+      if (caKey) {
         const certificate = issueCertificate({
           commonName: `${inventory.cluster.name} etcd CA`,
           organization,
           profile: 'ca',
           sans: { dns: [], ips: [] },
           validityHours,
-          subjectKeyPem: key,
+          subjectKeyPem: caKey,
         });
-        store.write('ca', { public: certificate, privateKey: key });
-        ca = { public: certificate, privateKey: key };
+        store.write('ca', { public: certificate, privateKey: caKey });
+        ca = { public: certificate, privateKey: caKey };
       }
       const issuer = { certificatePem: ca.public!, keyPem: ca.privateKey! };
-      // Keys are generated concurrently on libuv's thread pool; signing is quick and sequential.
-      await Promise.all(
-        actions.map(async (action) => {
-          if (action.kind === 'issue') {
-            const key = await generateRsaKey(inventory.pki.key_length);
-            const { certificate: wanted } = action;
-            const certificate = issueCertificate({ commonName: wanted.commonName, organization, profile: wanted.profile, sans: wanted.sans, validityHours, subjectKeyPem: key, issuer });
-            store.write(wanted.id, { public: certificate, privateKey: key });
-          } else if (action.kind === 'ssh-key') {
-            const pair = await generateSshKey(`etcd-kvm@${inventory.cluster.name}`);
-            store.write(action.id, { public: `${pair.publicLine}\n`, privateKey: pair.privatePem });
-          }
-        }),
-      );
+      issues.forEach((wanted, i) => {
+        const key = leafKeys[i]!;
+        const certificate = issueCertificate({ commonName: wanted.commonName, organization, profile: wanted.profile, sans: wanted.sans, validityHours, subjectKeyPem: key, issuer });
+        store.write(wanted.id, { public: certificate, privateKey: key });
+      });
+      if (sshKey) store.write('ssh/admin', { public: `${sshKey.publicLine}\n`, privateKey: sshKey.privatePem });
     },
   };
 }

@@ -1,0 +1,40 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parse } from 'yaml';
+import { Runner } from '../../tasks/core/runner.ts';
+import type { Inventory } from '../../tasks/inventory/model.ts';
+import { renderAll } from '../../tasks/pipeline.ts';
+import { PkiStore } from '../../tasks/pki/store.ts';
+import type { RenderedFile } from '../../tasks/render/member.ts';
+import { pkiStep } from '../../tasks/steps/pki.ts';
+
+/** Issues the PKI into a fresh state directory and renders every member: what a deploy would upload. */
+export async function renderWithPki(inventory: Inventory): Promise<{ inventory: Inventory; rendered: Map<string, RenderedFile[]> }> {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-render-'));
+  const withState = { ...inventory, stateDir };
+  const store = new PkiStore(stateDir);
+  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(withState, store));
+  if (result?.status === 'failed') throw new Error(result.error);
+  return { inventory: withState, rendered: renderAll(withState, withState.members, store) };
+}
+
+export function fileOf(files: RenderedFile[] | undefined, name: string): RenderedFile {
+  const file = files?.find((f) => f.name === name);
+  if (!file) throw new Error(`no rendered ${name}`);
+  return file;
+}
+
+export interface WriteFile {
+  path: string;
+  content: string;
+  permissions?: string;
+  owner?: string;
+  defer?: boolean;
+}
+
+/** The user-data's write_files, keyed by guest path, as cloud-init will see them. */
+export function writeFilesOf(userData: string): Map<string, WriteFile> {
+  const config = parse(userData, { version: '1.1' }) as { write_files: WriteFile[] };
+  return new Map(config.write_files.map((file) => [file.path, file]));
+}

@@ -1,0 +1,134 @@
+import test from 'ava';
+import { mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Runner } from '../../tasks/core/runner.ts';
+import { PkiStore } from '../../tasks/pki/store.ts';
+import { pkiStep } from '../../tasks/steps/pki.ts';
+import { baseDocument, load, type Doc } from '../helpers/inventory.ts';
+import { run } from '../helpers/exec.ts';
+
+function inventoryIn(stateDir: string, change: (doc: Doc) => void = () => {}) {
+  const doc = baseDocument();
+  (doc.cluster as Record<string, unknown>).state_dir = stateDir;
+  (doc.defaults as Record<string, unknown>).domain = 'etcd.example';
+  doc.pki = { extra_domains: ['etcd.service.internal'] };
+  change(doc);
+  return load(doc);
+}
+
+async function applyPki(stateDir: string, change?: (doc: Doc) => void) {
+  const inventory = inventoryIn(stateDir, change);
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  const [result] = await runner.runStep(pkiStep(inventory, new PkiStore(stateDir)));
+  return result!;
+}
+
+function snapshot(dir: string): Map<string, string> {
+  const files = new Map<string, string>();
+  const walk = (sub: string) => {
+    for (const entry of readdirSync(join(dir, sub), { withFileTypes: true })) {
+      const path = join(sub, entry.name);
+      if (entry.isDirectory()) walk(path);
+      else files.set(path, readFileSync(join(dir, path), 'utf8'));
+    }
+  };
+  walk('');
+  return files;
+}
+
+const x509Text = (path: string) => run('openssl', ['x509', '-in', path, '-noout', '-text']).stdout;
+
+test('issued certificates verify with OpenSSL and carry the specified names and usages', async (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
+  const started = performance.now();
+  const result = await applyPki(stateDir);
+  t.log(`CA + 3 members + root client + SSH key: ${Math.round(performance.now() - started)} ms`);
+  t.is(result.status, 'changed', result.error);
+
+  const pki = join(stateDir, 'pki');
+  const ca = x509Text(join(pki, 'ca.crt'));
+  t.regex(ca, /Basic Constraints: critical\s+CA:TRUE/);
+  t.regex(ca, /Key Usage: critical\s+Certificate Sign, CRL Sign/);
+
+  for (const name of ['etcd-1', 'etcd-2', 'etcd-3']) {
+    const cert = join(pki, 'members', `${name}.crt`);
+    const verified = run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), cert]);
+    t.is(verified.status, 0, verified.stderr);
+    const text = x509Text(cert);
+    const ip = `10.10.0.1${name.slice(-1)}`;
+    for (const san of [`DNS:${name}`, `DNS:${name}.etcd.example`, 'DNS:etcd.service.internal', 'DNS:localhost', `IP Address:${ip}`, 'IP Address:127.0.0.1']) {
+      t.true(text.includes(san), `${name} lacks ${san}`);
+    }
+    t.regex(text, /Extended Key Usage:\s+TLS Web Server Authentication, TLS Web Client Authentication/);
+    t.regex(text, /Key Usage: critical\s+Digital Signature, Key Encipherment/);
+    t.regex(text, /Basic Constraints: critical\s+CA:FALSE/);
+    t.regex(text, new RegExp(`Subject: CN ?= ?${name}`));
+  }
+
+  const root = join(pki, 'clients', 'root.crt');
+  t.is(run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), root]).status, 0);
+  const rootText = x509Text(root);
+  t.regex(rootText, /Subject: CN ?= ?root/);
+  t.regex(rootText, /Extended Key Usage:\s+TLS Web Client Authentication\n/);
+  t.false(rootText.includes('Subject Alternative Name'));
+
+  // Every key is 0600, every directory 0700.
+  for (const [path] of snapshot(stateDir)) {
+    if (path.endsWith('.key')) t.is(statSync(join(stateDir, path)).mode & 0o777, 0o600, path);
+  }
+  for (const dir of ['', 'pki', 'pki/members', 'pki/clients', 'ssh']) t.is(statSync(join(stateDir, dir)).mode & 0o777, 0o700, dir);
+
+  // The tool's SSH key is a real OpenSSH key pair.
+  const fingerprint = run('ssh-keygen', ['-l', '-f', join(stateDir, 'ssh', 'admin.key')]);
+  t.is(fingerprint.status, 0, fingerprint.stderr);
+  t.regex(fingerprint.stdout, /ECDSA/);
+});
+
+test('a second run reuses every file byte for byte', async (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
+  await applyPki(stateDir);
+  const before = snapshot(stateDir);
+  const second = await applyPki(stateDir);
+  t.is(second.status, 'ok');
+  t.deepEqual(snapshot(stateDir), before);
+});
+
+test('changing one member IP re-issues only that member certificate', async (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
+  await applyPki(stateDir);
+  const before = snapshot(stateDir);
+  const result = await applyPki(stateDir, (doc) => {
+    ((doc.members[1]!.libvirt_networks as Record<string, unknown>[])[0]!).ip = '10.10.0.42';
+  });
+  t.is(result.status, 'changed');
+  t.deepEqual(result.changes.map((c) => c.summary), ['issue certificate member/etcd-2 (its names or addresses changed)']);
+  const after = snapshot(stateDir);
+  const changed = [...after.keys()].filter((path) => after.get(path) !== before.get(path)).sort();
+  t.deepEqual(changed, ['pki/members/etcd-2.crt', 'pki/members/etcd-2.key']);
+  t.true(x509Text(join(stateDir, 'pki/members/etcd-2.crt')).includes('IP Address:10.10.0.42'));
+});
+
+test('a missing CA with surviving leaves is refused, never replaced silently', async (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
+  await applyPki(stateDir);
+  run('rm', [join(stateDir, 'pki', 'ca.crt'), join(stateDir, 'pki', 'ca.key')]);
+  const result = await applyPki(stateDir);
+  t.is(result.status, 'failed');
+  t.regex(result.error!, /refusing to continue: the CA is missing from the state directory but certificates it signed exist/);
+  t.throws(() => statSync(join(stateDir, 'pki', 'ca.crt')));
+});
+
+test('an operator-supplied CA signs the member certificates', async (t) => {
+  const own = mkdtempSync(join(tmpdir(), 'etcd-kvm-ownca-'));
+  const made = run('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=operator CA', '-days', '30', '-keyout', join(own, 'ca.key'), '-out', join(own, 'ca.crt')]);
+  t.is(made.status, 0, made.stderr);
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
+  const result = await applyPki(stateDir, (doc) => {
+    doc.pki = { ca: { certificate: join(own, 'ca.crt'), key: join(own, 'ca.key') } };
+  });
+  t.is(result.status, 'changed', result.error);
+  t.false(result.changes.some((c) => c.summary.includes('create cluster CA')));
+  t.is(run('openssl', ['verify', '-CAfile', join(own, 'ca.crt'), join(stateDir, 'pki/members/etcd-1.crt')]).status, 0);
+  t.throws(() => statSync(join(stateDir, 'pki', 'ca.key')), undefined, 'the operator CA key is not copied into the state directory');
+});
