@@ -191,13 +191,21 @@ export function loadInventory(inventoryPath: string): Inventory {
   const rawMembers = Array.isArray((raw as { members?: unknown })?.members) ? ((raw as { members: unknown[] }).members as Record<string, unknown>[]) : [];
   const memberNames = rawMembers.map((member) => (typeof member?.name === 'string' ? member.name : undefined));
 
-  const defaults = memberDefaultsSchema.safeParse((raw as { defaults?: unknown })?.defaults ?? {});
+  const rawDefaults = top.success ? top.data.defaults : {};
+  const defaults = memberDefaultsSchema.safeParse(rawDefaults);
+  const soundDefaults = { ...rawDefaults };
   if (!defaults.success) {
     problems.push(...problemsFromZod(defaults.error.issues, ['defaults'], (p) => keysAt(memberDefaultsSchema, p)));
+    // Members are still checked, against the defaults that are sound, so one run reports everything
+    // without repeating a default's problem once per member.
+    for (const issue of defaults.error.issues) {
+      const key = issue.code === 'unrecognized_keys' ? issue.keys : [issue.path[0]];
+      for (const k of key) if (typeof k === 'string') delete soundDefaults[k];
+    }
   }
-  // Member problems are only meaningful once the defaults they inherit are sound.
-  const members = top.success && defaults.success ? parseMembers(top.data.members, top.data.defaults, problems) : [];
-  if (problems.length > 0 || !top.success) fail(path, problems, memberNames);
+  const members = top.success ? parseMembers(top.data.members, soundDefaults, problems) : [];
+  // Cross-member rules need every member parsed; problems in defaults alone do not stop them.
+  if (!top.success || members.length !== top.data.members.length) fail(path, problems, memberNames);
 
   const doc: ParsedDocument = { ...top.data, members };
   problems.push(...checkRules(doc));

@@ -1,0 +1,122 @@
+import test from 'ava';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parse, stringify } from 'yaml';
+import { run } from '../helpers/exec.ts';
+
+/** The CLI as an operator runs it, on a copy of inventories/lab.yaml, on a machine with no hypervisor. */
+
+const ADMIN_PASSWORD = 'console-only-Pa55word';
+
+function labCopy(): { dir: string; inventory: string } {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-cli-'));
+  const doc = parse(readFileSync('inventories/lab.yaml', 'utf8')) as { defaults: Record<string, unknown> };
+  doc.defaults.admin_user_password = ADMIN_PASSWORD;
+  const inventory = join(dir, 'lab.yaml');
+  writeFileSync(inventory, stringify(doc));
+  return { dir, inventory };
+}
+
+const deploy = (args: string[]) => run(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...args]);
+
+function assertNoSecrets(t: { false: (value: boolean, message?: string) => void }, output: string, stateDir: string) {
+  t.false(output.includes('PRIVATE KEY'), 'no PEM private key header');
+  t.false(output.includes(ADMIN_PASSWORD), 'no password');
+  for (const keyFile of ['pki/ca.key', 'pki/members/etcd-1.key', 'pki/clients/root.key', 'ssh/admin.key']) {
+    const path = join(stateDir, keyFile);
+    if (!existsSync(path)) continue;
+    const body = readFileSync(path, 'utf8').split('\n').filter((line) => line && !line.startsWith('-----'));
+    t.false(body.some((line) => output.includes(line)), `no line of ${keyFile}`);
+  }
+}
+
+test('--help explains the CLI and exits 0', (t) => {
+  const result = deploy(['--help']);
+  t.is(result.status, 0);
+  t.regex(result.stdout, /Usage: npx tsx tasks\/deploy\.ts -i INVENTORY/);
+  t.regex(result.stdout, /--dry-run/);
+  t.regex(result.stdout, /--render-only DIR/);
+});
+
+test('a dry-run on a fresh lab inventory shows per-host plans with diffs, changes nothing and prints no secret', (t) => {
+  const { dir, inventory } = labCopy();
+  const result = deploy(['-i', inventory, '--check']);
+  t.is(result.status, 0, result.stderr);
+  const output = result.stdout + result.stderr;
+  t.regex(output, /localhost:\n {2}pki: would create cluster CA/);
+  for (const member of ['etcd-1', 'etcd-2', 'etcd-3']) {
+    t.regex(output, new RegExp(`${member}:\\n  render: would create domain\\.xml`));
+    t.regex(output, new RegExp(`\\+\\+\\+ ${member}/user-data \\(wanted\\)`));
+  }
+  t.regex(output, /\+ {6}ETCD_INITIAL_CLUSTER_STATE=new/);
+  t.regex(output, /password: <redacted>/);
+  t.regex(output, /RECAP \(dry-run: nothing was changed\)\n(.*\n)*etcd-1 +ok=0 {2}changed=1 {2}failed=0 {2}skipped=0/);
+  t.false(existsSync(join(dir, '.etcd-kvm')), 'dry-run created no state');
+  assertNoSecrets(t, output, join(dir, '.etcd-kvm', 'lab'));
+});
+
+test('--render-only writes every file (secrets 0600), then a dry-run sees no change, and --json reports it', (t) => {
+  const { dir, inventory } = labCopy();
+  const out = join(dir, 'rendered');
+  const rendered = deploy(['-i', inventory, '--render-only', out]);
+  t.is(rendered.status, 0, rendered.stderr);
+  t.deepEqual(readdirSync(out).sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
+  for (const member of ['etcd-1', 'etcd-2', 'etcd-3']) {
+    t.deepEqual(readdirSync(join(out, member)).sort(), ['domain.xml', 'meta-data', 'network-config', 'user-data']);
+    t.is(statSync(join(out, member, 'user-data')).mode & 0o777, 0o600);
+    t.true(readFileSync(join(out, member, 'user-data'), 'utf8').includes('BEGIN RSA PRIVATE KEY'), 'the real file carries the key');
+  }
+  const stateDir = join(dir, '.etcd-kvm', 'lab');
+  assertNoSecrets(t, rendered.stdout + rendered.stderr, stateDir);
+
+  // --render-only records nothing for the render step, so a dry-run still plans the records, but the PKI is settled.
+  const apply = deploy(['-i', inventory, '--dry-run', '--json', join(dir, 'report.json')]);
+  t.is(apply.status, 0, apply.stderr);
+  t.regex(apply.stdout, /localhost +ok=1 {2}changed=0/);
+  assertNoSecrets(t, apply.stdout + apply.stderr, stateDir);
+  const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as { dryRun: boolean; results: { step: string; host: string; status: string }[] };
+  t.true(report.dryRun);
+  t.deepEqual(report.results.find((r) => r.step === 'pki')?.status, 'ok');
+  t.is(report.results.filter((r) => r.step === 'render' && r.status === 'changed').length, 3);
+  assertNoSecrets(t, readFileSync(join(dir, 'report.json'), 'utf8'), stateDir);
+});
+
+test('bad input exits 2 with every problem listed and no stack trace; nothing is created', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-cli-'));
+  const inventory = join(dir, 'bad.yaml');
+  copyFileSync('inventories/lab.yaml', inventory);
+  writeFileSync(inventory, readFileSync(inventory, 'utf8').replace('vcpus: 1', 'vcpu: 1').replace('ip: 192.168.150.13', 'ip: 192.168.150.12'));
+  const result = deploy(['-i', inventory, '--dry-run']);
+  t.is(result.status, 2);
+  t.regex(result.stderr, /has 2 problems; nothing was changed/);
+  t.regex(result.stderr, /defaults\.vcpu: unknown key — did you mean 'vcpus'\?/);
+  t.regex(result.stderr, /members\[2\]\.libvirt_networks\[0\]\.ip \(member etcd-3\): IP 192\.168\.150\.12 is already used/);
+  t.false(/\n\s+at /.test(result.stderr), 'no stack trace');
+  t.false(existsSync(join(dir, '.etcd-kvm')));
+
+  t.is(deploy(['--dry-run']).status, 2);
+  t.is(deploy(['-i', inventory, '--bogus']).status, 2);
+  const missing = deploy(['-i', join(dir, 'nope.yaml'), '--dry-run']);
+  t.is(missing.status, 2);
+  t.regex(missing.stderr, /cannot read inventory .*nope\.yaml: ENOENT/);
+});
+
+test('a real apply says plainly that the hypervisor steps are not implemented, and changes nothing', (t) => {
+  const { dir, inventory } = labCopy();
+  const result = deploy(['-i', inventory]);
+  t.is(result.status, 2);
+  t.regex(result.stderr, /applying to hypervisors is not implemented yet/);
+  t.false(existsSync(join(dir, '.etcd-kvm')));
+});
+
+test('--limit acts on the named members only and rejects unknown names', (t) => {
+  const { inventory } = labCopy();
+  const limited = deploy(['-i', inventory, '--dry-run', '--limit', 'etcd-2']);
+  t.is(limited.status, 0, limited.stderr);
+  t.regex(limited.stdout, /etcd-2 +ok=0 {2}changed=1/);
+  t.false(/^etcd-1 /m.test(limited.stdout));
+  const unknown = deploy(['-i', inventory, '--dry-run', '--limit', 'etcd-9']);
+  t.is(unknown.status, 2);
+  t.regex(unknown.stderr, /--limit names unknown members: etcd-9/);
+});
