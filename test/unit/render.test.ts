@@ -1,0 +1,157 @@
+import test from 'ava';
+import { mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parse } from 'yaml';
+import { renderAll } from '../../tasks/pipeline.ts';
+import { etcdEnvironment, parseEnvironmentFile, renderEnvironmentFile } from '../../tasks/render/etcd.ts';
+import { renderMember } from '../../tasks/render/member.ts';
+import { renderedFilesStep } from '../../tasks/steps/rendered-files.ts';
+import { Secret } from '../../tasks/core/secret.ts';
+import { PkiStore } from '../../tasks/pki/store.ts';
+import { baseDocument, load } from '../helpers/inventory.ts';
+import { fileOf, writeFilesOf } from '../helpers/render.ts';
+import type { Inventory } from '../../tasks/inventory/model.ts';
+
+const pendingPki = { members: new Map() };
+
+function rendered(inventory: Inventory, memberIndex = 0) {
+  return renderMember({ inventory, pki: pendingPki, initialClusterState: 'new' }, inventory.members[memberIndex]!);
+}
+
+test('etcd settings: https URLs on the first interface, cluster-wide initial cluster, modes as configured', (t) => {
+  const doc = baseDocument();
+  doc.etcd = { client_cert_auth: false, grpc_gateway_enabled: true, auto_compaction_mode: 'periodic', auto_compaction_retention: '1h' };
+  doc.members[0]!.authentication_bootstrap = { bootstrap: true, root_password: 'x' };
+  const inventory = load(doc);
+  const env = new Map(etcdEnvironment(inventory, inventory.members[1]!, 'existing'));
+  t.is(env.get('ETCD_NAME'), 'etcd-2');
+  t.is(env.get('ETCD_LISTEN_CLIENT_URLS'), 'https://10.10.0.12:2379,https://127.0.0.1:2379');
+  t.is(env.get('ETCD_ADVERTISE_CLIENT_URLS'), 'https://10.10.0.12:2379');
+  t.is(env.get('ETCD_LISTEN_PEER_URLS'), 'https://10.10.0.12:2380');
+  t.is(env.get('ETCD_INITIAL_CLUSTER'), 'etcd-1=https://10.10.0.11:2380,etcd-2=https://10.10.0.12:2380,etcd-3=https://10.10.0.13:2380');
+  t.is(env.get('ETCD_INITIAL_CLUSTER_STATE'), 'existing');
+  t.is(env.get('ETCD_INITIAL_CLUSTER_TOKEN'), 'test-token');
+  t.is(env.get('ETCD_CLIENT_CERT_AUTH'), 'false');
+  t.is(env.get('ETCD_PEER_CLIENT_CERT_AUTH'), 'true');
+  t.is(env.get('ETCD_ENABLE_GRPC_GATEWAY'), 'true');
+  t.is(env.get('ETCD_AUTO_COMPACTION_MODE'), 'periodic');
+  t.is(env.get('ETCD_AUTO_COMPACTION_RETENTION'), '1h');
+  t.is(env.get('ETCD_QUOTA_BACKEND_BYTES'), String(8 * 1024 ** 3));
+});
+
+test('environment file values round-trip, quoting what systemd would split', (t) => {
+  const variables: [string, string][] = [['ETCD_NAME', 'etcd-1'], ['ETCD_ODD', 'a b "c" $d\\e']];
+  const text = renderEnvironmentFile(variables);
+  t.true(text.includes('ETCD_ODD="a b \\"c\\" \\$d\\\\e"'));
+  t.deepEqual([...parseEnvironmentFile(text)], variables);
+});
+
+test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 0700 owned by etcd; the password only in the real file', (t) => {
+  const doc = baseDocument();
+  Object.assign(doc.defaults as object, { ssh_admin_user: 'ops', admin_user_password: 'hunter2-console', ssh_admin_public_key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOp ops@desk' });
+  const inventory = load(doc);
+  const pki = { caCert: 'CA-PEM\n', members: new Map([['etcd-1', { caCert: 'CA-PEM\n', cert: 'CERT-PEM\n', key: new Secret('KEY-PEM\n') }]]), adminSshPublicKey: 'ecdsa-sha2-nistp256 AAAA tool' };
+  const files = renderMember({ inventory, pki, initialClusterState: 'new' }, inventory.members[0]!);
+  const userData = fileOf(files, 'user-data');
+  t.true(userData.content.startsWith('#cloud-config\n'));
+  const config = parse(userData.content, { version: '1.1' });
+  t.is(config.hostname, 'etcd-1');
+  t.false(config.ssh_pwauth);
+  t.is(config.users[0].name, 'ops');
+  t.false(config.users[0].lock_passwd);
+  t.deepEqual(config.users[0].ssh_authorized_keys, ['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOp ops@desk', 'ecdsa-sha2-nistp256 AAAA tool']);
+  t.deepEqual(config.chpasswd.users, [{ name: 'ops', password: 'hunter2-console', type: 'text' }]);
+  const writes = writeFilesOf(userData.content);
+  t.deepEqual(writes.get('/etc/etcd/tls/server.key'), { path: '/etc/etcd/tls/server.key', permissions: '0600', owner: 'etcd:etcd', defer: true, content: 'KEY-PEM\n' });
+  t.is(writes.get('/etc/etcd/tls/server.crt')!.content, 'CERT-PEM\n');
+  t.is(writes.get('/etc/etcd/tls/ca.crt')!.content, 'CA-PEM\n');
+  t.regex(writes.get('/etc/systemd/system/etcd.service')!.content, /EnvironmentFile=\/etc\/etcd\/etcd.env\nExecStart=\/usr\/bin\/etcd/);
+  t.deepEqual(config.runcmd[0], ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', '/var/lib/etcd']);
+  t.deepEqual(config.runcmd.at(-1), ['systemctl', 'enable', '--now', 'etcd.service']);
+
+  // The display copy masks every secret but keeps everything else.
+  t.false(userData.display.includes('hunter2-console'));
+  t.false(userData.display.includes('KEY-PEM'));
+  t.true(userData.display.includes('CERT-PEM'));
+  t.is((userData.display.match(/<redacted>/g) ?? []).length, 2);
+});
+
+test('network-config matches NICs by MAC, quoted so YAML 1.1 cannot read an all-digit MAC as a number', (t) => {
+  const doc = baseDocument();
+  (doc.members[0]!.libvirt_networks as Record<string, unknown>[])[0]!.mac = '52:54:00:12:34:56';
+  (doc.members[0]!.libvirt_networks as Record<string, unknown>[])[0]!.dns_servers = ['10.10.0.1'];
+  const inventory = load(doc);
+  const text = fileOf(rendered(inventory), 'network-config').content;
+  t.true(text.includes('macaddress: "52:54:00:12:34:56"'));
+  const config = parse(text, { version: '1.1' });
+  t.deepEqual(config, {
+    version: 2,
+    ethernets: {
+      nic0: {
+        match: { macaddress: '52:54:00:12:34:56' },
+        dhcp4: false,
+        dhcp6: false,
+        addresses: ['10.10.0.11/24'],
+        routes: [{ to: '0.0.0.0/0', via: '10.10.0.1', metric: 100 }],
+        nameservers: { addresses: ['10.10.0.1'] },
+      },
+    },
+  });
+  t.deepEqual(parse(fileOf(rendered(inventory), 'meta-data').content), { 'instance-id': 'test-etcd-1', 'local-hostname': 'etcd-1' });
+});
+
+test('domain XML: sizes, TCG or KVM CPU, disks, cdrom on virtio-scsi, NICs, escaping', (t) => {
+  const doc = baseDocument();
+  doc.hypervisors = { hv: { address: '127.0.0.1', domain_type: 'qemu', tcg_tb_cache_mib: 256, pool: 'p&q' } };
+  Object.assign(doc.members[0]!, { vcpus: 2, memory: 2048, data_volume_size_gib: 5, macvtap_interfaces: [{ interface: 'ens3', ip: '10.30.0.5', prefix_length: 24, mac: '52:54:00:aa:bb:cc' }] });
+  const xml = fileOf(rendered(load(doc)), 'domain.xml').content;
+  t.true(xml.includes("<domain type='qemu'>"));
+  t.true(xml.includes("<memory unit='MiB'>2048</memory>"));
+  t.true(xml.includes("<vcpu placement='static'>2</vcpu>"));
+  t.true(xml.includes("<tb-cache unit='MiB'>256</tb-cache>"));
+  t.false(xml.includes('host-passthrough'), 'TCG cannot pass the host CPU through');
+  t.true(xml.includes("<source pool='p&amp;q' volume='etcd-1-os.qcow2'/>"));
+  t.true(xml.includes("<source pool='p&amp;q' volume='etcd-1-data.qcow2'/>\n      <target dev='vdb' bus='virtio'/>"));
+  t.regex(xml, /<disk type='volume' device='cdrom'>[\s\S]*volume='etcd-1-cloud-init.iso'\/>\s*<target dev='sda' bus='scsi'\/>\s*<readonly\/>/);
+  t.true(xml.includes("<controller type='scsi' index='0' model='virtio-scsi'/>"));
+  t.regex(xml, /<interface type='network'>\s*<source network='net'\/>/);
+  t.regex(xml, /<interface type='direct'>\s*<source dev='ens3' mode='bridge'\/>\s*<mac address='52:54:00:aa:bb:cc'\/>/);
+  t.true(xml.includes("<console type='pty'>"));
+
+  doc.hypervisors = { hv: { address: '127.0.0.1' } };
+  const kvm = fileOf(rendered(load(doc)), 'domain.xml').content;
+  t.true(kvm.includes("<domain type='kvm'>"));
+  t.true(kvm.includes("<cpu mode='host-passthrough'"));
+  t.false(kvm.includes('tb-cache'));
+});
+
+test('render step: first run creates, unchanged is ok, a changed field shows a diff, a secret-only change is redacted', async (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-rec-'));
+  const step = (inventory: Inventory) => renderedFilesStep(stateDir, renderAll(inventory, inventory.members, new PkiStore(stateDir)));
+  const doc = baseDocument();
+  const first = step(load(doc));
+  const empty = await first.check('etcd-1');
+  t.deepEqual(first.plan(empty, 'etcd-1').map((c) => c.summary), ['create domain.xml', 'create user-data', 'create meta-data', 'create network-config']);
+  await first.apply(first.plan(empty, 'etcd-1'), 'etcd-1', empty);
+  t.deepEqual(first.plan(await first.check('etcd-1'), 'etcd-1'), []);
+
+  (doc.members[0] as Record<string, unknown>).memory = 4096;
+  const bigger = step(load(doc));
+  const changes = bigger.plan(await bigger.check('etcd-1'), 'etcd-1');
+  t.deepEqual(changes.map((c) => c.summary), ['update domain.xml']);
+  t.regex(changes[0]!.diff!.before, /<memory unit='MiB'>1024<\/memory>/);
+  t.regex(changes[0]!.diff!.after, /<memory unit='MiB'>4096<\/memory>/);
+  await bigger.apply(changes, 'etcd-1', await bigger.check('etcd-1'));
+
+  (doc.members[0] as Record<string, unknown>).admin_user_password = 'first';
+  const withPassword = step(load(doc));
+  await withPassword.apply(withPassword.plan(await withPassword.check('etcd-1'), 'etcd-1'), 'etcd-1', await withPassword.check('etcd-1'));
+  (doc.members[0] as Record<string, unknown>).admin_user_password = 'second';
+  const rotated = step(load(doc));
+  const secretChange = rotated.plan(await rotated.check('etcd-1'), 'etcd-1');
+  t.deepEqual(secretChange.map((c) => c.summary), ['update user-data (only secret content changed; redacted)']);
+  t.is(secretChange[0]!.diff, undefined);
+  const record = readFileSync(join(stateDir, 'rendered', 'etcd-1.json'), 'utf8');
+  t.false(record.includes('first'), 'the record holds no secret');
+});
