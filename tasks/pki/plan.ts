@@ -78,6 +78,9 @@ export function planPki(inventory: Inventory, facts: PkiFacts, now = new Date())
   const ca = caOf(inventory, facts);
   let caPem = ca.public;
 
+  if (inventory.pki.ca && !keyMatchesCertificate(inventory.pki.ca.certificate, inventory.pki.ca.key.reveal())) {
+    throw new PkiRefusal('pki.ca.key does not belong to pki.ca.certificate; give the CA\'s own key');
+  }
   if (!inventory.pki.ca) {
     if (ca.public && !ca.privateKey) {
       throw new PkiRefusal('ca.crt exists but ca.key is missing; restore the key into the state directory (the CA is never replaced silently)');

@@ -132,3 +132,16 @@ test('an operator-supplied CA signs the member certificates', async (t) => {
   t.is(run('openssl', ['verify', '-CAfile', join(own, 'ca.crt'), join(stateDir, 'pki/members/etcd-1.crt')]).status, 0);
   t.throws(() => statSync(join(stateDir, 'pki', 'ca.key')), undefined, 'the operator CA key is not copied into the state directory');
 });
+
+test('an operator CA whose key does not match its certificate is refused', async (t) => {
+  const own = mkdtempSync(join(tmpdir(), 'etcd-kvm-ownca-'));
+  t.is(run('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=operator CA', '-days', '30', '-keyout', join(own, 'ca.key'), '-out', join(own, 'ca.crt')]).status, 0);
+  t.is(run('openssl', ['genrsa', '-out', join(own, 'other.key'), '2048']).status, 0);
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
+  const result = await applyPki(stateDir, (doc) => {
+    doc.pki = { ca: { certificate: join(own, 'ca.crt'), key: join(own, 'other.key') } };
+  });
+  t.is(result.status, 'failed');
+  t.is(result.error, "[localhost] pki: refusing to continue: pki.ca.key does not belong to pki.ca.certificate; give the CA's own key");
+  t.throws(() => statSync(join(stateDir, 'pki')));
+});
