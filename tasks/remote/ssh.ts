@@ -1,0 +1,148 @@
+import { readFileSync } from 'node:fs';
+import { connect as tcpConnect, type Socket } from 'node:net';
+import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
+import { commandLine } from './shell.ts';
+import { verifyHostKey } from './known-hosts.ts';
+
+/**
+ * One SSH connection per host, opened once and shared by every step: commands run as channels on it,
+ * at most MAX_CHANNELS at a time (OpenSSH's MaxSessions is 10 by default).
+ */
+
+export const MAX_CHANNELS = 8;
+
+export interface SshTarget {
+  /** Who this is, for messages: "hypervisor lab". */
+  label: string;
+  host: string;
+  port: number;
+  user: string;
+  /** A private key file; without one, the ssh-agent in SSH_AUTH_SOCK. */
+  privateKeyPath?: string;
+  knownHostsPath: string;
+  trustOnFirstUse: boolean;
+  connectTimeoutMs?: number;
+}
+
+export interface ExecResult {
+  command: string;
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+export class SshError extends Error {}
+
+/** A counting semaphore: bounds concurrent channels on one connection. */
+class Slots {
+  #free: number;
+  readonly #waiting: (() => void)[] = [];
+
+  constructor(count: number) {
+    this.#free = count;
+  }
+
+  async use<T>(work: () => Promise<T>): Promise<T> {
+    if (this.#free > 0) this.#free--;
+    else await new Promise<void>((resolve) => this.#waiting.push(resolve));
+    try {
+      return await work();
+    } finally {
+      const next = this.#waiting.shift();
+      if (next) next();
+      else this.#free++;
+    }
+  }
+}
+
+export class SshConnection {
+  readonly #slots = new Slots(MAX_CHANNELS);
+
+  private constructor(
+    readonly target: SshTarget,
+    readonly client: Client,
+  ) {}
+
+  static async open(target: SshTarget): Promise<SshConnection> {
+    const where = `${target.label} (${target.user}@${target.host}:${target.port})`;
+    // ssh2 leaves Nagle on: every request/response then stalls ~40 ms even on loopback.
+    const socket: Socket = tcpConnect({ host: target.host, port: target.port });
+    socket.setNoDelay(true);
+    let refusal: string | undefined;
+    const config: ConnectConfig = {
+      sock: socket,
+      username: target.user,
+      readyTimeout: target.connectTimeoutMs ?? 20_000,
+      keepaliveInterval: 15_000,
+      hostVerifier: (key: Buffer) => {
+        const verdict = verifyHostKey(target.knownHostsPath, target.host, target.port, key, target.trustOnFirstUse);
+        if (!verdict.ok) refusal = verdict.reason;
+        return verdict.ok;
+      },
+    };
+    if (target.privateKeyPath) {
+      try {
+        config.privateKey = readFileSync(target.privateKeyPath);
+      } catch (error) {
+        throw new SshError(`${where}: cannot read private key ${target.privateKeyPath}: ${(error as NodeJS.ErrnoException).code ?? error}`);
+      }
+    } else if (process.env.SSH_AUTH_SOCK) {
+      config.agent = process.env.SSH_AUTH_SOCK;
+    } else {
+      throw new SshError(`${where}: no private_key set and no ssh-agent (SSH_AUTH_SOCK) to ask`);
+    }
+    const client = new Client();
+    await new Promise<void>((resolve, reject) => {
+      client.once('ready', resolve);
+      client.once('error', (error: Error) => {
+        socket.destroy();
+        reject(new SshError(`${where}: ${refusal ? `refusing to connect: ${refusal}` : `cannot connect: ${error.message}`}`));
+      });
+      socket.once('error', (error) => reject(new SshError(`${where}: cannot connect: ${error.message}`)));
+      client.connect(config);
+    });
+    return new SshConnection(target, client);
+  }
+
+  /** Runs a command built from an argument array; `stdin` carries secrets and uploads, never argv. */
+  exec(argv: readonly string[], options: { stdin?: string | Buffer; timeoutMs?: number } = {}): Promise<ExecResult> {
+    const command = commandLine(argv);
+    return this.#slots.use(
+      () =>
+        new Promise<ExecResult>((resolve, reject) => {
+          this.client.exec(command, (error: Error | undefined, channel: ClientChannel) => {
+            if (error) return reject(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${error.message}`));
+            const stdout: Buffer[] = [];
+            const stderr: Buffer[] = [];
+            const timer = options.timeoutMs
+              ? setTimeout(() => {
+                  channel.close();
+                  reject(new SshError(`${this.target.label}: ${argv[0]} did not finish within ${options.timeoutMs} ms`));
+                }, options.timeoutMs)
+              : undefined;
+            channel.on('data', (chunk: Buffer) => stdout.push(chunk));
+            channel.stderr.on('data', (chunk: Buffer) => stderr.push(chunk));
+            channel.once('close', (code: number | null) => {
+              if (timer) clearTimeout(timer);
+              resolve({ command, code: code ?? -1, stdout: Buffer.concat(stdout).toString('utf8'), stderr: Buffer.concat(stderr).toString('utf8') });
+            });
+            channel.end(options.stdin ?? undefined);
+          });
+        }),
+    );
+  }
+
+  /** Like exec, but a non-zero exit is an error naming the command, its exit code and its first stderr line. */
+  async run(argv: readonly string[], options: { stdin?: string | Buffer; timeoutMs?: number } = {}): Promise<string> {
+    const result = await this.exec(argv, options);
+    if (result.code !== 0) {
+      const firstLine = result.stderr.trim().split('\n')[0] || '(no stderr)';
+      throw new SshError(`${this.target.label}: ${argv[0]} failed (exit ${result.code}): ${firstLine}`);
+    }
+    return result.stdout;
+  }
+
+  close(): void {
+    this.client.end();
+  }
+}

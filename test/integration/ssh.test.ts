@@ -1,0 +1,73 @@
+import test from 'ava';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { userInfo } from 'node:os';
+import { SshConnection, type SshTarget } from '../../tasks/remote/ssh.ts';
+import { run } from '../helpers/exec.ts';
+import { Processes } from '../helpers/processes.ts';
+import { startSshd, type TestSshd } from '../helpers/sshd.ts';
+
+/** The SSH transport against a real OpenSSH server on loopback. */
+
+const processes = new Processes();
+let sshd: TestSshd;
+
+test.before(async () => {
+  sshd = await startSshd(processes, 42222);
+});
+test.after.always(() => processes.stopAll());
+
+function target(knownHosts: string, trustOnFirstUse = false): SshTarget {
+  return { label: 'hypervisor test', host: '127.0.0.1', port: sshd.port, user: userInfo().username, privateKeyPath: sshd.clientKey, knownHostsPath: knownHosts, trustOnFirstUse };
+}
+
+function knownHostsFile(name: string, content: string): string {
+  const path = join(sshd.dir, name);
+  writeFileSync(path, content);
+  return path;
+}
+
+test('runs commands from argument arrays, passes stdin, reports exit codes, on one reused connection', async (t) => {
+  const connection = await SshConnection.open(target(knownHostsFile('known_hosts_ok', sshd.knownHostsLine)));
+  try {
+    const nasty = ["it's", '$(id)', 'a b', '*', ''];
+    const echoed = await connection.run(['printf', '%s\\n', ...nasty]);
+    t.deepEqual(echoed.split('\n').slice(0, -1), nasty);
+    t.is(await connection.run(['cat'], { stdin: 'secret via stdin' }), 'secret via stdin');
+    const failed = await connection.exec(['sh', '-c', 'echo oops >&2; exit 3']);
+    t.is(failed.code, 3);
+    t.is(failed.stderr, 'oops\n');
+    await t.throwsAsync(connection.run(['sh', '-c', 'echo first line >&2; exit 4']), { message: 'hypervisor test: sh failed (exit 4): first line' });
+    // More commands than channels at once: the connection queues them rather than failing.
+    const many = await Promise.all(Array.from({ length: 25 }, (_, i) => connection.run(['echo', String(i)])));
+    t.deepEqual(many.map((out) => Number(out.trim())), Array.from({ length: 25 }, (_, i) => i));
+    const started = performance.now();
+    for (let i = 0; i < 20; i++) await connection.run(['true']);
+    t.log(`sequential round-trip on the open connection: ${((performance.now() - started) / 20).toFixed(1)} ms per command`);
+  } finally {
+    connection.close();
+  }
+});
+
+test('an unknown host key is refused with a hint; trust on first use records it', async (t) => {
+  const empty = knownHostsFile('known_hosts_empty', '');
+  await t.throwsAsync(SshConnection.open(target(empty)), { message: /refusing to connect: \[127\.0\.0\.1\]:42222 is not in .*known_hosts_empty; add its key \(ssh-keyscan/ });
+  const connection = await SshConnection.open(target(empty, true));
+  connection.close();
+  t.is(readFileSync(empty, 'utf8'), sshd.knownHostsLine);
+});
+
+test('a changed host key is refused even with trust on first use', async (t) => {
+  const other = 'AAAAC3NzaC1lZDI1NTE5AAAAIOJw4WxdS3DqW3ZkM5U3kvpnGw0aKk1n8w5aQ1y3N6pX';
+  const wrong = knownHostsFile('known_hosts_wrong', `[127.0.0.1]:${sshd.port} ssh-ed25519 ${other}\n`);
+  await t.throwsAsync(SshConnection.open(target(wrong, true)), { message: /refusing to connect: the host key of \[127\.0\.0\.1\]:42222 CHANGED/ });
+});
+
+test('a hashed known_hosts entry is matched', async (t) => {
+  const hashed = knownHostsFile('known_hosts_hashed', sshd.knownHostsLine);
+  t.is(run('ssh-keygen', ['-H', '-f', hashed]).status, 0);
+  t.true(readFileSync(hashed, 'utf8').startsWith('|1|'));
+  const connection = await SshConnection.open(target(hashed));
+  connection.close();
+  t.pass();
+});
