@@ -13,19 +13,6 @@ export class InputError extends Error {
   }
 }
 
-/** A step failed on a host: carries the host and step so the message says where. */
-export class StepError extends Error {
-  constructor(
-    readonly host: string,
-    readonly step: string,
-    message: string,
-    readonly hint?: string,
-  ) {
-    super(`[${host}] ${step}: ${message}${hint ? ` — ${hint}` : ''}`);
-    this.name = 'StepError';
-  }
-}
-
 export function describeError(error: unknown): string {
   if (error instanceof Error) return error.message;
   return String(error);

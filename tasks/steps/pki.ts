@@ -1,4 +1,3 @@
-import { StepError } from '../core/errors.ts';
 import { CONTROL_NODE } from '../core/runner.ts';
 import type { Change, Step } from '../core/step.ts';
 import type { Inventory } from '../inventory/model.ts';
@@ -22,7 +21,8 @@ export function pkiStep(inventory: Inventory, store: PkiStore): Step<PkiFacts, P
       try {
         return planPki(inventory, facts);
       } catch (error) {
-        if (error instanceof PkiRefusal) throw new StepError(CONTROL_NODE, 'pki', `refusing to continue: ${error.message}`);
+        // The runner adds the host and step to the message.
+        if (error instanceof PkiRefusal) throw new Error(`refusing to continue: ${error.message}`);
         throw error;
       }
     },

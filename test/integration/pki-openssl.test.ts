@@ -142,6 +142,6 @@ test('an operator CA whose key does not match its certificate is refused', async
     doc.pki = { ca: { certificate: join(own, 'ca.crt'), key: join(own, 'other.key') } };
   });
   t.is(result.status, 'failed');
-  t.is(result.error, "[localhost] pki: refusing to continue: pki.ca.key does not belong to pki.ca.certificate; give the CA's own key");
+  t.is(result.error, "refusing to continue: pki.ca.key does not belong to pki.ca.certificate; give the CA's own key");
   t.throws(() => statSync(join(stateDir, 'pki')));
 });
