@@ -1,5 +1,5 @@
 import { join, resolve } from 'node:path';
-import { ensurePrivateDir, PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, writeFileAtomic } from './core/files.ts';
+import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, writeFileAtomic } from './core/files.ts';
 import { InputError } from './core/errors.ts';
 import type { Runner } from './core/runner.ts';
 import type { Inventory, Member } from './inventory/model.ts';
@@ -35,11 +35,10 @@ export function renderAll(inventory: Inventory, members: Member[], store: PkiSto
   return new Map(members.map((member) => [member.name, renderMember({ inventory, pki, initialClusterState }, member)]));
 }
 
-/** Writes rendered files for review: DIR/<member>/<file>; files holding secrets are 0600. */
+/** Writes rendered files for review: DIR/<member>/<file>; files holding secrets are 0600, directories 0700. */
 export function writeRendered(dir: string, rendered: Map<string, RenderedFile[]>): string[] {
   const written: string[] = [];
   for (const [member, files] of rendered) {
-    ensurePrivateDir(join(dir, member));
     for (const file of files) {
       const path = join(resolve(dir), member, file.name);
       writeFileAtomic(path, file.content, file.containsSecrets ? PRIVATE_FILE_MODE : PUBLIC_FILE_MODE);
