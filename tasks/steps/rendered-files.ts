@@ -15,18 +15,18 @@ interface RecordedFile {
   display: string;
 }
 
-type Record = { [file: string]: RecordedFile };
+type RenderRecord = { [file: string]: RecordedFile };
 
 const digest = (content: string) => createHash('sha256').update(content).digest('hex');
 
-export function renderedFilesStep(stateDir: string, rendered: ReadonlyMap<string, RenderedFile[]>): Step<Record, RenderedFile> {
+export function renderedFilesStep(stateDir: string, rendered: ReadonlyMap<string, RenderedFile[]>): Step<RenderRecord, RenderedFile> {
   const recordPath = (member: string) => join(stateDir, 'rendered', `${member}.json`);
   return {
     name: 'render',
     targets: [...rendered.keys()],
     async check(member) {
       const text = readIfExists(recordPath(member));
-      return text ? (JSON.parse(text) as Record) : {};
+      return text ? (JSON.parse(text) as RenderRecord) : {};
     },
     plan(record, member) {
       const changes: Change<RenderedFile>[] = [];
@@ -44,7 +44,7 @@ export function renderedFilesStep(stateDir: string, rendered: ReadonlyMap<string
       return changes;
     },
     async apply(changes, member, record) {
-      const next: Record = { ...record };
+      const next: RenderRecord = { ...record };
       for (const { action: file } of changes) next[file.name] = { sha256: digest(file.content), display: file.display };
       writeFileAtomic(recordPath(member), `${JSON.stringify(next, null, 2)}\n`, PRIVATE_FILE_MODE);
     },
