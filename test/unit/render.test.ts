@@ -24,20 +24,22 @@ test('etcd settings: https URLs on the first interface, cluster-wide initial clu
   doc.etcd = { client_cert_auth: false, grpc_gateway_enabled: true, auto_compaction_mode: 'periodic', auto_compaction_retention: '1h' };
   doc.members[0]!.authentication_bootstrap = { bootstrap: true, root_password: 'x' };
   const inventory = load(doc);
-  const env = new Map(etcdEnvironment(inventory, inventory.members[1]!, 'existing'));
-  t.is(env.get('ETCD_NAME'), 'etcd-2');
-  t.is(env.get('ETCD_LISTEN_CLIENT_URLS'), 'https://10.10.0.12:2379,https://127.0.0.1:2379');
-  t.is(env.get('ETCD_ADVERTISE_CLIENT_URLS'), 'https://10.10.0.12:2379');
-  t.is(env.get('ETCD_LISTEN_PEER_URLS'), 'https://10.10.0.12:2380');
-  t.is(env.get('ETCD_INITIAL_CLUSTER'), 'etcd-1=https://10.10.0.11:2380,etcd-2=https://10.10.0.12:2380,etcd-3=https://10.10.0.13:2380');
-  t.is(env.get('ETCD_INITIAL_CLUSTER_STATE'), 'existing');
-  t.is(env.get('ETCD_INITIAL_CLUSTER_TOKEN'), 'test-token');
-  t.is(env.get('ETCD_CLIENT_CERT_AUTH'), 'false');
-  t.is(env.get('ETCD_PEER_CLIENT_CERT_AUTH'), 'true');
-  t.is(env.get('ETCD_ENABLE_GRPC_GATEWAY'), 'true');
-  t.is(env.get('ETCD_AUTO_COMPACTION_MODE'), 'periodic');
-  t.is(env.get('ETCD_AUTO_COMPACTION_RETENTION'), '1h');
-  t.is(env.get('ETCD_QUOTA_BACKEND_BYTES'), String(8 * 1024 ** 3));
+  const env = Object.fromEntries(etcdEnvironment(inventory, inventory.members[1]!, 'existing'));
+  t.like(env, {
+    ETCD_NAME: 'etcd-2',
+    ETCD_LISTEN_CLIENT_URLS: 'https://10.10.0.12:2379,https://127.0.0.1:2379',
+    ETCD_ADVERTISE_CLIENT_URLS: 'https://10.10.0.12:2379',
+    ETCD_LISTEN_PEER_URLS: 'https://10.10.0.12:2380',
+    ETCD_INITIAL_CLUSTER: 'etcd-1=https://10.10.0.11:2380,etcd-2=https://10.10.0.12:2380,etcd-3=https://10.10.0.13:2380',
+    ETCD_INITIAL_CLUSTER_STATE: 'existing',
+    ETCD_INITIAL_CLUSTER_TOKEN: 'test-token',
+    ETCD_CLIENT_CERT_AUTH: 'false',
+    ETCD_PEER_CLIENT_CERT_AUTH: 'true',
+    ETCD_ENABLE_GRPC_GATEWAY: 'true',
+    ETCD_AUTO_COMPACTION_MODE: 'periodic',
+    ETCD_AUTO_COMPACTION_RETENTION: '1h',
+    ETCD_QUOTA_BACKEND_BYTES: String(8 * 1024 ** 3),
+  });
 });
 
 test('environment file values round-trip, quoting what systemd would split', (t) => {
