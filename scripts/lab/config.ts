@@ -1,0 +1,29 @@
+import { homedir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+/**
+ * Names and places of the one local lab per machine. Machine-wide state (daemons, pools, keys) lives
+ * under LAB_DIR; the hypervisor's client credentials are copied into the repository's ignored
+ * .etcd-kvm/lab/hypervisor, where inventories/lab.yaml points.
+ */
+
+export const REPO_ROOT = resolve(import.meta.dirname, '../..');
+
+export const LAB = {
+  namespace: 'etcd-kvm-lab',
+  dir: '/var/lib/etcd-kvm-lab',
+  /** The hypervisor's sshd, inside the namespace. */
+  sshdPortInNamespace: 22,
+  /** The forwarder into it, on the root namespace's loopback. */
+  forwardHost: '127.0.0.1',
+  forwardPort: 2222,
+  network: { name: 'etcd-lab', bridge: 'virbr-etcdlab', address: '192.168.150.1', prefixLength: 24 },
+  pools: { vms: 'etcd-lab', images: 'etcd-lab-images' },
+  baseVolume: 'debian-12-etcd.qcow2',
+  clientDir: join(REPO_ROOT, '.etcd-kvm', 'lab', 'hypervisor'),
+} as const;
+
+export const labPath = (...parts: string[]) => join(LAB.dir, ...parts);
+
+/** Built images are kept across runs and clones, keyed by the hash of their recipe. */
+export const IMAGE_CACHE_DIR = join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'etcd-kvm', 'images');

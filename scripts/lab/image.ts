@@ -1,0 +1,159 @@
+import { createHash } from 'node:crypto';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { $ } from 'zx';
+import { IMAGE_CACHE_DIR } from './config.ts';
+
+/**
+ * The lab's VM base image, built offline from Debian bookworm packages: an MBR disk with one ext4
+ * partition and GRUB in the boot sector, booting like a cloud image (no direct kernel boot).
+ * Everything that shapes the image is in IMAGE_RECIPE; its hash names the cached qcow2.
+ */
+
+export const IMAGE_RECIPE = {
+  suite: 'bookworm',
+  mirrors: ['deb http://deb.debian.org/debian bookworm main', 'deb http://deb.debian.org/debian-security bookworm-security main'],
+  packages: [
+    'linux-image-cloud-amd64', 'systemd', 'systemd-sysv', 'udev', 'dbus', 'cloud-init', 'cloud-guest-utils',
+    'openssh-server', 'etcd-server', 'etcd-client', 'chrony', 'sudo', 'iproute2', 'netbase', 'ca-certificates',
+    'e2fsprogs', 'less', 'procps',
+  ],
+  diskMiB: 2048,
+  // Run in the finished root file system (argument $1) before it is packed.
+  customize: `set -eu
+root="$1"
+# Every VM gets its own identity at first boot: host keys from cloud-init, a fresh machine-id.
+rm -f "$root"/etc/ssh/ssh_host_*
+: > "$root/etc/machine-id"
+rm -f "$root/var/lib/dbus/machine-id"
+# cloud-init writes etcd's configuration and starts it; the packaged default must not run first.
+chroot "$root" systemctl disable etcd.service
+chroot "$root" systemctl enable systemd-networkd.service
+# Under emulation every service costs seconds at boot: keep only what the lab needs.
+chroot "$root" systemctl mask apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer fstrim.timer e2scrub_reap.service
+mkdir -p "$root/etc/cloud/cloud.cfg.d"
+printf 'datasource_list: [ NoCloud, None ]\\n' > "$root/etc/cloud/cloud.cfg.d/90-etcd-kvm-lab.cfg"
+chroot "$root" apt-get clean
+rm -rf "$root"/var/lib/apt/lists/*
+`,
+} as const;
+
+export const recipeHash = (): string => createHash('sha256').update(JSON.stringify(IMAGE_RECIPE)).digest('hex').slice(0, 16);
+
+export const cachedImagePath = (): string => join(IMAGE_CACHE_DIR, `debian-12-etcd-${recipeHash()}.qcow2`);
+
+/** Removes what a killed build left: mounts, loop devices and work directories. */
+async function cleanStaleBuilds(): Promise<void> {
+  if (!existsSync(IMAGE_CACHE_DIR)) return;
+  for (const entry of readdirSync(IMAGE_CACHE_DIR).filter((name) => name.startsWith('.build-'))) {
+    const workDir = join(IMAGE_CACHE_DIR, entry);
+    await $`umount -R ${join(workDir, 'mnt')}`.nothrow().quiet();
+    const loops = (await $`losetup -j ${join(workDir, 'disk.raw')} -O NAME -n`.nothrow().quiet()).stdout.split('\n').filter(Boolean);
+    for (const loop of loops) await $`losetup -d ${loop.trim()}`.nothrow().quiet();
+    rmSync(workDir, { recursive: true, force: true });
+  }
+}
+
+export async function ensureImage(log: (line: string) => void): Promise<{ path: string; builtInMs?: number }> {
+  const path = cachedImagePath();
+  if (existsSync(path)) return { path };
+  mkdirSync(IMAGE_CACHE_DIR, { recursive: true });
+  await cleanStaleBuilds();
+  const started = performance.now();
+  const workDir = mkdtempSync(join(IMAGE_CACHE_DIR, '.build-'));
+  const mnt = join(workDir, 'mnt');
+  const raw = join(workDir, 'disk.raw');
+  let loop: string | undefined;
+  try {
+    const hook = join(workDir, 'customize.sh');
+    writeFileSync(hook, IMAGE_RECIPE.customize, { mode: 0o755 });
+    // The root file system is kept until the qcow2 exists, so a failed or killed assembly does not repeat it.
+    const rootfs = join(IMAGE_CACHE_DIR, `rootfs-${recipeHash()}.tar`);
+    if (!existsSync(rootfs)) {
+      log(`image: mmdebstrap ${IMAGE_RECIPE.suite} with ${IMAGE_RECIPE.packages.length} packages (a few minutes)`);
+      await $`mmdebstrap --quiet --variant=minbase --include=${IMAGE_RECIPE.packages.join(',')} --customize-hook=${`${hook} "$1"`} ${IMAGE_RECIPE.suite} ${join(workDir, 'rootfs.tar')} ${IMAGE_RECIPE.mirrors}`;
+      renameSync(join(workDir, 'rootfs.tar'), rootfs);
+    }
+    const debootstrapped = performance.now();
+
+    log('image: partitioning, file system, GRUB');
+    await $`truncate -s ${`${IMAGE_RECIPE.diskMiB}M`} ${raw}`;
+    await $`sfdisk --quiet ${raw}`.stdin.end('label: dos\nstart=2048, type=83, bootable\n');
+    loop = (await $`losetup --find --show --partscan ${raw}`).stdout.trim();
+    // No udev here: ask the kernel for the partition nodes explicitly.
+    await $`partx -a ${loop}`.nothrow().quiet();
+    const partition = `${loop}p1`;
+    await waitForDevice(partition);
+    await $`mkfs.ext4 -q -L root ${partition}`;
+    const uuid = (await $`blkid -s UUID -o value ${partition}`).stdout.trim();
+    mkdirSync(mnt);
+    await $`mount ${partition} ${mnt}`;
+    await $`tar -xpf ${rootfs} -C ${mnt} --numeric-owner --xattrs --xattrs-include=*`;
+    writeFileSync(join(mnt, 'etc/fstab'), `UUID=${uuid} / ext4 errors=remount-ro 0 1\n`);
+    const kernel = readdirSync(join(mnt, 'boot')).find((name) => name.startsWith('vmlinuz-'));
+    if (!kernel) throw new Error('image: no kernel in /boot after mmdebstrap');
+    const version = kernel.slice('vmlinuz-'.length);
+    await installGrub(mnt, workDir, raw);
+    // root=UUID, never the loop device the image was built on.
+    writeFileSync(
+      join(mnt, 'boot/grub/grub.cfg'),
+      [
+        'set timeout=0',
+        'serial --unit=0 --speed=115200',
+        'terminal_input serial console',
+        'terminal_output serial console',
+        `search --no-floppy --fs-uuid --set=root ${uuid}`,
+        `linux /boot/vmlinuz-${version} root=UUID=${uuid} ro console=tty0 console=ttyS0,115200n8`,
+        `initrd /boot/initrd.img-${version}`,
+        'boot',
+        '',
+      ].join('\n'),
+    );
+    await $`umount ${mnt}`;
+    await $`losetup -d ${loop}`;
+    loop = undefined;
+    const assembled = performance.now();
+
+    log('image: converting to qcow2');
+    const partial = join(workDir, 'image.qcow2');
+    await $`qemu-img convert -f raw -O qcow2 ${raw} ${partial}`;
+    renameSync(partial, path);
+    rmSync(rootfs);
+    log(`image: built ${path} in ${seconds(performance.now() - started)} (mmdebstrap ${seconds(debootstrapped - started)}, assembly ${seconds(assembled - debootstrapped)}, qcow2 ${seconds(performance.now() - assembled)})`);
+    return { path, builtInMs: Math.round(performance.now() - started) };
+  } finally {
+    await $`umount -R ${mnt}`.nothrow().quiet();
+    if (loop) await $`losetup -d ${loop}`.nothrow().quiet();
+    rmSync(workDir, { recursive: true, force: true });
+  }
+}
+
+const GRUB_PC = '/usr/lib/grub/i386-pc';
+const GRUB_MODULES = ['biosdisk', 'part_msdos', 'ext2', 'normal', 'linux', 'search', 'search_fs_uuid', 'serial', 'terminal', 'configfile', 'echo', 'test', 'gzio'];
+
+/**
+ * GRUB for BIOS, placed as grub-install would: boot.img in the MBR, core.img in the gap before the first
+ * partition, modules under /boot/grub. Done by hand because grub-install cannot map a loop device to a
+ * BIOS drive without udev. grub-mkimage already writes core.img's own length into its first sector, and
+ * boot.img loads sector 1 by default, so nothing needs patching.
+ */
+async function installGrub(mnt: string, workDir: string, raw: string): Promise<void> {
+  const grubDir = join(mnt, 'boot/grub');
+  mkdirSync(join(grubDir, 'i386-pc'), { recursive: true });
+  await $`cp -r ${GRUB_PC}/. ${join(grubDir, 'i386-pc')}`;
+  const core = join(workDir, 'core.img');
+  await $`grub-mkimage -O i386-pc -o ${core} -p ${'(hd0,msdos1)/boot/grub'} ${GRUB_MODULES}`;
+  // 440 bytes: the boot code only, never the partition table after it.
+  await $`dd if=${join(GRUB_PC, 'boot.img')} of=${raw} bs=440 count=1 conv=notrunc status=none`;
+  await $`dd if=${core} of=${raw} bs=512 seek=1 conv=notrunc status=none`;
+}
+
+async function waitForDevice(path: string): Promise<void> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    if (existsSync(path)) return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`image: ${path} did not appear after partx`);
+}
+
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;

@@ -1,0 +1,95 @@
+import { existsSync, mkdirSync } from 'node:fs';
+import { $ } from 'zx';
+import { LAB, labPath } from './config.ts';
+import { daemonStatus, ensureSshdFiles, startDaemons, stopDaemons } from './daemons.ts';
+import { chooseAcceleration, ensurePackages, fixKvmDevice, restoreKvmDevice } from './host.ts';
+import { cachedImagePath, ensureImage } from './image.ts';
+import { ensureLibvirtObjects, libvirtStatus, removeLibvirtObjects } from './libvirt.ts';
+import { stopProcess } from './processes.ts';
+
+/**
+ * The local lab: `up` (idempotent; recovers from a killed run), `down` (stops only what the lab
+ * started and removes its namespace), `status`.
+ */
+
+const USAGE = `usage: npx tsx scripts/lab/lab.ts up|down|status
+
+  up       install missing Debian packages, build (or reuse) the VM image, create the network
+           namespace ${LAB.namespace}, start virtlogd, libvirtd and the hypervisor's sshd in it, and
+           expose that sshd on ${LAB.forwardHost}:${LAB.forwardPort}; creates pools ${LAB.pools.vms},
+           ${LAB.pools.images} and network ${LAB.network.name}
+  down     remove the lab's VMs and their disks, network, pools, daemons and namespace;
+           put /dev/kvm back; the built image stays cached
+  status   what is running
+
+  ETCD_KVM_LAB_ACCEL=kvm|qemu forces the acceleration choice that up reports.`;
+
+const log = (line: string) => console.log(`lab: ${line}`);
+
+async function namespaceExists(): Promise<boolean> {
+  return (await $`ip netns list`.quiet()).stdout.split('\n').some((line) => line.split(' ')[0] === LAB.namespace);
+}
+
+async function up(): Promise<void> {
+  const started = performance.now();
+  await ensurePackages(log);
+  mkdirSync(labPath('run'), { recursive: true, mode: 0o700 });
+  const acceleration = chooseAcceleration();
+  log(`acceleration: ${acceleration.type} (${acceleration.why}); inventories/lab.yaml uses domain_type qemu`);
+  const kvmNote = fixKvmDevice();
+  if (kvmNote) log(kvmNote);
+  const image = await ensureImage(log);
+  if (image.builtInMs === undefined) log(`image: reusing ${image.path}`);
+  if (!(await namespaceExists())) {
+    // A namespace vanished under running daemons (or never existed): start them all afresh inside it.
+    await stopDaemons(log);
+    await $`ip netns add ${LAB.namespace}`;
+    log(`namespace ${LAB.namespace}: created`);
+  }
+  await $`ip -n ${LAB.namespace} link set lo up`;
+  await ensureSshdFiles();
+  await startDaemons(log);
+  await ensureLibvirtObjects(image.path, log);
+  log(`up in ${((performance.now() - started) / 1000).toFixed(1)} s; hypervisor: root@${LAB.forwardHost}:${LAB.forwardPort}`);
+}
+
+async function down(): Promise<void> {
+  await removeLibvirtObjects(log).catch((error: Error) => log(`libvirt cleanup incomplete: ${error.message}`));
+  await stopDaemons(log);
+  if (await namespaceExists()) {
+    // Whatever still runs in the namespace was started by the lab (qemu, dnsmasq): stop it too.
+    const pids = (await $`ip netns pids ${LAB.namespace}`.nothrow().quiet()).stdout.split('\n').filter(Boolean).map(Number);
+    for (const pid of pids) await stopProcess(pid);
+    await $`ip netns del ${LAB.namespace}`;
+    log(`namespace ${LAB.namespace}: removed`);
+  }
+  const kvmNote = restoreKvmDevice();
+  if (kvmNote) log(kvmNote);
+}
+
+async function status(): Promise<void> {
+  console.log(`namespace ${LAB.namespace}: ${(await namespaceExists()) ? 'present' : 'absent'}`);
+  for (const daemon of daemonStatus()) console.log(`${daemon.name}: ${daemon.pid ? `running (pid ${daemon.pid})` : 'stopped'}`);
+  console.log(`image: ${cachedImagePath()} (${existsSync(cachedImagePath()) ? 'built' : 'not built'})`);
+  console.log(`acceleration: ${chooseAcceleration().type}`);
+  console.log(await libvirtStatus());
+}
+
+const commands: Record<string, () => Promise<void>> = { up, down, status };
+const command = commands[process.argv[2] ?? ''];
+if (!command || process.argv.includes('--help')) {
+  console.log(USAGE);
+  process.exit(command || process.argv.includes('--help') ? 0 : 2);
+}
+if (process.getuid?.() !== 0) {
+  console.error('lab: must run as root (network namespaces, libvirtd, /dev/kvm)');
+  process.exit(2);
+}
+$.verbose = false;
+try {
+  await command();
+} catch (error) {
+  const message = error instanceof Error ? error.message : String(error);
+  console.error(`lab ${process.argv[2]}: failed: ${message.trim().split('\n').slice(0, 6).join('\n')}`);
+  process.exit(1);
+}
