@@ -130,6 +130,7 @@ function buildMember(doc: ParsedDocument, hypervisors: Hypervisor[], member: Mem
     memoryMib: member.memory,
     interfaces: buildInterfaces(doc.cluster.name, member),
     etcdIp: firstIp(member)!,
+    reach: member.reach_via,
     volumes: {
       pool,
       os: member.volume_id

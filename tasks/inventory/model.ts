@@ -51,6 +51,8 @@ export interface Member {
   interfaces: MemberInterface[];
   /** etcd binds to the first interface only, as the seed module does. */
   etcdIp: string;
+  /** 'hypervisor': through an SSH forward on the hypervisor connection (libvirt NAT networks); 'direct': the control node routes to it. */
+  reach: 'hypervisor' | 'direct';
   volumes: VolumeNames;
   admin: { user: string; publicKey: string; password: Secret };
   bootstrapsAuth: boolean;

@@ -211,6 +211,8 @@ export const memberFields = {
   fluentbit_dynamic_config: fluentbitDynamicConfig,
   vault_agent: vaultAgent,
   install_dependencies: z.boolean().default(true),
+  /** How the tool reaches the member's etcd: through its hypervisor (SSH forwarding) or directly. */
+  reach_via: z.enum(['hypervisor', 'direct']).default('hypervisor'),
 };
 
 export const memberSchema = z.object({ name, ...memberFields }).strict();

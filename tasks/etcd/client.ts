@@ -1,0 +1,66 @@
+import { noop } from 'cockatiel';
+import { Etcd3 } from 'etcd3';
+import { revealSecret, type Secret } from '../core/secret.ts';
+import type { Member } from '../inventory/model.ts';
+import type { HypervisorConnections } from '../remote/hypervisors.ts';
+import { Tunnel } from '../remote/tunnel.ts';
+
+/**
+ * etcd's own gRPC API, reached through each member's hypervisor (a forwarded channel on the SSH
+ * connection the run already holds) or directly. Asking etcd itself costs one round trip; spawning
+ * etcdctl inside an emulated guest costs over a second.
+ */
+
+export interface ClientIdentity {
+  caCert: string;
+  cert: string;
+  key: Secret;
+}
+
+export class EtcdClients {
+  readonly #clients = new Map<string, Promise<Etcd3>>();
+  readonly #tunnels: Tunnel[] = [];
+
+  constructor(
+    readonly connections: HypervisorConnections,
+    readonly clientPort: number,
+    readonly identity: () => ClientIdentity,
+  ) {}
+
+  /** A client bound to one member's endpoint only, so an answer is that member's own. */
+  for(member: Member, identity: ClientIdentity = this.identity()): Promise<Etcd3> {
+    const key = `${member.name}\0${identity.cert}`;
+    let client = this.#clients.get(key);
+    if (!client) {
+      client = this.#open(member, identity);
+      this.#clients.set(key, client);
+      client.catch(() => this.#clients.delete(key));
+    }
+    return client;
+  }
+
+  async #open(member: Member, identity: ClientIdentity): Promise<Etcd3> {
+    let endpoint = `https://${member.etcdIp}:${this.clientPort}`;
+    if (member.reach === 'hypervisor') {
+      const tunnel = await Tunnel.open(await this.connections.get(member.hypervisor), member.etcdIp, this.clientPort);
+      this.#tunnels.push(tunnel);
+      // Certificates carry 127.0.0.1 as a SAN, so TLS verifies the member through the local end too.
+      endpoint = `https://127.0.0.1:${tunnel.localPort}`;
+    }
+    return new Etcd3({
+      hosts: [endpoint],
+      credentials: { rootCertificate: Buffer.from(identity.caCert), certChain: Buffer.from(identity.cert), privateKey: Buffer.from(revealSecret(identity.key)) },
+      // The callers poll and decide themselves; the library's retries and circuit breaker would hide the last error.
+      faultHandling: { host: () => noop, global: noop },
+      dialTimeout: 5_000,
+      defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + 5_000 }),
+      grpcOptions: { 'grpc.enable_http_proxy': 0 },
+    });
+  }
+
+  close(): void {
+    for (const client of this.#clients.values()) client.then((c) => c.close()).catch(() => {});
+    for (const tunnel of this.#tunnels) tunnel.close();
+    this.#clients.clear();
+  }
+}

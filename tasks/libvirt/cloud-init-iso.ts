@@ -1,0 +1,50 @@
+import { createHash } from 'node:crypto';
+import { mkdtempSync, rmSync, utimesSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { PRIVATE_FILE_MODE, writeFileAtomic } from '../core/files.ts';
+import type { RenderedFile } from '../render/member.ts';
+
+const execFileAsync = promisify(execFile);
+
+/** The files cloud-init's NoCloud datasource reads from a volume labelled "cidata". */
+export const CLOUD_INIT_FILES = ['user-data', 'meta-data', 'network-config'] as const;
+
+export interface CloudInitIso {
+  bytes: Buffer;
+  sha256: string;
+}
+
+/**
+ * Builds the NoCloud seed ISO on the control node with xorriso (Rock Ridge + Joliet, so the names are
+ * kept). All dates are pinned, so the same rendered files give the same bytes and a re-run can compare
+ * digests instead of uploading. The files hold private keys: the scratch directory is 0700 and removed.
+ */
+export async function buildCloudInitIso(rendered: readonly RenderedFile[]): Promise<CloudInitIso> {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-seed-'));
+  try {
+    const root = join(dir, 'seed');
+    for (const name of CLOUD_INIT_FILES) {
+      const file = rendered.find((candidate) => candidate.name === name);
+      if (!file) throw new Error(`cloud-init ISO: ${name} was not rendered`);
+      writeFileAtomic(join(root, name), file.content, PRIVATE_FILE_MODE);
+      utimesSync(join(root, name), 0, 0);
+    }
+    utimesSync(root, 0, 0);
+    const { stdout: bytes } = await execFileAsync('xorriso', ['-as', 'mkisofs', '-quiet', '-output', '-', '-volid', 'cidata', '-joliet', '-rock', root], {
+      encoding: 'buffer',
+      maxBuffer: 64 * 1024 * 1024,
+      env: { ...process.env, SOURCE_DATE_EPOCH: '0' },
+    });
+    return { bytes, sha256: createHash('sha256').update(bytes).digest('hex') };
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') {
+      throw new Error('cloud-init ISO: xorriso is not installed on the control node (apt-get install xorriso)');
+    }
+    throw error;
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

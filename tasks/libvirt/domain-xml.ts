@@ -1,0 +1,79 @@
+import { XMLBuilder, XMLParser } from 'fast-xml-parser';
+
+/**
+ * Semantic comparison of a rendered domain with libvirt's definition of it. libvirt adds a uuid, PCI
+ * addresses, controllers and defaults, and expands machine aliases, so text equality says nothing.
+ * Instead the live XML is projected onto the rendered one (only what we specify is kept, elements
+ * matched by content) and the two projections are compared and diffed.
+ */
+
+type XmlNode = { [key: string]: XmlNode[] | string };
+
+const options = { ignoreAttributes: false, attributeNamePrefix: '@', textNodeName: '#text', parseTagValue: false, parseAttributeValue: false, trimValues: true };
+const parser = new XMLParser({ ...options, isArray: (_name, _path, _leaf, isAttribute) => !isAttribute });
+const builder = new XMLBuilder({ ...options, format: true, indentBy: '  ', suppressEmptyNode: true });
+
+const parse = (xml: string): XmlNode => parser.parse(xml) as XmlNode;
+
+/** Values libvirt rewrites into an equivalent form. */
+function equivalent(attribute: string, wanted: string, live: string): boolean {
+  if (wanted === live) return true;
+  // machine='q35' is stored as the versioned type it resolved to, e.g. pc-q35-7.2.
+  if (attribute === '@machine') return live.startsWith(`pc-${wanted}-`) || (wanted === 'pc' && live.startsWith('pc-i440fx-'));
+  return false;
+}
+
+function project(wanted: XmlNode, live: XmlNode | undefined): XmlNode {
+  const projected: XmlNode = {};
+  if (!live) return projected;
+  for (const [key, value] of Object.entries(wanted)) {
+    const liveValue = live[key];
+    if (typeof value === 'string') {
+      if (typeof liveValue === 'string') projected[key] = equivalent(key, value, liveValue) ? value : liveValue;
+      continue;
+    }
+    const candidates = Array.isArray(liveValue) ? [...liveValue] : [];
+    projected[key] = value.map((child) => {
+      // The live element most like this one (libvirt reorders some devices and adds others).
+      let best = -1;
+      let bestScore = Number.POSITIVE_INFINITY;
+      candidates.forEach((candidate, i) => {
+        const score = distance(child, project(child, candidate));
+        if (score < bestScore) [best, bestScore] = [i, score];
+      });
+      return best < 0 ? {} : project(child, candidates.splice(best, 1)[0]);
+    });
+  }
+  return projected;
+}
+
+/** How many leaves differ between two projected trees. */
+function distance(a: XmlNode, b: XmlNode): number {
+  let count = 0;
+  for (const [key, value] of Object.entries(a)) {
+    const other = b[key];
+    if (typeof value === 'string') count += other === value ? 0 : 1;
+    else value.forEach((child, i) => (count += distance(child, Array.isArray(other) && other[i] ? other[i]! : {}) + (Array.isArray(other) && other[i] ? 0 : 1)));
+  }
+  return count;
+}
+
+export interface DomainComparison {
+  same: boolean;
+  /** The rendered XML as canonical text, and the live one projected onto it: what a diff shows. */
+  wanted: string;
+  live: string;
+}
+
+export function compareDomainXml(renderedXml: string, liveXml: string): DomainComparison {
+  const wantedTree = parse(renderedXml);
+  const wanted = builder.build(wantedTree) as string;
+  const live = builder.build(project(wantedTree, parse(liveXml))) as string;
+  return { same: wanted === live, wanted, live };
+}
+
+/** The running state and autostart flag from `virsh dominfo`. */
+export function parseDomInfo(output: string): { running: boolean; autostart: boolean; state: string } {
+  const state = output.match(/^State:\s+(.+)$/m)?.[1]?.trim() ?? 'unknown';
+  return { running: state === 'running', autostart: /^Autostart:\s+enable/m.test(output), state };
+}

@@ -1,0 +1,67 @@
+import type { Step } from '../core/step.ts';
+import type { Member } from '../inventory/model.ts';
+import { buildCloudInitIso, type CloudInitIso } from '../libvirt/cloud-init-iso.ts';
+import { volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
+import type { RenderedFile } from '../render/member.ts';
+import type { RemoteContext } from '../remote/context.ts';
+import { commandLine } from '../remote/shell.ts';
+
+/**
+ * Each member's NoCloud seed as a raw volume in its pool. The ISO is reproducible, so the volume's
+ * digest tells whether it holds exactly what was rendered; a missing or different one is (re)uploaded,
+ * streamed over the SSH channel's stdin. The seed is configuration, not data: replacing it is safe, and
+ * cloud-init only reads it again for a new instance-id.
+ */
+
+interface SeedState {
+  volume: VolumeState;
+  remoteSha256?: string;
+  wanted: CloudInitIso;
+}
+
+export function cloudInitIsoStep(members: readonly Member[], rendered: ReadonlyMap<string, RenderedFile[]>, context: RemoteContext): Step<SeedState, CloudInitIso> {
+  const memberNamed = (name: string) => members.find((member) => member.name === name)!;
+  const wantedIsos = new Map<string, Promise<CloudInitIso>>();
+  const wantedIso = (name: string) => {
+    let iso = wantedIsos.get(name);
+    if (!iso) {
+      iso = buildCloudInitIso(rendered.get(name) ?? []);
+      wantedIsos.set(name, iso);
+    }
+    return iso;
+  };
+  return {
+    name: 'cloud-init',
+    targets: members.map((member) => member.name),
+    async check(name) {
+      const member = memberNamed(name);
+      const virsh = await context.virshFor(member);
+      const { pool, name: volume } = member.volumes.cloudInit;
+      const [answers, wanted] = await Promise.all([
+        virsh.probe({
+          info: volInfo(pool, volume),
+          digest: { shell: `${commandLine(virsh.argv(['vol-download', '--pool', pool, volume, '/dev/stdout']))} | sha256sum` },
+        }),
+        wantedIso(name),
+      ]);
+      const state = volumeState(answers.info, `cloud-init volume ${pool}/${volume}`);
+      return { volume: state, wanted, ...(state.exists ? { remoteSha256: answers.digest.output.trim().split(/\s+/)[0] } : {}) };
+    },
+    plan(state, name) {
+      const { pool, name: volume } = memberNamed(name).volumes.cloudInit;
+      if (!state.volume.exists) return [{ summary: `upload cloud-init ISO ${pool}/${volume} (${state.wanted.bytes.length} bytes)`, action: state.wanted }];
+      if (state.remoteSha256 === state.wanted.sha256) return [];
+      // The content diff is shown by the render step; the ISO itself only differs by digest.
+      return [{ summary: `replace cloud-init ISO ${pool}/${volume} (sha256 ${state.remoteSha256?.slice(0, 12)} -> ${state.wanted.sha256.slice(0, 12)})`, action: state.wanted }];
+    },
+    async apply([change], name, state) {
+      if (!change) return;
+      const member = memberNamed(name);
+      const virsh = await context.virshFor(member);
+      const { pool, name: volume } = member.volumes.cloudInit;
+      if (state.volume.exists) await virsh.run(['vol-delete', '--pool', pool, volume]);
+      await virsh.run(['vol-create-as', '--pool', pool, '--name', volume, '--capacity', `${change.action.bytes.length}`, '--format', 'raw']);
+      await virsh.run(['vol-upload', '--pool', pool, volume, '/dev/stdin'], { stdin: change.action.bytes });
+    },
+  };
+}

@@ -1,0 +1,104 @@
+import type { Change, Step } from '../core/step.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import { GIB, volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
+import type { RemoteContext } from '../remote/context.ts';
+
+/**
+ * Each member's disks: the OS disk as a qcow2 overlay on the base image volume, and the optional data
+ * disk. Volumes are only ever created; an existing one is never deleted, resized or overwritten.
+ */
+
+interface VolumesState {
+  os: VolumeState;
+  data?: VolumeState;
+  /** The base image (when the OS disk is an overlay the tool creates): its path and size. */
+  base?: { path: string; capacityBytes: number } | { missing: string };
+}
+
+type VolumeAction =
+  | { kind: 'overlay'; pool: string; name: string; capacityBytes: number; basePath: string }
+  | { kind: 'data'; pool: string; name: string; capacityBytes: number };
+
+async function probe(context: RemoteContext, member: Member): Promise<VolumesState> {
+  const virsh = await context.virshFor(member);
+  const { os, data, pool } = member.volumes;
+  const answers = await virsh.probe({
+    os: volInfo(pool, 'existing' in os ? os.existing : os.name),
+    data: data ? volInfo(pool, 'existing' in data ? data.existing : data.name) : ['version'],
+    basePath: 'base' in os ? ['vol-path', '--pool', os.base.pool, os.base.volume] : ['version'],
+    baseInfo: 'base' in os ? volInfo(os.base.pool, os.base.volume) : ['version'],
+  });
+  const state: VolumesState = { os: volumeState(answers.os, `volume ${pool}/${'existing' in os ? os.existing : os.name}`) };
+  if (data) state.data = volumeState(answers.data, `data volume of ${member.name}`);
+  if ('base' in os) {
+    const base = volumeState(answers.baseInfo, `base image ${os.base.pool}/${os.base.volume}`);
+    state.base = base.exists ? { path: answers.basePath.output.trim(), capacityBytes: base.capacityBytes } : { missing: `${os.base.pool}/${os.base.volume}` };
+  }
+  return state;
+}
+
+export function volumesStep(inventory: Inventory, members: readonly Member[], context: RemoteContext): Step<VolumesState & { othersWithDisks: string[] }, VolumeAction> {
+  // Whether the other members already have their OS disk, as first seen in this run: a missing disk next
+  // to existing ones means a cluster formed without this member's data.
+  const firstLook = new Map<string, Promise<boolean>>();
+  const hasOsDisk = (member: Member) => {
+    let look = firstLook.get(member.name);
+    if (!look) {
+      look = probe(context, member).then((state) => state.os.exists);
+      firstLook.set(member.name, look);
+    }
+    return look;
+  };
+  return {
+    name: 'volumes',
+    targets: members.map((member) => member.name),
+    async check(name) {
+      const member = members.find((candidate) => candidate.name === name)!;
+      const state = await probe(context, member);
+      if (!firstLook.has(name)) firstLook.set(name, Promise.resolve(state.os.exists));
+      const others = inventory.members.filter((other) => other.name !== name);
+      const withDisks = (await Promise.all(others.map(async (other) => ((await hasOsDisk(other).catch(() => true)) ? other.name : undefined)))).filter(
+        (other): other is string => other !== undefined,
+      );
+      return { ...state, othersWithDisks: withDisks };
+    },
+    plan(state, name) {
+      const member = members.find((candidate) => candidate.name === name)!;
+      const { os, data, pool } = member.volumes;
+      const changes: Change<VolumeAction>[] = [];
+      if (!state.os.exists) {
+        if ('existing' in os) throw new Error(`volume_id ${os.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}; create it or drop volume_id to let the tool make an overlay on base_image`);
+        if (!inventory.cluster.is_initializing || state.othersWithDisks.length > 0) {
+          throw new Error(
+            `refusing to create a new OS disk for ${name}: the cluster already exists (${state.othersWithDisks.length > 0 ? `${state.othersWithDisks.join(', ')} have their disks` : 'cluster.is_initializing is false'}), ` +
+              'and a fresh member would start empty with initial-cluster-state new. Restore the volume, or replace the member by hand ' +
+              '(etcdctl member remove/add); member replacement is not automated yet. Nothing was changed for this member.',
+          );
+        }
+        if (!state.base || 'missing' in state.base) {
+          throw new Error(`base image ${state.base && 'missing' in state.base ? state.base.missing : '?'} not found on hypervisor ${member.hypervisor.name}; upload it (for the local lab: npm run lab:up)`);
+        }
+        const capacityBytes = Math.max(os.sizeGib ? os.sizeGib * GIB : 0, state.base.capacityBytes);
+        changes.push({
+          summary: `create OS disk ${pool}/${os.name} (${(capacityBytes / GIB).toFixed(0)} GiB qcow2 overlay on ${os.base.pool}/${os.base.volume})`,
+          action: { kind: 'overlay', pool, name: os.name, capacityBytes, basePath: state.base.path },
+        });
+      }
+      if (data && state.data && !state.data.exists) {
+        if ('existing' in data) throw new Error(`data_volume_id ${data.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}`);
+        changes.push({
+          summary: `create data disk ${pool}/${data.name} (${data.sizeGib} GiB qcow2)`,
+          action: { kind: 'data', pool, name: data.name, capacityBytes: data.sizeGib * GIB },
+        });
+      }
+      return changes;
+    },
+    async apply(changes, name) {
+      const virsh = await context.virshFor(members.find((candidate) => candidate.name === name)!);
+      for (const { action } of changes) {
+        const common = ['vol-create-as', '--pool', action.pool, '--name', action.name, '--capacity', `${action.capacityBytes}`, '--format', 'qcow2'];
+        await virsh.run(action.kind === 'overlay' ? [...common, '--backing-vol', action.basePath, '--backing-vol-format', 'qcow2'] : common);
+      }
+    },
+  };
+}
