@@ -13,12 +13,6 @@ const EXIT_BAD_INPUT = 2;
 
 async function deploy(options: DeployOptions): Promise<number> {
   const inventory = loadInventory(options.inventory);
-  if (!options.dryRun && options.renderOnly === undefined) {
-    throw new InputError(
-      'applying to hypervisors is not implemented yet (volumes, domains, health polling and auth bootstrap are the next milestone); ' +
-        'nothing was changed. Use --dry-run to see the plan, or --render-only DIR to write the rendered files.',
-    );
-  }
   const runner = new Runner({ dryRun: options.dryRun, renderer: process.stdout.isTTY ? 'default' : 'simple' });
   const { written } = await runDeploy(inventory, runner, options);
 

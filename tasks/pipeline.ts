@@ -8,12 +8,24 @@ import { PkiStore } from './pki/store.ts';
 import { renderMember, type RenderedFile } from './render/member.ts';
 import { pkiStep } from './steps/pki.ts';
 import { renderedFilesStep } from './steps/rendered-files.ts';
+import { Secret } from './core/secret.ts';
+import { EtcdClients, type ClientIdentity } from './etcd/client.ts';
+import { RemoteContext } from './remote/context.ts';
+import { authStep } from './steps/auth.ts';
+import { cloudInitIsoStep } from './steps/cloud-init-iso.ts';
+import { domainsStep } from './steps/domains.ts';
+import { healthStep } from './steps/health.ts';
+import { volumesStep } from './steps/volumes.ts';
 
 /**
  * The order of the deploy, in one place:
  *   1. pki       – CA, member and root client certificates, the tool's SSH key (control node)
  *   2. render    – domain XML and cloud-init files per member, recorded in the state directory
- *   3. remote    – volumes, domains, health, auth bootstrap on the hypervisors (not implemented yet)
+ *   3. volumes   – OS overlay and data disks (hypervisors, over SSH)
+ *   4. cloud-init– the NoCloud seed ISO per member
+ *   5. domain    – define, start, autostart; rolling restart when a definition changed
+ *   6. health    – every member healthy with the inventory's member list (etcd's API, via the hypervisor)
+ *   7. auth      – root role and user, auth enable, from the designated member only
  */
 
 export interface PipelineOptions {
@@ -48,12 +60,37 @@ export function writeRendered(dir: string, rendered: Map<string, RenderedFile[]>
   return written;
 }
 
+/** Who the tool is towards etcd: the root client certificate (CN=root), or a member's own for probes. */
+function identities(inventory: Inventory, store: PkiStore) {
+  const caCert = () => inventory.pki.ca?.certificate ?? store.read('ca').public ?? '';
+  const root = (): ClientIdentity => {
+    const pair = inventory.pki.rootClient ?? { certificate: store.read('client/root').public ?? '', key: new Secret(store.read('client/root').privateKey ?? '') };
+    return { caCert: caCert(), cert: pair.certificate, key: pair.key };
+  };
+  const member = (m: Member): ClientIdentity =>
+    m.suppliedTls
+      ? { caCert: m.suppliedTls.caCert, cert: m.suppliedTls.serverCert, key: m.suppliedTls.serverKey }
+      : { caCert: caCert(), cert: store.read(`member/${m.name}`).public ?? '', key: new Secret(store.read(`member/${m.name}`).privateKey ?? '') };
+  return { root, member };
+}
+
 export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<{ written: string[] }> {
   const members = selectMembers(inventory, options.limit);
   const store = new PkiStore(inventory.stateDir);
   let rendered = new Map<string, RenderedFile[]>();
   let written: string[] = [];
-  await runner.runPhases([
+  const remote = new RemoteContext();
+  const identity = identities(inventory, store);
+  const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.root);
+  const remotePhases = [
+    { title: 'volumes', run: () => runner.runStep(volumesStep(inventory, members, remote)) },
+    { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(members, rendered, remote)) },
+    { title: 'domain', run: () => runner.runStep(domainsStep({ inventory, members, rendered, context: remote, clients })) },
+    { title: 'health', run: () => runner.runStep(healthStep(inventory, members, clients, options.dryRun)) },
+    { title: 'auth', run: () => runner.runStep(authStep(inventory, members, clients, identity.member, options.dryRun)) },
+  ];
+  try {
+    await runner.runPhases([
     { title: 'pki', run: () => runner.runStep(pkiStep(inventory, store)) },
     {
       title: 'render',
@@ -66,6 +103,11 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
         return runner.runStep(renderedFilesStep(inventory.stateDir, rendered));
       },
     },
+    ...(options.renderOnly === undefined ? remotePhases : []),
   ]);
+  } finally {
+    clients.close();
+    await remote.close();
+  }
   return { written };
 }

@@ -54,7 +54,8 @@ export class EtcdClients {
       faultHandling: { host: () => noop, global: noop },
       dialTimeout: 5_000,
       defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + 5_000 }),
-      grpcOptions: { 'grpc.enable_http_proxy': 0 },
+      // TLS names the member (a DNS SAN of its certificate), not the IP: Node warns on IP server names.
+      grpcOptions: { 'grpc.enable_http_proxy': 0, 'grpc.ssl_target_name_override': member.name, 'grpc.default_authority': member.name },
     });
   }
 

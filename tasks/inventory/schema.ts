@@ -256,6 +256,8 @@ export const clusterSchema = z
     initial_token: z.string().min(1),
     initial_members: z.array(z.object({ ip: ipv4, name: z.string() }).strict()).default([]),
     state_dir: z.string().default(''),
+    /** Seconds to wait for every member to report healthy; measured under emulation: 3 VMs ~140 s from start. */
+    health_timeout: z.number().int().positive().default(600),
   })
   .strict();
 

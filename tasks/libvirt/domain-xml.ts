@@ -7,7 +7,9 @@ import { XMLBuilder, XMLParser } from 'fast-xml-parser';
  * matched by content) and the two projections are compared and diffed.
  */
 
-type XmlNode = { [key: string]: XmlNode[] | string };
+/** Attributes ("@name") and text ("#text") are strings; child elements are lists (text-only ones of strings). */
+type XmlNode = { [key: string]: XmlValue[] | string };
+type XmlValue = XmlNode | string;
 
 const options = { ignoreAttributes: false, attributeNamePrefix: '@', textNodeName: '#text', parseTagValue: false, parseAttributeValue: false, trimValues: true };
 const parser = new XMLParser({ ...options, isArray: (_name, _path, _leaf, isAttribute) => !isAttribute });
@@ -21,6 +23,11 @@ function equivalent(attribute: string, wanted: string, live: string): boolean {
   // machine='q35' is stored as the versioned type it resolved to, e.g. pc-q35-7.2.
   if (attribute === '@machine') return live.startsWith(`pc-${wanted}-`) || (wanted === 'pc' && live.startsWith('pc-i440fx-'));
   return false;
+}
+
+function projectValue(wanted: XmlValue, live: XmlValue | undefined): XmlValue {
+  if (typeof wanted === 'string') return typeof live === 'string' ? live : typeof live?.['#text'] === 'string' ? live['#text'] : '';
+  return project(wanted, typeof live === 'object' ? live : undefined);
 }
 
 function project(wanted: XmlNode, live: XmlNode | undefined): XmlNode {
@@ -38,22 +45,24 @@ function project(wanted: XmlNode, live: XmlNode | undefined): XmlNode {
       let best = -1;
       let bestScore = Number.POSITIVE_INFINITY;
       candidates.forEach((candidate, i) => {
-        const score = distance(child, project(child, candidate));
+        const score = distance(child, projectValue(child, candidate));
         if (score < bestScore) [best, bestScore] = [i, score];
       });
-      return best < 0 ? {} : project(child, candidates.splice(best, 1)[0]);
+      return projectValue(child, best < 0 ? undefined : candidates.splice(best, 1)[0]);
     });
   }
   return projected;
 }
 
-/** How many leaves differ between two projected trees. */
-function distance(a: XmlNode, b: XmlNode): number {
+/** How many leaves differ between a wanted tree and a projection onto it. */
+function distance(wanted: XmlValue, projected: XmlValue | undefined): number {
+  if (typeof wanted === 'string') return wanted === projected ? 0 : 1;
+  if (typeof projected !== 'object') return 1;
   let count = 0;
-  for (const [key, value] of Object.entries(a)) {
-    const other = b[key];
+  for (const [key, value] of Object.entries(wanted)) {
+    const other = projected[key];
     if (typeof value === 'string') count += other === value ? 0 : 1;
-    else value.forEach((child, i) => (count += distance(child, Array.isArray(other) && other[i] ? other[i]! : {}) + (Array.isArray(other) && other[i] ? 0 : 1)));
+    else value.forEach((child, i) => (count += distance(child, Array.isArray(other) ? other[i] : undefined)));
   }
   return count;
 }

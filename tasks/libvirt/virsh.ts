@@ -25,7 +25,8 @@ export class Virsh {
 
   /** Runs a virsh command that must succeed; returns its stdout. */
   run(args: readonly string[], options: { stdin?: string | Buffer; timeoutMs?: number } = {}): Promise<string> {
-    return this.ssh.run(this.argv(args), options);
+    // Named without the URI and never with stdin (which may carry a domain definition or an ISO).
+    return this.ssh.run(this.argv(args), { ...options, describe: `virsh ${args.slice(0, 2).join(' ')}` });
   }
 
   /**

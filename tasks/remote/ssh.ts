@@ -133,11 +133,12 @@ export class SshConnection {
   }
 
   /** Like exec, but a non-zero exit is an error naming the command, its exit code and its first stderr line. */
-  async run(argv: readonly string[], options: { stdin?: string | Buffer; timeoutMs?: number } = {}): Promise<string> {
+  async run(argv: readonly string[], options: { stdin?: string | Buffer; timeoutMs?: number; describe?: string } = {}): Promise<string> {
     const result = await this.exec(argv, options);
     if (result.code !== 0) {
-      const firstLine = result.stderr.trim().split('\n')[0] || '(no stderr)';
-      throw new SshError(`${this.target.label}: ${argv[0]} failed (exit ${result.code}): ${firstLine}`);
+      // virsh explains itself on the second line ("error: Failed to start domain" / "error: <why>").
+      const reason = result.stderr.trim().split('\n').slice(0, 3).join(' ') || '(no stderr)';
+      throw new SshError(`${this.target.label}: ${options.describe ?? argv[0]} failed (exit ${result.code}): ${reason}`);
     }
     return result.stdout;
   }

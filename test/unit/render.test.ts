@@ -109,9 +109,9 @@ test('domain XML: sizes, TCG or KVM CPU, disks, cdrom on virtio-scsi, NICs, esca
   Object.assign(doc.members[0]!, { vcpus: 2, memory: 2048, data_volume_size_gib: 5, macvtap_interfaces: [{ interface: 'ens3', ip: '10.30.0.5', prefix_length: 24, mac: '52:54:00:aa:bb:cc' }] });
   const xml = fileOf(rendered(load(doc)), 'domain.xml').content;
   t.true(xml.includes("<domain type='qemu'>"));
-  t.true(xml.includes("<memory unit='MiB'>2048</memory>"));
+  t.true(xml.includes("<memory unit='KiB'>2097152</memory>"));
   t.true(xml.includes("<vcpu placement='static'>2</vcpu>"));
-  t.true(xml.includes("<tb-cache unit='MiB'>256</tb-cache>"));
+  t.true(xml.includes("<tb-cache unit='KiB'>262144</tb-cache>"));
   t.false(xml.includes('host-passthrough'), 'TCG cannot pass the host CPU through');
   t.true(xml.includes("<source pool='p&amp;q' volume='etcd-1-os.qcow2'/>"));
   t.true(xml.includes("<source pool='p&amp;q' volume='etcd-1-data.qcow2'/>\n      <target dev='vdb' bus='virtio'/>"));
@@ -142,8 +142,8 @@ test('render step: first run creates, unchanged is ok, a changed field shows a d
   const bigger = step(load(doc));
   const changes = bigger.plan(await bigger.check('etcd-1'), 'etcd-1');
   t.deepEqual(changes.map((c) => c.summary), ['update domain.xml']);
-  t.regex(changes[0]!.diff!.before, /<memory unit='MiB'>1024<\/memory>/);
-  t.regex(changes[0]!.diff!.after, /<memory unit='MiB'>4096<\/memory>/);
+  t.regex(changes[0]!.diff!.before, /<memory unit='KiB'>1048576<\/memory>/);
+  t.regex(changes[0]!.diff!.after, /<memory unit='KiB'>4194304<\/memory>/);
   await bigger.apply(changes, 'etcd-1', await bigger.check('etcd-1'));
 
   (doc.members[0] as Record<string, unknown>).admin_user_password = 'first';

@@ -1,0 +1,52 @@
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { EtcdClients } from './client.ts';
+
+/**
+ * Is a member healthy, as etcd itself answers: it has a leader, and its member list is exactly the
+ * inventory's members with https peer and client URLs.
+ */
+
+export type Health = { healthy: true; leader: string } | { healthy: false; reason: string };
+
+export async function memberHealth(inventory: Inventory, clients: EtcdClients, member: Member): Promise<Health> {
+  try {
+    const client = await clients.for(member);
+    const [status, list] = await Promise.all([client.maintenance.status({}), client.cluster.memberList({})]);
+    if (!status.leader || status.leader === '0') return { healthy: false, reason: 'no leader elected yet' };
+    const problems: string[] = [];
+    const names = list.members.map((m) => m.name || `(unstarted ${m.peerURLs.join(',')})`).sort();
+    const wanted = inventory.members.map((m) => m.name).sort();
+    if (names.join(',') !== wanted.join(',')) problems.push(`member list is ${names.join(', ')}, inventory has ${wanted.join(', ')}`);
+    for (const m of list.members) {
+      const plain = [...m.peerURLs, ...m.clientURLs].filter((url) => !url.startsWith('https://'));
+      if (plain.length > 0) problems.push(`${m.name} advertises non-TLS URLs ${plain.join(', ')}`);
+    }
+    const leader = list.members.find((m) => m.ID === status.leader)?.name ?? status.leader;
+    return problems.length > 0 ? { healthy: false, reason: problems.join('; ') } : { healthy: true, leader };
+  } catch (error) {
+    return { healthy: false, reason: describeEtcdError(error, member) };
+  }
+}
+
+/** gRPC's "14 UNAVAILABLE: No connection established. Last error: …" says little to an operator. */
+function describeEtcdError(error: unknown, member: Member): string {
+  const message = error instanceof Error ? error.message.split('\n')[0]! : String(error);
+  if (/UNAVAILABLE|ECONNREFUSED|EHOSTUNREACH|socket disconnected/i.test(message)) return `etcd not reachable at ${member.etcdIp} (${message.replace(/^\d+ UNAVAILABLE: /, '').slice(0, 160)})`;
+  return message;
+}
+
+/** Polls until healthy; on timeout the error names the member, the last answer and where to look. */
+export async function waitForHealth(inventory: Inventory, clients: EtcdClients, member: Member, timeoutMs: number): Promise<void> {
+  const started = Date.now();
+  let last: Health = { healthy: false, reason: 'not asked yet' };
+  while (Date.now() - started < timeoutMs) {
+    last = await memberHealth(inventory, clients, member);
+    if (last.healthy) return;
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+  }
+  throw new Error(
+    `etcd on ${member.name} (${member.etcdIp}) not healthy after ${Math.round(timeoutMs / 1000)} s; last answer: ${last.healthy ? 'healthy' : last.reason}. ` +
+      `Look at its console (virsh -c ${member.hypervisor.libvirt_uri} console ${member.name} on hypervisor ${member.hypervisor.name}) ` +
+      `and, once it boots, journalctl -u etcd -u cloud-final; cluster.health_timeout sets the wait.`,
+  );
+}

@@ -1,0 +1,89 @@
+import type { Etcd3 } from 'etcd3';
+import type { Step } from '../core/step.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
+import { memberHealth } from '../etcd/health.ts';
+import { revealSecret } from '../core/secret.ts';
+
+/**
+ * Authentication bootstrap, from the one designated member: the root role, the root user holding it,
+ * then auth enable. In certificate mode root has no password (the client certificate's CN=root maps
+ * to it); in password mode the password travels only inside the gRPC request, never in argv or a file.
+ * Probed first, so a second run is `ok`; the runner's re-check afterwards verifies it with the root
+ * client certificate.
+ */
+
+interface AuthState {
+  /** Set when etcd could not be asked (dry-run before the cluster exists): everything is planned. */
+  unreachable?: string;
+  rootRole: boolean;
+  rootUser: boolean;
+  rootUserHasRole: boolean;
+  authEnabled: boolean;
+}
+
+type AuthAction = 'role' | 'user' | 'grant' | 'enable';
+
+const notFound = (error: unknown) => error instanceof Error && /not found/i.test(error.message);
+
+async function authEnabled(root: Etcd3, clients: EtcdClients, member: Member, memberIdentity: ClientIdentity): Promise<boolean> {
+  try {
+    return (await root.auth.authStatus()).enabled;
+  } catch (error) {
+    if (!(error instanceof Error) || !/unimplemented|unknown service|not implemented/i.test(error.message)) throw error;
+  }
+  // etcd 3.4 has no AuthStatus: read as the member's own certificate (CN=<member>, not a user).
+  // Without auth that works; with auth the CN is rejected.
+  const asMember = await clients.for(member, memberIdentity);
+  try {
+    await asMember.get('etcd-kvm/auth-probe').string();
+    return false;
+  } catch (error) {
+    if (error instanceof Error && /(user name not found|permission denied|invalid auth token|user name is empty)/i.test(error.message)) return true;
+    throw error;
+  }
+}
+
+export function authStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, memberIdentity: (member: Member) => ClientIdentity, dryRun: boolean): Step<AuthState, AuthAction> {
+  const bootstrap = members.filter((member) => member.bootstrapsAuth);
+  const memberNamed = (name: string) => bootstrap.find((member) => member.name === name)!;
+  return {
+    name: 'auth',
+    targets: bootstrap.map((member) => member.name),
+    async check(name) {
+      const member = memberNamed(name);
+      if (dryRun) {
+        const health = await memberHealth(inventory, clients, member);
+        if (!health.healthy) return { unreachable: health.reason, rootRole: false, rootUser: false, rootUserHasRole: false, authEnabled: false };
+      }
+      const root = await clients.for(member);
+      const role = await root.auth.roleGet({ role: 'root' }).then(() => true, (error) => (notFound(error) ? false : Promise.reject(error)));
+      const user = await root.auth.userGet({ name: 'root' }).then((answer) => answer.roles, (error) => (notFound(error) ? undefined : Promise.reject(error)));
+      return { rootRole: role, rootUser: user !== undefined, rootUserHasRole: user?.includes('root') ?? false, authEnabled: await authEnabled(root, clients, member, memberIdentity(member)) };
+    },
+    plan(state, name) {
+      const passwordMode = !memberNamed(name).rootPassword.isEmpty;
+      const changes: { summary: string; action: AuthAction }[] = [];
+      const pending = state.unreachable ? ' (once etcd is healthy)' : '';
+      if (!state.rootRole) changes.push({ summary: `create role root${pending}`, action: 'role' });
+      if (!state.rootUser) changes.push({ summary: `create user root (${passwordMode ? 'password from the inventory, sent over TLS only' : 'no password: the client certificate CN=root authenticates'})${pending}`, action: 'user' });
+      if (!state.rootUserHasRole) changes.push({ summary: `grant role root to user root${pending}`, action: 'grant' });
+      if (!state.authEnabled) changes.push({ summary: `enable authentication${pending}`, action: 'enable' });
+      return changes;
+    },
+    async apply(changes, name) {
+      const member = memberNamed(name);
+      const root = await clients.for(member);
+      for (const { action } of changes) {
+        if (action === 'role') await root.auth.roleAdd({ name: 'root' });
+        if (action === 'user') {
+          await root.auth.userAdd(
+            member.rootPassword.isEmpty ? { name: 'root', password: '', options: { no_password: true } } : { name: 'root', password: revealSecret(member.rootPassword) },
+          );
+        }
+        if (action === 'grant') await root.auth.userGrantRole({ user: 'root', role: 'root' });
+        if (action === 'enable') await root.auth.authEnable();
+      }
+    },
+  };
+}

@@ -1,0 +1,107 @@
+import type { Change, Step } from '../core/step.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { EtcdClients } from '../etcd/client.ts';
+import { waitForHealth } from '../etcd/health.ts';
+import { compareDomainXml, parseDomInfo } from '../libvirt/domain-xml.ts';
+import { isNotFound } from '../libvirt/virsh.ts';
+import type { RenderedFile } from '../render/member.ts';
+import type { RemoteContext } from '../remote/context.ts';
+
+/**
+ * Each member's libvirt domain: defined from the rendered XML, running, autostarted. A definition
+ * that differs (compared semantically) is redefined; a running member then restarts to apply it, one
+ * member at a time and only after the one before it is healthy again, so the cluster keeps quorum.
+ */
+
+interface DomainState {
+  /** libvirt's inactive (persistent) definition; absent when the domain is not defined. */
+  liveXml?: string;
+  running: boolean;
+  autostart: boolean;
+  state: string;
+}
+
+type DomainAction = 'define' | 'restart' | 'start' | 'autostart';
+
+/** Seconds a guest gets for an ACPI shutdown before it is powered off; TCG guests stop in ~10-20 s. */
+const SHUTDOWN_GRACE_MS = 120_000;
+
+/** libvirt refuses to redefine a domain under a new uuid: keep the one it has. */
+function withUuidOf(liveXml: string | undefined, renderedXml: string): string {
+  const uuid = liveXml?.match(/<uuid>([0-9a-f-]+)<\/uuid>/)?.[1];
+  return uuid ? renderedXml.replace(/(<name>[^<]*<\/name>)/, `$1\n  <uuid>${uuid}</uuid>`) : renderedXml;
+}
+
+export interface DomainsOptions {
+  inventory: Inventory;
+  members: readonly Member[];
+  rendered: ReadonlyMap<string, RenderedFile[]>;
+  context: RemoteContext;
+  clients: EtcdClients;
+}
+
+export function domainsStep({ inventory, members, rendered, context, clients }: DomainsOptions): Step<DomainState, DomainAction> {
+  const memberNamed = (name: string) => members.find((member) => member.name === name)!;
+  const renderedXml = (name: string) => rendered.get(name)?.find((file) => file.name === 'domain.xml')?.content ?? '';
+  // Restarts queue here: never two members down at once.
+  let restarts: Promise<void> = Promise.resolve();
+
+  async function restart(member: Member): Promise<void> {
+    const virsh = await context.virshFor(member);
+    await virsh.run(['shutdown', member.name]);
+    const deadline = Date.now() + SHUTDOWN_GRACE_MS;
+    while (parseDomInfo(await virsh.run(['dominfo', member.name])).running) {
+      if (Date.now() > deadline) {
+        await virsh.run(['destroy', member.name]);
+        break;
+      }
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+    }
+    await virsh.run(['start', member.name]);
+    await waitForHealth(inventory, clients, member, inventory.cluster.health_timeout * 1000);
+  }
+
+  return {
+    name: 'domain',
+    targets: members.map((member) => member.name),
+    async check(name) {
+      const virsh = await context.virshFor(memberNamed(name));
+      const answers = await virsh.probe({ xml: ['dumpxml', '--inactive', name], info: ['dominfo', name] });
+      if (answers.xml.code !== 0) {
+        if (isNotFound(answers.xml)) return { running: false, autostart: false, state: 'undefined' };
+        throw new Error(`cannot read domain ${name}: ${answers.xml.output.trim().split('\n')[0]}`);
+      }
+      return { liveXml: answers.xml.output, ...parseDomInfo(answers.info.output) };
+    },
+    plan(state, name) {
+      const wanted = renderedXml(name);
+      const changes: Change<DomainAction>[] = [];
+      if (state.liveXml === undefined) {
+        changes.push({ summary: `define domain ${name}`, diff: { label: `${name}/domain.xml`, before: '', after: compareDomainXml(wanted, wanted).wanted }, action: 'define' });
+      } else {
+        const comparison = compareDomainXml(wanted, state.liveXml);
+        if (!comparison.same) {
+          changes.push({ summary: `redefine domain ${name}`, diff: { label: `${name}/domain.xml`, before: comparison.live, after: comparison.wanted }, action: 'define' });
+          if (state.running) changes.push({ summary: `restart ${name} to apply its new definition (one member at a time, waiting for cluster health)`, action: 'restart' });
+        }
+      }
+      if (!state.running) changes.push({ summary: `start ${name} (${state.state})`, action: 'start' });
+      if (!state.autostart) changes.push({ summary: `enable autostart of ${name}`, action: 'autostart' });
+      return changes;
+    },
+    async apply(changes, name, state) {
+      const member = memberNamed(name);
+      const virsh = await context.virshFor(member);
+      for (const { action } of changes) {
+        if (action === 'define') await virsh.run(['define', '/dev/stdin'], { stdin: withUuidOf(state.liveXml, renderedXml(name)) });
+        if (action === 'start') await virsh.run(['start', name]);
+        if (action === 'autostart') await virsh.run(['autostart', name]);
+        if (action === 'restart') {
+          const turn = restarts.then(() => restart(member));
+          restarts = turn.catch(() => undefined);
+          await turn;
+        }
+      }
+    },
+  };
+}

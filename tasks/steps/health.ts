@@ -1,0 +1,29 @@
+import type { Step } from '../core/step.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { EtcdClients } from '../etcd/client.ts';
+import { memberHealth, waitForHealth, type Health } from '../etcd/health.ts';
+
+/**
+ * Waits until every member reports healthy over TLS with the inventory's member list. Read-only: it is
+ * `ok` or it fails with the member, its last answer and where to look. A dry-run asks once and reports
+ * the wait it would do.
+ */
+export function healthStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, dryRun: boolean): Step<Health, null> {
+  const memberNamed = (name: string) => members.find((member) => member.name === name)!;
+  return {
+    name: 'health',
+    targets: members.map((member) => member.name),
+    async check(name) {
+      const member = memberNamed(name);
+      if (dryRun) return memberHealth(inventory, clients, member);
+      await waitForHealth(inventory, clients, member, inventory.cluster.health_timeout * 1000);
+      return { healthy: true, leader: '' };
+    },
+    plan(health) {
+      return health.healthy ? [] : [{ summary: `wait for etcd to become healthy (now: ${health.reason})`, action: null }];
+    },
+    async apply() {
+      // Nothing to change: check() already waited.
+    },
+  };
+}
