@@ -72,9 +72,10 @@ export class Runner {
         }
         const results = (await phase.run()) ?? [];
         const failed = results.filter((r) => r.status === 'failed');
-        const changed = results.filter((r) => r.status === 'changed').length;
+        const count = (status: StepResult['status']) => results.filter((r) => r.status === status).length;
         const verb = this.options.dryRun ? 'would change' : 'changed';
-        task.title = `${phase.title}: ${results.length ? `${changed} ${verb}, ${results.length - changed - failed.length} ok` : 'done'}${failed.length ? `, ${failed.length} failed` : ''}`;
+        const skipped = count('skipped');
+        task.title = `${phase.title}: ${results.length ? `${count('changed')} ${verb}, ${count('ok')} ok` : 'done'}${failed.length ? `, ${failed.length} failed` : ''}${skipped ? `, ${skipped} skipped` : ''}`;
         if (failed.length > 0) throw new Error(failed.map((r) => `[${r.host}] ${r.step}: ${r.error}`).join('\n'));
       },
     }));

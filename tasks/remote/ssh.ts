@@ -65,12 +65,8 @@ export class SshConnection {
 
   static async open(target: SshTarget): Promise<SshConnection> {
     const where = `${target.label} (${target.user}@${target.host}:${target.port})`;
-    // ssh2 leaves Nagle on: every request/response then stalls ~40 ms even on loopback.
-    const socket: Socket = tcpConnect({ host: target.host, port: target.port });
-    socket.setNoDelay(true);
     let refusal: string | undefined;
     const config: ConnectConfig = {
-      sock: socket,
       username: target.user,
       readyTimeout: target.connectTimeoutMs ?? 20_000,
       keepaliveInterval: 15_000,
@@ -91,6 +87,11 @@ export class SshConnection {
     } else {
       throw new SshError(`${where}: no private_key set and no ssh-agent (SSH_AUTH_SOCK) to ask`);
     }
+    // ssh2 leaves Nagle on: every request/response then stalls ~40 ms even on loopback.
+    // The socket is opened only now, after every local check that can fail, so it always has its listeners.
+    const socket: Socket = tcpConnect({ host: target.host, port: target.port });
+    socket.setNoDelay(true);
+    config.sock = socket;
     const client = new Client();
     await new Promise<void>((resolve, reject) => {
       client.once('ready', resolve);

@@ -5,14 +5,23 @@ import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { run } from '../helpers/exec.ts';
 
-/** The CLI as an operator runs it, on a copy of inventories/lab.yaml, on a machine with no hypervisor. */
+/**
+ * The CLI as an operator runs it, on a copy of inventories/lab.yaml whose hypervisor is unreachable
+ * (a closed port): the local steps run for real, the remote ones fail per host with a clear message.
+ * The real hypervisor path is proven by test/e2e against the lab.
+ */
 
 const ADMIN_PASSWORD = 'console-only-Pa55word';
+/** Port 1 (tcpmux): nothing listens there, so connecting is refused at once. */
+const UNREACHABLE_PORT = 1;
+// The copy's relative private_key does not resolve either; whichever comes first names the hypervisor.
+const UNREACHABLE = /\[etcd-1\] volumes: hypervisor lab \(root@127\.0\.0\.1:1\): cannot (connect|read private key)/;
 
 function labCopy(): { dir: string; inventory: string } {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-cli-'));
-  const doc = parse(readFileSync('inventories/lab.yaml', 'utf8')) as { defaults: Record<string, unknown> };
+  const doc = parse(readFileSync('inventories/lab.yaml', 'utf8')) as { defaults: Record<string, unknown>; hypervisors: { lab: Record<string, unknown> } };
   doc.defaults.admin_user_password = ADMIN_PASSWORD;
+  doc.hypervisors.lab.port = UNREACHABLE_PORT;
   const inventory = join(dir, 'lab.yaml');
   writeFileSync(inventory, stringify(doc));
   return { dir, inventory };
@@ -42,8 +51,9 @@ test('--help explains the CLI and exits 0', (t) => {
 test('a dry-run on a fresh lab inventory shows per-host plans with diffs, changes nothing and prints no secret', (t) => {
   const { dir, inventory } = labCopy();
   const result = deploy(['-i', inventory, '--check']);
-  t.is(result.status, 0, result.stderr);
+  t.is(result.status, 1, 'the unreachable hypervisor fails the remote steps');
   const output = result.stdout + result.stderr;
+  t.regex(output, UNREACHABLE);
   t.regex(output, /localhost:\n {2}pki: would create cluster CA/);
   for (const member of ['etcd-1', 'etcd-2', 'etcd-3']) {
     t.regex(output, new RegExp(`${member}:\\n  render: would create domain\\.xml`));
@@ -51,7 +61,7 @@ test('a dry-run on a fresh lab inventory shows per-host plans with diffs, change
   }
   t.regex(output, /\+ {6}ETCD_INITIAL_CLUSTER_STATE=new/);
   t.regex(output, /password: <redacted>/);
-  t.regex(output, /RECAP \(dry-run: nothing was changed\)\n(.*\n)*etcd-1 +ok=0 {2}changed=1 {2}failed=0 {2}skipped=0/);
+  t.regex(output, /RECAP \(dry-run: nothing was changed\)\n(.*\n)*etcd-1 +ok=0 {2}changed=1 {2}failed=1 {2}skipped=4/);
   t.false(existsSync(join(dir, '.etcd-kvm')), 'dry-run created no state');
   assertNoSecrets(t, output, join(dir, '.etcd-kvm', 'lab'));
 });
@@ -72,7 +82,7 @@ test('--render-only writes every file (secrets 0600), then a dry-run sees no cha
 
   // --render-only records nothing for the render step, so a dry-run still plans the records, but the PKI is settled.
   const apply = deploy(['-i', inventory, '--dry-run', '--json', join(dir, 'report.json')]);
-  t.is(apply.status, 0, apply.stderr);
+  t.is(apply.status, 1, 'the unreachable hypervisor fails the remote steps');
   t.regex(apply.stdout, /localhost +ok=1 {2}changed=0/);
   assertNoSecrets(t, apply.stdout + apply.stderr, stateDir);
   const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as { dryRun: boolean; results: { step: string; host: string; status: string }[] };
@@ -102,19 +112,22 @@ test('bad input exits 2 with every problem listed and no stack trace; nothing is
   t.regex(missing.stderr, /cannot read inventory .*nope\.yaml: ENOENT/);
 });
 
-test('a real apply says plainly that the hypervisor steps are not implemented, and changes nothing', (t) => {
+test('a real apply against an unreachable hypervisor fails every member with the reason, exits 1, and creates only local state', (t) => {
   const { dir, inventory } = labCopy();
   const result = deploy(['-i', inventory]);
-  t.is(result.status, 2);
-  t.regex(result.stderr, /applying to hypervisors is not implemented yet/);
-  t.false(existsSync(join(dir, '.etcd-kvm')));
+  t.is(result.status, 1);
+  const output = result.stdout + result.stderr;
+  t.regex(output, UNREACHABLE);
+  for (const member of ['etcd-1', 'etcd-2', 'etcd-3']) t.regex(output, new RegExp(`${member} +ok=0 {2}changed=1 {2}failed=1 {2}skipped=[34]`));
+  t.false(/\n\s+at /.test(output), 'no stack trace');
+  t.deepEqual(readdirSync(join(dir, '.etcd-kvm', 'lab')).sort(), ['pki', 'rendered', 'ssh']);
 });
 
 test('--limit acts on the named members only and rejects unknown names', (t) => {
   const { inventory } = labCopy();
   const limited = deploy(['-i', inventory, '--dry-run', '--limit', 'etcd-2']);
-  t.is(limited.status, 0, limited.stderr);
-  t.regex(limited.stdout, /etcd-2 +ok=0 {2}changed=1/);
+  t.is(limited.status, 1);
+  t.regex(limited.stdout, /etcd-2 +ok=0 {2}changed=1 {2}failed=1/);
   t.false(/^etcd-1 /m.test(limited.stdout));
   const unknown = deploy(['-i', inventory, '--dry-run', '--limit', 'etcd-9']);
   t.is(unknown.status, 2);

@@ -177,7 +177,7 @@ test('every problem is reported at once, with field-level type errors', (t) => {
   t.deepEqual(problems, [
     'members[0].vcpus (member etcd-1): Expected number, received string',
     'members[1].memory (member etcd-2): is in MiB; etcd needs at least 256',
-    'members[2].bogus (member etcd-3): unknown key — known keys here: name, hypervisor, vcpus, memory, domain, volume_id, volume_pool, base_image, os_volume_size_gib, data_volume_id, data_volume_size_gib, libvirt_networks, macvtap_interfaces, cloud_init_volume_pool, cloud_init_volume_name, ssh_admin_user, admin_user_password, ssh_admin_public_key, authentication_bootstrap, tls, restore, chrony, fluentbit, fluentbit_dynamic_config, vault_agent, install_dependencies',
+    'members[2].bogus (member etcd-3): unknown key — known keys here: name, hypervisor, vcpus, memory, domain, volume_id, volume_pool, base_image, os_volume_size_gib, data_volume_id, data_volume_size_gib, libvirt_networks, macvtap_interfaces, cloud_init_volume_pool, cloud_init_volume_name, ssh_admin_user, admin_user_password, ssh_admin_public_key, authentication_bootstrap, tls, restore, chrony, fluentbit, fluentbit_dynamic_config, vault_agent, install_dependencies, reach_via',
   ]);
 });
 

@@ -1,0 +1,53 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { run, type Completed } from './exec.ts';
+
+/** Driving the local lab and looking at it from outside the tool: virsh, and etcdctl inside the namespace. */
+
+export const NAMESPACE = 'etcd-kvm-lab';
+export const LAB_INVENTORY = 'inventories/lab.yaml';
+export const LAB_STATE = 'inventories/.etcd-kvm/lab';
+export const MEMBER_IPS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' } as const;
+
+export function lab(command: 'up' | 'down'): Completed {
+  return run(process.execPath, ['--import', 'tsx', 'scripts/lab/lab.ts', command], { timeoutMs: 30 * 60_000 });
+}
+
+export interface DeployRun extends Completed {
+  report: { results: { step: string; host: string; status: string; changes: { summary: string }[] }[] };
+  output: string;
+}
+
+/** One deploy of the lab inventory, as an operator runs it, with its --json report. */
+export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-report.json')): DeployRun {
+  const completed = run(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', '-i', LAB_INVENTORY, '--json', reportPath, ...args], { timeoutMs: 20 * 60_000 });
+  let report: DeployRun['report'] = { results: [] };
+  try {
+    report = JSON.parse(readFileSync(reportPath, 'utf8')) as DeployRun['report'];
+  } catch {
+    // No report: the run failed before writing one; the assertions on status say so.
+  }
+  return { ...completed, report, output: `${completed.stdout}\n${completed.stderr}` };
+}
+
+export const virsh = (args: string[]) => run('virsh', ['-q', '-c', 'qemu:///system', ...args]);
+
+export interface Identity {
+  caCert: string;
+  cert?: string;
+  key?: string;
+}
+
+export const rootIdentity: Identity = {
+  caCert: join(LAB_STATE, 'pki/ca.crt'),
+  cert: join(LAB_STATE, 'pki/clients/root.crt'),
+  key: join(LAB_STATE, 'pki/clients/root.key'),
+};
+
+/** etcdctl 3.4 inside the lab namespace, where the member addresses exist. */
+export function etcdctl(endpoints: string[], identity: Identity, args: string[]): Completed {
+  const tls = ['--cacert', identity.caCert, ...(identity.cert ? ['--cert', identity.cert] : []), ...(identity.key ? ['--key', identity.key] : [])];
+  return run('ip', ['netns', 'exec', NAMESPACE, 'etcdctl', '--dial-timeout=5s', '--command-timeout=10s', `--endpoints=${endpoints.join(',')}`, ...tls, ...args]);
+}
+
+export const endpoint = (member: keyof typeof MEMBER_IPS) => `https://${MEMBER_IPS[member]}:2379`;
