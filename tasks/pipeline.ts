@@ -12,10 +12,10 @@ import { Secret } from './core/secret.ts';
 import { EtcdClients, type ClientIdentity } from './etcd/client.ts';
 import { RemoteContext } from './remote/context.ts';
 import { authStep } from './steps/auth.ts';
-import { cloudInitIsoStep } from './steps/cloud-init-iso.ts';
-import { domainsStep } from './steps/domains.ts';
+import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
+import { domainQuestions, domainsStep } from './steps/domains.ts';
 import { healthStep } from './steps/health.ts';
-import { volumesStep } from './steps/volumes.ts';
+import { volumeQuestions, volumesStep } from './steps/volumes.ts';
 
 /**
  * The order of the deploy, in one place:
@@ -83,7 +83,13 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const identity = identities(inventory, store);
   const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.root);
   const remotePhases = [
-    { title: 'volumes', run: () => runner.runStep(volumesStep(inventory, members, remote)) },
+    {
+      title: 'volumes',
+      run: async () => {
+        await remote.prefetch(members, (member) => [...Object.values(volumeQuestions(member)), ...Object.values(seedQuestions(member)), ...Object.values(domainQuestions(member))]);
+        return runner.runStep(volumesStep(inventory, members, remote));
+      },
+    },
     { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(members, rendered, remote)) },
     { title: 'domain', run: () => runner.runStep(domainsStep({ inventory, members, rendered, context: remote, clients })) },
     { title: 'health', run: () => runner.runStep(healthStep(inventory, members, clients, options.dryRun)) },

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { $ } from 'zx';
 import { LAB, labPath } from './config.ts';
 import { daemonStatus, ensureSshdFiles, startDaemons, stopDaemons } from './daemons.ts';
@@ -33,6 +33,9 @@ async function namespaceExists(): Promise<boolean> {
 async function up(): Promise<void> {
   const started = performance.now();
   await ensurePackages(log);
+  // QEMU runs as libvirt-qemu and must traverse to the pools; keys and PID files stay in run/ (0700).
+  mkdirSync(LAB.dir, { recursive: true });
+  chmodSync(LAB.dir, 0o755);
   mkdirSync(labPath('run'), { recursive: true, mode: 0o700 });
   const acceleration = chooseAcceleration();
   log(`acceleration: ${acceleration.type} (${acceleration.why}); inventories/lab.yaml uses domain_type qemu`);

@@ -13,6 +13,11 @@ export interface ProbeAnswer {
 
 const MARK = '@@etcd-kvm@@';
 
+/** A read-only question: virsh arguments, or a full shell pipeline built with commandLine(). */
+export type Question = readonly string[] | { shell: string };
+
+export const virshArgv = (uri: string, args: readonly string[]): string[] => ['virsh', '-q', '-c', uri, ...args];
+
 export class Virsh {
   constructor(
     readonly ssh: SshConnection,
@@ -20,7 +25,7 @@ export class Virsh {
   ) {}
 
   argv(args: readonly string[]): string[] {
-    return ['virsh', '-q', '-c', this.uri, ...args];
+    return virshArgv(this.uri, args);
   }
 
   /** Runs a virsh command that must succeed; returns its stdout. */
@@ -34,11 +39,11 @@ export class Virsh {
    * output (stdout and stderr together, since a failing virsh explains itself on stderr).
    * A question is either virsh arguments or, for pipelines, a full command built with commandLine().
    */
-  async probe<K extends string>(questions: Record<K, readonly string[] | { shell: string }>): Promise<Record<K, ProbeAnswer>> {
+  async probe<K extends string>(questions: Record<K, Question>): Promise<Record<K, ProbeAnswer>> {
     const names = Object.keys(questions) as K[];
     const script = names
       .map((name) => {
-        const question = questions[name] as readonly string[] | { shell: string };
+        const question = questions[name] as Question;
         const command = 'shell' in question ? question.shell : commandLine(this.argv(question));
         return `printf '%s\\n' ${MARK}${name}; ${command} 2>&1; printf '\\n%s %s\\n' ${MARK}rc $?`;
       })

@@ -1,16 +1,58 @@
 import type { Member } from '../inventory/model.ts';
-import { Virsh } from '../libvirt/virsh.ts';
+import { Virsh, type ProbeAnswer, type Question } from '../libvirt/virsh.ts';
 import { HypervisorConnections } from './hypervisors.ts';
 
-/** What the remote steps share during one run: the hypervisor connections. */
+/**
+ * What the remote steps share during one run: the hypervisor connections, and the answers of one
+ * batched probe per member asked up front (like Ansible's fact gathering), so that a run where nothing
+ * changed costs one round trip per member instead of one per step. Each prefetched answer is used once:
+ * the re-check after an apply always asks again. This is sound because every step reads only the
+ * objects it owns (volumes, seed ISO, domain), which no earlier step changes.
+ */
 export class RemoteContext {
   readonly connections = new HypervisorConnections();
+  readonly #prefetched = new Map<string, Map<string, ProbeAnswer>>();
 
   async virshFor(member: Member): Promise<Virsh> {
     return new Virsh(await this.connections.get(member.hypervisor), member.hypervisor.libvirt_uri);
+  }
+
+  /** Asks every member's questions in one probe each; a failure is left for the steps to meet and report. */
+  async prefetch(members: readonly Member[], questionsOf: (member: Member) => Question[]): Promise<void> {
+    await Promise.all(
+      members.map(async (member) => {
+        const questions = questionsOf(member);
+        const named = Object.fromEntries(questions.map((question, i) => [`q${i}`, question]));
+        try {
+          const answers = await (await this.virshFor(member)).probe(named);
+          this.#prefetched.set(member.name, new Map(questions.map((question, i) => [keyOf(question), answers[`q${i}`]!])));
+        } catch {
+          // The step that needs the answer asks again and fails with the reason, on this host only.
+        }
+      }),
+    );
+  }
+
+  /** Answers from the prefetch where it has them (each used once); the rest asked now, in one probe. */
+  async probe<K extends string>(member: Member, questions: Record<K, Question>): Promise<Record<K, ProbeAnswer>> {
+    const cache = this.#prefetched.get(member.name);
+    const answers = {} as Record<K, ProbeAnswer>;
+    const missing = {} as Record<K, Question>;
+    for (const name of Object.keys(questions) as K[]) {
+      const key = keyOf(questions[name]);
+      const cached = cache?.get(key);
+      if (cached) {
+        answers[name] = cached;
+        cache!.delete(key);
+      } else missing[name] = questions[name];
+    }
+    if (Object.keys(missing).length > 0) Object.assign(answers, await (await this.virshFor(member)).probe(missing));
+    return answers;
   }
 
   close(): Promise<void> {
     return this.connections.closeAll();
   }
 }
+
+const keyOf = (question: Question): string => JSON.stringify(question);

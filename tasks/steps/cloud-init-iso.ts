@@ -5,6 +5,7 @@ import { volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
 import type { RenderedFile } from '../render/member.ts';
 import type { RemoteContext } from '../remote/context.ts';
 import { commandLine } from '../remote/shell.ts';
+import { virshArgv, type Question } from '../libvirt/virsh.ts';
 
 /**
  * Each member's NoCloud seed as a raw volume in its pool. The ISO is reproducible, so the volume's
@@ -17,6 +18,15 @@ interface SeedState {
   volume: VolumeState;
   remoteSha256?: string;
   wanted: CloudInitIso;
+}
+
+/** Does the seed volume exist, and what is its content's digest (streamed through sha256sum, never stored)? */
+export function seedQuestions(member: Member): Record<'info' | 'digest', Question> {
+  const { pool, name: volume } = member.volumes.cloudInit;
+  return {
+    info: volInfo(pool, volume),
+    digest: { shell: `${commandLine(virshArgv(member.hypervisor.libvirt_uri, ['vol-download', '--pool', pool, volume, '/dev/stdout']))} | sha256sum` },
+  };
 }
 
 export function cloudInitIsoStep(members: readonly Member[], rendered: ReadonlyMap<string, RenderedFile[]>, context: RemoteContext): Step<SeedState, CloudInitIso> {
@@ -35,15 +45,8 @@ export function cloudInitIsoStep(members: readonly Member[], rendered: ReadonlyM
     targets: members.map((member) => member.name),
     async check(name) {
       const member = memberNamed(name);
-      const virsh = await context.virshFor(member);
       const { pool, name: volume } = member.volumes.cloudInit;
-      const [answers, wanted] = await Promise.all([
-        virsh.probe({
-          info: volInfo(pool, volume),
-          digest: { shell: `${commandLine(virsh.argv(['vol-download', '--pool', pool, volume, '/dev/stdout']))} | sha256sum` },
-        }),
-        wantedIso(name),
-      ]);
+      const [answers, wanted] = await Promise.all([context.probe(member, seedQuestions(member)), wantedIso(name)]);
       const state = volumeState(answers.info, `cloud-init volume ${pool}/${volume}`);
       return { volume: state, wanted, ...(state.exists ? { remoteSha256: answers.digest.output.trim().split(/\s+/)[0] } : {}) };
     },

@@ -3,7 +3,7 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
 import { compareDomainXml, parseDomInfo } from '../libvirt/domain-xml.ts';
-import { isNotFound } from '../libvirt/virsh.ts';
+import { isNotFound, type Question } from '../libvirt/virsh.ts';
 import type { RenderedFile } from '../render/member.ts';
 import type { RemoteContext } from '../remote/context.ts';
 
@@ -31,6 +31,8 @@ function withUuidOf(liveXml: string | undefined, renderedXml: string): string {
   const uuid = liveXml?.match(/<uuid>([0-9a-f-]+)<\/uuid>/)?.[1];
   return uuid ? renderedXml.replace(/(<name>[^<]*<\/name>)/, `$1\n  <uuid>${uuid}</uuid>`) : renderedXml;
 }
+
+export const domainQuestions = (member: Member): Record<'xml' | 'info', Question> => ({ xml: ['dumpxml', '--inactive', member.name], info: ['dominfo', member.name] });
 
 export interface DomainsOptions {
   inventory: Inventory;
@@ -65,8 +67,7 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
     name: 'domain',
     targets: members.map((member) => member.name),
     async check(name) {
-      const virsh = await context.virshFor(memberNamed(name));
-      const answers = await virsh.probe({ xml: ['dumpxml', '--inactive', name], info: ['dominfo', name] });
+      const answers = await context.probe(memberNamed(name), domainQuestions(memberNamed(name)));
       if (answers.xml.code !== 0) {
         if (isNotFound(answers.xml)) return { running: false, autostart: false, state: 'undefined' };
         throw new Error(`cannot read domain ${name}: ${answers.xml.output.trim().split('\n')[0]}`);

@@ -1,6 +1,7 @@
 import type { Change, Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { GIB, volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
+import type { ProbeAnswer, Question } from '../libvirt/virsh.ts';
 import type { RemoteContext } from '../remote/context.ts';
 
 /**
@@ -19,18 +20,23 @@ type VolumeAction =
   | { kind: 'overlay'; pool: string; name: string; capacityBytes: number; basePath: string }
   | { kind: 'data'; pool: string; name: string; capacityBytes: number };
 
-async function probe(context: RemoteContext, member: Member): Promise<VolumesState> {
-  const virsh = await context.virshFor(member);
+type VolumeQuestion = 'os' | 'data' | 'basePath' | 'baseInfo';
+
+export function volumeQuestions(member: Member): Partial<Record<VolumeQuestion, Question>> {
   const { os, data, pool } = member.volumes;
-  const answers = await virsh.probe({
+  return {
     os: volInfo(pool, 'existing' in os ? os.existing : os.name),
-    data: data ? volInfo(pool, 'existing' in data ? data.existing : data.name) : ['version'],
-    basePath: 'base' in os ? ['vol-path', '--pool', os.base.pool, os.base.volume] : ['version'],
-    baseInfo: 'base' in os ? volInfo(os.base.pool, os.base.volume) : ['version'],
-  });
-  const state: VolumesState = { os: volumeState(answers.os, `volume ${pool}/${'existing' in os ? os.existing : os.name}`) };
-  if (data) state.data = volumeState(answers.data, `data volume of ${member.name}`);
-  if ('base' in os) {
+    ...(data ? { data: volInfo(pool, 'existing' in data ? data.existing : data.name) } : {}),
+    ...('base' in os ? { basePath: ['vol-path', '--pool', os.base.pool, os.base.volume], baseInfo: volInfo(os.base.pool, os.base.volume) } : {}),
+  };
+}
+
+async function probe(context: RemoteContext, member: Member): Promise<VolumesState> {
+  const { os, data, pool } = member.volumes;
+  const answers: Partial<Record<VolumeQuestion, ProbeAnswer>> = await context.probe(member, volumeQuestions(member) as Record<VolumeQuestion, Question>);
+  const state: VolumesState = { os: volumeState(answers.os!, `volume ${pool}/${'existing' in os ? os.existing : os.name}`) };
+  if (data && answers.data) state.data = volumeState(answers.data, `data volume of ${member.name}`);
+  if ('base' in os && answers.baseInfo && answers.basePath) {
     const base = volumeState(answers.baseInfo, `base image ${os.base.pool}/${os.base.volume}`);
     state.base = base.exists ? { path: answers.basePath.output.trim(), capacityBytes: base.capacityBytes } : { missing: `${os.base.pool}/${os.base.volume}` };
   }
@@ -56,6 +62,7 @@ export function volumesStep(inventory: Inventory, members: readonly Member[], co
       const member = members.find((candidate) => candidate.name === name)!;
       const state = await probe(context, member);
       if (!firstLook.has(name)) firstLook.set(name, Promise.resolve(state.os.exists));
+      if (state.os.exists) return { ...state, othersWithDisks: [] };
       const others = inventory.members.filter((other) => other.name !== name);
       const withDisks = (await Promise.all(others.map(async (other) => ((await hasOsDisk(other).catch(() => true)) ? other.name : undefined)))).filter(
         (other): other is string => other !== undefined,

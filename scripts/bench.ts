@@ -1,0 +1,133 @@
+import { readFileSync, rmSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { $ } from 'zx';
+
+/**
+ * Deploy timings on the local lab (run `npm run lab:up` first): cold deploy of the 3 members, the
+ * lower bound (the slowest VM from `virsh start` to etcd healthy, without the tool), a no-op re-run
+ * and a dry-run, each as the median of several runs. Prints a Markdown table for the README.
+ *
+ *   npx tsx scripts/bench.ts [--cold N] [--warm N]
+ */
+
+const INVENTORY = 'inventories/lab.yaml';
+const STATE = 'inventories/.etcd-kvm/lab';
+const REPORT = '/tmp/etcd-kvm-bench-report.json';
+const MEMBERS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' };
+const POOL = 'etcd-lab';
+
+const arg = (name: string, fallback: number) => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? Number(process.argv[i + 1]) : fallback;
+};
+const coldRuns = arg('--cold', 3);
+const warmRuns = arg('--warm', 7);
+
+$.verbose = false;
+const virsh = (args: string[]) => $`virsh -q -c qemu:///system ${args}`;
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+
+interface Report {
+  results: { step: string; host: string; status: string; durationMs: number }[];
+}
+
+async function timedDeploy(extra: string[] = []): Promise<{ ms: number; report: Report }> {
+  const started = performance.now();
+  const result = await $`npx tsx tasks/deploy.ts -i ${INVENTORY} --json ${REPORT} ${extra}`.nothrow();
+  const ms = performance.now() - started;
+  if (result.exitCode !== 0) throw new Error(`deploy ${extra.join(' ')} failed:\n${result.stdout.slice(-3000)}\n${result.stderr}`);
+  return { ms, report: JSON.parse(readFileSync(REPORT, 'utf8')) as Report };
+}
+
+/** The members' VMs and disks gone, as before a first deploy. */
+async function removeMembers(): Promise<void> {
+  for (const name of Object.keys(MEMBERS)) {
+    await virsh(['destroy', name]).nothrow();
+    await virsh(['undefine', name]).nothrow();
+  }
+  const volumes = (await virsh(['vol-list', POOL])).stdout.split('\n').map((line) => line.trim().split(/\s+/)[0]).filter((v): v is string => Boolean(v));
+  for (const volume of volumes) await virsh(['vol-delete', '--pool', POOL, volume]);
+}
+
+async function healthy(ip: string): Promise<boolean> {
+  const tls = ['--cacert', `${STATE}/pki/ca.crt`, '--cert', `${STATE}/pki/clients/root.crt`, '--key', `${STATE}/pki/clients/root.key`];
+  const result = await $`ip netns exec etcd-kvm-lab etcdctl --dial-timeout=2s --command-timeout=3s --endpoints=${`https://${ip}:2379`} ${tls} endpoint health`.nothrow();
+  return result.exitCode === 0;
+}
+
+/**
+ * Without the tool: the same definitions and seeds, fresh OS overlays, all three started at once;
+ * how long until each member's etcd is healthy.
+ */
+async function lowerBound(): Promise<Record<string, number>> {
+  const definitions = new Map<string, string>();
+  for (const name of Object.keys(MEMBERS)) definitions.set(name, (await virsh(['dumpxml', '--inactive', name])).stdout);
+  const basePath = (await virsh(['vol-path', '--pool', 'etcd-lab-images', 'debian-12-etcd.qcow2'])).stdout.trim();
+  for (const name of Object.keys(MEMBERS)) {
+    await virsh(['destroy', name]).nothrow();
+    await virsh(['undefine', name]);
+    await virsh(['vol-delete', '--pool', POOL, `${name}-os.qcow2`]);
+    await virsh(['vol-create-as', '--pool', POOL, '--name', `${name}-os.qcow2`, '--capacity', '4G', '--format', 'qcow2', '--backing-vol', basePath, '--backing-vol-format', 'qcow2']);
+    await $`virsh -q -c qemu:///system define /dev/stdin`.stdin.end(definitions.get(name));
+  }
+  const started = performance.now();
+  await Promise.all(Object.keys(MEMBERS).map((name) => virsh(['start', name])));
+  const times: Record<string, number> = {};
+  await Promise.all(
+    Object.entries(MEMBERS).map(async ([name, ip]) => {
+      while (!(await healthy(ip))) {
+        if (performance.now() - started > 900_000) throw new Error(`${name} not healthy after 15 min`);
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+      }
+      times[name] = performance.now() - started;
+    }),
+  );
+  return times;
+}
+
+function stepTimes(report: Report): Map<string, number> {
+  const slowest = new Map<string, number>();
+  for (const r of report.results) slowest.set(r.step, Math.max(slowest.get(r.step) ?? 0, r.durationMs));
+  return slowest;
+}
+
+async function main(): Promise<void> {
+  const cold: { ms: number; steps: Map<string, number> }[] = [];
+  for (let i = 0; i < coldRuns; i++) {
+    await removeMembers();
+    rmSync(STATE, { recursive: true, force: true });
+    const run = await timedDeploy();
+    cold.push({ ms: run.ms, steps: stepTimes(run.report) });
+    console.error(`cold run ${i + 1}/${coldRuns}: ${seconds(run.ms)}`);
+  }
+  const bound = await lowerBound();
+  console.error(`lower bound: ${Object.entries(bound).map(([name, ms]) => `${name} ${seconds(ms)}`).join(', ')}`);
+  // The fresh cluster from the lower-bound run has no auth yet: converge once, then measure no-ops.
+  await timedDeploy();
+  const noop: number[] = [];
+  for (let i = 0; i < warmRuns; i++) {
+    const run = await timedDeploy();
+    const changed = run.report.results.filter((r) => r.status !== 'ok');
+    if (changed.length > 0) throw new Error(`a no-op run changed something: ${JSON.stringify(changed)}`);
+    noop.push(run.ms);
+  }
+  const dry: number[] = [];
+  for (let i = 0; i < warmRuns; i++) dry.push((await timedDeploy(['--dry-run'])).ms);
+
+  const slowestVm = Math.max(...Object.values(bound));
+  const coldMedian = median(cold.map((c) => c.ms));
+  const steps = [...(cold[0]?.steps.keys() ?? [])];
+  const cpu = cpus()[0]?.model ?? 'unknown CPU';
+  console.log(`Measured ${new Date().toISOString().slice(0, 10)} on ${cpus().length} × ${cpu}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}, QEMU TCG (no KVM).\n`);
+  console.log('| what | median | runs |');
+  console.log('|---|---|---|');
+  console.log(`| cold deploy, 3 members (total) | ${seconds(coldMedian)} | ${cold.map((c) => seconds(c.ms)).join(', ')} |`);
+  for (const step of steps) console.log(`| &nbsp;&nbsp;step ${step} (slowest host) | ${seconds(median(cold.map((c) => c.steps.get(step) ?? 0)))} | |`);
+  console.log(`| lower bound: slowest VM, virsh start → etcd healthy | ${seconds(slowestVm)} | ${Object.entries(bound).map(([n, ms]) => `${n} ${seconds(ms)}`).join(', ')} |`);
+  console.log(`| cold deploy / lower bound | ${(coldMedian / slowestVm).toFixed(2)} | target ≤ 1.15 |`);
+  console.log(`| no-op re-run | ${seconds(median(noop))} | ${noop.map(seconds).join(', ')} |`);
+  console.log(`| dry-run | ${seconds(median(dry))} | ${dry.map(seconds).join(', ')} |`);
+}
+
+await main();
