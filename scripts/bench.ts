@@ -24,7 +24,7 @@ const coldRuns = arg('--cold', 3);
 const warmRuns = arg('--warm', 7);
 
 $.verbose = false;
-const virsh = (args: string[]) => $`virsh -q -c qemu:///system ${args}`;
+const virsh = (args: string[]) => $`virsh -q -c qemu:///system ${args}`.quiet();
 const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
 
@@ -34,7 +34,7 @@ interface Report {
 
 async function timedDeploy(extra: string[] = []): Promise<{ ms: number; report: Report }> {
   const started = performance.now();
-  const result = await $`npx tsx tasks/deploy.ts -i ${INVENTORY} --json ${REPORT} ${extra}`.nothrow();
+  const result = await $`npx tsx tasks/deploy.ts -i ${INVENTORY} --json ${REPORT} ${extra}`.nothrow().quiet();
   const ms = performance.now() - started;
   if (result.exitCode !== 0) throw new Error(`deploy ${extra.join(' ')} failed:\n${result.stdout.slice(-3000)}\n${result.stderr}`);
   return { ms, report: JSON.parse(readFileSync(REPORT, 'utf8')) as Report };

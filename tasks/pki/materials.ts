@@ -1,3 +1,4 @@
+import { readIfExists } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
 import type { Inventory } from '../inventory/model.ts';
 import { caOf, type PkiFacts } from './plan.ts';
@@ -8,6 +9,8 @@ export interface MemberTls {
   caCert?: string;
   cert?: string;
   key?: Secret;
+  /** The member's SSH host key (ECDSA), absent while not yet generated. */
+  sshHostKey?: { privateKey: Secret; publicLine: string };
 }
 
 /** What rendering needs from the PKI: certificates are public, keys stay Secrets. */
@@ -21,19 +24,24 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
   const leaves: PkiFacts['leaves'] = new Map();
   for (const member of inventory.members) leaves.set(`member/${member.name}`, store.read(`member/${member.name}`));
   leaves.set('client/root', store.read('client/root'));
-  return { ca: store.read('ca'), leaves, adminSsh: store.read('ssh/admin') };
+  const hostKeys = new Map(inventory.members.map((member) => [member.name, store.read(`ssh-host/${member.name}`)]));
+  const knownHosts = readIfExists(store.knownHostsPath);
+  return { ca: store.read('ca'), leaves, adminSsh: store.read('ssh/admin'), hostKeys, ...(knownHosts !== undefined ? { knownHosts } : {}) };
 }
 
 export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMaterials {
   const caCert = caOf(inventory, facts).public;
   const members = new Map<string, MemberTls>();
   for (const member of inventory.members) {
+    const host = facts.hostKeys.get(member.name);
+    const sshHostKey = host?.public && host.privateKey ? { sshHostKey: { privateKey: new Secret(host.privateKey), publicLine: host.public.trim() } } : {};
     if (member.suppliedTls) {
-      members.set(member.name, { caCert: member.suppliedTls.caCert, cert: member.suppliedTls.serverCert, key: member.suppliedTls.serverKey });
+      members.set(member.name, { caCert: member.suppliedTls.caCert, cert: member.suppliedTls.serverCert, key: member.suppliedTls.serverKey, ...sshHostKey });
       continue;
     }
     const stored = facts.leaves.get(`member/${member.name}`) ?? {};
     members.set(member.name, {
+      ...sshHostKey,
       ...(caCert ? { caCert } : {}),
       ...(stored.public ? { cert: stored.public } : {}),
       ...(stored.privateKey ? { key: new Secret(stored.privateKey) } : {}),

@@ -14,13 +14,28 @@ export interface WantedCertificate {
 export type PkiAction =
   | { kind: 'create-ca' }
   | { kind: 'issue'; certificate: WantedCertificate }
-  | { kind: 'ssh-key'; id: 'ssh/admin' };
+  | { kind: 'ssh-key'; id: 'ssh/admin' }
+  | { kind: 'ssh-host-key'; member: string }
+  | { kind: 'known-hosts' };
 
 /** What the state directory holds, read by the check. */
 export interface PkiFacts {
   ca: StoredPair;
   leaves: Map<MaterialId, StoredPair>;
   adminSsh: StoredPair;
+  /** Each member's SSH host key, by member name: generated here, injected by cloud-init, pinned. */
+  hostKeys: Map<string, StoredPair>;
+  knownHosts?: string;
+}
+
+/** One known_hosts line per member: all its addresses and its name, with its host key. */
+export function knownHostsOf(inventory: Inventory, hostKeys: ReadonlyMap<string, StoredPair>): string {
+  return inventory.members
+    .map((member) => {
+      const key = hostKeys.get(member.name)?.public?.trim().split(' ').slice(0, 2).join(' ');
+      return key ? `${[...member.interfaces.map((nic) => nic.ip), member.name].join(',')} ${key}\n` : '';
+    })
+    .join('');
 }
 
 const sorted = (values: Iterable<string>) => [...new Set(values)].sort();
@@ -117,6 +132,11 @@ export function planPki(inventory: Inventory, facts: PkiFacts, now = new Date())
 
   if (!facts.adminSsh.public || !facts.adminSsh.privateKey) {
     changes.push({ summary: 'create the SSH key the tool logs into members with', action: { kind: 'ssh-key', id: 'ssh/admin' } });
+  }
+  const missingHostKeys = inventory.members.filter((member) => !facts.hostKeys.get(member.name)?.public || !facts.hostKeys.get(member.name)?.privateKey);
+  for (const member of missingHostKeys) changes.push({ summary: `create the SSH host key of ${member.name}`, action: { kind: 'ssh-host-key', member: member.name } });
+  if (missingHostKeys.length > 0 || facts.knownHosts !== knownHostsOf(inventory, facts.hostKeys)) {
+    changes.push({ summary: 'write ssh/known_hosts pinning the members\' host keys', action: { kind: 'known-hosts' } });
   }
   return changes;
 }

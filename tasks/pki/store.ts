@@ -2,7 +2,7 @@ import { join } from 'node:path';
 import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
 
 /** A certificate or SSH identity the tool keeps: its id names its files under the state directory. */
-export type MaterialId = 'ca' | `member/${string}` | 'client/root' | 'ssh/admin';
+export type MaterialId = 'ca' | `member/${string}` | 'client/root' | 'ssh/admin' | `ssh-host/${string}`;
 
 export interface StoredPair {
   /** Certificate PEM, or the OpenSSH public key line for SSH identities. */
@@ -12,6 +12,7 @@ export interface StoredPair {
 
 function filesOf(id: MaterialId): { public: string; privateKey: string } {
   if (id === 'ssh/admin') return { public: 'ssh/admin.pub', privateKey: 'ssh/admin.key' };
+  if (id.startsWith('ssh-host/')) return { public: `ssh/hosts/${id.slice('ssh-host/'.length)}.pub`, privateKey: `ssh/hosts/${id.slice('ssh-host/'.length)}.key` };
   const [kind, name] = id === 'ca' ? ['', 'ca'] : id.split('/');
   const dir = kind === 'member' ? 'pki/members' : kind === 'client' ? 'pki/clients' : 'pki';
   return { public: `${dir}/${name}.crt`, privateKey: `${dir}/${name}.key` };
@@ -31,6 +32,11 @@ export class PkiStore {
     const pub = readIfExists(paths.public);
     const privateKey = readIfExists(paths.privateKey);
     return { ...(pub !== undefined ? { public: pub } : {}), ...(privateKey !== undefined ? { privateKey } : {}) };
+  }
+
+  /** known_hosts pinning every member's host key, for the operator's (and the tool's) SSH to members. */
+  get knownHostsPath(): string {
+    return join(this.stateDir, 'ssh', 'known_hosts');
   }
 
   /** Key first: a run killed between the two writes leaves a key without a certificate, which is re-issued. */

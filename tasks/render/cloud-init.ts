@@ -60,6 +60,8 @@ export function renderUserData(input: CloudInitInput): string {
     manage_etc_hosts: true,
     ssh_pwauth: false,
     disable_root: true,
+    // The host key the tool generated and pinned in its known_hosts; no others are generated.
+    ...(tls.sshHostKey ? { ssh_deletekeys: true, ssh_keys: { ecdsa_private: writeSecret(tls.sshHostKey.privateKey), ecdsa_public: tls.sshHostKey.publicLine } } : {}),
     users: [
       {
         name: member.admin.user,

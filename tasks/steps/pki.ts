@@ -3,7 +3,8 @@ import type { Change, Step } from '../core/step.ts';
 import type { Inventory } from '../inventory/model.ts';
 import { generateRsaKey, generateSshKey } from '../pki/keys.ts';
 import { readFacts } from '../pki/materials.ts';
-import { caOf, planPki, PkiRefusal, type PkiAction, type PkiFacts } from '../pki/plan.ts';
+import { caOf, knownHostsOf, planPki, PkiRefusal, type PkiAction, type PkiFacts } from '../pki/plan.ts';
+import { PUBLIC_FILE_MODE, writeFileAtomic } from '../core/files.ts';
 import type { PkiStore } from '../pki/store.ts';
 import { issueCertificate } from '../pki/x509.ts';
 
@@ -31,10 +32,12 @@ export function pkiStep(inventory: Inventory, store: PkiStore): Step<PkiFacts, P
       const issues = actions.flatMap((action) => (action.kind === 'issue' ? [action.certificate] : []));
       const createCa = actions.some((action) => action.kind === 'create-ca');
       // Every key at once, on libuv's thread pool (RSA generation dominates); signing is quick and sequential.
-      const [caKey, leafKeys, sshKey] = await Promise.all([
+      const hostKeyMembers = actions.flatMap((action) => (action.kind === 'ssh-host-key' ? [action.member] : []));
+      const [caKey, leafKeys, sshKey, hostKeys] = await Promise.all([
         createCa ? generateRsaKey(inventory.pki.key_length) : undefined,
         Promise.all(issues.map(() => generateRsaKey(inventory.pki.key_length))),
         actions.some((action) => action.kind === 'ssh-key') ? generateSshKey(`etcd-kvm@${inventory.cluster.name}`) : undefined,
+        Promise.all(hostKeyMembers.map((member) => generateSshKey(`${member} host key`))),
       ]);
       let ca = caOf(inventory, facts);
       if (caKey) {
@@ -56,6 +59,10 @@ export function pkiStep(inventory: Inventory, store: PkiStore): Step<PkiFacts, P
         store.write(wanted.id, { public: certificate, privateKey: key });
       });
       if (sshKey) store.write('ssh/admin', { public: `${sshKey.publicLine}\n`, privateKey: sshKey.privatePem });
+      hostKeyMembers.forEach((member, i) => store.write(`ssh-host/${member}`, { public: `${hostKeys[i]!.publicLine}\n`, privateKey: hostKeys[i]!.privatePem }));
+      if (actions.some((action) => action.kind === 'known-hosts')) {
+        writeFileAtomic(store.knownHostsPath, knownHostsOf(inventory, readFacts(inventory, store).hostKeys), PUBLIC_FILE_MODE);
+      }
     },
   };
 }

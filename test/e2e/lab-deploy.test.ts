@@ -82,6 +82,19 @@ test.serial('clients without a certificate, with another CA, or without a user a
   t.regex(etcdctl([endpoint('etcd-1')], rootIdentity, ['user', 'get', 'root']).stdout, /Roles: root/);
 });
 
+test.serial('each VM serves the SSH host key the tool generated and pinned: ssh through the hypervisor with strict checking', (t) => {
+  const hypervisor = '.etcd-kvm/lab/hypervisor';
+  const proxy = `ssh -i ${hypervisor}/client_key -o UserKnownHostsFile=${hypervisor}/known_hosts -o StrictHostKeyChecking=yes -p 2222 -W %h:%p root@127.0.0.1`;
+  for (const [member, ip] of Object.entries(MEMBER_IPS)) {
+    const ssh = run('ssh', [
+      '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=yes', '-o', `UserKnownHostsFile=${join(LAB_STATE, 'ssh/known_hosts')}`,
+      '-o', `ProxyCommand=${proxy}`, '-i', join(LAB_STATE, 'ssh/admin.key'), `admin@${ip}`, 'hostname',
+    ]);
+    t.is(ssh.status, 0, ssh.stderr);
+    t.is(ssh.stdout.trim(), member);
+  }
+});
+
 test.serial('a second run changes nothing, and a dry-run after it plans nothing', (t) => {
   const second = deployed(t);
   t.is(second.status, 0);
@@ -114,7 +127,8 @@ test.serial('drift: a deleted cloud-init ISO is recreated and nothing else chang
 test.serial('no run printed private key material or a key file line, and keys are 0600', (t) => {
   const all = outputs.join('\n');
   t.false(all.includes('PRIVATE KEY'));
-  const keyFiles = ['pki/ca.key', 'pki/clients/root.key', 'ssh/admin.key', ...readdirSync(join(LAB_STATE, 'pki/members')).filter((f) => f.endsWith('.key')).map((f) => `pki/members/${f}`)];
+  const keysIn = (dir: string) => readdirSync(join(LAB_STATE, dir)).filter((f) => f.endsWith('.key')).map((f) => `${dir}/${f}`);
+  const keyFiles = ['pki/ca.key', 'pki/clients/root.key', 'ssh/admin.key', ...keysIn('pki/members'), ...keysIn('ssh/hosts')];
   for (const file of keyFiles) {
     const path = join(LAB_STATE, file);
     t.true(existsSync(path), file);

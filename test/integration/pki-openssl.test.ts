@@ -83,6 +83,18 @@ test('issued certificates verify with OpenSSL and carry the specified names and 
   const fingerprint = run('ssh-keygen', ['-l', '-f', join(stateDir, 'ssh', 'admin.key')]);
   t.is(fingerprint.status, 0, fingerprint.stderr);
   t.regex(fingerprint.stdout, /ECDSA/);
+
+  // Each member's host key is one OpenSSH reads, and known_hosts pins it under the member's IP and name.
+  const knownHosts = readFileSync(join(stateDir, 'ssh', 'known_hosts'), 'utf8');
+  for (const [member, ip] of [['etcd-1', '10.10.0.11'], ['etcd-2', '10.10.0.12']] as const) {
+    const hostKey = join(stateDir, 'ssh', 'hosts', `${member}.key`);
+    t.is(statSync(hostKey).mode & 0o777, 0o600);
+    const derived = run('ssh-keygen', ['-y', '-f', hostKey]);
+    t.is(derived.status, 0, derived.stderr);
+    const found = run('ssh-keygen', ['-F', ip, '-f', join(stateDir, 'ssh', 'known_hosts')]);
+    t.true(found.stdout.includes(derived.stdout.trim()), `${member} pinned under ${ip}`);
+    t.regex(knownHosts, new RegExp(`^${ip.replace(/\./g, '\\.')},${member} ecdsa-sha2-nistp256 `, 'm'));
+  }
 });
 
 test('a second run reuses every file byte for byte', async (t) => {
@@ -94,7 +106,7 @@ test('a second run reuses every file byte for byte', async (t) => {
   t.deepEqual(snapshot(stateDir), before);
 });
 
-test('changing one member IP re-issues only that member certificate', async (t) => {
+test('changing one member IP re-issues only that member certificate (and re-pins its host key under the new IP)', async (t) => {
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
   await applyPki(stateDir);
   const before = snapshot(stateDir);
@@ -102,10 +114,11 @@ test('changing one member IP re-issues only that member certificate', async (t) 
     ((doc.members[1]!.libvirt_networks as Record<string, unknown>[])[0]!).ip = '10.10.0.42';
   });
   t.is(result.status, 'changed');
-  t.deepEqual(result.changes.map((c) => c.summary), ['issue certificate member/etcd-2 (its names or addresses changed)']);
+  t.deepEqual(result.changes.map((c) => c.summary), ['issue certificate member/etcd-2 (its names or addresses changed)', "write ssh/known_hosts pinning the members' host keys"]);
   const after = snapshot(stateDir);
   const changed = [...after.keys()].filter((path) => after.get(path) !== before.get(path)).sort();
-  t.deepEqual(changed, ['pki/members/etcd-2.crt', 'pki/members/etcd-2.key']);
+  t.deepEqual(changed, ['pki/members/etcd-2.crt', 'pki/members/etcd-2.key', 'ssh/known_hosts']);
+  t.regex(after.get('ssh/known_hosts') ?? '', /^10\.10\.0\.42,etcd-2 ecdsa-sha2-nistp256 /m);
   t.true(x509Text(join(stateDir, 'pki/members/etcd-2.crt')).includes('IP Address:10.10.0.42'));
 });
 

@@ -53,7 +53,8 @@ test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 070
   const doc = baseDocument();
   Object.assign(doc.defaults as object, { ssh_admin_user: 'ops', admin_user_password: 'hunter2-console', ssh_admin_public_key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOp ops@desk' });
   const inventory = load(doc);
-  const pki = { caCert: 'CA-PEM\n', members: new Map([['etcd-1', { caCert: 'CA-PEM\n', cert: 'CERT-PEM\n', key: new Secret('KEY-PEM\n') }]]), adminSshPublicKey: 'ecdsa-sha2-nistp256 AAAA tool' };
+  const sshHostKey = { privateKey: new Secret('HOST-KEY-PEM\n'), publicLine: 'ecdsa-sha2-nistp256 BBBB etcd-1 host key' };
+  const pki = { caCert: 'CA-PEM\n', members: new Map([['etcd-1', { caCert: 'CA-PEM\n', cert: 'CERT-PEM\n', key: new Secret('KEY-PEM\n'), sshHostKey }]]), adminSshPublicKey: 'ecdsa-sha2-nistp256 AAAA tool' };
   const files = renderMember({ inventory, pki, initialClusterState: 'new' }, inventory.members[0]!);
   const userData = fileOf(files, 'user-data');
   t.true(userData.content.startsWith('#cloud-config\n'));
@@ -64,6 +65,9 @@ test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 070
   t.false(config.users[0].lock_passwd);
   t.deepEqual(config.users[0].ssh_authorized_keys, ['ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOp ops@desk', 'ecdsa-sha2-nistp256 AAAA tool']);
   t.deepEqual(config.chpasswd.users, [{ name: 'ops', password: 'hunter2-console', type: 'text' }]);
+  // The pinned host key replaces whatever the image or cloud-init would generate.
+  t.true(config.ssh_deletekeys);
+  t.deepEqual(config.ssh_keys, { ecdsa_private: 'HOST-KEY-PEM\n', ecdsa_public: 'ecdsa-sha2-nistp256 BBBB etcd-1 host key' });
   const writes = writeFilesOf(userData.content);
   t.deepEqual(writes.get('/etc/etcd/tls/server.key'), { path: '/etc/etcd/tls/server.key', permissions: '0600', owner: 'etcd:etcd', defer: true, content: 'KEY-PEM\n' });
   t.is(writes.get('/etc/etcd/tls/server.crt')!.content, 'CERT-PEM\n');
@@ -76,7 +80,8 @@ test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 070
   t.false(userData.display.includes('hunter2-console'));
   t.false(userData.display.includes('KEY-PEM'));
   t.true(userData.display.includes('CERT-PEM'));
-  t.is((userData.display.match(/<redacted>/g) ?? []).length, 2);
+  t.true(userData.display.includes('BBBB etcd-1 host key'));
+  t.is((userData.display.match(/<redacted>/g) ?? []).length, 3);
 });
 
 test('network-config matches NICs by MAC, quoted so YAML 1.1 cannot read an all-digit MAC as a number', (t) => {
