@@ -1,5 +1,6 @@
-import { readFileSync, rmSync } from 'node:fs';
-import { cpus, totalmem } from 'node:os';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir, totalmem } from 'node:os';
+import { join } from 'node:path';
 import { $ } from 'zx';
 
 /**
@@ -69,7 +70,10 @@ async function lowerBound(): Promise<Record<string, number>> {
     await virsh(['undefine', name]);
     await virsh(['vol-delete', '--pool', POOL, `${name}-os.qcow2`]);
     await virsh(['vol-create-as', '--pool', POOL, '--name', `${name}-os.qcow2`, '--capacity', '4G', '--format', 'qcow2', '--backing-vol', basePath, '--backing-vol-format', 'qcow2']);
-    await $`virsh -q -c qemu:///system define /dev/stdin`.stdin.end(definitions.get(name));
+    const file = join(tmpdir(), `etcd-kvm-bench-${name}.xml`);
+    writeFileSync(file, definitions.get(name)!);
+    await virsh(['define', file]);
+    rmSync(file);
   }
   const started = performance.now();
   await Promise.all(Object.keys(MEMBERS).map((name) => virsh(['start', name])));

@@ -119,8 +119,9 @@ export async function ensureSshdFiles(): Promise<void> {
   writeFileSync(join(LAB.clientDir, 'known_hosts'), `[${LAB.forwardHost}]:${LAB.forwardPort} ${hostPublic}\n`);
 }
 
-export async function startDaemons(log: (line: string) => void): Promise<void> {
-  for (const daemon of DAEMONS) {
+/** Starts the daemons that are not running (all, or the named ones), in order. */
+export async function startDaemons(log: (line: string) => void, only?: readonly string[]): Promise<void> {
+  for (const daemon of DAEMONS.filter((candidate) => !only || only.includes(candidate.name))) {
     const pid = livePid(daemon.pidFile, daemon.command);
     if (pid !== undefined && (await daemon.ready())) continue;
     if (pid !== undefined) await stopByPidFile(daemon.pidFile, daemon.command);

@@ -43,12 +43,7 @@ async function up(): Promise<void> {
   if (kvmNote) log(kvmNote);
   const image = await ensureImage(log);
   if (image.builtInMs === undefined) log(`image: reusing ${image.path}`);
-  if (!(await namespaceExists())) {
-    // A namespace vanished under running daemons (or never existed): start them all afresh inside it.
-    await stopDaemons(log);
-    await $`ip netns add ${LAB.namespace}`;
-    log(`namespace ${LAB.namespace}: created`);
-  }
+  await ensureNamespace();
   await $`ip -n ${LAB.namespace} link set lo up`;
   await ensureSshdFiles();
   await startDaemons(log);
@@ -56,7 +51,21 @@ async function up(): Promise<void> {
   log(`up in ${((performance.now() - started) / 1000).toFixed(1)} s; hypervisor: root@${LAB.forwardHost}:${LAB.forwardPort}`);
 }
 
+async function ensureNamespace(): Promise<void> {
+  if (await namespaceExists()) return;
+  // A namespace vanished under running daemons (or never existed): start them all afresh inside it.
+  await stopDaemons(log);
+  await $`ip netns add ${LAB.namespace}`;
+  log(`namespace ${LAB.namespace}: created`);
+}
+
 async function down(): Promise<void> {
+  // A killed run leaves libvirt's persistent VMs, pools and network defined but libvirtd gone: start
+  // it (in the namespace) just to remove them, or the next `up` would autostart the old VMs.
+  if (existsSync(labPath('run')) && daemonStatus().find((daemon) => daemon.name === 'libvirtd')?.pid === undefined) {
+    await ensureNamespace();
+    await startDaemons(log, ['virtlogd', 'libvirtd']).catch((error: Error) => log(`cannot start libvirtd for cleanup: ${error.message}`));
+  }
   await removeLibvirtObjects(log).catch((error: Error) => log(`libvirt cleanup incomplete: ${error.message}`));
   await stopDaemons(log);
   if (await namespaceExists()) {

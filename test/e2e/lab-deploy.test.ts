@@ -1,5 +1,5 @@
 import test from 'ava';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run } from '../helpers/exec.ts';
@@ -122,6 +122,24 @@ test.serial('drift: a deleted cloud-init ISO is recreated and nothing else chang
   t.deepEqual(changed(result), [`etcd-3/cloud-init: changed upload cloud-init ISO etcd-lab/etcd-3-cloud-init.iso (${result.report.results.find((r) => r.step === 'cloud-init' && r.host === 'etcd-3')?.changes[0]?.summary.match(/\((\d+) bytes\)/)?.[1]} bytes)`]);
   t.is(virsh(['vol-info', '--pool', 'etcd-lab', 'etcd-3-cloud-init.iso']).status, 0);
   t.regex(virsh(['domstate', 'etcd-3']).stdout, /running/);
+});
+
+test.serial('drift: more memory in the inventory redefines the domain and restarts the member, then waits for health', (t) => {
+  // A copy beside the original, so its relative paths (hypervisor key, state directory) still resolve.
+  const resized = 'inventories/.e2e-resized.yaml';
+  writeFileSync(resized, readFileSync('inventories/lab.yaml', 'utf8').replace('memory: 1024', 'memory: 1152'));
+  try {
+    const result = deployed(t, ['-i', resized, '--limit', 'etcd-2']);
+    t.is(result.status, 0);
+    t.deepEqual(changed(result).map((line) => line.replace(/: changed .*/, '')), ['etcd-2/render', 'etcd-2/domain']);
+    t.regex(changed(result).join('\n'), /redefine domain etcd-2; restart etcd-2 to apply its new definition/);
+    t.regex(virsh(['dominfo', 'etcd-2']).stdout, /Max memory:\s+1179648 KiB/);
+    t.regex(virsh(['domstate', 'etcd-2']).stdout, /running/);
+    t.is(etcdctl(ALL, rootIdentity, ['endpoint', 'health']).status, 0);
+    t.is(etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--print-value-only', 'e2e/greeting']).stdout.trim(), 'hello from etcd-1');
+  } finally {
+    rmSync(resized, { force: true });
+  }
 });
 
 test.serial('no run printed private key material or a key file line, and keys are 0600', (t) => {

@@ -20,7 +20,8 @@ export interface DeployRun extends Completed {
 
 /** One deploy of the lab inventory, as an operator runs it, with its --json report. */
 export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-report.json')): DeployRun {
-  const completed = run(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', '-i', LAB_INVENTORY, '--json', reportPath, ...args], { timeoutMs: 20 * 60_000 });
+  const inventory = args.includes('-i') ? [] : ['-i', LAB_INVENTORY];
+  const completed = run(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...inventory, '--json', reportPath, ...args], { timeoutMs: 20 * 60_000 });
   let report: DeployRun['report'] = { results: [] };
   try {
     report = JSON.parse(readFileSync(reportPath, 'utf8')) as DeployRun['report'];
