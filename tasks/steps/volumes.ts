@@ -44,40 +44,35 @@ async function probe(context: RemoteContext, member: Member): Promise<VolumesSta
 }
 
 export function volumesStep(inventory: Inventory, members: readonly Member[], context: RemoteContext): Step<VolumesState & { othersWithDisks: string[] }, VolumeAction> {
-  // Whether the other members already have their OS disk, as first seen in this run: a missing disk next
-  // to existing ones means a cluster formed without this member's data.
-  const firstLook = new Map<string, Promise<boolean>>();
-  const hasOsDisk = (member: Member) => {
-    let look = firstLook.get(member.name);
-    if (!look) {
-      look = probe(context, member).then((state) => state.os.exists);
-      firstLook.set(member.name, look);
-    }
-    return look;
-  };
+  const memberNamed = (name: string) => members.find((member) => member.name === name)!;
+  // Which members had their OS disk when this step started: a missing disk next to existing ones means a
+  // cluster formed without this member's data. Taken once, by the first member that misses its disk, and
+  // before any member can apply (every apply comes after its own check, which awaits this).
+  type DiskSeen = 'yes' | 'no' | 'unknown';
+  let disksAtStart: Promise<Map<string, DiskSeen>> | undefined;
+  const membersWithDisks = () =>
+    (disksAtStart ??= Promise.all(
+      inventory.members.map(async (member) => [member.name, await probe(context, member).then((state): DiskSeen => (state.os.exists ? 'yes' : 'no'), (): DiskSeen => 'unknown')] as const),
+    ).then((entries) => new Map<string, DiskSeen>(entries)));
   return {
     name: 'volumes',
     targets: members.map((member) => member.name),
     async check(name) {
-      const member = members.find((candidate) => candidate.name === name)!;
-      const state = await probe(context, member);
-      if (!firstLook.has(name)) firstLook.set(name, Promise.resolve(state.os.exists));
+      const state = await probe(context, memberNamed(name));
       if (state.os.exists) return { ...state, othersWithDisks: [] };
-      const others = inventory.members.filter((other) => other.name !== name);
-      const withDisks = (await Promise.all(others.map(async (other) => ((await hasOsDisk(other).catch(() => true)) ? other.name : undefined)))).filter(
-        (other): other is string => other !== undefined,
-      );
-      return { ...state, othersWithDisks: withDisks };
+      // A member that cannot be read counts as having a disk: refusing is the safe side.
+      const others = [...(await membersWithDisks()).entries()].filter(([other, disk]) => other !== name && disk !== 'no');
+      return { ...state, othersWithDisks: others.map(([other, disk]) => (disk === 'yes' ? other : `${other} (unreadable)`)) };
     },
     plan(state, name) {
-      const member = members.find((candidate) => candidate.name === name)!;
+      const member = memberNamed(name);
       const { os, data, pool } = member.volumes;
       const changes: Change<VolumeAction>[] = [];
       if (!state.os.exists) {
         if ('existing' in os) throw new Error(`volume_id ${os.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}; create it or drop volume_id to let the tool make an overlay on base_image`);
         if (!inventory.cluster.is_initializing || state.othersWithDisks.length > 0) {
           throw new Error(
-            `refusing to create a new OS disk for ${name}: the cluster already exists (${state.othersWithDisks.length > 0 ? `${state.othersWithDisks.join(', ')} have their disks` : 'cluster.is_initializing is false'}), ` +
+            `refusing to create a new OS disk for ${name}: the cluster already exists (${state.othersWithDisks.length > 0 ? `other members have their disks: ${state.othersWithDisks.join(', ')}` : 'cluster.is_initializing is false'}), ` +
               'and a fresh member would start empty with initial-cluster-state new. Restore the volume, or replace the member by hand ' +
               '(etcdctl member remove/add); member replacement is not automated yet. Nothing was changed for this member.',
           );
@@ -101,7 +96,7 @@ export function volumesStep(inventory: Inventory, members: readonly Member[], co
       return changes;
     },
     async apply(changes, name) {
-      const virsh = await context.virshFor(members.find((candidate) => candidate.name === name)!);
+      const virsh = await context.virshFor(memberNamed(name));
       for (const { action } of changes) {
         const common = ['vol-create-as', '--pool', action.pool, '--name', action.name, '--capacity', `${action.capacityBytes}`, '--format', 'qcow2'];
         await virsh.run(action.kind === 'overlay' ? [...common, '--backing-vol', action.basePath, '--backing-vol-format', 'qcow2'] : common);

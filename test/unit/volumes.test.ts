@@ -1,0 +1,76 @@
+import test from 'ava';
+import type { Inventory, Member } from '../../tasks/inventory/model.ts';
+import type { ProbeAnswer, Question } from '../../tasks/libvirt/virsh.ts';
+import type { RemoteContext } from '../../tasks/remote/context.ts';
+import { volumesStep } from '../../tasks/steps/volumes.ts';
+import { baseDocument, load } from '../helpers/inventory.ts';
+
+/**
+ * The volumes step's safety rule, against a fake hypervisor (the real one is exercised by test/e2e):
+ * a missing OS disk is created only while no other member has one.
+ */
+
+type Disks = Record<string, 'present' | 'missing' | 'unreadable'>;
+
+const found: ProbeAnswer = { code: 0, output: 'Name: x\nCapacity:       2147483648 bytes\n' };
+const absent: ProbeAnswer = { code: 1, output: "error: failed to get vol 'x'\nerror: Storage volume not found" };
+
+function fakeHypervisor(disks: Disks): RemoteContext {
+  const answer = (member: Member, question: Question): ProbeAnswer => {
+    if ('shell' in question) throw new Error('unexpected shell question');
+    if (question[0] === 'vol-path') return { code: 0, output: '/pools/images/base.qcow2\n' };
+    if (question.at(-1) === 'base.qcow2') return found;
+    return disks[member.name] === 'present' ? found : absent;
+  };
+  return {
+    async probe(member: Member, questions: Record<string, Question>) {
+      if (disks[member.name] === 'unreadable') throw new Error('hypervisor hv: cannot connect');
+      return Object.fromEntries(Object.entries(questions).map(([name, question]) => [name, answer(member, question)]));
+    },
+  } as unknown as RemoteContext;
+}
+
+async function plans(inventory: Inventory, disks: Disks): Promise<Record<string, string>> {
+  const step = volumesStep(inventory, inventory.members, fakeHypervisor(disks));
+  const outcome: Record<string, string> = {};
+  await Promise.all(
+    step.targets.map(async (name) => {
+      try {
+        outcome[name] = step.plan(await step.check(name), name).map((change) => change.summary).join('; ') || 'ok';
+      } catch (error) {
+        outcome[name] = `refused: ${(error as Error).message}`;
+      }
+    }),
+  );
+  return outcome;
+}
+
+test('a new cluster gets an overlay OS disk per member, sized to the larger of the base image and os_volume_size_gib', async (t) => {
+  const doc = baseDocument();
+  (doc.members[2] as Record<string, unknown>).os_volume_size_gib = 4;
+  const outcome = await plans(load(doc), { 'etcd-1': 'missing', 'etcd-2': 'missing', 'etcd-3': 'missing' });
+  t.is(outcome['etcd-1'], 'create OS disk default/etcd-1-os.qcow2 (2 GiB qcow2 overlay on images/base.qcow2)');
+  t.is(outcome['etcd-3'], 'create OS disk default/etcd-3-os.qcow2 (4 GiB qcow2 overlay on images/base.qcow2)');
+});
+
+test('existing disks are ok; a disk missing next to existing ones is refused, never recreated', async (t) => {
+  const outcome = await plans(load(baseDocument()), { 'etcd-1': 'present', 'etcd-2': 'missing', 'etcd-3': 'present' });
+  t.is(outcome['etcd-1'], 'ok');
+  t.is(outcome['etcd-3'], 'ok');
+  t.regex(outcome['etcd-2']!, /^refused: refusing to create a new OS disk for etcd-2: the cluster already exists \(other members have their disks: etcd-1, etcd-3\)/);
+  t.regex(outcome['etcd-2']!, /member replacement is not automated yet/);
+});
+
+test('a member that cannot be read counts as having a disk, and is named as unreadable', async (t) => {
+  const outcome = await plans(load(baseDocument()), { 'etcd-1': 'missing', 'etcd-2': 'missing', 'etcd-3': 'unreadable' });
+  t.regex(outcome['etcd-1']!, /other members have their disks: etcd-3 \(unreadable\)/);
+  t.regex(outcome['etcd-3']!, /^refused: hypervisor hv: cannot connect/);
+});
+
+test('an existing cluster (is_initializing: false) never gets a fresh member disk', async (t) => {
+  const doc = baseDocument();
+  (doc.cluster as Record<string, unknown>).is_initializing = false;
+  (doc.members[0]!.authentication_bootstrap as Record<string, unknown>).bootstrap = false;
+  const outcome = await plans(load(doc), { 'etcd-1': 'missing', 'etcd-2': 'missing', 'etcd-3': 'missing' });
+  t.regex(outcome['etcd-1']!, /cluster\.is_initializing is false/);
+});
