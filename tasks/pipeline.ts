@@ -3,13 +3,12 @@ import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, writeFileAtomic } from './core/fil
 import { InputError } from './core/errors.ts';
 import type { Runner } from './core/runner.ts';
 import type { Inventory, Member } from './inventory/model.ts';
-import { materialsFrom, readFacts } from './pki/materials.ts';
+import { clientIdentities, materialsFrom, readFacts } from './pki/materials.ts';
 import { PkiStore } from './pki/store.ts';
 import { renderMember, type RenderedFile } from './render/member.ts';
 import { pkiStep } from './steps/pki.ts';
 import { renderedFilesStep } from './steps/rendered-files.ts';
-import { Secret } from './core/secret.ts';
-import { EtcdClients, type ClientIdentity } from './etcd/client.ts';
+import { EtcdClients } from './etcd/client.ts';
 import { RemoteContext } from './remote/context.ts';
 import { authStep } from './steps/auth.ts';
 import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
@@ -60,27 +59,13 @@ export function writeRendered(dir: string, rendered: Map<string, RenderedFile[]>
   return written;
 }
 
-/** Who the tool is towards etcd: the root client certificate (CN=root), or a member's own for probes. */
-function identities(inventory: Inventory, store: PkiStore) {
-  const caCert = () => inventory.pki.ca?.certificate ?? store.read('ca').public ?? '';
-  const root = (): ClientIdentity => {
-    const pair = inventory.pki.rootClient ?? { certificate: store.read('client/root').public ?? '', key: new Secret(store.read('client/root').privateKey ?? '') };
-    return { caCert: caCert(), cert: pair.certificate, key: pair.key };
-  };
-  const member = (m: Member): ClientIdentity =>
-    m.suppliedTls
-      ? { caCert: m.suppliedTls.caCert, cert: m.suppliedTls.serverCert, key: m.suppliedTls.serverKey }
-      : { caCert: caCert(), cert: store.read(`member/${m.name}`).public ?? '', key: new Secret(store.read(`member/${m.name}`).privateKey ?? '') };
-  return { root, member };
-}
-
 export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<{ written: string[] }> {
   const members = selectMembers(inventory, options.limit);
   const store = new PkiStore(inventory.stateDir);
   let rendered = new Map<string, RenderedFile[]>();
   let written: string[] = [];
   const remote = new RemoteContext();
-  const identity = identities(inventory, store);
+  const identity = clientIdentities(inventory, store);
   const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.root);
   const remotePhases = [
     {

@@ -1,6 +1,7 @@
 import { readIfExists } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
-import type { Inventory } from '../inventory/model.ts';
+import type { ClientIdentity } from '../etcd/client.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
 import { caOf, type PkiFacts } from './plan.ts';
 import type { PkiStore } from './store.ts';
 
@@ -48,4 +49,18 @@ export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMateria
     });
   }
   return { ...(caCert ? { caCert } : {}), members, ...(facts.adminSsh.public ? { adminSshPublicKey: facts.adminSsh.public.trim() } : {}) };
+}
+
+/** Who the tool is towards etcd: the root client certificate (CN=root), or a member's own for probes. */
+export function clientIdentities(inventory: Inventory, store: PkiStore) {
+  const caCert = () => inventory.pki.ca?.certificate ?? store.read('ca').public ?? '';
+  const root = (): ClientIdentity => {
+    const pair = inventory.pki.rootClient ?? { certificate: store.read('client/root').public ?? '', key: new Secret(store.read('client/root').privateKey ?? '') };
+    return { caCert: caCert(), cert: pair.certificate, key: pair.key };
+  };
+  const member = (m: Member): ClientIdentity =>
+    m.suppliedTls
+      ? { caCert: m.suppliedTls.caCert, cert: m.suppliedTls.serverCert, key: m.suppliedTls.serverKey }
+      : { caCert: caCert(), cert: store.read(`member/${m.name}`).public ?? '', key: new Secret(store.read(`member/${m.name}`).privateKey ?? '') };
+  return { root, member };
 }
