@@ -8,7 +8,7 @@ import { PkiStore } from './pki/store.ts';
 import { renderMember, type RenderedFile } from './render/member.ts';
 import { pkiStep } from './steps/pki.ts';
 import { renderedFilesStep } from './steps/rendered-files.ts';
-import { EtcdClients } from './etcd/client.ts';
+import { EtcdClients, preloadEtcdClient } from './etcd/client.ts';
 import { RemoteContext } from './remote/context.ts';
 import { authStep } from './steps/auth.ts';
 import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
@@ -71,11 +71,12 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     {
       title: 'volumes',
       run: async () => {
+        void preloadEtcdClient();
         await remote.prefetch(members, (member) => [...Object.values(volumeQuestions(member)), ...Object.values(seedQuestions(member)), ...Object.values(domainQuestions(member))]);
         return runner.runStep(volumesStep(inventory, members, remote));
       },
     },
-    { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(members, rendered, remote)) },
+    { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered, remote)) },
     { title: 'domain', run: () => runner.runStep(domainsStep({ inventory, members, rendered, context: remote, clients })) },
     { title: 'health', run: () => runner.runStep(healthStep(inventory, members, clients, options.dryRun)) },
     { title: 'auth', run: () => runner.runStep(authStep(inventory, members, clients, identity.member, options.dryRun)) },

@@ -1,5 +1,5 @@
 import { noop } from 'cockatiel';
-import { Etcd3 } from 'etcd3';
+import type { Etcd3 } from 'etcd3';
 import { revealSecret, type Secret } from '../core/secret.ts';
 import type { Member } from '../inventory/model.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
@@ -10,6 +10,10 @@ import { Tunnel } from '../remote/tunnel.ts';
  * connection the run already holds) or directly. Asking etcd itself costs one round trip; spawning
  * etcdctl inside an emulated guest costs over a second.
  */
+
+// etcd3 parses etcd's .proto files when imported (~170 ms here): load it while SSH is still connecting.
+let etcd3Module: Promise<typeof import('etcd3')> | undefined;
+export const preloadEtcdClient = () => (etcd3Module ??= import('etcd3'));
 
 export interface ClientIdentity {
   caCert: string;
@@ -47,6 +51,7 @@ export class EtcdClients {
       // Certificates carry 127.0.0.1 as a SAN, so TLS verifies the member through the local end too.
       endpoint = `https://127.0.0.1:${tunnel.localPort}`;
     }
+    const { Etcd3 } = await preloadEtcdClient();
     return new Etcd3({
       hosts: [endpoint],
       credentials: { rootCertificate: Buffer.from(identity.caCert), certChain: Buffer.from(identity.cert), privateKey: Buffer.from(revealSecret(identity.key)) },
@@ -55,7 +60,15 @@ export class EtcdClients {
       dialTimeout: 5_000,
       defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + 5_000 }),
       // TLS names the member (a DNS SAN of its certificate), not the IP: Node warns on IP server names.
-      grpcOptions: { 'grpc.enable_http_proxy': 0, 'grpc.ssl_target_name_override': member.name, 'grpc.default_authority': member.name },
+      // grpc-js backs off reconnects exponentially up to 120 s: while a VM boots that would hide the
+      // moment etcd comes up by tens of seconds. Polling wants a quick, flat retry instead.
+      grpcOptions: {
+        'grpc.enable_http_proxy': 0,
+        'grpc.ssl_target_name_override': member.name,
+        'grpc.default_authority': member.name,
+        'grpc.initial_reconnect_backoff_ms': 500,
+        'grpc.max_reconnect_backoff_ms': 2_000,
+      },
     });
   }
 

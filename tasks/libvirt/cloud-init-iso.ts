@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { PRIVATE_FILE_MODE, writeFileAtomic } from '../core/files.ts';
+import { PRIVATE_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
 import type { RenderedFile } from '../render/member.ts';
 
 const execFileAsync = promisify(execFile);
@@ -47,4 +47,29 @@ export async function buildCloudInitIso(rendered: readonly RenderedFile[]): Prom
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+}
+
+export interface SeedDigest {
+  sha256: string;
+  size: number;
+}
+
+/**
+ * The digest the ISO of these files has, without building it when the files are unchanged: building
+ * costs a process per member (~100 ms each under load), and a run where nothing changed should not
+ * pay that. A memo of a pure function (files -> bytes), kept in the state directory.
+ */
+export async function seedDigest(cacheFile: string, rendered: readonly RenderedFile[]): Promise<SeedDigest> {
+  const inputs = createHash('sha256')
+    .update(JSON.stringify(CLOUD_INIT_FILES.map((name) => [name, rendered.find((file) => file.name === name)?.content ?? ''])))
+    .digest('hex');
+  const cached = readIfExists(cacheFile);
+  if (cached) {
+    const memo = JSON.parse(cached) as SeedDigest & { inputs: string };
+    if (memo.inputs === inputs) return { sha256: memo.sha256, size: memo.size };
+  }
+  const iso = await buildCloudInitIso(rendered);
+  const digest = { sha256: iso.sha256, size: iso.bytes.length };
+  writeFileAtomic(cacheFile, `${JSON.stringify({ inputs, ...digest })}\n`, PRIVATE_FILE_MODE);
+  return digest;
 }

@@ -57,9 +57,12 @@ export function authStep(inventory: Inventory, members: readonly Member[], clien
         if (!health.healthy) return { unreachable: health.reason, rootRole: false, rootUser: false, rootUserHasRole: false, authEnabled: false };
       }
       const root = await clients.for(member);
-      const role = await root.auth.roleGet({ role: 'root' }).then(() => true, (error) => (notFound(error) ? false : Promise.reject(error)));
-      const user = await root.auth.userGet({ name: 'root' }).then((answer) => answer.roles, (error) => (notFound(error) ? undefined : Promise.reject(error)));
-      return { rootRole: role, rootUser: user !== undefined, rootUserHasRole: user?.includes('root') ?? false, authEnabled: await authEnabled(root, clients, member, memberIdentity(member)) };
+      const [role, user, enabled] = await Promise.all([
+        root.auth.roleGet({ role: 'root' }).then(() => true, (error) => (notFound(error) ? false : Promise.reject(error))),
+        root.auth.userGet({ name: 'root' }).then((answer) => answer.roles, (error) => (notFound(error) ? undefined : Promise.reject(error))),
+        authEnabled(root, clients, member, memberIdentity(member)),
+      ]);
+      return { rootRole: role, rootUser: user !== undefined, rootUserHasRole: user?.includes('root') ?? false, authEnabled: enabled };
     },
     plan(state, name) {
       const passwordMode = !memberNamed(name).rootPassword.isEmpty;

@@ -1,6 +1,7 @@
 import type { Step } from '../core/step.ts';
 import type { Member } from '../inventory/model.ts';
-import { buildCloudInitIso, type CloudInitIso } from '../libvirt/cloud-init-iso.ts';
+import { join } from 'node:path';
+import { buildCloudInitIso, seedDigest, type SeedDigest } from '../libvirt/cloud-init-iso.ts';
 import { volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
 import type { RenderedFile } from '../render/member.ts';
 import type { RemoteContext } from '../remote/context.ts';
@@ -17,7 +18,7 @@ import { virshArgv, type Question } from '../libvirt/virsh.ts';
 interface SeedState {
   volume: VolumeState;
   remoteSha256?: string;
-  wanted: CloudInitIso;
+  wanted: SeedDigest;
 }
 
 /** Does the seed volume exist, and what is its content's digest (streamed through sha256sum, never stored)? */
@@ -29,42 +30,35 @@ export function seedQuestions(member: Member): Record<'info' | 'digest', Questio
   };
 }
 
-export function cloudInitIsoStep(members: readonly Member[], rendered: ReadonlyMap<string, RenderedFile[]>, context: RemoteContext): Step<SeedState, CloudInitIso> {
+export function cloudInitIsoStep(stateDir: string, members: readonly Member[], rendered: ReadonlyMap<string, RenderedFile[]>, context: RemoteContext): Step<SeedState, null> {
   const memberNamed = (name: string) => members.find((member) => member.name === name)!;
-  const wantedIsos = new Map<string, Promise<CloudInitIso>>();
-  const wantedIso = (name: string) => {
-    let iso = wantedIsos.get(name);
-    if (!iso) {
-      iso = buildCloudInitIso(rendered.get(name) ?? []);
-      wantedIsos.set(name, iso);
-    }
-    return iso;
-  };
+  const filesOf = (name: string) => rendered.get(name) ?? [];
+  const wantedDigest = (name: string) => seedDigest(join(stateDir, 'seeds', `${name}.json`), filesOf(name));
   return {
     name: 'cloud-init',
     targets: members.map((member) => member.name),
     async check(name) {
       const member = memberNamed(name);
       const { pool, name: volume } = member.volumes.cloudInit;
-      const [answers, wanted] = await Promise.all([context.probe(member, seedQuestions(member)), wantedIso(name)]);
+      const [answers, wanted] = await Promise.all([context.probe(member, seedQuestions(member)), wantedDigest(name)]);
       const state = volumeState(answers.info, `cloud-init volume ${pool}/${volume}`);
       return { volume: state, wanted, ...(state.exists ? { remoteSha256: answers.digest.output.trim().split(/\s+/)[0] } : {}) };
     },
     plan(state, name) {
       const { pool, name: volume } = memberNamed(name).volumes.cloudInit;
-      if (!state.volume.exists) return [{ summary: `upload cloud-init ISO ${pool}/${volume} (${state.wanted.bytes.length} bytes)`, action: state.wanted }];
+      if (!state.volume.exists) return [{ summary: `upload cloud-init ISO ${pool}/${volume} (${state.wanted.size} bytes)`, action: null }];
       if (state.remoteSha256 === state.wanted.sha256) return [];
       // The content diff is shown by the render step; the ISO itself only differs by digest.
-      return [{ summary: `replace cloud-init ISO ${pool}/${volume} (sha256 ${state.remoteSha256?.slice(0, 12)} -> ${state.wanted.sha256.slice(0, 12)})`, action: state.wanted }];
+      return [{ summary: `replace cloud-init ISO ${pool}/${volume} (sha256 ${state.remoteSha256?.slice(0, 12)} -> ${state.wanted.sha256.slice(0, 12)})`, action: null }];
     },
-    async apply([change], name, state) {
-      if (!change) return;
+    async apply(_changes, name, state) {
       const member = memberNamed(name);
+      const iso = await buildCloudInitIso(filesOf(name));
       const virsh = await context.virshFor(member);
       const { pool, name: volume } = member.volumes.cloudInit;
       if (state.volume.exists) await virsh.run(['vol-delete', '--pool', pool, volume]);
-      await virsh.run(['vol-create-as', '--pool', pool, '--name', volume, '--capacity', `${change.action.bytes.length}`, '--format', 'raw']);
-      await virsh.run(['vol-upload', '--pool', pool, volume, '/dev/stdin'], { stdin: change.action.bytes });
+      await virsh.run(['vol-create-as', '--pool', pool, '--name', volume, '--capacity', `${iso.bytes.length}`, '--format', 'raw']);
+      await virsh.run(['vol-upload', '--pool', pool, volume, '/dev/stdin'], { stdin: iso.bytes });
     },
   };
 }
