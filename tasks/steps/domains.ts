@@ -23,7 +23,7 @@ interface DomainState {
 
 type DomainAction = 'define' | 'restart' | 'start' | 'autostart';
 
-/** Seconds a guest gets for an ACPI shutdown before it is powered off; TCG guests stop in ~10-20 s. */
+/** How long a guest gets for an ACPI shutdown before it is powered off; TCG guests stop in ~10-20 s. */
 const SHUTDOWN_GRACE_MS = 120_000;
 
 /** libvirt refuses to redefine a domain under a new uuid: keep the one it has. */
