@@ -1,5 +1,4 @@
 import { existsSync, readFileSync, rmSync } from 'node:fs';
-import { $ } from 'zx';
 
 /** Daemons the lab started, tracked by PID file; a PID file whose process is gone (a killed run) is stale. */
 
@@ -62,6 +61,3 @@ export async function waitFor(what: string, ready: () => Promise<boolean> | bool
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
-/** Runs a command inside the lab's network namespace. */
-export const inNamespace = (namespace: string, argv: string[]) => $`ip netns exec ${namespace} ${argv}`;

@@ -74,6 +74,9 @@ export interface DomainComparison {
   live: string;
 }
 
+/** The XML as the comparison prints it: what a diff of a domain not yet defined shows. */
+export const canonicalDomainXml = (xml: string): string => builder.build(parse(xml)) as string;
+
 export function compareDomainXml(renderedXml: string, liveXml: string): DomainComparison {
   const wantedTree = parse(renderedXml);
   const wanted = builder.build(wantedTree) as string;

@@ -4,6 +4,7 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import { memberHealth } from '../etcd/health.ts';
 import { revealSecret } from '../core/secret.ts';
+import { memberTargets } from './member-targets.ts';
 
 /**
  * Authentication bootstrap, from the one designated member: the root role, the root user holding it,
@@ -46,10 +47,10 @@ async function authEnabled(root: Etcd3, clients: EtcdClients, member: Member, me
 
 export function authStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, memberIdentity: (member: Member) => ClientIdentity, dryRun: boolean): Step<AuthState, AuthAction> {
   const bootstrap = members.filter((member) => member.bootstrapsAuth);
-  const memberNamed = (name: string) => bootstrap.find((member) => member.name === name)!;
+  const { targets, memberNamed } = memberTargets(bootstrap);
   return {
     name: 'auth',
-    targets: bootstrap.map((member) => member.name),
+    targets,
     async check(name) {
       const member = memberNamed(name);
       if (dryRun) {

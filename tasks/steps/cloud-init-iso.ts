@@ -7,6 +7,7 @@ import type { RenderedFile } from '../render/member.ts';
 import type { RemoteContext } from '../remote/context.ts';
 import { commandLine } from '../remote/shell.ts';
 import { virshArgv, type Question } from '../libvirt/virsh.ts';
+import { memberTargets } from './member-targets.ts';
 
 /**
  * Each member's NoCloud seed as a raw volume in its pool. The ISO is reproducible, so the volume's
@@ -31,12 +32,12 @@ export function seedQuestions(member: Member): Record<'info' | 'digest', Questio
 }
 
 export function cloudInitIsoStep(stateDir: string, members: readonly Member[], rendered: ReadonlyMap<string, RenderedFile[]>, context: RemoteContext): Step<SeedState, null> {
-  const memberNamed = (name: string) => members.find((member) => member.name === name)!;
+  const { targets, memberNamed } = memberTargets(members);
   const filesOf = (name: string) => rendered.get(name) ?? [];
   const wantedDigest = (name: string) => seedDigest(join(stateDir, 'seeds', `${name}.json`), filesOf(name));
   return {
     name: 'cloud-init',
-    targets: members.map((member) => member.name),
+    targets,
     async check(name) {
       const member = memberNamed(name);
       const { pool, name: volume } = member.volumes.cloudInit;

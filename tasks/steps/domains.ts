@@ -2,10 +2,11 @@ import type { Change, Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
-import { compareDomainXml, parseDomInfo } from '../libvirt/domain-xml.ts';
+import { canonicalDomainXml, compareDomainXml, parseDomInfo } from '../libvirt/domain-xml.ts';
 import { isNotFound, type Question } from '../libvirt/virsh.ts';
 import type { RenderedFile } from '../render/member.ts';
 import type { RemoteContext } from '../remote/context.ts';
+import { memberTargets } from './member-targets.ts';
 
 /**
  * Each member's libvirt domain: defined from the rendered XML, running, autostarted. A definition
@@ -43,7 +44,7 @@ export interface DomainsOptions {
 }
 
 export function domainsStep({ inventory, members, rendered, context, clients }: DomainsOptions): Step<DomainState, DomainAction> {
-  const memberNamed = (name: string) => members.find((member) => member.name === name)!;
+  const { targets, memberNamed } = memberTargets(members);
   const renderedXml = (name: string) => rendered.get(name)?.find((file) => file.name === 'domain.xml')?.content ?? '';
   // Restarts queue here: never two members down at once.
   let restarts: Promise<void> = Promise.resolve();
@@ -65,7 +66,7 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
 
   return {
     name: 'domain',
-    targets: members.map((member) => member.name),
+    targets,
     async check(name) {
       const answers = await context.probe(memberNamed(name), domainQuestions(memberNamed(name)));
       if (answers.xml.code !== 0) {
@@ -78,7 +79,7 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
       const wanted = renderedXml(name);
       const changes: Change<DomainAction>[] = [];
       if (state.liveXml === undefined) {
-        changes.push({ summary: `define domain ${name}`, diff: { label: `${name}/domain.xml`, before: '', after: compareDomainXml(wanted, wanted).wanted }, action: 'define' });
+        changes.push({ summary: `define domain ${name}`, diff: { label: `${name}/domain.xml`, before: '', after: canonicalDomainXml(wanted) }, action: 'define' });
       } else {
         const comparison = compareDomainXml(wanted, state.liveXml);
         if (!comparison.same) {

@@ -2,6 +2,7 @@ import type { Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { memberHealth, waitForHealth, type Health } from '../etcd/health.ts';
+import { memberTargets } from './member-targets.ts';
 
 /**
  * Waits until every member reports healthy over TLS with the inventory's member list. Read-only: it is
@@ -9,10 +10,10 @@ import { memberHealth, waitForHealth, type Health } from '../etcd/health.ts';
  * the wait it would do.
  */
 export function healthStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, dryRun: boolean): Step<Health, null> {
-  const memberNamed = (name: string) => members.find((member) => member.name === name)!;
+  const { targets, memberNamed } = memberTargets(members);
   return {
     name: 'health',
-    targets: members.map((member) => member.name),
+    targets,
     async check(name) {
       const member = memberNamed(name);
       if (dryRun) return memberHealth(inventory, clients, member);

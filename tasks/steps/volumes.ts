@@ -3,6 +3,7 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import { GIB, volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
 import type { ProbeAnswer, Question } from '../libvirt/virsh.ts';
 import type { RemoteContext } from '../remote/context.ts';
+import { memberTargets } from './member-targets.ts';
 
 /**
  * Each member's disks: the OS disk as a qcow2 overlay on the base image volume, and the optional data
@@ -44,7 +45,7 @@ async function probe(context: RemoteContext, member: Member): Promise<VolumesSta
 }
 
 export function volumesStep(inventory: Inventory, members: readonly Member[], context: RemoteContext): Step<VolumesState & { othersWithDisks: string[] }, VolumeAction> {
-  const memberNamed = (name: string) => members.find((member) => member.name === name)!;
+  const { targets, memberNamed } = memberTargets(members);
   // Which members had their OS disk when this step started: a missing disk next to existing ones means a
   // cluster formed without this member's data. Taken once, by the first member that misses its disk, and
   // before any member can apply (every apply comes after its own check, which awaits this).
@@ -56,7 +57,7 @@ export function volumesStep(inventory: Inventory, members: readonly Member[], co
     ).then((entries) => new Map<string, DiskSeen>(entries)));
   return {
     name: 'volumes',
-    targets: members.map((member) => member.name),
+    targets,
     async check(name) {
       const state = await probe(context, memberNamed(name));
       if (state.os.exists) return { ...state, othersWithDisks: [] };
