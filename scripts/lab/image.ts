@@ -16,7 +16,7 @@ export const IMAGE_RECIPE = {
   packages: [
     'linux-image-cloud-amd64', 'systemd', 'systemd-sysv', 'udev', 'dbus', 'cloud-init', 'cloud-guest-utils',
     'openssh-server', 'etcd-server', 'etcd-client', 'chrony', 'sudo', 'iproute2', 'netbase', 'ca-certificates',
-    'e2fsprogs', 'less', 'procps',
+    'e2fsprogs', 'less', 'procps', 'prometheus-node-exporter',
   ],
   diskMiB: 2048,
   // Run in the finished root file system (argument $1) before it is packed.

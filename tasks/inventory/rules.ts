@@ -179,12 +179,7 @@ const distinctPorts: Rule = (doc) =>
 
 /** Features of the seed module that the schema accepts but this version does not render yet. */
 const NOT_YET_SUPPORTED: { path: string[]; enabled: (member: MemberInput) => boolean }[] = [
-  { path: ['restore', 'enabled'], enabled: (member) => member.restore.enabled },
-  { path: ['chrony', 'enabled'], enabled: (member) => member.chrony.enabled },
-  { path: ['fluentbit', 'enabled'], enabled: (member) => member.fluentbit.enabled },
   { path: ['fluentbit_dynamic_config', 'enabled'], enabled: (member) => member.fluentbit_dynamic_config.enabled },
-  { path: ['vault_agent', 'enabled'], enabled: (member) => member.vault_agent.enabled },
-  { path: ['install_dependencies'], enabled: (member) => member.install_dependencies },
 ];
 
 const unsupportedFeatures: Rule = (doc) =>
@@ -192,12 +187,91 @@ const unsupportedFeatures: Rule = (doc) =>
     NOT_YET_SUPPORTED.filter((feature) => feature.enabled(member)).map((feature) => ({
       path: ['members', i, ...feature.path],
       message: 'is not supported yet by etcd-kvm',
-      hint:
-        feature.path[0] === 'install_dependencies'
-          ? 'set install_dependencies: false and use an image that already has etcd (the lab image does)'
-          : 'set it to false; this feature is planned but not rendered yet',
+      hint: 'set it to false; this feature is planned but not rendered yet',
     })),
   );
+
+/** A required setting of an enabled feature: [path below the member, is it missing?, hint]. */
+type Requirement = [path: (string | number)[], missing: boolean, hint: string];
+
+function requirementsOf(member: MemberInput): Requirement[] {
+  const { chrony, fluentbit, vault_agent: vault, restore } = member;
+  const requirements: Requirement[] = [];
+  if (chrony.enabled) requirements.push([['chrony', 'servers'], chrony.servers.length + chrony.pools.length === 0, 'list at least one server or pool (url and options)']);
+  if (fluentbit.enabled) {
+    const forward = fluentbit.forward;
+    requirements.push(
+      [['fluentbit', 'forward', 'domain'], forward.domain === '', 'the fluentd/fluent-bit server logs are forwarded to'],
+      [['fluentbit', 'forward', 'port'], forward.port === 0, 'the forward port of that server (24224 by convention)'],
+      [['fluentbit', 'forward', 'hostname'], forward.hostname === '', 'the hostname this member presents to the server'],
+      [['fluentbit', 'forward', 'shared_key'], forward.shared_key.isEmpty, 'the shared key of the forward protocol'],
+      [['fluentbit', 'etcd_tag'], fluentbit.etcd_tag === '', "the tag of etcd's logs"],
+      [['fluentbit', 'node_exporter_tag'], fluentbit.node_exporter_tag === '', "the tag of the node exporter's logs"],
+    );
+  }
+  if (member.fluentbit_dynamic_config.enabled) requirements.push([['fluentbit', 'enabled'], !fluentbit.enabled, 'dynamic configuration configures fluent-bit: enable fluentbit too']);
+  if (vault.enabled) {
+    requirements.push(
+      [['vault_agent', 'vault_address'], vault.vault_address === '', 'the https address of the Vault server'],
+      [['vault_agent', 'auth_method', 'config', 'role_id'], vault.auth_method.config.role_id.isEmpty, 'the AppRole role_id'],
+      [['vault_agent', 'auth_method', 'config', 'secret_id'], vault.auth_method.config.secret_id.isEmpty, 'the AppRole secret_id'],
+    );
+  }
+  if (restore.enabled) {
+    const s3 = restore.s3;
+    requirements.push(
+      [['restore', 's3', 'endpoint'], s3.endpoint === '', 'the S3 endpoint URL (https://… or http://…)'],
+      [['restore', 's3', 'bucket'], s3.bucket === '', 'the bucket the etcd-backup snapshots are in'],
+      [['restore', 's3', 'object_prefix'], s3.object_prefix === '', 'the prefix of the snapshot objects (<prefix>-<timestamp>.dump)'],
+      [['restore', 's3', 'access_key'], s3.access_key.isEmpty, 'the S3 access key'],
+      [['restore', 's3', 'secret_key'], s3.secret_key.isEmpty, 'the S3 secret key'],
+    );
+  }
+  return requirements;
+}
+
+const enabledFeaturesAreComplete: Rule = (doc) =>
+  doc.members.flatMap((member, i) =>
+    requirementsOf(member)
+      .filter(([, missing]) => missing)
+      .map(([path, , hint]): Problem => ({ path: ['members', i, ...path], message: 'is required by the enabled feature', hint })),
+  );
+
+const RFC3339_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
+
+const restoreSettingsAreSound: Rule = (doc) =>
+  doc.members.flatMap((member, i): Problem[] => {
+    const { restore } = member;
+    if (!restore.enabled) return [];
+    const problems: Problem[] = [];
+    const path = ['members', i, 'restore'];
+    if (!doc.cluster.is_initializing) problems.push({ path: [...path, 'enabled'], message: 'requires cluster.is_initializing: true', hint: 'a restore founds a new cluster from the snapshot; an existing cluster keeps its data' });
+    if (restore.backup_timestamp && !RFC3339_UTC.test(restore.backup_timestamp)) problems.push({ path: [...path, 'backup_timestamp'], message: `${JSON.stringify(restore.backup_timestamp)} is not an RFC 3339 UTC timestamp`, hint: 'as in the object name, e.g. 2026-11-21T10:00:00Z; leave empty for the latest' });
+    if (!restore.encryption_key.isEmpty && !/^[0-9a-fA-F]{64}$/.test(restore.encryption_key.reveal())) problems.push({ path: [...path, 'encryption_key'], message: 'is not 32 bytes of hex (64 hex digits)', hint: "etcd-backup's master key format" });
+    if (restore.s3.endpoint && !/^https?:\/\//.test(restore.s3.endpoint)) problems.push({ path: [...path, 's3', 'endpoint'], message: 'is not an http(s) URL', hint: 'e.g. https://s3.example.org' });
+    return problems;
+  });
+
+/** Every member restores from the same snapshot: their restore settings must agree. */
+const restoreIsClusterWide: Rule = (doc) => {
+  const restoring = doc.members.filter((member) => member.restore.enabled);
+  if (restoring.length === 0) return [];
+  const settingsOf = (member: MemberInput) => {
+    const { s3, encryption_key: key, backup_timestamp: timestamp } = member.restore;
+    return JSON.stringify([s3.endpoint, s3.bucket, s3.object_prefix, s3.region, s3.access_key.reveal(), s3.secret_key.reveal(), s3.ca_cert, key.reveal(), timestamp]);
+  };
+  const first = settingsOf(restoring[0]!);
+  const hint = 'all members restore from the same snapshot: set restore once under defaults';
+  return doc.members.flatMap((member, i): Problem[] => {
+    if (!member.restore.enabled) return [{ path: ['members', i, 'restore', 'enabled'], message: 'is false while other members restore', hint }];
+    return settingsOf(member) === first ? [] : [{ path: ['members', i, 'restore'], message: `differs from ${restoring[0]!.name}'s restore settings`, hint }];
+  });
+};
+
+const installNeedsReleaseVersion: Rule = (doc) =>
+  doc.members.some((member) => member.install_dependencies) && !/^v\d+\.\d+\.\d+$/.test(doc.etcd.version)
+    ? [{ path: ['etcd', 'version'], message: `${JSON.stringify(doc.etcd.version)} is not an etcd release tag`, hint: 'install_dependencies downloads that release: use a tag like v3.4.18' }]
+    : [];
 
 export const RULES: readonly Rule[] = [
   uniqueNames,
@@ -214,6 +288,10 @@ export const RULES: readonly Rule[] = [
   suppliedTlsIsComplete,
   distinctPorts,
   unsupportedFeatures,
+  enabledFeaturesAreComplete,
+  restoreSettingsAreSound,
+  restoreIsClusterWide,
+  installNeedsReleaseVersion,
 ];
 
 export function checkRules(doc: ParsedDocument): Problem[] {

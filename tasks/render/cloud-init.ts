@@ -2,7 +2,15 @@ import { stringify } from 'yaml';
 import type { SecretWriter } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberTls } from '../pki/materials.ts';
-import { etcdEnvironment, GUEST_PATHS, renderEnvironmentFile, renderUnitFile, type InitialClusterState } from './etcd.ts';
+import type { InitialClusterState } from './etcd.ts';
+import { chronyFragment } from './guest/chrony.ts';
+import { dataVolumeFragment } from './guest/data-volume.ts';
+import { dependenciesFragment } from './guest/dependencies.ts';
+import { etcdFragment } from './guest/etcd-member.ts';
+import { fluentBitFragment } from './guest/fluent-bit.ts';
+import type { CloudConfigFragment } from './guest/fragment.ts';
+import { nodeExporterFragment } from './guest/node-exporter.ts';
+import { vaultAgentFragment } from './guest/vault-agent.ts';
 
 /**
  * cloud-init NoCloud files for one member, built as data and serialised with the yaml library
@@ -25,11 +33,6 @@ export interface CloudInitInput {
  */
 const toYaml = (value: unknown) => stringify(value, { version: '1.1', lineWidth: 0 });
 
-/** Shown in place of material the PKI step has not created yet (dry-run before the first apply). */
-function pending(what: string): string {
-  return `(${what}: issued when the pki step applies)\n`;
-}
-
 export function renderMetaData(inventory: Inventory, member: Member): string {
   // A stable instance-id: a new one would make cloud-init run per-instance modules again on reboot.
   return toYaml({ 'instance-id': `${inventory.cluster.name}-${member.name}`, 'local-hostname': member.name });
@@ -50,10 +53,25 @@ export function renderNetworkConfig(member: Member): string {
   return toYaml({ version: 2, ethernets });
 }
 
+/** Every guest feature's contribution, in the order their commands must run. */
+function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
+  const { inventory, member, writeSecret } = input;
+  return [
+    dependenciesFragment(inventory, member),
+    dataVolumeFragment(member, inventory.etcd.data_dir),
+    etcdFragment(inventory, member, input.tls, input.initialClusterState, writeSecret),
+    nodeExporterFragment(member),
+    chronyFragment(member.input.chrony),
+    fluentBitFragment({ fluentbit: member.input.fluentbit, dynamicConfig: member.input.fluentbit_dynamic_config.enabled }, writeSecret),
+    vaultAgentFragment(member.input.vault_agent, writeSecret),
+  ];
+}
+
 export function renderUserData(input: CloudInitInput): string {
-  const { inventory, member, tls, writeSecret } = input;
+  const { member, tls, writeSecret } = input;
   const authorizedKeys = [member.admin.publicKey, input.toolSshPublicKey].filter((key): key is string => Boolean(key));
   const hasPassword = !member.admin.password.isEmpty;
+  const fragments = guestFragments(input);
   const config = {
     hostname: member.name,
     ...(member.fqdn ? { fqdn: member.fqdn } : {}),
@@ -72,22 +90,13 @@ export function renderUserData(input: CloudInitInput): string {
         lock_passwd: !hasPassword,
         ...(authorizedKeys.length > 0 ? { ssh_authorized_keys: authorizedKeys } : {}),
       },
+      ...fragments.flatMap((fragment) => fragment.users ?? []),
     ],
     // The console password never enables SSH password logins (ssh_pwauth is false).
     ...(hasPassword ? { chpasswd: { expire: false, users: [{ name: member.admin.user, password: writeSecret(member.admin.password), type: 'text' }] } } : {}),
-    write_files: [
-      { path: GUEST_PATHS.caCert, permissions: '0644', content: tls.caCert ?? pending('CA certificate') },
-      { path: GUEST_PATHS.serverCert, permissions: '0644', content: tls.cert ?? pending(`certificate of ${member.name}`) },
-      // Deferred to the final stage, when the etcd user (from the package) surely exists.
-      { path: GUEST_PATHS.serverKey, permissions: '0600', owner: 'etcd:etcd', defer: true, content: tls.key ? writeSecret(tls.key) : pending(`private key of ${member.name}`) },
-      { path: GUEST_PATHS.environmentFile, permissions: '0644', content: renderEnvironmentFile(etcdEnvironment(inventory, member, input.initialClusterState)) },
-      { path: GUEST_PATHS.unitFile, permissions: '0644', content: renderUnitFile(inventory, member) },
-    ],
-    runcmd: [
-      ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', inventory.etcd.data_dir],
-      ['systemctl', 'daemon-reload'],
-      ['systemctl', 'enable', '--now', 'etcd.service'],
-    ],
+    ...Object.assign({}, ...fragments.map((fragment) => fragment.modules ?? {})),
+    write_files: fragments.flatMap((fragment) => fragment.writeFiles ?? []),
+    runcmd: fragments.flatMap((fragment) => fragment.runcmd ?? []),
   };
   return `#cloud-config\n${toYaml(config)}`;
 }

@@ -1,4 +1,5 @@
 import type { Inventory, Member } from '../inventory/model.ts';
+import { etcdBinaryDir } from './guest/dependencies.ts';
 import { renderTemplate } from './templates.ts';
 
 /** Where the member's etcd files live inside the guest. */
@@ -9,7 +10,6 @@ export const GUEST_PATHS = {
   caCert: '/etc/etcd/tls/ca.crt',
   serverCert: '/etc/etcd/tls/server.crt',
   serverKey: '/etc/etcd/tls/server.key',
-  binary: '/usr/bin/etcd',
 } as const;
 
 export function peerUrl(inventory: Inventory, member: Member): string {
@@ -44,7 +44,8 @@ export function etcdEnvironment(inventory: Inventory, member: Member, initialClu
     ['ETCD_INITIAL_CLUSTER_TOKEN', inventory.cluster.initial_token],
     ['ETCD_CERT_FILE', GUEST_PATHS.serverCert],
     ['ETCD_KEY_FILE', GUEST_PATHS.serverKey],
-    ['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert],
+    // Password mode, as in the seed module: clients are not asked for a certificate at all.
+    ...(etcd.client_cert_auth ? [['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert] as [string, string]] : []),
     ['ETCD_CLIENT_CERT_AUTH', String(etcd.client_cert_auth)],
     ['ETCD_PEER_CERT_FILE', GUEST_PATHS.serverCert],
     ['ETCD_PEER_KEY_FILE', GUEST_PATHS.serverKey],
@@ -84,6 +85,9 @@ export function renderUnitFile(inventory: Inventory, member: Member): string {
     name: member.name,
     cluster: inventory.cluster.name,
     environmentFile: GUEST_PATHS.environmentFile,
-    binary: GUEST_PATHS.binary,
+    binary: `${etcdBinaryDir(member)}/etcd`,
+    dataDir: inventory.etcd.data_dir,
+    onDataDisk: member.volumes.data !== undefined,
+    restoreFirst: member.input.restore.enabled,
   });
 }

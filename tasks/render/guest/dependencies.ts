@@ -1,0 +1,58 @@
+import type { Inventory, Member } from '../../inventory/model.ts';
+import { quote } from '../../remote/shell.ts';
+import { renderTemplate } from '../templates.ts';
+import type { CloudConfigFragment } from './fragment.ts';
+import { UPSTREAM } from './versions.ts';
+
+/**
+ * install_dependencies: false means the image already carries everything (the lab image does, from
+ * Debian). true installs etcd and the enabled services from their upstream releases/repositories at
+ * pinned versions, as the seed module does: that needs the guests to reach the internet.
+ */
+
+export const INSTALLER_PATH = '/usr/local/sbin/etcd-kvm-install-upstream';
+
+/** Where the etcd binaries are: Debian's package or the upstream release. */
+export const etcdBinaryDir = (member: Member) => (member.input.install_dependencies ? '/usr/local/bin' : '/usr/bin');
+
+interface AptRepository {
+  name: string;
+  keyUrl: string;
+  sourceLine: string;
+}
+
+export function renderInstaller(inventory: Inventory, member: Member): string {
+  const etcdVersion = inventory.etcd.version;
+  const etcdDir = `etcd-${etcdVersion}-linux-amd64`;
+  const exporterDir = `node_exporter-${UPSTREAM.nodeExporter}.linux-amd64`;
+  const repositories: AptRepository[] = [];
+  const packages: string[] = [];
+  if (member.input.fluentbit.enabled) {
+    repositories.push({ name: 'fluent-bit', keyUrl: 'https://packages.fluentbit.io/fluentbit.key', sourceLine: 'deb [signed-by=/etc/apt/keyrings/fluent-bit.asc] https://packages.fluentbit.io/debian/bookworm bookworm main' });
+    packages.push(`fluent-bit=${UPSTREAM.fluentBit}`);
+  }
+  if (member.input.vault_agent.enabled) {
+    repositories.push({ name: 'hashicorp', keyUrl: 'https://apt.releases.hashicorp.com/gpg', sourceLine: 'deb [signed-by=/etc/apt/keyrings/hashicorp.asc] https://apt.releases.hashicorp.com bookworm main' });
+    packages.push(`vault=${UPSTREAM.vault}-1`);
+  }
+  const etcdRelease = `https://github.com/etcd-io/etcd/releases/download/${etcdVersion}`;
+  const exporterRelease = `https://github.com/prometheus/node_exporter/releases/download/v${UPSTREAM.nodeExporter}`;
+  return renderTemplate('install-upstream.sh.ejs', {
+    etcd: { version: etcdVersion, archive: `${etcdDir}.tar.gz`, dir: etcdDir, url: quote(`${etcdRelease}/${etcdDir}.tar.gz`), sums: quote(`${etcdRelease}/SHA256SUMS`) },
+    nodeExporter: { version: UPSTREAM.nodeExporter, archive: `${exporterDir}.tar.gz`, dir: exporterDir, url: quote(`${exporterRelease}/${exporterDir}.tar.gz`), sums: quote(`${exporterRelease}/sha256sums.txt`) },
+    aptRepositories: repositories.map((repo) => ({ name: repo.name, keyUrl: quote(repo.keyUrl), sourceLine: quote(repo.sourceLine) })),
+    aptPackages: packages.map(quote),
+  });
+}
+
+export function dependenciesFragment(inventory: Inventory, member: Member): CloudConfigFragment {
+  if (!member.input.install_dependencies) return {};
+  const systemUser = (name: string) => ({ name, system: true, lock_passwd: true, shell: '/usr/sbin/nologin', homedir: `/var/lib/${name}` });
+  return {
+    // Created in cloud-init's init stage, before the deferred files they own are written.
+    users: [systemUser('etcd'), systemUser('prometheus'), ...(member.input.vault_agent.enabled ? [systemUser('vault')] : [])],
+    modules: { packages: ['curl', 'ca-certificates', ...(member.input.chrony.enabled ? ['chrony'] : [])] },
+    writeFiles: [{ path: INSTALLER_PATH, permissions: '0755', content: renderInstaller(inventory, member) }],
+    runcmd: [[INSTALLER_PATH]],
+  };
+}

@@ -1,0 +1,31 @@
+import type { SecretWriter } from '../../core/secret.ts';
+import type { Inventory, Member } from '../../inventory/model.ts';
+import type { MemberTls } from '../../pki/materials.ts';
+import { etcdEnvironment, GUEST_PATHS, renderEnvironmentFile, renderUnitFile, type InitialClusterState } from '../etcd.ts';
+import type { CloudConfigFragment } from './fragment.ts';
+
+/** Shown in place of material the PKI step has not created yet (dry-run before the first apply). */
+function pending(what: string): string {
+  return `(${what}: issued when the pki step applies)\n`;
+}
+
+/** etcd itself: TLS files, the ETCD_* environment, the unit, the data directory, then start. */
+export function etcdFragment(inventory: Inventory, member: Member, tls: MemberTls, initialClusterState: InitialClusterState, writeSecret: SecretWriter): CloudConfigFragment {
+  return {
+    writeFiles: [
+      { path: GUEST_PATHS.caCert, permissions: '0644', content: tls.caCert ?? pending('CA certificate') },
+      { path: GUEST_PATHS.serverCert, permissions: '0644', content: tls.cert ?? pending(`certificate of ${member.name}`) },
+      // Deferred to the final stage, when the etcd user (from the package or `users`) surely exists.
+      { path: GUEST_PATHS.serverKey, permissions: '0400', owner: 'etcd:etcd', defer: true, content: tls.key ? writeSecret(tls.key) : pending(`private key of ${member.name}`) },
+      { path: GUEST_PATHS.environmentFile, permissions: '0644', content: renderEnvironmentFile(etcdEnvironment(inventory, member, initialClusterState)) },
+      { path: GUEST_PATHS.unitFile, permissions: '0644', content: renderUnitFile(inventory, member) },
+    ],
+    runcmd: [
+      // On the data disk when there is one (mounted by then): install -d also fixes owner and mode.
+      ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', inventory.etcd.data_dir],
+      ['systemctl', 'daemon-reload'],
+      // With restore enabled the unit's condition keeps etcd stopped until the restore step filled the data directory.
+      ['systemctl', 'enable', '--now', 'etcd.service'],
+    ],
+  };
+}

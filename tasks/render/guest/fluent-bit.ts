@@ -1,0 +1,80 @@
+import { stringify } from 'yaml';
+import type { SecretWriter } from '../../core/secret.ts';
+import type { MemberInput } from '../../inventory/schema.ts';
+import type { CloudConfigFragment } from './fragment.ts';
+import { NODE_EXPORTER } from './node-exporter.ts';
+
+/**
+ * fluent-bit ships etcd's and the node exporter's journal to a remote fluentd/fluent-bit over the
+ * forward protocol with TLS and a shared key, as the seed module does. Rendered in fluent-bit's YAML
+ * format (not the classic INI-like one) so it is serialised, escaped and parsed by a real YAML library.
+ */
+
+export const FLUENT_BIT_PATHS = {
+  config: '/etc/fluent-bit/etcd-kvm.yaml',
+  forwardCa: '/etc/fluent-bit/forward-ca.crt',
+  dropIn: '/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf',
+  storage: '/var/lib/fluent-bit',
+  dynamicDir: '/etc/fluent-bit/dynamic',
+  /** Where fluent-bit's own packages (packages.fluentbit.io) install it; Debian has none. */
+  binary: '/opt/fluent-bit/bin/fluent-bit',
+} as const;
+
+export interface FluentBitSettings {
+  fluentbit: MemberInput['fluentbit'];
+  dynamicConfig: boolean;
+}
+
+export function fluentBitConfig(settings: FluentBitSettings, writeSecret: SecretWriter): Record<string, unknown> {
+  const { fluentbit } = settings;
+  const journal = (tag: string, unit: string, db: string) => ({
+    name: 'systemd',
+    tag,
+    systemd_filter: `_SYSTEMD_UNIT=${unit}`,
+    db: `${FLUENT_BIT_PATHS.storage}/${db}.db`,
+    read_from_tail: 'on',
+  });
+  const forward = fluentbit.forward;
+  return {
+    service: { flush: 1, log_level: 'info', 'storage.path': `${FLUENT_BIT_PATHS.storage}/buffer` },
+    // The dynamic configuration (etcd prefix or git) lands here; fluent-bit reads it on restart.
+    ...(settings.dynamicConfig ? { includes: [`${FLUENT_BIT_PATHS.dynamicDir}/*.yaml`] } : {}),
+    pipeline: {
+      inputs: [journal(fluentbit.etcd_tag, 'etcd.service', 'etcd'), journal(fluentbit.node_exporter_tag, NODE_EXPORTER.unit, 'node-exporter')],
+      outputs: [
+        {
+          name: 'forward',
+          match: '*',
+          host: forward.domain,
+          port: forward.port,
+          self_hostname: forward.hostname,
+          shared_key: writeSecret(forward.shared_key),
+          tls: 'on',
+          'tls.verify': 'on',
+          ...(forward.ca_cert ? { 'tls.ca_file': FLUENT_BIT_PATHS.forwardCa } : {}),
+        },
+      ],
+    },
+  };
+}
+
+export function renderFluentBitConfig(settings: FluentBitSettings, writeSecret: SecretWriter): string {
+  return `# Managed by etcd-kvm.\n${stringify(fluentBitConfig(settings, writeSecret), { lineWidth: 0 })}`;
+}
+
+export function fluentBitFragment(settings: FluentBitSettings, writeSecret: SecretWriter): CloudConfigFragment {
+  if (!settings.fluentbit.enabled) return {};
+  return {
+    writeFiles: [
+      // The shared key is in the file: root only (fluent-bit runs as root to read the journal).
+      { path: FLUENT_BIT_PATHS.config, permissions: '0600', owner: 'root:root', content: renderFluentBitConfig(settings, writeSecret) },
+      ...(settings.fluentbit.forward.ca_cert ? [{ path: FLUENT_BIT_PATHS.forwardCa, permissions: '0644', content: settings.fluentbit.forward.ca_cert }] : []),
+      { path: FLUENT_BIT_PATHS.dropIn, permissions: '0644', content: `# Managed by etcd-kvm: run with the rendered YAML configuration.\n[Service]\nExecStart=\nExecStart=${FLUENT_BIT_PATHS.binary} -c ${FLUENT_BIT_PATHS.config}\n` },
+    ],
+    runcmd: [
+      ['install', '-d', '-m', '0700', FLUENT_BIT_PATHS.storage],
+      ['systemctl', 'daemon-reload'],
+      ['systemctl', 'enable', '--now', 'fluent-bit.service'],
+    ],
+  };
+}

@@ -1,0 +1,37 @@
+import type { Member } from '../../inventory/model.ts';
+import type { CloudConfigFragment } from './fragment.ts';
+
+/**
+ * Prometheus node exporter on every member, as in the seed module. Debian's package
+ * (install_dependencies: false) brings its own unit; the upstream binary gets one of the same name,
+ * so fluent-bit's journal filter and operators' habits do not depend on how it was installed.
+ */
+
+export const NODE_EXPORTER = { unit: 'prometheus-node-exporter.service', port: 9100 } as const;
+
+export function renderNodeExporterUnit(): string {
+  return [
+    '# Managed by etcd-kvm: the upstream node_exporter release (install_dependencies: true).',
+    '[Unit]',
+    'Description=Prometheus node exporter',
+    'After=network-online.target',
+    'Wants=network-online.target',
+    '',
+    '[Service]',
+    'User=prometheus',
+    'Group=prometheus',
+    `ExecStart=/usr/local/bin/node_exporter --web.listen-address=:${NODE_EXPORTER.port}`,
+    'Restart=on-failure',
+    '',
+    '[Install]',
+    'WantedBy=multi-user.target',
+    '',
+  ].join('\n');
+}
+
+export function nodeExporterFragment(member: Member): CloudConfigFragment {
+  return {
+    ...(member.input.install_dependencies ? { writeFiles: [{ path: `/etc/systemd/system/${NODE_EXPORTER.unit}`, permissions: '0644', content: renderNodeExporterUnit() }] } : {}),
+    runcmd: [['systemctl', 'enable', '--now', NODE_EXPORTER.unit]],
+  };
+}

@@ -1,0 +1,80 @@
+import type { SecretWriter } from '../../core/secret.ts';
+import type { MemberInput } from '../../inventory/schema.ts';
+import { secretFile, type CloudConfigFragment } from './fragment.ts';
+
+/**
+ * Vault agent with AppRole auto-auth, as the seed module sets it up: role_id and secret_id in files
+ * only the vault user reads, the token written to a sink other services can be given access to.
+ * The configuration is JSON, which Vault reads like HCL, so it is built and checked as data.
+ */
+
+export const VAULT_AGENT_PATHS = {
+  dir: '/etc/vault-agent.d',
+  config: '/etc/vault-agent.d/agent.json',
+  roleId: '/etc/vault-agent.d/role-id',
+  secretId: '/etc/vault-agent.d/secret-id',
+  ca: '/etc/vault-agent.d/vault-ca.crt',
+  token: '/run/vault-agent/token',
+  unit: '/etc/systemd/system/vault-agent.service',
+} as const;
+
+export function vaultAgentConfig(vault: MemberInput['vault_agent']): Record<string, unknown> {
+  return {
+    pid_file: '/run/vault-agent/agent.pid',
+    vault: { address: vault.vault_address, ...(vault.vault_ca_cert ? { ca_cert: VAULT_AGENT_PATHS.ca } : {}) },
+    auto_auth: {
+      method: [
+        {
+          type: 'approle',
+          config: {
+            role_id_file_path: VAULT_AGENT_PATHS.roleId,
+            secret_id_file_path: VAULT_AGENT_PATHS.secretId,
+            // Kept: a restarted agent must be able to log in again without cloud-init.
+            remove_secret_id_file_after_reading: false,
+          },
+        },
+      ],
+      sink: [{ type: 'file', config: { path: VAULT_AGENT_PATHS.token, mode: 0o640 } }],
+    },
+  };
+}
+
+export function renderVaultAgentUnit(binary: string): string {
+  return [
+    '# Managed by etcd-kvm.',
+    '[Unit]',
+    'Description=Vault agent (AppRole auto-auth)',
+    'After=network-online.target',
+    'Wants=network-online.target',
+    '',
+    '[Service]',
+    'User=vault',
+    'Group=vault',
+    'RuntimeDirectory=vault-agent',
+    'RuntimeDirectoryMode=0750',
+    `ExecStart=${binary} agent -config=${VAULT_AGENT_PATHS.config}`,
+    'Restart=on-failure',
+    '',
+    '[Install]',
+    'WantedBy=multi-user.target',
+    '',
+  ].join('\n');
+}
+
+export function vaultAgentFragment(vault: MemberInput['vault_agent'], writeSecret: SecretWriter): CloudConfigFragment {
+  if (!vault.enabled) return {};
+  const { role_id: roleId, secret_id: secretId } = vault.auth_method.config;
+  return {
+    writeFiles: [
+      { path: VAULT_AGENT_PATHS.config, permissions: '0644', content: `${JSON.stringify(vaultAgentConfig(vault), null, 2)}\n` },
+      secretFile(VAULT_AGENT_PATHS.roleId, 'vault:vault', writeSecret(roleId)),
+      secretFile(VAULT_AGENT_PATHS.secretId, 'vault:vault', writeSecret(secretId)),
+      ...(vault.vault_ca_cert ? [{ path: VAULT_AGENT_PATHS.ca, permissions: '0644', content: vault.vault_ca_cert }] : []),
+      { path: VAULT_AGENT_PATHS.unit, permissions: '0644', content: renderVaultAgentUnit('/usr/bin/vault') },
+    ],
+    runcmd: [
+      ['systemctl', 'daemon-reload'],
+      ['systemctl', 'enable', '--now', 'vault-agent.service'],
+    ],
+  };
+}

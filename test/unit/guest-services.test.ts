@@ -1,0 +1,216 @@
+import test from 'ava';
+import { parse } from 'yaml';
+import { Secret } from '../../tasks/core/secret.ts';
+import { parseEnvironmentFile } from '../../tasks/render/etcd.ts';
+import { renderMember } from '../../tasks/render/member.ts';
+import { baseDocument, load, problemsOf, type Doc } from '../helpers/inventory.ts';
+import { fileOf, writeFilesOf } from '../helpers/render.ts';
+
+/** The semantic content of every optional guest feature's rendered configuration. */
+
+const pki = {
+  caCert: 'CA-PEM\n',
+  members: new Map([['etcd-1', { caCert: 'CA-PEM\n', cert: 'CERT-PEM\n', key: new Secret('KEY-PEM\n') }]]),
+};
+
+function withDefaults(settings: Record<string, unknown>, change?: (doc: Doc) => void): Doc {
+  const doc = baseDocument();
+  Object.assign(doc.defaults as object, settings);
+  change?.(doc);
+  return doc;
+}
+
+function userDataOf(doc: Doc) {
+  const inventory = load(doc);
+  const files = renderMember({ inventory, pki, initialClusterState: 'new' }, inventory.members[0]!);
+  const userData = fileOf(files, 'user-data');
+  return { config: parse(userData.content, { version: '1.1' }), writes: writeFilesOf(userData.content), display: userData.display, content: userData.content };
+}
+
+const FLUENTBIT = {
+  enabled: true,
+  etcd_tag: 'etcd.lab',
+  node_exporter_tag: 'node-exporter.lab',
+  forward: { domain: 'logs.example.org', port: 24224, hostname: 'etcd-lab', shared_key: 'fb-shared-secret', ca_cert: '-----BEGIN CERTIFICATE-----\nFWD\n-----END CERTIFICATE-----\n' },
+};
+const VAULT = {
+  enabled: true,
+  vault_address: 'https://vault.example.org:8200',
+  vault_ca_cert: '-----BEGIN CERTIFICATE-----\nVAULT\n-----END CERTIFICATE-----\n',
+  auth_method: { config: { role_id: 'role-id-secret', secret_id: 'secret-id-secret' } },
+};
+const CHRONY = {
+  enabled: true,
+  servers: [{ url: 'ntp1.example.org', options: ['iburst', 'prefer'] }],
+  pools: [{ url: 'pool.example.org', options: ['iburst', 'maxsources 3'] }],
+  makestep: { threshold: 1.5, limit: 3 },
+};
+
+test('data volume: partitioned and formatted only when blank, mounted on the data dir before etcd, which requires it', (t) => {
+  const { config, writes } = userDataOf(withDefaults({ data_volume_size_gib: 2 }));
+  t.deepEqual(config.disk_setup, { '/dev/vdb': { table_type: 'mbr', layout: true, overwrite: false } });
+  t.deepEqual(config.fs_setup, [{ label: 'etcd-data', filesystem: 'ext4', device: '/dev/vdb', partition: 'auto', overwrite: false }]);
+  t.deepEqual(config.mounts, [['LABEL=etcd-data', '/var/lib/etcd', 'ext4', 'defaults,nofail,x-systemd.before=etcd.service', '0', '2']]);
+  t.regex(writes.get('/etc/systemd/system/etcd.service')!.content, /^RequiresMountsFor=\/var\/lib\/etcd$/m);
+  // Ownership and mode are set after the mount, on the data disk's root.
+  t.deepEqual(config.runcmd[0], ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', '/var/lib/etcd']);
+
+  const without = userDataOf(withDefaults({}));
+  t.is(without.config.disk_setup, undefined);
+  t.is(without.config.mounts, undefined);
+  t.notRegex(without.writes.get('/etc/systemd/system/etcd.service')!.content, /RequiresMountsFor/);
+});
+
+test('chrony: the inventory servers and pools with their options, makestep, chrony restarted', (t) => {
+  const { config, writes } = userDataOf(withDefaults({ chrony: CHRONY }));
+  const conf = writes.get('/etc/chrony/chrony.conf')!;
+  t.is(conf.permissions, '0644');
+  const directives = conf.content.split('\n').filter((line) => line && !line.startsWith('#'));
+  t.true(directives.includes('server ntp1.example.org iburst prefer'));
+  t.true(directives.includes('pool pool.example.org iburst maxsources 3'));
+  t.true(directives.includes('makestep 1.5 3'));
+  // Only the inventory's sources: Debian's default pool is gone.
+  t.deepEqual(directives.filter((line) => /^(server|pool) /.test(line)).length, 2);
+  t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl restart chrony.service'));
+  t.false(userDataOf(withDefaults({})).writes.has('/etc/chrony/chrony.conf'));
+});
+
+test('node exporter: enabled on every member; the upstream binary gets a unit of the same name', (t) => {
+  const packaged = userDataOf(withDefaults({}));
+  t.true(packaged.config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl enable --now prometheus-node-exporter.service'));
+  t.false(packaged.writes.has('/etc/systemd/system/prometheus-node-exporter.service'));
+  const upstream = userDataOf(withDefaults({ install_dependencies: true }));
+  const unit = upstream.writes.get('/etc/systemd/system/prometheus-node-exporter.service')!.content;
+  t.regex(unit, /^ExecStart=\/usr\/local\/bin\/node_exporter --web.listen-address=:9100$/m);
+  t.regex(unit, /^User=prometheus$/m);
+});
+
+test('fluent-bit: journal inputs tagged for etcd and the node exporter, forward output with TLS and the shared key in a root-only file', (t) => {
+  const { config, writes, display } = userDataOf(withDefaults({ fluentbit: FLUENTBIT }));
+  const file = writes.get('/etc/fluent-bit/etcd-kvm.yaml')!;
+  t.like(file, { permissions: '0600', owner: 'root:root' });
+  const fluentbit = parse(file.content);
+  t.deepEqual(
+    fluentbit.pipeline.inputs.map((input: Record<string, string>) => [input.name, input.tag, input.systemd_filter]),
+    [
+      ['systemd', 'etcd.lab', '_SYSTEMD_UNIT=etcd.service'],
+      ['systemd', 'node-exporter.lab', '_SYSTEMD_UNIT=prometheus-node-exporter.service'],
+    ],
+  );
+  t.deepEqual(fluentbit.pipeline.outputs, [
+    {
+      name: 'forward',
+      match: '*',
+      host: 'logs.example.org',
+      port: 24224,
+      self_hostname: 'etcd-lab',
+      shared_key: 'fb-shared-secret',
+      tls: 'on',
+      'tls.verify': 'on',
+      'tls.ca_file': '/etc/fluent-bit/forward-ca.crt',
+    },
+  ]);
+  t.is(writes.get('/etc/fluent-bit/forward-ca.crt')!.content, FLUENTBIT.forward.ca_cert);
+  t.regex(writes.get('/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf')!.content, /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit -c \/etc\/fluent-bit\/etcd-kvm.yaml$/m);
+  t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl enable --now fluent-bit.service'));
+  t.false(display.includes('fb-shared-secret'));
+});
+
+test('vault agent: AppRole auto-auth from files only the vault user reads, address and CA, token sink', (t) => {
+  const { config, writes, display } = userDataOf(withDefaults({ vault_agent: VAULT }));
+  const agent = JSON.parse(writes.get('/etc/vault-agent.d/agent.json')!.content);
+  t.deepEqual(agent.vault, { address: 'https://vault.example.org:8200', ca_cert: '/etc/vault-agent.d/vault-ca.crt' });
+  t.deepEqual(agent.auto_auth.method, [
+    { type: 'approle', config: { role_id_file_path: '/etc/vault-agent.d/role-id', secret_id_file_path: '/etc/vault-agent.d/secret-id', remove_secret_id_file_after_reading: false } },
+  ]);
+  t.deepEqual(agent.auto_auth.sink, [{ type: 'file', config: { path: '/run/vault-agent/token', mode: 0o640 } }]);
+  t.deepEqual(writes.get('/etc/vault-agent.d/role-id'), { path: '/etc/vault-agent.d/role-id', permissions: '0400', owner: 'vault:vault', defer: true, content: 'role-id-secret' });
+  t.deepEqual(writes.get('/etc/vault-agent.d/secret-id'), { path: '/etc/vault-agent.d/secret-id', permissions: '0400', owner: 'vault:vault', defer: true, content: 'secret-id-secret' });
+  t.is(writes.get('/etc/vault-agent.d/vault-ca.crt')!.content, VAULT.vault_ca_cert);
+  t.regex(writes.get('/etc/systemd/system/vault-agent.service')!.content, /^ExecStart=\/usr\/bin\/vault agent -config=\/etc\/vault-agent.d\/agent.json$/m);
+  t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl enable --now vault-agent.service'));
+  t.false(display.includes('role-id-secret') || display.includes('secret-id-secret'));
+});
+
+test('install_dependencies: pinned upstream etcd and node exporter checked against their release sums, vendor apt repos for enabled services', (t) => {
+  const { config, writes } = userDataOf(withDefaults({ install_dependencies: true, fluentbit: FLUENTBIT, vault_agent: VAULT, chrony: CHRONY }, (doc) => (doc.etcd = { version: 'v3.5.17' })));
+  t.deepEqual(config.users.slice(1).map((user: { name: string; system: boolean }) => [user.name, user.system]), [['etcd', true], ['prometheus', true], ['vault', true]]);
+  t.deepEqual(config.packages, ['curl', 'ca-certificates', 'chrony']);
+  const installer = writes.get('/usr/local/sbin/etcd-kvm-install-upstream')!;
+  t.is(installer.permissions, '0755');
+  const script = installer.content;
+  t.true(script.includes('https://github.com/etcd-io/etcd/releases/download/v3.5.17/etcd-v3.5.17-linux-amd64.tar.gz'));
+  t.true(script.includes('https://github.com/etcd-io/etcd/releases/download/v3.5.17/SHA256SUMS'));
+  t.true(script.includes('verify etcd.sha256sums etcd-v3.5.17-linux-amd64.tar.gz'));
+  t.true(script.includes('https://github.com/prometheus/node_exporter/releases/download/v1.8.2/node_exporter-1.8.2.linux-amd64.tar.gz'));
+  t.regex(script, /apt-get install -y --no-install-recommends fluent-bit=3\.1\.9 vault=1\.17\.6-1$/m);
+  t.regex(script, /^echo 'deb \[signed-by=\/etc\/apt\/keyrings\/hashicorp.asc\] https:\/\/apt.releases.hashicorp.com bookworm main'/m);
+  // Installed before anything is configured or started; etcd then runs from /usr/local/bin.
+  t.deepEqual(config.runcmd[0], ['/usr/local/sbin/etcd-kvm-install-upstream']);
+  t.regex(writes.get('/etc/systemd/system/etcd.service')!.content, /^ExecStart=\/usr\/local\/bin\/etcd$/m);
+  t.regex(userDataOf(withDefaults({})).writes.get('/etc/systemd/system/etcd.service')!.content, /^ExecStart=\/usr\/bin\/etcd$/m);
+  t.false(userDataOf(withDefaults({})).writes.has('/usr/local/sbin/etcd-kvm-install-upstream'));
+});
+
+test('password mode: clients are not asked for certificates; restore mode: etcd waits for a restored data dir', (t) => {
+  const password = userDataOf(withDefaults({}, (doc) => {
+    doc.etcd = { client_cert_auth: false };
+    doc.members[0]!.authentication_bootstrap = { bootstrap: true, root_password: 'pw' };
+  }));
+  const env = parseEnvironmentFile(password.writes.get('/etc/etcd/etcd.env')!.content);
+  t.is(env.get('ETCD_CLIENT_CERT_AUTH'), 'false');
+  t.false(env.has('ETCD_TRUSTED_CA_FILE'));
+  t.is(env.get('ETCD_PEER_TRUSTED_CA_FILE'), '/etc/etcd/tls/ca.crt');
+  t.false(password.content.includes('pw\n'), 'the root password is not written into the guest');
+
+  const restore = { enabled: true, s3: { endpoint: 'http://127.0.0.1:9000', bucket: 'b', object_prefix: 'etcd', access_key: 'a', secret_key: 's' } };
+  const restoring = userDataOf(withDefaults({ restore }));
+  t.regex(restoring.writes.get('/etc/systemd/system/etcd.service')!.content, /^ConditionPathExists=\/var\/lib\/etcd\/member$/m);
+  // S3 credentials never reach the guest: the tool fetches the snapshot itself.
+  t.false(restoring.content.includes('"s"') || restoring.content.includes('http://127.0.0.1:9000'));
+});
+
+test('secrets in the guest are never in a world-readable file', (t) => {
+  const { writes } = userDataOf(withDefaults({ fluentbit: FLUENTBIT, vault_agent: VAULT, install_dependencies: true }));
+  for (const file of writes.values()) {
+    const holdsSecret = ['KEY-PEM', 'fb-shared-secret', 'role-id-secret', 'secret-id-secret'].some((secret) => file.content.includes(secret));
+    if (holdsSecret) t.true(['0400', '0600'].includes(file.permissions), `${file.path} is ${file.permissions}`);
+  }
+});
+
+test('invalid combinations of the optional features are reported with their paths', (t) => {
+  t.deepEqual(problemsOf(withDefaults({ chrony: { enabled: true } })).filter((p) => p.startsWith('members[0]')), [
+    'members[0].chrony.servers (member etcd-1): is required by the enabled feature — list at least one server or pool (url and options)',
+  ]);
+  t.deepEqual(
+    problemsOf(withDefaults({ fluentbit: { enabled: true, forward: { domain: 'logs' } } })).filter((p) => p.startsWith('members[0]')).map((p) => p.split(' ')[0]),
+    ['members[0].fluentbit.forward.port', 'members[0].fluentbit.forward.hostname', 'members[0].fluentbit.forward.shared_key', 'members[0].fluentbit.etcd_tag', 'members[0].fluentbit.node_exporter_tag'],
+  );
+  t.deepEqual(
+    problemsOf(withDefaults({ vault_agent: { enabled: true } })).filter((p) => p.startsWith('members[0]')).map((p) => p.split(' ')[0]),
+    ['members[0].vault_agent.vault_address', 'members[0].vault_agent.auth_method.config.role_id', 'members[0].vault_agent.auth_method.config.secret_id'],
+  );
+  t.deepEqual(
+    problemsOf(withDefaults({ restore: { enabled: true } })).filter((p) => p.startsWith('members[0]')).map((p) => p.split(' ')[0]),
+    ['members[0].restore.s3.endpoint', 'members[0].restore.s3.bucket', 'members[0].restore.s3.object_prefix', 'members[0].restore.s3.access_key', 'members[0].restore.s3.secret_key'],
+  );
+  const s3 = { endpoint: 'http://127.0.0.1:9000', bucket: 'b', object_prefix: 'etcd', access_key: 'a', secret_key: 's' };
+  t.deepEqual(
+    problemsOf(withDefaults({ restore: { enabled: true, s3, backup_timestamp: 'yesterday', encryption_key: 'abc' } }, (doc) => ((doc.cluster as Record<string, unknown>).is_initializing = false))).filter((p) => p.startsWith('members[0]')),
+    [
+      'members[0].restore.enabled (member etcd-1): requires cluster.is_initializing: true — a restore founds a new cluster from the snapshot; an existing cluster keeps its data',
+      'members[0].restore.backup_timestamp (member etcd-1): "yesterday" is not an RFC 3339 UTC timestamp — as in the object name, e.g. 2026-11-21T10:00:00Z; leave empty for the latest',
+      "members[0].restore.encryption_key (member etcd-1): is not 32 bytes of hex (64 hex digits) — etcd-backup's master key format",
+    ],
+  );
+  t.deepEqual(problemsOf(withDefaults({}, (doc) => (doc.members[1]!.restore = { enabled: true, s3 }))), [
+    'members[0].restore.enabled (member etcd-1): is false while other members restore — all members restore from the same snapshot: set restore once under defaults',
+    'members[2].restore.enabled (member etcd-3): is false while other members restore — all members restore from the same snapshot: set restore once under defaults',
+  ]);
+  t.deepEqual(problemsOf(withDefaults({ restore: { enabled: true, s3 } }, (doc) => (doc.members[2]!.restore = { enabled: true, s3: { ...s3, bucket: 'other' } }))), [
+    "members[2].restore (member etcd-3): differs from etcd-1's restore settings — all members restore from the same snapshot: set restore once under defaults",
+  ]);
+  t.deepEqual(problemsOf(withDefaults({ install_dependencies: true }, (doc) => (doc.etcd = { version: 'latest' }))), [
+    'etcd.version: "latest" is not an etcd release tag — install_dependencies downloads that release: use a tag like v3.4.18',
+  ]);
+});
