@@ -174,7 +174,7 @@ test('secrets in the guest are never in a world-readable file', (t) => {
   const { writes } = userDataOf(withDefaults({ fluentbit: FLUENTBIT, vault_agent: VAULT, install_dependencies: true }));
   for (const file of writes.values()) {
     const holdsSecret = ['KEY-PEM', 'fb-shared-secret', 'role-id-secret', 'secret-id-secret'].some((secret) => file.content.includes(secret));
-    if (holdsSecret) t.true(['0400', '0600'].includes(file.permissions), `${file.path} is ${file.permissions}`);
+    if (holdsSecret) t.true(['0400', '0600'].includes(file.permissions ?? ''), `${file.path} is ${file.permissions}`);
   }
 });
 
