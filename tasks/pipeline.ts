@@ -66,7 +66,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   let written: string[] = [];
   const remote = new RemoteContext();
   const identity = clientIdentities(inventory, store);
-  const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.root);
+  const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.health);
   const remotePhases = [
     {
       title: 'volumes',
@@ -79,7 +79,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered, remote)) },
     { title: 'domain', run: () => runner.runStep(domainsStep({ inventory, members, rendered, context: remote, clients })) },
     { title: 'health', run: () => runner.runStep(healthStep(inventory, members, clients, options.dryRun)) },
-    { title: 'auth', run: () => runner.runStep(authStep(inventory, members, clients, identity.member, options.dryRun)) },
+    { title: 'auth', run: () => runner.runStep(authStep(inventory, members, clients, identity, options.dryRun)) },
   ];
   try {
     await runner.runPhases([

@@ -16,9 +16,14 @@ let etcd3Module: Promise<typeof import('etcd3')> | undefined;
 export const preloadEtcdClient = () => (etcd3Module ??= import('etcd3'));
 
 export interface ClientIdentity {
+  /** Names the identity in the client cache. */
+  label: string;
   caCert: string;
-  cert: string;
-  key: Secret;
+  /** A client certificate (certificate mode). */
+  cert?: string;
+  key?: Secret;
+  /** A user and password (password mode, once auth is enabled). */
+  user?: { name: string; password: Secret };
 }
 
 export class EtcdClients {
@@ -33,7 +38,7 @@ export class EtcdClients {
 
   /** A client bound to one member's endpoint only, so an answer is that member's own. */
   for(member: Member, identity: ClientIdentity = this.identity()): Promise<Etcd3> {
-    const key = `${member.name}\0${identity.cert}`;
+    const key = `${member.name}\0${identity.label}`;
     let client = this.#clients.get(key);
     if (!client) {
       client = this.#open(member, identity);
@@ -54,7 +59,11 @@ export class EtcdClients {
     const { Etcd3 } = await preloadEtcdClient();
     return new Etcd3({
       hosts: [endpoint],
-      credentials: { rootCertificate: Buffer.from(identity.caCert), certChain: Buffer.from(identity.cert), privateKey: Buffer.from(revealSecret(identity.key)) },
+      credentials: {
+        rootCertificate: Buffer.from(identity.caCert),
+        ...(identity.cert && identity.key ? { certChain: Buffer.from(identity.cert), privateKey: Buffer.from(revealSecret(identity.key)) } : {}),
+      },
+      ...(identity.user ? { auth: { username: identity.user.name, password: revealSecret(identity.user.password) } } : {}),
       // The callers poll and decide themselves; the library's retries and circuit breaker would hide the last error.
       faultHandling: { host: () => noop, global: noop },
       dialTimeout: 5_000,

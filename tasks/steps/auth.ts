@@ -1,10 +1,11 @@
-import type { Etcd3 } from 'etcd3';
 import type { Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
+import type { EtcdClients } from '../etcd/client.ts';
+import type { ClientIdentities } from '../pki/materials.ts';
 import { memberHealth } from '../etcd/health.ts';
 import { revealSecret } from '../core/secret.ts';
 import { memberTargets } from './member-targets.ts';
+import { retryTransient } from '../etcd/transient.ts';
 
 /**
  * Authentication bootstrap, from the one designated member: the root role, the root user holding it,
@@ -27,17 +28,22 @@ type AuthAction = 'role' | 'user' | 'grant' | 'enable';
 
 const notFound = (error: unknown) => error instanceof Error && /not found/i.test(error.message);
 
-async function authEnabled(root: Etcd3, clients: EtcdClients, member: Member, memberIdentity: ClientIdentity): Promise<boolean> {
+/** A retried create may find its own earlier attempt already applied. */
+const ignoreIf = (already: RegExp) => (error: unknown) => {
+  if (!(error instanceof Error && already.test(error.message))) throw error;
+};
+
+async function authEnabled(clients: EtcdClients, member: Member, identities: ClientIdentities): Promise<boolean> {
+  const nonUser = await clients.for(member, identities.nonUser(member));
   try {
-    return (await root.auth.authStatus()).enabled;
+    return (await nonUser.auth.authStatus()).enabled;
   } catch (error) {
-    if (!(error instanceof Error) || !/unimplemented|unknown service|not implemented/i.test(error.message)) throw error;
+    if (!(error instanceof Error) || !/unimplemented|unknown service|not implemented|user name is empty|user name not found|permission denied/i.test(error.message)) throw error;
   }
-  // etcd 3.4 has no AuthStatus: read as the member's own certificate (CN=<member>, not a user).
-  // Without auth that works; with auth the CN is rejected.
-  const asMember = await clients.for(member, memberIdentity);
+  // etcd 3.4 has no AuthStatus: read as no user (the member's own certificate, CN=<member>, or
+  // anonymous in password mode). Without auth that works; with auth it is rejected.
   try {
-    await asMember.get('etcd-kvm/auth-probe').string();
+    await nonUser.get('etcd-kvm/auth-probe').string();
     return false;
   } catch (error) {
     if (error instanceof Error && /(user name not found|permission denied|invalid auth token|user name is empty)/i.test(error.message)) return true;
@@ -45,7 +51,7 @@ async function authEnabled(root: Etcd3, clients: EtcdClients, member: Member, me
   }
 }
 
-export function authStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, memberIdentity: (member: Member) => ClientIdentity, dryRun: boolean): Step<AuthState, AuthAction> {
+export function authStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, identities: ClientIdentities, dryRun: boolean): Step<AuthState, AuthAction> {
   const bootstrap = members.filter((member) => member.bootstrapsAuth);
   const { targets, memberNamed } = memberTargets(bootstrap);
   return {
@@ -57,12 +63,14 @@ export function authStep(inventory: Inventory, members: readonly Member[], clien
         const health = await memberHealth(inventory, clients, member);
         if (!health.healthy) return { unreachable: health.reason, rootRole: false, rootUser: false, rootUserHasRole: false, authEnabled: false };
       }
-      const root = await clients.for(member);
-      const [role, user, enabled] = await Promise.all([
-        root.auth.roleGet({ role: 'root' }).then(() => true, (error) => (notFound(error) ? false : Promise.reject(error))),
-        root.auth.userGet({ name: 'root' }).then((answer) => answer.roles, (error) => (notFound(error) ? undefined : Promise.reject(error))),
-        authEnabled(root, clients, member, memberIdentity(member)),
-      ]);
+      const enabled = await retryTransient(() => authEnabled(clients, member, identities));
+      const root = await clients.for(member, enabled ? identities.root() : identities.beforeAuth());
+      const [role, user] = await retryTransient(() =>
+        Promise.all([
+          root.auth.roleGet({ role: 'root' }).then(() => true, (error) => (notFound(error) ? false : Promise.reject(error))),
+          root.auth.userGet({ name: 'root' }).then((answer) => answer.roles, (error) => (notFound(error) ? undefined : Promise.reject(error))),
+        ]),
+      );
       return { rootRole: role, rootUser: user !== undefined, rootUserHasRole: user?.includes('root') ?? false, authEnabled: enabled };
     },
     plan(state, name) {
@@ -77,16 +85,20 @@ export function authStep(inventory: Inventory, members: readonly Member[], clien
     },
     async apply(changes, name) {
       const member = memberNamed(name);
-      const root = await clients.for(member);
+      // Everything up to `enable` happens while auth is off; with auth already on there is no `enable`.
+      const authIsOff = changes.some((change) => change.action === 'enable');
+      const root = await clients.for(member, authIsOff ? identities.beforeAuth() : identities.root());
+      // Each call is idempotent towards the wanted state, so a transient failure is simply retried.
       for (const { action } of changes) {
-        if (action === 'role') await root.auth.roleAdd({ name: 'root' });
-        if (action === 'user') {
-          await root.auth.userAdd(
-            member.rootPassword.isEmpty ? { name: 'root', password: '', options: { no_password: true } } : { name: 'root', password: revealSecret(member.rootPassword) },
-          );
-        }
-        if (action === 'grant') await root.auth.userGrantRole({ user: 'root', role: 'root' });
-        if (action === 'enable') await root.auth.authEnable();
+        await retryTransient(async () => {
+          if (action === 'role') await root.auth.roleAdd({ name: 'root' }).catch(ignoreIf(/role name already exists/i));
+          if (action === 'user') {
+            const user = member.rootPassword.isEmpty ? { name: 'root', password: '', options: { no_password: true } } : { name: 'root', password: revealSecret(member.rootPassword) };
+            await root.auth.userAdd(user).catch(ignoreIf(/user name already exists/i));
+          }
+          if (action === 'grant') await root.auth.userGrantRole({ user: 'root', role: 'root' });
+          if (action === 'enable') await root.auth.authEnable();
+        });
       }
     },
   };

@@ -87,7 +87,7 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
           if (state.running) changes.push({ summary: `restart ${name} to apply its new definition (one member at a time, waiting for cluster health)`, action: 'restart' });
         }
       }
-      if (!state.running) changes.push({ summary: `start ${name} (${state.state})`, action: 'start' });
+      if (!state.running) changes.push({ summary: state.state === 'undefined' ? `start ${name}` : `start ${name} (was ${state.state})`, action: 'start' });
       if (!state.autostart) changes.push({ summary: `enable autostart of ${name}`, action: 'autostart' });
       return changes;
     },

@@ -109,7 +109,7 @@ test.serial('drift: a destroyed member VM is started again and the data survives
   t.is(virsh(['destroy', 'etcd-2']).status, 0);
   const result = deployed(t);
   t.is(result.status, 0);
-  t.deepEqual(changed(result), ['etcd-2/domain: changed start etcd-2 (shut off)']);
+  t.deepEqual(changed(result), ['etcd-2/domain: changed start etcd-2 (was shut off)']);
   t.regex(virsh(['domstate', 'etcd-2']).stdout, /running/);
   t.is(etcdctl(ALL, rootIdentity, ['endpoint', 'health']).status, 0);
   t.is(etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--print-value-only', 'e2e/greeting']).stdout.trim(), 'hello from etcd-1');

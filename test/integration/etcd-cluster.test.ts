@@ -1,9 +1,16 @@
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GUEST_PATHS, parseEnvironmentFile } from '../../tasks/render/etcd.ts';
+import { Runner } from '../../tasks/core/runner.ts';
+import { EtcdClients } from '../../tasks/etcd/client.ts';
+import { waitForHealth } from '../../tasks/etcd/health.ts';
+import { clientIdentities } from '../../tasks/pki/materials.ts';
+import { PkiStore } from '../../tasks/pki/store.ts';
+import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
+import { authStep } from '../../tasks/steps/auth.ts';
 import { run } from '../helpers/exec.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 import { Processes } from '../helpers/processes.ts';
@@ -15,26 +22,27 @@ import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
  * directory; every other ETCD_* variable is used exactly as rendered.
  */
 
-const CLIENT_PORT = 42379;
-const PEER_PORT = 42380;
 const IPS = ['127.0.0.1', '127.0.0.2', '127.0.0.3'];
 
-function loopbackInventory(clientCertAuth: boolean) {
+function loopbackInventory(clientCertAuth: boolean, clientPort: number) {
   const doc = baseDocument();
-  doc.etcd = { client_port: CLIENT_PORT, peer_port: PEER_PORT, listen_localhost: false, client_cert_auth: clientCertAuth };
+  doc.etcd = { client_port: clientPort, peer_port: clientPort + 1, listen_localhost: false, client_cert_auth: clientCertAuth, grpc_gateway_enabled: !clientCertAuth };
   doc.members.forEach((member, i) => {
     member.libvirt_networks = [{ network_name: 'net', ip: IPS[i], prefix_length: 8 }];
+    // The tool reaches loopback members directly, without a hypervisor.
+    member.reach_via = 'direct';
   });
+  if (!clientCertAuth) doc.members[0]!.authentication_bootstrap = { bootstrap: true, root_password: 'loopback-root-pw' };
   return load(doc);
 }
 
 const processes = new Processes();
 test.after.always(() => processes.stopAll());
 
-test('a 3-member etcd cluster starts from the rendered config over TLS, and refuses clients without a certificate', async (t) => {
-  const { inventory, rendered } = await renderWithPki(loopbackInventory(true));
+/** Starts one etcd per member from its rendered user-data; only file locations move out of guest paths. */
+async function startCluster(t: ExecutionContext, clientCertAuth: boolean, clientPort: number) {
+  const { inventory, rendered } = await renderWithPki(loopbackInventory(clientCertAuth, clientPort));
   const work = mkdtempSync(join(tmpdir(), 'etcd-kvm-etcd-'));
-
   for (const member of inventory.members) {
     const files = writeFilesOf(fileOf(rendered.get(member.name), 'user-data').content);
     const dir = join(work, member.name);
@@ -46,22 +54,29 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
     };
     const env = parseEnvironmentFile(files.get(GUEST_PATHS.environmentFile)!.content);
     env.set('ETCD_DATA_DIR', join(dir, 'data'));
-    for (const [key, guestPath] of [
+    const fileSettings: [string, string][] = [
       ['ETCD_CERT_FILE', GUEST_PATHS.serverCert],
       ['ETCD_PEER_CERT_FILE', GUEST_PATHS.serverCert],
       ['ETCD_KEY_FILE', GUEST_PATHS.serverKey],
       ['ETCD_PEER_KEY_FILE', GUEST_PATHS.serverKey],
-      ['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert],
       ['ETCD_PEER_TRUSTED_CA_FILE', GUEST_PATHS.caCert],
-    ] as const) {
+      ...(clientCertAuth ? [['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert] as [string, string]] : []),
+    ];
+    for (const [key, guestPath] of fileSettings) {
       t.is(env.get(key), guestPath, `${key} points at the guest path`);
       env.set(key, local(guestPath));
     }
-    t.is(env.get('ETCD_CLIENT_CERT_AUTH'), 'true');
+    t.is(env.get('ETCD_CLIENT_CERT_AUTH'), String(clientCertAuth));
     t.is(env.get('ETCD_PEER_CLIENT_CERT_AUTH'), 'true');
     t.is(env.get('ETCD_INITIAL_CLUSTER_STATE'), 'new');
     processes.start('etcd', [], { env: { PATH: process.env.PATH, ...Object.fromEntries(env) }, logFile: join(dir, 'etcd.log') });
   }
+  return { inventory, work };
+}
+
+test('a 3-member etcd cluster starts from the rendered config over TLS, and refuses clients without a certificate', async (t) => {
+  const CLIENT_PORT = 42379;
+  const { inventory, work } = await startCluster(t, true, CLIENT_PORT);
 
   const pki = join(inventory.stateDir, 'pki');
   const endpoints = IPS.map((ip) => `https://${ip}:${CLIENT_PORT}`).join(',');
@@ -105,4 +120,43 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
   const foreign = etcdctl(['get', 'greeting'], ['--cacert', join(pki, 'ca.crt'), '--cert', join(stranger, 'root.crt'), '--key', join(stranger, 'root.key')]);
   t.not(foreign.status, 0);
   t.false(foreign.stdout.includes('hello'));
+});
+
+test('password mode: health and the auth bootstrap through the etcd client, root by password, anonymous refused, REST gateway answers', async (t) => {
+  const CLIENT_PORT = 43379;
+  const { inventory } = await startCluster(t, false, CLIENT_PORT);
+  const store = new PkiStore(inventory.stateDir);
+  const identities = clientIdentities(inventory, store);
+  const clients = new EtcdClients(new HypervisorConnections(), CLIENT_PORT, identities.health);
+  try {
+    for (const member of inventory.members) await waitForHealth(inventory, clients, member, 60_000);
+    const runner = new Runner({ dryRun: false, renderer: 'silent' });
+    const [first] = await runner.runStep(authStep(inventory, inventory.members, clients, identities, false));
+    t.is(first?.status, 'changed', first?.error);
+    t.deepEqual(first?.changes.map((change) => change.summary), ['create role root', 'create user root (password from the inventory, sent over TLS only)', 'grant role root to user root', 'enable authentication']);
+    const [second] = await runner.runStep(authStep(inventory, inventory.members, clients, identities, false));
+    t.is(second?.status, 'ok', second?.error);
+  } finally {
+    clients.close();
+  }
+
+  const ca = join(inventory.stateDir, 'pki', 'ca.crt');
+  const etcdctl = (args: string[]) => run('etcdctl', ['--endpoints', `https://${IPS[1]}:${CLIENT_PORT}`, '--dial-timeout', '3s', '--cacert', ca, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
+  t.is(etcdctl(['--user', 'root:loopback-root-pw', 'put', 'greeting', 'hello']).status, 0);
+  t.is(etcdctl(['--user', 'root:loopback-root-pw', 'get', 'greeting', '--print-value-only']).stdout.trim(), 'hello');
+  const anonymous = etcdctl(['get', 'greeting']);
+  t.not(anonymous.status, 0);
+  t.regex(anonymous.stderr, /user name is empty/);
+  t.not(etcdctl(['--user', 'root:wrong', 'get', 'greeting']).status, 0);
+
+  // The grpc-gateway (REST, JSON with base64 keys) in password mode: authenticate, then read.
+  const base = `https://${IPS[2]}:${CLIENT_PORT}`;
+  const curl = (path: string, body: unknown, headers: string[] = []) =>
+    run('curl', ['--silent', '--show-error', '--cacert', ca, ...headers.flatMap((h) => ['-H', h]), '-X', 'POST', '-d', JSON.stringify(body), `${base}${path}`]);
+  const auth = JSON.parse(curl('/v3/auth/authenticate', { name: 'root', password: 'loopback-root-pw' }).stdout) as { token?: string };
+  t.truthy(auth.token);
+  const range = JSON.parse(curl('/v3/kv/range', { key: Buffer.from('greeting').toString('base64') }, [`Authorization: ${auth.token}`]).stdout) as { kvs?: { value: string }[] };
+  t.is(Buffer.from(range.kvs?.[0]?.value ?? '', 'base64').toString(), 'hello');
+  const refused = curl('/v3/kv/range', { key: Buffer.from('greeting').toString('base64') });
+  t.regex(refused.stdout, /user name is empty/);
 });

@@ -46,17 +46,16 @@ const CHRONY = {
   makestep: { threshold: 1.5, limit: 3 },
 };
 
-test('data volume: partitioned and formatted only when blank, mounted on the data dir before etcd, which requires it', (t) => {
+test('data volume: formatted only when blank, mounted on the data dir before etcd, which requires it', (t) => {
   const { config, writes } = userDataOf(withDefaults({ data_volume_size_gib: 2 }));
-  t.deepEqual(config.disk_setup, { '/dev/vdb': { table_type: 'mbr', layout: true, overwrite: false } });
-  t.deepEqual(config.fs_setup, [{ label: 'etcd-data', filesystem: 'ext4', device: '/dev/vdb', partition: 'auto', overwrite: false }]);
+  t.deepEqual(config.fs_setup, [{ label: 'etcd-data', filesystem: 'ext4', device: '/dev/vdb', partition: 'none', overwrite: false }]);
   t.deepEqual(config.mounts, [['LABEL=etcd-data', '/var/lib/etcd', 'ext4', 'defaults,nofail,x-systemd.before=etcd.service', '0', '2']]);
   t.regex(writes.get('/etc/systemd/system/etcd.service')!.content, /^RequiresMountsFor=\/var\/lib\/etcd$/m);
   // Ownership and mode are set after the mount, on the data disk's root.
   t.deepEqual(config.runcmd[0], ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', '/var/lib/etcd']);
 
   const without = userDataOf(withDefaults({}));
-  t.is(without.config.disk_setup, undefined);
+  t.is(without.config.fs_setup, undefined);
   t.is(without.config.mounts, undefined);
   t.notRegex(without.writes.get('/etc/systemd/system/etcd.service')!.content, /RequiresMountsFor/);
 });

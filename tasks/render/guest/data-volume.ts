@@ -2,9 +2,10 @@ import type { Member } from '../../inventory/model.ts';
 import type { CloudConfigFragment } from './fragment.ts';
 
 /**
- * The optional data disk (vdb) holds etcd's data directory. cloud-init partitions and formats it
- * only when it has no partition table / file system yet (overwrite: false), so a disk that already
- * holds etcd's data is mounted as it is. etcd.service requires the mount (RequiresMountsFor), so
+ * The optional data disk (vdb) holds etcd's data directory. cloud-init formats it only when it holds
+ * no file system yet (overwrite: false), so a disk that already holds etcd's data is mounted as it
+ * is. The file system spans the whole disk: cloud-init 22.4's MBR partitioning (disk_setup) fails
+ * with bookworm's sfdisk ("Start sector 0 out of range"), and a dedicated disk needs no table. etcd.service requires the mount (RequiresMountsFor), so
  * etcd never starts on the OS disk's empty directory when the data disk is missing.
  */
 
@@ -14,8 +15,7 @@ export function dataVolumeFragment(member: Member, dataDir: string): CloudConfig
   if (!member.volumes.data) return {};
   return {
     modules: {
-      disk_setup: { [DATA_DISK.device]: { table_type: 'mbr', layout: true, overwrite: false } },
-      fs_setup: [{ label: DATA_DISK.label, filesystem: DATA_DISK.filesystem, device: DATA_DISK.device, partition: 'auto', overwrite: false }],
+      fs_setup: [{ label: DATA_DISK.label, filesystem: DATA_DISK.filesystem, device: DATA_DISK.device, partition: 'none', overwrite: false }],
       mounts: [[`LABEL=${DATA_DISK.label}`, dataDir, DATA_DISK.filesystem, 'defaults,nofail,x-systemd.before=etcd.service', '0', '2']],
     },
   };
