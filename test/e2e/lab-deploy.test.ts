@@ -3,7 +3,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, w
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run } from '../helpers/exec.ts';
-import { deploy, endpoint, etcdctl, lab, LAB_STATE, MEMBER_IPS, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
+import { deploy, endpoint, etcdctl, inLab, lab, LAB_STATE, MEMBER_IPS, memberSsh, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
 
 /**
  * The whole thing, for real: the local lab (libvirtd + QEMU in a network namespace), three Debian VMs
@@ -83,15 +83,29 @@ test.serial('clients without a certificate, with another CA, or without a user a
 });
 
 test.serial('each VM serves the SSH host key the tool generated and pinned: ssh through the hypervisor with strict checking', (t) => {
-  const hypervisor = '.etcd-kvm/lab/hypervisor';
-  const proxy = `ssh -i ${hypervisor}/client_key -o UserKnownHostsFile=${hypervisor}/known_hosts -o StrictHostKeyChecking=yes -p 2222 -W %h:%p root@127.0.0.1`;
-  for (const [member, ip] of Object.entries(MEMBER_IPS)) {
-    const ssh = run('ssh', [
-      '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=yes', '-o', `UserKnownHostsFile=${join(LAB_STATE, 'ssh/known_hosts')}`,
-      '-o', `ProxyCommand=${proxy}`, '-i', join(LAB_STATE, 'ssh/admin.key'), `admin@${ip}`, 'hostname',
-    ]);
+  for (const member of Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[]) {
+    const ssh = memberSsh(member, 'hostname');
     t.is(ssh.status, 0, ssh.stderr);
     t.is(ssh.stdout.trim(), member);
+  }
+});
+
+test.serial("etcd's data is on the data disk, chrony uses the inventory's sources, the node exporter answers", (t) => {
+  for (const member of Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[]) {
+    const mount = memberSsh(member, 'findmnt -n -o SOURCE,FSTYPE,LABEL /var/lib/etcd && sudo test -d /var/lib/etcd/member && stat -c %U:%a /var/lib/etcd');
+    t.is(mount.status, 0, mount.stderr);
+    t.deepEqual(mount.stdout.trim().split('\n').map((line) => line.trim().split(/\s+/).join(' ')), ['/dev/vdb ext4 etcd-data', 'etcd:700'], member);
+
+    // The lab has no time server: the configured sources are listed, unreachable.
+    const sources = memberSsh(member, 'chronyc -n sources');
+    t.is(sources.status, 0, sources.stderr);
+    t.regex(sources.stdout, /192\.168\.150\.1 /);
+    t.regex(sources.stdout, /192\.168\.150\.2 /);
+    t.is(memberSsh(member, 'grep -c "^makestep 1 3$" /etc/chrony/chrony.conf').stdout.trim(), '1');
+
+    const metrics = inLab('curl', ['--silent', '--max-time', '10', `http://${MEMBER_IPS[member]}:9100/metrics`]);
+    t.is(metrics.status, 0, metrics.stderr);
+    t.regex(metrics.stdout, /node_filesystem_size_bytes\{device="\/dev\/vdb",fstype="ext4",mountpoint="\/var\/lib\/etcd"\}/);
   }
 });
 
@@ -128,6 +142,9 @@ test.serial('drift: more memory in the inventory redefines the domain and restar
   // A copy beside the original, so its relative paths (hypervisor key, state directory) still resolve.
   const resized = 'inventories/.e2e-resized.yaml';
   writeFileSync(resized, readFileSync('inventories/lab.yaml', 'utf8').replace('memory: 1024', 'memory: 1152'));
+  const dataDisk = () => memberSsh('etcd-2', 'findmnt -n -o SOURCE,UUID /var/lib/etcd').stdout.trim();
+  const before = dataDisk();
+  t.regex(before, /^\/dev\/vdb [0-9a-f-]{36}$/);
   try {
     const result = deployed(t, ['-i', resized, '--limit', 'etcd-2']);
     t.is(result.status, 0);
@@ -137,6 +154,8 @@ test.serial('drift: more memory in the inventory redefines the domain and restar
     t.regex(virsh(['domstate', 'etcd-2']).stdout, /running/);
     t.is(etcdctl(ALL, rootIdentity, ['endpoint', 'health']).status, 0);
     t.is(etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--print-value-only', 'e2e/greeting']).stdout.trim(), 'hello from etcd-1');
+    // The same file system, not a fresh one: the redefined member kept its data disk as it was.
+    t.is(dataDisk(), before);
   } finally {
     rmSync(resized, { force: true });
   }

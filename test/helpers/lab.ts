@@ -52,3 +52,16 @@ export function etcdctl(endpoints: string[], identity: Identity, args: string[])
 }
 
 export const endpoint = (member: keyof typeof MEMBER_IPS) => `https://${MEMBER_IPS[member]}:2379`;
+
+/** A command on a member over SSH, through the hypervisor, with the tool's key and pinned host key. */
+export function memberSsh(member: keyof typeof MEMBER_IPS, command: string): Completed {
+  const hypervisor = '.etcd-kvm/lab/hypervisor';
+  const proxy = `ssh -i ${hypervisor}/client_key -o UserKnownHostsFile=${hypervisor}/known_hosts -o StrictHostKeyChecking=yes -p 2222 -W %h:%p root@127.0.0.1`;
+  return run('ssh', [
+    '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=yes', '-o', `UserKnownHostsFile=${join(LAB_STATE, 'ssh/known_hosts')}`,
+    '-o', `ProxyCommand=${proxy}`, '-i', join(LAB_STATE, 'ssh/admin.key'), `admin@${MEMBER_IPS[member]}`, command,
+  ]);
+}
+
+/** A program run inside the lab namespace, where the member addresses exist. */
+export const inLab = (program: string, args: string[]) => run('ip', ['netns', 'exec', NAMESPACE, program, ...args]);
