@@ -1,0 +1,78 @@
+import { xchacha20poly1305 } from '@noble/ciphers/chacha';
+import { randomBytes } from 'node:crypto';
+
+/**
+ * The snapshot format of the etcd-backup utility, which the seed module restores from:
+ * - objects `<object_prefix>-<RFC 3339 UTC timestamp>.dump`, plus `<same>.key` when encrypted;
+ * - encryption with XChaCha20-Poly1305 and no additional data: a random 32-byte data key per
+ *   backup, stored in the .key object sealed by the master key as nonce(24) ‖ ciphertext+tag;
+ *   the snapshot sealed in 1 MiB plaintext chunks, each written as nonce(24) ‖ ciphertext+tag.
+ */
+
+export const CHUNK_BYTES = 1024 * 1024;
+const NONCE_BYTES = 24;
+const TAG_BYTES = 16;
+const KEY_BYTES = 32;
+
+export class BackupFormatError extends Error {}
+
+export function masterKeyFromHex(hex: string): Uint8Array {
+  if (!/^[0-9a-fA-F]{64}$/.test(hex)) throw new BackupFormatError('the master key is not 32 bytes of hex');
+  return Uint8Array.from(Buffer.from(hex, 'hex'));
+}
+
+function seal(key: Uint8Array, plaintext: Uint8Array): Buffer {
+  const nonce = randomBytes(NONCE_BYTES);
+  return Buffer.concat([nonce, xchacha20poly1305(key, nonce).encrypt(plaintext)]);
+}
+
+function open(key: Uint8Array, sealed: Uint8Array, what: string): Uint8Array {
+  if (sealed.length < NONCE_BYTES + TAG_BYTES) throw new BackupFormatError(`${what} is too short to be sealed data (${sealed.length} bytes)`);
+  try {
+    return xchacha20poly1305(key, sealed.subarray(0, NONCE_BYTES)).decrypt(sealed.subarray(NONCE_BYTES));
+  } catch {
+    throw new BackupFormatError(`${what} does not decrypt: wrong key, or the object is damaged`);
+  }
+}
+
+export interface EncryptedBackup {
+  dump: Buffer;
+  key: Buffer;
+}
+
+export function encryptSnapshot(snapshot: Uint8Array, masterKey: Uint8Array): EncryptedBackup {
+  const dataKey = randomBytes(KEY_BYTES);
+  const chunks: Buffer[] = [];
+  for (let offset = 0; offset < snapshot.length; offset += CHUNK_BYTES) chunks.push(seal(dataKey, snapshot.subarray(offset, offset + CHUNK_BYTES)));
+  return { dump: Buffer.concat(chunks), key: seal(masterKey, dataKey) };
+}
+
+export function decryptSnapshot(dump: Uint8Array, sealedKey: Uint8Array, masterKey: Uint8Array): Buffer {
+  const dataKey = open(masterKey, sealedKey, 'the .key object');
+  if (dataKey.length !== KEY_BYTES) throw new BackupFormatError(`the .key object holds ${dataKey.length} bytes, not a 32-byte key`);
+  const sealedChunk = NONCE_BYTES + CHUNK_BYTES + TAG_BYTES;
+  const parts: Uint8Array[] = [];
+  for (let offset = 0, index = 0; offset < dump.length; offset += sealedChunk, index++) {
+    parts.push(open(dataKey, dump.subarray(offset, offset + sealedChunk), `chunk ${index} of the snapshot`));
+  }
+  return Buffer.concat(parts);
+}
+
+/** RFC 3339 UTC to the second, as etcd-backup names its objects. */
+export const backupTimestamp = (date: Date) => date.toISOString().replace(/\.\d{3}Z$/, 'Z');
+
+export const dumpObjectName = (prefix: string, timestamp: string) => `${prefix}-${timestamp}.dump`;
+export const keyObjectName = (dumpName: string) => dumpName.replace(/\.dump$/, '.key');
+
+/**
+ * The snapshot to restore among the bucket's object names: the one at `timestamp` when given,
+ * otherwise the latest. Names that do not parse are ignored.
+ */
+export function chooseDump(names: readonly string[], prefix: string, timestamp = ''): string | undefined {
+  const pattern = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}-(\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(?:\\.\\d+)?Z)\\.dump$`);
+  const dumps = names
+    .map((name) => ({ name, time: pattern.exec(name)?.[1] }))
+    .filter((entry): entry is { name: string; time: string } => entry.time !== undefined && !Number.isNaN(Date.parse(entry.time)));
+  if (timestamp) return dumps.find((entry) => entry.time === timestamp)?.name;
+  return dumps.sort((a, b) => Date.parse(a.time) - Date.parse(b.time)).at(-1)?.name;
+}

@@ -1,0 +1,52 @@
+import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { Agent } from 'node:https';
+import { NodeHttpHandler } from '@smithy/node-http-handler';
+import { revealSecret } from '../core/secret.ts';
+import type { MemberInput } from '../inventory/schema.ts';
+
+/** The bucket etcd-backup writes to, through AWS's own S3 client (SigV4, path-style for MinIO/Ceph). */
+
+export type S3Settings = MemberInput['restore']['s3'];
+
+export class SnapshotBucket {
+  readonly #client: S3Client;
+
+  constructor(readonly settings: S3Settings) {
+    this.#client = new S3Client({
+      endpoint: settings.endpoint,
+      region: settings.region || 'us-east-1',
+      forcePathStyle: true,
+      credentials: { accessKeyId: revealSecret(settings.access_key), secretAccessKey: revealSecret(settings.secret_key) },
+      ...(settings.ca_cert ? { requestHandler: new NodeHttpHandler({ httpsAgent: new Agent({ ca: settings.ca_cert }) }) } : {}),
+    });
+  }
+
+  get where(): string {
+    return `s3 bucket ${this.settings.bucket} at ${this.settings.endpoint}`;
+  }
+
+  async list(prefix: string): Promise<string[]> {
+    const names: string[] = [];
+    let token: string | undefined;
+    do {
+      const page = await this.#client.send(new ListObjectsV2Command({ Bucket: this.settings.bucket, Prefix: prefix, ContinuationToken: token }));
+      for (const object of page.Contents ?? []) if (object.Key) names.push(object.Key);
+      token = page.IsTruncated ? page.NextContinuationToken : undefined;
+    } while (token);
+    return names;
+  }
+
+  async get(name: string): Promise<Buffer> {
+    const answer = await this.#client.send(new GetObjectCommand({ Bucket: this.settings.bucket, Key: name }));
+    if (!answer.Body) throw new Error(`${this.where}: ${name} has no body`);
+    return Buffer.from(await answer.Body.transformToByteArray());
+  }
+
+  async put(name: string, body: Buffer): Promise<void> {
+    await this.#client.send(new PutObjectCommand({ Bucket: this.settings.bucket, Key: name, Body: body }));
+  }
+
+  close(): void {
+    this.#client.destroy();
+  }
+}

@@ -1,0 +1,75 @@
+import test from 'ava';
+import type Sodium from 'libsodium-wrappers';
+import { randomBytes } from 'node:crypto';
+import { createRequire } from 'node:module';
+import { BackupFormatError, CHUNK_BYTES, chooseDump, decryptSnapshot, encryptSnapshot, masterKeyFromHex } from '../../tasks/backup/format.ts';
+
+/**
+ * etcd-backup compatibility. The fixture is sealed here with libsodium (a different implementation
+ * from ours), following the format description only: a random data key sealed by the master key
+ * as nonce(24) ‖ ciphertext+tag; the snapshot in 1 MiB chunks, each nonce(24) ‖ ciphertext+tag.
+ */
+
+function libsodiumBackup(snapshot: Uint8Array, masterKey: Uint8Array) {
+  const sealWith = (key: Uint8Array, plaintext: Uint8Array) => {
+    const nonce = sodium.randombytes_buf(sodium.crypto_aead_xchacha20poly1305_ietf_NPUBBYTES);
+    const sealed = sodium.crypto_aead_xchacha20poly1305_ietf_encrypt(plaintext, null, null, nonce, key);
+    return Buffer.concat([nonce, sealed]);
+  };
+  const dataKey = sodium.crypto_aead_xchacha20poly1305_ietf_keygen();
+  const chunks: Buffer[] = [];
+  for (let offset = 0; offset < snapshot.length; offset += 1024 * 1024) chunks.push(sealWith(dataKey, snapshot.subarray(offset, offset + 1024 * 1024)));
+  return { dump: Buffer.concat(chunks), key: sealWith(masterKey, dataKey) };
+}
+
+// libsodium-wrappers' ESM build imports a file its package does not ship (0.7.16): load the CommonJS one.
+const sodium = createRequire(import.meta.url)('libsodium-wrappers') as typeof Sodium;
+
+const MASTER_HEX = 'a3'.repeat(32);
+
+test.before(async () => {
+  await sodium.ready;
+});
+
+test('a libsodium-sealed backup of several chunks decrypts to the snapshot', (t) => {
+  const snapshot = randomBytes(2 * CHUNK_BYTES + 12_345);
+  const fixture = libsodiumBackup(snapshot, masterKeyFromHex(MASTER_HEX));
+  t.is(fixture.dump.length, snapshot.length + 3 * (24 + 16));
+  t.true(decryptSnapshot(fixture.dump, fixture.key, masterKeyFromHex(MASTER_HEX)).equals(snapshot));
+});
+
+test('what we seal, libsodium opens with the format description', (t) => {
+  const snapshot = randomBytes(CHUNK_BYTES + 1);
+  const master = masterKeyFromHex(MASTER_HEX);
+  const ours = encryptSnapshot(snapshot, master);
+  const open = (key: Uint8Array, sealed: Uint8Array) => sodium.crypto_aead_xchacha20poly1305_ietf_decrypt(null, sealed.subarray(24), null, sealed.subarray(0, 24), key);
+  const dataKey = open(master, ours.key);
+  t.is(dataKey.length, 32);
+  const first = open(dataKey, ours.dump.subarray(0, 24 + CHUNK_BYTES + 16));
+  const second = open(dataKey, ours.dump.subarray(24 + CHUNK_BYTES + 16));
+  t.true(Buffer.concat([first, second]).equals(snapshot));
+});
+
+test('a wrong master key or a damaged chunk is an error that says so', (t) => {
+  const fixture = libsodiumBackup(randomBytes(1000), masterKeyFromHex(MASTER_HEX));
+  t.throws(() => decryptSnapshot(fixture.dump, fixture.key, masterKeyFromHex('00'.repeat(32))), { instanceOf: BackupFormatError, message: /the .key object does not decrypt/ });
+  const damaged = Buffer.from(fixture.dump);
+  damaged[100] = damaged[100]! ^ 1;
+  t.throws(() => decryptSnapshot(damaged, fixture.key, masterKeyFromHex(MASTER_HEX)), { instanceOf: BackupFormatError, message: /chunk 0 of the snapshot does not decrypt/ });
+});
+
+test('the latest dump is chosen unless a timestamp names one; other objects are ignored', (t) => {
+  const names = [
+    'etcd-2026-11-20T10:00:00Z.dump',
+    'etcd-2026-11-20T10:00:00Z.key',
+    'etcd-2026-11-21T09:30:00Z.dump',
+    'etcd-2026-11-21T09:30:00Z.key',
+    'etcd-2026-11-19T23:59:59Z.dump',
+    'etcd-other-2026-11-22T00:00:00Z.dump',
+    'etcd-garbage.dump',
+  ];
+  t.is(chooseDump(names, 'etcd'), 'etcd-2026-11-21T09:30:00Z.dump');
+  t.is(chooseDump(names, 'etcd', '2026-11-20T10:00:00Z'), 'etcd-2026-11-20T10:00:00Z.dump');
+  t.is(chooseDump(names, 'etcd', '2026-01-01T00:00:00Z'), undefined);
+  t.is(chooseDump(names, 'etcd-other'), 'etcd-other-2026-11-22T00:00:00Z.dump');
+});
