@@ -14,6 +14,9 @@ import { authStep } from './steps/auth.ts';
 import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
 import { domainQuestions, domainsStep } from './steps/domains.ts';
 import { healthStep } from './steps/health.ts';
+import { restoreStep } from './steps/restore.ts';
+import { SnapshotSource } from './backup/source.ts';
+import { MemberConnections } from './remote/members.ts';
 import { volumeQuestions, volumesStep } from './steps/volumes.ts';
 
 /**
@@ -23,8 +26,10 @@ import { volumeQuestions, volumesStep } from './steps/volumes.ts';
  *   3. volumes   – OS overlay and data disks (hypervisors, over SSH)
  *   4. cloud-init– the NoCloud seed ISO per member
  *   5. domain    – define, start, autostart; rolling restart when a definition changed
- *   6. health    – every member healthy with the inventory's member list (etcd's API, via the hypervisor)
- *   7. auth      – root role and user, auth enable, from the designated member only
+ *   6. restore   – only with restore.enabled: the same etcd-backup snapshot into every member's empty
+ *                  data directory (SSH to the member), then etcd starts
+ *   7. health    – every member healthy with the inventory's member list (etcd's API, via the hypervisor)
+ *   8. auth      – root role and user, auth enable, from the designated member only
  */
 
 export interface PipelineOptions {
@@ -67,6 +72,10 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const remote = new RemoteContext();
   const identity = clientIdentities(inventory, store);
   const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.health);
+  // Restore settings are the same on every member (a load rule): the first restoring member's serve all.
+  const restoring = members.find((member) => member.input.restore.enabled);
+  const snapshots = restoring ? new SnapshotSource(restoring.input.restore) : undefined;
+  const memberSsh = new MemberConnections(remote.connections, { privateKeyPath: store.pathsOf('ssh/admin').privateKey, knownHostsPath: store.knownHostsPath });
   const remotePhases = [
     {
       title: 'volumes',
@@ -78,6 +87,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     },
     { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered, remote)) },
     { title: 'domain', run: () => runner.runStep(domainsStep({ inventory, members, rendered, context: remote, clients })) },
+    ...(snapshots ? [{ title: 'restore', run: () => runner.runStep(restoreStep(inventory, members, memberSsh, snapshots, options.dryRun)) }] : []),
     { title: 'health', run: () => runner.runStep(healthStep(inventory, members, clients, options.dryRun)) },
     { title: 'auth', run: () => runner.runStep(authStep(inventory, members, clients, identity, options.dryRun)) },
   ];
@@ -99,6 +109,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   ]);
   } finally {
     clients.close();
+    snapshots?.close();
+    await memberSsh.closeAll();
     await remote.close();
   }
   return { written };

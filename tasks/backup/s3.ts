@@ -16,6 +16,9 @@ export class SnapshotBucket {
       endpoint: settings.endpoint,
       region: settings.region || 'us-east-1',
       forcePathStyle: true,
+      // Checksums only where S3 requires them: newer defaults (CRC32 trailers) are refused by many S3-compatible servers.
+      requestChecksumCalculation: 'WHEN_REQUIRED',
+      responseChecksumValidation: 'WHEN_REQUIRED',
       credentials: { accessKeyId: revealSecret(settings.access_key), secretAccessKey: revealSecret(settings.secret_key) },
       ...(settings.ca_cert ? { requestHandler: new NodeHttpHandler({ httpsAgent: new Agent({ ca: settings.ca_cert }) }) } : {}),
     });

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { connect as tcpConnect, type Socket } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
 import { commandLine } from './shell.ts';
 import { verifyHostKey } from './known-hosts.ts';
@@ -22,6 +23,8 @@ export interface SshTarget {
   knownHostsPath: string;
   trustOnFirstUse: boolean;
   connectTimeoutMs?: number;
+  /** A stream to speak SSH over instead of a TCP connection (a channel forwarded by another host). */
+  via?: () => Promise<Duplex>;
 }
 
 export interface ExecResult {
@@ -89,9 +92,17 @@ export class SshConnection {
     }
     // ssh2 leaves Nagle on: every request/response then stalls ~40 ms even on loopback.
     // The socket is opened only now, after every local check that can fail, so it always has its listeners.
-    const socket: Socket = tcpConnect({ host: target.host, port: target.port });
-    socket.setNoDelay(true);
-    config.sock = socket;
+    let socket: Duplex;
+    if (target.via) {
+      socket = await target.via().catch((error: Error) => {
+        throw new SshError(`${where}: cannot connect: ${error.message}`);
+      });
+    } else {
+      const tcp: Socket = tcpConnect({ host: target.host, port: target.port });
+      tcp.setNoDelay(true);
+      socket = tcp;
+    }
+    config.sock = socket as Socket;
     const client = new Client();
     await new Promise<void>((resolve, reject) => {
       client.once('ready', resolve);

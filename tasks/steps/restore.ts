@@ -1,0 +1,93 @@
+import type { SnapshotSource } from '../backup/source.ts';
+import type { Step } from '../core/step.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { MemberConnections } from '../remote/members.ts';
+import type { SshConnection } from '../remote/ssh.ts';
+import { etcdBinaryDir } from '../render/guest/dependencies.ts';
+import { peerUrl } from '../render/etcd.ts';
+import { memberTargets } from './member-targets.ts';
+
+/**
+ * Restore from an etcd-backup snapshot (restore.enabled), before etcd's first start: every member
+ * gets the same snapshot, restored with its own --name and the cluster's --initial-cluster,
+ * --initial-cluster-token and its --initial-advertise-peer-urls, then etcd is started. The unit's
+ * ConditionPathExists keeps etcd from founding an empty cluster meanwhile. A member whose data
+ * directory already holds etcd's data is never touched again.
+ */
+
+interface RestoreState {
+  /** Why the member could not be asked (dry-run while it boots). */
+  unreachable?: string;
+  restored: boolean;
+  snapshot?: string;
+}
+
+const SSH_RETRY_MS = 2_000;
+
+export function restoreStep(inventory: Inventory, members: readonly Member[], connections: MemberConnections, source: SnapshotSource, dryRun: boolean): Step<RestoreState, 'restore'> {
+  const { targets, memberNamed } = memberTargets(members.filter((member) => member.input.restore.enabled));
+  const dataDir = inventory.etcd.data_dir;
+
+  /** The member's SSH, waiting while it boots (up to cluster.health_timeout); dry-run asks once. */
+  async function reach(member: Member): Promise<SshConnection> {
+    const deadline = Date.now() + inventory.cluster.health_timeout * 1000;
+    for (;;) {
+      try {
+        return await connections.get(member);
+      } catch (error) {
+        if (dryRun || Date.now() + SSH_RETRY_MS > deadline) throw error;
+        await new Promise((resolve) => setTimeout(resolve, SSH_RETRY_MS));
+      }
+    }
+  }
+
+  return {
+    name: 'restore',
+    targets,
+    async check(name) {
+      const member = memberNamed(name);
+      let ssh: SshConnection;
+      try {
+        ssh = await reach(member);
+      } catch (error) {
+        if (!dryRun) throw error;
+        return { unreachable: (error as Error).message, restored: false, snapshot: await source.choose() };
+      }
+      // cloud-init mounts the data disk and installs the unit first; wait for it to finish.
+      await ssh.exec(['sudo', 'cloud-init', 'status', '--wait'], { timeoutMs: inventory.cluster.health_timeout * 1000 });
+      const restored = (await ssh.exec(['sudo', 'test', '-d', `${dataDir}/member`])).code === 0;
+      return restored ? { restored } : { restored, snapshot: await source.choose() };
+    },
+    plan(state, name) {
+      if (state.restored) return [];
+      const later = state.unreachable ? ' (once the member has booted)' : '';
+      return [{ summary: `restore ${name}'s data directory from ${state.snapshot} in ${source.bucket.where}, then start etcd${later}`, action: 'restore' }];
+    },
+    async apply(_changes, name) {
+      const member = memberNamed(name);
+      const snapshot = await source.fetch();
+      const ssh = await reach(member);
+      const file = '/var/tmp/etcd-kvm-restore.db';
+      const scratch = `${dataDir}/.etcd-kvm-restore`;
+      // Over stdin, into a file only root reads: the snapshot is the cluster's data.
+      await ssh.run(['sudo', 'sh', '-c', 'umask 077 && cat > "$1"', 'sh', file], { stdin: snapshot, describe: 'snapshot upload' });
+      await ssh.run(['sudo', 'rm', '-rf', scratch]);
+      await ssh.run(
+        [
+          'sudo', 'env', 'ETCDCTL_API=3', `${etcdBinaryDir(member)}/etcdctl`, 'snapshot', 'restore', file,
+          '--name', member.name,
+          '--initial-cluster', inventory.members.map((m) => `${m.name}=${peerUrl(inventory, m)}`).join(','),
+          '--initial-cluster-token', inventory.cluster.initial_token,
+          '--initial-advertise-peer-urls', peerUrl(inventory, member),
+          '--data-dir', scratch,
+        ],
+        { describe: 'etcdctl snapshot restore' },
+      );
+      await ssh.run(['sudo', 'mv', `${scratch}/member`, `${dataDir}/member`]);
+      await ssh.run(['sudo', 'chown', '-R', 'etcd:etcd', `${dataDir}/member`]);
+      await ssh.run(['sudo', 'rm', '-rf', scratch, file]);
+      // --no-block: etcd reports ready only once a quorum of restored members runs.
+      await ssh.run(['sudo', 'systemctl', 'start', '--no-block', 'etcd.service']);
+    },
+  };
+}
