@@ -1,5 +1,6 @@
 import type { Member } from '../../inventory/model.ts';
 import type { CloudConfigFragment } from './fragment.ts';
+import { renderServiceUnit } from './systemd-unit.ts';
 
 /**
  * Prometheus node exporter on every member, as in the seed module. Debian's package
@@ -10,23 +11,12 @@ import type { CloudConfigFragment } from './fragment.ts';
 export const NODE_EXPORTER = { unit: 'prometheus-node-exporter.service', port: 9100 } as const;
 
 export function renderNodeExporterUnit(): string {
-  return [
-    '# Managed by etcd-kvm: the upstream node_exporter release (install_dependencies: true).',
-    '[Unit]',
-    'Description=Prometheus node exporter',
-    'After=network-online.target',
-    'Wants=network-online.target',
-    '',
-    '[Service]',
-    'User=prometheus',
-    'Group=prometheus',
-    `ExecStart=/usr/local/bin/node_exporter --web.listen-address=:${NODE_EXPORTER.port}`,
-    'Restart=on-failure',
-    '',
-    '[Install]',
-    'WantedBy=multi-user.target',
-    '',
-  ].join('\n');
+  return renderServiceUnit({
+    comment: 'Managed by etcd-kvm: the upstream node_exporter release (install_dependencies: true).',
+    description: 'Prometheus node exporter',
+    user: 'prometheus',
+    execStart: `/usr/local/bin/node_exporter --web.listen-address=:${NODE_EXPORTER.port}`,
+  });
 }
 
 export function nodeExporterFragment(member: Member): CloudConfigFragment {

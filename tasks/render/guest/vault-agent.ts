@@ -1,6 +1,7 @@
 import type { SecretWriter } from '../../core/secret.ts';
 import type { MemberInput } from '../../inventory/schema.ts';
 import { secretFile, type CloudConfigFragment } from './fragment.ts';
+import { renderServiceUnit } from './systemd-unit.ts';
 
 /**
  * Vault agent with AppRole auto-auth, as the seed module sets it up: role_id and secret_id in files
@@ -40,25 +41,13 @@ export function vaultAgentConfig(vault: MemberInput['vault_agent']): Record<stri
 }
 
 export function renderVaultAgentUnit(binary: string): string {
-  return [
-    '# Managed by etcd-kvm.',
-    '[Unit]',
-    'Description=Vault agent (AppRole auto-auth)',
-    'After=network-online.target',
-    'Wants=network-online.target',
-    '',
-    '[Service]',
-    'User=vault',
-    'Group=vault',
-    'RuntimeDirectory=vault-agent',
-    'RuntimeDirectoryMode=0750',
-    `ExecStart=${binary} agent -config=${VAULT_AGENT_PATHS.config}`,
-    'Restart=on-failure',
-    '',
-    '[Install]',
-    'WantedBy=multi-user.target',
-    '',
-  ].join('\n');
+  return renderServiceUnit({
+    comment: 'Managed by etcd-kvm.',
+    description: 'Vault agent (AppRole auto-auth)',
+    user: 'vault',
+    service: ['RuntimeDirectory=vault-agent', 'RuntimeDirectoryMode=0750'],
+    execStart: `${binary} agent -config=${VAULT_AGENT_PATHS.config}`,
+  });
 }
 
 export function vaultAgentFragment(vault: MemberInput['vault_agent'], writeSecret: SecretWriter): CloudConfigFragment {
