@@ -3,7 +3,8 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import S3rver from 's3rver';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
 import { parse, stringify } from 'yaml';
 import { SnapshotBucket } from '../../tasks/backup/s3.ts';
 import { Secret } from '../../tasks/core/secret.ts';
@@ -12,7 +13,7 @@ import { deploy, endpoint, etcdctl, lab, LAB_STATE, MEMBER_IPS, rootIdentity, ty
 
 /**
  * Backup and restore on the real lab, against a real S3-compatible server (s3rver, on the control
- * node's loopback, where the tool reads and writes): deploy, write keys, back up encrypted, tear
+ * node's loopback in its own process, where the tool reads and writes): deploy, write keys, back up encrypted, tear
  * the whole lab down, deploy again with restore.enabled, and read the keys back.
  */
 
@@ -20,7 +21,7 @@ const INVENTORY = 'inventories/.e2e-restore.yaml';
 const MASTER_KEY = randomBytes(32).toString('hex');
 const ALL = Object.keys(MEMBER_IPS).map((name) => endpoint(name as keyof typeof MEMBER_IPS));
 const s3Dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-s3-'));
-const s3 = new S3rver({ address: '127.0.0.1', port: 0, silent: true, directory: s3Dir, configureBuckets: [{ name: 'etcd-backups', configs: [] }] });
+let s3: ChildProcess | undefined;
 let s3Settings: Record<string, string> = {};
 
 function writeInventory(restoreEnabled: boolean): void {
@@ -38,7 +39,9 @@ function deployed(t: { log: (...values: unknown[]) => void }): DeployRun {
 }
 
 test.before(async (t) => {
-  const { port } = await s3.run();
+  s3 = spawn(process.execPath, ['--import', 'tsx', 'test/helpers/s3-server.ts', s3Dir, 'etcd-backups'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  const [firstLine] = (await once(s3.stdout!, 'data')) as [Buffer];
+  const port = Number(firstLine.toString().trim());
   // s3rver's built-in account.
   s3Settings = { endpoint: `http://127.0.0.1:${port}`, bucket: 'etcd-backups', object_prefix: 'lab', access_key: 'S3RVER', secret_key: 'S3RVER' };
   lab('down');
@@ -51,7 +54,7 @@ test.before(async (t) => {
 test.after.always(async () => {
   lab('down');
   rmSync(INVENTORY, { force: true });
-  await s3.close();
+  s3?.kill('SIGTERM');
   rmSync(s3Dir, { recursive: true, force: true });
 });
 
