@@ -53,10 +53,11 @@ export function restoreStep(inventory: Inventory, members: readonly Member[], co
         if (!dryRun) throw error;
         return { unreachable: (error as Error).message, restored: false, snapshot: await source.choose() };
       }
-      // cloud-init mounts the data disk and installs the unit first; wait for it to finish.
+      const hasData = async () => (await ssh.exec(['sudo', 'test', '-d', `${dataDir}/member`])).code === 0;
+      if (await hasData()) return { restored: true };
+      // Not yet: cloud-init may still be mounting the data disk and writing the unit; ask again after it.
       await ssh.exec(['sudo', 'cloud-init', 'status', '--wait'], { timeoutMs: inventory.cluster.health_timeout * 1000 });
-      const restored = (await ssh.exec(['sudo', 'test', '-d', `${dataDir}/member`])).code === 0;
-      return restored ? { restored } : { restored, snapshot: await source.choose() };
+      return (await hasData()) ? { restored: true } : { restored: false, snapshot: await source.choose() };
     },
     plan(state, name) {
       if (state.restored) return [];
