@@ -6,6 +6,10 @@ import type { MemberInput } from '../inventory/schema.ts';
 
 /** The bucket etcd-backup writes to, through AWS's own S3 client (SigV4, path-style for MinIO/Ceph). */
 
+// The SDK warns on Node 20 that releases after January 2027 will need Node 22. The lockfile pins
+// the release this tool runs with, so the warning is only noise in an operator's output.
+process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
+
 export type S3Settings = MemberInput['restore']['s3'];
 
 export class SnapshotBucket {
