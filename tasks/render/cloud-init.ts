@@ -62,7 +62,7 @@ function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
     etcdFragment(inventory, member, input.tls, input.initialClusterState, writeSecret),
     nodeExporterFragment(member),
     chronyFragment(member.input.chrony),
-    fluentBitFragment({ fluentbit: member.input.fluentbit, dynamicConfig: member.input.fluentbit_dynamic_config.enabled }, writeSecret),
+    fluentBitFragment({ fluentbit: member.input.fluentbit }, writeSecret),
     vaultAgentFragment(member.input.vault_agent, writeSecret),
   ];
 }

@@ -15,14 +15,13 @@ export const FLUENT_BIT_PATHS = {
   forwardCa: '/etc/fluent-bit/forward-ca.crt',
   dropIn: '/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf',
   storage: '/var/lib/fluent-bit',
-  dynamicDir: '/etc/fluent-bit/dynamic',
   /** Where fluent-bit's own packages (packages.fluentbit.io) install it; Debian has none. */
   binary: '/opt/fluent-bit/bin/fluent-bit',
 } as const;
 
+/** The dynamic configuration (fluentbit_dynamic_config) is not rendered yet: the inventory check refuses it. */
 export interface FluentBitSettings {
   fluentbit: MemberInput['fluentbit'];
-  dynamicConfig: boolean;
 }
 
 export function fluentBitConfig(settings: FluentBitSettings, writeSecret: SecretWriter): Record<string, unknown> {
@@ -37,8 +36,6 @@ export function fluentBitConfig(settings: FluentBitSettings, writeSecret: Secret
   const forward = fluentbit.forward;
   return {
     service: { flush: 1, log_level: 'info', 'storage.path': `${FLUENT_BIT_PATHS.storage}/buffer` },
-    // The dynamic configuration (etcd prefix or git) lands here; fluent-bit reads it on restart.
-    ...(settings.dynamicConfig ? { includes: [`${FLUENT_BIT_PATHS.dynamicDir}/*.yaml`] } : {}),
     pipeline: {
       inputs: [journal(fluentbit.etcd_tag, 'etcd.service', 'etcd'), journal(fluentbit.node_exporter_tag, NODE_EXPORTER.unit, 'node-exporter')],
       outputs: [
