@@ -1,4 +1,5 @@
 import type { Hypervisor } from '../inventory/model.ts';
+import { ConnectionPool } from './pool.ts';
 import { SshConnection } from './ssh.ts';
 
 /**
@@ -6,12 +7,12 @@ import { SshConnection } from './ssh.ts';
  * all of them (concurrent callers wait for the same connection), closed once at the end.
  */
 export class HypervisorConnections {
-  readonly #opening = new Map<string, Promise<SshConnection>>();
+  // A failed hypervisor stays failed for the run: its members are skipped by the later steps anyway.
+  readonly #pool = new ConnectionPool({ forgetFailures: false });
 
   get(hypervisor: Hypervisor): Promise<SshConnection> {
-    let connection = this.#opening.get(hypervisor.name);
-    if (!connection) {
-      connection = SshConnection.open({
+    return this.#pool.get(hypervisor.name, () =>
+      SshConnection.open({
         label: `hypervisor ${hypervisor.name}`,
         host: hypervisor.address,
         port: hypervisor.port,
@@ -19,15 +20,11 @@ export class HypervisorConnections {
         ...(hypervisor.private_key ? { privateKeyPath: hypervisor.private_key } : {}),
         knownHostsPath: hypervisor.known_hosts,
         trustOnFirstUse: hypervisor.trust_on_first_use,
-      });
-      this.#opening.set(hypervisor.name, connection);
-    }
-    return connection;
+      }),
+    );
   }
 
-  async closeAll(): Promise<void> {
-    const opened = await Promise.allSettled(this.#opening.values());
-    for (const result of opened) if (result.status === 'fulfilled') result.value.close();
-    this.#opening.clear();
+  closeAll(): Promise<void> {
+    return this.#pool.closeAll();
   }
 }

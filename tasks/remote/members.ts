@@ -1,6 +1,7 @@
 import type { Duplex } from 'node:stream';
 import type { Member } from '../inventory/model.ts';
 import type { HypervisorConnections } from './hypervisors.ts';
+import { ConnectionPool } from './pool.ts';
 import { SshConnection } from './ssh.ts';
 
 /**
@@ -10,7 +11,8 @@ import { SshConnection } from './ssh.ts';
  * directly when reach_via is direct (macvtap: the hypervisor cannot talk to its own guests).
  */
 export class MemberConnections {
-  readonly #opening = new Map<string, Promise<SshConnection>>();
+  // A member that is still booting refuses SSH: the next attempt must really try again.
+  readonly #pool = new ConnectionPool({ forgetFailures: true });
 
   constructor(
     readonly hypervisors: HypervisorConnections,
@@ -18,10 +20,9 @@ export class MemberConnections {
   ) {}
 
   get(member: Member): Promise<SshConnection> {
-    let connection = this.#opening.get(member.name);
-    if (!connection) {
-      const via = member.reach === 'hypervisor' ? { via: () => this.#forward(member) } : {};
-      connection = SshConnection.open({
+    const via = member.reach === 'hypervisor' ? { via: () => this.#forward(member) } : {};
+    return this.#pool.get(member.name, () =>
+      SshConnection.open({
         label: `member ${member.name}`,
         host: member.etcdIp,
         port: 22,
@@ -31,11 +32,8 @@ export class MemberConnections {
         trustOnFirstUse: false,
         connectTimeoutMs: 30_000,
         ...via,
-      });
-      this.#opening.set(member.name, connection);
-      connection.catch(() => this.#opening.delete(member.name));
-    }
-    return connection;
+      }),
+    );
   }
 
   async #forward(member: Member): Promise<Duplex> {
@@ -45,9 +43,7 @@ export class MemberConnections {
     });
   }
 
-  async closeAll(): Promise<void> {
-    const opened = await Promise.allSettled(this.#opening.values());
-    for (const result of opened) if (result.status === 'fulfilled') result.value.close();
-    this.#opening.clear();
+  closeAll(): Promise<void> {
+    return this.#pool.closeAll();
   }
 }
