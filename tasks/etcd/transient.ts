@@ -1,3 +1,5 @@
+import { retryWhile } from '../core/retry.ts';
+
 /**
  * Errors a young or busy cluster gives for a moment and then stops giving: a leader election in
  * progress, a request that timed out while raft caught up. Measured in the lab (TCG): a cluster
@@ -8,14 +10,4 @@ const TRANSIENT = /leader changed|no leader|not leader|UNAVAILABLE|DEADLINE_EXCE
 export const isTransient = (error: unknown): boolean => error instanceof Error && TRANSIENT.test(error.message);
 
 /** Runs `call` again while it fails transiently, for at most `windowMs`; any other error is thrown at once. */
-export async function retryTransient<T>(call: () => Promise<T>, windowMs = 60_000, pauseMs = 1_000): Promise<T> {
-  const deadline = Date.now() + windowMs;
-  for (;;) {
-    try {
-      return await call();
-    } catch (error) {
-      if (!isTransient(error) || Date.now() + pauseMs > deadline) throw error;
-      await new Promise((resolve) => setTimeout(resolve, pauseMs));
-    }
-  }
-}
+export const retryTransient = <T>(call: () => Promise<T>, windowMs = 60_000, pauseMs = 1_000): Promise<T> => retryWhile(call, isTransient, { windowMs, pauseMs });

@@ -1,4 +1,5 @@
 import type { SnapshotSource } from '../backup/source.ts';
+import { retryWhile } from '../core/retry.ts';
 import type { Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberConnections } from '../remote/members.ts';
@@ -29,17 +30,8 @@ export function restoreStep(inventory: Inventory, members: readonly Member[], co
   const dataDir = inventory.etcd.data_dir;
 
   /** The member's SSH, waiting while it boots (up to cluster.health_timeout); dry-run asks once. */
-  async function reach(member: Member): Promise<SshConnection> {
-    const deadline = Date.now() + inventory.cluster.health_timeout * 1000;
-    for (;;) {
-      try {
-        return await connections.get(member);
-      } catch (error) {
-        if (dryRun || Date.now() + SSH_RETRY_MS > deadline) throw error;
-        await new Promise((resolve) => setTimeout(resolve, SSH_RETRY_MS));
-      }
-    }
-  }
+  const reach = (member: Member): Promise<SshConnection> =>
+    retryWhile(() => connections.get(member), () => !dryRun, { windowMs: inventory.cluster.health_timeout * 1000, pauseMs: SSH_RETRY_MS });
 
   return {
     name: 'restore',
