@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { InputError } from './core/errors.ts';
+import { describeError, EXIT, InputError, reportInputError } from './core/errors.ts';
 import { EtcdClients } from './etcd/client.ts';
 import { backupTimestamp, dumpObjectName, encryptSnapshot, keyObjectName, masterKeyFromHex } from './backup/format.ts';
 import { SnapshotBucket } from './backup/s3.ts';
@@ -88,27 +88,21 @@ async function main(): Promise<number> {
   try {
     ({ values } = parseArgs({ options: { inventory: { type: 'string', short: 'i' }, member: { type: 'string' }, help: { type: 'boolean', short: 'h' } } }));
   } catch (error) {
-    console.error(`${(error as Error).message}\n\n${HELP}`);
-    return 2;
+    return reportInputError(new InputError(`${(error as Error).message}\n\n${HELP}`));
   }
   if (values.help) {
     console.log(HELP);
-    return 0;
+    return EXIT.ok;
   }
-  if (!values.inventory) {
-    console.error(`-i INVENTORY is required\n\n${HELP}`);
-    return 2;
-  }
+  if (!values.inventory) return reportInputError(new InputError(`-i INVENTORY is required\n\n${HELP}`));
   try {
     console.log(await backup(loadInventory(values.inventory), values.member));
-    return 0;
+    return EXIT.ok;
   } catch (error) {
-    if (error instanceof InputError) {
-      console.error([error.message, ...error.problems.map((problem) => `  - ${problem}`)].join('\n'));
-      return 2;
-    }
-    console.error(`backup failed: ${(error as Error).message}`);
-    return 1;
+    if (error instanceof InputError) return reportInputError(error);
+    // S3 and etcd failures are expected here (unlike in deploy, where steps report them): no stack.
+    console.error(`error: backup failed: ${describeError(error)}`);
+    return EXIT.failed;
   }
 }
 

@@ -1,15 +1,12 @@
 #!/usr/bin/env -S npx tsx
 import { writeFileSync } from 'node:fs';
 import { DEPLOY_HELP, parseDeployOptions, type DeployOptions } from './cli/options.ts';
-import { InputError } from './core/errors.ts';
+import { describeError, EXIT, InputError, reportInputError } from './core/errors.ts';
 import { formatChanges, formatRecap, recapByHost } from './core/report.ts';
 import { Runner } from './core/runner.ts';
 import { loadInventory } from './inventory/load.ts';
 import { runDeploy } from './pipeline.ts';
 
-const EXIT_OK = 0;
-const EXIT_FAILED = 1;
-const EXIT_BAD_INPUT = 2;
 
 async function deploy(options: DeployOptions): Promise<number> {
   const inventory = loadInventory(options.inventory);
@@ -24,7 +21,7 @@ async function deploy(options: DeployOptions): Promise<number> {
     const report = { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap: Object.fromEntries(recapByHost(runner.results)) };
     writeFileSync(options.json, `${JSON.stringify(report, null, 2)}\n`);
   }
-  return runner.failed ? EXIT_FAILED : EXIT_OK;
+  return runner.failed ? EXIT.failed : EXIT.ok;
 }
 
 async function main(argv: string[]): Promise<number> {
@@ -33,19 +30,15 @@ async function main(argv: string[]): Promise<number> {
     options = parseDeployOptions(argv);
     if (options.help) {
       console.log(DEPLOY_HELP);
-      return EXIT_OK;
+      return EXIT.ok;
     }
     return await deploy(options);
   } catch (error) {
-    if (error instanceof InputError) {
-      console.error(`error: ${error.message}`);
-      for (const problem of error.problems) console.error(`  - ${problem}`);
-      return EXIT_BAD_INPUT;
-    }
-    console.error(`error: ${error instanceof Error ? error.message : String(error)}`);
+    if (error instanceof InputError) return reportInputError(error);
+    console.error(`error: ${describeError(error)}`);
     if (options?.debug && error instanceof Error) console.error(error.stack);
     else console.error('(this is a bug in etcd-kvm; run again with --debug for the stack trace)');
-    return EXIT_FAILED;
+    return EXIT.failed;
   }
 }
 

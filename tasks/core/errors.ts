@@ -2,6 +2,9 @@
  * Errors the tool expects and explains. Anything else is a bug and shows a stack trace only with --debug.
  */
 
+/** Exit codes of every command of the tool. */
+export const EXIT = { ok: 0, failed: 1, badInput: 2 } as const;
+
 /** The operator's input is wrong (inventory, flags): exit code 2, nothing was touched. */
 export class InputError extends Error {
   constructor(
@@ -16,4 +19,11 @@ export class InputError extends Error {
 export function describeError(error: unknown): string {
   if (error instanceof Error) return error.message;
   return String(error);
+}
+
+/** Prints an input error with its problems, one per line, as every command does; returns exit code 2. */
+export function reportInputError(error: InputError): number {
+  console.error(`error: ${error.message}`);
+  for (const problem of error.problems) console.error(`  - ${problem}`);
+  return EXIT.badInput;
 }
