@@ -23,25 +23,19 @@ interface Daemon {
 
 const run = (...parts: string[]) => labPath('run', ...parts);
 
-const virtlogd: Daemon = {
-  name: 'virtlogd',
-  command: 'virtlogd',
-  pidFile: run('virtlogd.pid'),
+/** virtlogd and libvirtd start alike: daemonised in the namespace with a PID file under run/. */
+const libvirtDaemon = (command: string, ready: () => Promise<boolean>): Daemon => ({
+  name: command,
+  command,
+  pidFile: run(`${command}.pid`),
   start: async () => {
-    await $`ip netns exec ${LAB.namespace} virtlogd --daemon --pid-file ${run('virtlogd.pid')}`;
+    await $`ip netns exec ${LAB.namespace} ${command} --daemon --pid-file ${run(`${command}.pid`)}`;
   },
-  ready: async () => existsSync('/run/libvirt/virtlogd-sock'),
-};
+  ready,
+});
 
-const libvirtd: Daemon = {
-  name: 'libvirtd',
-  command: 'libvirtd',
-  pidFile: run('libvirtd.pid'),
-  start: async () => {
-    await $`ip netns exec ${LAB.namespace} libvirtd --daemon --pid-file ${run('libvirtd.pid')}`;
-  },
-  ready: async () => (await $`virsh -c qemu:///system version`.nothrow().quiet()).exitCode === 0,
-};
+const virtlogd = libvirtDaemon('virtlogd', async () => existsSync('/run/libvirt/virtlogd-sock'));
+const libvirtd = libvirtDaemon('libvirtd', async () => (await $`virsh -c qemu:///system version`.nothrow().quiet()).exitCode === 0);
 
 const sshd: Daemon = {
   name: 'sshd',
