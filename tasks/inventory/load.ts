@@ -161,7 +161,7 @@ function buildMember(doc: ParsedDocument, hypervisors: Hypervisor[], member: Mem
 
 /** The optional services' PEM fields, read from their files like the member's own TLS material. */
 function withServicePems(member: MemberInput, baseDir: string, path: Path, problems: Problem[]): MemberInput {
-  const pem = (value: string, ...below: string[]) => pemOrFile(value, baseDir, [...path, ...below], problems);
+  const pem = (value: string, ...below: (string | number)[]) => pemOrFile(value, baseDir, [...path, ...below], problems);
   const { fluentbit, fluentbit_dynamic_config: dynamic, vault_agent: vault, restore } = member;
   return {
     ...member,
@@ -173,6 +173,7 @@ function withServicePems(member: MemberInput, baseDir: string, path: Path, probl
         ca_certificate: pem(dynamic.etcd.ca_certificate, 'fluentbit_dynamic_config', 'etcd', 'ca_certificate'),
         client: { ...dynamic.etcd.client, certificate: pem(dynamic.etcd.client.certificate, 'fluentbit_dynamic_config', 'etcd', 'client', 'certificate') },
       },
+      git: { ...dynamic.git, trusted_gpg_keys: dynamic.git.trusted_gpg_keys.map((key, k) => pem(key, 'fluentbit_dynamic_config', 'git', 'trusted_gpg_keys', k)) },
     },
     vault_agent: { ...vault, vault_ca_cert: pem(vault.vault_ca_cert, 'vault_agent', 'vault_ca_cert') },
     restore: { ...restore, s3: { ...restore.s3, ca_cert: pem(restore.s3.ca_cert, 'restore', 's3', 'ca_cert') } },

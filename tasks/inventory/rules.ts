@@ -177,20 +177,6 @@ const suppliedTlsIsComplete: Rule = (doc) =>
 const distinctPorts: Rule = (doc) =>
   doc.etcd.client_port === doc.etcd.peer_port ? [{ path: ['etcd', 'peer_port'], message: `equals client_port (${doc.etcd.client_port})` }] : [];
 
-/** Features of the seed module that the schema accepts but this version does not render yet. */
-const NOT_YET_SUPPORTED: { path: string[]; enabled: (member: MemberInput) => boolean }[] = [
-  { path: ['fluentbit_dynamic_config', 'enabled'], enabled: (member) => member.fluentbit_dynamic_config.enabled },
-];
-
-const unsupportedFeatures: Rule = (doc) =>
-  doc.members.flatMap((member, i) =>
-    NOT_YET_SUPPORTED.filter((feature) => feature.enabled(member)).map((feature) => ({
-      path: ['members', i, ...feature.path],
-      message: 'is not supported yet by etcd-kvm',
-      hint: 'set it to false; this feature is planned but not rendered yet',
-    })),
-  );
-
 /** A required setting of an enabled feature: [path below the member, is it missing?, hint]. */
 type Requirement = [path: (string | number)[], missing: boolean, hint: string];
 
@@ -209,7 +195,27 @@ function requirementsOf(member: MemberInput): Requirement[] {
       [['fluentbit', 'node_exporter_tag'], fluentbit.node_exporter_tag === '', "the tag of the node exporter's logs"],
     );
   }
-  if (member.fluentbit_dynamic_config.enabled) requirements.push([['fluentbit', 'enabled'], !fluentbit.enabled, 'dynamic configuration configures fluent-bit: enable fluentbit too']);
+  const dynamic = member.fluentbit_dynamic_config;
+  if (dynamic.enabled) {
+    requirements.push([['fluentbit', 'enabled'], !fluentbit.enabled, 'dynamic configuration configures fluent-bit: enable fluentbit too']);
+    const below = ['fluentbit_dynamic_config', dynamic.source];
+    if (dynamic.source === 'etcd') {
+      const { etcd } = dynamic;
+      requirements.push(
+        [[...below, 'key_prefix'], etcd.key_prefix === '', 'the etcd key prefix the configuration files are stored under'],
+        [[...below, 'endpoints'], etcd.endpoints.length === 0, 'the etcd endpoints (host:port) that hold the configuration'],
+        [[...below, 'ca_certificate'], etcd.ca_certificate === '', "the CA of those etcd servers' certificates"],
+      );
+    } else {
+      const { git } = dynamic;
+      requirements.push(
+        [[...below, 'repo'], git.repo === '', 'the SSH URL of the repository holding the configuration'],
+        [[...below, 'ref'], git.ref === '', 'the branch or tag to follow'],
+        [[...below, 'auth', 'client_ssh_key'], git.auth.client_ssh_key.isEmpty, 'the private key the updater clones with'],
+        [[...below, 'auth', 'server_ssh_fingerprint'], git.auth.server_ssh_fingerprint === '', "the git server's host key (a known_hosts line), so the clone cannot be redirected"],
+      );
+    }
+  }
   if (vault.enabled) {
     requirements.push(
       [['vault_agent', 'vault_address'], vault.vault_address === '', 'the https address of the Vault server'],
@@ -236,6 +242,37 @@ const enabledFeaturesAreComplete: Rule = (doc) =>
       .filter(([, missing]) => missing)
       .map(([path, , hint]): Problem => ({ path: ['members', i, ...path], message: 'is required by the enabled feature', hint })),
   );
+
+/** The etcd source needs exactly one way to authenticate: a certificate and key, a username and password, or Vault. */
+const dynamicConfigCredentialsAreSound: Rule = (doc) =>
+  doc.members.flatMap((member, i): Problem[] => {
+    const dynamic = member.fluentbit_dynamic_config;
+    if (!dynamic.enabled || dynamic.source !== 'etcd') return [];
+    const path = ['members', i, 'fluentbit_dynamic_config', 'etcd'];
+    const { client, vault_agent_secret_path: vaultPath } = dynamic.etcd;
+    const hasCertificate = client.certificate !== '' || !client.key.isEmpty;
+    const hasPassword = client.username !== '' || !client.password.isEmpty;
+    if (vaultPath !== '') {
+      const problems: Problem[] = [];
+      if (!member.vault_agent.enabled) problems.push({ path: [...path, 'vault_agent_secret_path'], message: 'needs vault_agent.enabled: true', hint: 'Vault agent renders the credentials from this secret' });
+      if (!client.key.isEmpty || !client.password.isEmpty) problems.push({ path: [...path, 'client'], message: 'holds a key or password although vault_agent_secret_path is set', hint: 'the credentials come from Vault: leave client.key and client.password empty (set client.certificate only to choose certificate auth)' });
+      return problems;
+    }
+    if (hasCertificate && hasPassword) return [{ path: [...path, 'client'], message: 'sets both a certificate and a username/password', hint: 'the updater authenticates one way: keep certificate and key, or username and password' }];
+    if (hasCertificate) {
+      return [
+        ...(client.certificate === '' ? [{ path: [...path, 'client', 'certificate'], message: 'is missing while client.key is set', hint: 'the client certificate (PEM or a path)' }] : []),
+        ...(client.key.isEmpty ? [{ path: [...path, 'client', 'key'], message: 'is missing while client.certificate is set', hint: 'the private key of the client certificate' }] : []),
+      ];
+    }
+    if (hasPassword) {
+      return [
+        ...(client.username === '' ? [{ path: [...path, 'client', 'username'], message: 'is missing while client.password is set', hint: 'the etcd user the updater reads the prefix as' }] : []),
+        ...(client.password.isEmpty ? [{ path: [...path, 'client', 'password'], message: 'is missing while client.username is set', hint: "that user's password" }] : []),
+      ];
+    }
+    return [{ path: [...path, 'client'], message: 'has no credentials', hint: 'give certificate and key, username and password, or vault_agent_secret_path' }];
+  });
 
 const RFC3339_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
 
@@ -287,8 +324,8 @@ export const RULES: readonly Rule[] = [
   osVolumeSource,
   suppliedTlsIsComplete,
   distinctPorts,
-  unsupportedFeatures,
   enabledFeaturesAreComplete,
+  dynamicConfigCredentialsAreSound,
   restoreSettingsAreSound,
   restoreIsClusterWide,
   installNeedsReleaseVersion,

@@ -7,6 +7,7 @@ import { chronyFragment } from './guest/chrony.ts';
 import { dataVolumeFragment } from './guest/data-volume.ts';
 import { dependenciesFragment } from './guest/dependencies.ts';
 import { etcdFragment } from './guest/etcd-member.ts';
+import { fluentBitDynamicFragment } from './guest/fluent-bit-dynamic.ts';
 import { fluentBitFragment } from './guest/fluent-bit.ts';
 import type { CloudConfigFragment } from './guest/fragment.ts';
 import { nodeExporterFragment } from './guest/node-exporter.ts';
@@ -62,7 +63,8 @@ function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
     etcdFragment(inventory, member, input.tls, input.initialClusterState, writeSecret),
     nodeExporterFragment(member),
     chronyFragment(member.input.chrony),
-    fluentBitFragment({ fluentbit: member.input.fluentbit }, writeSecret),
+    fluentBitFragment({ fluentbit: member.input.fluentbit, dynamic: member.input.fluentbit_dynamic_config.enabled }, writeSecret),
+    fluentBitDynamicFragment(member.input, writeSecret),
     vaultAgentFragment(member.input.vault_agent, writeSecret),
   ];
 }

@@ -1,12 +1,12 @@
 import test from 'ava';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import { run } from '../helpers/exec.ts';
-import { fileOf, renderWithPki } from '../helpers/render.ts';
+import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
 
-const INVENTORIES = ['inventories/lab.yaml', 'inventories/examples/libvirt-network.yaml', 'inventories/examples/macvtap.yaml'];
+const INVENTORIES = ['inventories/lab.yaml', 'inventories/examples/libvirt-network.yaml', 'inventories/examples/macvtap.yaml', 'inventories/examples/all-services.yaml'];
 
 for (const path of INVENTORIES) {
   test(`${path}: every rendered file passes the real validators`, async (t) => {
@@ -26,6 +26,14 @@ for (const path of INVENTORIES) {
       const userData = run('cloud-init', ['schema', '--config-file', write('user-data')]);
       t.is(userData.status, 0, `${member.name} user-data: ${userData.stderr}${userData.stdout}`);
       t.regex(userData.stdout, /Valid cloud-config/);
+      // Rules dropped into /etc/sudoers.d: one bad line there breaks sudo for every user of the guest.
+      for (const file of writeFilesOf(fileOf(files, 'user-data').content).values()) {
+        if (!file.path.startsWith('/etc/sudoers.d/')) continue;
+        const target = join(dir, `${member.name}-${basename(file.path)}`);
+        writeFileSync(target, file.content);
+        const sudoers = run('visudo', ['--check', '--file', target]);
+        t.is(sudoers.status, 0, `${member.name} ${file.path}: ${sudoers.stderr}${sudoers.stdout}`);
+      }
 
       // cloud-init 22.4 (Debian 12) has no schema for network-config v2; its own parser and networkd
       // renderer (the code that runs in the guest) are the validator, and the output is checked for meaning.
@@ -49,4 +57,7 @@ test('net-convert really rejects a broken network-config (the validator can fail
   const badDomain = join(dir, 'domain.xml');
   writeFileSync(badDomain, "<domain type='qemu'><name>x</name><memory>1</memory><vcpu>one</vcpu></domain>");
   t.not(run('virt-xml-validate', [badDomain, 'domain']).status, 0);
+  const badSudoers = join(dir, 'sudoers');
+  writeFileSync(badSudoers, 'fluent-bit-updater ALL=(root) NOPASSWD systemctl reload fluent-bit.service\n');
+  t.not(run('visudo', ['--check', '--file', badSudoers]).status, 0);
 });

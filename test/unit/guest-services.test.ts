@@ -115,6 +115,161 @@ test('fluent-bit: journal inputs tagged for etcd and the node exporter, forward 
   t.false(display.includes('fb-shared-secret'));
 });
 
+const DYNAMIC_ETCD = {
+  enabled: true,
+  source: 'etcd',
+  etcd: {
+    key_prefix: '/fluent-bit/lab/',
+    endpoints: ['10.0.0.5:2379', '10.0.0.6:2379'],
+    ca_certificate: '-----BEGIN CERTIFICATE-----\nCONFIG-ETCD-CA\n-----END CERTIFICATE-----\n',
+    client: { certificate: '-----BEGIN CERTIFICATE-----\nUPDATER\n-----END CERTIFICATE-----\n', key: 'updater-client-key' },
+  },
+};
+const DYNAMIC_GIT = {
+  enabled: true,
+  source: 'git',
+  git: {
+    repo: 'git@git.example.org:ops/fluent-bit.git',
+    ref: 'main',
+    path: 'lab',
+    trusted_gpg_keys: ['-----BEGIN PGP PUBLIC KEY BLOCK-----\nKEY-A\n-----END PGP PUBLIC KEY BLOCK-----\n', '-----BEGIN PGP PUBLIC KEY BLOCK-----\nKEY-B\n-----END PGP PUBLIC KEY BLOCK-----\n'],
+    auth: { client_ssh_key: 'git-deploy-key', server_ssh_fingerprint: 'git.example.org ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGitServerKey' },
+  },
+};
+const UPDATER_OWNER = 'fluent-bit-updater:fluent-bit-updater';
+const runs = (config: { runcmd: string[][] }, command: string) => config.runcmd.some((argv) => argv.join(' ') === command);
+
+test('fluent-bit dynamic config from etcd: the watcher syncs the prefix with a client certificate, fluent-bit runs the synced entry point and hot-reloads', (t) => {
+  const { config, writes, display } = userDataOf(withDefaults({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: DYNAMIC_ETCD }));
+  const updater = writes.get('/etc/fluent-bit-config-updater/config.yml')!;
+  t.like(updater, { permissions: '0400', owner: UPDATER_OWNER });
+  t.deepEqual(parse(updater.content), {
+    log_level: 'info',
+    filesystem: { path: '/etc/fluent-bit/dynamic', files_permission: '700', directories_permission: '700' },
+    etcd_client: {
+      prefix: '/fluent-bit/lab/',
+      endpoints: ['10.0.0.5:2379', '10.0.0.6:2379'],
+      connection_timeout: '60s',
+      request_timeout: '60s',
+      retry_interval: '4s',
+      retries: 15,
+      auth: { ca_cert: '/etc/fluent-bit-config-updater/etcd/ca.crt', client_cert: '/etc/fluent-bit-config-updater/etcd/client.crt', client_key: '/etc/fluent-bit-config-updater/etcd/client.key' },
+    },
+    notification_command: ['/usr/local/bin/reload-fluent-bit-configs'],
+    notification_command_retries: 30,
+  });
+  t.is(writes.get('/etc/fluent-bit-config-updater/etcd/ca.crt')!.content, DYNAMIC_ETCD.etcd.ca_certificate);
+  t.is(writes.get('/etc/fluent-bit-config-updater/etcd/client.crt')!.content, DYNAMIC_ETCD.etcd.client.certificate);
+  t.like(writes.get('/etc/fluent-bit-config-updater/etcd/client.key'), { permissions: '0400', owner: UPDATER_OWNER, content: 'updater-client-key' });
+  t.false(writes.has('/etc/fluent-bit-config-updater/etcd/password.yml'));
+  t.false(display.includes('updater-client-key'));
+
+  // The updater runs as its own user, which may only ask for fluent-bit's reload.
+  t.deepEqual(config.users.map((user: { name: string }) => user.name).slice(1), ['fluent-bit-updater']);
+  const unit = writes.get('/etc/systemd/system/fluent-bit-config-updater.service')!.content;
+  t.regex(unit, /^User=fluent-bit-updater$/m);
+  t.regex(unit, /^Environment=CONFS_AUTO_UPDATER_CONFIG_FILE=\/etc\/fluent-bit-config-updater\/config.yml$/m);
+  t.regex(unit, /^ExecStart=\/usr\/local\/bin\/fluent-bit-config-updater$/m);
+  t.regex(unit, /^StartLimitIntervalSec=0$/m, 'retried until etcd answers, however long that takes');
+  t.like(writes.get('/etc/sudoers.d/etcd-kvm-fluent-bit-updater'), { permissions: '0440', content: '# Managed by etcd-kvm.\nfluent-bit-updater ALL=(root) NOPASSWD: /usr/bin/systemctl reload fluent-bit.service\n' });
+  t.regex(writes.get('/usr/local/bin/reload-fluent-bit-configs')!.content, /^  exec sudo --non-interactive \/usr\/bin\/systemctl reload fluent-bit.service$/m);
+
+  const dropIn = writes.get('/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf')!.content;
+  t.regex(dropIn, /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit --enable-hot-reload -c \/etc\/fluent-bit\/dynamic\/index.conf$/m);
+  t.regex(dropIn, /^ExecReload=\/bin\/kill -HUP \$MAINPID$/m);
+  t.true(runs(config, 'install -d -o fluent-bit-updater -g fluent-bit-updater -m 0700 /etc/fluent-bit/dynamic'));
+  t.true(runs(config, 'systemctl enable --now fluent-bit-config-updater.service'));
+
+  // Without dynamic configuration none of it is there and fluent-bit runs the static pipeline.
+  const plain = userDataOf(withDefaults({ fluentbit: FLUENTBIT }));
+  t.false([...plain.writes.keys()].some((path) => path.includes('fluent-bit-config-updater')));
+  t.regex(plain.writes.get('/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf')!.content, /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit -c \/etc\/fluent-bit\/etcd-kvm.yaml$/m);
+});
+
+test('fluent-bit dynamic config from etcd with a password: a YAML credentials file only the updater reads', (t) => {
+  const client = { username: 'fluent-bit', password: 'pw: with # yaml' };
+  const { writes, content } = userDataOf(withDefaults({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: { ...DYNAMIC_ETCD, etcd: { ...DYNAMIC_ETCD.etcd, client } } }));
+  const password = writes.get('/etc/fluent-bit-config-updater/etcd/password.yml')!;
+  t.like(password, { permissions: '0400', owner: UPDATER_OWNER });
+  t.deepEqual(parse(password.content), client);
+  t.deepEqual(parse(writes.get('/etc/fluent-bit-config-updater/config.yml')!.content).etcd_client.auth, {
+    ca_cert: '/etc/fluent-bit-config-updater/etcd/ca.crt',
+    password_auth: '/etc/fluent-bit-config-updater/etcd/password.yml',
+  });
+  t.false(writes.has('/etc/fluent-bit-config-updater/etcd/client.key'));
+  t.is(content.split(client.password).length, 2, 'the password is written once, in its 0400 file');
+});
+
+test('fluent-bit dynamic config with credentials from Vault: agent templates render them for the updater and restart it', (t) => {
+  const dynamic = { ...DYNAMIC_ETCD, etcd: { ...DYNAMIC_ETCD.etcd, client: { certificate: DYNAMIC_ETCD.etcd.client.certificate }, vault_agent_secret_path: 'kv/data/etcd/fluent-bit' } };
+  const { config, writes } = userDataOf(withDefaults({ fluentbit: FLUENTBIT, vault_agent: VAULT, fluentbit_dynamic_config: dynamic }));
+  t.deepEqual(parse(writes.get('/etc/fluent-bit-config-updater/config.yml')!.content).etcd_client.auth, {
+    ca_cert: '/etc/fluent-bit-config-updater/etcd/ca.crt',
+    client_cert: '/etc/fluent-bit-config-updater/vault/client.crt',
+    client_key: '/etc/fluent-bit-config-updater/vault/client.key',
+  });
+  const restart = { command: ['sudo', '--non-interactive', '/usr/bin/systemctl', 'restart', 'fluent-bit-config-updater.service'] };
+  t.deepEqual(JSON.parse(writes.get('/etc/vault-agent.d/fluent-bit-config-updater.json')!.content), {
+    template: [
+      { destination: '/etc/fluent-bit-config-updater/vault/client.crt', perms: '0640', contents: '{{ with secret "kv/data/etcd/fluent-bit" }}{{ .Data.data.certificate }}{{ end }}\n' },
+      { destination: '/etc/fluent-bit-config-updater/vault/client.key', perms: '0640', contents: '{{ with secret "kv/data/etcd/fluent-bit" }}{{ .Data.data.key }}{{ end }}\n', exec: restart },
+    ],
+  });
+  // Vault writes into a setgid directory of the updater's group; it may restart the updater, nothing else.
+  t.true(runs(config, 'install -d -o vault -g fluent-bit-updater -m 2750 /etc/fluent-bit-config-updater/vault'));
+  t.regex(writes.get('/etc/sudoers.d/etcd-kvm-fluent-bit-updater')!.content, /^vault ALL=\(root\) NOPASSWD: \/usr\/bin\/systemctl restart fluent-bit-config-updater.service$/m);
+  t.false(writes.has('/etc/fluent-bit-config-updater/etcd/client.key'));
+  t.false(writes.has('/etc/fluent-bit-config-updater/etcd/client.crt'));
+
+  const byPassword = userDataOf(withDefaults({ fluentbit: FLUENTBIT, vault_agent: VAULT, fluentbit_dynamic_config: { ...dynamic, etcd: { ...dynamic.etcd, client: {} } } }));
+  const [template] = JSON.parse(byPassword.writes.get('/etc/vault-agent.d/fluent-bit-config-updater.json')!.content).template;
+  t.is(template.destination, '/etc/fluent-bit-config-updater/vault/password.yml');
+  t.is(template.contents, '{{ with secret "kv/data/etcd/fluent-bit" }}username: {{ .Data.data.username }}\npassword: {{ .Data.data.password }}\n{{ end }}');
+});
+
+test('fluent-bit dynamic config from git: gitsync every minute, deploy key only the updater reads, pinned server key, trusted GPG keys', (t) => {
+  const { config, writes, display } = userDataOf(withDefaults({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: DYNAMIC_GIT }));
+  t.deepEqual(parse(writes.get('/etc/fluent-bit-config-updater/config.yml')!.content), {
+    log_level: 'info',
+    filesystem: { path: '/etc/fluent-bit/dynamic', files_permission: '700', directories_permission: '700' },
+    git: {
+      repo: 'git@git.example.org:ops/fluent-bit.git',
+      ref: 'main',
+      path: 'lab',
+      auth: { ssh_key: '/etc/fluent-bit-config-updater/git/client_ssh_key', known_key: '/etc/fluent-bit-config-updater/git/server_ssh_fingerprint' },
+      accepted_signatures: '/etc/fluent-bit-config-updater/git/trusted_gpg_keys',
+    },
+    notification_command: ['/usr/local/bin/reload-fluent-bit-configs'],
+    notification_command_retries: 30,
+  });
+  t.like(writes.get('/etc/fluent-bit-config-updater/git/client_ssh_key'), { permissions: '0400', owner: UPDATER_OWNER, content: 'git-deploy-key' });
+  t.is(writes.get('/etc/fluent-bit-config-updater/git/server_ssh_fingerprint')!.content, `${DYNAMIC_GIT.git.auth.server_ssh_fingerprint}\n`);
+  t.is(writes.get('/etc/fluent-bit-config-updater/git/trusted_gpg_keys/key0.asc')!.content, DYNAMIC_GIT.git.trusted_gpg_keys[0]!);
+  t.is(writes.get('/etc/fluent-bit-config-updater/git/trusted_gpg_keys/key1.asc')!.content, DYNAMIC_GIT.git.trusted_gpg_keys[1]!);
+  const service = writes.get('/etc/systemd/system/fluent-bit-config-updater.service')!.content;
+  t.regex(service, /^Type=oneshot$/m);
+  t.regex(service, /^Environment=GITSYNC_CONFIG_FILE=\/etc\/fluent-bit-config-updater\/config.yml$/m);
+  t.regex(writes.get('/etc/systemd/system/fluent-bit-config-updater.timer')!.content, /^OnCalendar=\*-\*-\* \*:\*:00$/m);
+  t.true(runs(config, 'systemctl enable --now fluent-bit-config-updater.timer'));
+  t.false(display.includes('git-deploy-key'));
+  // No trusted keys: unsigned commits are accepted, as in the module, and no key directory is configured.
+  const unsigned = userDataOf(withDefaults({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: { ...DYNAMIC_GIT, git: { ...DYNAMIC_GIT.git, trusted_gpg_keys: [] } } }));
+  t.is(parse(unsigned.writes.get('/etc/fluent-bit-config-updater/config.yml')!.content).git.accepted_signatures, undefined);
+});
+
+test('install_dependencies with dynamic configuration: the updater release is fetched and checked against its sums', (t) => {
+  const etcdSource = userDataOf(withDefaults({ install_dependencies: true, fluentbit: FLUENTBIT, fluentbit_dynamic_config: DYNAMIC_ETCD }, (doc) => (doc.etcd = { version: 'v3.5.17' })));
+  const script = etcdSource.writes.get('/usr/local/sbin/etcd-kvm-install-upstream')!.content;
+  t.true(script.includes('https://github.com/Ferlab-Ste-Justine/configurations-auto-updater/releases/download/v0.5.0/configurations-auto-updater_0.5.0_linux_amd64.tar.gz'));
+  t.true(script.includes('https://github.com/Ferlab-Ste-Justine/configurations-auto-updater/releases/download/v0.5.0/configurations-auto-updater_0.5.0_SHA256SUMS'));
+  t.true(script.includes('verify updater.sha256sums configurations-auto-updater_0.5.0_linux_amd64.tar.gz'));
+  t.regex(script, /^install -m 0755 "\$work\/configurations-auto-updater" \/usr\/local\/bin\/fluent-bit-config-updater$/m);
+  const gitSource = userDataOf(withDefaults({ install_dependencies: true, fluentbit: FLUENTBIT, fluentbit_dynamic_config: DYNAMIC_GIT }, (doc) => (doc.etcd = { version: 'v3.5.17' })));
+  t.true(gitSource.writes.get('/usr/local/sbin/etcd-kvm-install-upstream')!.content.includes('/Ferlab-Ste-Justine/gitsync/releases/download/v0.1.0/gitsync_0.1.0_linux_amd64.tar.gz'));
+  const without = userDataOf(withDefaults({ install_dependencies: true, fluentbit: FLUENTBIT }, (doc) => (doc.etcd = { version: 'v3.5.17' })));
+  t.false(without.writes.get('/usr/local/sbin/etcd-kvm-install-upstream')!.content.includes('Ferlab'));
+});
+
 test('vault agent: AppRole auto-auth from files only the vault user reads, address and CA, token sink', (t) => {
   const { config, writes, display } = userDataOf(withDefaults({ vault_agent: VAULT }));
   const agent = JSON.parse(writes.get('/etc/vault-agent.d/agent.json')!.content);
@@ -126,7 +281,7 @@ test('vault agent: AppRole auto-auth from files only the vault user reads, addre
   t.deepEqual(writes.get('/etc/vault-agent.d/role-id'), { path: '/etc/vault-agent.d/role-id', permissions: '0400', owner: 'vault:vault', defer: true, content: 'role-id-secret' });
   t.deepEqual(writes.get('/etc/vault-agent.d/secret-id'), { path: '/etc/vault-agent.d/secret-id', permissions: '0400', owner: 'vault:vault', defer: true, content: 'secret-id-secret' });
   t.is(writes.get('/etc/vault-agent.d/vault-ca.crt')!.content, VAULT.vault_ca_cert);
-  t.regex(writes.get('/etc/systemd/system/vault-agent.service')!.content, /^ExecStart=\/usr\/bin\/vault agent -config=\/etc\/vault-agent.d\/agent.json$/m);
+  t.regex(writes.get('/etc/systemd/system/vault-agent.service')!.content, /^ExecStart=\/usr\/bin\/vault agent -config=\/etc\/vault-agent.d$/m);
   t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl enable --now vault-agent.service'));
   t.false(display.includes('role-id-secret') || display.includes('secret-id-secret'));
 });
@@ -170,10 +325,13 @@ test('password mode: clients are not asked for certificates; restore mode: etcd 
 });
 
 test('secrets in the guest are never in a world-readable file', (t) => {
-  const { writes } = userDataOf(withDefaults({ fluentbit: FLUENTBIT, vault_agent: VAULT, install_dependencies: true }));
-  for (const file of writes.values()) {
-    const holdsSecret = ['KEY-PEM', 'fb-shared-secret', 'role-id-secret', 'secret-id-secret'].some((secret) => file.content.includes(secret));
-    if (holdsSecret) t.true(['0400', '0600'].includes(file.permissions ?? ''), `${file.path} is ${file.permissions}`);
+  const secrets = ['KEY-PEM', 'fb-shared-secret', 'role-id-secret', 'secret-id-secret', 'updater-client-key', 'git-deploy-key'];
+  for (const dynamic of [DYNAMIC_ETCD, DYNAMIC_GIT]) {
+    const { writes } = userDataOf(withDefaults({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: dynamic, vault_agent: VAULT, install_dependencies: true }));
+    for (const file of writes.values()) {
+      const holdsSecret = secrets.some((secret) => file.content.includes(secret));
+      if (holdsSecret) t.true(['0400', '0600'].includes(file.permissions ?? ''), `${file.path} is ${file.permissions}`);
+    }
   }
 });
 
@@ -212,4 +370,34 @@ test('invalid combinations of the optional features are reported with their path
   t.deepEqual(problemsOf(withDefaults({ install_dependencies: true }, (doc) => (doc.etcd = { version: 'latest' }))), [
     'etcd.version: "latest" is not an etcd release tag — install_dependencies downloads that release: use a tag like v3.4.18',
   ]);
+});
+
+test('invalid fluent-bit dynamic configurations are reported with their paths', (t) => {
+  const memberProblems = (settings: Record<string, unknown>) => problemsOf(withDefaults(settings)).filter((p) => p.startsWith('members[0]'));
+  const fieldsOf = (settings: Record<string, unknown>) => memberProblems(settings).map((p) => p.split(' ')[0]);
+  t.deepEqual(fieldsOf({ fluentbit_dynamic_config: { enabled: true, etcd: { client: { username: 'u', password: 'p' } } } }), [
+    'members[0].fluentbit.enabled',
+    'members[0].fluentbit_dynamic_config.etcd.key_prefix',
+    'members[0].fluentbit_dynamic_config.etcd.endpoints',
+    'members[0].fluentbit_dynamic_config.etcd.ca_certificate',
+  ]);
+  t.deepEqual(fieldsOf({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: { enabled: true, source: 'git' } }), [
+    'members[0].fluentbit_dynamic_config.git.repo',
+    'members[0].fluentbit_dynamic_config.git.ref',
+    'members[0].fluentbit_dynamic_config.git.auth.client_ssh_key',
+    'members[0].fluentbit_dynamic_config.git.auth.server_ssh_fingerprint',
+  ]);
+  const etcdWith = (client: Record<string, unknown>, vault_agent_secret_path = '') => ({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: { ...DYNAMIC_ETCD, etcd: { ...DYNAMIC_ETCD.etcd, client, vault_agent_secret_path } } });
+  t.deepEqual(memberProblems(etcdWith({})), ['members[0].fluentbit_dynamic_config.etcd.client (member etcd-1): has no credentials — give certificate and key, username and password, or vault_agent_secret_path']);
+  t.deepEqual(memberProblems(etcdWith({ ...DYNAMIC_ETCD.etcd.client, username: 'u', password: 'p' })), [
+    'members[0].fluentbit_dynamic_config.etcd.client (member etcd-1): sets both a certificate and a username/password — the updater authenticates one way: keep certificate and key, or username and password',
+  ]);
+  t.deepEqual(fieldsOf(etcdWith({ certificate: DYNAMIC_ETCD.etcd.client.certificate })), ['members[0].fluentbit_dynamic_config.etcd.client.key']);
+  t.deepEqual(fieldsOf(etcdWith({ username: 'u' })), ['members[0].fluentbit_dynamic_config.etcd.client.password']);
+  t.deepEqual(memberProblems(etcdWith({ key: 'k' }, 'kv/data/x')), [
+    'members[0].fluentbit_dynamic_config.etcd.vault_agent_secret_path (member etcd-1): needs vault_agent.enabled: true — Vault agent renders the credentials from this secret',
+    'members[0].fluentbit_dynamic_config.etcd.client (member etcd-1): holds a key or password although vault_agent_secret_path is set — the credentials come from Vault: leave client.key and client.password empty (set client.certificate only to choose certificate auth)',
+  ]);
+  t.notThrows(() => load(withDefaults({ ...etcdWith({}, 'kv/data/x'), vault_agent: VAULT })));
+  t.notThrows(() => load(withDefaults(etcdWith(DYNAMIC_ETCD.etcd.client))));
 });

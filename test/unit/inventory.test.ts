@@ -161,13 +161,6 @@ test('a member without volume_id needs a base image', (t) => {
   t.notThrows(() => load(edit((doc) => (member(doc, 0).volume_id = 'etcd-1'))));
 });
 
-test('features not rendered yet are refused, not ignored', (t) => {
-  t.deepEqual(problemsOf(edit((doc) => (member(doc, 0).fluentbit_dynamic_config = { enabled: true }))), [
-    'members[0].fluentbit_dynamic_config.enabled (member etcd-1): is not supported yet by etcd-kvm — set it to false; this feature is planned but not rendered yet',
-    'members[0].fluentbit.enabled (member etcd-1): is required by the enabled feature — dynamic configuration configures fluent-bit: enable fluentbit too',
-  ]);
-});
-
 test('every problem is reported at once, with field-level type errors', (t) => {
   const problems = problemsOf(edit((doc) => {
     member(doc, 0).vcpus = 'two';

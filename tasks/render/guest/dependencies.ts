@@ -1,6 +1,7 @@
 import type { Inventory, Member } from '../../inventory/model.ts';
 import { quote } from '../../remote/shell.ts';
 import { renderTemplate } from '../templates.ts';
+import { CONFIG_UPDATER } from './fluent-bit-dynamic.ts';
 import type { CloudConfigFragment } from './fragment.ts';
 import { UPSTREAM } from './versions.ts';
 
@@ -19,6 +20,16 @@ interface AptRepository {
   name: string;
   keyUrl: string;
   sourceLine: string;
+}
+
+/** Ferlab's goreleaser releases: <project>_<version>_linux_amd64.tar.gz next to <project>_<version>_SHA256SUMS. */
+function updaterRelease(member: Member) {
+  const dynamic = member.input.fluentbit_dynamic_config;
+  if (!member.input.fluentbit.enabled || !dynamic.enabled) return undefined;
+  const [project, version] = dynamic.source === 'etcd' ? ['configurations-auto-updater', UPSTREAM.configurationsAutoUpdater] : ['gitsync', UPSTREAM.gitsync];
+  const base = `https://github.com/Ferlab-Ste-Justine/${project}/releases/download/v${version}/${project}_${version}`;
+  const archive = `${project}_${version}_linux_amd64.tar.gz`;
+  return { project, version, archive, url: quote(`${base}_linux_amd64.tar.gz`), sums: quote(`${base}_SHA256SUMS`), destination: CONFIG_UPDATER.binary };
 }
 
 export function renderInstaller(inventory: Inventory, member: Member): string {
@@ -40,6 +51,7 @@ export function renderInstaller(inventory: Inventory, member: Member): string {
   return renderTemplate('install-upstream.sh.ejs', {
     etcd: { version: etcdVersion, archive: `${etcdDir}.tar.gz`, dir: etcdDir, url: quote(`${etcdRelease}/${etcdDir}.tar.gz`), sums: quote(`${etcdRelease}/SHA256SUMS`) },
     nodeExporter: { version: UPSTREAM.nodeExporter, archive: `${exporterDir}.tar.gz`, dir: exporterDir, url: quote(`${exporterRelease}/${exporterDir}.tar.gz`), sums: quote(`${exporterRelease}/sha256sums.txt`) },
+    updater: updaterRelease(member),
     aptRepositories: repositories.map((repo) => ({ name: repo.name, keyUrl: quote(repo.keyUrl), sourceLine: quote(repo.sourceLine) })),
     aptPackages: packages.map(quote),
   });

@@ -2,6 +2,7 @@ import { stringify } from 'yaml';
 import type { SecretWriter } from '../../core/secret.ts';
 import type { MemberInput } from '../../inventory/schema.ts';
 import type { CloudConfigFragment } from './fragment.ts';
+import { DYNAMIC_CONFIG } from './fluent-bit-dynamic.ts';
 import { NODE_EXPORTER } from './node-exporter.ts';
 
 /**
@@ -19,9 +20,10 @@ export const FLUENT_BIT_PATHS = {
   binary: '/opt/fluent-bit/bin/fluent-bit',
 } as const;
 
-/** The dynamic configuration (fluentbit_dynamic_config) is not rendered yet: the inventory check refuses it. */
 export interface FluentBitSettings {
   fluentbit: MemberInput['fluentbit'];
+  /** fluentbit_dynamic_config.enabled: run the synced directory's entry point, hot-reloaded on change. */
+  dynamic: boolean;
 }
 
 export function fluentBitConfig(settings: FluentBitSettings, writeSecret: SecretWriter): Record<string, unknown> {
@@ -59,6 +61,17 @@ export function renderFluentBitConfig(settings: FluentBitSettings, writeSecret: 
   return `# Managed by etcd-kvm.\n${stringify(fluentBitConfig(settings, writeSecret), { lineWidth: 0 })}`;
 }
 
+/**
+ * How systemd runs fluent-bit: the rendered pipeline, or with dynamic configuration the synced entry
+ * point with hot reload (SIGHUP), the static pipeline staying on disk for it to include.
+ */
+export function renderDropIn(dynamic: boolean): string {
+  const run = dynamic
+    ? [`ExecStart=${FLUENT_BIT_PATHS.binary} --enable-hot-reload -c ${DYNAMIC_CONFIG.entrypoint}`, 'ExecReload=/bin/kill -HUP $MAINPID']
+    : [`ExecStart=${FLUENT_BIT_PATHS.binary} -c ${FLUENT_BIT_PATHS.config}`];
+  return ['# Managed by etcd-kvm.', '[Service]', 'ExecStart=', ...run, ''].join('\n');
+}
+
 export function fluentBitFragment(settings: FluentBitSettings, writeSecret: SecretWriter): CloudConfigFragment {
   if (!settings.fluentbit.enabled) return {};
   return {
@@ -66,7 +79,7 @@ export function fluentBitFragment(settings: FluentBitSettings, writeSecret: Secr
       // The shared key is in the file: root only (fluent-bit runs as root to read the journal).
       { path: FLUENT_BIT_PATHS.config, permissions: '0600', owner: 'root:root', content: renderFluentBitConfig(settings, writeSecret) },
       ...(settings.fluentbit.forward.ca_cert ? [{ path: FLUENT_BIT_PATHS.forwardCa, permissions: '0644', content: settings.fluentbit.forward.ca_cert }] : []),
-      { path: FLUENT_BIT_PATHS.dropIn, permissions: '0644', content: `# Managed by etcd-kvm: run with the rendered YAML configuration.\n[Service]\nExecStart=\nExecStart=${FLUENT_BIT_PATHS.binary} -c ${FLUENT_BIT_PATHS.config}\n` },
+      { path: FLUENT_BIT_PATHS.dropIn, permissions: '0644', content: renderDropIn(settings.dynamic) },
     ],
     runcmd: [
       ['install', '-d', '-m', '0700', FLUENT_BIT_PATHS.storage],

@@ -4,6 +4,8 @@ export interface ServiceUnit {
   description: string;
   user: string;
   execStart: string;
+  /** Further [Unit] lines. */
+  unit?: string[];
   /** Further [Service] lines. */
   service?: string[];
 }
@@ -15,6 +17,7 @@ export function renderServiceUnit(unit: ServiceUnit): string {
     `Description=${unit.description}`,
     'After=network-online.target',
     'Wants=network-online.target',
+    ...(unit.unit ?? []),
     '',
     '[Service]',
     `User=${unit.user}`,

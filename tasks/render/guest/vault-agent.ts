@@ -46,7 +46,8 @@ export function renderVaultAgentUnit(binary: string): string {
     description: 'Vault agent (AppRole auto-auth)',
     user: 'vault',
     service: ['RuntimeDirectory=vault-agent', 'RuntimeDirectoryMode=0750'],
-    execStart: `${binary} agent -config=${VAULT_AGENT_PATHS.config}`,
+    // The directory: other features (the fluent-bit config updater) add their templates as files there.
+    execStart: `${binary} agent -config=${VAULT_AGENT_PATHS.dir}`,
   });
 }
 

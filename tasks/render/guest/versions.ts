@@ -6,4 +6,7 @@ export const UPSTREAM = {
   nodeExporter: '1.8.2',
   fluentBit: '3.1.9',
   vault: '1.17.6',
+  /** The fluent-bit dynamic configuration updaters, at the seed module's versions. */
+  configurationsAutoUpdater: '0.5.0',
+  gitsync: '0.1.0',
 } as const;

@@ -1,0 +1,199 @@
+import { stringify } from 'yaml';
+import type { SecretWriter } from '../../core/secret.ts';
+import type { MemberInput } from '../../inventory/schema.ts';
+import { secretFile, type CloudConfigFragment, type WriteFile } from './fragment.ts';
+import { renderServiceUnit } from './systemd-unit.ts';
+import { VAULT_AGENT_PATHS } from './vault-agent.ts';
+
+/**
+ * fluent-bit's dynamic configuration, as the seed module sets it up: an updater keeps a directory in
+ * sync with an etcd key prefix (configurations-auto-updater, watching) or a git repository (gitsync,
+ * every minute from a timer; commits optionally checked against trusted GPG keys, the server pinned
+ * by its SSH host key), then tells fluent-bit to hot-reload. fluent-bit runs the directory's
+ * index.conf instead of the static pipeline. The updater runs as its own user, which may only ask
+ * systemd to reload fluent-bit.
+ */
+
+export type DynamicConfig = MemberInput['fluentbit_dynamic_config'];
+
+const ROOT = '/etc/fluent-bit-config-updater';
+
+export const CONFIG_UPDATER = {
+  service: 'fluent-bit-config-updater',
+  user: 'fluent-bit-updater',
+  binary: '/usr/local/bin/fluent-bit-config-updater',
+  config: `${ROOT}/config.yml`,
+  etcdCa: `${ROOT}/etcd/ca.crt`,
+  etcdClientCert: `${ROOT}/etcd/client.crt`,
+  etcdClientKey: `${ROOT}/etcd/client.key`,
+  etcdPassword: `${ROOT}/etcd/password.yml`,
+  /** Credentials Vault agent renders (vault_agent_secret_path): written by vault, read by the updater. */
+  vaultRendered: `${ROOT}/vault`,
+  gitSshKey: `${ROOT}/git/client_ssh_key`,
+  gitKnownKey: `${ROOT}/git/server_ssh_fingerprint`,
+  gitTrustedKeys: `${ROOT}/git/trusted_gpg_keys`,
+  reloadCommand: '/usr/local/bin/reload-fluent-bit-configs',
+  sudoers: '/etc/sudoers.d/etcd-kvm-fluent-bit-updater',
+  vaultTemplate: `${VAULT_AGENT_PATHS.dir}/fluent-bit-config-updater.json`,
+} as const;
+
+/** The directory fluent-bit runs from; index.conf is its entry point, as in the module. */
+export const DYNAMIC_CONFIG = { dir: '/etc/fluent-bit/dynamic', entrypoint: '/etc/fluent-bit/dynamic/index.conf' } as const;
+
+/** The module's timings for the etcd watcher and the git timer. */
+const ETCD_CLIENT_TIMINGS = { connection_timeout: '60s', request_timeout: '60s', retry_interval: '4s', retries: 15 } as const;
+const NOTIFICATION_RETRIES = 30;
+const GIT_SYNC_CALENDAR = '*-*-* *:*:00';
+const SYSTEMCTL = '/usr/bin/systemctl';
+
+/** How the updater authenticates to etcd: a client certificate, or a username and password (file). */
+export function etcdAuthMode(dynamic: DynamicConfig): 'certificate' | 'password' {
+  return dynamic.etcd.client.certificate !== '' ? 'certificate' : 'password';
+}
+
+const fromVault = (dynamic: DynamicConfig) => dynamic.etcd.vault_agent_secret_path !== '';
+
+function etcdCredentialPaths(dynamic: DynamicConfig): Record<string, string> {
+  const dir = fromVault(dynamic) ? CONFIG_UPDATER.vaultRendered : `${ROOT}/etcd`;
+  return etcdAuthMode(dynamic) === 'certificate'
+    ? { client_cert: `${dir}/client.crt`, client_key: `${dir}/client.key` }
+    : { password_auth: `${dir}/password.yml` };
+}
+
+/** The updater's own configuration (configurations-auto-updater for etcd, gitsync for git). */
+export function updaterConfig(dynamic: DynamicConfig): Record<string, unknown> {
+  const common = {
+    log_level: 'info',
+    filesystem: { path: DYNAMIC_CONFIG.dir, files_permission: '700', directories_permission: '700' },
+  };
+  const notification = { notification_command: [CONFIG_UPDATER.reloadCommand], notification_command_retries: NOTIFICATION_RETRIES };
+  if (dynamic.source === 'etcd') {
+    return {
+      ...common,
+      etcd_client: {
+        prefix: dynamic.etcd.key_prefix,
+        endpoints: dynamic.etcd.endpoints,
+        ...ETCD_CLIENT_TIMINGS,
+        auth: { ca_cert: CONFIG_UPDATER.etcdCa, ...etcdCredentialPaths(dynamic) },
+      },
+      ...notification,
+    };
+  }
+  const { git } = dynamic;
+  return {
+    ...common,
+    git: {
+      repo: git.repo,
+      ref: git.ref,
+      path: git.path,
+      auth: { ssh_key: CONFIG_UPDATER.gitSshKey, known_key: CONFIG_UPDATER.gitKnownKey },
+      ...(git.trusted_gpg_keys.length > 0 ? { accepted_signatures: CONFIG_UPDATER.gitTrustedKeys } : {}),
+    },
+    ...notification,
+  };
+}
+
+/** Reloads fluent-bit (SIGHUP via its unit) when it runs; a stopped fluent-bit reads the files when it starts. */
+export function renderReloadCommand(): string {
+  return [
+    '#!/bin/sh',
+    '# Managed by etcd-kvm: run by the fluent-bit config updater after each change.',
+    `if ${SYSTEMCTL} is-active --quiet fluent-bit.service; then`,
+    `  exec sudo --non-interactive ${SYSTEMCTL} reload fluent-bit.service`,
+    'fi',
+    '',
+  ].join('\n');
+}
+
+/** The only privileges the updater (and Vault agent, for renewed credentials) get. */
+export function renderSudoers(dynamic: DynamicConfig): string {
+  return [
+    '# Managed by etcd-kvm.',
+    `${CONFIG_UPDATER.user} ALL=(root) NOPASSWD: ${SYSTEMCTL} reload fluent-bit.service`,
+    ...(fromVault(dynamic) ? [`vault ALL=(root) NOPASSWD: ${SYSTEMCTL} restart ${CONFIG_UPDATER.service}.service`] : []),
+    '',
+  ].join('\n');
+}
+
+/** Vault agent renders the updater's etcd credentials from a KV v2 secret and restarts it on renewal. */
+export function vaultTemplateConfig(dynamic: DynamicConfig): Record<string, unknown> {
+  const path = JSON.stringify(dynamic.etcd.vault_agent_secret_path);
+  const paths = etcdCredentialPaths(dynamic);
+  const restart = { command: ['sudo', '--non-interactive', SYSTEMCTL, 'restart', `${CONFIG_UPDATER.service}.service`] };
+  const template = (destination: string, field: string) => ({ destination, perms: '0640', contents: `{{ with secret ${path} }}{{ .Data.data.${field} }}{{ end }}\n` });
+  const templates =
+    etcdAuthMode(dynamic) === 'certificate'
+      ? [template(paths.client_cert!, 'certificate'), { ...template(paths.client_key!, 'key'), exec: restart }]
+      : [{ destination: paths.password_auth!, perms: '0640', contents: `{{ with secret ${path} }}username: {{ .Data.data.username }}\npassword: {{ .Data.data.password }}\n{{ end }}`, exec: restart }];
+  return { template: templates };
+}
+
+function etcdSourceFiles(dynamic: DynamicConfig, writeSecret: SecretWriter): WriteFile[] {
+  const owner = `${CONFIG_UPDATER.user}:${CONFIG_UPDATER.user}`;
+  const { client } = dynamic.etcd;
+  const files: WriteFile[] = [{ path: CONFIG_UPDATER.etcdCa, permissions: '0644', content: dynamic.etcd.ca_certificate }];
+  if (fromVault(dynamic)) {
+    files.push({ path: CONFIG_UPDATER.vaultTemplate, permissions: '0644', content: `${JSON.stringify(vaultTemplateConfig(dynamic), null, 2)}\n` });
+  } else if (etcdAuthMode(dynamic) === 'certificate') {
+    files.push({ path: CONFIG_UPDATER.etcdClientCert, permissions: '0644', content: client.certificate }, secretFile(CONFIG_UPDATER.etcdClientKey, owner, writeSecret(client.key)));
+  } else {
+    // Serialised by a YAML library: a password with YAML syntax in it stays one string.
+    const credentials = stringify({ username: client.username, password: writeSecret(client.password) });
+    files.push(secretFile(CONFIG_UPDATER.etcdPassword, owner, credentials));
+  }
+  return files;
+}
+
+function gitSourceFiles(dynamic: DynamicConfig, writeSecret: SecretWriter): WriteFile[] {
+  const owner = `${CONFIG_UPDATER.user}:${CONFIG_UPDATER.user}`;
+  const { git } = dynamic;
+  return [
+    secretFile(CONFIG_UPDATER.gitSshKey, owner, writeSecret(git.auth.client_ssh_key)),
+    { path: CONFIG_UPDATER.gitKnownKey, permissions: '0644', content: `${git.auth.server_ssh_fingerprint.trim()}\n` },
+    ...git.trusted_gpg_keys.map((key, index) => ({ path: `${CONFIG_UPDATER.gitTrustedKeys}/key${index}.asc`, permissions: '0644', content: key })),
+  ];
+}
+
+export function renderUpdaterUnits(dynamic: DynamicConfig): WriteFile[] {
+  const environment = dynamic.source === 'etcd' ? 'CONFS_AUTO_UPDATER_CONFIG_FILE' : 'GITSYNC_CONFIG_FILE';
+  const service = renderServiceUnit({
+    comment: `Managed by etcd-kvm: syncs ${DYNAMIC_CONFIG.dir} from ${dynamic.source === 'etcd' ? 'an etcd key prefix' : 'a git repository'}.`,
+    description: 'fluent-bit dynamic configuration updater',
+    user: CONFIG_UPDATER.user,
+    // The updater exits on any error and relies on systemd to retry, for as long as it takes (etcd
+    // unreachable, credentials Vault has not rendered yet): no start limit.
+    unit: ['StartLimitIntervalSec=0'],
+    service: [`Environment=${environment}=${CONFIG_UPDATER.config}`, `WorkingDirectory=${DYNAMIC_CONFIG.dir}`, 'RestartSec=5', ...(dynamic.source === 'git' ? ['Type=oneshot'] : [])],
+    execStart: CONFIG_UPDATER.binary,
+  });
+  const units: WriteFile[] = [{ path: `/etc/systemd/system/${CONFIG_UPDATER.service}.service`, permissions: '0644', content: service }];
+  if (dynamic.source === 'git') {
+    const timer = ['# Managed by etcd-kvm.', '[Unit]', 'Description=Sync the fluent-bit dynamic configuration from git', '', '[Timer]', `OnCalendar=${GIT_SYNC_CALENDAR}`, '', '[Install]', 'WantedBy=timers.target', ''].join('\n');
+    units.push({ path: `/etc/systemd/system/${CONFIG_UPDATER.service}.timer`, permissions: '0644', content: timer });
+  }
+  return units;
+}
+
+export function fluentBitDynamicFragment(member: MemberInput, writeSecret: SecretWriter): CloudConfigFragment {
+  const dynamic = member.fluentbit_dynamic_config;
+  if (!member.fluentbit.enabled || !dynamic.enabled) return {};
+  const owner = `${CONFIG_UPDATER.user}:${CONFIG_UPDATER.user}`;
+  const started = dynamic.source === 'etcd' ? `${CONFIG_UPDATER.service}.service` : `${CONFIG_UPDATER.service}.timer`;
+  return {
+    users: [{ name: CONFIG_UPDATER.user, system: true, lock_passwd: true, shell: '/usr/sbin/nologin', homedir: `/var/lib/${CONFIG_UPDATER.user}` }],
+    writeFiles: [
+      secretFile(CONFIG_UPDATER.config, owner, `# Managed by etcd-kvm.\n${stringify(updaterConfig(dynamic), { lineWidth: 0 })}`),
+      ...(dynamic.source === 'etcd' ? etcdSourceFiles(dynamic, writeSecret) : gitSourceFiles(dynamic, writeSecret)),
+      { path: CONFIG_UPDATER.reloadCommand, permissions: '0755', content: renderReloadCommand() },
+      { path: CONFIG_UPDATER.sudoers, permissions: '0440', content: renderSudoers(dynamic) },
+      ...renderUpdaterUnits(dynamic),
+    ],
+    runcmd: [
+      ['install', '-d', '-o', CONFIG_UPDATER.user, '-g', CONFIG_UPDATER.user, '-m', '0700', DYNAMIC_CONFIG.dir],
+      // setgid: what Vault agent writes there belongs to the updater's group.
+      ...(fromVault(dynamic) ? [['install', '-d', '-o', 'vault', '-g', CONFIG_UPDATER.user, '-m', '2750', CONFIG_UPDATER.vaultRendered]] : []),
+      ['systemctl', 'daemon-reload'],
+      ['systemctl', 'enable', '--now', started],
+    ],
+  };
+}
