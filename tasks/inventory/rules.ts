@@ -91,6 +91,14 @@ const everyMemberHasAnInterface: Rule = (doc) =>
       : [],
   );
 
+/** etcd binds to the first interface; on a macvtap NIC the member's own hypervisor cannot reach it. */
+const macvtapMembersReachedDirectly: Rule = (doc) =>
+  doc.members.flatMap((member, i): Problem[] =>
+    member.libvirt_networks.length === 0 && member.macvtap_interfaces.length > 0 && member.reach_via === 'hypervisor'
+      ? [{ path: ['members', i, 'reach_via'], message: "is 'hypervisor', but etcd listens on a macvtap interface, which its own hypervisor cannot reach", hint: "set reach_via: direct and run the tool from a machine on the macvtap network (not the hypervisor)" }]
+      : [],
+  );
+
 const networkByNameXorId: Rule = (doc) =>
   doc.members.flatMap((member, i) =>
     member.libvirt_networks.flatMap((nic, j): Problem[] => {
@@ -315,6 +323,7 @@ export const RULES: readonly Rule[] = [
   uniqueAddresses,
   addressesInsidePrefix,
   everyMemberHasAnInterface,
+  macvtapMembersReachedDirectly,
   networkByNameXorId,
   exactlyOneBootstrapMember,
   grpcGatewayNeedsPasswordMode,

@@ -143,6 +143,19 @@ test('a libvirt network is named by network_name xor network_id', (t) => {
   ]);
 });
 
+test('a member whose etcd listens on macvtap must be reached directly: its hypervisor cannot talk to it', (t) => {
+  const macvtapOnly = (doc: Doc) => {
+    member(doc, 1).libvirt_networks = [];
+    member(doc, 1).macvtap_interfaces = [{ interface: 'ens3', ip: '10.20.0.12', prefix_length: 24, mac: '52:54:00:de:e3:65' }];
+  };
+  t.deepEqual(problemsOf(edit(macvtapOnly)), [
+    "members[1].reach_via (member etcd-2): is 'hypervisor', but etcd listens on a macvtap interface, which its own hypervisor cannot reach — set reach_via: direct and run the tool from a machine on the macvtap network (not the hypervisor)",
+  ]);
+  t.notThrows(() => load(edit((doc) => { macvtapOnly(doc); member(doc, 1).reach_via = 'direct'; })));
+  // A libvirt network first: etcd listens there, and the hypervisor reaches it.
+  t.notThrows(() => load(edit((doc) => (member(doc, 1).macvtap_interfaces = [{ interface: 'ens3', ip: '10.20.0.12', prefix_length: 24, mac: '52:54:00:de:e3:65' }]))));
+});
+
 test('every member needs an interface', (t) => {
   t.deepEqual(problemsOf(edit((doc) => (member(doc, 1).libvirt_networks = []))), [
     'members[1] (member etcd-2): has no network interface — add an entry to libvirt_networks or macvtap_interfaces',
