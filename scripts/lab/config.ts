@@ -18,6 +18,19 @@ export const LAB = {
   forwardHost: '127.0.0.1',
   forwardPort: 2222,
   network: { name: 'etcd-lab', bridge: 'virbr-etcdlab', address: '192.168.150.1', prefixLength: 24 },
+  /**
+   * A second segment for macvtap members: the hypervisor's host interface `parent` (one end of a veth
+   * pair, the macvtap NICs' lower device) and, at the other end, a client namespace standing for
+   * another machine on that network, from which the tool reaches the members.
+   */
+  macvtap: {
+    parent: 'etcdlab-mv0',
+    peer: 'etcdlab-mvpeer',
+    clientNamespace: 'etcd-kvm-lab-client',
+    hypervisorAddress: '192.168.160.1',
+    clientAddress: '192.168.160.2',
+    prefixLength: 24,
+  },
   pools: { vms: 'etcd-lab', images: 'etcd-lab-images' },
   baseVolume: 'debian-12-etcd.qcow2',
   clientDir: join(REPO_ROOT, '.etcd-kvm', 'lab', 'hypervisor'),

@@ -45,7 +45,14 @@ const sshd: Daemon = {
     mkdirSync('/run/sshd', { recursive: true, mode: 0o755 });
     await $`ip netns exec ${LAB.namespace} /usr/sbin/sshd -f ${labPath('sshd_config')}`;
   },
-  ready: async () => (await $`ip netns exec ${LAB.namespace} ssh-keyscan -T 2 -p ${LAB.sshdPortInNamespace} 127.0.0.1`.nothrow().quiet()).stdout.includes('ssh-ed25519'),
+  // Both listen addresses: an sshd started from an older config (loopback only) is restarted.
+  ready: async () => {
+    for (const address of ['127.0.0.1', LAB.macvtap.hypervisorAddress]) {
+      const scan = await $`ip netns exec ${LAB.namespace} ssh-keyscan -T 2 -p ${LAB.sshdPortInNamespace} ${address}`.nothrow().quiet();
+      if (!scan.stdout.includes('ssh-ed25519')) return false;
+    }
+    return true;
+  },
 };
 
 /** socat forks a child per connection that enters the namespace and connects to the sshd there. */
@@ -92,6 +99,7 @@ export async function ensureSshdFiles(): Promise<void> {
     [
       `Port ${LAB.sshdPortInNamespace}`,
       'ListenAddress 127.0.0.1',
+      `ListenAddress ${LAB.macvtap.hypervisorAddress}`,
       `HostKey ${hostKey}`,
       `PidFile ${run('sshd.pid')}`,
       `AuthorizedKeysFile ${labPath('authorized_keys')}`,
@@ -105,12 +113,13 @@ export async function ensureSshdFiles(): Promise<void> {
       '',
     ].join('\n'),
   );
-  // What inventories/lab.yaml points at: the client key and the pinned host key of [127.0.0.1]:2222.
+  // What the lab inventories point at: the client key and the pinned host key of [127.0.0.1]:2222
+  // (inventories/lab.yaml, through the forwarder) and of the macvtap segment's hypervisor address.
   mkdirSync(LAB.clientDir, { recursive: true, mode: 0o700 });
   copyFileSync(clientKey, join(LAB.clientDir, 'client_key'));
   chmodSync(join(LAB.clientDir, 'client_key'), 0o600);
   const hostPublic = readFileSync(`${hostKey}.pub`, 'utf8').trim().split(' ').slice(0, 2).join(' ');
-  writeFileSync(join(LAB.clientDir, 'known_hosts'), `[${LAB.forwardHost}]:${LAB.forwardPort} ${hostPublic}\n`);
+  writeFileSync(join(LAB.clientDir, 'known_hosts'), `[${LAB.forwardHost}]:${LAB.forwardPort} ${hostPublic}\n${LAB.macvtap.hypervisorAddress} ${hostPublic}\n`);
 }
 
 /** Starts the daemons that are not running (all, or the named ones), in order. */

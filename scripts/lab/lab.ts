@@ -5,6 +5,8 @@ import { daemonStatus, ensureSshdFiles, startDaemons, stopDaemons } from './daem
 import { chooseAcceleration, ensurePackages, fixKvmDevice, restoreKvmDevice } from './host.ts';
 import { cachedImagePath, ensureImage } from './image.ts';
 import { ensureLibvirtObjects, libvirtStatus, removeLibvirtObjects } from './libvirt.ts';
+import { ensureMacvtapSegment, macvtapStatus, removeMacvtapSegment } from './macvtap.ts';
+import { namespaceExists, removeNamespace } from './netns.ts';
 import { stopProcess } from './processes.ts';
 
 /**
@@ -17,18 +19,17 @@ const USAGE = `usage: npx tsx scripts/lab/lab.ts up|down|status
   up       install missing Debian packages, build (or reuse) the VM image, create the network
            namespace ${LAB.namespace}, start virtlogd, libvirtd and the hypervisor's sshd in it, and
            expose that sshd on ${LAB.forwardHost}:${LAB.forwardPort}; creates pools ${LAB.pools.vms},
-           ${LAB.pools.images} and network ${LAB.network.name}
-  down     remove the lab's VMs and their disks, network, pools, daemons and namespace;
+           ${LAB.pools.images} and network ${LAB.network.name}, and the macvtap segment: host
+           interface ${LAB.macvtap.parent} (${LAB.macvtap.hypervisorAddress}), its veth peer in namespace
+           ${LAB.macvtap.clientNamespace} (${LAB.macvtap.clientAddress}), where the tool runs for
+           inventories/lab-macvtap.yaml
+  down     remove the lab's VMs and their disks, network, pools, daemons and namespaces;
            put /dev/kvm back; the built image stays cached
   status   what is running
 
   ETCD_KVM_LAB_ACCEL=kvm|qemu forces the acceleration choice that up reports.`;
 
 const log = (line: string) => console.log(`lab: ${line}`);
-
-async function namespaceExists(): Promise<boolean> {
-  return (await $`ip netns list`.quiet()).stdout.split('\n').some((line) => line.split(' ')[0] === LAB.namespace);
-}
 
 async function up(): Promise<void> {
   const started = performance.now();
@@ -45,6 +46,8 @@ async function up(): Promise<void> {
   if (image.builtInMs === undefined) log(`image: reusing ${image.path}`);
   await ensureNamespace();
   await $`ip -n ${LAB.namespace} link set lo up`;
+  // Before the sshd starts: it also listens on the segment's hypervisor address.
+  await ensureMacvtapSegment(log);
   await ensureSshdFiles();
   await startDaemons(log);
   await ensureLibvirtObjects(image.path, log);
@@ -52,7 +55,7 @@ async function up(): Promise<void> {
 }
 
 async function ensureNamespace(): Promise<void> {
-  if (await namespaceExists()) return;
+  if (await namespaceExists(LAB.namespace)) return;
   // A namespace vanished under running daemons (or never existed): start them all afresh inside it.
   await stopDaemons(log);
   await $`ip netns add ${LAB.namespace}`;
@@ -68,22 +71,19 @@ async function down(): Promise<void> {
   }
   await removeLibvirtObjects(log).catch((error: Error) => log(`libvirt cleanup incomplete: ${error.message}`));
   await stopDaemons(log);
-  if (await namespaceExists()) {
-    // Whatever still runs in the namespace was started by the lab (qemu, dnsmasq): stop it too.
-    const pids = (await $`ip netns pids ${LAB.namespace}`.nothrow().quiet()).stdout.split('\n').filter(Boolean).map(Number);
-    for (const pid of pids) await stopProcess(pid);
-    await $`ip netns del ${LAB.namespace}`;
-    log(`namespace ${LAB.namespace}: removed`);
-  }
+  await removeMacvtapSegment(log);
+  // Whatever still runs in the namespace was started by the lab (qemu, dnsmasq): stopped too.
+  if (await removeNamespace(LAB.namespace, stopProcess)) log(`namespace ${LAB.namespace}: removed`);
   const kvmNote = restoreKvmDevice();
   if (kvmNote) log(kvmNote);
 }
 
 async function status(): Promise<void> {
-  console.log(`namespace ${LAB.namespace}: ${(await namespaceExists()) ? 'present' : 'absent'}`);
+  console.log(`namespace ${LAB.namespace}: ${(await namespaceExists(LAB.namespace)) ? 'present' : 'absent'}`);
   for (const daemon of daemonStatus()) console.log(`${daemon.name}: ${daemon.pid ? `running (pid ${daemon.pid})` : 'stopped'}`);
   console.log(`image: ${cachedImagePath()} (${existsSync(cachedImagePath()) ? 'built' : 'not built'})`);
   console.log(`acceleration: ${chooseAcceleration().type}`);
+  console.log(await macvtapStatus());
   console.log(await libvirtStatus());
 }
 

@@ -18,10 +18,16 @@ export interface DeployRun extends Completed {
   output: string;
 }
 
-/** One deploy of the lab inventory, as an operator runs it, with its --json report. */
-export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-report.json')): DeployRun {
+/** The macvtap segment's far end, standing for an operator's machine on the members' LAN. */
+export const CLIENT_NAMESPACE = 'etcd-kvm-lab-client';
+
+/** A command inside a network namespace, or as it is when none is given. */
+const within = (namespace: string | undefined, program: string, args: string[]): [string, string[]] => (namespace ? ['ip', ['netns', 'exec', namespace, program, ...args]] : [program, args]);
+
+/** One deploy of the lab inventory, as an operator runs it (from the root namespace, or another), with its --json report. */
+export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-report.json'), namespace?: string): DeployRun {
   const inventory = args.includes('-i') ? [] : ['-i', LAB_INVENTORY];
-  const completed = run(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...inventory, '--json', reportPath, ...args], { timeoutMs: 20 * 60_000 });
+  const completed = run(...within(namespace, process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...inventory, '--json', reportPath, ...args]), { timeoutMs: 20 * 60_000 });
   let report: DeployRun['report'] = { results: [] };
   try {
     report = JSON.parse(readFileSync(reportPath, 'utf8')) as DeployRun['report'];
@@ -45,10 +51,10 @@ export const rootIdentity: Identity = {
   key: join(LAB_STATE, 'pki/clients/root.key'),
 };
 
-/** etcdctl 3.4 inside the lab namespace, where the member addresses exist. */
-export function etcdctl(endpoints: string[], identity: Identity, args: string[]): Completed {
+/** etcdctl 3.4 inside the lab namespace (or another), where the member addresses exist. */
+export function etcdctl(endpoints: string[], identity: Identity, args: string[], namespace = NAMESPACE): Completed {
   const tls = ['--cacert', identity.caCert, ...(identity.cert ? ['--cert', identity.cert] : []), ...(identity.key ? ['--key', identity.key] : [])];
-  return run('ip', ['netns', 'exec', NAMESPACE, 'etcdctl', '--dial-timeout=5s', '--command-timeout=10s', `--endpoints=${endpoints.join(',')}`, ...tls, ...args]);
+  return run(...within(namespace, 'etcdctl', ['--dial-timeout=5s', '--command-timeout=10s', `--endpoints=${endpoints.join(',')}`, ...tls, ...args]));
 }
 
 export const endpoint = (member: keyof typeof MEMBER_IPS) => `https://${MEMBER_IPS[member]}:2379`;
@@ -64,4 +70,4 @@ export function memberSsh(member: keyof typeof MEMBER_IPS, command: string): Com
 }
 
 /** A program run inside the lab namespace, where the member addresses exist. */
-export const inLab = (program: string, args: string[]) => run('ip', ['netns', 'exec', NAMESPACE, program, ...args]);
+export const inLab = (program: string, args: string[]) => run(...within(NAMESPACE, program, args));
