@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
 import { describeError, EXIT, InputError, reportInputError } from './core/errors.ts';
+import { silenceKnownWarnings } from './core/warnings.ts';
 import { EtcdClients } from './etcd/client.ts';
 import { backupTimestamp, dumpObjectName, encryptSnapshot, keyObjectName, masterKeyFromHex } from './backup/format.ts';
 import { SnapshotBucket } from './backup/s3.ts';
@@ -106,4 +107,5 @@ async function main(): Promise<number> {
   }
 }
 
+silenceKnownWarnings();
 process.exitCode = await main();

@@ -2,6 +2,7 @@
 import { writeFileSync } from 'node:fs';
 import { DEPLOY_HELP, parseDeployOptions, type DeployOptions } from './cli/options.ts';
 import { describeError, EXIT, InputError, reportInputError } from './core/errors.ts';
+import { silenceKnownWarnings } from './core/warnings.ts';
 import { formatChanges, formatRecap, recapByHost } from './core/report.ts';
 import { Runner } from './core/runner.ts';
 import { loadInventory } from './inventory/load.ts';
@@ -42,4 +43,5 @@ async function main(argv: string[]): Promise<number> {
   }
 }
 
+silenceKnownWarnings();
 process.exitCode = await main(process.argv.slice(2));
