@@ -24,9 +24,6 @@ export const CONFIG_UPDATER = {
   binary: '/usr/local/bin/fluent-bit-config-updater',
   config: `${ROOT}/config.yml`,
   etcdCa: `${ROOT}/etcd/ca.crt`,
-  etcdClientCert: `${ROOT}/etcd/client.crt`,
-  etcdClientKey: `${ROOT}/etcd/client.key`,
-  etcdPassword: `${ROOT}/etcd/password.yml`,
   /** Credentials Vault agent renders (vault_agent_secret_path): written by vault, read by the updater. */
   vaultRendered: `${ROOT}/vault`,
   gitSshKey: `${ROOT}/git/client_ssh_key`,
@@ -37,6 +34,8 @@ export const CONFIG_UPDATER = {
   vaultTemplate: `${VAULT_AGENT_PATHS.dir}/fluent-bit-config-updater.json`,
 } as const;
 
+const UPDATER_OWNER = `${CONFIG_UPDATER.user}:${CONFIG_UPDATER.user}`;
+
 /** The directory fluent-bit runs from; index.conf is its entry point, as in the module. */
 export const DYNAMIC_CONFIG = { dir: '/etc/fluent-bit/dynamic', entrypoint: '/etc/fluent-bit/dynamic/index.conf' } as const;
 
@@ -46,19 +45,18 @@ const NOTIFICATION_RETRIES = 30;
 const GIT_SYNC_CALENDAR = '*-*-* *:*:00';
 const SYSTEMCTL = '/usr/bin/systemctl';
 
-/** How the updater authenticates to etcd: a client certificate, or a username and password (file). */
-export function etcdAuthMode(dynamic: DynamicConfig): 'certificate' | 'password' {
-  return dynamic.etcd.client.certificate !== '' ? 'certificate' : 'password';
-}
+/** Where the updater finds its etcd credentials: a client certificate and key, or a username/password file. */
+type CredentialFiles = { kind: 'certificate'; cert: string; key: string } | { kind: 'password'; password: string };
 
 const fromVault = (dynamic: DynamicConfig) => dynamic.etcd.vault_agent_secret_path !== '';
 
-function etcdCredentialPaths(dynamic: DynamicConfig): Record<string, string> {
+/** Certificate auth when a client certificate is given (also with Vault, to choose it), else password auth. */
+export function credentialFiles(dynamic: DynamicConfig): CredentialFiles {
   const dir = fromVault(dynamic) ? CONFIG_UPDATER.vaultRendered : `${ROOT}/etcd`;
-  return etcdAuthMode(dynamic) === 'certificate'
-    ? { client_cert: `${dir}/client.crt`, client_key: `${dir}/client.key` }
-    : { password_auth: `${dir}/password.yml` };
+  return dynamic.etcd.client.certificate !== '' ? { kind: 'certificate', cert: `${dir}/client.crt`, key: `${dir}/client.key` } : { kind: 'password', password: `${dir}/password.yml` };
 }
+
+const credentialSettings = (files: CredentialFiles) => (files.kind === 'certificate' ? { client_cert: files.cert, client_key: files.key } : { password_auth: files.password });
 
 /** The updater's own configuration (configurations-auto-updater for etcd, gitsync for git). */
 export function updaterConfig(dynamic: DynamicConfig): Record<string, unknown> {
@@ -74,7 +72,7 @@ export function updaterConfig(dynamic: DynamicConfig): Record<string, unknown> {
         prefix: dynamic.etcd.key_prefix,
         endpoints: dynamic.etcd.endpoints,
         ...ETCD_CLIENT_TIMINGS,
-        auth: { ca_cert: CONFIG_UPDATER.etcdCa, ...etcdCredentialPaths(dynamic) },
+        auth: { ca_cert: CONFIG_UPDATER.etcdCa, ...credentialSettings(credentialFiles(dynamic)) },
       },
       ...notification,
     };
@@ -118,37 +116,37 @@ export function renderSudoers(dynamic: DynamicConfig): string {
 /** Vault agent renders the updater's etcd credentials from a KV v2 secret and restarts it on renewal. */
 export function vaultTemplateConfig(dynamic: DynamicConfig): Record<string, unknown> {
   const path = JSON.stringify(dynamic.etcd.vault_agent_secret_path);
-  const paths = etcdCredentialPaths(dynamic);
+  const files = credentialFiles(dynamic);
   const restart = { command: ['sudo', '--non-interactive', SYSTEMCTL, 'restart', `${CONFIG_UPDATER.service}.service`] };
   const template = (destination: string, field: string) => ({ destination, perms: '0640', contents: `{{ with secret ${path} }}{{ .Data.data.${field} }}{{ end }}\n` });
   const templates =
-    etcdAuthMode(dynamic) === 'certificate'
-      ? [template(paths.client_cert!, 'certificate'), { ...template(paths.client_key!, 'key'), exec: restart }]
-      : [{ destination: paths.password_auth!, perms: '0640', contents: `{{ with secret ${path} }}username: {{ .Data.data.username }}\npassword: {{ .Data.data.password }}\n{{ end }}`, exec: restart }];
+    files.kind === 'certificate'
+      ? [template(files.cert, 'certificate'), { ...template(files.key, 'key'), exec: restart }]
+      : [{ destination: files.password, perms: '0640', contents: `{{ with secret ${path} }}username: {{ .Data.data.username }}\npassword: {{ .Data.data.password }}\n{{ end }}`, exec: restart }];
   return { template: templates };
 }
 
 function etcdSourceFiles(dynamic: DynamicConfig, writeSecret: SecretWriter): WriteFile[] {
-  const owner = `${CONFIG_UPDATER.user}:${CONFIG_UPDATER.user}`;
   const { client } = dynamic.etcd;
   const files: WriteFile[] = [{ path: CONFIG_UPDATER.etcdCa, permissions: '0644', content: dynamic.etcd.ca_certificate }];
   if (fromVault(dynamic)) {
     files.push({ path: CONFIG_UPDATER.vaultTemplate, permissions: '0644', content: `${JSON.stringify(vaultTemplateConfig(dynamic), null, 2)}\n` });
-  } else if (etcdAuthMode(dynamic) === 'certificate') {
-    files.push({ path: CONFIG_UPDATER.etcdClientCert, permissions: '0644', content: client.certificate }, secretFile(CONFIG_UPDATER.etcdClientKey, owner, writeSecret(client.key)));
+    return files;
+  }
+  const credentials = credentialFiles(dynamic);
+  if (credentials.kind === 'certificate') {
+    files.push({ path: credentials.cert, permissions: '0644', content: client.certificate }, secretFile(credentials.key, UPDATER_OWNER, writeSecret(client.key)));
   } else {
     // Serialised by a YAML library: a password with YAML syntax in it stays one string.
-    const credentials = stringify({ username: client.username, password: writeSecret(client.password) });
-    files.push(secretFile(CONFIG_UPDATER.etcdPassword, owner, credentials));
+    files.push(secretFile(credentials.password, UPDATER_OWNER, stringify({ username: client.username, password: writeSecret(client.password) })));
   }
   return files;
 }
 
 function gitSourceFiles(dynamic: DynamicConfig, writeSecret: SecretWriter): WriteFile[] {
-  const owner = `${CONFIG_UPDATER.user}:${CONFIG_UPDATER.user}`;
   const { git } = dynamic;
   return [
-    secretFile(CONFIG_UPDATER.gitSshKey, owner, writeSecret(git.auth.client_ssh_key)),
+    secretFile(CONFIG_UPDATER.gitSshKey, UPDATER_OWNER, writeSecret(git.auth.client_ssh_key)),
     { path: CONFIG_UPDATER.gitKnownKey, permissions: '0644', content: `${git.auth.server_ssh_fingerprint.trim()}\n` },
     ...git.trusted_gpg_keys.map((key, index) => ({ path: `${CONFIG_UPDATER.gitTrustedKeys}/key${index}.asc`, permissions: '0644', content: key })),
   ];
@@ -177,12 +175,11 @@ export function renderUpdaterUnits(dynamic: DynamicConfig): WriteFile[] {
 export function fluentBitDynamicFragment(member: MemberInput, writeSecret: SecretWriter): CloudConfigFragment {
   const dynamic = member.fluentbit_dynamic_config;
   if (!member.fluentbit.enabled || !dynamic.enabled) return {};
-  const owner = `${CONFIG_UPDATER.user}:${CONFIG_UPDATER.user}`;
   const started = dynamic.source === 'etcd' ? `${CONFIG_UPDATER.service}.service` : `${CONFIG_UPDATER.service}.timer`;
   return {
     users: [{ name: CONFIG_UPDATER.user, system: true, lock_passwd: true, shell: '/usr/sbin/nologin', homedir: `/var/lib/${CONFIG_UPDATER.user}` }],
     writeFiles: [
-      secretFile(CONFIG_UPDATER.config, owner, `# Managed by etcd-kvm.\n${stringify(updaterConfig(dynamic), { lineWidth: 0 })}`),
+      secretFile(CONFIG_UPDATER.config, UPDATER_OWNER, `# Managed by etcd-kvm.\n${stringify(updaterConfig(dynamic), { lineWidth: 0 })}`),
       ...(dynamic.source === 'etcd' ? etcdSourceFiles(dynamic, writeSecret) : gitSourceFiles(dynamic, writeSecret)),
       { path: CONFIG_UPDATER.reloadCommand, permissions: '0755', content: renderReloadCommand() },
       { path: CONFIG_UPDATER.sudoers, permissions: '0440', content: renderSudoers(dynamic) },
