@@ -7,7 +7,7 @@ import { chronyFragment } from './guest/chrony.ts';
 import { dataVolumeFragment } from './guest/data-volume.ts';
 import { dependenciesFragment } from './guest/dependencies.ts';
 import { etcdFragment } from './guest/etcd-member.ts';
-import { fluentBitDynamicFragment } from './guest/fluent-bit-dynamic.ts';
+import { fluentBitDynamicFragment, usesDynamicConfig } from './guest/fluent-bit-dynamic.ts';
 import { fluentBitFragment } from './guest/fluent-bit.ts';
 import type { CloudConfigFragment } from './guest/fragment.ts';
 import { nodeExporterFragment } from './guest/node-exporter.ts';
@@ -63,7 +63,7 @@ function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
     etcdFragment(inventory, member, input.tls, input.initialClusterState, writeSecret),
     nodeExporterFragment(member),
     chronyFragment(member.input.chrony),
-    fluentBitFragment({ fluentbit: member.input.fluentbit, dynamic: member.input.fluentbit_dynamic_config.enabled }, writeSecret),
+    fluentBitFragment({ fluentbit: member.input.fluentbit, dynamic: usesDynamicConfig(member.input) }, writeSecret),
     fluentBitDynamicFragment(member.input, writeSecret),
     vaultAgentFragment(member.input.vault_agent, writeSecret),
   ];

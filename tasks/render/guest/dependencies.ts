@@ -1,7 +1,7 @@
 import type { Inventory, Member } from '../../inventory/model.ts';
 import { quote } from '../../remote/shell.ts';
 import { renderTemplate } from '../templates.ts';
-import { CONFIG_UPDATER } from './fluent-bit-dynamic.ts';
+import { CONFIG_UPDATER, usesDynamicConfig } from './fluent-bit-dynamic.ts';
 import type { CloudConfigFragment } from './fragment.ts';
 import { UPSTREAM } from './versions.ts';
 
@@ -24,9 +24,8 @@ interface AptRepository {
 
 /** Ferlab's goreleaser releases: <project>_<version>_linux_amd64.tar.gz next to <project>_<version>_SHA256SUMS. */
 function updaterRelease(member: Member) {
-  const dynamic = member.input.fluentbit_dynamic_config;
-  if (!member.input.fluentbit.enabled || !dynamic.enabled) return undefined;
-  const [project, version] = dynamic.source === 'etcd' ? ['configurations-auto-updater', UPSTREAM.configurationsAutoUpdater] : ['gitsync', UPSTREAM.gitsync];
+  if (!usesDynamicConfig(member.input)) return undefined;
+  const [project, version] = member.input.fluentbit_dynamic_config.source === 'etcd' ? ['configurations-auto-updater', UPSTREAM.configurationsAutoUpdater] : ['gitsync', UPSTREAM.gitsync];
   const base = `https://github.com/Ferlab-Ste-Justine/${project}/releases/download/v${version}/${project}_${version}`;
   const archive = `${project}_${version}_linux_amd64.tar.gz`;
   return { project, version, archive, url: quote(`${base}_linux_amd64.tar.gz`), sums: quote(`${base}_SHA256SUMS`), destination: CONFIG_UPDATER.binary };

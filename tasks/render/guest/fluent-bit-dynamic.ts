@@ -16,6 +16,9 @@ import { VAULT_AGENT_PATHS } from './vault-agent.ts';
 
 export type DynamicConfig = MemberInput['fluentbit_dynamic_config'];
 
+/** Dynamic configuration applies only where fluent-bit itself runs (as in the module). */
+export const usesDynamicConfig = (member: MemberInput) => member.fluentbit.enabled && member.fluentbit_dynamic_config.enabled;
+
 const ROOT = '/etc/fluent-bit-config-updater';
 
 export const CONFIG_UPDATER = {
@@ -173,8 +176,8 @@ export function renderUpdaterUnits(dynamic: DynamicConfig): WriteFile[] {
 }
 
 export function fluentBitDynamicFragment(member: MemberInput, writeSecret: SecretWriter): CloudConfigFragment {
+  if (!usesDynamicConfig(member)) return {};
   const dynamic = member.fluentbit_dynamic_config;
-  if (!member.fluentbit.enabled || !dynamic.enabled) return {};
   const started = dynamic.source === 'etcd' ? `${CONFIG_UPDATER.service}.service` : `${CONFIG_UPDATER.service}.timer`;
   return {
     users: [{ name: CONFIG_UPDATER.user, system: true, lock_passwd: true, shell: '/usr/sbin/nologin', homedir: `/var/lib/${CONFIG_UPDATER.user}` }],
