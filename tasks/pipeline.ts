@@ -93,20 +93,20 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   ];
   try {
     await runner.runPhases([
-    { title: 'pki', run: () => runner.runStep(pkiStep(inventory, store)) },
-    {
-      title: 'render',
-      run: async () => {
-        rendered = renderAll(inventory, members, store);
-        if (options.renderOnly !== undefined) {
-          written = writeRendered(options.renderOnly, rendered);
-          return [];
-        }
-        return runner.runStep(renderedFilesStep(inventory.stateDir, rendered));
+      { title: 'pki', run: () => runner.runStep(pkiStep(inventory, store)) },
+      {
+        title: 'render',
+        run: async () => {
+          rendered = renderAll(inventory, members, store);
+          if (options.renderOnly !== undefined) {
+            written = writeRendered(options.renderOnly, rendered);
+            return [];
+          }
+          return runner.runStep(renderedFilesStep(inventory.stateDir, rendered));
+        },
       },
-    },
-    ...(options.renderOnly === undefined ? remotePhases : []),
-  ]);
+      ...(options.renderOnly === undefined ? remotePhases : []),
+    ]);
   } finally {
     clients.close();
     snapshots?.close();
