@@ -1,26 +1,7 @@
 import { chmodSync, chownSync, existsSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { $ } from 'zx';
 import { labPath } from './config.ts';
 
-/** What the lab needs from the machine itself: Debian packages, and a usable /dev/kvm mode. */
-
-export const LAB_PACKAGES = [
-  'libvirt-daemon-system', 'libvirt-daemon-driver-qemu', 'libvirt-clients', 'qemu-system-x86', 'qemu-utils',
-  'dnsmasq-base', 'iproute2', 'iptables', 'socat', 'openssh-server', 'openssh-client', 'xorriso',
-  'mmdebstrap', 'grub-pc-bin', 'grub2-common', 'fdisk', 'e2fsprogs', 'etcd-client',
-];
-
-export async function ensurePackages(log: (line: string) => void): Promise<void> {
-  const missing: string[] = [];
-  for (const name of LAB_PACKAGES) {
-    const status = await $`dpkg-query -W -f=${'${Status}'} ${name}`.nothrow().quiet();
-    if (!status.stdout.includes('install ok installed')) missing.push(name);
-  }
-  if (missing.length === 0) return;
-  log(`packages: installing ${missing.join(' ')} from Debian`);
-  await $`apt-get update -q`.quiet();
-  await $({ env: { ...process.env, DEBIAN_FRONTEND: 'noninteractive' } })`apt-get install -y -q --no-install-recommends ${missing}`.quiet();
-}
+/** What the lab needs from the machine beyond its Debian packages (scripts/system/packages.ts): an acceleration, and a usable /dev/kvm mode. */
 
 /** Hardware virtualisation is usable only where the CPU says so; a /dev/kvm alone can be a PVM device. */
 export function chooseAcceleration(): { type: 'kvm' | 'qemu'; why: string } {

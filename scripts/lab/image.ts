@@ -31,6 +31,9 @@ chroot "$root" systemctl disable etcd.service
 chroot "$root" systemctl enable systemd-networkd.service
 # Under emulation every service costs seconds at boot: keep only what the lab needs.
 chroot "$root" systemctl mask apt-daily.timer apt-daily-upgrade.timer man-db.timer e2scrub_all.timer fstrim.timer e2scrub_reap.service
+# A configured system locale: without one, cloud-init's locale module runs update-locale for en_US.UTF-8,
+# which this minimal image does not have, and every first boot ends in 'error'. C.UTF-8 is built into glibc.
+printf 'LANG=C.UTF-8\\n' > "$root/etc/default/locale"
 mkdir -p "$root/etc/cloud/cloud.cfg.d"
 printf 'datasource_list: [ NoCloud, None ]\\n' > "$root/etc/cloud/cloud.cfg.d/90-etcd-kvm-lab.cfg"
 chroot "$root" apt-get clean

@@ -2,7 +2,8 @@ import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { $ } from 'zx';
 import { LAB, labPath } from './config.ts';
 import { daemonStatus, ensureSshdFiles, startDaemons, stopDaemons } from './daemons.ts';
-import { chooseAcceleration, ensurePackages, fixKvmDevice, restoreKvmDevice } from './host.ts';
+import { ensurePackages } from '../system/packages.ts';
+import { chooseAcceleration, fixKvmDevice, restoreKvmDevice } from './host.ts';
 import { cachedImagePath, ensureImage } from './image.ts';
 import { ensureLibvirtObjects, libvirtStatus, removeLibvirtObjects } from './libvirt.ts';
 import { ensureMacvtapSegment, macvtapStatus, removeMacvtapSegment } from './macvtap.ts';
@@ -33,7 +34,7 @@ const log = (line: string) => console.log(`lab: ${line}`);
 
 async function up(): Promise<void> {
   const started = performance.now();
-  await ensurePackages(log);
+  await ensurePackages('lab', (line) => log(`packages: ${line}`));
   // QEMU runs as libvirt-qemu and must traverse to the pools; keys and PID files stay in run/ (0700).
   mkdirSync(LAB.dir, { recursive: true });
   chmodSync(LAB.dir, 0o755);
