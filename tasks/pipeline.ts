@@ -5,7 +5,9 @@ import type { Runner } from './core/runner.ts';
 import type { Inventory, Member } from './inventory/model.ts';
 import { clientIdentities, materialsFrom, readFacts } from './pki/materials.ts';
 import { PkiStore } from './pki/store.ts';
-import { renderMember, type RenderedFile } from './render/member.ts';
+import { renderGuest, renderMember, type RenderedFile } from './render/member.ts';
+import type { DesiredGuest } from './render/guest/desired.ts';
+import type { InitialClusterState } from './render/etcd.ts';
 import { pkiStep } from './steps/pki.ts';
 import { renderedFilesStep } from './steps/rendered-files.ts';
 import { EtcdClients, preloadEtcdClient } from './etcd/client.ts';
@@ -13,6 +15,8 @@ import { RemoteContext } from './remote/context.ts';
 import { authStep } from './steps/auth.ts';
 import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
 import { domainQuestions, domainsStep } from './steps/domains.ts';
+import { formedCluster } from './etcd/health.ts';
+import { guestStep } from './steps/guest.ts';
 import { healthStep } from './steps/health.ts';
 import { restoreStep } from './steps/restore.ts';
 import { MemberConnections } from './remote/members.ts';
@@ -21,21 +25,35 @@ import { volumeQuestions, volumesStep } from './steps/volumes.ts';
 /**
  * The order of the deploy, in one place:
  *   1. pki       – CA, member and root client certificates, the tool's SSH key (control node)
- *   2. render    – domain XML and cloud-init files per member, recorded in the state directory
- *   3. volumes   – OS overlay and data disks (hypervisors, over SSH)
- *   4. cloud-init– the NoCloud seed ISO per member
- *   5. domain    – define, start, autostart; rolling restart when a definition changed
- *   6. restore   – only with restore.enabled: the same etcd-backup snapshot into every member's empty
+ *   2. cluster   – has the cluster formed? (a health probe; decides ETCD_INITIAL_CLUSTER_STATE)
+ *   3. render    – domain XML, cloud-init files and the guest's contents per member, recorded in the state directory
+ *   4. volumes   – OS overlay and data disks (hypervisors, over SSH)
+ *   5. cloud-init– the NoCloud seed ISO per member
+ *   6. domain    – define, start, autostart; a changed definition is applied by restarting one member
+ *                  at a time, leader last, each healthy again before the next
+ *   7. restore   – only with restore.enabled: the same etcd-backup snapshot into every member's empty
  *                  data directory (SSH to the member), then etcd starts
- *   7. health    – every member healthy with the inventory's member list (etcd's API, via the hypervisor)
- *   8. auth      – root role and user, auth enable, from the designated member only
+ *   8. guest     – every member's files and services as rendered (SSH to the member); etcd restarts
+ *                  rolled one member at a time, leader last, never below quorum
+ *   9. health    – every member healthy with the inventory's member list (etcd's API, via the hypervisor)
+ *  10. auth      – root role and user, auth enable, from the designated member only
+ * pki, cluster and render always run; --tags / --skip-tags choose among the others.
  */
 
 export interface PipelineOptions {
   dryRun: boolean;
   renderOnly?: string;
   limit?: string[];
+  /** Only these steps (besides the ones that always run). */
+  tags?: string[];
+  /** Not these steps. */
+  skipTags?: string[];
+  /** Re-issue every leaf certificate (members, root client) in this run. */
+  renewCerts?: boolean;
 }
+
+/** Steps a run can choose with --tags / --skip-tags; pki, cluster and render feed every other step and always run. */
+export const SELECTABLE_STEPS = ['volumes', 'cloud-init', 'domain', 'restore', 'guest', 'health', 'auth'] as const;
 
 export function selectMembers(inventory: Inventory, limit: string[] | undefined): Member[] {
   if (!limit) return inventory.members;
@@ -44,10 +62,17 @@ export function selectMembers(inventory: Inventory, limit: string[] | undefined)
   return inventory.members.filter((member) => limit.includes(member.name));
 }
 
-export function renderAll(inventory: Inventory, members: Member[], store: PkiStore): Map<string, RenderedFile[]> {
-  const pki = materialsFrom(inventory, readFacts(inventory, store));
-  const initialClusterState = inventory.cluster.is_initializing ? 'new' : 'existing';
-  return new Map(members.map((member) => [member.name, renderMember({ inventory, pki, initialClusterState }, member)]));
+export interface Rendered {
+  files: Map<string, RenderedFile[]>;
+  guests: Map<string, DesiredGuest>;
+}
+
+export function renderAll(inventory: Inventory, members: Member[], store: PkiStore, initialClusterState: InitialClusterState): Rendered {
+  const context = { inventory, pki: materialsFrom(inventory, readFacts(inventory, store)), initialClusterState };
+  return {
+    files: new Map(members.map((member) => [member.name, renderMember(context, member)])),
+    guests: new Map(members.map((member) => [member.name, renderGuest(context, member)])),
+  };
 }
 
 /** Writes rendered files for review: DIR/<member>/<file>; files holding secrets are 0600, directories 0700. */
@@ -63,11 +88,21 @@ export function writeRendered(dir: string, rendered: Map<string, RenderedFile[]>
   return written;
 }
 
+function validateTags(options: PipelineOptions): void {
+  for (const [flag, names] of [['--tags', options.tags], ['--skip-tags', options.skipTags]] as const) {
+    const unknown = (names ?? []).filter((name) => !(SELECTABLE_STEPS as readonly string[]).includes(name));
+    if (unknown.length > 0) throw new InputError(`${flag} names unknown steps: ${unknown.join(', ')}; steps are ${SELECTABLE_STEPS.join(', ')} (pki, cluster and render always run)`);
+  }
+}
+
 export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<{ written: string[] }> {
+  validateTags(options);
   const members = selectMembers(inventory, options.limit);
+  const runStarted = new Date();
   const store = new PkiStore(inventory.stateDir);
-  let rendered = new Map<string, RenderedFile[]>();
+  let rendered: Rendered = { files: new Map(), guests: new Map() };
   let written: string[] = [];
+  let clusterFormed = !inventory.cluster.is_initializing;
   const remote = new RemoteContext();
   const identity = clientIdentities(inventory, store);
   const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.health);
@@ -76,33 +111,47 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   // Loaded only when needed: importing the S3 SDK costs ~120 ms at every start otherwise.
   const snapshots = restoring ? new (await import('./backup/source.ts')).SnapshotSource(restoring.input.restore) : undefined;
   const memberSsh = new MemberConnections(remote.connections, { privateKeyPath: store.pathsOf('ssh/admin').privateKey, knownHostsPath: store.knownHostsPath });
+  const selected = (title: string) => (options.tags ? options.tags.includes(title) : true) && !(options.skipTags ?? []).includes(title);
   const remotePhases = [
     {
       title: 'volumes',
       run: async () => {
-        void preloadEtcdClient();
         await remote.prefetch(members, (member) => [...Object.values(volumeQuestions(member)), ...Object.values(seedQuestions(member)), ...Object.values(domainQuestions(member))]);
         return runner.runStep(volumesStep(inventory, members, remote));
       },
     },
-    { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered, remote)) },
-    { title: 'domain', run: () => runner.runStep(domainsStep({ inventory, members, rendered, context: remote, clients })) },
+    { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered.files, remote)) },
+    { title: 'domain', run: () => runner.runStep(domainsStep({ inventory, members, rendered: rendered.files, context: remote, clients })) },
     ...(snapshots ? [{ title: 'restore', run: () => runner.runStep(restoreStep(inventory, members, memberSsh, snapshots, options.dryRun)) }] : []),
+    { title: 'guest', run: () => runner.runStep(guestStep({ inventory, members, desired: rendered.guests, ssh: memberSsh, clients, clusterFormed, dryRun: options.dryRun })) },
     { title: 'health', run: () => runner.runStep(healthStep(inventory, members, clients, options.dryRun)) },
     { title: 'auth', run: () => runner.runStep(authStep(inventory, members, clients, identity, options.dryRun)) },
-  ];
+  ].map((phase) => (selected(phase.title) ? phase : { title: phase.title, run: async () => [], skip: 'not selected by --tags / --skip-tags' }));
   try {
     await runner.runPhases([
-      { title: 'pki', run: () => runner.runStep(pkiStep(inventory, store)) },
+      { title: 'pki', run: () => runner.runStep(pkiStep(inventory, store, options.renewCerts ? runStarted : undefined)) },
+      ...(options.renderOnly === undefined && inventory.cluster.is_initializing
+        ? [
+            {
+              title: 'cluster',
+              run: async () => {
+                void preloadEtcdClient();
+                const formed = await formedCluster(inventory, clients, inventory.members);
+                clusterFormed = formed !== undefined;
+                return formed ? `formed (leader ${formed.leader}): members join as existing` : 'not formed yet: members start as new';
+              },
+            },
+          ]
+        : []),
       {
         title: 'render',
         run: async () => {
-          rendered = renderAll(inventory, members, store);
+          rendered = renderAll(inventory, members, store, clusterFormed ? 'existing' : 'new');
           if (options.renderOnly !== undefined) {
-            written = writeRendered(options.renderOnly, rendered);
+            written = writeRendered(options.renderOnly, rendered.files);
             return [];
           }
-          return runner.runStep(renderedFilesStep(inventory.stateDir, rendered));
+          return runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files));
         },
       },
       ...(options.renderOnly === undefined ? remotePhases : []),

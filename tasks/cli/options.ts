@@ -6,6 +6,9 @@ export interface DeployOptions {
   dryRun: boolean;
   renderOnly?: string;
   limit?: string[];
+  tags?: string[];
+  skipTags?: string[];
+  renewCerts: boolean;
   json?: string;
   debug: boolean;
   help: boolean;
@@ -23,12 +26,20 @@ Options:
       --render-only DIR  issue/reuse certificates, write every rendered file under DIR/<member>/
                          and stop; contacts no hypervisor
       --limit NAMES      comma-separated member names to act on (the others are left alone)
+      --tags STEPS       run only these steps (comma-separated): volumes, cloud-init, domain,
+                         restore, guest, health, auth; pki, cluster and render always run
+      --skip-tags STEPS  run every step but these
+      --renew-certs      re-issue every member and root client certificate now (they are also
+                         renewed within pki.early_renewal_period of expiry); the guest step
+                         pushes them, no restart needed
       --json FILE        also write a machine-readable report of every step and host to FILE
       --debug            show stack traces of unexpected errors
   -h, --help             show this help
 
 Exit codes: 0 success, 1 a step failed, 2 bad input (inventory or flags); nothing is changed on 2.
 Secrets (private keys, passwords) are never printed, not even in dry-run diffs.`;
+
+const list = (value: string) => value.split(',').map((name) => name.trim()).filter(Boolean);
 
 export function parseDeployOptions(argv: string[]): DeployOptions {
   let parsed;
@@ -41,6 +52,9 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
         check: { type: 'boolean', default: false },
         'render-only': { type: 'string' },
         limit: { type: 'string' },
+        tags: { type: 'string' },
+        'skip-tags': { type: 'string' },
+        'renew-certs': { type: 'boolean', default: false },
         json: { type: 'string' },
         debug: { type: 'boolean', default: false },
         help: { type: 'boolean', short: 'h', default: false },
@@ -52,7 +66,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     throw new InputError(`${(error as Error).message}; see --help`);
   }
   const { values } = parsed;
-  if (values.help) return { inventory: '', dryRun: false, debug: false, help: true };
+  if (values.help) return { inventory: '', dryRun: false, renewCerts: false, debug: false, help: true };
   if (!values.inventory) throw new InputError('missing -i/--inventory FILE; see --help');
   const dryRun = values['dry-run'] || values.check;
   if (dryRun && values['render-only']) throw new InputError('--dry-run and --render-only exclude each other: --render-only already contacts nothing');
@@ -60,7 +74,10 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     inventory: values.inventory,
     dryRun,
     ...(values['render-only'] ? { renderOnly: values['render-only'] } : {}),
-    ...(values.limit ? { limit: values.limit.split(',').map((name) => name.trim()).filter(Boolean) } : {}),
+    ...(values.limit ? { limit: list(values.limit) } : {}),
+    ...(values.tags ? { tags: list(values.tags) } : {}),
+    ...(values['skip-tags'] ? { skipTags: list(values['skip-tags']) } : {}),
+    renewCerts: values['renew-certs'],
     ...(values.json ? { json: values.json } : {}),
     debug: values.debug,
     help: false,

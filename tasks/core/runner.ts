@@ -1,6 +1,6 @@
 import { Listr, type ListrTask } from 'listr2';
 import { describeError } from './errors.ts';
-import type { AnyStep, StepResult } from './step.ts';
+import type { AnyStep, Change, StepResult } from './step.ts';
 
 /** The machine running the tool; steps on it (PKI, local state) gate everything after them. */
 export const CONTROL_NODE = 'localhost';
@@ -9,6 +9,34 @@ export interface RunOptions {
   dryRun: boolean;
   /** Progress output; 'silent' for tests and --json runs that want a clean stdout. */
   renderer: 'default' | 'simple' | 'silent';
+}
+
+export interface Phase {
+  title: string;
+  run: () => Promise<StepResult[] | string | void>;
+  /** Why this phase does not run at all (not selected by --tags). */
+  skip?: string;
+}
+
+interface Planned {
+  target: string;
+  state: unknown;
+  changes: Change<unknown>[];
+  started: number;
+  extra: Partial<StepResult>;
+}
+
+const summarise = (changes: readonly Change<unknown>[]) => ({ changes: changes.map(({ summary, diff }) => ({ summary, ...(diff ? { diff } : {}) })) });
+
+function resultFactory(step: AnyStep, host: string, started: number) {
+  return (status: StepResult['status'], extra: Partial<StepResult> = {}): StepResult => ({
+    step: step.name,
+    host,
+    status,
+    changes: [],
+    durationMs: Math.round(performance.now() - started),
+    ...extra,
+  });
 }
 
 /**
@@ -26,43 +54,85 @@ export class Runner {
   }
 
   async runTarget(step: AnyStep, target: string): Promise<StepResult> {
+    const planned = await this.#checkAndPlan(step, target);
+    return 'result' in planned ? planned.result : this.#applyPlanned(step, planned);
+  }
+
+  /** Check and plan: a result when there is nothing to apply (ok, failed, skipped), otherwise what to apply. */
+  async #checkAndPlan(step: AnyStep, target: string): Promise<{ result: StepResult } | Planned> {
     const started = performance.now();
-    const result = (status: StepResult['status'], extra: Partial<StepResult> = {}): StepResult => ({
-      step: step.name,
-      host: target,
-      status,
-      changes: [],
-      durationMs: Math.round(performance.now() - started),
-      ...extra,
-    });
-    if (this.#failedHosts.has(target)) return result('skipped', { error: 'an earlier step failed on this host' });
+    const finish = resultFactory(step, target, started);
+    if (this.#failedHosts.has(target)) return { result: finish('skipped', { error: 'an earlier step failed on this host' }) };
     try {
       const state = await step.check(target);
       const changes = step.plan(state, target);
-      const summary = { changes: changes.map(({ summary, diff }) => ({ summary, ...(diff ? { diff } : {}) })) };
-      if (changes.length === 0) return result('ok');
-      if (this.options.dryRun) return result('changed', summary);
+      const warnings = step.warnings?.(state, target) ?? [];
+      const extra = warnings.length > 0 ? { warnings } : {};
+      if (changes.length === 0) return { result: finish('ok', extra) };
+      return { target, state, changes, started, extra };
+    } catch (error) {
+      this.#failedHosts.add(target);
+      return { result: finish('failed', { error: describeError(error) }) };
+    }
+  }
+
+  /** Applies a plan and checks again (a dry-run stops before applying). */
+  async #applyPlanned(step: AnyStep, { target, state, changes, started, extra }: Planned): Promise<StepResult> {
+    const finish = resultFactory(step, target, started);
+    if (this.options.dryRun) return finish('changed', { ...summarise(changes), ...extra });
+    try {
       await step.apply(changes, target, state);
       const remaining = step.plan(await step.check(target), target);
       if (remaining.length > 0) {
         throw new Error(`did not converge: after applying, it still plans ${remaining.map((change) => change.summary).join('; ')}`);
       }
-      return result('changed', summary);
+      return finish('changed', { ...summarise(changes), ...extra });
     } catch (error) {
       this.#failedHosts.add(target);
-      return result('failed', { error: describeError(error) });
+      return finish('failed', { ...summarise(changes), ...extra, error: describeError(error) });
     }
   }
 
-  /** Runs one step on all its targets concurrently and records the results. */
+  /** Runs one step on all its targets (concurrently, or as a roll) and records the results. */
   async runStep(step: AnyStep): Promise<StepResult[]> {
-    const results = await Promise.all(step.targets.map((target) => this.runTarget(step, target)));
+    const results = step.rollingOrder ? await this.#roll(step, step.rollingOrder.bind(step)) : await Promise.all(step.targets.map((target) => this.runTarget(step, target)));
     this.results.push(...results);
     return results;
   }
 
-  /** Runs named phases in order with listr2 progress; a phase is usually one step. */
-  async runPhases(phases: { title: string; run: () => Promise<StepResult[] | void> }[]): Promise<void> {
+  /**
+   * Every target checked and planned at once; then the targets with changes one at a time, in the
+   * step's order, each re-checked before the next starts. After a failure the rest are left as they
+   * are and reported skipped. A dry-run reports the order it would follow.
+   */
+  async #roll(step: AnyStep, order: NonNullable<AnyStep['rollingOrder']>): Promise<StepResult[]> {
+    const planned = await Promise.all(step.targets.map((target) => this.#checkAndPlan(step, target)));
+    const results = planned.flatMap((p) => ('result' in p ? [p.result] : []));
+    const pending = planned.flatMap((p) => ('result' in p ? [] : [p]));
+    const sequence = pending.length > 1 ? await order(pending) : pending.map((p) => p.target);
+    let stoppedAt: string | undefined;
+    for (const [index, target] of sequence.entries()) {
+      const next = pending.find((p) => p.target === target);
+      if (!next) throw new Error(`${step.name}: its roll order names ${target}, which has nothing to apply`);
+      if (stoppedAt) {
+        results.push(resultFactory(step, target, performance.now())('skipped', { ...summarise(next.changes), error: `not changed: the roll stopped at ${stoppedAt}` }));
+        continue;
+      }
+      const result = await this.#applyPlanned(step, next);
+      result.rollPosition = index + 1;
+      if (result.status === 'failed') stoppedAt = target;
+      results.push(result);
+    }
+    if (sequence.length !== pending.length) throw new Error(`${step.name}: its roll order has ${sequence.length} of ${pending.length} members to change`);
+    const position = new Map(step.targets.map((target, i) => [target, i]));
+    return results.sort((a, b) => (position.get(a.host) ?? 0) - (position.get(b.host) ?? 0));
+  }
+
+  /**
+   * Runs named phases in order with listr2 progress; a phase is usually one step. A phase may answer
+   * with a line for its title instead of results (a fact it established), or be skipped up front.
+   */
+  async runPhases(phases: Phase[]): Promise<void> {
     const tasks: ListrTask[] = phases.map((phase) => ({
       title: phase.title,
       task: async (_ctx, task) => {
@@ -70,7 +140,16 @@ export class Runner {
           task.skip(`${phase.title}: skipped, a step on the control node failed`);
           return;
         }
-        const results = (await phase.run()) ?? [];
+        if (phase.skip) {
+          task.skip(`${phase.title}: skipped, ${phase.skip}`);
+          return;
+        }
+        const answer = await phase.run();
+        if (typeof answer === 'string') {
+          task.title = `${phase.title}: ${answer}`;
+          return;
+        }
+        const results = answer ?? [];
         const failed = results.filter((r) => r.status === 'failed');
         const count = (status: StepResult['status']) => results.filter((r) => r.status === status).length;
         const verb = this.options.dryRun ? 'would change' : 'changed';

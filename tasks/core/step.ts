@@ -28,6 +28,22 @@ export interface Step<State, Action> {
   check(target: string): Promise<State>;
   plan(state: State, target: string): Change<Action>[];
   apply(changes: Change<Action>[], target: string, state: State): Promise<void>;
+  /**
+   * Set for steps that must change one target at a time (a restart of etcd, a redefinition that
+   * reboots a member): the runner checks and plans every target at once, then applies the targets
+   * with changes strictly one after another in the order this returns, and stops at the first
+   * failure, leaving the targets after it untouched.
+   */
+  rollingOrder?(pending: readonly Pending<State, Action>[]): Promise<string[]>;
+  /** Things an operator should know about a target that are not changes (a first boot that ended in error). */
+  warnings?(state: State, target: string): string[];
+}
+
+/** A target whose plan is not empty, waiting for its turn in a roll. */
+export interface Pending<State, Action> {
+  target: string;
+  state: State;
+  changes: Change<Action>[];
 }
 
 // Steps are heterogeneous; the runner only moves State and Action between a step's own methods.
@@ -44,4 +60,7 @@ export interface StepResult {
   changes: { summary: string; diff?: Diff }[];
   durationMs: number;
   error?: string;
+  warnings?: string[];
+  /** Position in a roll (1-based), for steps that change one target at a time. */
+  rollPosition?: number;
 }

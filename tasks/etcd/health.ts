@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from './client.ts';
 
@@ -49,4 +50,23 @@ export async function waitForHealth(inventory: Inventory, clients: EtcdClients, 
       `Look at its console (virsh -c ${member.hypervisor.libvirt_uri} console ${member.name} on hypervisor ${member.hypervisor.name}) ` +
       `and, once it boots, journalctl -u etcd -u cloud-final; cluster.health_timeout sets the wait.`,
   );
+}
+
+/** How long the formed-cluster probe waits for any member: a cluster that does not answer by then is treated as not formed. */
+const FORMED_PROBE_MS = 8_000;
+
+/**
+ * Has the cluster formed? Any member that answers healthy says so (with its leader). While a cluster
+ * is being created nothing answers, and members start as `new`; once it has formed every member's
+ * environment says `existing`, so a member that lost its data never founds a second cluster.
+ */
+export async function formedCluster(inventory: Inventory, clients: EtcdClients, members: readonly Member[]): Promise<{ leader: string } | undefined> {
+  const asks = members.map(async (member) => {
+    const health = await memberHealth(inventory, clients, member);
+    if (!health.healthy) throw new Error(health.reason);
+    return { leader: health.leader };
+  });
+  // An unreferenced timer: it never keeps the process alive after the answer came.
+  const timeout = delay(FORMED_PROBE_MS, undefined, { ref: false });
+  return Promise.race([Promise.any(asks).catch(() => undefined), timeout]);
 }

@@ -1,7 +1,7 @@
 import type { Change } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MaterialId, StoredPair } from './store.ts';
-import { inspectCertificate, isSignedBy, keyMatchesCertificate, type CertificateProfile, type SubjectAltNames } from './x509.ts';
+import { BACKDATE_MS, inspectCertificate, isSignedBy, keyMatchesCertificate, type CertificateProfile, type SubjectAltNames } from './x509.ts';
 
 /** A certificate the cluster needs, as a function of the inventory. */
 export interface WantedCertificate {
@@ -70,7 +70,7 @@ function describeSans(sans: SubjectAltNames): string {
 }
 
 /** Why an existing certificate must be re-issued, or undefined when it is still good. */
-function reissueReason(wanted: WantedCertificate, stored: StoredPair, caPem: string | undefined, renewBeforeHours: number, now: Date): string | undefined {
+function reissueReason(wanted: WantedCertificate, stored: StoredPair, caPem: string | undefined, renewBeforeHours: number, now: Date, renewIssuedBefore: Date | undefined): string | undefined {
   if (!stored.public) return 'missing';
   if (!stored.privateKey) return 'its private key is missing';
   if (!keyMatchesCertificate(stored.public, stored.privateKey)) return 'its private key does not match';
@@ -80,6 +80,8 @@ function reissueReason(wanted: WantedCertificate, stored: StoredPair, caPem: str
   if (have !== describeSans(wanted.sans) || facts.commonName !== wanted.commonName) return 'its names or addresses changed';
   const hoursLeft = (facts.notAfter.getTime() - now.getTime()) / 3_600_000;
   if (hoursLeft < renewBeforeHours) return `it expires ${facts.notAfter.toISOString()}, inside the renewal period`;
+  // Issued before this run started (notBefore is backdated): renewed once per run that asks, and the re-check sees the new one.
+  if (renewIssuedBefore && facts.notBefore.getTime() + BACKDATE_MS < renewIssuedBefore.getTime()) return 'renewal asked for (--renew-certs)';
   return undefined;
 }
 
@@ -87,7 +89,13 @@ function reissueReason(wanted: WantedCertificate, stored: StoredPair, caPem: str
 export class PkiRefusal extends Error {}
 
 /** Pure: compares what the state directory holds with what the inventory needs. */
-export function planPki(inventory: Inventory, facts: PkiFacts, now = new Date()): Change<PkiAction>[] {
+export interface PkiPlanOptions {
+  now?: Date;
+  /** --renew-certs: re-issue every leaf issued before this moment (the start of the run). */
+  renewIssuedBefore?: Date;
+}
+
+export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(), renewIssuedBefore }: PkiPlanOptions = {}): Change<PkiAction>[] {
   const changes: Change<PkiAction>[] = [];
   const wanted = wantedCertificates(inventory);
   const ca = caOf(inventory, facts);
@@ -120,7 +128,7 @@ export function planPki(inventory: Inventory, facts: PkiFacts, now = new Date())
 
   for (const certificate of wanted) {
     const stored = facts.leaves.get(certificate.id) ?? {};
-    const reason = caPem === undefined ? (stored.public ? 'the CA is new' : 'missing') : reissueReason(certificate, stored, caPem, inventory.pki.early_renewal_period, now);
+    const reason = caPem === undefined ? (stored.public ? 'the CA is new' : 'missing') : reissueReason(certificate, stored, caPem, inventory.pki.early_renewal_period, now, renewIssuedBefore);
     if (reason === undefined) continue;
     const before = stored.public ? describeSans(inspectCertificate(stored.public).sans) : '';
     changes.push({

@@ -52,7 +52,7 @@ export function issueCertificate(request: CertificateRequest, now = new Date()):
   serial[0] = serial[0]! & 0x7f;
   cert.serialNumber = serial.toString('hex');
   // Back-date a little so a member whose clock lags a few minutes still accepts the certificate.
-  cert.validity.notBefore = new Date(now.getTime() - 5 * 60_000);
+  cert.validity.notBefore = new Date(now.getTime() - BACKDATE_MS);
   cert.validity.notAfter = new Date(now.getTime() + request.validityHours * 3_600_000);
   const subject = [
     { name: 'commonName', value: request.commonName },
@@ -83,9 +83,14 @@ export function issueCertificate(request: CertificateRequest, now = new Date()):
 export interface CertificateFacts {
   commonName: string;
   sans: SubjectAltNames;
+  notBefore: Date;
   notAfter: Date;
   isCA: boolean;
+  serial: string;
 }
+
+/** notBefore lies this far in the past, so a member whose clock is a little behind accepts a new certificate. */
+export const BACKDATE_MS = 5 * 60_000;
 
 export function inspectCertificate(pem: string): CertificateFacts {
   const cert = new X509Certificate(pem);
@@ -95,7 +100,7 @@ export function inspectCertificate(pem: string): CertificateFacts {
     else if (entry.startsWith('IP Address:')) sans.ips.push(entry.slice(11));
   }
   const commonName = /(?:^|\n)CN=([^\n]*)/.exec(cert.subject)?.[1] ?? '';
-  return { commonName, sans, notAfter: new Date(cert.validTo), isCA: cert.ca };
+  return { commonName, sans, notBefore: new Date(cert.validFrom), notAfter: new Date(cert.validTo), isCA: cert.ca, serial: cert.serialNumber };
 }
 
 export function isSignedBy(certPem: string, caPem: string): boolean {

@@ -9,7 +9,7 @@ import { dependenciesFragment } from './guest/dependencies.ts';
 import { etcdFragment } from './guest/etcd-member.ts';
 import { fluentBitDynamicFragment, usesDynamicConfig } from './guest/fluent-bit-dynamic.ts';
 import { fluentBitFragment } from './guest/fluent-bit.ts';
-import type { CloudConfigFragment } from './guest/fragment.ts';
+import { firstBootCommands, type CloudConfigFragment } from './guest/fragment.ts';
 import { nodeExporterFragment } from './guest/node-exporter.ts';
 import { vaultAgentFragment } from './guest/vault-agent.ts';
 
@@ -55,7 +55,7 @@ export function renderNetworkConfig(member: Member): string {
 }
 
 /** Every guest feature's contribution, in the order their commands must run. */
-function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
+export function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
   const { inventory, member, writeSecret } = input;
   return [
     dependenciesFragment(inventory, member),
@@ -97,8 +97,9 @@ export function renderUserData(input: CloudInitInput): string {
     // The console password never enables SSH password logins (ssh_pwauth is false).
     ...(hasPassword ? { chpasswd: { expire: false, users: [{ name: member.admin.user, password: writeSecret(member.admin.password), type: 'text' }] } } : {}),
     ...Object.assign({}, ...fragments.map((fragment) => fragment.modules ?? {})),
-    write_files: fragments.flatMap((fragment) => fragment.writeFiles ?? []),
-    runcmd: fragments.flatMap((fragment) => fragment.runcmd ?? []),
+    // notify is the guest step's business, not a cloud-init key.
+    write_files: fragments.flatMap((fragment) => fragment.writeFiles ?? []).map(({ notify: _notify, ...file }) => file),
+    runcmd: fragments.flatMap(firstBootCommands),
   };
   return `#cloud-config\n${toYaml(config)}`;
 }

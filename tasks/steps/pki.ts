@@ -9,7 +9,7 @@ import type { PkiStore } from '../pki/store.ts';
 import { issueCertificate } from '../pki/x509.ts';
 
 /** The cluster's CA, member certificates, root client certificate and the tool's SSH key, in the state directory. */
-export function pkiStep(inventory: Inventory, store: PkiStore): Step<PkiFacts, PkiAction> {
+export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore?: Date): Step<PkiFacts, PkiAction> {
   const validityHours = inventory.pki.validity_period;
   const organization = inventory.pki.organization;
   return {
@@ -20,7 +20,7 @@ export function pkiStep(inventory: Inventory, store: PkiStore): Step<PkiFacts, P
     },
     plan(facts) {
       try {
-        return planPki(inventory, facts);
+        return planPki(inventory, facts, renewIssuedBefore ? { renewIssuedBefore } : {});
       } catch (error) {
         // The runner adds the host and step to the message.
         if (error instanceof PkiRefusal) throw new Error(`refusing to continue: ${error.message}`);

@@ -7,16 +7,18 @@ import type { Inventory } from '../../tasks/inventory/model.ts';
 import { renderAll } from '../../tasks/pipeline.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import type { RenderedFile } from '../../tasks/render/member.ts';
+import type { DesiredGuest } from '../../tasks/render/guest/desired.ts';
 import { pkiStep } from '../../tasks/steps/pki.ts';
 
 /** Issues the PKI into a fresh state directory and renders every member: what a deploy would upload. */
-export async function renderWithPki(inventory: Inventory): Promise<{ inventory: Inventory; rendered: Map<string, RenderedFile[]> }> {
+export async function renderWithPki(inventory: Inventory): Promise<{ inventory: Inventory; rendered: Map<string, RenderedFile[]>; guests: Map<string, DesiredGuest> }> {
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-render-'));
   const withState = { ...inventory, stateDir };
   const store = new PkiStore(stateDir);
   const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(withState, store));
   if (result?.status === 'failed') throw new Error(result.error);
-  return { inventory: withState, rendered: renderAll(withState, withState.members, store) };
+  const { files, guests } = renderAll(withState, withState.members, store, withState.cluster.is_initializing ? 'new' : 'existing');
+  return { inventory: withState, rendered: files, guests };
 }
 
 export function fileOf(files: RenderedFile[] | undefined, name: string): RenderedFile {

@@ -4,6 +4,7 @@ import type { CloudConfigFragment } from './fragment.ts';
 /** chrony with the inventory's servers and pools replacing the distribution's default sources. */
 
 export const CHRONY_CONF = '/etc/chrony/chrony.conf';
+const CHRONY_UNIT = 'chrony.service';
 
 export function renderChronyConf(chrony: MemberInput['chrony']): string {
   const source = (kind: 'server' | 'pool', entry: { url: string; options: string[] }) => [kind, entry.url, ...entry.options].join(' ');
@@ -26,7 +27,7 @@ export function renderChronyConf(chrony: MemberInput['chrony']): string {
 export function chronyFragment(chrony: MemberInput['chrony']): CloudConfigFragment {
   if (!chrony.enabled) return {};
   return {
-    writeFiles: [{ path: CHRONY_CONF, permissions: '0644', content: renderChronyConf(chrony) }],
-    runcmd: [['systemctl', 'restart', 'chrony.service']],
+    writeFiles: [{ path: CHRONY_CONF, permissions: '0644', content: renderChronyConf(chrony), notify: CHRONY_UNIT }],
+    services: [{ unit: CHRONY_UNIT, onChange: 'restart' }],
   };
 }

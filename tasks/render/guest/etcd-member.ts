@@ -9,23 +9,34 @@ function pending(what: string): string {
   return `(${what}: issued when the pki step applies)\n`;
 }
 
-/** etcd itself: TLS files, the ETCD_* environment, the unit, the data directory, then start. */
+/**
+ * What only takes effect when a member first starts: etcd ignores these once its data directory
+ * exists, so a change to them alone restarts nothing.
+ */
+export const FIRST_START_VARIABLES = ['ETCD_INITIAL_CLUSTER', 'ETCD_INITIAL_CLUSTER_STATE', 'ETCD_INITIAL_CLUSTER_TOKEN', 'ETCD_INITIAL_ADVERTISE_PEER_URLS'] as const;
+
+export const ETCD_UNIT = 'etcd.service';
+
+/**
+ * etcd itself: TLS files, the ETCD_* environment, the unit, the data directory, then start. etcd
+ * reads its server and peer certificate and key again for every new TLS connection (since 3.2), so
+ * replacing them needs no restart; a CA bundle is read only at start (etcd-io/etcd#11555).
+ */
 export function etcdFragment(inventory: Inventory, member: Member, tls: MemberTls, initialClusterState: InitialClusterState, writeSecret: SecretWriter): CloudConfigFragment {
   return {
     writeFiles: [
-      { path: GUEST_PATHS.caCert, permissions: '0644', content: tls.caCert ?? pending('CA certificate') },
+      { path: GUEST_PATHS.caCert, permissions: '0644', content: tls.caCert ?? pending('CA certificate'), notify: ETCD_UNIT },
       { path: GUEST_PATHS.serverCert, permissions: '0644', content: tls.cert ?? pending(`certificate of ${member.name}`) },
       // Deferred to the final stage, when the etcd user (from the package or `users`) surely exists.
       { path: GUEST_PATHS.serverKey, permissions: '0400', owner: 'etcd:etcd', defer: true, content: tls.key ? writeSecret(tls.key) : pending(`private key of ${member.name}`) },
       { path: GUEST_PATHS.environmentFile, permissions: '0644', content: renderEnvironmentFile(etcdEnvironment(inventory, member, initialClusterState)) },
-      { path: GUEST_PATHS.unitFile, permissions: '0644', content: renderUnitFile(inventory, member) },
+      { path: GUEST_PATHS.unitFile, permissions: '0644', content: renderUnitFile(inventory, member), notify: ETCD_UNIT },
     ],
     runcmd: [
       // On the data disk when there is one (mounted by then): install -d also fixes owner and mode.
       ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', inventory.etcd.data_dir],
-      ['systemctl', 'daemon-reload'],
-      // With restore enabled the unit's condition keeps etcd stopped until the restore step filled the data directory.
-      ['systemctl', 'enable', '--now', 'etcd.service'],
     ],
+    // With restore enabled the unit's condition keeps etcd stopped until the restore step filled the data directory.
+    services: [{ unit: ETCD_UNIT, onChange: 'restart', rolling: true, environment: { path: GUEST_PATHS.environmentFile, ignore: FIRST_START_VARIABLES } }],
   };
 }

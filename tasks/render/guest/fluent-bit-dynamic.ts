@@ -3,7 +3,7 @@ import type { SecretWriter } from '../../core/secret.ts';
 import type { MemberInput } from '../../inventory/schema.ts';
 import { secretFile, type CloudConfigFragment, type WriteFile } from './fragment.ts';
 import { renderServiceUnit } from './systemd-unit.ts';
-import { VAULT_AGENT_PATHS } from './vault-agent.ts';
+import { VAULT_AGENT_PATHS, VAULT_AGENT_UNIT } from './vault-agent.ts';
 
 /**
  * fluent-bit's dynamic configuration, as the seed module sets it up: an updater keeps a directory in
@@ -179,21 +179,28 @@ export function fluentBitDynamicFragment(member: MemberInput, writeSecret: Secre
   if (!usesDynamicConfig(member)) return {};
   const dynamic = member.fluentbit_dynamic_config;
   const started = dynamic.source === 'etcd' ? `${CONFIG_UPDATER.service}.service` : `${CONFIG_UPDATER.service}.timer`;
+  // The etcd watcher reads its configuration and credentials at start; the git sync is a fresh process
+  // each minute. Vault agent reads its template directory at start.
+  const notify = (file: WriteFile): WriteFile => {
+    if (file.path === CONFIG_UPDATER.vaultTemplate) return { ...file, notify: VAULT_AGENT_UNIT };
+    return dynamic.source === 'etcd' ? { ...file, notify: started } : file;
+  };
   return {
     users: [{ name: CONFIG_UPDATER.user, system: true, lock_passwd: true, shell: '/usr/sbin/nologin', homedir: `/var/lib/${CONFIG_UPDATER.user}` }],
     writeFiles: [
-      secretFile(CONFIG_UPDATER.config, UPDATER_OWNER, `# Managed by etcd-kvm.\n${stringify(updaterConfig(dynamic), { lineWidth: 0 })}`),
-      ...(dynamic.source === 'etcd' ? etcdSourceFiles(dynamic, writeSecret) : gitSourceFiles(dynamic, writeSecret)),
+      ...[
+        secretFile(CONFIG_UPDATER.config, UPDATER_OWNER, `# Managed by etcd-kvm.\n${stringify(updaterConfig(dynamic), { lineWidth: 0 })}`),
+        ...(dynamic.source === 'etcd' ? etcdSourceFiles(dynamic, writeSecret) : gitSourceFiles(dynamic, writeSecret)),
+      ].map(notify),
       { path: CONFIG_UPDATER.reloadCommand, permissions: '0755', content: renderReloadCommand() },
       { path: CONFIG_UPDATER.sudoers, permissions: '0440', content: renderSudoers(dynamic) },
-      ...renderUpdaterUnits(dynamic),
+      ...renderUpdaterUnits(dynamic).map((unit) => ({ ...unit, notify: started })),
     ],
     runcmd: [
       ['install', '-d', '-o', CONFIG_UPDATER.user, '-g', CONFIG_UPDATER.user, '-m', '0700', DYNAMIC_CONFIG.dir],
       // setgid: what Vault agent writes there belongs to the updater's group.
       ...(fromVault(dynamic) ? [['install', '-d', '-o', 'vault', '-g', CONFIG_UPDATER.user, '-m', '2750', CONFIG_UPDATER.vaultRendered]] : []),
-      ['systemctl', 'daemon-reload'],
-      ['systemctl', 'enable', '--now', started],
     ],
+    services: [{ unit: started, onChange: 'restart' }],
   };
 }

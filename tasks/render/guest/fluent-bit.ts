@@ -11,6 +11,8 @@ import { NODE_EXPORTER } from './node-exporter.ts';
  * format (not the classic INI-like one) so it is serialised, escaped and parsed by a real YAML library.
  */
 
+export const FLUENT_BIT_UNIT = 'fluent-bit.service';
+
 export const FLUENT_BIT_PATHS = {
   config: '/etc/fluent-bit/etcd-kvm.yaml',
   forwardCa: '/etc/fluent-bit/forward-ca.crt',
@@ -77,14 +79,11 @@ export function fluentBitFragment(settings: FluentBitSettings, writeSecret: Secr
   return {
     writeFiles: [
       // The shared key is in the file: root only (fluent-bit runs as root to read the journal).
-      { path: FLUENT_BIT_PATHS.config, permissions: '0600', owner: 'root:root', content: renderFluentBitConfig(settings, writeSecret) },
-      ...(settings.fluentbit.forward.ca_cert ? [{ path: FLUENT_BIT_PATHS.forwardCa, permissions: '0644', content: settings.fluentbit.forward.ca_cert }] : []),
-      { path: FLUENT_BIT_PATHS.dropIn, permissions: '0644', content: renderDropIn(settings.dynamic) },
+      { path: FLUENT_BIT_PATHS.config, permissions: '0600', owner: 'root:root', content: renderFluentBitConfig(settings, writeSecret), notify: FLUENT_BIT_UNIT },
+      ...(settings.fluentbit.forward.ca_cert ? [{ path: FLUENT_BIT_PATHS.forwardCa, permissions: '0644', content: settings.fluentbit.forward.ca_cert, notify: FLUENT_BIT_UNIT }] : []),
+      { path: FLUENT_BIT_PATHS.dropIn, permissions: '0644', content: renderDropIn(settings.dynamic), notify: FLUENT_BIT_UNIT },
     ],
-    runcmd: [
-      ['install', '-d', '-m', '0700', FLUENT_BIT_PATHS.storage],
-      ['systemctl', 'daemon-reload'],
-      ['systemctl', 'enable', '--now', 'fluent-bit.service'],
-    ],
+    runcmd: [['install', '-d', '-m', '0700', FLUENT_BIT_PATHS.storage]],
+    services: [{ unit: FLUENT_BIT_UNIT, onChange: 'restart' }],
   };
 }

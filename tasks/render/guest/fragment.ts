@@ -1,5 +1,3 @@
-import type { SecretWriter } from '../../core/secret.ts';
-import type { Inventory, Member } from '../../inventory/model.ts';
 
 /**
  * A piece of a member's cloud-config contributed by one guest feature (etcd, data volume, chrony,
@@ -13,6 +11,26 @@ export interface WriteFile {
   content: string;
   /** Written in the final stage, after packages and users exist (needed for service-owned secrets). */
   defer?: boolean;
+  /**
+   * The unit this file configures: when the file changes after the unit started, the unit is
+   * restarted (or reloaded, as the service says). Files a service re-reads by itself notify nothing.
+   */
+  notify?: string;
+}
+
+/** A service a feature runs in the guest: enabled and running, restarted when a file it reads changes. */
+export interface GuestService {
+  unit: string;
+  /** How a changed file takes effect: a restart, or a reload where the service supports one. */
+  onChange: 'restart' | 'reload';
+  /** Restarted one member at a time, each waiting for the cluster's health (etcd: never lose quorum). */
+  rolling?: boolean;
+  /**
+   * The managed EnvironmentFile whose variables the running process must carry: a process started
+   * before the file changed is stale, whatever the file's time says (a run killed between writing and
+   * restarting is finished by the next). Variables in `ignore` take effect only at first start.
+   */
+  environment?: { path: string; ignore: readonly string[] };
 }
 
 export type Command = string[];
@@ -22,17 +40,24 @@ export interface CloudConfigFragment {
   writeFiles?: WriteFile[];
   /** Top-level cloud-config modules other than users/write_files/runcmd (disk_setup, mounts…). */
   modules?: Record<string, unknown>;
-  /** Commands run by runcmd in the final stage, in fragment order. */
+  /** One-time preparation run by runcmd in the final stage, in fragment order, before its services start. */
   runcmd?: Command[];
-}
-
-export interface GuestContext {
-  inventory: Inventory;
-  member: Member;
-  writeSecret: SecretWriter;
+  /** Services enabled and (re)started at first boot after the preparation, and kept so on every run. */
+  services?: GuestService[];
 }
 
 /** Secrets inside the guest: readable by the owning service only, written after its user exists. */
-export function secretFile(path: string, owner: string, content: string): WriteFile {
-  return { path, permissions: owner === 'root:root' ? '0600' : '0400', owner, content, defer: true };
+export function secretFile(path: string, owner: string, content: string, notify?: string): WriteFile {
+  return { path, permissions: owner === 'root:root' ? '0600' : '0400', owner, content, defer: true, ...(notify ? { notify } : {}) };
+}
+
+/** First boot: the fragment's preparation, then its services enabled and (re)started with the files just written. */
+export function firstBootCommands(fragment: CloudConfigFragment): Command[] {
+  const services = fragment.services ?? [];
+  return [
+    ...(fragment.runcmd ?? []),
+    ...(services.length > 0 ? [['systemctl', 'daemon-reload']] : []),
+    // restart, not start: a service the image already runs (chrony) must read its new configuration.
+    ...services.flatMap((service) => [['systemctl', 'enable', service.unit], ['systemctl', 'restart', service.unit]]),
+  ];
 }

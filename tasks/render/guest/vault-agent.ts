@@ -9,6 +9,8 @@ import { renderServiceUnit } from './systemd-unit.ts';
  * The configuration is JSON, which Vault reads like HCL, so it is built and checked as data.
  */
 
+export const VAULT_AGENT_UNIT = 'vault-agent.service';
+
 export const VAULT_AGENT_PATHS = {
   dir: '/etc/vault-agent.d',
   config: '/etc/vault-agent.d/agent.json',
@@ -56,15 +58,12 @@ export function vaultAgentFragment(vault: MemberInput['vault_agent'], writeSecre
   const { role_id: roleId, secret_id: secretId } = vault.auth_method.config;
   return {
     writeFiles: [
-      { path: VAULT_AGENT_PATHS.config, permissions: '0644', content: `${JSON.stringify(vaultAgentConfig(vault), null, 2)}\n` },
-      secretFile(VAULT_AGENT_PATHS.roleId, 'vault:vault', writeSecret(roleId)),
-      secretFile(VAULT_AGENT_PATHS.secretId, 'vault:vault', writeSecret(secretId)),
-      ...(vault.vault_ca_cert ? [{ path: VAULT_AGENT_PATHS.ca, permissions: '0644', content: vault.vault_ca_cert }] : []),
-      { path: VAULT_AGENT_PATHS.unit, permissions: '0644', content: renderVaultAgentUnit('/usr/bin/vault') },
+      { path: VAULT_AGENT_PATHS.config, permissions: '0644', content: `${JSON.stringify(vaultAgentConfig(vault), null, 2)}\n`, notify: VAULT_AGENT_UNIT },
+      secretFile(VAULT_AGENT_PATHS.roleId, 'vault:vault', writeSecret(roleId), VAULT_AGENT_UNIT),
+      secretFile(VAULT_AGENT_PATHS.secretId, 'vault:vault', writeSecret(secretId), VAULT_AGENT_UNIT),
+      ...(vault.vault_ca_cert ? [{ path: VAULT_AGENT_PATHS.ca, permissions: '0644', content: vault.vault_ca_cert, notify: VAULT_AGENT_UNIT }] : []),
+      { path: VAULT_AGENT_PATHS.unit, permissions: '0644', content: renderVaultAgentUnit('/usr/bin/vault'), notify: VAULT_AGENT_UNIT },
     ],
-    runcmd: [
-      ['systemctl', 'daemon-reload'],
-      ['systemctl', 'enable', '--now', 'vault-agent.service'],
-    ],
+    services: [{ unit: VAULT_AGENT_UNIT, onChange: 'restart' }],
   };
 }

@@ -1,0 +1,56 @@
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { EtcdClients } from './client.ts';
+import { memberHealth } from './health.ts';
+
+/**
+ * How changes that take etcd down on a member are ordered and guarded: members whose change keeps
+ * etcd running go first, then members whose etcd is not running anyway (starting them only adds to
+ * the quorum), then followers, and the leader last, so leadership moves once at most. Before a
+ * running member is taken down, every other member must be healthy enough that the cluster keeps
+ * its quorum without it.
+ */
+
+export type RollKind = 'keeps-running' | 'starts' | 'restarts';
+
+export interface RollCandidate {
+  target: string;
+  kind: RollKind;
+}
+
+const RANK: Record<RollKind, number> = { 'keeps-running': 0, starts: 1, restarts: 2 };
+
+/** Pure: the order of a roll, given each candidate's kind and the current leader's name (if known). */
+export function rollOrder(candidates: readonly RollCandidate[], leader: string | undefined): string[] {
+  const rank = (candidate: RollCandidate) => RANK[candidate.kind] * 2 + (candidate.kind === 'restarts' && candidate.target === leader ? 1 : 0);
+  // Array.prototype.sort is stable: equal ranks keep the inventory's order.
+  return [...candidates].sort((a, b) => rank(a) - rank(b)).map((candidate) => candidate.target);
+}
+
+/** The leader's name as the first member that answers sees it; undefined when none answers. */
+export async function currentLeader(inventory: Inventory, clients: EtcdClients, members: readonly Member[]): Promise<string | undefined> {
+  for (const member of members) {
+    const health = await memberHealth(inventory, clients, member);
+    if (health.healthy) return health.leader;
+  }
+  return undefined;
+}
+
+/** Votes a cluster of `size` voting members needs to make progress. */
+export const quorumOf = (size: number) => Math.floor(size / 2) + 1;
+
+export class QuorumError extends Error {}
+
+/** Refuses to take `member` down unless the other members are healthy enough to keep the quorum meanwhile. */
+export async function ensureQuorumWithout(inventory: Inventory, clients: EtcdClients, member: Member): Promise<void> {
+  const others = inventory.members.filter((m) => m.name !== member.name);
+  const answers = await Promise.all(others.map(async (other) => ({ other, health: await memberHealth(inventory, clients, other) })));
+  const healthy = answers.filter(({ health }) => health.healthy).length;
+  const needed = quorumOf(inventory.members.length);
+  if (healthy < needed) {
+    const unhealthy = answers.filter(({ health }) => !health.healthy).map(({ other, health }) => `${other.name} (${health.healthy ? '' : health.reason})`);
+    throw new QuorumError(
+      `refusing to take etcd on ${member.name} down: only ${healthy} of the other ${others.length} members are healthy and the cluster needs ${needed} of ${inventory.members.length}; ` +
+        `unhealthy: ${unhealthy.join(', ')}. Bring those back first (the next run starts a stopped etcd), then run again.`,
+    );
+  }
+}

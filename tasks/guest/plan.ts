@@ -1,0 +1,117 @@
+import { createHash } from 'node:crypto';
+import type { Change } from '../core/step.ts';
+import type { DesiredGuest, ManagedFile } from '../render/guest/desired.ts';
+import { parseEnvironmentFile } from '../render/etcd.ts';
+import type { GuestService } from '../render/guest/fragment.ts';
+import type { GuestFacts } from './facts.ts';
+
+/**
+ * The guest step's decisions, pure: the member's desired contents and its facts in, the changes out,
+ * in the order they apply — files, then systemd's view of units, then services. A service is
+ * restarted when a file it reads changed after it started (in this run or one that was killed
+ * before its restart), or when its running environment is not its EnvironmentFile's.
+ */
+
+export type GuestAction =
+  | { kind: 'write'; file: ManagedFile }
+  | { kind: 'attributes'; file: ManagedFile }
+  | { kind: 'daemon-reload' }
+  | { kind: 'enable'; unit: string }
+  | { kind: 'start'; service: GuestService }
+  | { kind: 'restart'; service: GuestService; why: string };
+
+export type GuestChange = Change<GuestAction>;
+
+export interface GuestPlanContext {
+  /** A health probe found a formed cluster before this run (see pipeline: clusterFormed). */
+  clusterFormed: boolean;
+  /** Current content of drifted files that hold no secret, for diffs. */
+  currentContent: ReadonlyMap<string, string>;
+}
+
+export class RefusedError extends Error {}
+
+export const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
+
+const octal = (mode: number) => mode.toString(8).padStart(4, '0');
+const SYSTEMD_DIR = /^\/etc\/systemd\/system\//;
+const RUNNING = new Set(['active', 'activating', 'reloading']);
+
+/** Files whose content differs from what is wanted (absent included): their current text is worth fetching for a diff. */
+export function driftedContent(desired: DesiredGuest, facts: GuestFacts): ManagedFile[] {
+  return desired.files.filter((file) => facts.files.get(file.path)?.digest !== sha256(file.content));
+}
+
+export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: GuestPlanContext): GuestChange[] {
+  if (context.clusterFormed && !facts.dataDirInitialized) {
+    throw new RefusedError(
+      `etcd's data directory ${desired.dataDir} holds no member data, but the cluster has formed: starting etcd here would found a second, empty cluster ` +
+        '(or fail to join). Replacing a member is not automated yet: remove it from the cluster (etcdctl member remove), then add it back as a new member.',
+    );
+  }
+  const changes: GuestChange[] = [];
+  const changedPaths = new Set<string>();
+  for (const file of desired.files) {
+    const fact = facts.files.get(file.path);
+    const label = file.path;
+    if (!fact) {
+      changes.push({ summary: `create ${file.path} (${octal(file.mode)} ${file.owner})`, diff: { label, before: '', after: file.display }, action: { kind: 'write', file } });
+      changedPaths.add(file.path);
+      continue;
+    }
+    const wrong: string[] = [];
+    if (fact.mode !== file.mode) wrong.push(`mode ${octal(fact.mode)} → ${octal(file.mode)}`);
+    if (fact.owner !== file.owner) wrong.push(`owner ${fact.owner} → ${file.owner}`);
+    if (fact.digest !== sha256(file.content)) {
+      const before = file.secret ? '<redacted: the current secret content is never read back>\n' : (context.currentContent.get(file.path) ?? '');
+      changes.push({ summary: `update ${file.path}${wrong.length ? ` (${wrong.join(', ')})` : ''}`, diff: { label, before, after: file.display }, action: { kind: 'write', file } });
+      changedPaths.add(file.path);
+    } else if (wrong.length > 0) {
+      changes.push({ summary: `fix ${file.path}: ${wrong.join(', ')}`, action: { kind: 'attributes', file } });
+    }
+  }
+
+  const units = desired.services.map((service) => ({ service, fact: facts.units.get(service.unit) }));
+  const unitFilesChanged = [...changedPaths].some((path) => SYSTEMD_DIR.test(path));
+  if (unitFilesChanged || units.some(({ fact }) => fact?.needsDaemonReload)) {
+    changes.push({ summary: 'reload systemd (unit files changed)', action: { kind: 'daemon-reload' } });
+  }
+  for (const { service, fact } of units) {
+    if (!fact?.enabled.startsWith('enabled')) changes.push({ summary: `enable ${service.unit}${fact?.enabled ? ` (was ${fact.enabled})` : ''}`, action: { kind: 'enable', unit: service.unit } });
+    if (!fact || !RUNNING.has(fact.active)) {
+      changes.push({ summary: `start ${service.unit} (was ${fact?.active || 'unknown'})`, action: { kind: 'start', service } });
+      continue;
+    }
+    const why = staleness(service, desired, facts, changedPaths);
+    if (why) changes.push({ summary: `${service.onChange} ${service.unit}${service.rolling ? ' (one member at a time)' : ''}: ${why}`, action: { kind: 'restart', service, why } });
+  }
+  return changes;
+}
+
+/** Why a running service does not run what is wanted, or undefined when it does. */
+function staleness(service: GuestService, desired: DesiredGuest, facts: GuestFacts, changedPaths: ReadonlySet<string>): string | undefined {
+  const reasons: string[] = [];
+  const started = facts.units.get(service.unit)?.startedAt;
+  for (const file of desired.files.filter((f) => f.notify === service.unit)) {
+    if (changedPaths.has(file.path)) reasons.push(`${file.path} changes`);
+    else if (started !== undefined && (facts.files.get(file.path)?.mtime ?? 0) > started) reasons.push(`${file.path} changed after it started`);
+  }
+  if (service.environment) {
+    const running = facts.environments.get(service.unit);
+    const file = desired.files.find((f) => f.path === service.environment!.path);
+    if (running && file) {
+      const ignored = new Set(service.environment.ignore);
+      const wanted = parseEnvironmentFile(file.content);
+      // A variable dropped from the file (ETCD_TRUSTED_CA_FILE in password mode) still runs until a restart.
+      const families = new Set([...wanted.keys()].map((key) => key.split('_')[0]));
+      const keys = new Set([...wanted.keys(), ...[...running.keys()].filter((key) => families.has(key.split('_')[0]) && key.includes('_'))]);
+      const differing = [...keys].filter((key) => !ignored.has(key) && running.get(key) !== wanted.get(key));
+      if (differing.length > 0) reasons.push(`running with other ${differing.join(', ')}`);
+    }
+  }
+  return reasons.length > 0 ? reasons.join('; ') : undefined;
+}
+
+/** Does the plan stop or restart a rolling service (etcd) on this member? */
+export const interruptsRollingService = (changes: readonly GuestChange[]): boolean =>
+  changes.some(({ action }) => (action.kind === 'restart' || action.kind === 'start') && action.service.rolling === true);

@@ -1,0 +1,54 @@
+import { maskSecret, revealSecret } from '../../core/secret.ts';
+import { guestFragments, type CloudInitInput } from '../cloud-init.ts';
+import type { GuestService } from './fragment.ts';
+
+/**
+ * What a member contains once it runs: every file the guest features write (path, content, mode,
+ * owner, the service it configures) and every service that must be enabled and running. The same
+ * fragments give cloud-init its first boot (renderUserData), so a file can never be in one and
+ * missing from the other.
+ */
+
+export interface ManagedFile {
+  path: string;
+  /** Permission bits, as a number (0o644). */
+  mode: number;
+  /** user:group */
+  owner: string;
+  /** The real content: written to the guest over stdin, never shown. */
+  content: string;
+  /** The content with every secret masked: what diffs show. */
+  display: string;
+  /** Holds a secret: its current content is never read back for a diff. */
+  secret: boolean;
+  notify?: string;
+}
+
+export interface DesiredGuest {
+  files: ManagedFile[];
+  services: GuestService[];
+  /** etcd's data directory: holds member/ once the member has joined its cluster. */
+  dataDir: string;
+}
+
+export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>): DesiredGuest {
+  const real = guestFragments({ ...input, writeSecret: revealSecret });
+  const shown = guestFragments({ ...input, writeSecret: maskSecret });
+  const files: ManagedFile[] = [];
+  real.forEach((fragment, i) => {
+    const masked = shown[i]!.writeFiles ?? [];
+    (fragment.writeFiles ?? []).forEach((file, j) => {
+      const display = masked[j]!.content;
+      files.push({
+        path: file.path,
+        mode: Number.parseInt(file.permissions, 8),
+        owner: file.owner ?? 'root:root',
+        content: file.content,
+        display,
+        secret: display !== file.content,
+        ...(file.notify ? { notify: file.notify } : {}),
+      });
+    });
+  });
+  return { files, services: real.flatMap((fragment) => fragment.services ?? []), dataDir: input.inventory.etcd.data_dir };
+}

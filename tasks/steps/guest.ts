@@ -1,0 +1,162 @@
+import { retryWhile } from '../core/retry.ts';
+import type { Change, Step } from '../core/step.ts';
+import type { EtcdClients } from '../etcd/client.ts';
+import { waitForHealth } from '../etcd/health.ts';
+import { currentLeader, ensureQuorumWithout, rollOrder, type RollKind } from '../etcd/roll.ts';
+import { parseGuestProbe, guestProbeScript, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
+import { driftedContent, interruptsRollingService, planGuest, type GuestAction, type GuestChange } from '../guest/plan.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { MemberConnections } from '../remote/members.ts';
+import type { SshConnection } from '../remote/ssh.ts';
+import type { DesiredGuest } from '../render/guest/desired.ts';
+import { memberTargets } from './member-targets.ts';
+
+/**
+ * The inside of every member, converged on every run: the files and services the guest features
+ * describe (the same description cloud-init used at first boot). One probe per member (SSH exec),
+ * all members at once; changes are applied one member at a time, etcd restarts leader last, each
+ * waiting for the member's health before the next member starts.
+ */
+
+type GuestState =
+  | { kind: 'unreachable'; reason: string }
+  | { kind: 'booting' }
+  | { kind: 'probed'; facts: GuestFacts; currentContent: Map<string, string> };
+
+export interface GuestStepOptions {
+  inventory: Inventory;
+  members: readonly Member[];
+  desired: ReadonlyMap<string, DesiredGuest>;
+  ssh: MemberConnections;
+  clients: EtcdClients;
+  clusterFormed: boolean;
+  dryRun: boolean;
+}
+
+const SSH_RETRY_MS = 2_000;
+const CONTENT_MARK = '@@etcd-kvm-file@@';
+
+/** A dry-run that cannot see inside a member yet: the whole guest is converged once it can. */
+type GuestStepAction = GuestAction | { kind: 'after-boot' };
+
+export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStepAction> {
+  const { inventory, members, desired, ssh: connections, clients, clusterFormed, dryRun } = options;
+  const { targets, memberNamed } = memberTargets(members);
+  const timeoutMs = inventory.cluster.health_timeout * 1000;
+  const desiredOf = (name: string): DesiredGuest => {
+    const found = desired.get(name);
+    if (!found) throw new Error(`nothing rendered for ${name}`);
+    return found;
+  };
+  const questionsOf = (name: string): GuestQuestions => {
+    const wanted = desiredOf(name);
+    return {
+      paths: wanted.files.map((file) => file.path),
+      units: wanted.services.map((service) => service.unit),
+      environmentUnits: wanted.services.filter((service) => service.environment).map((service) => service.unit),
+      dataDir: wanted.dataDir,
+    };
+  };
+
+  /** The member's SSH, waiting while it boots (up to cluster.health_timeout); a dry-run asks once. */
+  const reach = (member: Member): Promise<SshConnection> => retryWhile(() => connections.get(member), () => !dryRun, { windowMs: timeoutMs, pauseMs: SSH_RETRY_MS });
+
+  async function probe(ssh: SshConnection, name: string): Promise<GuestFacts> {
+    const questions = questionsOf(name);
+    const output = await ssh.run(['sudo', 'sh', '-c', guestProbeScript(questions)], { describe: 'guest probe', timeoutMs: 60_000 });
+    return parseGuestProbe(output, questions);
+  }
+
+  /** Current text of drifted files that hold no secret, for the diff: one more exec, only when something drifted. */
+  async function currentContent(ssh: SshConnection, name: string, facts: GuestFacts): Promise<Map<string, string>> {
+    const paths = driftedContent(desiredOf(name), facts).filter((file) => !file.secret && facts.files.has(file.path)).map((file) => file.path);
+    if (paths.length === 0) return new Map();
+    const output = await ssh.run(['sudo', 'sh', '-c', `for f; do echo "${CONTENT_MARK} $f"; cat -- "$f"; done`, 'sh', ...paths], { describe: 'read drifted files' });
+    const contents = new Map<string, string>();
+    for (const chunk of output.split(`${CONTENT_MARK} `).slice(1)) {
+      const newline = chunk.indexOf('\n');
+      contents.set(chunk.slice(0, newline), chunk.slice(newline + 1));
+    }
+    return contents;
+  }
+
+  async function restartRolling(member: Member, ssh: SshConnection, action: Extract<GuestAction, { kind: 'restart' | 'start' }>): Promise<void> {
+    if (action.kind === 'restart') await ensureQuorumWithout(inventory, clients, member);
+    const verb = action.kind === 'start' ? 'start' : action.service.onChange;
+    // --no-block: etcd reports ready only once it has a quorum; the health wait below says how it went.
+    await ssh.run(['sudo', 'systemctl', verb, '--no-block', action.service.unit]);
+    try {
+      await waitForHealth(inventory, clients, member, timeoutMs);
+    } catch (error) {
+      const journal = await ssh.exec(['sudo', 'journalctl', '-u', action.service.unit, '-n', '5', '--no-pager', '-o', 'cat']).catch(() => undefined);
+      const tail = journal?.stdout.trim().split('\n').slice(-3).join(' | ');
+      throw new Error(`${(error as Error).message}${tail ? ` Last lines of ${action.service.unit}: ${tail}` : ''} The roll stops here: members after ${member.name} keep running their current configuration.`);
+    }
+  }
+
+  return {
+    name: 'guest',
+    targets,
+    async check(name) {
+      const member = memberNamed(name);
+      let ssh: SshConnection;
+      try {
+        ssh = await reach(member);
+      } catch (error) {
+        if (!dryRun) throw error;
+        return { kind: 'unreachable', reason: (error as Error).message };
+      }
+      let facts = await probe(ssh, name);
+      if (facts.cloudInit.state === 'running') {
+        if (dryRun) return { kind: 'booting' };
+        // First boot: cloud-init writes every file and starts every service; converge what it leaves.
+        await ssh.exec(['sudo', 'cloud-init', 'status', '--wait'], { timeoutMs });
+        facts = await probe(ssh, name);
+      }
+      return { kind: 'probed', facts, currentContent: await currentContent(ssh, name, facts) };
+    },
+    plan(state, name) {
+      if (state.kind === 'unreachable') return [{ summary: `converge the guest once it can be reached (now: ${state.reason})`, action: { kind: 'after-boot' } }];
+      if (state.kind === 'booting') return [{ summary: 'converge the guest once its first boot has finished (cloud-init is still running)', action: { kind: 'after-boot' } }];
+      return planGuest(desiredOf(name), state.facts, { clusterFormed, currentContent: state.currentContent });
+    },
+    warnings(state) {
+      if (state.kind !== 'probed' || state.facts.cloudInit.state !== 'error') return [];
+      return [`cloud-init's first boot ended in error in module(s) ${state.facts.cloudInit.modules.join(', ')}: see /var/log/cloud-init.log in the guest; the guest step converges the files and services all the same`];
+    },
+    async rollingOrder(pending) {
+      const kindOf = (changes: readonly Change<GuestStepAction>[]): RollKind => {
+        const guestChanges = changes.filter((change): change is GuestChange => change.action.kind !== 'after-boot');
+        if (!interruptsRollingService(guestChanges)) return 'keeps-running';
+        return changes.some(({ action }) => action.kind === 'restart') ? 'restarts' : 'starts';
+      };
+      const candidates = pending.map(({ target, changes }) => ({ target, kind: kindOf(changes) }));
+      const leader = candidates.some((candidate) => candidate.kind === 'restarts') ? await currentLeader(inventory, clients, inventory.members) : undefined;
+      return rollOrder(candidates, leader);
+    },
+    async apply(changes, name) {
+      const member = memberNamed(name);
+      const ssh = await reach(member);
+      for (const { action } of changes) {
+        if (action.kind === 'after-boot') throw new Error('the guest could not be probed: nothing to apply');
+        if (action.kind === 'write' || action.kind === 'attributes') {
+          const { file } = action;
+          const mode = file.mode.toString(8).padStart(4, '0');
+          if (action.kind === 'write') {
+            // Over stdin into a private temporary file, then renamed: never a half-written file, never a secret in argv.
+            const script = 'set -e; umask 077; mkdir -p -- "${1%/*}"; t="$1.etcd-kvm-new"; cat > "$t"; chown -- "$2" "$t"; chmod -- "$3" "$t"; mv -f -- "$t" "$1"';
+            await ssh.run(['sudo', 'sh', '-c', script, 'sh', file.path, file.owner, mode], { stdin: file.content, describe: `write ${file.path}` });
+          } else {
+            await ssh.run(['sudo', 'sh', '-c', 'chown -- "$2" "$1" && chmod -- "$3" "$1"', 'sh', file.path, file.owner, mode]);
+          }
+        }
+        if (action.kind === 'daemon-reload') await ssh.run(['sudo', 'systemctl', 'daemon-reload']);
+        if (action.kind === 'enable') await ssh.run(['sudo', 'systemctl', 'enable', action.unit]);
+        if (action.kind === 'start' || action.kind === 'restart') {
+          if (action.service.rolling) await restartRolling(member, ssh, action);
+          else await ssh.run(['sudo', 'systemctl', action.kind === 'start' ? 'start' : action.service.onChange, action.service.unit]);
+        }
+      }
+    },
+  };
+}
