@@ -16,7 +16,8 @@ import { authStep } from './steps/auth.ts';
 import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
 import { domainQuestions, domainsStep } from './steps/domains.ts';
 import { formedCluster } from './etcd/health.ts';
-import { guestStep } from './steps/guest.ts';
+import { guestQuestions, guestStep } from './steps/guest.ts';
+import { GuestProbe } from './guest/probe.ts';
 import { healthStep } from './steps/health.ts';
 import { restoreStep } from './steps/restore.ts';
 import { MemberConnections } from './remote/members.ts';
@@ -37,6 +38,8 @@ import { volumeQuestions, volumesStep } from './steps/volumes.ts';
  *                  rolled one member at a time, leader last, never below quorum
  *   9. health    – every member healthy with the inventory's member list (etcd's API, via the hypervisor)
  *  10. auth      – root role and user, auth enable, from the designated member only
+ *  11. formed    – only when this run formed the cluster: render, seed ISOs and guests again, now
+ *                  with ETCD_INITIAL_CLUSTER_STATE=existing (no restart: etcd reads it only when new)
  * pki, cluster and render always run; --tags / --skip-tags choose among the others.
  */
 
@@ -111,11 +114,19 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   // Loaded only when needed: importing the S3 SDK costs ~120 ms at every start otherwise.
   const snapshots = restoring ? new (await import('./backup/source.ts')).SnapshotSource(restoring.input.restore) : undefined;
   const memberSsh = new MemberConnections(remote.connections, { privateKeyPath: store.pathsOf('ssh/admin').privateKey, knownHostsPath: store.knownHostsPath });
+  const guestProbe = new GuestProbe(memberSsh);
+  const guest = () => {
+    const changedEarlier = (name: string) => runner.results.some((result) => result.host === name && result.step !== 'render' && result.status === 'changed');
+    return guestStep({ inventory, members, desired: rendered.guests, ssh: memberSsh, probe: guestProbe, changedEarlier, clients, clusterFormed, dryRun: options.dryRun });
+  };
   const selected = (title: string) => (options.tags ? options.tags.includes(title) : true) && !(options.skipTags ?? []).includes(title);
   const remotePhases = [
     {
       title: 'volumes',
       run: async () => {
+        // Facts first, in one batch per host: the guests' own (over SSH to each member, answered while
+        // the hypervisor steps run) and libvirt's on each hypervisor.
+        if (selected('guest')) for (const member of members) guestProbe.prefetch(member, guestQuestions(rendered.guests.get(member.name)!));
         await remote.prefetch(members, (member) => [...Object.values(volumeQuestions(member)), ...Object.values(seedQuestions(member)), ...Object.values(domainQuestions(member))]);
         return runner.runStep(volumesStep(inventory, members, remote));
       },
@@ -123,9 +134,24 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered.files, remote)) },
     { title: 'domain', run: () => runner.runStep(domainsStep({ inventory, members, rendered: rendered.files, context: remote, clients })) },
     ...(snapshots ? [{ title: 'restore', run: () => runner.runStep(restoreStep(inventory, members, memberSsh, snapshots, options.dryRun)) }] : []),
-    { title: 'guest', run: () => runner.runStep(guestStep({ inventory, members, desired: rendered.guests, ssh: memberSsh, clients, clusterFormed, dryRun: options.dryRun })) },
+    { title: 'guest', run: () => runner.runStep(guest()) },
     { title: 'health', run: () => runner.runStep(healthStep(inventory, members, clients, options.dryRun)) },
     { title: 'auth', run: () => runner.runStep(authStep(inventory, members, clients, identity, options.dryRun)) },
+    {
+      title: 'formed',
+      run: async () => {
+        // This run created the cluster: from now on every member says `existing`, in its seed ISO and its environment.
+        if (clusterFormed || options.dryRun) return clusterFormed ? 'the cluster had formed before this run' : 'a dry-run forms nothing';
+        if ((await formedCluster(inventory, clients, inventory.members)) === undefined) return 'the cluster has not formed: members stay `new`';
+        clusterFormed = true;
+        rendered = renderAll(inventory, members, store, 'existing');
+        return [
+          ...(await runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files))),
+          ...(selected('cloud-init') ? await runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered.files, remote)) : []),
+          ...(selected('guest') ? await runner.runStep(guest()) : []),
+        ];
+      },
+    },
   ].map((phase) => (selected(phase.title) ? phase : { title: phase.title, run: async () => [], skip: 'not selected by --tags / --skip-tags' }));
   try {
     await runner.runPhases([
@@ -136,6 +162,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
               title: 'cluster',
               run: async () => {
                 void preloadEtcdClient();
+                if (selected('guest')) guestProbe.warmUp(members);
                 const formed = await formedCluster(inventory, clients, inventory.members);
                 clusterFormed = formed !== undefined;
                 return formed ? `formed (leader ${formed.leader}): members join as existing` : 'not formed yet: members start as new';

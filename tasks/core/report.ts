@@ -12,6 +12,8 @@ function indent(text: string, by: string): string {
   return text.split('\n').map((line) => `${by}${line}`).join('\n');
 }
 
+const rollLength = (results: readonly StepResult[], step: string) => Math.max(...results.filter((r) => r.step === step).map((r) => r.rollPosition ?? 0));
+
 /** What changed (or would change), host by host, step by step, with diffs. */
 export function formatChanges(results: readonly StepResult[], dryRun: boolean): string {
   const lines: string[] = [];
@@ -25,8 +27,10 @@ export function formatChanges(results: readonly StepResult[], dryRun: boolean): 
         lines.push(`  ${result.step}: FAILED: ${result.error}`);
         continue;
       }
+      // A rolling step's members change wave by wave: say which wave each changed in.
+      const step = result.rollPosition ? `${result.step} (roll ${result.rollPosition} of ${rollLength(results, result.step)})` : result.step;
       for (const change of result.changes) {
-        lines.push(`  ${result.step}: ${dryRun ? 'would ' : ''}${change.summary}`);
+        lines.push(`  ${step}: ${dryRun ? 'would ' : ''}${change.summary}`);
         if (change.diff) lines.push(indent(unifiedDiff(change.diff), '    '));
       }
     }

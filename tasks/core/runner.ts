@@ -101,29 +101,31 @@ export class Runner {
   }
 
   /**
-   * Every target checked and planned at once; then the targets with changes one at a time, in the
-   * step's order, each re-checked before the next starts. After a failure the rest are left as they
-   * are and reported skipped. A dry-run reports the order it would follow.
+   * Every target checked and planned at once; then the targets with changes wave by wave, in the
+   * step's order, each re-checked before the next wave starts. After a failure the later waves are
+   * left as they are and reported skipped. A dry-run reports the order it would follow.
    */
   async #roll(step: AnyStep, order: NonNullable<AnyStep['rollingOrder']>): Promise<StepResult[]> {
     const planned = await Promise.all(step.targets.map((target) => this.#checkAndPlan(step, target)));
     const results = planned.flatMap((p) => ('result' in p ? [p.result] : []));
     const pending = planned.flatMap((p) => ('result' in p ? [] : [p]));
-    const sequence = pending.length > 1 ? await order(pending) : pending.map((p) => p.target);
-    let stoppedAt: string | undefined;
-    for (const [index, target] of sequence.entries()) {
-      const next = pending.find((p) => p.target === target);
-      if (!next) throw new Error(`${step.name}: its roll order names ${target}, which has nothing to apply`);
-      if (stoppedAt) {
-        results.push(resultFactory(step, target, performance.now())('skipped', { ...summarise(next.changes), error: `not changed: the roll stopped at ${stoppedAt}` }));
+    const waves = pending.length > 1 ? await order(pending) : [pending.map((p) => p.target)];
+    const ordered = waves.flat();
+    if (ordered.length !== pending.length || pending.some((p) => !ordered.includes(p.target))) {
+      throw new Error(`${step.name}: its roll order (${ordered.join(', ')}) does not name each target with changes (${pending.map((p) => p.target).join(', ')}) once`);
+    }
+    let stoppedAt: string[] = [];
+    for (const [index, wave] of waves.entries()) {
+      const planned = wave.map((target) => pending.find((p) => p.target === target)!);
+      if (stoppedAt.length > 0) {
+        for (const next of planned) results.push(resultFactory(step, next.target, performance.now())('skipped', { ...summarise(next.changes), error: `not changed: the roll stopped at ${stoppedAt.join(', ')}` }));
         continue;
       }
-      const result = await this.#applyPlanned(step, next);
-      result.rollPosition = index + 1;
-      if (result.status === 'failed') stoppedAt = target;
-      results.push(result);
+      const applied = await Promise.all(planned.map((next) => this.#applyPlanned(step, next)));
+      for (const result of applied) result.rollPosition = index + 1;
+      stoppedAt = applied.filter((result) => result.status === 'failed').map((result) => result.host);
+      results.push(...applied);
     }
-    if (sequence.length !== pending.length) throw new Error(`${step.name}: its roll order has ${sequence.length} of ${pending.length} members to change`);
     const position = new Map(step.targets.map((target, i) => [target, i]));
     return results.sort((a, b) => (position.get(a.host) ?? 0) - (position.get(b.host) ?? 0));
   }

@@ -31,10 +31,10 @@ export interface Step<State, Action> {
   /**
    * Set for steps that must change one target at a time (a restart of etcd, a redefinition that
    * reboots a member): the runner checks and plans every target at once, then applies the targets
-   * with changes strictly one after another in the order this returns, and stops at the first
-   * failure, leaving the targets after it untouched.
+   * with changes in the waves this returns — the targets of one wave together, the waves strictly one
+   * after another — and stops after the first wave with a failure, leaving the later ones untouched.
    */
-  rollingOrder?(pending: readonly Pending<State, Action>[]): Promise<string[]>;
+  rollingOrder?(pending: readonly Pending<State, Action>[]): Promise<string[][]>;
   /** Things an operator should know about a target that are not changes (a first boot that ended in error). */
   warnings?(state: State, target: string): string[];
 }
@@ -61,6 +61,6 @@ export interface StepResult {
   durationMs: number;
   error?: string;
   warnings?: string[];
-  /** Position in a roll (1-based), for steps that change one target at a time. */
+  /** The wave (1-based) of a roll this target changed in, for steps that change one target at a time. */
   rollPosition?: number;
 }

@@ -17,13 +17,17 @@ export interface RollCandidate {
   kind: RollKind;
 }
 
-const RANK: Record<RollKind, number> = { 'keeps-running': 0, starts: 1, restarts: 2 };
-
-/** Pure: the order of a roll, given each candidate's kind and the current leader's name (if known). */
-export function rollOrder(candidates: readonly RollCandidate[], leader: string | undefined): string[] {
-  const rank = (candidate: RollCandidate) => RANK[candidate.kind] * 2 + (candidate.kind === 'restarts' && candidate.target === leader ? 1 : 0);
-  // Array.prototype.sort is stable: equal ranks keep the inventory's order.
-  return [...candidates].sort((a, b) => rank(a) - rank(b)).map((candidate) => candidate.target);
+/**
+ * Pure: the waves of a roll, given each candidate's kind and the current leader's name (if known).
+ * Members whose etcd keeps running change together, then the ones whose etcd is down start together
+ * (each only adds to the quorum), then one wave per restart: followers in the inventory's order, the
+ * leader last.
+ */
+export function rollOrder(candidates: readonly RollCandidate[], leader: string | undefined): string[][] {
+  const of = (kind: RollKind) => candidates.filter((candidate) => candidate.kind === kind).map((candidate) => candidate.target);
+  const restarts = of('restarts');
+  const followersThenLeader = [...restarts.filter((target) => target !== leader), ...restarts.filter((target) => target === leader)];
+  return [of('keeps-running'), of('starts'), ...followersThenLeader.map((target) => [target])].filter((wave) => wave.length > 0);
 }
 
 /** The leader's name as the first member that answers sees it; undefined when none answers. */

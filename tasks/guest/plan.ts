@@ -54,8 +54,10 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
   for (const file of desired.files) {
     const fact = facts.files.get(file.path);
     const label = file.path;
+    // A secret's content is never shown, before or after: the summary says what changes.
+    const diff = (before: string) => (file.secret ? {} : { diff: { label, before, after: file.display } });
     if (!fact) {
-      changes.push({ summary: `create ${file.path} (${octal(file.mode)} ${file.owner})`, diff: { label, before: '', after: file.display }, action: { kind: 'write', file } });
+      changes.push({ summary: `create ${file.path} (${octal(file.mode)} ${file.owner}${file.secret ? ', secret: content not shown' : ''})`, ...diff(''), action: { kind: 'write', file } });
       changedPaths.add(file.path);
       continue;
     }
@@ -63,8 +65,8 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
     if (fact.mode !== file.mode) wrong.push(`mode ${octal(fact.mode)} → ${octal(file.mode)}`);
     if (fact.owner !== file.owner) wrong.push(`owner ${fact.owner} → ${file.owner}`);
     if (fact.digest !== sha256(file.content)) {
-      const before = file.secret ? '<redacted: the current secret content is never read back>\n' : (context.currentContent.get(file.path) ?? '');
-      changes.push({ summary: `update ${file.path}${wrong.length ? ` (${wrong.join(', ')})` : ''}`, diff: { label, before, after: file.display }, action: { kind: 'write', file } });
+      const notes = [...wrong, ...(file.secret ? ['secret: content not shown'] : [])];
+      changes.push({ summary: `update ${file.path}${notes.length ? ` (${notes.join(', ')})` : ''}`, ...diff(context.currentContent.get(file.path) ?? ''), action: { kind: 'write', file } });
       changedPaths.add(file.path);
     } else if (wrong.length > 0) {
       changes.push({ summary: `fix ${file.path}: ${wrong.join(', ')}`, action: { kind: 'attributes', file } });

@@ -2,6 +2,7 @@ import type { Change, Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
+import { currentLeader, ensureQuorumWithout, rollOrder, type RollKind } from '../etcd/roll.ts';
 import { canonicalDomainXml, compareDomainXml, parseDomInfo } from '../libvirt/domain-xml.ts';
 import { isNotFound, type Question } from '../libvirt/virsh.ts';
 import type { RenderedFile } from '../render/member.ts';
@@ -10,8 +11,9 @@ import { memberTargets } from './member-targets.ts';
 
 /**
  * Each member's libvirt domain: defined from the rendered XML, running, autostarted. A definition
- * that differs (compared semantically) is redefined; a running member then restarts to apply it, one
- * member at a time and only after the one before it is healthy again, so the cluster keeps quorum.
+ * that differs (compared semantically) is redefined; a running member then restarts to apply it. The
+ * step rolls: one member at a time, leader last, the next member redefined only after the one before
+ * it is healthy again, and never while the others could not keep the quorum without it.
  */
 
 interface DomainState {
@@ -46,10 +48,9 @@ export interface DomainsOptions {
 export function domainsStep({ inventory, members, rendered, context, clients }: DomainsOptions): Step<DomainState, DomainAction> {
   const { targets, memberNamed } = memberTargets(members);
   const renderedXml = (name: string) => rendered.get(name)?.find((file) => file.name === 'domain.xml')?.content ?? '';
-  // Restarts queue here: never two members down at once.
-  let restarts: Promise<void> = Promise.resolve();
 
   async function restart(member: Member): Promise<void> {
+    await ensureQuorumWithout(inventory, clients, member);
     const virsh = await context.virshFor(member);
     await virsh.run(['shutdown', member.name]);
     const deadline = Date.now() + SHUTDOWN_GRACE_MS;
@@ -91,6 +92,12 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
       if (!state.autostart) changes.push({ summary: `enable autostart of ${name}`, action: 'autostart' });
       return changes;
     },
+    async rollingOrder(pending) {
+      const kindOf = (changes: readonly Change<DomainAction>[]): RollKind => (changes.some((c) => c.action === 'restart') ? 'restarts' : changes.some((c) => c.action === 'start') ? 'starts' : 'keeps-running');
+      const candidates = pending.map(({ target, changes }) => ({ target, kind: kindOf(changes) }));
+      const leader = candidates.some((candidate) => candidate.kind === 'restarts') ? await currentLeader(inventory, clients, inventory.members) : undefined;
+      return rollOrder(candidates, leader);
+    },
     async apply(changes, name, state) {
       const member = memberNamed(name);
       const virsh = await context.virshFor(member);
@@ -98,11 +105,7 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
         if (action === 'define') await virsh.run(['define', '/dev/stdin'], { stdin: withUuidOf(state.liveXml, renderedXml(name)) });
         if (action === 'start') await virsh.run(['start', name]);
         if (action === 'autostart') await virsh.run(['autostart', name]);
-        if (action === 'restart') {
-          const turn = restarts.then(() => restart(member));
-          restarts = turn.catch(() => undefined);
-          await turn;
-        }
+        if (action === 'restart') await restart(member);
       }
     },
   };

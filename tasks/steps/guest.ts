@@ -3,7 +3,8 @@ import type { Change, Step } from '../core/step.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
 import { currentLeader, ensureQuorumWithout, rollOrder, type RollKind } from '../etcd/roll.ts';
-import { parseGuestProbe, guestProbeScript, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
+import type { GuestFacts, GuestQuestions } from '../guest/facts.ts';
+import { GuestProbe } from '../guest/probe.ts';
 import { driftedContent, interruptsRollingService, planGuest, type GuestAction, type GuestChange } from '../guest/plan.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberConnections } from '../remote/members.ts';
@@ -28,6 +29,9 @@ export interface GuestStepOptions {
   members: readonly Member[];
   desired: ReadonlyMap<string, DesiredGuest>;
   ssh: MemberConnections;
+  probe: GuestProbe;
+  /** Did an earlier step of this run change the member (then an early probe answer is stale)? */
+  changedEarlier: (name: string) => boolean;
   clients: EtcdClients;
   clusterFormed: boolean;
   dryRun: boolean;
@@ -40,7 +44,7 @@ const CONTENT_MARK = '@@etcd-kvm-file@@';
 type GuestStepAction = GuestAction | { kind: 'after-boot' };
 
 export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStepAction> {
-  const { inventory, members, desired, ssh: connections, clients, clusterFormed, dryRun } = options;
+  const { inventory, members, desired, ssh: connections, probe: prober, changedEarlier, clients, clusterFormed, dryRun } = options;
   const { targets, memberNamed } = memberTargets(members);
   const timeoutMs = inventory.cluster.health_timeout * 1000;
   const desiredOf = (name: string): DesiredGuest => {
@@ -48,24 +52,12 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
     if (!found) throw new Error(`nothing rendered for ${name}`);
     return found;
   };
-  const questionsOf = (name: string): GuestQuestions => {
-    const wanted = desiredOf(name);
-    return {
-      paths: wanted.files.map((file) => file.path),
-      units: wanted.services.map((service) => service.unit),
-      environmentUnits: wanted.services.filter((service) => service.environment).map((service) => service.unit),
-      dataDir: wanted.dataDir,
-    };
-  };
+  const questionsOf = (name: string): GuestQuestions => guestQuestions(desiredOf(name));
 
   /** The member's SSH, waiting while it boots (up to cluster.health_timeout); a dry-run asks once. */
   const reach = (member: Member): Promise<SshConnection> => retryWhile(() => connections.get(member), () => !dryRun, { windowMs: timeoutMs, pauseMs: SSH_RETRY_MS });
 
-  async function probe(ssh: SshConnection, name: string): Promise<GuestFacts> {
-    const questions = questionsOf(name);
-    const output = await ssh.run(['sudo', 'sh', '-c', guestProbeScript(questions)], { describe: 'guest probe', timeoutMs: 60_000 });
-    return parseGuestProbe(output, questions);
-  }
+  const probe = (ssh: SshConnection, name: string): Promise<GuestFacts> => GuestProbe.ask(ssh, questionsOf(name));
 
   /** Current text of drifted files that hold no secret, for the diff: one more exec, only when something drifted. */
   async function currentContent(ssh: SshConnection, name: string, facts: GuestFacts): Promise<Map<string, string>> {
@@ -99,6 +91,7 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
     targets,
     async check(name) {
       const member = memberNamed(name);
+      const early = await prober.takeEarly(member, !changedEarlier(name));
       let ssh: SshConnection;
       try {
         ssh = await reach(member);
@@ -106,7 +99,7 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
         if (!dryRun) throw error;
         return { kind: 'unreachable', reason: (error as Error).message };
       }
-      let facts = await probe(ssh, name);
+      let facts = early ?? (await probe(ssh, name));
       if (facts.cloudInit.state === 'running') {
         if (dryRun) return { kind: 'booting' };
         // First boot: cloud-init writes every file and starts every service; converge what it leaves.
@@ -158,5 +151,15 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
         }
       }
     },
+  };
+}
+
+/** What the guest probe asks a member, from what it should contain. */
+export function guestQuestions(wanted: DesiredGuest): GuestQuestions {
+  return {
+    paths: wanted.files.map((file) => file.path),
+    units: wanted.services.map((service) => service.unit),
+    environmentUnits: wanted.services.filter((service) => service.environment).map((service) => service.unit),
+    dataDir: wanted.dataDir,
   };
 }

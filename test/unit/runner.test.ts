@@ -63,3 +63,61 @@ test('a failed host is skipped by later steps while the others go on', async (t)
   t.deepEqual(second.map((r) => r.status), ['skipped', 'changed']);
   t.true(runner.failed);
 });
+
+/** A rolling step over in-memory hosts; `failOn` makes one apply fail; `log` records the order of applies. */
+function rollingStep(state: Map<string, number>, wanted: number, waves: string[][], failOn?: string) {
+  const log: string[] = [];
+  const step: Step<number, number> = {
+    ...fakeStep(state, wanted).step,
+    name: 'rolling',
+    async apply(_changes, target) {
+      log.push(`start ${target}`);
+      await new Promise((resolve) => setTimeout(resolve, 5));
+      if (target === failOn) throw new Error(`${target} did not come back`);
+      state.set(target, wanted);
+      log.push(`end ${target}`);
+    },
+    async rollingOrder(pending) {
+      seen.push(pending.map((p) => p.target));
+      return waves;
+    },
+  };
+  const seen: string[][] = [];
+  return { step, log, seen };
+}
+
+test('a rolling step applies wave after wave, one finished before the next starts', async (t) => {
+  const state = new Map([['a', 1], ['b', 1], ['c', 1], ['d', 2]]);
+  const { step, log, seen } = rollingStep(state, 2, [['c'], ['a'], ['b']]);
+  const results = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(step);
+  t.deepEqual(seen, [['a', 'b', 'c']], 'only targets with changes are ordered');
+  t.deepEqual(log, ['start c', 'end c', 'start a', 'end a', 'start b', 'end b']);
+  t.deepEqual(results.map((r) => [r.host, r.status, r.rollPosition]), [['a', 'changed', 2], ['b', 'changed', 3], ['c', 'changed', 1], ['d', 'ok', undefined]]);
+});
+
+test('a roll stops at the first failure: later waves are skipped and keep their state', async (t) => {
+  const state = new Map([['a', 1], ['b', 1], ['c', 1]]);
+  const { step, log } = rollingStep(state, 2, [['a'], ['b'], ['c']], 'b');
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  const results = await runner.runStep(step);
+  t.deepEqual(log, ['start a', 'end a', 'start b']);
+  t.deepEqual(results.map((r) => [r.host, r.status]), [['a', 'changed'], ['b', 'failed'], ['c', 'skipped']]);
+  t.regex(results[1]!.error!, /b did not come back/);
+  t.is(results[2]!.error, 'not changed: the roll stopped at b');
+  t.is(state.get('c'), 1);
+  t.true(runner.failed);
+});
+
+test('a dry-run of a rolling step reports the waves it would follow and applies nothing', async (t) => {
+  const state = new Map([['a', 1], ['b', 1]]);
+  const { step, log } = rollingStep(state, 2, [['b'], ['a']]);
+  const results = await new Runner({ dryRun: true, renderer: 'silent' }).runStep(step);
+  t.deepEqual(log, []);
+  t.deepEqual(results.map((r) => [r.host, r.status, r.rollPosition]), [['a', 'changed', 2], ['b', 'changed', 1]]);
+});
+
+test('a roll order that leaves out a target with changes is a bug, not a silent skip', async (t) => {
+  const state = new Map([['a', 1], ['b', 1]]);
+  const { step } = rollingStep(state, 2, [['a']]);
+  await t.throwsAsync(new Runner({ dryRun: false, renderer: 'silent' }).runStep(step), { message: /does not name each target/ });
+});

@@ -1,0 +1,51 @@
+import test from 'ava';
+import { parse } from 'yaml';
+import { loadInventory } from '../../tasks/inventory/load.ts';
+import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
+
+/**
+ * One description of what a member contains: the guest step converges exactly what cloud-init writes
+ * and starts at first boot, for every inventory we ship (the all-services one turns every feature on).
+ */
+
+for (const path of ['inventories/lab.yaml', 'inventories/examples/all-services.yaml']) {
+  test(`${path}: the guest step's files and services are cloud-init's, file for file`, async (t) => {
+    const { inventory, rendered, guests } = await renderWithPki(loadInventory(path));
+    for (const member of inventory.members) {
+      const userData = fileOf(rendered.get(member.name), 'user-data').content;
+      const written = writeFilesOf(userData);
+      const guest = guests.get(member.name)!;
+      t.deepEqual(guest.files.map((f) => f.path).sort(), [...written.keys()].sort(), member.name);
+      for (const file of guest.files) {
+        const first = written.get(file.path)!;
+        t.is(first.content, file.content, file.path);
+        t.is(Number.parseInt(first.permissions!, 8), file.mode, file.path);
+        t.is(first.owner ?? 'root:root', file.owner, file.path);
+        t.false('notify' in first, `${file.path}: notify is not a cloud-init key`);
+        // The display form masks exactly the secrets.
+        t.is(file.secret, file.display !== file.content, file.path);
+      }
+      const runcmd = (parse(userData, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map((argv) => argv.join(' '));
+      t.true(guest.services.length > 0);
+      for (const service of guest.services) {
+        const enable = runcmd.indexOf(`systemctl enable ${service.unit}`);
+        const restart = runcmd.indexOf(`systemctl restart ${service.unit}`);
+        t.true(enable >= 0 && restart > enable, `${service.unit} is enabled, then (re)started at first boot`);
+        t.true(runcmd.slice(0, restart).includes('systemctl daemon-reload'), `${service.unit} starts after systemd read its units`);
+      }
+    }
+  });
+}
+
+test('etcd starts at first boot only after its data directory is prepared, and restarts one member at a time', async (t) => {
+  const { inventory, rendered, guests } = await renderWithPki(loadInventory('inventories/lab.yaml'));
+  const member = inventory.members[0]!;
+  const runcmd = (parse(fileOf(rendered.get(member.name), 'user-data').content, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map((argv) => argv.join(' '));
+  t.true(runcmd.indexOf('install -d -o etcd -g etcd -m 0700 /var/lib/etcd') < runcmd.indexOf('systemctl restart etcd.service'));
+  const etcd = guests.get(member.name)!.services.find((service) => service.unit === 'etcd.service')!;
+  t.true(etcd.rolling);
+  t.deepEqual(etcd.environment?.path, '/etc/etcd/etcd.env');
+  const notified = guests.get(member.name)!.files.filter((file) => file.notify === 'etcd.service').map((file) => file.path).sort();
+  // Certificates and key are re-read by etcd per connection: replacing them restarts nothing. The CA is read at start.
+  t.deepEqual(notified, ['/etc/etcd/tls/ca.crt', '/etc/systemd/system/etcd.service']);
+});

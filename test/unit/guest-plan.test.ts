@@ -1,0 +1,176 @@
+import test from 'ava';
+import type { FileFact, GuestFacts, UnitFact } from '../../tasks/guest/facts.ts';
+import { planGuest, RefusedError, sha256, type GuestChange } from '../../tasks/guest/plan.ts';
+import type { DesiredGuest, ManagedFile } from '../../tasks/render/guest/desired.ts';
+
+/** The guest step's plan as a table: a member's desired contents and facts in, changes out. */
+
+const ENV = '/etc/etcd/etcd.env';
+const UNIT = '/etc/systemd/system/etcd.service';
+const KEY = '/etc/etcd/tls/server.key';
+const CHRONY = '/etc/chrony/chrony.conf';
+const STARTED = 1_000;
+
+const file = (path: string, content: string, extra: Partial<ManagedFile> = {}): ManagedFile => ({ path, mode: 0o644, owner: 'root:root', content, display: content, secret: false, ...extra });
+
+const desired: DesiredGuest = {
+  files: [
+    file(ENV, 'ETCD_NAME=etcd-1\nETCD_QUOTA_BACKEND_BYTES=100\nETCD_INITIAL_CLUSTER_STATE=existing\n'),
+    file(UNIT, '[Service]\nExecStart=/usr/bin/etcd\n', { notify: 'etcd.service' }),
+    file(KEY, 'PRIVATE', { mode: 0o400, owner: 'etcd:etcd', display: '<redacted>', secret: true }),
+    file(CHRONY, 'server 10.0.0.1 iburst\n', { notify: 'chrony.service' }),
+  ],
+  services: [
+    { unit: 'etcd.service', onChange: 'restart', rolling: true, environment: { path: ENV, ignore: ['ETCD_INITIAL_CLUSTER_STATE'] } },
+    { unit: 'chrony.service', onChange: 'restart' },
+  ],
+  dataDir: '/var/lib/etcd',
+};
+
+const RUNNING_ENV = new Map([['ETCD_NAME', 'etcd-1'], ['ETCD_QUOTA_BACKEND_BYTES', '100'], ['ETCD_INITIAL_CLUSTER_STATE', 'new'], ['PATH', '/usr/bin']]);
+
+/** Facts of a member that holds exactly what is desired, everything started after its files were written. */
+function converged(): GuestFacts {
+  const files = new Map<string, FileFact>(desired.files.map((f) => [f.path, { digest: sha256(f.content), mode: f.mode, owner: f.owner, mtime: STARTED - 10 }]));
+  const unit = (): UnitFact => ({ loaded: true, enabled: 'enabled', active: 'active', startedAt: STARTED, needsDaemonReload: false });
+  return {
+    files,
+    units: new Map([['etcd.service', unit()], ['chrony.service', unit()]]),
+    environments: new Map([['etcd.service', new Map(RUNNING_ENV)]]),
+    dataDirInitialized: true,
+    cloudInit: { state: 'done' },
+  };
+}
+
+const context = { clusterFormed: true, currentContent: new Map<string, string>() };
+const summaries = (changes: GuestChange[]) => changes.map((change) => change.summary);
+const kinds = (changes: GuestChange[]) => changes.map((change) => change.action.kind);
+
+interface Case {
+  name: string;
+  facts: (facts: GuestFacts) => void;
+  summaries: string[];
+  kinds?: string[];
+  current?: Map<string, string>;
+}
+
+const cases: Case[] = [
+  { name: 'everything as desired: nothing', facts: () => {}, summaries: [] },
+  {
+    name: 'a running environment differing only in first-start variables: nothing',
+    facts: (f) => f.environments.get('etcd.service')!.set('ETCD_INITIAL_CLUSTER_STATE', 'whatever'),
+    summaries: [],
+  },
+  {
+    name: 'absent file: created; its service restarted (the file changes)',
+    facts: (f) => f.files.delete(CHRONY),
+    summaries: [`create ${CHRONY} (0644 root:root)`, `restart chrony.service: ${CHRONY} changes`],
+    kinds: ['write', 'restart'],
+  },
+  {
+    name: 'different content of the environment: written; etcd restarted (rolling) because it runs other values',
+    facts: (f) => {
+      f.files.get(ENV)!.digest = sha256('ETCD_QUOTA_BACKEND_BYTES=50\n');
+      f.environments.get('etcd.service')!.set('ETCD_QUOTA_BACKEND_BYTES', '50');
+    },
+    summaries: [`update ${ENV}`, 'restart etcd.service (one member at a time): running with other ETCD_QUOTA_BACKEND_BYTES'],
+    kinds: ['write', 'restart'],
+  },
+  {
+    name: 'environment file written by a run killed before its restart: the restart alone',
+    facts: (f) => f.environments.get('etcd.service')!.set('ETCD_QUOTA_BACKEND_BYTES', '50'),
+    summaries: ['restart etcd.service (one member at a time): running with other ETCD_QUOTA_BACKEND_BYTES'],
+  },
+  {
+    name: 'a variable dropped from the file still set in the running process: restart',
+    facts: (f) => f.environments.get('etcd.service')!.set('ETCD_TRUSTED_CA_FILE', '/etc/etcd/tls/ca.crt'),
+    summaries: ['restart etcd.service (one member at a time): running with other ETCD_TRUSTED_CA_FILE'],
+  },
+  {
+    name: 'a notified file changed after its service started (a killed run): restart',
+    facts: (f) => (f.files.get(CHRONY)!.mtime = STARTED + 5),
+    summaries: [`restart chrony.service: ${CHRONY} changed after it started`],
+  },
+  {
+    name: 'unit file changed: written, systemd reloaded, etcd restarted',
+    facts: (f) => (f.files.get(UNIT)!.digest = sha256('old')),
+    summaries: [`update ${UNIT}`, 'reload systemd (unit files changed)', `restart etcd.service (one member at a time): ${UNIT} changes`],
+    kinds: ['write', 'daemon-reload', 'restart'],
+  },
+  {
+    name: 'systemd has not read a unit file yet (a killed run): reload',
+    facts: (f) => (f.units.get('chrony.service')!.needsDaemonReload = true),
+    summaries: ['reload systemd (unit files changed)'],
+  },
+  {
+    name: 'wrong mode: fixed without rewriting',
+    facts: (f) => (f.files.get(KEY)!.mode = 0o644),
+    summaries: [`fix ${KEY}: mode 0644 → 0400`],
+    kinds: ['attributes'],
+  },
+  {
+    name: 'wrong owner: fixed without rewriting',
+    facts: (f) => (f.files.get(KEY)!.owner = 'root:root'),
+    summaries: [`fix ${KEY}: owner root:root → etcd:etcd`],
+  },
+  {
+    name: 'secret changed: rewritten, the content never shown',
+    facts: (f) => (f.files.get(KEY)!.digest = sha256('OLD PRIVATE')),
+    summaries: [`update ${KEY} (secret: content not shown)`],
+  },
+  {
+    name: 'stopped etcd: started (rolling), not restarted',
+    facts: (f) => (f.units.get('etcd.service')!.active = 'inactive'),
+    summaries: ['start etcd.service (was inactive)'],
+    kinds: ['start'],
+  },
+  {
+    name: 'a service still starting (etcd waiting for its peers) is left to start',
+    facts: (f) => (f.units.get('etcd.service')!.active = 'activating'),
+    summaries: [],
+  },
+  {
+    name: 'disabled service: enabled',
+    facts: (f) => (f.units.get('chrony.service')!.enabled = 'disabled'),
+    summaries: ['enable chrony.service (was disabled)'],
+  },
+  {
+    name: 'unknown unit: enabled and started',
+    facts: (f) => f.units.delete('chrony.service'),
+    summaries: ['enable chrony.service', 'start chrony.service (was unknown)'],
+  },
+];
+
+for (const row of cases) {
+  test(`guest plan: ${row.name}`, (t) => {
+    const facts = converged();
+    row.facts(facts);
+    const changes = planGuest(desired, facts, { ...context, currentContent: row.current ?? new Map() });
+    t.deepEqual(summaries(changes), row.summaries);
+    if (row.kinds) t.deepEqual(kinds(changes), row.kinds);
+  });
+}
+
+test('guest plan: a drifted file shows its current text against the wanted one', (t) => {
+  const facts = converged();
+  facts.files.get(CHRONY)!.digest = sha256('server 10.9.9.9\n');
+  const [change] = planGuest(desired, facts, { ...context, currentContent: new Map([[CHRONY, 'server 10.9.9.9\n']]) });
+  t.deepEqual(change!.diff, { label: CHRONY, before: 'server 10.9.9.9\n', after: 'server 10.0.0.1 iburst\n' });
+});
+
+test('guest plan: no diff of a secret, created or changed, carries its content', (t) => {
+  const facts = converged();
+  facts.files.delete(KEY);
+  const changes = planGuest(desired, facts, context);
+  t.deepEqual(summaries(changes), [`create ${KEY} (0400 etcd:etcd, secret: content not shown)`]);
+  t.is(changes[0]!.diff, undefined);
+  t.false(JSON.stringify(changes.map(({ summary, diff }) => ({ summary, diff }))).includes('PRIVATE'));
+});
+
+test('guest plan: an empty data directory in a formed cluster is refused; while the cluster forms it is not', (t) => {
+  const facts = converged();
+  facts.dataDirInitialized = false;
+  const error = t.throws(() => planGuest(desired, facts, context), { instanceOf: RefusedError });
+  t.regex(error!.message, /holds no member data, but the cluster has formed/);
+  t.deepEqual(planGuest(desired, facts, { ...context, clusterFormed: false }), []);
+});
