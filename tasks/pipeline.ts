@@ -101,7 +101,8 @@ function validateTags(options: PipelineOptions): void {
 export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<{ written: string[] }> {
   validateTags(options);
   const members = selectMembers(inventory, options.limit);
-  const runStarted = new Date();
+  // Whole seconds: certificate times have no finer resolution, and one issued in this run must not look older than the run.
+  const runStarted = new Date(Math.floor(Date.now() / 1000) * 1000);
   const store = new PkiStore(inventory.stateDir);
   let rendered: Rendered = { files: new Map(), guests: new Map() };
   let written: string[] = [];

@@ -1,9 +1,10 @@
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run } from '../helpers/exec.ts';
-import { deploy, endpoint, etcdctl, inLab, lab, LAB_STATE, MEMBER_IPS, memberSsh, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
+import { deploy, endpoint, etcdctl, inLab, lab, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
 
 /**
  * The whole thing, for real: the local lab (libvirtd + QEMU in a network namespace), three Debian VMs
@@ -11,7 +12,8 @@ import { deploy, endpoint, etcdctl, inLab, lab, LAB_STATE, MEMBER_IPS, memberSsh
  * etcdctl inside the lab namespace. Brings the lab up from scratch and takes it down at the end.
  */
 
-const ALL = Object.keys(MEMBER_IPS).map((name) => endpoint(name as keyof typeof MEMBER_IPS));
+const MEMBERS = Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[];
+const ALL = MEMBERS.map((name) => endpoint(name));
 const outputs: string[] = [];
 
 function deployed(t: { log: (...values: unknown[]) => void }, args: string[] = []): DeployRun {
@@ -55,6 +57,14 @@ test.serial('a cold deploy creates a healthy, TLS-only, authenticated 3-member c
   t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 3);
 });
 
+test.serial("after the cold deploy every member's first boot ended in done, and its etcd environment says existing", (t) => {
+  for (const member of MEMBERS) {
+    const status = memberSsh(member, 'cloud-init status; grep ^ETCD_INITIAL_CLUSTER_STATE= /etc/etcd/etcd.env');
+    t.is(status.status, 0, status.stderr);
+    t.deepEqual(status.stdout.trim().split('\n'), ['status: done', 'ETCD_INITIAL_CLUSTER_STATE=existing'], member);
+  }
+});
+
 test.serial('a key written through etcd-1 is read back through etcd-3 with the root client certificate', (t) => {
   t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', 'e2e/greeting', 'hello from etcd-1']).status, 0);
   const read = etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--print-value-only', 'e2e/greeting']);
@@ -83,7 +93,7 @@ test.serial('clients without a certificate, with another CA, or without a user a
 });
 
 test.serial('each VM serves the SSH host key the tool generated and pinned: ssh through the hypervisor with strict checking', (t) => {
-  for (const member of Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[]) {
+  for (const member of MEMBERS) {
     const ssh = memberSsh(member, 'hostname');
     t.is(ssh.status, 0, ssh.stderr);
     t.is(ssh.stdout.trim(), member);
@@ -91,7 +101,7 @@ test.serial('each VM serves the SSH host key the tool generated and pinned: ssh 
 });
 
 test.serial("etcd's data is on the data disk, chrony uses the inventory's sources, the node exporter answers", (t) => {
-  for (const member of Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[]) {
+  for (const member of MEMBERS) {
     const mount = memberSsh(member, 'findmnt -n -o SOURCE,FSTYPE,LABEL /var/lib/etcd && sudo test -d /var/lib/etcd/member && stat -c %U:%a /var/lib/etcd');
     t.is(mount.status, 0, mount.stderr);
     t.deepEqual(mount.stdout.trim().split('\n').map((line) => line.trim().split(/\s+/).join(' ')), ['/dev/vdb ext4 etcd-data', 'etcd:700'], member);
@@ -159,6 +169,146 @@ test.serial('drift: more memory in the inventory redefines the domain and restar
   } finally {
     rmSync(resized, { force: true });
   }
+});
+
+// Guest convergence: what runs inside the members, converged on every run, restarts rolled.
+
+/** An inventory beside the lab's (its relative paths still resolve), removed after the scenario. */
+function variant(name: string, edit: (yaml: string) => string): string {
+  const path = `inventories/.e2e-${name}.yaml`;
+  const text = edit(readFileSync('inventories/lab.yaml', 'utf8'));
+  if (text === readFileSync('inventories/lab.yaml', 'utf8')) throw new Error(`variant ${name} changes nothing`);
+  writeFileSync(path, text);
+  return path;
+}
+
+/** Runs `during` while a separate process samples every member's /health every 0.5 s; returns the samples. */
+function sampledHealth<T>(during: () => T): { result: T; samples: { at: number; healthy: string[] }[] } {
+  const out = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-health-')), 'samples.jsonl');
+  const sampler = spawn('ip', ['netns', 'exec', NAMESPACE, process.execPath, '--import', 'tsx', 'test/helpers/health-sampler.ts', out, rootIdentity.caCert, rootIdentity.cert!, rootIdentity.key!, ...MEMBERS.map((m) => `${m}=${endpoint(m)}`)], { stdio: 'ignore' });
+  try {
+    spawnSync('sleep', ['1.5']);
+    return { result: during(), samples: readFileSync(out, 'utf8').trim().split('\n').map((line) => JSON.parse(line) as { at: number; healthy: string[] }) };
+  } finally {
+    sampler.kill('SIGTERM');
+  }
+}
+
+/** The value etcd's running process has, read from its environment (not from the file). */
+const runningValue = (member: keyof typeof MEMBER_IPS, variable: string) =>
+  memberSsh(member, `sudo cat /proc/$(pgrep -x etcd)/environ | tr '\\0' '\\n' | sed -n 's/^${variable}=//p'`).stdout.trim();
+
+function leaderName(): string {
+  const status = JSON.parse(etcdctl(ALL, rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout) as { Endpoint: string; Status: { header: { member_id: number }; leader: number } }[];
+  const leader = status.find((s) => s.Status.header.member_id === s.Status.leader);
+  const ip = leader?.Endpoint.match(/\/\/([\d.]+):/)?.[1];
+  const name = MEMBERS.find((m) => MEMBER_IPS[m] === ip);
+  if (!name) throw new Error(`no leader in ${JSON.stringify(status)}`);
+  return name;
+}
+
+/** The guest step's roll, in order: each member with its wave. */
+const guestRoll = (result: DeployRun) =>
+  (result.report.results as { step: string; host: string; status: string; rollPosition?: number }[]).filter((r) => r.step === 'guest' && r.rollPosition).sort((a, b) => a.rollPosition! - b.rollPosition!).map((r) => r.host);
+
+const quorumKept = (t: ExecutionContext, samples: { healthy: string[] }[]) => {
+  t.true(samples.length >= 10, `${samples.length} samples`);
+  const worst = Math.min(...samples.map((sample) => sample.healthy.length));
+  t.true(worst >= 2, `a sample had ${worst} healthy members`);
+};
+
+test.serial('a changed guest setting reaches every running etcd in one run, rolled followers first, never below quorum', (t) => {
+  const retention = variant('retention', (yaml) => yaml.replace('space_quota: 536870912', 'space_quota: 536870912\n  auto_compaction_retention: "777"'));
+  try {
+    for (let i = 0; i < 5; i++) t.is(etcdctl(ALL, rootIdentity, ['put', `e2e/roll/${i}`, `value ${i}`]).status, 0);
+    const leader = leaderName();
+    const { result, samples } = sampledHealth(() => deployed(t, ['-i', retention]));
+    t.is(result.status, 0);
+    quorumKept(t, samples);
+    const order = guestRoll(result);
+    t.is(order.length, 3);
+    t.is(order.at(-1), leader, `the leader (${leader}) restarts last: ${order.join(', ')}`);
+    for (const member of MEMBERS) t.is(runningValue(member, 'ETCD_AUTO_COMPACTION_RETENTION'), '777', member);
+    for (let i = 0; i < 5; i++) t.is(etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--print-value-only', `e2e/roll/${i}`]).stdout.trim(), `value ${i}`);
+    t.deepEqual(changed(deployed(t, ['-i', retention])), []);
+  } finally {
+    rmSync(retention, { force: true });
+    // Back to the lab's own settings, for the scenarios after this one.
+    t.is(deployed(t).status, 0);
+  }
+  t.is(runningValue('etcd-1', 'ETCD_AUTO_COMPACTION_RETENTION'), '1000');
+});
+
+test.serial('drift inside the members is repaired by one run, each with its exact change', (t) => {
+  t.is(memberSsh('etcd-1', 'sudo systemctl stop etcd').status, 0);
+  t.is(memberSsh('etcd-2', 'echo "# edited by hand" | sudo tee -a /etc/etcd/etcd.env >/dev/null').status, 0);
+  t.is(memberSsh('etcd-3', 'sudo chmod 0644 /etc/etcd/tls/server.key && sudo rm /etc/etcd/tls/ca.crt').status, 0);
+  const result = deployed(t);
+  t.is(result.status, 0);
+  t.deepEqual(changed(result).sort(), [
+    'etcd-1/guest: changed start etcd.service (was inactive)',
+    'etcd-2/guest: changed update /etc/etcd/etcd.env',
+    'etcd-3/guest: changed create /etc/etcd/tls/ca.crt (0644 root:root); fix /etc/etcd/tls/server.key: mode 0644 → 0400; restart etcd.service (one member at a time): /etc/etcd/tls/ca.crt changes',
+  ]);
+  t.regex(result.output, /-# edited by hand/);
+  t.is(memberSsh('etcd-1', 'systemctl is-active etcd').stdout.trim(), 'active');
+  t.is(memberSsh('etcd-2', 'grep -c "edited by hand" /etc/etcd/etcd.env').stdout.trim(), '0');
+  t.is(memberSsh('etcd-3', 'sudo stat -c %a:%U /etc/etcd/tls/server.key && test -s /etc/etcd/tls/ca.crt && echo ca').stdout.trim(), '400:etcd\nca');
+  const health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
+  t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 3);
+  t.deepEqual(changed(deployed(t)), []);
+});
+
+test.serial('--renew-certs: every member serves a new certificate without losing quorum; the new root certificate works', (t) => {
+  const served = () =>
+    Object.fromEntries(MEMBERS.map((member) => {
+      const handshake = inLab('sh', ['-c', `echo | openssl s_client -connect ${MEMBER_IPS[member]}:2379 -CAfile "$1" -cert "$2" -key "$3" 2>/dev/null | openssl x509 -noout -serial`, 'sh', rootIdentity.caCert, rootIdentity.cert!, rootIdentity.key!]);
+      return [member, handshake.stdout.trim()];
+    }));
+  const before = served();
+  for (const serial of Object.values(before)) t.regex(serial, /^serial=[0-9A-F]+$/);
+  const rootBefore = readFileSync(rootIdentity.cert!, 'utf8');
+  const { result, samples } = sampledHealth(() => deployed(t, ['--renew-certs']));
+  t.is(result.status, 0);
+  quorumKept(t, samples);
+  t.regex(changed(result).join('\n'), /localhost\/pki: changed issue certificate member\/etcd-1 \(renewal asked for/);
+  const after = served();
+  for (const member of MEMBERS) {
+    t.not(after[member], before[member], member);
+    t.is(after[member], run('openssl', ['x509', '-noout', '-serial', '-in', join(LAB_STATE, `pki/members/${member}.crt`)]).stdout.trim(), member);
+  }
+  t.not(readFileSync(rootIdentity.cert!, 'utf8'), rootBefore);
+  t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/greeting']).stdout.trim(), 'hello from etcd-1');
+  t.deepEqual(changed(deployed(t)), []);
+});
+
+test.serial('a roll that fails stops at that member, exits 1 naming it, and the members after it keep running their configuration', (t) => {
+  const leader = leaderName();
+  const victim = MEMBERS.find((member) => member !== leader)!;
+  const quota = variant('failing-roll', (yaml) => yaml.replace('space_quota: 536870912', 'space_quota: 402653184').replace('is_initializing: true', 'is_initializing: true\n  health_timeout: 60'));
+  t.is(memberSsh(victim, 'sudo mv /usr/bin/etcd /usr/bin/etcd.off').status, 0);
+  try {
+    const result = deployed(t, ['-i', quota]);
+    t.is(result.status, 1);
+    const guest = (host: string) => result.report.results.find((r) => r.step === 'guest' && r.host === host)!;
+    t.is(guest(victim).status, 'failed');
+    t.regex(result.output, new RegExp(`\\[${victim}\\] guest: .*etcd on ${victim} .*not healthy after 60 s.*The roll stops here`));
+    for (const other of MEMBERS.filter((member) => member !== victim)) {
+      t.is(guest(other).status, 'skipped', other);
+      t.is(runningValue(other, 'ETCD_QUOTA_BACKEND_BYTES'), '536870912', `${other} still runs the old quota`);
+    }
+    const health = etcdctl(MEMBERS.filter((member) => member !== victim).map(endpoint), rootIdentity, ['endpoint', 'health']);
+    t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 2);
+  } finally {
+    rmSync(quota, { force: true });
+    memberSsh(victim, 'sudo mv /usr/bin/etcd.off /usr/bin/etcd');
+  }
+  // The operator's fix (the binary back) and a run with the lab's inventory: converged again.
+  const repaired = deployed(t);
+  t.is(repaired.status, 0);
+  t.is(runningValue(victim, 'ETCD_QUOTA_BACKEND_BYTES'), '536870912');
+  const health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
+  t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 3);
 });
 
 test.serial('no run printed private key material or a key file line, and keys are 0600', (t) => {

@@ -1,0 +1,45 @@
+import { appendFileSync, readFileSync } from 'node:fs';
+import { request } from 'node:https';
+
+/**
+ * Samples every member's /health every 0.5 s and appends one JSON line per sample to a file:
+ * {"at": ms, "healthy": ["etcd-1", …]}. Run inside the lab namespace, in its own process (the tests
+ * drive the tool with spawnSync, which blocks their own event loop). Stops on SIGTERM, or after
+ * MAX_MS whatever happens.
+ *
+ *   node --import tsx test/helpers/health-sampler.ts OUT CA CERT KEY name=https://ip:2379 …
+ */
+
+const [out, caPath, certPath, keyPath, ...members] = process.argv.slice(2);
+if (!out || !caPath || !certPath || !keyPath || members.length === 0) {
+  console.error('usage: health-sampler.ts OUT CA CERT KEY name=url…');
+  process.exit(2);
+}
+const tls = { ca: readFileSync(caPath), cert: readFileSync(certPath), key: readFileSync(keyPath) };
+const MAX_MS = 20 * 60_000;
+const started = Date.now();
+
+function healthy(url: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const req = request(`${url}/health`, { ...tls, timeout: 1_000 }, (res) => {
+      let body = '';
+      res.on('data', (chunk: Buffer) => (body += chunk.toString()));
+      res.on('end', () => resolve(res.statusCode === 200 && /"health":\s*"true"/.test(body)));
+    });
+    req.on('timeout', () => req.destroy());
+    req.on('error', () => resolve(false));
+    req.end();
+  });
+}
+
+let stopping = false;
+process.on('SIGTERM', () => (stopping = true));
+while (!stopping && Date.now() - started < MAX_MS) {
+  const at = Date.now();
+  const answers = await Promise.all(members.map(async (entry) => {
+    const [name, url] = entry.split('=') as [string, string];
+    return (await healthy(url)) ? name : undefined;
+  }));
+  appendFileSync(out, `${JSON.stringify({ at, healthy: answers.filter(Boolean) })}\n`);
+  await new Promise((resolve) => setTimeout(resolve, Math.max(0, 500 - (Date.now() - at))));
+}
