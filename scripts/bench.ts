@@ -90,6 +90,20 @@ async function lowerBound(): Promise<Record<string, number>> {
   return times;
 }
 
+/** Each QEMU process's share of a core over 5 s while the cluster idles. */
+async function guestIdleCpu(): Promise<number[]> {
+  const pids = (await $`pgrep -f qemu-system-x86`.nothrow()).stdout.split('\n').filter(Boolean);
+  const ticks = () => pids.map((pid) => {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return Number(fields[11]) + Number(fields[12]);
+  });
+  const before = ticks();
+  await new Promise((resolve) => setTimeout(resolve, 5_000));
+  const after = ticks();
+  // Clock ticks are 1/100 s on Linux.
+  return after.map((tick, i) => (tick - before[i]!) / 100 / 5);
+}
+
 function stepTimes(report: Report): Map<string, number> {
   const slowest = new Map<string, number>();
   for (const r of report.results) slowest.set(r.step, Math.max(slowest.get(r.step) ?? 0, r.durationMs));
@@ -116,8 +130,17 @@ async function main(): Promise<void> {
     if (changed.length > 0) throw new Error(`a no-op run changed something: ${JSON.stringify(changed)}`);
     noop.push(run.ms);
   }
+  // The same no-op without the guest step (--skip-tags guest), interleaved so both see the same load.
+  const noopNoGuest: number[] = [];
+  const guestStep: number[] = [];
+  for (let i = 0; i < warmRuns; i++) {
+    noopNoGuest.push((await timedDeploy(['--skip-tags', 'guest'])).ms);
+    guestStep.push(stepTimes((await timedDeploy()).report).get('guest') ?? 0);
+  }
   const dry: number[] = [];
   for (let i = 0; i < warmRuns; i++) dry.push((await timedDeploy(['--dry-run'])).ms);
+  const idle = await guestIdleCpu();
+  const load = (await $`cat /proc/loadavg`).stdout.split(' ').slice(0, 3).join(' ');
 
   const slowestVm = Math.max(...Object.values(bound));
   const coldMedian = median(cold.map((c) => c.ms));
@@ -131,7 +154,10 @@ async function main(): Promise<void> {
   console.log(`| lower bound: slowest VM, virsh start → etcd healthy | ${seconds(slowestVm)} | ${Object.entries(bound).map(([n, ms]) => `${n} ${seconds(ms)}`).join(', ')} |`);
   console.log(`| cold deploy / lower bound | ${(coldMedian / slowestVm).toFixed(2)} | target ≤ 1.15 |`);
   console.log(`| no-op re-run | ${seconds(median(noop))} | ${noop.map(seconds).join(', ')} |`);
+  console.log(`| no-op re-run without the guest step (\`--skip-tags guest\`) | ${seconds(median(noopNoGuest))} | ${noopNoGuest.map(seconds).join(', ')} |`);
+  console.log(`| guest step in a no-op (slowest member: SSH, one probe) | ${seconds(median(guestStep))} | ${guestStep.map(seconds).join(', ')} |`);
   console.log(`| dry-run | ${seconds(median(dry))} | ${dry.map(seconds).join(', ')} |`);
+  console.log(`\nLoad average at the end: ${load}; the idle guests used ${idle.map((share) => `${Math.round(share * 100)} %`).join(', ')} of a core each (QEMU's CPU time over 5 s).`);
 }
 
 await main();
