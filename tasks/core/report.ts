@@ -19,10 +19,11 @@ export function formatChanges(results: readonly StepResult[], dryRun: boolean): 
   const lines: string[] = [];
   const hosts = [...new Set(results.map((r) => r.host))];
   for (const host of hosts) {
-    const mine = results.filter((r) => r.host === host && (r.status === 'changed' || r.status === 'failed'));
+    const mine = results.filter((r) => r.host === host && (r.status === 'changed' || r.status === 'failed' || r.warnings?.length));
     if (mine.length === 0) continue;
     lines.push(`${host}:`);
     for (const result of mine) {
+      for (const warning of result.warnings ?? []) lines.push(`  ${result.step}: WARNING: ${warning}`);
       if (result.status === 'failed') {
         lines.push(`  ${result.step}: FAILED: ${result.error}`);
         continue;

@@ -43,6 +43,11 @@ export class MemberConnections {
     });
   }
 
+  /** A member that was restarted: its old connection, if any, is dead or about to be. */
+  forget(member: Member): void {
+    this.#pool.forget(member.name);
+  }
+
   closeAll(): Promise<void> {
     return this.#pool.closeAll();
   }

@@ -13,11 +13,22 @@ export class ConnectionPool {
   get(key: string, open: () => Promise<SshConnection>): Promise<SshConnection> {
     let connection = this.#opening.get(key);
     if (!connection) {
-      connection = open();
-      this.#opening.set(key, connection);
-      if (this.options.forgetFailures) connection.catch(() => this.#opening.delete(key));
+      const opening = open();
+      connection = opening;
+      this.#opening.set(key, opening);
+      if (this.options.forgetFailures) opening.catch(() => this.forget(key, opening));
+      // A connection the other end closed (a member rebooting) is never handed out again.
+      opening.then((ssh) => ssh.client.once('close', () => this.forget(key, opening))).catch(() => undefined);
     }
     return connection;
+  }
+
+  /** Drops the connection under `key` (only that one, if given), closing it: the next get opens a new one. */
+  forget(key: string, only?: Promise<SshConnection>): void {
+    const current = this.#opening.get(key);
+    if (!current || (only && current !== only)) return;
+    this.#opening.delete(key);
+    current.then((ssh) => ssh.close()).catch(() => undefined);
   }
 
   async closeAll(): Promise<void> {

@@ -38,6 +38,8 @@ export interface GuestStepOptions {
 }
 
 const SSH_RETRY_MS = 2_000;
+/** After systemd says etcd is ready, the health wait gets at least this long, whatever is left of health_timeout. */
+const HEALTH_AFTER_START_MS = 30_000;
 const CONTENT_MARK = '@@etcd-kvm-file@@';
 
 /** A dry-run that cannot see inside a member yet: the whole guest is converged once it can. */
@@ -47,6 +49,7 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
   const { inventory, members, desired, ssh: connections, probe: prober, changedEarlier, clients, clusterFormed, dryRun } = options;
   const { targets, memberNamed } = memberTargets(members);
   const timeoutMs = inventory.cluster.health_timeout * 1000;
+  const reconnected = new Set<string>();
   const desiredOf = (name: string): DesiredGuest => {
     const found = desired.get(name);
     if (!found) throw new Error(`nothing rendered for ${name}`);
@@ -75,14 +78,20 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
   async function restartRolling(member: Member, ssh: SshConnection, action: Extract<GuestAction, { kind: 'restart' | 'start' }>): Promise<void> {
     if (action.kind === 'restart') await ensureQuorumWithout(inventory, clients, member);
     const verb = action.kind === 'start' ? 'start' : action.service.onChange;
-    // --no-block: etcd reports ready only once it has a quorum; the health wait below says how it went.
-    await ssh.run(['sudo', 'systemctl', verb, '--no-block', action.service.unit]);
+    const unit = action.service.unit;
+    const deadline = Date.now() + timeoutMs;
     try {
-      await waitForHealth(inventory, clients, member, timeoutMs);
+      // Blocks until the old process has stopped and the new one is ready (Type=notify: etcd has joined
+      // its cluster) or failed; only then can a health answer be the new process's.
+      await ssh.run(['sudo', 'systemctl', verb, unit], { timeoutMs, describe: `systemctl ${verb} ${unit}` });
+      await waitForHealth(inventory, clients, member, Math.max(deadline - Date.now(), HEALTH_AFTER_START_MS));
     } catch (error) {
-      const journal = await ssh.exec(['sudo', 'journalctl', '-u', action.service.unit, '-n', '5', '--no-pager', '-o', 'cat']).catch(() => undefined);
+      const journal = await ssh.exec(['sudo', 'journalctl', '-u', unit, '-n', '5', '--no-pager', '-o', 'cat']).catch(() => undefined);
       const tail = journal?.stdout.trim().split('\n').slice(-3).join(' | ');
-      throw new Error(`${(error as Error).message}${tail ? ` Last lines of ${action.service.unit}: ${tail}` : ''} The roll stops here: members after ${member.name} keep running their current configuration.`);
+      throw new Error(
+        `etcd on ${member.name} did not come back after its ${verb}: ${(error as Error).message}${tail ? ` Last lines of ${unit}: ${tail}.` : ''} ` +
+          `The roll stops here: the members after ${member.name} keep running their current configuration. Look at journalctl -u ${unit} on ${member.name}, fix it, and run again.`,
+      );
     }
   }
 
@@ -91,7 +100,13 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
     targets,
     async check(name) {
       const member = memberNamed(name);
-      const early = await prober.takeEarly(member, !changedEarlier(name));
+      const restarted = changedEarlier(name);
+      const early = await prober.takeEarly(member, !restarted);
+      // Connected before an earlier step restarted the VM: that connection is gone (once; the re-check keeps the new one).
+      if (restarted && !reconnected.has(name)) {
+        connections.forget(member);
+        reconnected.add(name);
+      }
       let ssh: SshConnection;
       try {
         ssh = await reach(member);
