@@ -6,11 +6,24 @@ import { silenceKnownWarnings } from './core/warnings.ts';
 import { formatChanges, formatRecap, recapByHost } from './core/report.ts';
 import { Runner } from './core/runner.ts';
 import { loadInventory } from './inventory/load.ts';
+import type { Inventory } from './inventory/model.ts';
+import { LockHeldError, RunLock } from './core/lock.ts';
 import { runDeploy } from './pipeline.ts';
 
 
 async function deploy(options: DeployOptions): Promise<number> {
   const inventory = loadInventory(options.inventory);
+  // A dry-run writes nothing, so it takes no lock either.
+  const lock = options.dryRun ? undefined : RunLock.acquire(inventory.stateDir);
+  if (lock?.tookOverFrom) console.log(`lock: took over the lock of a run that is gone (PID ${lock.tookOverFrom.pid} on ${lock.tookOverFrom.host} since ${lock.tookOverFrom.since})`);
+  try {
+    return await deployLocked(inventory, options);
+  } finally {
+    lock?.release();
+  }
+}
+
+async function deployLocked(inventory: Inventory, options: DeployOptions): Promise<number> {
   const runner = new Runner({ dryRun: options.dryRun, renderer: process.stdout.isTTY ? 'default' : 'simple' });
   const { written } = await runDeploy(inventory, runner, options);
 
@@ -36,6 +49,10 @@ async function main(argv: string[]): Promise<number> {
     return await deploy(options);
   } catch (error) {
     if (error instanceof InputError) return reportInputError(error);
+    if (error instanceof LockHeldError) {
+      console.error(`error: ${error.message}`);
+      return EXIT.failed;
+    }
     console.error(`error: ${describeError(error)}`);
     if (options?.debug && error instanceof Error) console.error(error.stack);
     else console.error('(this is a bug in etcd-kvm; run again with --debug for the stack trace)');

@@ -51,7 +51,12 @@ function readYaml(path: string): unknown {
       document.errors.map((error) => error.message.split('\n')[0] ?? error.message),
     );
   }
-  return document.toJS();
+  try {
+    // The yaml library refuses more than 100 alias expansions (a "billion laughs" document) here.
+    return document.toJS({ maxAliasCount: 100 });
+  } catch (error) {
+    throw new InputError(`inventory ${path} cannot be read as data`, [`${(error as Error).message.split('\n')[0]}: an alias is expanded too often; write the values out`]);
+  }
 }
 
 /** Shallow merge: a key set on the member replaces the default as a whole, as Ansible's variable precedence does. */
@@ -72,6 +77,12 @@ function parseMembers(raw: Record<string, unknown>[], defaults: Record<string, u
 /** Reads a PEM given inline or as a path relative to the inventory. */
 function pemOrFile(value: string, baseDir: string, path: Path, problems: Problem[]): string {
   if (value === '' || value.trimStart().startsWith('-----BEGIN')) return value;
+  // Text around a PEM block ("Bag Attributes" from openssl pkcs12) or anything on several lines is no
+  // path: and it may be a private key, so it is never echoed.
+  if (value.includes('-----BEGIN') || value.includes('\n')) {
+    problems.push({ path, message: 'is neither PEM text starting with -----BEGIN nor a file path (the value is not shown: it may be a key)', hint: 'remove the lines before -----BEGIN (openssl pkcs12 writes "Bag Attributes" there), or give the path of a PEM file' });
+    return '';
+  }
   const file = resolve(baseDir, expandHome(value));
   try {
     return readFileSync(file, 'utf8');

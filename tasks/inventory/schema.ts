@@ -1,3 +1,4 @@
+import { posix } from 'node:path';
 import { z } from 'zod';
 import { Secret } from '../core/secret.ts';
 import { isIPv4 } from './ipv4.ts';
@@ -8,6 +9,29 @@ import { MAC_PATTERN } from './mac.ts';
  * variables so values can be ported across; additions (hypervisors, pools, ports) are ours.
  * Every object is strict: an unknown key is an error, because typos are the commonest inventory bug.
  */
+
+/**
+ * Text that lands in line-based files (systemd units, environment files, fstab, chrony.conf, sudoers,
+ * fluent-bit's configuration): one line, no control characters, or it could add lines of its own.
+ * PEM and armored key text, passwords (serialised by libraries or sent over gRPC) are the exceptions.
+ */
+const ONE_LINE = /^[^\x00-\x1f\x7f]*$/;
+const ONE_LINE_MESSAGE = 'must be one line without control characters (a newline here would add lines to the files it is written into)';
+const line = z.string().regex(ONE_LINE, ONE_LINE_MESSAGE);
+
+/** Directories a data directory must never be: the tool makes it etcd's, mode 0700. */
+const SYSTEM_DIRECTORIES = new Set(['/', '/bin', '/boot', '/dev', '/etc', '/home', '/lib', '/lib64', '/opt', '/proc', '/root', '/run', '/sbin', '/srv', '/sys', '/tmp', '/usr', '/var', '/var/lib', '/var/log']);
+
+const dataDirectory = line
+  .startsWith('/', 'must be an absolute path')
+  .refine((path) => path === '/' || (posix.normalize(path) === path && !path.endsWith('/')), (path) => ({ message: `must be a normalised path (no //, ., .. or trailing /): did you mean ${posix.normalize(path).replace(/(.)\/$/, '$1')}?` }))
+  .refine((path) => !SYSTEM_DIRECTORIES.has(path), (path) => ({ message: `${path} is a system directory; etcd's data directory is made etcd's own (mode 0700): use a directory of its own such as /var/lib/etcd` }));
+
+const GIB = 1024 * 1024 * 1024;
+/** etcd's documented maximum backend quota. */
+const MAX_QUOTA_BYTES = 8 * GIB;
+/** 1000 years: far inside what X.509's GeneralizedTime can express (year 9999). */
+const MAX_VALIDITY_HOURS = 1000 * 365 * 24;
 
 const name = z
   .string()
@@ -31,8 +55,8 @@ const pemOrPath = z.string().default('');
 
 const libvirtNetwork = z
   .object({
-    network_name: z.string().default(''),
-    network_id: z.string().default(''),
+    network_name: line.default(''),
+    network_id: line.default(''),
     ip: ipv4,
     mac: mac.optional(),
     prefix_length: prefixLength.default(24),
@@ -43,7 +67,7 @@ const libvirtNetwork = z
 
 const macvtapInterface = z
   .object({
-    interface: z.string().min(1, 'names the host network interface the macvtap device attaches to'),
+    interface: line.min(1, 'names the host network interface the macvtap device attaches to'),
     ip: ipv4,
     mac: mac.optional(),
     prefix_length: prefixLength,
@@ -74,10 +98,10 @@ const restore = z
     enabled: z.boolean().default(false),
     s3: z
       .object({
-        endpoint: z.string().default(''),
-        bucket: z.string().default(''),
-        object_prefix: z.string().default(''),
-        region: z.string().default(''),
+        endpoint: line.default(''),
+        bucket: line.default(''),
+        object_prefix: line.default(''),
+        region: line.default(''),
         access_key: optionalSecret,
         secret_key: optionalSecret,
         ca_cert: pemOrPath,
@@ -85,12 +109,12 @@ const restore = z
       .strict()
       .default({}),
     encryption_key: optionalSecret,
-    backup_timestamp: z.string().default(''),
+    backup_timestamp: line.default(''),
   })
   .strict()
   .default({});
 
-const ntpSource = z.object({ url: z.string().min(1), options: z.array(z.string()).default([]) }).strict();
+const ntpSource = z.object({ url: line.min(1), options: z.array(line).default([]) }).strict();
 
 const chrony = z
   .object({
@@ -98,7 +122,7 @@ const chrony = z
     servers: z.array(ntpSource).default([]),
     pools: z.array(ntpSource).default([]),
     makestep: z
-      .object({ threshold: z.number().nonnegative().default(0), limit: z.number().int().default(0) })
+      .object({ threshold: z.number().nonnegative().max(86_400, 'is in seconds; at most a day').default(0), limit: z.number().int().min(-1).max(1_000_000).default(0) })
       .strict()
       .default({}),
   })
@@ -108,13 +132,13 @@ const chrony = z
 const fluentbit = z
   .object({
     enabled: z.boolean().default(false),
-    etcd_tag: z.string().default(''),
-    node_exporter_tag: z.string().default(''),
+    etcd_tag: line.default(''),
+    node_exporter_tag: line.default(''),
     forward: z
       .object({
-        domain: z.string().default(''),
+        domain: line.default(''),
         port: z.number().int().min(0).max(65535).default(0),
-        hostname: z.string().default(''),
+        hostname: line.default(''),
         shared_key: optionalSecret,
         ca_cert: pemOrPath,
       })
@@ -130,32 +154,32 @@ const fluentbitDynamicConfig = z
     source: z.enum(['etcd', 'git']).default('etcd'),
     etcd: z
       .object({
-        key_prefix: z.string().default(''),
-        endpoints: z.array(z.string()).default([]),
+        key_prefix: line.default(''),
+        endpoints: z.array(line).default([]),
         ca_certificate: pemOrPath,
         client: z
           .object({
             certificate: pemOrPath,
             key: optionalSecret,
-            username: z.string().default(''),
+            username: line.default(''),
             password: optionalSecret,
           })
           .strict()
           .default({}),
-        vault_agent_secret_path: z.string().default(''),
+        vault_agent_secret_path: line.default(''),
       })
       .strict()
       .default({}),
     git: z
       .object({
-        repo: z.string().default(''),
-        ref: z.string().default(''),
-        path: z.string().default(''),
+        repo: line.default(''),
+        ref: line.default(''),
+        path: line.default(''),
         trusted_gpg_keys: z.array(z.string()).default([]),
         auth: z
           .object({
             client_ssh_key: optionalSecret,
-            server_ssh_fingerprint: z.string().default(''),
+            server_ssh_fingerprint: line.default(''),
           })
           .strict()
           .default({}),
@@ -175,34 +199,34 @@ const vaultAgent = z
       })
       .strict()
       .default({}),
-    vault_address: z.string().default(''),
+    vault_address: line.default(''),
     vault_ca_cert: pemOrPath,
   })
   .strict()
   .default({});
 
-const volumeRef = z.object({ pool: z.string().min(1), volume: z.string().min(1) }).strict();
+const volumeRef = z.object({ pool: line.min(1), volume: line.min(1) }).strict();
 
 /** Every per-member setting; `defaults` accepts any subset of these. */
 export const memberFields = {
-  hypervisor: z.string().optional(),
-  vcpus: z.number().int().min(1).default(2),
-  memory: z.number().int().min(256, 'is in MiB; etcd needs at least 256').default(8192),
-  domain: z.string().default(''),
-  volume_id: z.string().default(''),
-  volume_pool: z.string().default(''),
+  hypervisor: line.optional(),
+  vcpus: z.number().int().min(1).max(256, 'at most 256 (libvirt and QEMU limits are around there)').default(2),
+  memory: z.number().int().min(256, 'is in MiB; etcd needs at least 256').max(4 * 1024 * 1024, 'is in MiB; at most 4 TiB').default(8192),
+  domain: line.default(''),
+  volume_id: line.default(''),
+  volume_pool: line.default(''),
   base_image: volumeRef.optional(),
-  os_volume_size_gib: z.number().int().min(1).optional(),
-  data_volume_id: z.string().default(''),
-  data_volume_size_gib: z.number().int().min(0).default(0),
+  os_volume_size_gib: z.number().int().min(1).max(65_536, 'is in GiB; at most 64 TiB').optional(),
+  data_volume_id: line.default(''),
+  data_volume_size_gib: z.number().int().min(0).max(65_536, 'is in GiB; at most 64 TiB').default(0),
   libvirt_networks: z.array(libvirtNetwork).default([]),
   macvtap_interfaces: z.array(macvtapInterface).default([]),
-  cloud_init_volume_pool: z.string().default(''),
-  cloud_init_volume_name: z.string().default(''),
-  ssh_admin_user: z.string().min(1).default('ubuntu'),
+  cloud_init_volume_pool: line.default(''),
+  cloud_init_volume_name: line.default(''),
+  ssh_admin_user: line.min(1).default('ubuntu'),
   admin_user_password: optionalSecret,
   /** An OpenSSH public key line, or a path to a .pub file; the tool's own key is authorised either way. */
-  ssh_admin_public_key: z.string().default(''),
+  ssh_admin_public_key: line.default(''),
   authentication_bootstrap: authenticationBootstrap,
   tls,
   restore,
@@ -220,31 +244,31 @@ export const memberDefaultsSchema = z.object(memberFields).partial().strict();
 
 export const hypervisorSchema = z
   .object({
-    address: z.string().min(1),
+    address: line.min(1),
     port: z.number().int().min(1).max(65535).default(22),
-    user: z.string().min(1).default('root'),
-    private_key: z.string().default(''),
-    known_hosts: z.string().default('~/.ssh/known_hosts'),
+    user: line.min(1).default('root'),
+    private_key: line.default(''),
+    known_hosts: line.default('~/.ssh/known_hosts'),
     trust_on_first_use: z.boolean().default(false),
-    libvirt_uri: z.string().default('qemu:///system'),
+    libvirt_uri: line.default('qemu:///system'),
     domain_type: z.enum(['kvm', 'qemu']).default('kvm'),
-    tcg_tb_cache_mib: z.number().int().min(0).default(0),
-    pool: z.string().min(1).default('default'),
+    tcg_tb_cache_mib: z.number().int().min(0).max(65_536, 'is in MiB; at most 64 GiB').default(0),
+    pool: line.min(1).default('default'),
   })
   .strict();
 
 export const etcdSchema = z
   .object({
-    version: z.string().default('v3.4.18'),
+    version: line.default('v3.4.18'),
     auto_compaction_mode: z.enum(['revision', 'periodic']).default('revision'),
-    auto_compaction_retention: z.coerce.string().default('1000'),
-    space_quota: z.number().int().positive().default(8 * 1024 * 1024 * 1024),
+    auto_compaction_retention: z.coerce.string().regex(ONE_LINE, ONE_LINE_MESSAGE).default('1000'),
+    space_quota: z.number().int().min(16 * 1024 * 1024, 'is in bytes; at least 16 MiB').max(MAX_QUOTA_BYTES, `is in bytes; etcd's documented maximum is 8 GiB (${MAX_QUOTA_BYTES})`).default(MAX_QUOTA_BYTES),
     grpc_gateway_enabled: z.boolean().default(false),
     client_cert_auth: z.boolean().default(true),
     client_port: z.number().int().min(1).max(65535).default(2379),
     peer_port: z.number().int().min(1).max(65535).default(2380),
     listen_localhost: z.boolean().default(true),
-    data_dir: z.string().startsWith('/').default('/var/lib/etcd'),
+    data_dir: dataDirectory.default('/var/lib/etcd'),
   })
   .strict()
   .default({});
@@ -253,21 +277,21 @@ export const clusterSchema = z
   .object({
     name,
     is_initializing: z.boolean().default(true),
-    initial_token: z.string().min(1),
-    initial_members: z.array(z.object({ ip: ipv4, name: z.string() }).strict()).default([]),
-    state_dir: z.string().default(''),
+    initial_token: line.min(1),
+    initial_members: z.array(z.object({ ip: ipv4, name: line }).strict()).default([]),
+    state_dir: line.default(''),
     /** Seconds to wait for every member to report healthy; measured under emulation: 3 VMs ~140 s from start. */
-    health_timeout: z.number().int().positive().default(600),
+    health_timeout: z.number().int().positive().max(86_400, 'is in seconds; at most a day').default(600),
   })
   .strict();
 
 export const pkiSchema = z
   .object({
-    organization: z.string().default('etcd-kvm'),
-    validity_period: z.number().int().positive().default(100 * 365 * 24),
-    early_renewal_period: z.number().int().nonnegative().default(365 * 24),
+    organization: line.default('etcd-kvm'),
+    validity_period: z.number().int().positive().max(MAX_VALIDITY_HOURS, `is in hours; at most ${MAX_VALIDITY_HOURS} (1000 years)`).default(100 * 365 * 24),
+    early_renewal_period: z.number().int().nonnegative().max(MAX_VALIDITY_HOURS, `is in hours; at most ${MAX_VALIDITY_HOURS}`).default(365 * 24),
     key_length: z.union([z.literal(2048), z.literal(3072), z.literal(4096)]).default(2048),
-    extra_domains: z.array(z.string()).default([]),
+    extra_domains: z.array(line).default([]),
     ca: z.object({ certificate: pemOrPath, key: pemOrPath }).strict().optional(),
     root_client: z.object({ certificate: pemOrPath, key: pemOrPath }).strict().optional(),
   })

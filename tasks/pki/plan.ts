@@ -108,6 +108,9 @@ export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(
     if (ca.public && !ca.privateKey) {
       throw new PkiRefusal('ca.crt exists but ca.key is missing; restore the key into the state directory (the CA is never replaced silently)');
     }
+    if (ca.public && ca.privateKey && !keyMatchesCertificate(ca.public, ca.privateKey)) {
+      throw new PkiRefusal('pki/ca.key does not belong to pki/ca.crt (two runs at once, or a file copied from elsewhere?); restore the pair that signed the members\' certificates');
+    }
     if (!ca.public) {
       const signedLeaves = [...facts.leaves.entries()].filter(([, pair]) => pair.public).map(([id]) => id);
       if (signedLeaves.length > 0) {

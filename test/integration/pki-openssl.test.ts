@@ -132,6 +132,17 @@ test('a missing CA with surviving leaves is refused, never replaced silently', a
   t.throws(() => statSync(join(stateDir, 'pki', 'ca.crt')));
 });
 
+test('a stored CA key that does not belong to the stored CA certificate is refused (two runs at once used to cause it)', async (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
+  await applyPki(stateDir);
+  const other = join(stateDir, 'other.key');
+  t.is(run('openssl', ['genrsa', '-out', other, '2048']).status, 0);
+  run('cp', [other, join(stateDir, 'pki', 'ca.key')]);
+  const result = await applyPki(stateDir);
+  t.is(result.status, 'failed');
+  t.regex(result.error!, /refusing to continue: pki\/ca.key does not belong to pki\/ca.crt/);
+});
+
 test('an operator-supplied CA signs the member certificates', async (t) => {
   const own = mkdtempSync(join(tmpdir(), 'etcd-kvm-ownca-'));
   const made = run('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=operator CA', '-days', '30', '-keyout', join(own, 'ca.key'), '-out', join(own, 'ca.crt')]);

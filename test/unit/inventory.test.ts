@@ -231,3 +231,39 @@ test('every seed module input is expressible', (t) => {
   t.deepEqual(first.volumes.cloudInit, { pool: 'ci', name: 'custom.iso' });
   t.is(first.admin.password.reveal(), 'console-only');
 });
+
+// Input that can't hurt: bounded numbers, one-line strings where files are line-based, safe paths.
+
+const refusals: { name: string; edit: (doc: Doc) => void; problem: string }[] = [
+  { name: 'a newline in data_dir (it would add lines to the etcd unit)', edit: (doc) => (doc.etcd = { data_dir: '/var/lib/etcd\nExecStartPre=/bin/sh -c evil' }), problem: 'etcd.data_dir: must be one line without control characters (a newline here would add lines to the files it is written into)' },
+  { name: 'data_dir the root directory', edit: (doc) => (doc.etcd = { data_dir: '/' }), problem: "etcd.data_dir: / is a system directory; etcd's data directory is made etcd's own (mode 0700): use a directory of its own such as /var/lib/etcd" },
+  { name: 'data_dir not normalised', edit: (doc) => (doc.etcd = { data_dir: '/var/lib/../lib/etcd/' }), problem: 'etcd.data_dir: must be a normalised path (no //, ., .. or trailing /): did you mean /var/lib/etcd?' },
+  { name: 'data_dir relative', edit: (doc) => (doc.etcd = { data_dir: 'var/lib/etcd' }), problem: 'etcd.data_dir: must be an absolute path' },
+  { name: 'a newline in a chrony server', edit: (doc) => (member(doc, 0).chrony = { enabled: true, servers: [{ url: 'ntp\nallow all' }] }), problem: 'members[0].chrony.servers[0].url (member etcd-1): must be one line without control characters (a newline here would add lines to the files it is written into)' },
+  { name: 'a newline in ssh_admin_user', edit: (doc) => (member(doc, 1).ssh_admin_user = 'admin\nroot ALL=(ALL) ALL'), problem: 'members[1].ssh_admin_user (member etcd-2): must be one line without control characters (a newline here would add lines to the files it is written into)' },
+  { name: 'memory beyond 4 TiB', edit: (doc) => (member(doc, 0).memory = 1e21), problem: 'members[0].memory (member etcd-1): is in MiB; at most 4 TiB' },
+  { name: 'a quota above etcd\'s maximum', edit: (doc) => (doc.etcd = { space_quota: 1e300 }), problem: "etcd.space_quota: is in bytes; etcd's documented maximum is 8 GiB (8589934592)" },
+  { name: 'a validity period beyond 1000 years', edit: (doc) => (doc.pki = { validity_period: 1e15 }), problem: 'pki.validity_period: is in hours; at most 8760000 (1000 years)' },
+  { name: 'a health_timeout that would overflow a timer', edit: (doc) => ((doc.cluster as Record<string, unknown>).health_timeout = 1e12), problem: 'cluster.health_timeout: is in seconds; at most a day' },
+  { name: 'vCPUs beyond 256', edit: (doc) => (member(doc, 2).vcpus = 100_000), problem: 'members[2].vcpus (member etcd-3): at most 256 (libvirt and QEMU limits are around there)' },
+];
+for (const row of refusals) {
+  test(`refused: ${row.name}`, (t) => {
+    t.deepEqual(problemsOf(edit(row.edit)), [row.problem]);
+  });
+}
+
+test('an inline private key with text before its PEM block is refused without echoing it', (t) => {
+  const key = 'Bag Attributes\n    localKeyID: 01 02\n-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n';
+  const problems = problemsOf(edit((doc) => (member(doc, 0).tls = { ca_cert: key, server_cert: key, server_key: key })));
+  t.true(problems.length >= 3);
+  t.regex(problems.find((p) => p.startsWith('members[0].tls.server_key'))!, /neither PEM text starting with -----BEGIN nor a file path \(the value is not shown/);
+  for (const problem of problems) t.false(problem.includes('MIIEvQIBADANBgkqhkiG9w0BAQEFAASC'), problem);
+});
+
+test('a YAML alias bomb is bad input (exit 2), not a crash', (t) => {
+  const bomb = ['a: &a ["x","x","x","x","x","x","x","x","x","x"]', ...'bcdefgh'.split('').map((c, i) => `${c}: &${c} [${Array(10).fill(`*${'abcdefg'[i]}`).join(',')}]`), 'cluster: *h', ''].join('\n');
+  const error = t.throws(() => load(bomb), { instanceOf: InputError });
+  t.regex(error!.message, /cannot be read as data/);
+  t.regex(error!.problems[0]!, /alias/i);
+});
