@@ -57,19 +57,24 @@ export interface SeedDigest {
 /**
  * The digest the ISO of these files has, without building it when the files are unchanged: building
  * costs a process per member (~100 ms each under load), and a run where nothing changed should not
- * pay that. A memo of a pure function (files -> bytes), kept in the state directory.
+ * pay that. A memo of a pure function (files -> bytes), kept in the state directory: read here (a
+ * check never writes), written by rememberSeedDigest when the ISO is built to be uploaded.
  */
 export async function seedDigest(cacheFile: string, rendered: readonly RenderedFile[]): Promise<SeedDigest> {
-  const inputs = createHash('sha256')
-    .update(JSON.stringify(CLOUD_INIT_FILES.map((name) => [name, rendered.find((file) => file.name === name)?.content ?? ''])))
-    .digest('hex');
   const cached = readIfExists(cacheFile);
   if (cached) {
     const memo = JSON.parse(cached) as SeedDigest & { inputs: string };
-    if (memo.inputs === inputs) return { sha256: memo.sha256, size: memo.size };
+    if (memo.inputs === seedInputs(rendered)) return { sha256: memo.sha256, size: memo.size };
   }
   const iso = await buildCloudInitIso(rendered);
-  const digest = { sha256: iso.sha256, size: iso.bytes.length };
-  writeFileAtomic(cacheFile, `${JSON.stringify({ inputs, ...digest })}\n`, PRIVATE_FILE_MODE);
-  return digest;
+  return { sha256: iso.sha256, size: iso.bytes.length };
 }
+
+export function rememberSeedDigest(cacheFile: string, rendered: readonly RenderedFile[], iso: CloudInitIso): void {
+  writeFileAtomic(cacheFile, `${JSON.stringify({ inputs: seedInputs(rendered), sha256: iso.sha256, size: iso.bytes.length })}\n`, PRIVATE_FILE_MODE);
+}
+
+const seedInputs = (rendered: readonly RenderedFile[]) =>
+  createHash('sha256')
+    .update(JSON.stringify(CLOUD_INIT_FILES.map((name) => [name, rendered.find((file) => file.name === name)?.content ?? ''])))
+    .digest('hex');

@@ -1,7 +1,7 @@
 import type { Step } from '../core/step.ts';
 import type { Member } from '../inventory/model.ts';
 import { join } from 'node:path';
-import { buildCloudInitIso, seedDigest, type SeedDigest } from '../libvirt/cloud-init-iso.ts';
+import { buildCloudInitIso, rememberSeedDigest, seedDigest, type SeedDigest } from '../libvirt/cloud-init-iso.ts';
 import { volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
 import type { RenderedFile } from '../render/member.ts';
 import type { RemoteContext } from '../remote/context.ts';
@@ -34,14 +34,14 @@ export function seedQuestions(member: Member): Record<'info' | 'digest', Questio
 export function cloudInitIsoStep(stateDir: string, members: readonly Member[], rendered: ReadonlyMap<string, RenderedFile[]>, context: RemoteContext): Step<SeedState, null> {
   const { targets, memberNamed } = memberTargets(members);
   const filesOf = (name: string) => rendered.get(name) ?? [];
-  const wantedDigest = (name: string) => seedDigest(join(stateDir, 'seeds', `${name}.json`), filesOf(name));
+  const memoOf = (name: string) => join(stateDir, 'seeds', `${name}.json`);
   return {
     name: 'cloud-init',
     targets,
     async check(name) {
       const member = memberNamed(name);
       const { pool, name: volume } = member.volumes.cloudInit;
-      const [answers, wanted] = await Promise.all([context.probe(member, seedQuestions(member)), wantedDigest(name)]);
+      const [answers, wanted] = await Promise.all([context.probe(member, seedQuestions(member)), seedDigest(memoOf(name), filesOf(name))]);
       const state = volumeState(answers.info, `cloud-init volume ${pool}/${volume}`);
       return { volume: state, wanted, ...(state.exists ? { remoteSha256: answers.digest.output.trim().split(/\s+/)[0] } : {}) };
     },
@@ -60,6 +60,7 @@ export function cloudInitIsoStep(stateDir: string, members: readonly Member[], r
       if (state.volume.exists) await virsh.run(['vol-delete', '--pool', pool, volume]);
       await virsh.run(['vol-create-as', '--pool', pool, '--name', volume, '--capacity', `${iso.bytes.length}`, '--format', 'raw']);
       await virsh.run(['vol-upload', '--pool', pool, volume, '/dev/stdin'], { stdin: iso.bytes });
+      rememberSeedDigest(memoOf(name), filesOf(name), iso);
     },
   };
 }

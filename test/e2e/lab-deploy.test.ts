@@ -1,5 +1,6 @@
 import test, { type ExecutionContext } from 'ava';
 import { spawn, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,9 +17,9 @@ const MEMBERS = Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[];
 const ALL = MEMBERS.map((name) => endpoint(name));
 const outputs: string[] = [];
 
-function deployed(t: { log: (...values: unknown[]) => void }, args: string[] = []): DeployRun {
+function deployed(t: { log: (...values: unknown[]) => void }, args: string[] = [], reportPath?: string): DeployRun {
   const started = Date.now();
-  const result = deploy(args);
+  const result = deploy(args, reportPath);
   outputs.push(result.output);
   t.log(`deploy ${args.join(' ')}: exit ${result.status} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
   if (result.status !== 0) t.log(result.output.slice(-4000));
@@ -193,6 +194,51 @@ const quorumKept = (t: ExecutionContext, samples: { healthy: string[] }[]) => {
   const worst = Math.min(...samples.map((sample) => sample.healthy.length));
   t.true(worst >= 2, `a sample had ${worst} healthy members`);
 };
+
+/** Every file under the state directory with its content digest and modification time. */
+function stateSnapshot(dir = LAB_STATE): string[] {
+  const entries: string[] = [];
+  const walk = (path: string) => {
+    for (const name of readdirSync(path).sort()) {
+      const full = join(path, name);
+      const stat = statSync(full);
+      if (stat.isDirectory()) walk(full);
+      else entries.push(`${full} ${stat.mtimeMs} ${createHash('sha256').update(readFileSync(full)).digest('hex')}`);
+    }
+  };
+  walk(dir);
+  return entries;
+}
+
+test.serial('a dry-run that plans changes in every step writes nothing anywhere in the state directory', (t) => {
+  const changedSettings = variant('dry-run', (yaml) => yaml.replace('space_quota: 536870912', 'space_quota: 536870912\n  auto_compaction_retention: "778"'));
+  try {
+    const before = stateSnapshot();
+    // The report goes elsewhere: the state directory is what is watched.
+    const dry = deployed(t, ['-i', changedSettings, '--dry-run'], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
+    t.is(dry.status, 0);
+    t.regex(changed(dry).join('\n'), /cloud-init: changed replace cloud-init ISO/);
+    t.regex(changed(dry).join('\n'), /guest: changed update \/etc\/etcd\/etcd\.env; restart etcd\.service/);
+    t.deepEqual(stateSnapshot(), before);
+  } finally {
+    rmSync(changedSettings, { force: true });
+  }
+});
+
+test.serial('two deploys started together on one state directory: one runs, the other exits 1 at once naming the holder', async (t) => {
+  const lockFile = join(LAB_STATE, 'run.lock');
+  const first = spawn(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', '-i', 'inventories/lab.yaml'], { stdio: 'ignore' });
+  const firstDone = new Promise<number | null>((resolve) => first.once('exit', resolve));
+  for (let waited = 0; !existsSync(lockFile) && waited < 30_000; waited += 100) await new Promise((resolve) => setTimeout(resolve, 100));
+  t.true(existsSync(lockFile), 'the first run took the lock');
+  const started = Date.now();
+  const second = deploy([], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
+  t.is(second.status, 1);
+  t.regex(second.stderr, new RegExp(`another run holds .*run\\.lock: PID ${first.pid} on `));
+  t.true(Date.now() - started < 15_000, `the second run gave up at once (${Date.now() - started} ms)`);
+  t.is(await firstDone, 0);
+  t.false(existsSync(lockFile), 'released at the end');
+});
 
 test.serial('a changed guest setting reaches every running etcd in one run, rolled followers first, never below quorum', (t) => {
   const retention = variant('retention', (yaml) => yaml.replace('space_quota: 536870912', 'space_quota: 536870912\n  auto_compaction_retention: "777"'));

@@ -322,11 +322,12 @@ test('password mode: clients are not asked for certificates; restore mode: etcd 
   t.is(env.get('ETCD_PEER_TRUSTED_CA_FILE'), '/etc/etcd/tls/ca.crt');
   t.false(password.content.includes('pw\n'), 'the root password is not written into the guest');
 
-  const restore = { enabled: true, s3: { endpoint: 'http://127.0.0.1:9000', bucket: 'b', object_prefix: 'etcd', access_key: 'a', secret_key: 's' } };
-  const restoring = userDataOf(withDefaults({ restore }));
+  // Distinctive values: a one-letter key would be found anywhere, and its absence would prove nothing.
+  const s3 = { endpoint: 'http://127.0.0.1:9000', bucket: 'b', object_prefix: 'etcd', access_key: 'AKIA-E2E-ACCESS-KEY', secret_key: 'S3-SECRET-KEY-NEVER-IN-A-GUEST' };
+  const restoring = userDataOf(withDefaults({ restore: { enabled: true, s3 } }));
   t.regex(restoring.writes.get('/etc/systemd/system/etcd.service')!.content, /^ConditionPathExists=\/var\/lib\/etcd\/member$/m);
   // S3 credentials never reach the guest: the tool fetches the snapshot itself.
-  t.false(restoring.content.includes('"s"') || restoring.content.includes('http://127.0.0.1:9000'));
+  for (const value of [s3.endpoint, s3.access_key, s3.secret_key]) t.false(restoring.content.includes(value), value);
 });
 
 test('secrets in the guest are never in a world-readable file', (t) => {
