@@ -99,7 +99,7 @@ export function renderUserData(input: CloudInitInput): string {
     ...Object.assign({}, ...fragments.map((fragment) => fragment.modules ?? {})),
     // notify is the guest step's business, not a cloud-init key.
     write_files: fragments.flatMap((fragment) => fragment.writeFiles ?? []).map(({ notify: _notify, ...file }) => file),
-    runcmd: fragments.flatMap(firstBootCommands),
+    runcmd: firstBootCommands(fragments),
   };
   return `#cloud-config\n${toYaml(config)}`;
 }

@@ -28,11 +28,13 @@ for (const path of ['inventories/lab.yaml', 'inventories/examples/all-services.y
       const runcmd = (parse(userData, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map((argv) => argv.join(' '));
       t.true(guest.services.length > 0);
       for (const service of guest.services) {
-        const enable = runcmd.indexOf(`systemctl enable ${service.unit}`);
-        const restart = runcmd.indexOf(`systemctl restart ${service.unit}`);
-        t.true(enable >= 0 && restart > enable, `${service.unit} is enabled, then (re)started at first boot`);
-        t.true(runcmd.slice(0, restart).includes('systemctl daemon-reload'), `${service.unit} starts after systemd read its units`);
+        const enable = runcmd.indexOf(`sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh ${service.unit}`);
+        const configured = guest.files.some((file) => file.notify === service.unit);
+        const start = runcmd.indexOf(`systemctl ${configured ? 'restart' : 'start'} ${service.unit}`);
+        t.true(enable >= 0 && start > enable, `${service.unit} is enabled if it is not, then ${configured ? 'restarted (its configuration was written)' : 'started'} at first boot`);
+        t.true(runcmd.slice(0, start).includes('systemctl daemon-reload'), `${service.unit} starts after systemd read its units`);
       }
+      t.is(runcmd.filter((command) => command === 'systemctl daemon-reload').length, 1, 'systemd reloads once');
     }
   });
 }
@@ -42,6 +44,7 @@ test('etcd starts at first boot only after its data directory is prepared, and r
   const member = inventory.members[0]!;
   const runcmd = (parse(fileOf(rendered.get(member.name), 'user-data').content, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map((argv) => argv.join(' '));
   t.true(runcmd.indexOf('install -d -o etcd -g etcd -m 0700 /var/lib/etcd') < runcmd.indexOf('systemctl restart etcd.service'));
+  t.true(runcmd.includes('systemctl restart etcd.service'));
   const etcd = guests.get(member.name)!.services.find((service) => service.unit === 'etcd.service')!;
   t.true(etcd.rolling);
   t.deepEqual(etcd.environment?.path, '/etc/etcd/etcd.env');

@@ -76,8 +76,9 @@ test('chrony: the inventory servers and pools with their options, makestep, chro
 
 test('node exporter: enabled on every member; the upstream binary gets a unit of the same name', (t) => {
   const packaged = userDataOf(withDefaults({}));
-  t.true(packaged.config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl enable prometheus-node-exporter.service'));
-  t.true(packaged.config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl restart prometheus-node-exporter.service'));
+  t.true(packaged.config.runcmd.some((command: string[]) => command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh prometheus-node-exporter.service`));
+  // Debian's package already runs it with its own configuration: started, not restarted.
+  t.true(packaged.config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl start prometheus-node-exporter.service'));
   t.false(packaged.writes.has('/etc/systemd/system/prometheus-node-exporter.service'));
   const upstream = userDataOf(withDefaults({ install_dependencies: true }));
   const unit = upstream.writes.get('/etc/systemd/system/prometheus-node-exporter.service')!.content;
@@ -112,7 +113,7 @@ test('fluent-bit: journal inputs tagged for etcd and the node exporter, forward 
   ]);
   t.is(writes.get('/etc/fluent-bit/forward-ca.crt')!.content, FLUENTBIT.forward.ca_cert);
   t.regex(writes.get('/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf')!.content, /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit -c \/etc\/fluent-bit\/etcd-kvm.yaml$/m);
-  t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl enable fluent-bit.service'));
+  t.true(config.runcmd.some((command: string[]) => command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh fluent-bit.service`));
   t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl restart fluent-bit.service'));
   t.false(display.includes('fb-shared-secret'));
 });
@@ -180,7 +181,7 @@ test('fluent-bit dynamic config from etcd: the watcher syncs the prefix with a c
   t.regex(dropIn, /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit --enable-hot-reload -c \/etc\/fluent-bit\/dynamic\/index.conf$/m);
   t.regex(dropIn, /^ExecReload=\/bin\/kill -HUP \$MAINPID$/m);
   t.true(runs(config, 'install -d -o fluent-bit-updater -g fluent-bit-updater -m 0700 /etc/fluent-bit/dynamic'));
-  t.true(runs(config, 'systemctl enable fluent-bit-config-updater.service'));
+  t.true(runs(config, `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh fluent-bit-config-updater.service`));
   t.true(runs(config, 'systemctl restart fluent-bit-config-updater.service'));
 
   // Without dynamic configuration none of it is there and fluent-bit runs the static pipeline.
@@ -253,7 +254,7 @@ test('fluent-bit dynamic config from git: gitsync every minute, deploy key only 
   t.regex(service, /^Type=oneshot$/m);
   t.regex(service, /^Environment=GITSYNC_CONFIG_FILE=\/etc\/fluent-bit-config-updater\/config.yml$/m);
   t.regex(writes.get('/etc/systemd/system/fluent-bit-config-updater.timer')!.content, /^OnCalendar=\*-\*-\* \*:\*:00$/m);
-  t.true(runs(config, 'systemctl enable fluent-bit-config-updater.timer'));
+  t.true(runs(config, `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh fluent-bit-config-updater.timer`));
   t.true(runs(config, 'systemctl restart fluent-bit-config-updater.timer'));
   t.false(display.includes('git-deploy-key'));
   // No trusted keys: unsigned commits are accepted, as in the module, and no key directory is configured.
@@ -286,7 +287,7 @@ test('vault agent: AppRole auto-auth from files only the vault user reads, addre
   t.deepEqual(writes.get('/etc/vault-agent.d/secret-id'), { path: '/etc/vault-agent.d/secret-id', permissions: '0400', owner: 'vault:vault', defer: true, content: 'secret-id-secret' });
   t.is(writes.get('/etc/vault-agent.d/vault-ca.crt')!.content, VAULT.vault_ca_cert);
   t.regex(writes.get('/etc/systemd/system/vault-agent.service')!.content, /^ExecStart=\/usr\/bin\/vault agent -config=\/etc\/vault-agent.d$/m);
-  t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl enable vault-agent.service'));
+  t.true(config.runcmd.some((command: string[]) => command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh vault-agent.service`));
   t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl restart vault-agent.service'));
   t.false(display.includes('role-id-secret') || display.includes('secret-id-secret'));
 });

@@ -74,7 +74,7 @@ test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 070
   t.is(writes.get('/etc/etcd/tls/ca.crt')!.content, 'CA-PEM\n');
   t.regex(writes.get('/etc/systemd/system/etcd.service')!.content, /EnvironmentFile=\/etc\/etcd\/etcd.env\nExecStart=\/usr\/bin\/etcd/);
   t.deepEqual(config.runcmd[0], ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', '/var/lib/etcd']);
-  t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl enable etcd.service'));
+  t.true(config.runcmd.some((command: string[]) => command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh etcd.service`));
   t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl restart etcd.service'));
 
   // The display copy masks every secret but keeps everything else.
