@@ -7,7 +7,7 @@ import { SnapshotBucket } from './backup/s3.ts';
 import { verifySnapshotHash } from './backup/source.ts';
 import { loadInventory } from './inventory/load.ts';
 import type { Inventory, Member } from './inventory/model.ts';
-import { clientIdentities } from './pki/materials.ts';
+import { clientIdentities } from './etcd/identities.ts';
 import { PkiStore } from './pki/store.ts';
 import { HypervisorConnections } from './remote/hypervisors.ts';
 

@@ -3,7 +3,8 @@ import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, writeFileAtomic } from './core/fil
 import { InputError } from './core/errors.ts';
 import type { Runner } from './core/runner.ts';
 import type { Inventory, Member } from './inventory/model.ts';
-import { clientIdentities, materialsFrom, readFacts } from './pki/materials.ts';
+import { materialsFrom, readFacts } from './pki/materials.ts';
+import { clientIdentities } from './etcd/identities.ts';
 import { PkiStore } from './pki/store.ts';
 import { renderGuest, renderMember, type RenderedFile } from './render/member.ts';
 import type { DesiredGuest } from './render/guest/desired.ts';
@@ -11,7 +12,7 @@ import type { InitialClusterState } from './render/etcd.ts';
 import { pkiStep } from './steps/pki.ts';
 import { renderedFilesStep } from './steps/rendered-files.ts';
 import { EtcdClients, preloadEtcdClient } from './etcd/client.ts';
-import { RemoteContext } from './remote/context.ts';
+import { RemoteContext } from './libvirt/context.ts';
 import { authStep } from './steps/auth.ts';
 import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
 import { domainQuestions, domainsStep } from './steps/domains.ts';

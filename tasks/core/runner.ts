@@ -1,9 +1,6 @@
 import { Listr, type ListrTask } from 'listr2';
 import { describeError } from './errors.ts';
-import type { AnyStep, Change, StepResult } from './step.ts';
-
-/** The machine running the tool; steps on it (PKI, local state) gate everything after them. */
-export const CONTROL_NODE = 'localhost';
+import { CONTROL_NODE, type AnyStep, type Change, type StepResult } from './step.ts';
 
 export interface RunOptions {
   dryRun: boolean;

@@ -5,6 +5,9 @@
  * whose second plan is not empty did not converge.
  */
 
+/** The machine running the tool, as a step's target; steps on it (PKI, local state) gate everything after them. */
+export const CONTROL_NODE = 'localhost';
+
 /** Display-safe before/after text of one changed thing; secrets are already masked. */
 export interface Diff {
   label: string;

@@ -1,4 +1,4 @@
-import { commandLine, quote } from '../remote/shell.ts';
+import { commandLine, quote } from '../core/shell.ts';
 
 /**
  * What the guest step knows about a member, asked in one SSH exec: every managed file's digest,

@@ -1,4 +1,4 @@
-import { commandLine } from '../remote/shell.ts';
+import { commandLine } from '../core/shell.ts';
 import type { SshConnection } from '../remote/ssh.ts';
 
 /**

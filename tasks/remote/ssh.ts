@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { connect as tcpConnect, type Socket } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
-import { commandLine } from './shell.ts';
+import { commandLine } from '../core/shell.ts';
 import { verifyHostKey } from './known-hosts.ts';
 
 /**

@@ -1,7 +1,7 @@
 import type { Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
-import type { ClientIdentities } from '../pki/materials.ts';
+import type { ClientIdentities } from '../etcd/identities.ts';
 import { memberHealth } from '../etcd/health.ts';
 import { revealSecret } from '../core/secret.ts';
 import { memberTargets } from './member-targets.ts';

@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { buildCloudInitIso, rememberSeedDigest, seedDigest, type SeedDigest } from '../libvirt/cloud-init-iso.ts';
 import { volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
 import type { RenderedFile } from '../render/member.ts';
-import type { RemoteContext } from '../remote/context.ts';
-import { commandLine } from '../remote/shell.ts';
+import type { RemoteContext } from '../libvirt/context.ts';
+import { commandLine } from '../core/shell.ts';
 import { virshArgv, type Question } from '../libvirt/virsh.ts';
 import { memberTargets } from './member-targets.ts';
 

@@ -6,7 +6,7 @@ import { currentLeader, ensureQuorumWithout, rollOrder, type RollKind } from '..
 import { canonicalDomainXml, compareDomainXml, parseDomInfo } from '../libvirt/domain-xml.ts';
 import { isNotFound, type Question } from '../libvirt/virsh.ts';
 import type { RenderedFile } from '../render/member.ts';
-import type { RemoteContext } from '../remote/context.ts';
+import type { RemoteContext } from '../libvirt/context.ts';
 import { memberTargets } from './member-targets.ts';
 
 /**

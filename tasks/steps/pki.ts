@@ -1,5 +1,4 @@
-import { CONTROL_NODE } from '../core/runner.ts';
-import type { Change, Step } from '../core/step.ts';
+import { CONTROL_NODE, type Change, type Step } from '../core/step.ts';
 import type { Inventory } from '../inventory/model.ts';
 import { generateRsaKey, generateSshKey } from '../pki/keys.ts';
 import { readFacts } from '../pki/materials.ts';

@@ -2,7 +2,7 @@ import type { Change, Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { GIB, volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
 import type { ProbeAnswer, Question } from '../libvirt/virsh.ts';
-import type { RemoteContext } from '../remote/context.ts';
+import type { RemoteContext } from '../libvirt/context.ts';
 import { memberTargets } from './member-targets.ts';
 
 /**

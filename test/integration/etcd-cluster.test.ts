@@ -7,7 +7,7 @@ import { GUEST_PATHS, parseEnvironmentFile } from '../../tasks/render/etcd.ts';
 import { Runner } from '../../tasks/core/runner.ts';
 import { EtcdClients } from '../../tasks/etcd/client.ts';
 import { waitForHealth } from '../../tasks/etcd/health.ts';
-import { clientIdentities } from '../../tasks/pki/materials.ts';
+import { clientIdentities } from '../../tasks/etcd/identities.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
 import { authStep } from '../../tasks/steps/auth.ts';

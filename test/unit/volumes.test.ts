@@ -1,7 +1,7 @@
 import test from 'ava';
 import type { Inventory, Member } from '../../tasks/inventory/model.ts';
 import type { ProbeAnswer, Question } from '../../tasks/libvirt/virsh.ts';
-import type { RemoteContext } from '../../tasks/remote/context.ts';
+import type { RemoteContext } from '../../tasks/libvirt/context.ts';
 import { volumesStep } from '../../tasks/steps/volumes.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 

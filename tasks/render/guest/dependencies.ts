@@ -1,5 +1,5 @@
 import type { Inventory, Member } from '../../inventory/model.ts';
-import { quote } from '../../remote/shell.ts';
+import { quote } from '../../core/shell.ts';
 import { renderTemplate } from '../templates.ts';
 import { CONFIG_UPDATER, usesDynamicConfig } from './fluent-bit-dynamic.ts';
 import type { CloudConfigFragment } from './fragment.ts';

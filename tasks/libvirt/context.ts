@@ -1,6 +1,6 @@
 import type { Member } from '../inventory/model.ts';
-import { Virsh, type ProbeAnswer, type Question } from '../libvirt/virsh.ts';
-import { HypervisorConnections } from './hypervisors.ts';
+import { Virsh, type ProbeAnswer, type Question } from './virsh.ts';
+import { HypervisorConnections } from '../remote/hypervisors.ts';
 
 /**
  * What the remote steps share during one run: the hypervisor connections, and the answers of one

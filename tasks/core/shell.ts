@@ -17,8 +17,3 @@ export function commandLine(argv: readonly string[]): string {
   if (argv.length === 0) throw new Error('commandLine needs at least the program');
   return argv.map(quote).join(' ');
 }
-
-/** Several commands run one after another, stopping at the first failure (for batched probes). */
-export function andThen(commands: readonly (readonly string[])[]): string {
-  return commands.map(commandLine).join(' && ');
-}

@@ -1,0 +1,55 @@
+import test from 'ava';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+
+/**
+ * The folders under tasks/ are layers, and imports point one way: down. The README's "How it works"
+ * describes the same order. A file may import its own folder and the folders listed for it.
+ */
+const ALLOWED: Record<string, string[]> = {
+  core: [],
+  inventory: ['core'],
+  pki: ['core', 'inventory'],
+  render: ['core', 'inventory', 'pki'],
+  remote: ['core', 'inventory'],
+  libvirt: ['core', 'inventory', 'remote', 'render'],
+  etcd: ['core', 'inventory', 'remote', 'pki'],
+  guest: ['core', 'inventory', 'remote', 'render'],
+  backup: ['core', 'inventory'],
+  steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup'],
+  cli: ['core'],
+};
+
+const TASKS = resolve('tasks');
+
+function sources(dir: string): string[] {
+  return readdirSync(dir).flatMap((name) => {
+    const path = join(dir, name);
+    return statSync(path).isDirectory() ? sources(path) : name.endsWith('.ts') ? [path] : [];
+  });
+}
+
+/** The top-level folder of tasks/ a file is in; undefined for the entry points (deploy.ts, pipeline.ts, …). */
+const layerOf = (path: string) => {
+  const parts = relative(TASKS, path).split('/');
+  return parts.length > 1 ? parts[0] : undefined;
+};
+
+test('every folder of tasks/ is a known layer', (t) => {
+  const folders = readdirSync(TASKS).filter((name) => statSync(join(TASKS, name)).isDirectory()).sort();
+  t.deepEqual(folders, Object.keys(ALLOWED).sort());
+});
+
+test('imports between the folders of tasks/ point down the layers only', (t) => {
+  const wrong: string[] = [];
+  for (const file of sources(TASKS)) {
+    const from = layerOf(file);
+    if (!from) continue;
+    for (const match of readFileSync(file, 'utf8').matchAll(/^(?:import|export)[^'"]*from '(\.[^']+)'/gm)) {
+      const to = layerOf(resolve(dirname(file), match[1]!));
+      if (to === undefined && !resolve(dirname(file), match[1]!).startsWith(TASKS)) continue;
+      if (to !== from && !ALLOWED[from]!.includes(to ?? '(an entry point)')) wrong.push(`${relative(TASKS, file)} imports ${match[1]} (${from} -> ${to ?? 'an entry point'})`);
+    }
+  }
+  t.deepEqual(wrong, []);
+});
