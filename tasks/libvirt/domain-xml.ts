@@ -50,9 +50,15 @@ function project(wanted: XmlNode, live: XmlNode | undefined): XmlNode {
       });
       return projectValue(child, best < 0 ? undefined : candidates.splice(best, 1)[0]);
     });
+    // A disk or NIC attached by hand is drift (the description says so); the controllers, inputs and
+    // the like libvirt adds by itself are not.
+    if (ATTACHABLE.has(key)) for (const extra of candidates) (projected[key] as XmlValue[]).push(extra);
   }
   return projected;
 }
+
+/** Devices an operator attaches: one present only in the live definition shows in the comparison. */
+const ATTACHABLE = new Set(['disk', 'interface', 'filesystem', 'hostdev']);
 
 /** How many leaves differ between a wanted tree and a projection onto it. */
 function distance(wanted: XmlValue, projected: XmlValue | undefined): number {

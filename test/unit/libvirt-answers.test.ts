@@ -1,0 +1,82 @@
+import test from 'ava';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { compareDomainXml, parseDomInfo } from '../../tasks/libvirt/domain-xml.ts';
+import { isNotFound, Virsh, type Question } from '../../tasks/libvirt/virsh.ts';
+import type { SshConnection } from '../../tasks/remote/ssh.ts';
+import { renderDomainXml } from '../../tasks/render/domain.ts';
+import { loadInventory } from '../../tasks/inventory/load.ts';
+
+/**
+ * libvirt's answers, recorded from the lab (virsh 9.0, QEMU TCG): the batched probe's parser, the
+ * semantic comparison of a rendered domain with libvirt's inactive definition, dominfo.
+ */
+
+const fixture = (name: string) => readFileSync(`test/fixtures/${name}`, 'utf8');
+const LIVE = fixture('virsh-dumpxml-inactive-etcd-1.xml');
+
+/** A connection that answers every exec with recorded output. */
+const replaying = (stdout: string) => ({ target: { label: 'hypervisor lab' }, exec: async () => ({ command: 'sh', code: 0, stdout, stderr: '' }) }) as unknown as SshConnection;
+
+const QUESTIONS: Record<string, Question> = { os: [], data: [], basePath: [], baseInfo: [], info: [], digest: { shell: '' }, xml: [], missing: [] };
+
+test('the batched probe splits a recorded answer into each question: exit code and output', async (t) => {
+  const answers = await new Virsh(replaying(fixture('virsh-probe-lab-etcd-1.txt')), 'qemu:///system').probe(QUESTIONS);
+  t.is(answers.os!.code, 0);
+  t.regex(answers.os!.output, /^Name:\s+etcd-1-os\.qcow2$/m);
+  t.is(answers.basePath!.output.trim(), '/var/lib/etcd-kvm-lab/pools/etcd-lab-images/debian-12-etcd.qcow2');
+  t.regex(answers.digest!.output.trim(), /^[0-9a-f]{64} {2}-$/);
+  t.true(answers.xml!.output.startsWith('<domain type='));
+  t.like(parseDomInfo(answers.info!.output), { running: true, autostart: true, state: 'running' });
+  t.is(answers.missing!.code, 1);
+  t.true(isNotFound(answers.missing!));
+  t.false(isNotFound(answers.os!));
+});
+
+test('a missing pool is "not found", not a broken connection', async (t) => {
+  const answers = await new Virsh(replaying(fixture('virsh-probe-lab-no-pools.txt')), 'qemu:///system').probe(QUESTIONS);
+  t.is(answers.os!.code, 1);
+  t.true(isNotFound(answers.os!));
+  t.true(isNotFound(answers.xml!));
+});
+
+test('an answer cut short names the question that got none', async (t) => {
+  const recorded = fixture('virsh-probe-lab-etcd-1.txt');
+  const cut = recorded.slice(0, recorded.indexOf('@@etcd-kvm@@xml'));
+  await t.throwsAsync(new Virsh(replaying(cut), 'qemu:///system').probe(QUESTIONS), { message: /probe on hypervisor lab gave no answer for xml/ });
+});
+
+test('dominfo: state and autostart, recorded', (t) => {
+  t.deepEqual(parseDomInfo(fixture('virsh-dominfo-etcd-1.txt')), { running: true, autostart: true, state: 'running' });
+  t.deepEqual(parseDomInfo('State:          shut off\nAutostart:      disable\n'), { running: false, autostart: false, state: 'shut off' });
+});
+
+/** etcd-1's domain as the tool renders it from the lab inventory, with `edit` applied to the inventory text first. */
+function renderedEtcd1(edit: (yaml: string) => string = (yaml) => yaml): string {
+  // Beside the original, so its relative paths resolve; .e2e-* names are ignored by git.
+  const path = join('inventories', `.e2e-unit-${process.pid}.yaml`);
+  writeFileSync(path, edit(readFileSync('inventories/lab.yaml', 'utf8')));
+  try {
+    const inventory = loadInventory(path);
+    return renderDomainXml(inventory.cluster.name, inventory.members.find((member) => member.name === 'etcd-1')!);
+  } finally {
+    rmSync(path, { force: true });
+  }
+}
+
+const cases: { name: string; rendered?: (yaml: string) => string; live?: (xml: string) => string; same: boolean; shows?: RegExp }[] = [
+  { name: 'the lab definition against what libvirt made of it (uuid, addresses, controllers, q35 → pc-q35-7.2): the same', same: true },
+  { name: 'more memory in the inventory: differs, and the diff shows both sizes', rendered: (y) => y.replace('memory: 1024', 'memory: 1152'), same: false, shows: /1179648/ },
+  { name: 'a NIC whose MAC was changed by hand: differs', live: (x) => x.replace(/<mac address='([0-9a-f:]+)'\/>/, "<mac address='52:54:00:aa:bb:cc'/>"), same: false, shows: /52:54:00:aa:bb:cc/ },
+  { name: 'a disk attached by hand, only in the live definition: differs (the description promises drift)', live: (x) => x.replace('</devices>', "<disk type='file' device='disk'><source file='/var/lib/extra.img'/><target dev='vdz' bus='virtio'/></disk></devices>"), same: false, shows: /\/var\/lib\/extra\.img/ },
+  { name: 'a device libvirt adds by itself (another controller, an input): the same', live: (x) => x.replace('</devices>', "<controller type='pci' index='9' model='pcie-root-port'/><input type='tablet' bus='usb'/></devices>"), same: true },
+];
+for (const row of cases) {
+  test(`domain comparison: ${row.name}`, (t) => {
+    const rendered = renderedEtcd1(row.rendered);
+    const live = row.live ? row.live(LIVE) : LIVE;
+    const comparison = compareDomainXml(rendered, live);
+    t.is(comparison.same, row.same, `${comparison.live}\n---\n${comparison.wanted}`);
+    if (row.shows) t.regex(`${comparison.live}\n${comparison.wanted}`, row.shows);
+  });
+}
