@@ -2,6 +2,7 @@ import test from 'ava';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { XMLParser } from 'fast-xml-parser';
 import { parse } from 'yaml';
 import { renderAll } from '../../tasks/pipeline.ts';
 import { etcdEnvironment, parseEnvironmentFile, renderEnvironmentFile } from '../../tasks/render/etcd.ts';
@@ -109,29 +110,50 @@ test('network-config matches NICs by MAC, quoted so YAML 1.1 cannot read an all-
   t.deepEqual(parse(fileOf(rendered(inventory), 'meta-data').content), { 'instance-id': 'test-etcd-1', 'local-hostname': 'etcd-1' });
 });
 
+/** The domain XML as data: attributes as "@name", every element a list, text as "#text". */
+type Xml = { [key: string]: Xml[] | string };
+const xmlParser = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '@', textNodeName: '#text', parseTagValue: false, parseAttributeValue: false, isArray: (_name, _path, _leaf, isAttribute) => !isAttribute });
+const domainOf = (xml: string): Xml => ((xmlParser.parse(xml) as Xml).domain as Xml[])[0]!;
+const all = (node: Xml, name: string): Xml[] => (node[name] as Xml[] | undefined) ?? [];
+const one = (node: Xml, name: string): Xml => {
+  const found = all(node, name);
+  if (found.length !== 1) throw new Error(`expected one <${name}>, found ${found.length}`);
+  return found[0]!;
+};
+const text = (node: Xml) => (typeof node === 'string' ? node : (node['#text'] as string));
+
 test('domain XML: sizes, TCG or KVM CPU, disks, cdrom on virtio-scsi, NICs, escaping', (t) => {
   const doc = baseDocument();
   doc.hypervisors = { hv: { address: '127.0.0.1', domain_type: 'qemu', tcg_tb_cache_mib: 256, pool: 'p&q' } };
   Object.assign(doc.members[0]!, { vcpus: 2, memory: 2048, data_volume_size_gib: 5, macvtap_interfaces: [{ interface: 'ens3', ip: '10.30.0.5', prefix_length: 24, mac: '52:54:00:aa:bb:cc' }] });
-  const xml = fileOf(rendered(load(doc)), 'domain.xml').content;
-  t.true(xml.includes("<domain type='qemu'>"));
-  t.true(xml.includes("<memory unit='KiB'>2097152</memory>"));
-  t.true(xml.includes("<vcpu placement='static'>2</vcpu>"));
-  t.true(xml.includes("<tb-cache unit='KiB'>262144</tb-cache>"));
-  t.false(xml.includes('host-passthrough'), 'TCG cannot pass the host CPU through');
-  t.true(xml.includes("<source pool='p&amp;q' volume='etcd-1-os.qcow2'/>"));
-  t.true(xml.includes("<source pool='p&amp;q' volume='etcd-1-data.qcow2'/>\n      <target dev='vdb' bus='virtio'/>"));
-  t.regex(xml, /<disk type='volume' device='cdrom'>[\s\S]*volume='etcd-1-cloud-init.iso'\/>\s*<target dev='sda' bus='scsi'\/>\s*<readonly\/>/);
-  t.true(xml.includes("<controller type='scsi' index='0' model='virtio-scsi'/>"));
-  t.regex(xml, /<interface type='network'>\s*<source network='net'\/>/);
-  t.regex(xml, /<interface type='direct'>\s*<source dev='ens3' mode='bridge'\/>\s*<mac address='52:54:00:aa:bb:cc'\/>/);
-  t.true(xml.includes("<console type='pty'>"));
+  const domain = domainOf(fileOf(rendered(load(doc)), 'domain.xml').content);
+  t.is(domain['@type'], 'qemu');
+  t.is(text(one(domain, 'name')), 'etcd-1');
+  t.like(one(domain, 'memory'), { '@unit': 'KiB', '#text': '2097152' });
+  t.is(text(one(domain, 'vcpu')), '2');
+  t.like(one(one(one(domain, 'features'), 'tcg'), 'tb-cache'), { '@unit': 'KiB', '#text': '262144' });
+  t.is(all(domain, 'cpu').filter((cpu) => cpu['@mode'] === 'host-passthrough').length, 0, 'TCG cannot pass the host CPU through');
+
+  const devices = one(domain, 'devices');
+  const disks = all(devices, 'disk').map((disk) => ({ device: disk['@device'], source: one(disk, 'source'), target: one(disk, 'target'), readonly: all(disk, 'readonly').length > 0 }));
+  // The pool name with & is escaped in the text and arrives intact.
+  t.deepEqual(disks.map((d) => [d.device, d.source['@pool'], d.source['@volume'], d.target['@dev'], d.target['@bus'], d.readonly]), [
+    ['disk', 'p&q', 'etcd-1-os.qcow2', 'vda', 'virtio', false],
+    ['disk', 'p&q', 'etcd-1-data.qcow2', 'vdb', 'virtio', false],
+    ['cdrom', 'p&q', 'etcd-1-cloud-init.iso', 'sda', 'scsi', true],
+  ]);
+  t.true(all(devices, 'controller').some((c) => c['@type'] === 'scsi' && c['@model'] === 'virtio-scsi'), 'the cdrom sits on virtio-scsi');
+  const nics = all(devices, 'interface').map((nic) => ({ type: nic['@type'], source: one(nic, 'source'), mac: one(nic, 'mac')['@address'] }));
+  t.is(nics.length, 2);
+  t.like(nics[0], { type: 'network', source: { '@network': 'net' } });
+  t.like(nics[1], { type: 'direct', source: { '@dev': 'ens3', '@mode': 'bridge' }, mac: '52:54:00:aa:bb:cc' });
+  t.is(one(devices, 'console')['@type'], 'pty');
 
   doc.hypervisors = { hv: { address: '127.0.0.1' } };
-  const kvm = fileOf(rendered(load(doc)), 'domain.xml').content;
-  t.true(kvm.includes("<domain type='kvm'>"));
-  t.true(kvm.includes("<cpu mode='host-passthrough'"));
-  t.false(kvm.includes('tb-cache'));
+  const kvm = domainOf(fileOf(rendered(load(doc)), 'domain.xml').content);
+  t.is(kvm['@type'], 'kvm');
+  t.is(one(kvm, 'cpu')['@mode'], 'host-passthrough');
+  t.is(all(kvm, 'features').flatMap((features) => all(features, 'tcg')).length, 0);
 });
 
 test('render step: first run creates, unchanged is ok, a changed field shows a diff, a secret-only change is redacted', async (t) => {
