@@ -24,13 +24,15 @@ async function deploy(options: DeployOptions): Promise<number> {
 }
 
 async function deployLocked(inventory: Inventory, options: DeployOptions): Promise<number> {
+  const started = performance.now();
   const runner = new Runner({ dryRun: options.dryRun, renderer: process.stdout.isTTY ? 'default' : 'simple' });
   const { written } = await runDeploy(inventory, runner, options);
 
-  const changes = formatChanges(runner.results, options.dryRun);
+  // Summaries by default; diffs where they are asked for, and in a dry-run, which is a plan to read.
+  const changes = formatChanges(runner.results, { dryRun: options.dryRun, diffs: options.diff || options.dryRun });
   if (changes) console.log(`\n${changes}`);
   if (written.length > 0) console.log(`\nwrote ${written.length} files:\n${written.map((path) => `  ${path}`).join('\n')}`);
-  console.log(`\n${formatRecap(runner.results, options.dryRun)}`);
+  console.log(`\n${formatRecap(runner.results, options.dryRun, performance.now() - started)}`);
   if (options.json) {
     const report = { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap: Object.fromEntries(recapByHost(runner.results)) };
     writeFileSync(options.json, `${JSON.stringify(report, null, 2)}\n`);

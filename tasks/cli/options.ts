@@ -9,6 +9,7 @@ export interface DeployOptions {
   tags?: string[];
   skipTags?: string[];
   renewCerts: boolean;
+  diff: boolean;
   json?: string;
   debug: boolean;
   help: boolean;
@@ -22,6 +23,7 @@ virtual machines, and keeps it that way. Safe to re-run: it changes only what dr
 Options:
   -i, --inventory FILE   inventory YAML (required)
       --dry-run          check and plan only: print per host what would change, with diffs
+      --diff             also print the diff of every change a real run makes (as Ansible's --diff)
       --check            same as --dry-run (as Ansible users type it)
       --render-only DIR  issue/reuse certificates, write every rendered file under DIR/<member>/
                          and stop; contacts no hypervisor
@@ -55,6 +57,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
         tags: { type: 'string' },
         'skip-tags': { type: 'string' },
         'renew-certs': { type: 'boolean', default: false },
+        diff: { type: 'boolean', default: false },
         json: { type: 'string' },
         debug: { type: 'boolean', default: false },
         help: { type: 'boolean', short: 'h', default: false },
@@ -66,7 +69,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     throw new InputError(`${(error as Error).message}; see --help`);
   }
   const { values } = parsed;
-  if (values.help) return { inventory: '', dryRun: false, renewCerts: false, debug: false, help: true };
+  if (values.help) return { inventory: '', dryRun: false, renewCerts: false, diff: false, debug: false, help: true };
   if (!values.inventory) throw new InputError('missing -i/--inventory FILE; see --help');
   const dryRun = values['dry-run'] || values.check;
   if (dryRun && values['render-only']) throw new InputError('--dry-run and --render-only exclude each other: --render-only already contacts nothing');
@@ -78,6 +81,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     ...(values.tags ? { tags: list(values.tags) } : {}),
     ...(values['skip-tags'] ? { skipTags: list(values['skip-tags']) } : {}),
     renewCerts: values['renew-certs'],
+    diff: values.diff,
     ...(values.json ? { json: values.json } : {}),
     debug: values.debug,
     help: false,

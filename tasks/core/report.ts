@@ -15,7 +15,7 @@ function indent(text: string, by: string): string {
 const rollLength = (results: readonly StepResult[], step: string) => Math.max(...results.filter((r) => r.step === step).map((r) => r.rollPosition ?? 0));
 
 /** What changed (or would change), host by host, step by step, with diffs. */
-export function formatChanges(results: readonly StepResult[], dryRun: boolean): string {
+export function formatChanges(results: readonly StepResult[], { dryRun, diffs }: { dryRun: boolean; diffs: boolean }): string {
   const lines: string[] = [];
   const hosts = [...new Set(results.map((r) => r.host))];
   for (const host of hosts) {
@@ -32,7 +32,7 @@ export function formatChanges(results: readonly StepResult[], dryRun: boolean): 
       const step = result.rollPosition ? `${result.step} (roll ${result.rollPosition} of ${rollLength(results, result.step)})` : result.step;
       for (const change of result.changes) {
         lines.push(`  ${step}: ${dryRun ? 'would ' : ''}${change.summary}`);
-        if (change.diff) lines.push(indent(unifiedDiff(change.diff), '    '));
+        if (diffs && change.diff) lines.push(indent(unifiedDiff(change.diff), '    '));
       }
     }
   }
@@ -52,10 +52,10 @@ export function recapByHost(results: readonly StepResult[]): Map<string, HostRec
 }
 
 /** Ansible-style recap: one line per host with ok / changed / failed / skipped step counts. */
-export function formatRecap(results: readonly StepResult[], dryRun: boolean): string {
+export function formatRecap(results: readonly StepResult[], dryRun: boolean, elapsedMs?: number): string {
   const recap = recapByHost(results);
   const width = Math.max(...[...recap.keys()].map((host) => host.length), 4);
-  const lines = [`RECAP${dryRun ? ' (dry-run: nothing was changed)' : ''}`];
+  const lines = [`RECAP${dryRun ? ' (dry-run: nothing was changed)' : ''}${elapsedMs === undefined ? '' : ` in ${(elapsedMs / 1000).toFixed(1)} s`}`];
   for (const [host, counts] of recap) {
     lines.push(`${host.padEnd(width)}  ok=${counts.ok}  changed=${counts.changed}  failed=${counts.failed}  skipped=${counts.skipped}`);
   }

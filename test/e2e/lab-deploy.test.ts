@@ -281,7 +281,7 @@ test.serial('drift inside the members is repaired by one run, each with its exac
   t.is(memberSsh('etcd-1', 'sudo systemctl stop etcd').status, 0);
   t.is(memberSsh('etcd-2', 'echo "# edited by hand" | sudo tee -a /etc/etcd/etcd.env >/dev/null').status, 0);
   t.is(memberSsh('etcd-3', 'sudo chmod 0644 /etc/etcd/tls/server.key && sudo rm /etc/etcd/tls/ca.crt').status, 0);
-  const result = deployed(t);
+  const result = deployed(t, ['--diff']);
   t.is(result.status, 0);
   t.deepEqual(changed(result).sort(), [
     'etcd-1/guest: changed start etcd.service (was inactive)',

@@ -61,7 +61,7 @@ test('a dry-run on a fresh lab inventory shows per-host plans with diffs, change
   }
   t.regex(output, /\+ {6}ETCD_INITIAL_CLUSTER_STATE=new/);
   t.regex(output, /password: <redacted>/);
-  t.regex(output, /RECAP \(dry-run: nothing was changed\)\n(.*\n)*etcd-1 +ok=0 {2}changed=1 {2}failed=1 {2}skipped=5/);
+  t.regex(output, /RECAP \(dry-run: nothing was changed\) in [\d.]+ s\n(.*\n)*etcd-1 +ok=0 {2}changed=1 {2}failed=1 {2}skipped=5/);
   t.false(existsSync(join(dir, '.etcd-kvm')), 'dry-run created no state');
   assertNoSecrets(t, output, join(dir, '.etcd-kvm', 'lab'));
 });

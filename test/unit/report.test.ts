@@ -1,5 +1,5 @@
 import test from 'ava';
-import { formatChanges } from '../../tasks/core/report.ts';
+import { formatChanges, formatRecap } from '../../tasks/core/report.ts';
 import type { StepResult } from '../../tasks/core/step.ts';
 
 const result = (host: string, extra: Partial<StepResult>): StepResult => ({ step: 'guest', host, status: 'ok', changes: [], durationMs: 1, ...extra });
@@ -12,7 +12,7 @@ test('changes of a rolling step say their wave; warnings show even on hosts that
       result('etcd-3', { warnings: ["cloud-init's first boot ended in error in module(s) locale"] }),
       result('etcd-4', {}),
     ],
-    true,
+    { dryRun: true, diffs: true },
   );
   t.is(
     text,
@@ -25,4 +25,13 @@ test('changes of a rolling step say their wave; warnings show even on hosts that
       "  guest: WARNING: cloud-init's first boot ended in error in module(s) locale",
     ].join('\n'),
   );
+});
+
+test('a real run prints summaries; diffs only when asked (--diff), as Ansible does; the recap says how long it took', (t) => {
+  const results = [result('etcd-1', { status: 'changed', changes: [{ summary: 'update /etc/chrony/chrony.conf', diff: { label: '/etc/chrony/chrony.conf', before: 'server a\n', after: 'server b\n' } }] })];
+  t.is(formatChanges(results, { dryRun: false, diffs: false }), 'etcd-1:\n  guest: update /etc/chrony/chrony.conf');
+  const withDiff = formatChanges(results, { dryRun: false, diffs: true });
+  t.regex(withDiff, /^ {4}-server a$/m);
+  t.regex(withDiff, /^ {4}\+server b$/m);
+  t.regex(formatRecap(results, false, 5_432), /^RECAP in 5\.4 s\netcd-1 +ok=0 {2}changed=1 {2}failed=0 {2}skipped=0$/);
 });
