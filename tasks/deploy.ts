@@ -26,6 +26,15 @@ async function deploy(options: DeployOptions): Promise<number> {
 async function deployLocked(inventory: Inventory, options: DeployOptions): Promise<number> {
   const started = performance.now();
   const runner = new Runner({ dryRun: options.dryRun, renderer: process.stdout.isTTY ? 'default' : 'simple' });
+  // The first SIGINT/SIGTERM lets the change in flight finish and starts no other; connections and
+  // tunnels close as the pipeline unwinds, and the recap says what was done. A second one ends at once.
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (runner.interrupted) process.exit(EXIT.interrupted);
+    console.error(`\n${signal}: finishing the change in flight, starting no other (again to stop at once)`);
+    runner.interrupt(signal);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
   const { written } = await runDeploy(inventory, runner, options);
 
   // Summaries by default; diffs where they are asked for, and in a dry-run, which is a plan to read.
@@ -37,6 +46,7 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
     const report = { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap: Object.fromEntries(recapByHost(runner.results)) };
     writeFileSync(options.json, `${JSON.stringify(report, null, 2)}\n`);
   }
+  if (runner.interrupted) return EXIT.interrupted;
   return runner.failed ? EXIT.failed : EXIT.ok;
 }
 

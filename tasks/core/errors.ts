@@ -3,7 +3,7 @@
  */
 
 /** Exit codes of every command of the tool. */
-export const EXIT = { ok: 0, failed: 1, badInput: 2 } as const;
+export const EXIT = { ok: 0, failed: 1, badInput: 2, interrupted: 130 } as const;
 
 /** The operator's input is wrong (inventory, flags): exit code 2, nothing was touched. */
 export class InputError extends Error {

@@ -43,11 +43,22 @@ function resultFactory(step: AnyStep, host: string, started: number) {
 export class Runner {
   readonly results: StepResult[] = [];
   readonly #failedHosts = new Set<string>();
+  #interrupted: string | undefined;
 
   constructor(readonly options: RunOptions) {}
 
   get failed(): boolean {
     return this.#failedHosts.size > 0;
+  }
+
+  /** Why the run was interrupted (a signal), if it was: no change starts after that. */
+  get interrupted(): string | undefined {
+    return this.#interrupted;
+  }
+
+  /** From now on no new change starts: the change in flight finishes, every later one is skipped. */
+  interrupt(reason: string): void {
+    this.#interrupted ??= reason;
   }
 
   async runTarget(step: AnyStep, target: string): Promise<StepResult> {
@@ -60,6 +71,7 @@ export class Runner {
     const started = performance.now();
     const finish = resultFactory(step, target, started);
     if (this.#failedHosts.has(target)) return { result: finish('skipped', { error: 'an earlier step failed on this host' }) };
+    if (this.#interrupted) return { result: finish('skipped', { error: `interrupted (${this.#interrupted}): not started` }) };
     try {
       const state = await step.check(target);
       const changes = step.plan(state, target);
@@ -77,6 +89,7 @@ export class Runner {
   async #applyPlanned(step: AnyStep, { target, state, changes, started, extra }: Planned): Promise<StepResult> {
     const finish = resultFactory(step, target, started);
     if (this.options.dryRun) return finish('changed', { ...summarise(changes), ...extra });
+    if (this.#interrupted) return finish('skipped', { ...summarise(changes), ...extra, error: `interrupted (${this.#interrupted}): not applied` });
     try {
       await step.apply(changes, target, state);
       const remaining = step.plan(await step.check(target), target);
@@ -137,6 +150,10 @@ export class Runner {
       task: async (_ctx, task) => {
         if (this.#failedHosts.has(CONTROL_NODE)) {
           task.skip(`${phase.title}: skipped, a step on the control node failed`);
+          return;
+        }
+        if (this.#interrupted) {
+          task.skip(`${phase.title}: skipped, interrupted (${this.#interrupted})`);
           return;
         }
         if (phase.skip) {

@@ -121,3 +121,23 @@ test('a roll order that leaves out a target with changes is a bug, not a silent 
   const { step } = rollingStep(state, 2, [['a']]);
   await t.throwsAsync(new Runner({ dryRun: false, renderer: 'silent' }).runStep(step), { message: /does not name each target/ });
 });
+
+test('after an interrupt the change in flight finishes and no other starts: later waves and steps are skipped', async (t) => {
+  const state = new Map([['a', 1], ['b', 1]]);
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  const { step, log } = rollingStep(state, 2, [['a'], ['b']]);
+  const interrupting: typeof step = {
+    ...step,
+    async apply(changes, target, current) {
+      runner.interrupt('SIGINT');
+      await step.apply(changes, target, current);
+    },
+  };
+  const results = await runner.runStep(interrupting);
+  t.deepEqual(log, ['start a', 'end a'], 'a finished; b never started');
+  t.deepEqual(results.map((r) => [r.host, r.status]), [['a', 'changed'], ['b', 'skipped']]);
+  t.regex(results[1]!.error!, /interrupted \(SIGINT\): not applied/);
+  const later = await runner.runStep(fakeStep(new Map([['c', 1]]), 2).step);
+  t.deepEqual(later.map((r) => [r.host, r.status, r.error]), [['c', 'skipped', 'interrupted (SIGINT): not started']]);
+  t.is(runner.interrupted, 'SIGINT');
+});
