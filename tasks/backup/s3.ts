@@ -12,6 +12,9 @@ process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 
 export type S3Settings = MemberInput['restore']['s3'];
 
+/** 1000 keys a page: a million objects under one prefix is far beyond a backup history. */
+const MAX_LIST_PAGES = 1000;
+
 export class SnapshotBucket {
   readonly #client: S3Client;
 
@@ -24,7 +27,8 @@ export class SnapshotBucket {
       requestChecksumCalculation: 'WHEN_REQUIRED',
       responseChecksumValidation: 'WHEN_REQUIRED',
       credentials: { accessKeyId: revealSecret(settings.access_key), secretAccessKey: revealSecret(settings.secret_key) },
-      ...(settings.ca_cert ? { requestHandler: new NodeHttpHandler({ httpsAgent: new Agent({ ca: settings.ca_cert }) }) } : {}),
+      // Bounded: an S3 endpoint that stops answering fails the run instead of hanging it.
+      requestHandler: new NodeHttpHandler({ connectionTimeout: 10_000, requestTimeout: 300_000, ...(settings.ca_cert ? { httpsAgent: new Agent({ ca: settings.ca_cert }) } : {}) }),
     });
   }
 
@@ -35,7 +39,10 @@ export class SnapshotBucket {
   async list(prefix: string): Promise<string[]> {
     const names: string[] = [];
     let token: string | undefined;
+    let pages = 0;
     do {
+      // A listing that never ends (a server repeating its token) is an error, not a loop.
+      if (++pages > MAX_LIST_PAGES) throw new Error(`${this.where}: listing ${prefix}* returned more than ${MAX_LIST_PAGES} pages; use a more specific object_prefix`);
       const page = await this.#client.send(new ListObjectsV2Command({ Bucket: this.settings.bucket, Prefix: prefix, ContinuationToken: token }));
       for (const object of page.Contents ?? []) if (object.Key) names.push(object.Key);
       token = page.IsTruncated ? page.NextContinuationToken : undefined;

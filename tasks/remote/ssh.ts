@@ -12,6 +12,13 @@ import { verifyHostKey } from './known-hosts.ts';
 
 export const MAX_CHANNELS = 8;
 
+/**
+ * No remote command runs unbounded: a hung libvirtd or guest would hold a channel and the run
+ * forever. Ten minutes is far above anything measured under emulation (a domain definition took
+ * ~88 s at worst, a first boot ~3 min, which the callers that wait for it bound themselves).
+ */
+export const DEFAULT_COMMAND_TIMEOUT_MS = 600_000;
+
 export interface SshTarget {
   /** Who this is, for messages: "hypervisor lab". */
   label: string;
@@ -126,16 +133,15 @@ export class SshConnection {
             if (error) return reject(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${error.message}`));
             const stdout: Buffer[] = [];
             const stderr: Buffer[] = [];
-            const timer = options.timeoutMs
-              ? setTimeout(() => {
-                  channel.close();
-                  reject(new SshError(`${this.target.label}: ${argv[0]} did not finish within ${options.timeoutMs} ms`));
-                }, options.timeoutMs)
-              : undefined;
+            const timeoutMs = options.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
+            const timer = setTimeout(() => {
+              channel.close();
+              reject(new SshError(`${this.target.label}: ${argv[0]} did not finish within ${Math.round(timeoutMs / 1000)} s`));
+            }, timeoutMs);
             channel.on('data', (chunk: Buffer) => stdout.push(chunk));
             channel.stderr.on('data', (chunk: Buffer) => stderr.push(chunk));
             channel.once('close', (code: number | null) => {
-              if (timer) clearTimeout(timer);
+              clearTimeout(timer);
               resolve({ command, code: code ?? -1, stdout: Buffer.concat(stdout).toString('utf8'), stderr: Buffer.concat(stderr).toString('utf8') });
             });
             channel.end(options.stdin ?? undefined);
