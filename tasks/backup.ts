@@ -41,7 +41,7 @@ async function snapshotOf(clients: EtcdClients, member: Member): Promise<Buffer>
 }
 
 async function backup(inventory: Inventory, only?: string): Promise<string> {
-  const settings = inventory.members[0]!.input.restore;
+  const settings = inventory.restore;
   const { s3 } = settings;
   const missing = (['endpoint', 'bucket', 'object_prefix'] as const).filter((field) => !s3[field]);
   if (missing.length > 0 || s3.access_key.isEmpty || s3.secret_key.isEmpty) {

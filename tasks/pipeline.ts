@@ -111,10 +111,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const remote = new RemoteContext();
   const identity = clientIdentities(inventory, store);
   const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.health);
-  // Restore settings are the same on every member (a load rule): the first restoring member's serve all.
-  const restoring = members.find((member) => member.input.restore.enabled);
   // Loaded only when needed: importing the S3 SDK costs ~120 ms at every start otherwise.
-  const snapshots = restoring ? new (await import('./backup/source.ts')).SnapshotSource(restoring.input.restore) : undefined;
+  const snapshots = inventory.restore.enabled ? new (await import('./backup/source.ts')).SnapshotSource(inventory.restore) : undefined;
   const memberSsh = new MemberConnections(remote.connections, { privateKeyPath: store.pathsOf('ssh/admin').privateKey, knownHostsPath: store.knownHostsPath });
   const guestProbe = new GuestProbe(memberSsh);
   const guest = () => {

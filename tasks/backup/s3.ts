@@ -2,7 +2,7 @@ import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } fr
 import { Agent } from 'node:https';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
 import { revealSecret } from '../core/secret.ts';
-import type { MemberInput } from '../inventory/schema.ts';
+import type { RestoreSettings } from '../inventory/model.ts';
 
 /** The bucket etcd-backup writes to, through AWS's own S3 client (SigV4, path-style for MinIO/Ceph). */
 
@@ -10,7 +10,7 @@ import type { MemberInput } from '../inventory/schema.ts';
 // the release this tool runs with, so the warning is only noise in an operator's output.
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 
-export type S3Settings = MemberInput['restore']['s3'];
+export type S3Settings = RestoreSettings['s3'];
 
 /** 1000 keys a page: a million objects under one prefix is far beyond a backup history. */
 const MAX_LIST_PAGES = 1000;

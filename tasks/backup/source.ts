@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { MemberInput } from '../inventory/schema.ts';
+import type { RestoreSettings } from '../inventory/model.ts';
 import { chooseDump, decryptSnapshot, keyObjectName, masterKeyFromHex } from './format.ts';
 import { SnapshotBucket } from './s3.ts';
 
@@ -21,7 +21,7 @@ export class SnapshotSource {
   #chosen?: Promise<string>;
   #bytes?: Promise<Buffer>;
 
-  constructor(readonly restore: MemberInput['restore']) {
+  constructor(readonly restore: RestoreSettings) {
     this.bucket = new SnapshotBucket(restore.s3);
   }
 

@@ -7,7 +7,7 @@ import { InputError } from '../core/errors.ts';
 import { readIfExists } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
 import { derivedMac } from './mac.ts';
-import type { Hypervisor, Inventory, Member, MemberInterface, PemPair } from './model.ts';
+import type { GuestServices, Hypervisor, Inventory, Member, MemberInterface, PemPair, RestoreSettings } from './model.ts';
 import { formatProblem, problemsFromZod, type Path, type Problem } from './problems.ts';
 import { checkRules, firstIp, type ParsedDocument } from './rules.ts';
 import { documentSchema, memberDefaultsSchema, memberSchema, type MemberInput } from './schema.ts';
@@ -166,16 +166,17 @@ function buildMember(doc: ParsedDocument, hypervisors: Hypervisor[], member: Mem
           },
         }
       : {}),
-    input: withServicePems(member, baseDir, path, problems),
+    installDependencies: member.install_dependencies,
+    services: servicesWithPems(member, baseDir, path, problems),
   };
 }
 
 /** The optional services' PEM fields, read from their files like the member's own TLS material. */
-function withServicePems(member: MemberInput, baseDir: string, path: Path, problems: Problem[]): MemberInput {
+function servicesWithPems(member: MemberInput, baseDir: string, path: Path, problems: Problem[]): GuestServices {
   const pem = (value: string, ...below: (string | number)[]) => pemOrFile(value, baseDir, [...path, ...below], problems);
-  const { fluentbit, fluentbit_dynamic_config: dynamic, vault_agent: vault, restore } = member;
+  const { chrony, fluentbit, fluentbit_dynamic_config: dynamic, vault_agent: vault } = member;
   return {
-    ...member,
+    chrony,
     fluentbit: { ...fluentbit, forward: { ...fluentbit.forward, ca_cert: pem(fluentbit.forward.ca_cert, 'fluentbit', 'forward', 'ca_cert') } },
     fluentbit_dynamic_config: {
       ...dynamic,
@@ -187,8 +188,13 @@ function withServicePems(member: MemberInput, baseDir: string, path: Path, probl
       git: { ...dynamic.git, trusted_gpg_keys: dynamic.git.trusted_gpg_keys.map((key, k) => pem(key, 'fluentbit_dynamic_config', 'git', 'trusted_gpg_keys', k)) },
     },
     vault_agent: { ...vault, vault_ca_cert: pem(vault.vault_ca_cert, 'vault_agent', 'vault_ca_cert') },
-    restore: { ...restore, s3: { ...restore.s3, ca_cert: pem(restore.s3.ca_cert, 'restore', 's3', 'ca_cert') } },
   };
+}
+
+/** The cluster's restore settings: every member's are equal (a rule), so the first member's, with its CA read. */
+function restoreOf(members: readonly MemberInput[], baseDir: string, problems: Problem[]): RestoreSettings {
+  const restore = members[0]!.restore;
+  return { ...restore, s3: { ...restore.s3, ca_cert: pemOrFile(restore.s3.ca_cert, baseDir, ['members', 0, 'restore', 's3', 'ca_cert'], problems) } };
 }
 
 function pemPair(pair: { certificate: string; key: string } | undefined, baseDir: string, path: Path, problems: Problem[]): PemPair | undefined {
@@ -260,6 +266,7 @@ export function loadInventory(inventoryPath: string): Inventory {
     pki: { ...pkiSettings, ca: pemPair(ca, baseDir, ['pki', 'ca'], problems), rootClient: pemPair(root_client, baseDir, ['pki', 'root_client'], problems) },
     hypervisors,
     members: built,
+    restore: restoreOf(members, baseDir, problems),
   };
   if (problems.length > 0) fail(path, problems, memberNames);
   return inventory;

@@ -58,9 +58,17 @@ export interface Member {
   bootstrapsAuth: boolean;
   rootPassword: Secret;
   suppliedTls?: SuppliedTls;
-  /** The settings as validated, for features rendered from them directly. */
-  input: MemberInput;
+  /** true: the guest installs etcd and the other services from upstream at first boot; false: the image has them. */
+  installDependencies: boolean;
+  /** The optional guest services, validated, with their PEM files read. */
+  services: GuestServices;
 }
+
+/** The optional services a member runs besides etcd and the node exporter. */
+export type GuestServices = Pick<MemberInput, 'chrony' | 'fluentbit' | 'fluentbit_dynamic_config' | 'vault_agent'>;
+
+/** Restoring the cluster from a snapshot: one setting for the whole cluster (a load rule makes every member's equal). */
+export type RestoreSettings = MemberInput['restore'];
 
 export interface PemPair {
   certificate: string;
@@ -76,4 +84,5 @@ export interface Inventory {
   pki: Omit<PkiSettings, 'ca' | 'root_client'> & { ca?: PemPair; rootClient?: PemPair };
   hypervisors: Hypervisor[];
   members: Member[];
+  restore: RestoreSettings;
 }

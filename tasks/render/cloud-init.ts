@@ -62,10 +62,10 @@ export function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
     dataVolumeFragment(member, inventory.etcd.data_dir),
     etcdFragment(inventory, member, input.tls, input.initialClusterState, writeSecret),
     nodeExporterFragment(member),
-    chronyFragment(member.input.chrony),
-    fluentBitFragment({ fluentbit: member.input.fluentbit, dynamic: usesDynamicConfig(member.input) }, writeSecret),
-    fluentBitDynamicFragment(member.input, writeSecret),
-    vaultAgentFragment(member.input.vault_agent, writeSecret),
+    chronyFragment(member.services.chrony),
+    fluentBitFragment({ fluentbit: member.services.fluentbit, dynamic: usesDynamicConfig(member.services) }, writeSecret),
+    fluentBitDynamicFragment(member.services, writeSecret),
+    vaultAgentFragment(member.services.vault_agent, writeSecret),
   ];
 }
 

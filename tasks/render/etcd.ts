@@ -88,6 +88,6 @@ export function renderUnitFile(inventory: Inventory, member: Member): string {
     binary: `${etcdBinaryDir(member)}/etcd`,
     dataDir: inventory.etcd.data_dir,
     onDataDisk: member.volumes.data !== undefined,
-    restoreFirst: member.input.restore.enabled,
+    restoreFirst: inventory.restore.enabled,
   });
 }

@@ -26,7 +26,7 @@ interface RestoreState {
 const SSH_RETRY_MS = 2_000;
 
 export function restoreStep(inventory: Inventory, members: readonly Member[], connections: MemberConnections, source: SnapshotSource, dryRun: boolean): Step<RestoreState, 'restore'> {
-  const { targets, memberNamed } = memberTargets(members.filter((member) => member.input.restore.enabled));
+  const { targets, memberNamed } = memberTargets(inventory.restore.enabled ? members : []);
   const dataDir = inventory.etcd.data_dir;
 
   /** The member's SSH, waiting while it boots (up to cluster.health_timeout); dry-run asks once. */

@@ -53,3 +53,8 @@ test('imports between the folders of tasks/ point down the layers only', (t) => 
   }
   t.deepEqual(wrong, []);
 });
+
+test('nothing after loading sees raw input: only inventory/ imports the schema', (t) => {
+  const readers = sources(TASKS).filter((file) => layerOf(file) !== 'inventory' && /from '[^']*inventory\/schema\.ts'/.test(readFileSync(file, 'utf8')));
+  t.deepEqual(readers.map((file) => relative(TASKS, file)), []);
+});

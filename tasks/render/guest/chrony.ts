@@ -1,4 +1,4 @@
-import type { MemberInput } from '../../inventory/schema.ts';
+import type { GuestServices } from '../../inventory/model.ts';
 import type { CloudConfigFragment } from './fragment.ts';
 
 /** chrony with the inventory's servers and pools replacing the distribution's default sources. */
@@ -6,7 +6,7 @@ import type { CloudConfigFragment } from './fragment.ts';
 export const CHRONY_CONF = '/etc/chrony/chrony.conf';
 const CHRONY_UNIT = 'chrony.service';
 
-export function renderChronyConf(chrony: MemberInput['chrony']): string {
+export function renderChronyConf(chrony: GuestServices['chrony']): string {
   const source = (kind: 'server' | 'pool', entry: { url: string; options: string[] }) => [kind, entry.url, ...entry.options].join(' ');
   return [
     '# Managed by etcd-kvm: time sources from the inventory (chrony.servers, chrony.pools).',
@@ -24,7 +24,7 @@ export function renderChronyConf(chrony: MemberInput['chrony']): string {
   ].join('\n');
 }
 
-export function chronyFragment(chrony: MemberInput['chrony']): CloudConfigFragment {
+export function chronyFragment(chrony: GuestServices['chrony']): CloudConfigFragment {
   if (!chrony.enabled) return {};
   return {
     writeFiles: [{ path: CHRONY_CONF, permissions: '0644', content: renderChronyConf(chrony), notify: CHRONY_UNIT }],

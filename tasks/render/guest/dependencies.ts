@@ -14,7 +14,7 @@ import { UPSTREAM } from './versions.ts';
 export const INSTALLER_PATH = '/usr/local/sbin/etcd-kvm-install-upstream';
 
 /** Where the etcd binaries are: Debian's package or the upstream release. */
-export const etcdBinaryDir = (member: Member) => (member.input.install_dependencies ? '/usr/local/bin' : '/usr/bin');
+export const etcdBinaryDir = (member: Member) => (member.installDependencies ? '/usr/local/bin' : '/usr/bin');
 
 interface AptRepository {
   name: string;
@@ -24,8 +24,8 @@ interface AptRepository {
 
 /** Ferlab's goreleaser releases: <project>_<version>_linux_amd64.tar.gz next to <project>_<version>_SHA256SUMS. */
 function updaterRelease(member: Member) {
-  if (!usesDynamicConfig(member.input)) return undefined;
-  const [project, version] = member.input.fluentbit_dynamic_config.source === 'etcd' ? ['configurations-auto-updater', UPSTREAM.configurationsAutoUpdater] : ['gitsync', UPSTREAM.gitsync];
+  if (!usesDynamicConfig(member.services)) return undefined;
+  const [project, version] = member.services.fluentbit_dynamic_config.source === 'etcd' ? ['configurations-auto-updater', UPSTREAM.configurationsAutoUpdater] : ['gitsync', UPSTREAM.gitsync];
   const base = `https://github.com/Ferlab-Ste-Justine/${project}/releases/download/v${version}/${project}_${version}`;
   const archive = `${project}_${version}_linux_amd64.tar.gz`;
   return { project, version, archive, url: quote(`${base}_linux_amd64.tar.gz`), sums: quote(`${base}_SHA256SUMS`), destination: CONFIG_UPDATER.binary };
@@ -37,11 +37,11 @@ export function renderInstaller(inventory: Inventory, member: Member): string {
   const exporterDir = `node_exporter-${UPSTREAM.nodeExporter}.linux-amd64`;
   const repositories: AptRepository[] = [];
   const packages: string[] = [];
-  if (member.input.fluentbit.enabled) {
+  if (member.services.fluentbit.enabled) {
     repositories.push({ name: 'fluent-bit', keyUrl: 'https://packages.fluentbit.io/fluentbit.key', sourceLine: 'deb [signed-by=/etc/apt/keyrings/fluent-bit.asc] https://packages.fluentbit.io/debian/bookworm bookworm main' });
     packages.push(`fluent-bit=${UPSTREAM.fluentBit}`);
   }
-  if (member.input.vault_agent.enabled) {
+  if (member.services.vault_agent.enabled) {
     repositories.push({ name: 'hashicorp', keyUrl: 'https://apt.releases.hashicorp.com/gpg', sourceLine: 'deb [signed-by=/etc/apt/keyrings/hashicorp.asc] https://apt.releases.hashicorp.com bookworm main' });
     packages.push(`vault=${UPSTREAM.vault}-1`);
   }
@@ -57,12 +57,12 @@ export function renderInstaller(inventory: Inventory, member: Member): string {
 }
 
 export function dependenciesFragment(inventory: Inventory, member: Member): CloudConfigFragment {
-  if (!member.input.install_dependencies) return {};
+  if (!member.installDependencies) return {};
   const systemUser = (name: string) => ({ name, system: true, lock_passwd: true, shell: '/usr/sbin/nologin', homedir: `/var/lib/${name}` });
   return {
     // Created in cloud-init's init stage, before the deferred files they own are written.
-    users: [systemUser('etcd'), systemUser('prometheus'), ...(member.input.vault_agent.enabled ? [systemUser('vault')] : [])],
-    modules: { packages: ['curl', 'ca-certificates', ...(member.input.chrony.enabled ? ['chrony'] : [])] },
+    users: [systemUser('etcd'), systemUser('prometheus'), ...(member.services.vault_agent.enabled ? [systemUser('vault')] : [])],
+    modules: { packages: ['curl', 'ca-certificates', ...(member.services.chrony.enabled ? ['chrony'] : [])] },
     writeFiles: [{ path: INSTALLER_PATH, permissions: '0755', content: renderInstaller(inventory, member) }],
     runcmd: [[INSTALLER_PATH]],
   };

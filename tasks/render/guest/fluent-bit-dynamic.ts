@@ -1,6 +1,6 @@
 import { stringify } from 'yaml';
 import type { SecretWriter } from '../../core/secret.ts';
-import type { MemberInput } from '../../inventory/schema.ts';
+import type { GuestServices } from '../../inventory/model.ts';
 import { secretFile, type CloudConfigFragment, type WriteFile } from './fragment.ts';
 import { renderServiceUnit } from './systemd-unit.ts';
 import { VAULT_AGENT_PATHS, VAULT_AGENT_UNIT } from './vault-agent.ts';
@@ -14,10 +14,10 @@ import { VAULT_AGENT_PATHS, VAULT_AGENT_UNIT } from './vault-agent.ts';
  * systemd to reload fluent-bit.
  */
 
-export type DynamicConfig = MemberInput['fluentbit_dynamic_config'];
+export type DynamicConfig = GuestServices['fluentbit_dynamic_config'];
 
 /** Dynamic configuration applies only where fluent-bit itself runs (as in the module). */
-export const usesDynamicConfig = (member: MemberInput) => member.fluentbit.enabled && member.fluentbit_dynamic_config.enabled;
+export const usesDynamicConfig = (services: Pick<GuestServices, 'fluentbit' | 'fluentbit_dynamic_config'>) => services.fluentbit.enabled && services.fluentbit_dynamic_config.enabled;
 
 const ROOT = '/etc/fluent-bit-config-updater';
 
@@ -175,9 +175,9 @@ export function renderUpdaterUnits(dynamic: DynamicConfig): WriteFile[] {
   return units;
 }
 
-export function fluentBitDynamicFragment(member: MemberInput, writeSecret: SecretWriter): CloudConfigFragment {
-  if (!usesDynamicConfig(member)) return {};
-  const dynamic = member.fluentbit_dynamic_config;
+export function fluentBitDynamicFragment(services: GuestServices, writeSecret: SecretWriter): CloudConfigFragment {
+  if (!usesDynamicConfig(services)) return {};
+  const dynamic = services.fluentbit_dynamic_config;
   const started = dynamic.source === 'etcd' ? `${CONFIG_UPDATER.service}.service` : `${CONFIG_UPDATER.service}.timer`;
   // The etcd watcher reads its configuration and credentials at start; the git sync is a fresh process
   // each minute. Vault agent reads its template directory at start.

@@ -1,6 +1,6 @@
 import { stringify } from 'yaml';
 import type { SecretWriter } from '../../core/secret.ts';
-import type { MemberInput } from '../../inventory/schema.ts';
+import type { GuestServices } from '../../inventory/model.ts';
 import type { CloudConfigFragment } from './fragment.ts';
 import { DYNAMIC_CONFIG } from './fluent-bit-dynamic.ts';
 import { NODE_EXPORTER } from './node-exporter.ts';
@@ -23,7 +23,7 @@ export const FLUENT_BIT_PATHS = {
 } as const;
 
 export interface FluentBitSettings {
-  fluentbit: MemberInput['fluentbit'];
+  fluentbit: GuestServices['fluentbit'];
   /** fluentbit_dynamic_config.enabled: run the synced directory's entry point, hot-reloaded on change. */
   dynamic: boolean;
 }

@@ -21,7 +21,7 @@ export function renderNodeExporterUnit(): string {
 
 export function nodeExporterFragment(member: Member): CloudConfigFragment {
   return {
-    ...(member.input.install_dependencies ? { writeFiles: [{ path: `/etc/systemd/system/${NODE_EXPORTER.unit}`, permissions: '0644', content: renderNodeExporterUnit(), notify: NODE_EXPORTER.unit }] } : {}),
+    ...(member.installDependencies ? { writeFiles: [{ path: `/etc/systemd/system/${NODE_EXPORTER.unit}`, permissions: '0644', content: renderNodeExporterUnit(), notify: NODE_EXPORTER.unit }] } : {}),
     services: [{ unit: NODE_EXPORTER.unit, onChange: 'restart' }],
   };
 }

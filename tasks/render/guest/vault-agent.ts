@@ -1,5 +1,5 @@
 import type { SecretWriter } from '../../core/secret.ts';
-import type { MemberInput } from '../../inventory/schema.ts';
+import type { GuestServices } from '../../inventory/model.ts';
 import { secretFile, type CloudConfigFragment } from './fragment.ts';
 import { renderServiceUnit } from './systemd-unit.ts';
 
@@ -21,7 +21,7 @@ export const VAULT_AGENT_PATHS = {
   unit: '/etc/systemd/system/vault-agent.service',
 } as const;
 
-export function vaultAgentConfig(vault: MemberInput['vault_agent']): Record<string, unknown> {
+export function vaultAgentConfig(vault: GuestServices['vault_agent']): Record<string, unknown> {
   return {
     pid_file: '/run/vault-agent/agent.pid',
     vault: { address: vault.vault_address, ...(vault.vault_ca_cert ? { ca_cert: VAULT_AGENT_PATHS.ca } : {}) },
@@ -53,7 +53,7 @@ export function renderVaultAgentUnit(binary: string): string {
   });
 }
 
-export function vaultAgentFragment(vault: MemberInput['vault_agent'], writeSecret: SecretWriter): CloudConfigFragment {
+export function vaultAgentFragment(vault: GuestServices['vault_agent'], writeSecret: SecretWriter): CloudConfigFragment {
   if (!vault.enabled) return {};
   const { role_id: roleId, secret_id: secretId } = vault.auth_method.config;
   return {
