@@ -126,6 +126,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       run: async () => {
         // Facts first, in one batch per host: the guests' own (over SSH to each member, answered while
         // the hypervisor steps run) and libvirt's on each hypervisor.
+        void preloadEtcdClient();
         if (selected('guest')) for (const member of members) guestProbe.prefetch(member, guestQuestions(rendered.guests.get(member.name)!));
         await remote.prefetch(members, (member) => [...Object.values(volumeQuestions(member)), ...Object.values(seedQuestions(member)), ...Object.values(domainQuestions(member))]);
         return runner.runStep(volumesStep(inventory, members, remote));
