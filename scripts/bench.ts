@@ -1,7 +1,8 @@
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
 import { join } from 'node:path';
 import { $ } from 'zx';
+import { buildCloudInitIso } from '../tasks/libvirt/cloud-init-iso.ts';
 
 /**
  * Deploy timings on the local lab (run `npm run lab:up` first): cold deploy of the 3 members, the
@@ -58,23 +59,36 @@ async function healthy(ip: string): Promise<boolean> {
 }
 
 /**
- * Without the tool: the same definitions and seeds, fresh OS overlays, all three started at once;
- * how long until each member's etcd is healthy.
+ * Without the tool: the same definitions, fresh OS overlays and data disks, and the seeds of a new
+ * cluster (`--render-only` renders ETCD_INITIAL_CLUSTER_STATE=new; the deployed seeds say
+ * `existing` once the cluster has formed), all three started at once; how long until each member's
+ * etcd is healthy.
  */
 async function lowerBound(): Promise<Record<string, number>> {
   const definitions = new Map<string, string>();
   for (const name of Object.keys(MEMBERS)) definitions.set(name, (await virsh(['dumpxml', '--inactive', name])).stdout);
   const basePath = (await virsh(['vol-path', '--pool', 'etcd-lab-images', 'debian-12-etcd.qcow2'])).stdout.trim();
+  const seeds = mkdtempSync(join(tmpdir(), 'etcd-kvm-bench-seeds-'));
+  await $`npx tsx tasks/deploy.ts -i ${INVENTORY} --render-only ${seeds}`;
   for (const name of Object.keys(MEMBERS)) {
     await virsh(['destroy', name]).nothrow();
     await virsh(['undefine', name]);
-    await virsh(['vol-delete', '--pool', POOL, `${name}-os.qcow2`]);
+    for (const volume of [`${name}-os.qcow2`, `${name}-data.qcow2`, `${name}-cloud-init.iso`]) await virsh(['vol-delete', '--pool', POOL, volume]).nothrow();
     await virsh(['vol-create-as', '--pool', POOL, '--name', `${name}-os.qcow2`, '--capacity', '4G', '--format', 'qcow2', '--backing-vol', basePath, '--backing-vol-format', 'qcow2']);
+    await virsh(['vol-create-as', '--pool', POOL, '--name', `${name}-data.qcow2`, '--capacity', '1G', '--format', 'qcow2']);
+    const rendered = ['user-data', 'meta-data', 'network-config'].map((file) => {
+      const content = readFileSync(join(seeds, name, file), 'utf8');
+      return { name: file, content, display: content, containsSecrets: false };
+    });
+    const iso = await buildCloudInitIso(rendered);
+    await virsh(['vol-create-as', '--pool', POOL, '--name', `${name}-cloud-init.iso`, '--capacity', `${iso.bytes.length}`, '--format', 'raw']);
+    await $({ input: iso.bytes })`virsh -q -c qemu:///system vol-upload --pool ${POOL} ${`${name}-cloud-init.iso`} /dev/stdin`.quiet();
     const file = join(tmpdir(), `etcd-kvm-bench-${name}.xml`);
     writeFileSync(file, definitions.get(name)!);
     await virsh(['define', file]);
     rmSync(file);
   }
+  rmSync(seeds, { recursive: true, force: true });
   const started = performance.now();
   await Promise.all(Object.keys(MEMBERS).map((name) => virsh(['start', name])));
   const times: Record<string, number> = {};
@@ -121,7 +135,7 @@ async function main(): Promise<void> {
   }
   const bound = await lowerBound();
   console.error(`lower bound: ${Object.entries(bound).map(([name, ms]) => `${name} ${seconds(ms)}`).join(', ')}`);
-  // The fresh cluster from the lower-bound run has no auth yet: converge once, then measure no-ops.
+  // The fresh cluster from the lower-bound run has no auth yet and new seeds: converge once, then measure no-ops.
   await timedDeploy();
   const noop: number[] = [];
   for (let i = 0; i < warmRuns; i++) {
