@@ -36,12 +36,12 @@ const PACKAGES = {
   'grub-pc-bin': 'boot loader of the image',
   'grub2-common': 'boot loader of the image',
   fdisk: 'partitions the image',
-  'e2fsprogs': 'file systems of the image',
+  'e2fsprogs': "file systems of the image; mkfs.ext4 for the data disk's format guard test",
 } as const satisfies Record<string, string>;
 
 export type PackageName = keyof typeof PACKAGES;
 
-const TEST: PackageName[] = ['libvirt-clients', 'libxml2-utils', 'cloud-init', 'etcd-server', 'etcd-client', 'openssl', 'openssh-client', 'openssh-server', 'xorriso', 'curl', 'sudo'];
+const TEST: PackageName[] = ['libvirt-clients', 'libxml2-utils', 'cloud-init', 'etcd-server', 'etcd-client', 'openssl', 'openssh-client', 'openssh-server', 'xorriso', 'curl', 'sudo', 'e2fsprogs'];
 const LAB: PackageName[] = [
   'libvirt-daemon-system', 'libvirt-daemon-driver-qemu', 'libvirt-clients', 'qemu-system-x86', 'qemu-utils', 'dnsmasq-base', 'iproute2', 'iptables',
   'socat', 'openssh-server', 'openssh-client', 'xorriso', 'mmdebstrap', 'grub-pc-bin', 'grub2-common', 'fdisk', 'e2fsprogs', 'etcd-client',

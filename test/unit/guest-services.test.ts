@@ -1,8 +1,13 @@
 import test from 'ava';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { parse } from 'yaml';
 import { Secret } from '../../tasks/core/secret.ts';
 import { parseEnvironmentFile } from '../../tasks/render/etcd.ts';
 import { renderMember } from '../../tasks/render/member.ts';
+import { FORMAT_IF_BLANK } from '../../tasks/render/guest/data-volume.ts';
 import { baseDocument, load, problemsOf, type Doc } from '../helpers/inventory.ts';
 import { fileOf, writeFilesOf } from '../helpers/render.ts';
 
@@ -48,14 +53,15 @@ const CHRONY = {
 
 test('data volume: formatted only when blank, mounted on the data dir before etcd, which requires it', (t) => {
   const { config, writes } = userDataOf(withDefaults({ data_volume_size_gib: 2 }));
-  t.deepEqual(config.fs_setup, [{ label: 'etcd-data', filesystem: 'ext4', device: '/dev/vdb', partition: 'none', overwrite: false }]);
+  t.is(config.fs_setup, undefined, "not fs_setup: cloud-init 22.4 forces mkfs on a whole disk with partition 'none'");
+  t.deepEqual(config.bootcmd, [[...FORMAT_IF_BLANK, '/dev/vdb', 'etcd-data']]);
   t.deepEqual(config.mounts, [['LABEL=etcd-data', '/var/lib/etcd', 'ext4', 'defaults,nofail,x-systemd.before=etcd.service', '0', '2']]);
   t.regex(writes.get('/etc/systemd/system/etcd.service')!.content, /^RequiresMountsFor=\/var\/lib\/etcd$/m);
   // Ownership and mode are set after the mount, on the data disk's root.
   t.deepEqual(config.runcmd[0], ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', '/var/lib/etcd']);
 
   const without = userDataOf(withDefaults({}));
-  t.is(without.config.fs_setup, undefined);
+  t.is(without.config.bootcmd, undefined);
   t.is(without.config.mounts, undefined);
   t.notRegex(without.writes.get('/etc/systemd/system/etcd.service')!.content, /RequiresMountsFor/);
 });
@@ -407,4 +413,17 @@ test('invalid fluent-bit dynamic configurations are reported with their paths', 
   ]);
   t.notThrows(() => load(withDefaults({ ...etcdWith({}, 'kv/data/x'), vault_agent: VAULT })));
   t.notThrows(() => load(withDefaults(etcdWith(DYNAMIC_ETCD.etcd.client))));
+});
+
+test('the data disk guard, run for real on a file: formats a blank disk once, never a disk that holds a file system', (t) => {
+  const disk = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-disk-')), 'vdb.img');
+  writeFileSync(disk, Buffer.alloc(16 * 1024 * 1024));
+  const guard = () => spawnSync(FORMAT_IF_BLANK[0], [...FORMAT_IF_BLANK.slice(1), disk, 'etcd-data'], { encoding: 'utf8' });
+  const uuid = () => spawnSync('blkid', ['-p', '-s', 'UUID', '-o', 'value', disk], { encoding: 'utf8' }).stdout.trim();
+  t.is(guard().status, 0);
+  const first = uuid();
+  t.regex(first, /^[0-9a-f-]{36}$/);
+  t.regex(spawnSync('blkid', ['-p', '-s', 'LABEL', '-o', 'value', disk], { encoding: 'utf8' }).stdout, /^etcd-data$/m);
+  t.is(guard().status, 0);
+  t.is(uuid(), first, 'the second boot leaves the file system as it is');
 });
