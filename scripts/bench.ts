@@ -82,7 +82,9 @@ async function lowerBound(): Promise<Record<string, number>> {
     });
     const iso = await buildCloudInitIso(rendered);
     await virsh(['vol-create-as', '--pool', POOL, '--name', `${name}-cloud-init.iso`, '--capacity', `${iso.bytes.length}`, '--format', 'raw']);
-    await $({ input: iso.bytes })`virsh -q -c qemu:///system vol-upload --pool ${POOL} ${`${name}-cloud-init.iso`} /dev/stdin`.quiet();
+    const isoFile = join(seeds, `${name}.iso`);
+    writeFileSync(isoFile, iso.bytes);
+    await virsh(['vol-upload', '--pool', POOL, `${name}-cloud-init.iso`, isoFile]);
     const file = join(tmpdir(), `etcd-kvm-bench-${name}.xml`);
     writeFileSync(file, definitions.get(name)!);
     await virsh(['define', file]);
