@@ -37,8 +37,8 @@ function resultFactory(step: AnyStep, host: string, started: number) {
 }
 
 /**
- * Runs steps in order; within a step, every target in parallel. A host that fails is skipped by the
- * steps after it, as Ansible removes a failed host from the rest of the play.
+ * Runs steps in order; within a step, every target in parallel, or in waves for a rolling step. A host
+ * that fails is skipped by the steps after it, as Ansible removes a failed host from the rest of the play.
  */
 export class Runner {
   readonly results: StepResult[] = [];
