@@ -30,7 +30,7 @@ export interface GuestStepOptions {
   desired: ReadonlyMap<string, DesiredGuest>;
   ssh: MemberConnections;
   probe: GuestProbe;
-  /** Did an earlier step of this run change the member (then an early probe answer is stale)? */
+  /** Did an earlier step of this run start or restart the member's VM (then an early answer and its connection are stale)? */
   changedEarlier: (name: string) => boolean;
   clients: EtcdClients;
   clusterFormed: boolean;
