@@ -116,8 +116,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const memberSsh = new MemberConnections(remote.connections, { privateKeyPath: store.pathsOf('ssh/admin').privateKey, knownHostsPath: store.knownHostsPath });
   const guestProbe = new GuestProbe(memberSsh);
   const guest = () => {
-    // Only the domain step restarts or starts a VM: its changes make early answers and connections stale.
-    const changedEarlier = (name: string) => runner.results.some((result) => result.host === name && result.step === 'domain' && result.status === 'changed');
+    // The domain step starts or restarts VMs and the restore step starts etcd: their changes make early answers stale.
+    const changedEarlier = (name: string) => runner.results.some((result) => result.host === name && (result.step === 'domain' || result.step === 'restore') && result.status === 'changed');
     return guestStep({ inventory, members, desired: rendered.guests, ssh: memberSsh, probe: guestProbe, changedEarlier, clients, clusterFormed, dryRun: options.dryRun });
   };
   const selected = (title: string) => (options.tags ? options.tags.includes(title) : true) && !(options.skipTags ?? []).includes(title);
