@@ -42,6 +42,14 @@ export async function currentLeader(inventory: Inventory, clients: EtcdClients, 
 /** Votes a cluster of `size` voting members needs to make progress. */
 export const quorumOf = (size: number) => Math.floor(size / 2) + 1;
 
+/**
+ * How many of the other members must be healthy before one member is taken down: enough to keep the
+ * quorum — or, in a cluster too small to keep it without any member (one or two members), all the
+ * others: such a cluster cannot restart a member without a pause, and refusing would leave it
+ * unconvergeable.
+ */
+export const healthyOthersNeeded = (size: number) => Math.min(quorumOf(size), size - 1);
+
 export class QuorumError extends Error {}
 
 /** Refuses to take `member` down unless the other members are healthy enough to keep the quorum meanwhile. */
@@ -49,11 +57,11 @@ export async function ensureQuorumWithout(inventory: Inventory, clients: EtcdCli
   const others = inventory.members.filter((m) => m.name !== member.name);
   const answers = await Promise.all(others.map(async (other) => ({ other, health: await memberHealth(inventory, clients, other) })));
   const healthy = answers.filter(({ health }) => health.healthy).length;
-  const needed = quorumOf(inventory.members.length);
+  const needed = healthyOthersNeeded(inventory.members.length);
   if (healthy < needed) {
     const unhealthy = answers.filter(({ health }) => !health.healthy).map(({ other, health }) => `${other.name} (${health.healthy ? '' : health.reason})`);
     throw new QuorumError(
-      `refusing to take etcd on ${member.name} down: only ${healthy} of the other ${others.length} members are healthy and the cluster needs ${needed} of ${inventory.members.length}; ` +
+      `refusing to take etcd on ${member.name} down: only ${healthy} of the other ${others.length} members are healthy and ${needed} must be (a quorum of ${inventory.members.length} is ${quorumOf(inventory.members.length)}); ` +
         `unhealthy: ${unhealthy.join(', ')}. Bring those back first (the next run starts a stopped etcd), then run again.`,
     );
   }

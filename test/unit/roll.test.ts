@@ -1,5 +1,5 @@
 import test from 'ava';
-import { quorumOf, rollOrder, type RollCandidate } from '../../tasks/etcd/roll.ts';
+import { healthyOthersNeeded, quorumOf, rollOrder, type RollCandidate } from '../../tasks/etcd/roll.ts';
 
 const cases: { name: string; candidates: RollCandidate[]; leader?: string; waves: string[][] }[] = [
   { name: 'restarts: followers in inventory order, the leader last', candidates: [{ target: 'etcd-1', kind: 'restarts' }, { target: 'etcd-2', kind: 'restarts' }, { target: 'etcd-3', kind: 'restarts' }], leader: 'etcd-1', waves: [['etcd-2'], ['etcd-3'], ['etcd-1']] },
@@ -17,4 +17,9 @@ for (const row of cases) {
 
 test('quorum: a majority of the voting members', (t) => {
   t.deepEqual([1, 2, 3, 4, 5, 6, 7].map(quorumOf), [1, 2, 2, 3, 3, 4, 4]);
+});
+
+test('healthy others needed before a member goes down: the quorum, or every other member of a cluster too small to keep one', (t) => {
+  // 1 member: nothing else can be healthy, and a restart must still be possible; 2: the other one; 3 and up: a quorum.
+  t.deepEqual([1, 2, 3, 4, 5, 7].map(healthyOthersNeeded), [0, 1, 2, 3, 3, 4]);
 });
