@@ -1,4 +1,3 @@
-
 /**
  * A piece of a member's cloud-config contributed by one guest feature (etcd, data volume, chrony,
  * node exporter, fluent-bit, vault agent, upstream installs). renderUserData merges them in order.
