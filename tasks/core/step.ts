@@ -42,6 +42,9 @@ export interface Step<State, Action> {
   warnings?(state: State, target: string): string[];
 }
 
+/** What a target's plan does in a roll: keeps the service running, starts it where it was down, or restarts it. */
+export type RollKind = 'keeps-running' | 'starts' | 'restarts';
+
 /** A target whose plan is not empty, waiting for its turn in a roll. */
 export interface Pending<State, Action> {
   target: string;

@@ -1,3 +1,4 @@
+import type { RollKind } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from './client.ts';
 import { memberHealth } from './health.ts';
@@ -10,7 +11,7 @@ import { memberHealth } from './health.ts';
  * its quorum without it.
  */
 
-export type RollKind = 'keeps-running' | 'starts' | 'restarts';
+export type { RollKind };
 
 export interface RollCandidate {
   target: string;
@@ -28,6 +29,12 @@ export function rollOrder(candidates: readonly RollCandidate[], leader: string |
   const restarts = of('restarts');
   const followersThenLeader = [...restarts.filter((target) => target !== leader), ...restarts.filter((target) => target === leader)];
   return [of('keeps-running'), of('starts'), ...followersThenLeader.map((target) => [target])].filter((wave) => wave.length > 0);
+}
+
+/** The waves of a roll; asks etcd for the leader only when a member is to be restarted. */
+export async function rollWaves(inventory: Inventory, clients: EtcdClients, candidates: readonly RollCandidate[]): Promise<string[][]> {
+  const leader = candidates.some((candidate) => candidate.kind === 'restarts') ? await currentLeader(inventory, clients, inventory.members) : undefined;
+  return rollOrder(candidates, leader);
 }
 
 /** The leader's name as the first member that answers sees it; undefined when none answers. */

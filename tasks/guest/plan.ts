@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Change } from '../core/step.ts';
+import type { Change, RollKind } from '../core/step.ts';
 import type { DesiredGuest, ManagedFile } from '../render/guest/desired.ts';
 import { parseEnvironmentFile } from '../render/etcd.ts';
 import type { GuestService } from '../render/guest/fragment.ts';
@@ -114,6 +114,9 @@ function staleness(service: GuestService, desired: DesiredGuest, facts: GuestFac
   return reasons.length > 0 ? reasons.join('; ') : undefined;
 }
 
-/** Does the plan stop or restart a rolling service (etcd) on this member? */
-export const interruptsRollingService = (changes: readonly GuestChange[]): boolean =>
-  changes.some(({ action }) => (action.kind === 'restart' || action.kind === 'start') && action.service.rolling === true);
+/** Where a member's plan stands in a roll: only what it does to a rolling service (etcd) counts. */
+export function rollKindOf(changes: readonly GuestChange[]): RollKind {
+  const rolling = changes.flatMap(({ action }) => ((action.kind === 'restart' || action.kind === 'start') && action.service.rolling ? [action.kind] : []));
+  if (rolling.includes('restart')) return 'restarts';
+  return rolling.includes('start') ? 'starts' : 'keeps-running';
+}

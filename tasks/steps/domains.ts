@@ -2,7 +2,7 @@ import type { Change, Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
-import { currentLeader, ensureQuorumWithout, rollOrder, type RollKind } from '../etcd/roll.ts';
+import { ensureQuorumWithout, rollWaves, type RollKind } from '../etcd/roll.ts';
 import { canonicalDomainXml, compareDomainXml, parseDomInfo } from '../libvirt/domain-xml.ts';
 import { isNotFound, type Question } from '../libvirt/virsh.ts';
 import type { RenderedFile } from '../render/member.ts';
@@ -94,9 +94,7 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
     },
     async rollingOrder(pending) {
       const kindOf = (changes: readonly Change<DomainAction>[]): RollKind => (changes.some((c) => c.action === 'restart') ? 'restarts' : changes.some((c) => c.action === 'start') ? 'starts' : 'keeps-running');
-      const candidates = pending.map(({ target, changes }) => ({ target, kind: kindOf(changes) }));
-      const leader = candidates.some((candidate) => candidate.kind === 'restarts') ? await currentLeader(inventory, clients, inventory.members) : undefined;
-      return rollOrder(candidates, leader);
+      return rollWaves(inventory, clients, pending.map(({ target, changes }) => ({ target, kind: kindOf(changes) })));
     },
     async apply(changes, name, state) {
       const member = memberNamed(name);

@@ -2,10 +2,10 @@ import { retryWhile } from '../core/retry.ts';
 import type { Change, Step } from '../core/step.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
-import { currentLeader, ensureQuorumWithout, rollOrder, type RollKind } from '../etcd/roll.ts';
+import { ensureQuorumWithout, rollWaves } from '../etcd/roll.ts';
 import type { GuestFacts, GuestQuestions } from '../guest/facts.ts';
 import { GuestProbe } from '../guest/probe.ts';
-import { driftedContent, interruptsRollingService, planGuest, type GuestAction, type GuestChange } from '../guest/plan.ts';
+import { driftedContent, planGuest, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
@@ -132,15 +132,9 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
       if (state.kind !== 'probed' || state.facts.cloudInit.state !== 'error') return [];
       return [`cloud-init's first boot ended in error in module(s) ${state.facts.cloudInit.modules.join(', ')}: see /var/log/cloud-init.log in the guest; the guest step converges the files and services all the same`];
     },
-    async rollingOrder(pending) {
-      const kindOf = (changes: readonly Change<GuestStepAction>[]): RollKind => {
-        const guestChanges = changes.filter((change): change is GuestChange => change.action.kind !== 'after-boot');
-        if (!interruptsRollingService(guestChanges)) return 'keeps-running';
-        return changes.some(({ action }) => action.kind === 'restart') ? 'restarts' : 'starts';
-      };
-      const candidates = pending.map(({ target, changes }) => ({ target, kind: kindOf(changes) }));
-      const leader = candidates.some((candidate) => candidate.kind === 'restarts') ? await currentLeader(inventory, clients, inventory.members) : undefined;
-      return rollOrder(candidates, leader);
+    rollingOrder(pending) {
+      const guestChanges = (changes: readonly Change<GuestStepAction>[]) => changes.filter((change): change is GuestChange => change.action.kind !== 'after-boot');
+      return rollWaves(inventory, clients, pending.map(({ target, changes }) => ({ target, kind: rollKindOf(guestChanges(changes)) })));
     },
     async apply(changes, name) {
       const member = memberNamed(name);

@@ -1,6 +1,6 @@
 import test from 'ava';
 import type { FileFact, GuestFacts, UnitFact } from '../../tasks/guest/facts.ts';
-import { planGuest, RefusedError, sha256, type GuestChange } from '../../tasks/guest/plan.ts';
+import { planGuest, RefusedError, rollKindOf, sha256, type GuestChange } from '../../tasks/guest/plan.ts';
 import type { DesiredGuest, ManagedFile } from '../../tasks/render/guest/desired.ts';
 
 /** The guest step's plan as a table: a member's desired contents and facts in, changes out. */
@@ -173,4 +173,18 @@ test('guest plan: an empty data directory in a formed cluster is refused; while 
   const error = t.throws(() => planGuest(desired, facts, context), { instanceOf: RefusedError });
   t.regex(error!.message, /holds no member data, but the cluster has formed/);
   t.deepEqual(planGuest(desired, facts, { ...context, clusterFormed: false }), []);
+});
+
+test('guest plan: a member stands in the roll by what it does to etcd only', (t) => {
+  const stopped = converged();
+  stopped.units.get('etcd.service')!.active = 'inactive';
+  stopped.files.get(CHRONY)!.mtime = STARTED + 5;
+  // etcd is down and chrony restarts: a member to start, not an etcd restart to put last.
+  t.is(rollKindOf(planGuest(desired, stopped, context)), 'starts');
+  const drifted = converged();
+  drifted.environments.get('etcd.service')!.set('ETCD_QUOTA_BACKEND_BYTES', '50');
+  t.is(rollKindOf(planGuest(desired, drifted, context)), 'restarts');
+  const chronyOnly = converged();
+  chronyOnly.files.get(CHRONY)!.mtime = STARTED + 5;
+  t.is(rollKindOf(planGuest(desired, chronyOnly, context)), 'keeps-running');
 });
