@@ -17,7 +17,12 @@ export type GuestAction =
   | { kind: 'attributes'; file: ManagedFile }
   | { kind: 'daemon-reload' }
   | { kind: 'enable'; unit: string }
-  | { kind: 'start'; service: GuestService }
+  /**
+   * `configChanged`: this plan writes a file the service reads. A unit systemd restarts by itself
+   * (Restart=on-failure) can come up between the probe and the start, still with the old files:
+   * `systemctl start` would leave it so, `systemctl restart` starts it either way with the new ones.
+   */
+  | { kind: 'start'; service: GuestService; configChanged: boolean }
   | { kind: 'restart'; service: GuestService; why: string };
 
 export type GuestChange = Change<GuestAction>;
@@ -81,7 +86,8 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
   for (const { service, fact } of units) {
     if (!fact?.enabled.startsWith('enabled')) changes.push({ summary: `enable ${service.unit}${fact?.enabled ? ` (was ${fact.enabled})` : ''}`, action: { kind: 'enable', unit: service.unit } });
     if (!fact || !RUNNING.has(fact.active)) {
-      changes.push({ summary: `start ${service.unit} (was ${fact?.active || 'unknown'})`, action: { kind: 'start', service } });
+      const configChanged = desired.files.some((file) => changedPaths.has(file.path) && (file.notify === service.unit || file.path === service.environment?.path));
+      changes.push({ summary: `start ${service.unit} (was ${fact?.active || 'unknown'})`, action: { kind: 'start', service, configChanged } });
       continue;
     }
     const why = staleness(service, desired, facts, changedPaths);

@@ -77,7 +77,7 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
 
   async function restartRolling(member: Member, ssh: SshConnection, action: Extract<GuestAction, { kind: 'restart' | 'start' }>): Promise<void> {
     if (action.kind === 'restart') await ensureQuorumWithout(inventory, clients, member);
-    const verb = action.kind === 'start' ? 'start' : action.service.onChange;
+    const verb = startVerb(action);
     const unit = action.service.unit;
     const deadline = Date.now() + timeoutMs;
     try {
@@ -156,11 +156,17 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
         if (action.kind === 'enable') await ssh.run(['sudo', 'systemctl', 'enable', action.unit]);
         if (action.kind === 'start' || action.kind === 'restart') {
           if (action.service.rolling) await restartRolling(member, ssh, action);
-          else await ssh.run(['sudo', 'systemctl', action.kind === 'start' ? 'start' : action.service.onChange, action.service.unit]);
+          else await ssh.run(['sudo', 'systemctl', startVerb(action), action.service.unit]);
         }
       }
     },
   };
+}
+
+/** The systemctl verb that makes a service run what its files say (see GuestAction 'start'). */
+function startVerb(action: Extract<GuestAction, { kind: 'restart' | 'start' }>): string {
+  if (action.kind === 'restart') return action.service.onChange;
+  return action.configChanged ? 'restart' : 'start';
 }
 
 /** What the guest probe asks a member, from what it should contain. */

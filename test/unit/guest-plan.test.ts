@@ -188,3 +188,19 @@ test('guest plan: a member stands in the roll by what it does to etcd only', (t)
   chronyOnly.files.get(CHRONY)!.mtime = STARTED + 5;
   t.is(rollKindOf(planGuest(desired, chronyOnly, context)), 'keeps-running');
 });
+
+test('guest plan: a stopped service whose files change is started with restart semantics, one whose files are current with start', (t) => {
+  const startOf = (changes: GuestChange[]) => changes.map((c) => c.action).find((a) => a.kind === 'start');
+  const stale = converged();
+  stale.units.get('etcd.service')!.active = 'failed';
+  stale.files.get(ENV)!.digest = sha256('ETCD_QUOTA_BACKEND_BYTES=50\n');
+  // systemd may bring it up by itself (Restart=on-failure) before the apply, with the old file.
+  t.like(startOf(planGuest(desired, stale, context)), { kind: 'start', configChanged: true });
+  const current = converged();
+  current.units.get('etcd.service')!.active = 'failed';
+  t.like(startOf(planGuest(desired, current, context)), { kind: 'start', configChanged: false });
+  const chrony = converged();
+  chrony.units.get('chrony.service')!.active = 'inactive';
+  chrony.files.delete(CHRONY);
+  t.like(startOf(planGuest(desired, chrony, context)), { kind: 'start', configChanged: true });
+});
