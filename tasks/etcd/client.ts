@@ -48,17 +48,23 @@ export class EtcdClients {
     return client;
   }
 
+  /**
+   * Where this process reaches a member's client port: the member itself, or the local end of a
+   * tunnel through its hypervisor (one per call: gRPC and a plain TLS probe each hold their own).
+   */
+  async endpoint(member: Member): Promise<{ host: string; port: number }> {
+    if (member.reach !== 'hypervisor') return { host: member.etcdIp, port: this.clientPort };
+    const tunnel = await Tunnel.open(await this.connections.get(member.hypervisor), member.etcdIp, this.clientPort);
+    this.#tunnels.push(tunnel);
+    // Certificates carry 127.0.0.1 as a SAN, so TLS verifies the member through the local end too.
+    return { host: '127.0.0.1', port: tunnel.localPort };
+  }
+
   async #open(member: Member, identity: ClientIdentity): Promise<Etcd3> {
-    let endpoint = `https://${member.etcdIp}:${this.clientPort}`;
-    if (member.reach === 'hypervisor') {
-      const tunnel = await Tunnel.open(await this.connections.get(member.hypervisor), member.etcdIp, this.clientPort);
-      this.#tunnels.push(tunnel);
-      // Certificates carry 127.0.0.1 as a SAN, so TLS verifies the member through the local end too.
-      endpoint = `https://127.0.0.1:${tunnel.localPort}`;
-    }
+    const { host, port } = await this.endpoint(member);
     const { Etcd3 } = await preloadEtcdClient();
     return new Etcd3({
-      hosts: [endpoint],
+      hosts: [`https://${host}:${port}`],
       credentials: {
         rootCertificate: Buffer.from(identity.caCert),
         ...(identity.cert && identity.key ? { certChain: Buffer.from(identity.cert), privateKey: Buffer.from(revealSecret(identity.key)) } : {}),

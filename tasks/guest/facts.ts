@@ -23,6 +23,11 @@ export interface UnitFact {
   enabled: string;
   /** ActiveState: active, activating, inactive, failed… */
   active: string;
+  /**
+   * SubState: running, start, auto-restart… `activating` + `auto-restart` is a unit that failed and
+   * waits for systemd's Restart= to try again: not running, whatever ActiveState says.
+   */
+  sub: string;
   /** When it last became active, seconds since the epoch (the guest's clock); absent when never. */
   startedAt?: number;
   /** The unit file changed on disk since systemd last read it. */
@@ -64,7 +69,7 @@ export function guestProbeScript(questions: GuestQuestions): string {
     section('sha256'),
     ...(questions.paths.length ? [`sha256sum -- ${paths} 2>/dev/null`] : []),
     section('units'),
-    ...(questions.units.length ? [`${commandLine(['systemctl', 'show', '--timestamp=unix', '-p', 'Id,LoadState,UnitFileState,ActiveState,ActiveEnterTimestamp,NeedDaemonReload', '--', ...questions.units])} 2>/dev/null`] : []),
+    ...(questions.units.length ? [`${commandLine(['systemctl', 'show', '--timestamp=unix', '-p', 'Id,LoadState,UnitFileState,ActiveState,SubState,ActiveEnterTimestamp,NeedDaemonReload', '--', ...questions.units])} 2>/dev/null`] : []),
     ...questions.environmentUnits.flatMap((unit) => [
       section(`environ ${unit}`),
       // The unit's main process is the first in its cgroup (cgroup v2), read with a builtin.
@@ -149,6 +154,7 @@ export function parseSystemctlShow(text: string): Map<string, UnitFact> {
       loaded: values.get('LoadState') === 'loaded',
       enabled: values.get('UnitFileState') ?? '',
       active: values.get('ActiveState') ?? '',
+      sub: values.get('SubState') ?? '',
       ...(since ? { startedAt: Number(since[1]) } : {}),
       needsDaemonReload: values.get('NeedDaemonReload') === 'yes',
     });

@@ -85,9 +85,9 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
   }
   for (const { service, fact } of units) {
     if (!fact?.enabled.startsWith('enabled')) changes.push({ summary: `enable ${service.unit}${fact?.enabled ? ` (was ${fact.enabled})` : ''}`, action: { kind: 'enable', unit: service.unit } });
-    if (!fact || !RUNNING.has(fact.active)) {
+    if (!fact || !RUNNING.has(fact.active) || fact.sub === 'auto-restart') {
       const configChanged = desired.files.some((file) => changedPaths.has(file.path) && (file.notify === service.unit || file.path === service.environment?.path));
-      changes.push({ summary: `start ${service.unit} (was ${fact?.active || 'unknown'})`, action: { kind: 'start', service, configChanged } });
+      changes.push({ summary: `start ${service.unit} (was ${fact ? [fact.active, fact.sub].filter(Boolean).join('/') : 'unknown'})`, action: { kind: 'start', service, configChanged } });
       continue;
     }
     const why = staleness(service, desired, facts, changedPaths);

@@ -20,12 +20,12 @@ test('a recorded lab answer: every file with digest, mode, owner and time; units
   t.true(key.mtime > 1_700_000_000);
   t.is(facts.files.get('/etc/etcd/etcd.env')!.mode, 0o644);
   const etcd = facts.units.get('etcd.service')!;
-  t.like(etcd, { loaded: true, enabled: 'enabled', active: 'active', needsDaemonReload: false });
+  t.like(etcd, { loaded: true, enabled: 'enabled', active: 'active', sub: 'running', needsDaemonReload: false });
   t.true(etcd.startedAt! > 1_700_000_000);
   t.deepEqual([...facts.units.keys()].sort(), [...questions.units].sort());
   const environment = facts.environments.get('etcd.service')!;
   t.is(environment.get('ETCD_NAME'), 'etcd-1');
-  t.is(environment.get('ETCD_QUOTA_BACKEND_BYTES'), '402653184');
+  t.is(environment.get('ETCD_QUOTA_BACKEND_BYTES'), '536870912');
   t.is(environment.get('ETCD_INITIAL_CLUSTER'), 'etcd-1=https://192.168.150.11:2380,etcd-2=https://192.168.150.12:2380,etcd-3=https://192.168.150.13:2380');
   t.true(facts.dataDirInitialized);
   t.deepEqual(facts.cloudInit, { state: 'done' });

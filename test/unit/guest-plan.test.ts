@@ -32,7 +32,7 @@ const RUNNING_ENV = new Map([['ETCD_NAME', 'etcd-1'], ['ETCD_QUOTA_BACKEND_BYTES
 /** Facts of a member that holds exactly what is desired, everything started after its files were written. */
 function converged(): GuestFacts {
   const files = new Map<string, FileFact>(desired.files.map((f) => [f.path, { digest: sha256(f.content), mode: f.mode, owner: f.owner, mtime: STARTED - 10 }]));
-  const unit = (): UnitFact => ({ loaded: true, enabled: 'enabled', active: 'active', startedAt: STARTED, needsDaemonReload: false });
+  const unit = (): UnitFact => ({ loaded: true, enabled: 'enabled', active: 'active', sub: 'running', startedAt: STARTED, needsDaemonReload: false });
   return {
     files,
     units: new Map([['etcd.service', unit()], ['chrony.service', unit()]]),
@@ -120,8 +120,19 @@ const cases: Case[] = [
   },
   {
     name: 'stopped etcd: started (rolling), not restarted',
-    facts: (f) => (f.units.get('etcd.service')!.active = 'inactive'),
-    summaries: ['start etcd.service (was inactive)'],
+    facts: (f) => Object.assign(f.units.get('etcd.service')!, { active: 'inactive', sub: 'dead' }),
+    summaries: ['start etcd.service (was inactive/dead)'],
+    kinds: ['start'],
+  },
+  {
+    name: 'a failed unit waiting for its automatic restart (Restart=on-failure) is not running: started',
+    facts: (f) => {
+      const etcd = f.units.get('etcd.service')!;
+      etcd.active = 'activating';
+      etcd.sub = 'auto-restart';
+      f.environments.delete('etcd.service');
+    },
+    summaries: ['start etcd.service (was activating/auto-restart)'],
     kinds: ['start'],
   },
   {

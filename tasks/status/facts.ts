@@ -1,0 +1,149 @@
+import { connect, type PeerCertificate } from 'node:tls';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
+import type { HypervisorConnections } from '../remote/hypervisors.ts';
+import { Virsh } from '../libvirt/virsh.ts';
+
+/**
+ * What status reads, all of it read-only and asked at about the same moment: each hypervisor once
+ * (virsh domstate of its members, one remote shell), each member's etcd once (status and alarms over
+ * gRPC, the certificate it serves over TLS), and one member list.
+ */
+
+export interface EtcdMemberFacts {
+  /** etcd's member ID, as hex (etcdctl's table and logs use hex). */
+  id: string;
+  leader: string;
+  isLearner: boolean;
+  raftTerm: string;
+  raftIndex: string;
+  appliedIndex: string;
+  dbSize: number;
+  dbSizeInUse: number;
+  version: string;
+  errors: string[];
+}
+
+export interface MemberFacts {
+  name: string;
+  hypervisor: string;
+  /** virsh domstate's answer, `absent` when libvirt has no such domain, or why it is unknown. */
+  vm: string;
+  etcd: EtcdMemberFacts | { error: string };
+  /** notAfter of the certificate the member serves on its client port. */
+  servedCertificate: { notAfter: Date } | { error: string };
+}
+
+export interface ListedMember {
+  id: string;
+  name: string;
+  isLearner: boolean;
+  peerURLs: string[];
+}
+
+export interface StatusFacts {
+  members: MemberFacts[];
+  /** etcd's member list from the first member that answered (learners and unstarted members included). */
+  memberList: ListedMember[] | { error: string };
+  alarms: { memberId: string; alarm: string }[];
+  caNotAfter?: Date;
+  at: Date;
+}
+
+/** etcd's uint64 IDs arrive as decimal strings; hex is how etcd and etcdctl's tables show them. */
+export const hexId = (decimal: string): string => BigInt(decimal).toString(16);
+
+const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!.slice(0, 200);
+
+export async function vmStates(members: readonly Member[], connections: HypervisorConnections): Promise<Map<string, string>> {
+  const states = new Map<string, string>();
+  const byHypervisor = new Map<Member['hypervisor'], Member[]>();
+  for (const member of members) byHypervisor.set(member.hypervisor, [...(byHypervisor.get(member.hypervisor) ?? []), member]);
+  await Promise.all(
+    [...byHypervisor].map(async ([hypervisor, hosted]) => {
+      try {
+        const virsh = new Virsh(await connections.get(hypervisor), hypervisor.libvirt_uri);
+        const answers = await virsh.probe(Object.fromEntries(hosted.map((member) => [member.name, ['domstate', member.name]])));
+        for (const member of hosted) {
+          const answer = answers[member.name];
+          if (!answer) states.set(member.name, 'unknown (no answer)');
+          else if (answer.code === 0) states.set(member.name, answer.output.trim());
+          else states.set(member.name, /failed to get domain|Domain not found/i.test(answer.output) ? 'absent' : `unknown (${answer.output.trim().split('\n')[0]})`);
+        }
+      } catch (error) {
+        for (const member of hosted) states.set(member.name, `unknown (hypervisor ${hypervisor.name}: ${firstLine(error)})`);
+      }
+    }),
+  );
+  return states;
+}
+
+async function etcdFacts(clients: EtcdClients, member: Member): Promise<EtcdMemberFacts> {
+  const client = await clients.for(member);
+  const status = await client.maintenance.status({});
+  return {
+    id: hexId(status.header.member_id),
+    leader: hexId(status.leader),
+    isLearner: status.isLearner,
+    raftTerm: status.raftTerm,
+    raftIndex: status.raftIndex,
+    appliedIndex: status.raftAppliedIndex,
+    dbSize: Number(status.dbSize),
+    dbSizeInUse: Number(status.dbSizeInUse),
+    version: status.version,
+    errors: status.errors,
+  };
+}
+
+/** The leaf certificate a member's client port presents, verified against the cluster's CA. */
+async function servedCertificate(clients: EtcdClients, member: Member, identity: ClientIdentity): Promise<{ notAfter: Date }> {
+  const { host, port } = await clients.endpoint(member);
+  const peer = await new Promise<PeerCertificate>((resolve, reject) => {
+    const socket = connect({ host, port, servername: member.name, ca: identity.caCert, ALPNProtocols: ['h2'] }, () => {
+      resolve(socket.getPeerCertificate());
+      socket.end();
+    });
+    socket.setTimeout(5_000, () => socket.destroy(new Error('TLS handshake timed out after 5 s')));
+    socket.once('error', reject);
+  });
+  return { notAfter: new Date(peer.valid_to) };
+}
+
+export async function gatherStatus(inventory: Inventory, clients: EtcdClients, connections: HypervisorConnections, identity: ClientIdentity, caNotAfter?: Date): Promise<StatusFacts> {
+  const members = inventory.members;
+  const at = new Date();
+  const [vms, perMember] = await Promise.all([
+    vmStates(members, connections),
+    Promise.all(
+      members.map(async (member) => {
+        const [etcd, certificate] = await Promise.allSettled([etcdFacts(clients, member), servedCertificate(clients, member, identity)]);
+        return {
+          etcd: etcd.status === 'fulfilled' ? etcd.value : { error: firstLine(etcd.reason) },
+          servedCertificate: certificate.status === 'fulfilled' ? certificate.value : { error: firstLine(certificate.reason) },
+        };
+      }),
+    ),
+  ]);
+  // The member list and the alarms are the cluster's: ask the first member that answered status.
+  let memberList: StatusFacts['memberList'] = { error: 'no member answered' };
+  let alarms: StatusFacts['alarms'] = [];
+  const answering = members.filter((_, index) => !('error' in perMember[index]!.etcd));
+  for (const member of answering) {
+    try {
+      const client = await clients.for(member);
+      const [list, alarm] = await Promise.all([client.cluster.memberList({}), client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' })]);
+      memberList = list.members.map((m) => ({ id: hexId(m.ID), name: m.name, isLearner: Boolean(m.isLearner), peerURLs: m.peerURLs }));
+      alarms = alarm.alarms.map((a) => ({ memberId: hexId(a.memberID), alarm: String(a.alarm) }));
+      break;
+    } catch (error) {
+      memberList = { error: `${member.name}: ${firstLine(error)}` };
+    }
+  }
+  return {
+    members: members.map((member, index) => ({ name: member.name, hypervisor: member.hypervisor.name, vm: vms.get(member.name) ?? 'unknown', ...perMember[index]! })),
+    memberList,
+    alarms,
+    ...(caNotAfter ? { caNotAfter } : {}),
+    at,
+  };
+}
