@@ -16,6 +16,8 @@ export interface EtcdMemberFacts {
   leader: string;
   isLearner: boolean;
   raftTerm: string;
+  /** The key-value store's revision. */
+  revision: string;
   raftIndex: string;
   appliedIndex: string;
   dbSize: number;
@@ -86,6 +88,7 @@ async function etcdFacts(clients: EtcdClients, member: Member): Promise<EtcdMemb
     leader: hexId(status.leader),
     isLearner: status.isLearner,
     raftTerm: status.raftTerm,
+    revision: status.header.revision,
     raftIndex: status.raftIndex,
     appliedIndex: status.raftAppliedIndex,
     dbSize: Number(status.dbSize),

@@ -5,6 +5,7 @@ import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, w
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run } from '../helpers/exec.ts';
+import type { StatusReport } from '../../tasks/status/report.ts';
 import { deploy, endpoint, etcdctl, inLab, lab, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
 
 /**
@@ -135,8 +136,64 @@ test.serial('a second run changes nothing, and a dry-run after it plans nothing'
   t.deepEqual(changed(dry), []);
 });
 
+/** status.ts as a script reads it (its JSON) and as a person does (its table's last line). */
+function status(t: ExecutionContext): { status: number; report: StatusReport; table: string } {
+  const json = run('npx', ['tsx', 'tasks/status.ts', '-i', 'inventories/lab.yaml', '--json']);
+  const table = run('npx', ['tsx', 'tasks/status.ts', '-i', 'inventories/lab.yaml']);
+  t.log(table.stdout.trim());
+  t.is(json.status, table.status);
+  return { status: json.status, report: JSON.parse(json.stdout) as StatusReport, table: table.stdout };
+}
+
+/** etcdctl's JSON with its uint64 IDs kept exact (JSON.parse would round them), as hex. */
+function etcdctlJson<T>(args: string[]): T {
+  const result = etcdctl(ALL, rootIdentity, [...args, '-w', 'json']);
+  if (result.status !== 0) throw new Error(result.stderr);
+  const exact = result.stdout.replace(/"(ID|member_id|cluster_id|leader)":(\d+)/g, (_, key: string, id: string) => `"${key}":"${BigInt(id).toString(16)}"`);
+  return JSON.parse(exact) as T;
+}
+
+interface EndpointStatus { Status: { header: { member_id: string; revision: number }; leader: string; isLearner?: boolean } }
+interface MemberList { members: { ID: string; name: string; isLearner?: boolean }[] }
+
+test.serial("status agrees with etcdctl's endpoint status and member list taken around it: IDs, leader, learners, revision", (t) => {
+  // What status must agree on; raft indexes move even in a quiet cluster, these do not.
+  const take = () => ({
+    endpoints: etcdctlJson<EndpointStatus[]>(['endpoint', 'status', '--cluster']).map(({ Status: s }) => ({ Status: { header: { member_id: s.header.member_id, revision: s.header.revision }, leader: s.leader, isLearner: Boolean(s.isLearner) } })),
+    list: { members: etcdctlJson<MemberList>(['member', 'list']).members.map((m) => ({ ID: m.ID, name: m.name, isLearner: Boolean(m.isLearner) })) },
+  });
+  const before = take();
+  const { status: code, report, table } = status(t);
+  const after = take();
+  t.is(code, 0);
+  t.true(report.healthy);
+  t.regex(table, /\ncluster: healthy, 3 of 3 members voting, leader etcd-\d\n?$/);
+  // A quiet cluster: what etcdctl saw before and after is the same, so status saw it too.
+  t.deepEqual(before, after);
+  const leaderId = before.endpoints[0]!.Status.leader;
+  const byId = new Map(before.list.members.map((m) => [m.ID, m]));
+  t.deepEqual(report.members.map((m) => m.id).sort(), [...byId.keys()].sort());
+  for (const row of report.members) {
+    const listed = byId.get(row.id!)!;
+    const endpoint = before.endpoints.find((e) => e.Status.header.member_id === row.id)!;
+    t.is(row.name, listed.name);
+    t.is(row.role, row.id === leaderId ? 'leader' : listed.isLearner ? 'learner' : 'follower', row.name);
+    t.is(row.revision, String(endpoint.Status.header.revision), row.name);
+    t.is(row.vm, 'running');
+    t.true(Date.parse(row.certificateExpires!) > Date.now(), row.name);
+  }
+  t.is(report.leader, byId.get(leaderId)!.name);
+});
+
 test.serial('drift: a destroyed member VM is started again and the data survives', (t) => {
   t.is(virsh(['destroy', 'etcd-2']).status, 0);
+  // Seen by status first: degraded, naming the member and why, exit 1.
+  const down = status(t);
+  t.is(down.status, 1);
+  t.false(down.report.healthy);
+  t.like(down.report.members.find((m) => m.name === 'etcd-2'), { vm: 'shut off', role: 'unknown' });
+  t.true(down.report.problems.some((p) => p.startsWith('etcd-2: etcd does not answer')), down.report.problems.join(' | '));
+  t.regex(down.table, /\ncluster: DEGRADED \(\d+ problems?\), 2 of 3 members voting/);
   const result = deployed(t);
   t.is(result.status, 0);
   t.deepEqual(changed(result), ['etcd-2/domain: changed start etcd-2 (was shut off)']);

@@ -17,6 +17,7 @@ const ALLOWED: Record<string, string[]> = {
   guest: ['core', 'inventory', 'remote', 'render'],
   backup: ['core', 'inventory'],
   steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup'],
+  status: ['core', 'inventory', 'remote', 'libvirt', 'etcd'],
   cli: ['core'],
 };
 

@@ -1,0 +1,27 @@
+import type { Inventory } from '../inventory/model.ts';
+import { PkiStore } from '../pki/store.ts';
+import { HypervisorConnections } from '../remote/hypervisors.ts';
+import { EtcdClients, type ClientIdentity } from './client.ts';
+import { clientIdentities } from './identities.ts';
+
+/** What a tool beside deploy needs to talk to a cluster as root: hypervisor connections and etcd clients. */
+export interface ClusterSession {
+  connections: HypervisorConnections;
+  clients: EtcdClients;
+  root: ClientIdentity;
+  store: PkiStore;
+}
+
+/** Opens on demand, closes everything when `use` is done, whatever it did. */
+export async function withClusterSession<T>(inventory: Inventory, use: (session: ClusterSession) => Promise<T>): Promise<T> {
+  const store = new PkiStore(inventory.stateDir);
+  const identities = clientIdentities(inventory, store);
+  const connections = new HypervisorConnections();
+  const clients = new EtcdClients(connections, inventory.etcd.client_port, identities.root);
+  try {
+    return await use({ connections, clients, root: identities.root(), store });
+  } finally {
+    clients.close();
+    await connections.closeAll();
+  }
+}

@@ -1,0 +1,146 @@
+import type { EtcdMemberFacts, ListedMember, StatusFacts } from './facts.ts';
+
+/**
+ * What status says, pure: the facts in; per member a row, the cluster's verdict (healthy or
+ * degraded, with every reason) and warnings out. A table for people, the same data as JSON for scripts.
+ */
+
+export type Role = 'leader' | 'follower' | 'learner' | 'unknown';
+
+export interface MemberRow {
+  name: string;
+  hypervisor: string;
+  vm: string;
+  id: string | null;
+  role: Role;
+  raftTerm: string | null;
+  revision: string | null;
+  appliedIndex: string | null;
+  dbSize: number | null;
+  dbSizeInUse: number | null;
+  version: string | null;
+  alarms: string[];
+  certificateExpires: string | null;
+  error: string | null;
+}
+
+export interface StatusReport {
+  at: string;
+  healthy: boolean;
+  leader: string | null;
+  members: MemberRow[];
+  /** Members etcd lists that the inventory does not have (a learner half-added, a member left behind). */
+  unknownMembers: ListedMember[];
+  caExpires: string | null;
+  problems: string[];
+  warnings: string[];
+}
+
+/** Certificates closer to expiry than this are warned about (the deploy's --renew-certs renews them). */
+export const CERTIFICATE_WARNING_DAYS = 30;
+
+const DAY_MS = 86_400_000;
+
+export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly string[]): StatusReport {
+  const problems: string[] = [];
+  const warnings: string[] = [];
+  const list = 'error' in facts.memberList ? undefined : facts.memberList;
+  if (!list) problems.push(`no member list: ${(facts.memberList as { error: string }).error}`);
+
+  const answered = facts.members.flatMap((m) => ('error' in m.etcd ? [] : [m.etcd]));
+  const leaders = new Set(answered.map((etcd) => etcd.leader).filter((id) => id !== '0'));
+  const leaderId = leaders.size === 1 ? [...leaders][0]! : undefined;
+  if (leaders.size > 1) problems.push(`members disagree on the leader (${[...leaders].join(', ')})`);
+  else if (answered.length > 0 && !leaderId) problems.push('no leader');
+  const nameOfId = (id: string) => list?.find((m) => m.id === id)?.name || facts.members.find((m) => !('error' in m.etcd) && m.etcd.id === id)?.name;
+
+  const members: MemberRow[] = facts.members.map((member) => {
+    const etcd: EtcdMemberFacts | undefined = 'error' in member.etcd ? undefined : member.etcd;
+    if (member.vm !== 'running') problems.push(`${member.name}: VM ${member.vm}`);
+    if (!etcd) problems.push(`${member.name}: etcd does not answer (${(member.etcd as { error: string }).error})`);
+    const listed = etcd && list?.find((m) => m.id === etcd.id);
+    const learner = Boolean(etcd?.isLearner || listed?.isLearner);
+    if (learner) problems.push(`${member.name}: still a learner (not promoted to a voting member)`);
+    const alarms = etcd ? facts.alarms.filter((a) => a.memberId === etcd.id).map((a) => a.alarm) : [];
+    for (const alarm of alarms) problems.push(`${member.name}: alarm ${alarm}${alarm === 'NOSPACE' ? ' (writes refused: compact, defragment, then maintain.ts --disarm)' : ''}`);
+    for (const error of etcd?.errors ?? []) problems.push(`${member.name}: ${error}`);
+    let certificateExpires: string | null = null;
+    // A member whose etcd does not answer has no certificate to read either: one problem is enough.
+    if ('error' in member.servedCertificate) {
+      if (etcd) warnings.push(`${member.name}: its served certificate could not be read (${member.servedCertificate.error})`);
+    } else {
+      certificateExpires = member.servedCertificate.notAfter.toISOString();
+      const days = (member.servedCertificate.notAfter.getTime() - facts.at.getTime()) / DAY_MS;
+      if (days < 0) problems.push(`${member.name}: its certificate expired ${certificateExpires}`);
+      else if (days < CERTIFICATE_WARNING_DAYS) warnings.push(`${member.name}: its certificate expires in ${Math.floor(days)} days (${certificateExpires}): deploy --renew-certs`);
+    }
+    const role: Role = !etcd ? 'unknown' : learner ? 'learner' : etcd.id === leaderId ? 'leader' : 'follower';
+    return {
+      name: member.name,
+      hypervisor: member.hypervisor,
+      vm: member.vm,
+      id: etcd?.id ?? null,
+      role,
+      raftTerm: etcd?.raftTerm ?? null,
+      revision: etcd?.revision ?? null,
+      appliedIndex: etcd?.appliedIndex ?? null,
+      dbSize: etcd?.dbSize ?? null,
+      dbSizeInUse: etcd?.dbSizeInUse ?? null,
+      version: etcd?.version ?? null,
+      alarms,
+      certificateExpires,
+      error: 'error' in member.etcd ? member.etcd.error : null,
+    };
+  });
+
+  const unknownMembers = (list ?? []).filter((m) => !inventoryNames.includes(m.name));
+  for (const m of unknownMembers) problems.push(`etcd lists member ${m.name || `(unstarted, ${m.peerURLs.join(',')})`} (${m.id}), which the inventory does not have`);
+  for (const name of inventoryNames) {
+    if (list && !list.some((m) => m.name === name)) {
+      problems.push(`${name} is in the inventory but not in etcd's member list`);
+    }
+  }
+  // Alarms raised by members the inventory does not name are still the cluster's alarms.
+  for (const alarm of facts.alarms.filter((a) => !members.some((m) => m.id === a.memberId))) problems.push(`member ${alarm.memberId}: alarm ${alarm.alarm}`);
+
+  let caExpires: string | null = null;
+  if (facts.caNotAfter) {
+    caExpires = facts.caNotAfter.toISOString();
+    const days = (facts.caNotAfter.getTime() - facts.at.getTime()) / DAY_MS;
+    if (days < CERTIFICATE_WARNING_DAYS) warnings.push(`the CA expires in ${Math.floor(days)} days (${caExpires}): see "Rotating the CA" in the README`);
+  }
+  return { at: facts.at.toISOString(), healthy: problems.length === 0, leader: (leaderId && nameOfId(leaderId)) ?? null, members, unknownMembers, caExpires, problems, warnings };
+}
+
+const size = (bytes: number | null) => (bytes === null ? '-' : bytes >= 1 << 20 ? `${(bytes / (1 << 20)).toFixed(1)} MiB` : `${(bytes / 1024).toFixed(0)} KiB`);
+
+export function formatStatusTable(report: StatusReport): string {
+  const header = ['MEMBER', 'HYPERVISOR', 'VM', 'ID', 'ROLE', 'TERM', 'REVISION', 'APPLIED', 'DB SIZE', 'IN USE', 'VERSION', 'ALARMS', 'CERT EXPIRES'];
+  const rows = report.members.map((m) => [
+    m.name,
+    m.hypervisor,
+    m.vm,
+    m.id ?? '-',
+    m.role,
+    m.raftTerm ?? '-',
+    m.revision ?? '-',
+    m.appliedIndex ?? '-',
+    size(m.dbSize),
+    size(m.dbSizeInUse),
+    m.version ?? '-',
+    m.alarms.join(',') || '-',
+    m.certificateExpires?.slice(0, 10) ?? '-',
+  ]);
+  const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)));
+  const line = (cells: string[]) => cells.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd();
+  const lines = [line(header), ...rows.map(line)];
+  for (const problem of report.problems) lines.push(`problem: ${problem}`);
+  for (const warning of report.warnings) lines.push(`warning: ${warning}`);
+  const voting = report.members.filter((m) => m.role === 'leader' || m.role === 'follower').length;
+  lines.push(
+    report.healthy
+      ? `cluster: healthy, ${voting} of ${report.members.length} members voting, leader ${report.leader}`
+      : `cluster: DEGRADED (${report.problems.length} problem${report.problems.length === 1 ? '' : 's'}), ${voting} of ${report.members.length} members voting, leader ${report.leader ?? 'none'}`,
+  );
+  return lines.join('\n');
+}

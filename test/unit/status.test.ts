@@ -1,0 +1,135 @@
+import test from 'ava';
+import { hexId, type EtcdMemberFacts, type MemberFacts, type StatusFacts } from '../../tasks/status/facts.ts';
+import { formatStatusTable, summarizeStatus } from '../../tasks/status/report.ts';
+
+/** The status verdict as a table: facts in (member answers, member list, alarms), report out. */
+
+const AT = new Date('2026-11-22T10:00:00Z');
+const NAMES = ['etcd-1', 'etcd-2', 'etcd-3'];
+const IDS = ['a1', 'b2', 'c3'];
+const LEADER = 'c3';
+
+function etcdOf(index: number): EtcdMemberFacts {
+  return { id: IDS[index]!, leader: LEADER, isLearner: false, raftTerm: '6', revision: '12', raftIndex: '40', appliedIndex: '40', dbSize: 32768, dbSizeInUse: 16384, version: '3.4.23', errors: [] };
+}
+
+function healthy(): StatusFacts {
+  const members: MemberFacts[] = NAMES.map((name, index) => ({ name, hypervisor: 'lab', vm: 'running', etcd: etcdOf(index), servedCertificate: { notAfter: new Date('2027-11-22T00:00:00Z') } }));
+  return {
+    members,
+    memberList: NAMES.map((name, index) => ({ id: IDS[index]!, name, isLearner: false, peerURLs: [`https://10.0.0.${index + 1}:2380`] })),
+    alarms: [],
+    caNotAfter: new Date('2036-01-01T00:00:00Z'),
+    at: AT,
+  };
+}
+
+interface Case {
+  name: string;
+  facts: (facts: StatusFacts) => void;
+  healthy: boolean;
+  roles?: string[];
+  problems?: RegExp[];
+  warnings?: RegExp[];
+}
+
+const cases: Case[] = [
+  { name: 'all answer, one leader: healthy', facts: () => {}, healthy: true, roles: ['follower', 'follower', 'leader'] },
+  {
+    name: 'a member whose etcd does not answer, its VM shut off: degraded, role unknown',
+    facts: (f) => Object.assign(f.members[0]!, { vm: 'shut off', etcd: { error: 'UNAVAILABLE' } }),
+    healthy: false,
+    roles: ['unknown', 'follower', 'leader'],
+    problems: [/etcd-1: VM shut off/, /etcd-1: etcd does not answer \(UNAVAILABLE\)/],
+  },
+  {
+    name: 'a VM that libvirt does not have: degraded',
+    facts: (f) => Object.assign(f.members[1]!, { vm: 'absent', etcd: { error: 'UNAVAILABLE' } }),
+    healthy: false,
+    problems: [/etcd-2: VM absent/],
+  },
+  {
+    name: 'a learner not yet promoted: degraded, role learner',
+    facts: (f) => {
+      (f.members[0]!.etcd as EtcdMemberFacts).isLearner = true;
+      (f.memberList as { isLearner: boolean }[])[0]!.isLearner = true;
+    },
+    healthy: false,
+    roles: ['learner', 'follower', 'leader'],
+    problems: [/etcd-1: still a learner/],
+  },
+  {
+    name: 'a NOSPACE alarm: degraded, shown on its member with the way out',
+    facts: (f) => f.alarms.push({ memberId: 'b2', alarm: 'NOSPACE' }),
+    healthy: false,
+    problems: [/etcd-2: alarm NOSPACE \(writes refused: compact, defragment, then maintain.ts --disarm\)/],
+  },
+  {
+    name: 'a member etcd lists that the inventory does not have (a half-added learner): degraded',
+    facts: (f) => (f.memberList as object[]).push({ id: 'd4', name: '', isLearner: true, peerURLs: ['https://10.0.0.4:2380'] }),
+    healthy: false,
+    problems: [/etcd lists member \(unstarted, https:\/\/10.0.0.4:2380\) \(d4\), which the inventory does not have/],
+  },
+  {
+    name: 'members that disagree on the leader: degraded',
+    facts: (f) => ((f.members[0]!.etcd as EtcdMemberFacts).leader = 'a1'),
+    healthy: false,
+    problems: [/members disagree on the leader/],
+  },
+  {
+    name: 'no leader: degraded',
+    facts: (f) => f.members.forEach((m) => ((m.etcd as EtcdMemberFacts).leader = '0')),
+    healthy: false,
+    roles: ['follower', 'follower', 'follower'],
+    problems: [/^no leader$/],
+  },
+  {
+    name: 'a certificate expiring in 10 days: healthy, with a warning',
+    facts: (f) => (f.members[2]!.servedCertificate = { notAfter: new Date(AT.getTime() + 10 * 86_400_000) }),
+    healthy: true,
+    warnings: [/etcd-3: its certificate expires in 10 days .*deploy --renew-certs/],
+  },
+  {
+    name: 'an expired certificate: degraded',
+    facts: (f) => (f.members[2]!.servedCertificate = { notAfter: new Date(AT.getTime() - 1000) }),
+    healthy: false,
+    problems: [/etcd-3: its certificate expired/],
+  },
+  {
+    name: 'no member list at all: degraded',
+    facts: (f) => (f.memberList = { error: 'no member answered' }),
+    healthy: false,
+    problems: [/no member list: no member answered/],
+  },
+];
+
+for (const row of cases) {
+  test(`status: ${row.name}`, (t) => {
+    const facts = healthy();
+    row.facts(facts);
+    const report = summarizeStatus(facts, NAMES);
+    t.is(report.healthy, row.healthy, report.problems.join('; '));
+    if (row.roles) t.deepEqual(report.members.map((m) => m.role), row.roles);
+    for (const pattern of row.problems ?? []) t.true(report.problems.some((p) => pattern.test(p)), `${pattern} in ${report.problems.join(' | ')}`);
+    if (!row.problems) t.deepEqual(report.problems, []);
+    for (const pattern of row.warnings ?? []) t.true(report.warnings.some((w) => pattern.test(w)), `${pattern} in ${report.warnings.join(' | ')}`);
+    // The table's last line says the same verdict.
+    t.regex(formatStatusTable(report).split('\n').at(-1)!, row.healthy ? /^cluster: healthy/ : /^cluster: DEGRADED/);
+  });
+}
+
+test('status: the leader is named, and the table has a row per member with its ID and role', (t) => {
+  const report = summarizeStatus(healthy(), NAMES);
+  t.is(report.leader, 'etcd-3');
+  const lines = formatStatusTable(report).split('\n');
+  t.regex(lines[0]!, /^MEMBER\s+HYPERVISOR\s+VM\s+ID\s+ROLE/);
+  t.regex(lines[3]!, /^etcd-3\s+lab\s+running\s+c3\s+leader\s+6\s+12\s+40\s+32 KiB\s+16 KiB\s+3\.4\.23\s+-\s+2027-11-22$/);
+  t.is(lines.at(-1), 'cluster: healthy, 3 of 3 members voting, leader etcd-3');
+});
+
+test("status: etcd's decimal uint64 IDs become hex without losing precision", (t) => {
+  // Number() would round this one (above 2^53) to ...8000.
+  t.is(hexId('17362538116226385298'), 'f0f4206d10da8592');
+  t.is(hexId('18446744073709551615'), 'ffffffffffffffff');
+  t.is(hexId('1'), '1');
+});
