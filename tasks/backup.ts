@@ -1,15 +1,14 @@
-import { parseArgs } from 'node:util';
-import { describeError, EXIT, InputError, reportInputError } from './core/errors.ts';
-import { silenceKnownWarnings } from './core/warnings.ts';
-import { EtcdClients } from './etcd/client.ts';
+#!/usr/bin/env -S npx tsx
+import { runTool } from './cli/tool.ts';
+import { EXIT, InputError } from './core/errors.ts';
 import { backupTimestamp, dumpObjectName, encryptSnapshot, keyObjectName, masterKeyFromHex } from './backup/format.ts';
+import { pruneSnapshots } from './backup/prune.ts';
 import { SnapshotBucket } from './backup/s3.ts';
 import { verifySnapshotHash } from './backup/source.ts';
+import type { EtcdClients } from './etcd/client.ts';
+import { withClusterSession } from './etcd/session.ts';
 import { loadInventory } from './inventory/load.ts';
 import type { Inventory, Member } from './inventory/model.ts';
-import { clientIdentities } from './etcd/identities.ts';
-import { PkiStore } from './pki/store.ts';
-import { HypervisorConnections } from './remote/hypervisors.ts';
 
 /**
  * npx tsx tasks/backup.ts -i INVENTORY: a snapshot of the running cluster, uploaded where
@@ -17,7 +16,7 @@ import { HypervisorConnections } from './remote/hypervisors.ts';
  * the deploy's restore (and etcd-backup's own tooling) can read it back.
  */
 
-const HELP = `Usage: npx tsx tasks/backup.ts -i INVENTORY [--member NAME]
+const HELP = `Usage: npx tsx tasks/backup.ts -i INVENTORY [--member NAME] [--keep N]
 
 Takes an etcd snapshot from the first member that answers (or --member) as root, and uploads it
 as <restore.s3.object_prefix>-<RFC 3339 UTC>.dump to restore.s3, sealed with XChaCha20-Poly1305
@@ -25,9 +24,12 @@ and a .key object when restore.encryption_key is set (the etcd-backup format).
 
   -i, --inventory FILE   the inventory (required)
       --member NAME      snapshot this member
+      --keep N           after the upload, keep the N newest snapshots under the prefix (N >= 1)
+                         and delete the older ones with their .key objects; nothing is deleted
+                         when the upload or the listing fails
   -h, --help             this text
 
-Exit: 0 uploaded, 1 failed, 2 bad input.`;
+Exit: 0 uploaded (and pruned), 1 failed, 2 bad input.`;
 
 async function snapshotOf(clients: EtcdClients, member: Member): Promise<Buffer> {
   const client = await clients.for(member);
@@ -40,7 +42,14 @@ async function snapshotOf(clients: EtcdClients, member: Member): Promise<Buffer>
   });
 }
 
-async function backup(inventory: Inventory, only?: string): Promise<string> {
+function parseKeep(value: unknown): number | undefined {
+  if (value === undefined) return undefined;
+  const keep = Number(value);
+  if (!/^\d+$/.test(String(value)) || keep < 1) throw new InputError(`--keep ${String(value)}: give a whole number of at least 1 (the newest snapshot is never deleted)`);
+  return keep;
+}
+
+async function backup(inventory: Inventory, only: string | undefined, keep: number | undefined): Promise<string[]> {
   const settings = inventory.restore;
   const { s3 } = settings;
   const missing = (['endpoint', 'bucket', 'object_prefix'] as const).filter((field) => !s3[field]);
@@ -49,63 +58,51 @@ async function backup(inventory: Inventory, only?: string): Promise<string> {
   }
   const candidates = only ? inventory.members.filter((member) => member.name === only) : inventory.members;
   if (candidates.length === 0) throw new InputError(`--member ${only} is not in the inventory`);
-  const connections = new HypervisorConnections();
-  const clients = new EtcdClients(connections, inventory.etcd.client_port, clientIdentities(inventory, new PkiStore(inventory.stateDir)).root);
   const bucket = new SnapshotBucket(s3);
   try {
-    let snapshot: Buffer | undefined;
-    let from = '';
-    const failures: string[] = [];
-    for (const member of candidates) {
-      try {
-        snapshot = await snapshotOf(clients, member);
-        from = member.name;
-        break;
-      } catch (error) {
-        failures.push(`${member.name}: ${(error as Error).message.split('\n')[0]}`);
+    return await withClusterSession(inventory, async ({ clients }) => {
+      let snapshot: Buffer | undefined;
+      let from = '';
+      const failures: string[] = [];
+      for (const member of candidates) {
+        try {
+          snapshot = await snapshotOf(clients, member);
+          from = member.name;
+          break;
+        } catch (error) {
+          failures.push(`${member.name}: ${(error as Error).message.split('\n')[0]}`);
+        }
       }
-    }
-    if (!snapshot) throw new Error(`no member gave a snapshot: ${failures.join('; ')}`);
-    verifySnapshotHash(snapshot, `the snapshot from ${from}`);
-    const name = dumpObjectName(s3.object_prefix, backupTimestamp(new Date()));
-    if (settings.encryption_key.isEmpty) {
-      await bucket.put(name, snapshot);
-    } else {
-      const sealed = encryptSnapshot(snapshot, masterKeyFromHex(settings.encryption_key.reveal()));
-      // The key first: whoever sees the .dump can already open it.
-      await bucket.put(keyObjectName(name), sealed.key);
-      await bucket.put(name, sealed.dump);
-    }
-    return `backed up ${snapshot.length} bytes from ${from} to ${bucket.where} as ${name}${settings.encryption_key.isEmpty ? ' (not encrypted: restore.encryption_key is empty)' : ' (encrypted)'}`;
+      if (!snapshot) throw new Error(`no member gave a snapshot: ${failures.join('; ')}`);
+      verifySnapshotHash(snapshot, `the snapshot from ${from}`);
+      const name = dumpObjectName(s3.object_prefix, backupTimestamp(new Date()));
+      if (settings.encryption_key.isEmpty) {
+        await bucket.put(name, snapshot);
+      } else {
+        const sealed = encryptSnapshot(snapshot, masterKeyFromHex(settings.encryption_key.reveal()));
+        // The key first: whoever sees the .dump can already open it.
+        await bucket.put(keyObjectName(name), sealed.key);
+        await bucket.put(name, sealed.dump);
+      }
+      const lines = [`backed up ${snapshot.length} bytes from ${from} to ${bucket.where} as ${name}${settings.encryption_key.isEmpty ? ' (not encrypted: restore.encryption_key is empty)' : ' (encrypted)'}`];
+      if (keep !== undefined) {
+        const pruned = await pruneSnapshots(bucket, s3.object_prefix, keep);
+        lines.push(`kept ${pruned.kept.length} snapshot(s) (newest ${pruned.kept.at(-1)}); deleted ${pruned.deleted.length} object(s)${pruned.deleted.length ? `: ${pruned.deleted.join(', ')}` : ''}`);
+      }
+      return lines;
+    });
   } finally {
     bucket.close();
-    clients.close();
-    await connections.closeAll();
   }
 }
 
-async function main(): Promise<number> {
-  let values: { inventory?: string; member?: string; help?: boolean };
-  try {
-    ({ values } = parseArgs({ options: { inventory: { type: 'string', short: 'i' }, member: { type: 'string' }, help: { type: 'boolean', short: 'h' } } }));
-  } catch (error) {
-    return reportInputError(new InputError(`${(error as Error).message}\n\n${HELP}`));
-  }
-  if (values.help) {
-    console.log(HELP);
+process.exitCode = await runTool({
+  help: HELP,
+  options: { member: { type: 'string' }, keep: { type: 'string' } },
+  failure: 'backup failed',
+  async run(values, path) {
+    const keep = parseKeep(values.keep);
+    console.log((await backup(loadInventory(path), values.member as string | undefined, keep)).join('\n'));
     return EXIT.ok;
-  }
-  if (!values.inventory) return reportInputError(new InputError(`-i INVENTORY is required\n\n${HELP}`));
-  try {
-    console.log(await backup(loadInventory(values.inventory), values.member));
-    return EXIT.ok;
-  } catch (error) {
-    if (error instanceof InputError) return reportInputError(error);
-    // S3 and etcd failures are expected here (unlike in deploy, where steps report them): no stack.
-    console.error(`error: backup failed: ${describeError(error)}`);
-    return EXIT.failed;
-  }
-}
-
-silenceKnownWarnings();
-process.exitCode = await main();
+  },
+});

@@ -64,15 +64,42 @@ export const backupTimestamp = (date: Date) => date.toISOString().replace(/\.\d{
 export const dumpObjectName = (prefix: string, timestamp: string) => `${prefix}-${timestamp}.dump`;
 export const keyObjectName = (dumpName: string) => dumpName.replace(/\.dump$/, '.key');
 
+interface Dump {
+  name: string;
+  time: string;
+}
+
+/** The bucket's snapshots under a prefix, oldest first. Names that do not parse are not snapshots. */
+function dumpsIn(names: readonly string[], prefix: string): Dump[] {
+  const pattern = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}-(\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(?:\\.\\d+)?Z)\\.dump$`);
+  return names
+    .map((name) => ({ name, time: pattern.exec(name)?.[1] }))
+    .filter((entry): entry is Dump => entry.time !== undefined && !Number.isNaN(Date.parse(entry.time)))
+    .sort((a, b) => Date.parse(a.time) - Date.parse(b.time));
+}
+
 /**
  * The snapshot to restore among the bucket's object names: the one at `timestamp` when given,
  * otherwise the latest. Names that do not parse are ignored.
  */
 export function chooseDump(names: readonly string[], prefix: string, timestamp = ''): string | undefined {
-  const pattern = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}-(\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(?:\\.\\d+)?Z)\\.dump$`);
-  const dumps = names
-    .map((name) => ({ name, time: pattern.exec(name)?.[1] }))
-    .filter((entry): entry is { name: string; time: string } => entry.time !== undefined && !Number.isNaN(Date.parse(entry.time)));
+  const dumps = dumpsIn(names, prefix);
   if (timestamp) return dumps.find((entry) => entry.time === timestamp)?.name;
-  return dumps.sort((a, b) => Date.parse(a.time) - Date.parse(b.time)).at(-1)?.name;
+  return dumps.at(-1)?.name;
+}
+
+/**
+ * Retention: the `keep` newest snapshots stay, each older one goes with its .key object (the .dump
+ * first: a key without its dump is harmless, a dump without its key is unreadable). Objects that are
+ * not this prefix's snapshots are never touched; keep is at least 1, so the newest always stays.
+ */
+export function retention(names: readonly string[], prefix: string, keep: number): { kept: string[]; deleted: string[] } {
+  if (!Number.isInteger(keep) || keep < 1) throw new RangeError(`keep must be a whole number of at least 1, not ${keep}`);
+  const dumps = dumpsIn(names, prefix);
+  const old = dumps.slice(0, Math.max(dumps.length - keep, 0));
+  const present = new Set(names);
+  return {
+    kept: dumps.slice(old.length).map((dump) => dump.name),
+    deleted: old.flatMap((dump) => [dump.name, ...(present.has(keyObjectName(dump.name)) ? [keyObjectName(dump.name)] : [])]),
+  };
 }

@@ -1,4 +1,4 @@
-import { GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { Agent } from 'node:https';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
 import { revealSecret } from '../core/secret.ts';
@@ -58,6 +58,11 @@ export class SnapshotBucket {
 
   async put(name: string, body: Buffer): Promise<void> {
     await this.#client.send(new PutObjectCommand({ Bucket: this.settings.bucket, Key: name, Body: body }));
+  }
+
+  /** One object at a time, in the order given (DeleteObjects would need a Content-MD5 that some S3-compatible servers refuse). */
+  async delete(name: string): Promise<void> {
+    await this.#client.send(new DeleteObjectCommand({ Bucket: this.settings.bucket, Key: name }));
   }
 
   close(): void {

@@ -101,3 +101,31 @@ test.serial('backup (encrypted) → teardown → deploy with restore.enabled bri
   t.deepEqual(again.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`), []);
   t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/after-restore']).stdout.trim(), 'yes');
 });
+
+test.serial('backup --keep 2: two more backups of the restored cluster leave the two newest, each with its key', async (t) => {
+  const listing = async () => {
+    const bucket = new SnapshotBucket({ ...s3Settings, region: '', ca_cert: '', access_key: new Secret('S3RVER'), secret_key: new Secret('S3RVER') } as never);
+    try {
+      return (await bucket.list('lab-')).sort();
+    } finally {
+      bucket.close();
+    }
+  };
+  const before = await listing();
+  t.is(before.filter((name) => name.endsWith('.dump')).length, 1, before.join(', '));
+  const made: string[] = [];
+  for (const round of [1, 2]) {
+    // Object names carry the time to the second: never two in one second.
+    await new Promise((resolve) => setTimeout(resolve, 1_100));
+    const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY, '--keep', '2'], { timeoutMs: 5 * 60_000 });
+    t.is(backup.status, 0, backup.stderr);
+    made.push(/ as (lab-\S+\.dump) /.exec(backup.stdout)![1]!);
+    t.regex(backup.stdout, round === 1 ? /\nkept 2 snapshot\(s\) .*; deleted 0 object\(s\)$/m : /\nkept 2 snapshot\(s\) .*; deleted 2 object\(s\): lab-\S+\.dump, lab-\S+\.key$/m);
+  }
+  const after = await listing();
+  t.deepEqual(after, made.flatMap((dump) => [dump, dump.replace(/\.dump$/, '.key')]).sort());
+  const refused = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY, '--keep', '0']);
+  t.is(refused.status, 2);
+  t.regex(refused.stderr, /--keep 0: give a whole number of at least 1/);
+  t.deepEqual(await listing(), after);
+});
