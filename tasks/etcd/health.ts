@@ -7,7 +7,11 @@ import type { EtcdClients } from './client.ts';
  * inventory's members with https peer and client URLs.
  */
 
-export type Health = { healthy: true; leader: string } | { healthy: false; reason: string };
+/** `alarms`: the cluster's active alarms as this member reports them (NOSPACE: writes are refused). */
+export type Health = { healthy: true; leader: string; alarms: string[] } | { healthy: false; reason: string };
+
+/** etcd lists each active alarm among a member's status errors as "memberID:<id> alarm:NOSPACE". */
+export const alarmsIn = (errors: readonly string[]): string[] => [...new Set(errors.flatMap((error) => /alarm:([A-Z]+)/.exec(error)?.[1] ?? []))];
 
 export async function memberHealth(inventory: Inventory, clients: EtcdClients, member: Member): Promise<Health> {
   try {
@@ -23,7 +27,7 @@ export async function memberHealth(inventory: Inventory, clients: EtcdClients, m
       if (plain.length > 0) problems.push(`${m.name} advertises non-TLS URLs ${plain.join(', ')}`);
     }
     const leader = list.members.find((m) => m.ID === status.leader)?.name ?? status.leader;
-    return problems.length > 0 ? { healthy: false, reason: problems.join('; ') } : { healthy: true, leader };
+    return problems.length > 0 ? { healthy: false, reason: problems.join('; ') } : { healthy: true, leader, alarms: alarmsIn(status.errors) };
   } catch (error) {
     return { healthy: false, reason: describeEtcdError(error, member) };
   }
@@ -37,12 +41,12 @@ function describeEtcdError(error: unknown, member: Member): string {
 }
 
 /** Polls until healthy; on timeout the error names the member, the last answer and where to look. */
-export async function waitForHealth(inventory: Inventory, clients: EtcdClients, member: Member, timeoutMs: number): Promise<void> {
+export async function waitForHealth(inventory: Inventory, clients: EtcdClients, member: Member, timeoutMs: number): Promise<Health> {
   const started = Date.now();
   let last: Health = { healthy: false, reason: 'not asked yet' };
   while (Date.now() - started < timeoutMs) {
     last = await memberHealth(inventory, clients, member);
-    if (last.healthy) return;
+    if (last.healthy) return last;
     await new Promise((resolve) => setTimeout(resolve, 2_000));
   }
   throw new Error(

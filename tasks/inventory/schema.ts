@@ -263,6 +263,8 @@ export const etcdSchema = z
     auto_compaction_mode: z.enum(['revision', 'periodic']).default('revision'),
     auto_compaction_retention: z.coerce.string().regex(ONE_LINE, ONE_LINE_MESSAGE).default('1000'),
     space_quota: z.number().int().min(16 * 1024 * 1024, 'is in bytes; at least 16 MiB').max(MAX_QUOTA_BYTES, `is in bytes; etcd's documented maximum is 8 GiB (${MAX_QUOTA_BYTES})`).default(MAX_QUOTA_BYTES),
+    /** maintain.ts --defrag skips a member whose database has less free space than this (bytes). */
+    defrag_min_free: z.number().int().min(1024 * 1024, 'is in bytes; at least 1 MiB (a defragmented database keeps some free pages)').max(MAX_QUOTA_BYTES).default(32 * 1024 * 1024),
     grpc_gateway_enabled: z.boolean().default(false),
     client_cert_auth: z.boolean().default(true),
     client_port: z.number().int().min(1).max(65535).default(2379),

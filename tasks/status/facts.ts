@@ -136,7 +136,7 @@ export async function gatherStatus(inventory: Inventory, clients: EtcdClients, c
       const client = await clients.for(member);
       const [list, alarm] = await Promise.all([client.cluster.memberList({}), client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' })]);
       memberList = list.members.map((m) => ({ id: hexId(m.ID), name: m.name, isLearner: Boolean(m.isLearner), peerURLs: m.peerURLs }));
-      alarms = alarm.alarms.map((a) => ({ memberId: hexId(a.memberID), alarm: String(a.alarm) }));
+      alarms = alarm.alarms.map((a) => ({ memberId: hexId(a.memberID), alarm: String(a.alarm).toUpperCase() }));
       break;
     } catch (error) {
       memberList = { error: `${member.name}: ${firstLine(error)}` };

@@ -1,3 +1,4 @@
+import { formatBytes } from '../etcd/maintenance.ts';
 import type { EtcdMemberFacts, ListedMember, StatusFacts } from './facts.ts';
 
 /**
@@ -63,7 +64,8 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
     if (learner) problems.push(`${member.name}: still a learner (not promoted to a voting member)`);
     const alarms = etcd ? facts.alarms.filter((a) => a.memberId === etcd.id).map((a) => a.alarm) : [];
     for (const alarm of alarms) problems.push(`${member.name}: alarm ${alarm}${alarm === 'NOSPACE' ? ' (writes refused: compact, defragment, then maintain.ts --disarm)' : ''}`);
-    for (const error of etcd?.errors ?? []) problems.push(`${member.name}: ${error}`);
+    // etcd repeats every active alarm among each member's errors ("memberID:… alarm:NOSPACE"): shown once above.
+    for (const error of (etcd?.errors ?? []).filter((e) => !/^memberID:\d+ alarm:/.test(e))) problems.push(`${member.name}: ${error}`);
     let certificateExpires: string | null = null;
     // A member whose etcd does not answer has no certificate to read either: one problem is enough.
     if ('error' in member.servedCertificate) {
@@ -112,7 +114,7 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
   return { at: facts.at.toISOString(), healthy: problems.length === 0, leader: (leaderId && nameOfId(leaderId)) ?? null, members, unknownMembers, caExpires, problems, warnings };
 }
 
-const size = (bytes: number | null) => (bytes === null ? '-' : bytes >= 1 << 20 ? `${(bytes / (1 << 20)).toFixed(1)} MiB` : `${(bytes / 1024).toFixed(0)} KiB`);
+const size = (bytes: number | null) => (bytes === null ? '-' : formatBytes(bytes));
 
 export function formatStatusTable(report: StatusReport): string {
   const header = ['MEMBER', 'HYPERVISOR', 'VM', 'ID', 'ROLE', 'TERM', 'REVISION', 'APPLIED', 'DB SIZE', 'IN USE', 'VERSION', 'ALARMS', 'CERT EXPIRES'];

@@ -17,8 +17,11 @@ export function healthStep(inventory: Inventory, members: readonly Member[], cli
     async check(name) {
       const member = memberNamed(name);
       if (dryRun) return memberHealth(inventory, clients, member);
-      await waitForHealth(inventory, clients, member, inventory.cluster.health_timeout * 1000);
-      return { healthy: true, leader: '' };
+      return waitForHealth(inventory, clients, member, inventory.cluster.health_timeout * 1000);
+    },
+    warnings(health) {
+      if (!health.healthy || !health.alarms.includes('NOSPACE')) return health.healthy ? health.alarms.map((alarm) => `etcd reports an active ${alarm} alarm`) : [];
+      return ['etcd reports an active NOSPACE alarm: the cluster refuses writes. Delete what is not needed, then maintain.ts --compact --defrag --disarm (or raise etcd.space_quota)'];
     },
     plan(health) {
       return health.healthy ? [] : [{ summary: `wait for etcd to become healthy (now: ${health.reason})`, action: null }];

@@ -377,6 +377,73 @@ test.serial('--renew-certs: every member serves a new certificate without losing
   t.deepEqual(changed(deployed(t)), []);
 });
 
+/** maintain.ts with its arguments; its output is kept with the deploys' (no key material in any of them). */
+function maintained(t: ExecutionContext, args: string[]): { status: number; output: string } {
+  const result = run(process.execPath, ['--import', 'tsx', 'tasks/maintain.ts', '-i', 'inventories/lab.yaml', ...args], { timeoutMs: 10 * 60_000 });
+  const output = result.stdout + result.stderr;
+  outputs.push(output);
+  t.log(`maintain ${args.join(' ')}: exit ${result.status}\n${output.trim().split('\n').slice(-12).join('\n')}`);
+  return { status: result.status, output };
+}
+
+const dbSizes = () => new Map(etcdctlJson<{ Endpoint: string; Status: { dbSize: number } }[]>(['endpoint', 'status']).map((e) => [e.Endpoint, e.Status.dbSize]));
+
+test.serial('maintain --compact --defrag: after data written and deleted, every database shrinks, one member at a time, the leader last', (t) => {
+  t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', 'e2e/kept', 'through maintenance']).status, 0);
+  const value = 'x'.repeat(100 * 1024);
+  for (let i = 0; i < 60; i++) t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', `e2e/fill/${i}`, value]).status, 0);
+  t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['del', '--prefix', 'e2e/fill/']).status, 0);
+  const before = dbSizes();
+  for (const size of before.values()) t.true(size > 5 * 1024 * 1024, `${size}`);
+
+  // The dry-run compacts nothing, so it plans the compaction and no defragmentation yet; it changes nothing.
+  const dry = maintained(t, ['--compact', '--defrag', '--dry-run']);
+  t.is(dry.status, 0);
+  t.regex(dry.output, /localhost:\n {2}compact: would compact the key-value history up to revision \d+/);
+  t.deepEqual(dbSizes(), before);
+
+  const leader = leaderName();
+  const real = maintained(t, ['--compact', '--defrag']);
+  t.is(real.status, 0);
+  const after = dbSizes();
+  for (const [member, size] of after) t.true(size < before.get(member)! / 4, `${member}: ${before.get(member)} -> ${size}`);
+  // Each member in a wave of its own, the leader in the last.
+  const waves = [...real.output.matchAll(/^(etcd-\d):\n {2}defrag \(roll (\d) of 3\)/gm)].map((m) => [m[1]!, Number(m[2])] as const);
+  t.deepEqual(waves.map(([, wave]) => wave).sort(), [1, 2, 3]);
+  t.is(waves.find(([member]) => member === leader)?.[1], 3);
+  t.regex(real.output, /database sizes \(before -> after\):\n(  etcd-\d: [\d.]+ MiB -> \d+ KiB \(in use \d+ KiB\)\n){3}/);
+  // Nothing left to do: a second run changes nothing.
+  t.regex(maintained(t, ['--compact', '--defrag']).output, /localhost\s+ok=2\s+changed=0[\s\S]*etcd-3\s+ok=1\s+changed=0/);
+  t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/kept']).stdout.trim(), 'through maintenance');
+});
+
+test.serial('a NOSPACE alarm: status shows it and exits 1, writes are refused, maintain --disarm clears it and writes work again', (t) => {
+  const raised = inLab(process.execPath, ['--import', 'tsx', 'test/helpers/raise-alarm.ts', endpoint('etcd-2'), rootIdentity.caCert, rootIdentity.cert!, rootIdentity.key!]);
+  t.is(raised.status, 0, raised.stderr);
+  try {
+    const degraded = status(t);
+    t.is(degraded.status, 1);
+    t.deepEqual(degraded.report.members.find((m) => m.name === 'etcd-2')?.alarms, ['NOSPACE']);
+    t.regex(degraded.table, /problem: etcd-2: alarm NOSPACE/);
+    const refused = etcdctl(ALL, rootIdentity, ['put', 'e2e/nospace', 'no']);
+    t.not(refused.status, 0);
+    t.regex(refused.stderr, /database space exceeded/);
+    // The deploy says so too, and changes nothing for it.
+    const seen = deployed(t);
+    t.is(seen.status, 0);
+    t.regex(seen.output, /health: WARNING: etcd reports an active NOSPACE alarm: the cluster refuses writes/);
+    const dry = maintained(t, ['--disarm', '--dry-run']);
+    t.regex(dry.output, /would disarm NOSPACE \(raised by etcd-2\)/);
+    t.is(status(t).status, 1);
+  } finally {
+    const disarm = maintained(t, ['--disarm']);
+    t.is(disarm.status, 0);
+    t.regex(disarm.output, /disarm NOSPACE \(raised by etcd-2\): every database is under/);
+  }
+  t.is(status(t).status, 0);
+  t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/nospace', 'written']).status, 0);
+});
+
 test.serial('a roll that fails stops at that member, exits 1 naming it, and the members after it keep running their configuration', (t) => {
   const leader = leaderName();
   const victim = MEMBERS.find((member) => member !== leader)!;

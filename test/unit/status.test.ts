@@ -31,6 +31,7 @@ interface Case {
   roles?: string[];
   problems?: RegExp[];
   warnings?: RegExp[];
+  problemCount?: number;
 }
 
 const cases: Case[] = [
@@ -60,9 +61,13 @@ const cases: Case[] = [
   },
   {
     name: 'a NOSPACE alarm: degraded, shown on its member with the way out',
-    facts: (f) => f.alarms.push({ memberId: 'b2', alarm: 'NOSPACE' }),
+    facts: (f) => {
+      f.alarms.push({ memberId: 'b2', alarm: 'NOSPACE' });
+      for (const m of f.members) (m.etcd as EtcdMemberFacts).errors.push('memberID:178 alarm:NOSPACE ');
+    },
     healthy: false,
-    problems: [/etcd-2: alarm NOSPACE \(writes refused: compact, defragment, then maintain.ts --disarm\)/],
+    problems: [/^etcd-2: alarm NOSPACE \(writes refused: compact, defragment, then maintain.ts --disarm\)$/],
+    problemCount: 1,
   },
   {
     name: 'a member etcd lists that the inventory does not have (a half-added learner): degraded',
@@ -112,6 +117,7 @@ for (const row of cases) {
     if (row.roles) t.deepEqual(report.members.map((m) => m.role), row.roles);
     for (const pattern of row.problems ?? []) t.true(report.problems.some((p) => pattern.test(p)), `${pattern} in ${report.problems.join(' | ')}`);
     if (!row.problems) t.deepEqual(report.problems, []);
+    if (row.problemCount !== undefined) t.is(report.problems.length, row.problemCount, report.problems.join(' | '));
     for (const pattern of row.warnings ?? []) t.true(report.warnings.some((w) => pattern.test(w)), `${pattern} in ${report.warnings.join(' | ')}`);
     // The table's last line says the same verdict.
     t.regex(formatStatusTable(report).split('\n').at(-1)!, row.healthy ? /^cluster: healthy/ : /^cluster: DEGRADED/);

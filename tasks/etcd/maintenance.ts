@@ -1,0 +1,77 @@
+import type { Change } from '../core/step.ts';
+
+/**
+ * The decisions of etcd's maintenance, pure: compact the history, defragment a member's database,
+ * disarm a NOSPACE alarm. Facts in, changes (or a refusal) out.
+ */
+
+export class MaintenanceRefusal extends Error {}
+
+const MiB = 1024 * 1024;
+/** Sizes as etcd's operators read them: KiB under a MiB, MiB with one decimal above. */
+export const formatBytes = (bytes: number) => (bytes >= MiB ? `${(bytes / MiB).toFixed(1)} MiB` : `${Math.round(bytes / 1024)} KiB`);
+
+export interface DatabaseFacts {
+  dbSize: number;
+  dbSizeInUse: number;
+}
+
+export type DefragAction = { kind: 'defragment'; before: DatabaseFacts };
+
+/** Defragment when the free space in the database file (size minus size in use) reaches `minFree`. */
+export function planDefrag(facts: DatabaseFacts, minFree: number): Change<DefragAction>[] {
+  const free = facts.dbSize - facts.dbSizeInUse;
+  if (free < minFree) return [];
+  return [{ summary: `defragment: database ${formatBytes(facts.dbSize)}, ${formatBytes(free)} of it free (threshold etcd.defrag_min_free ${formatBytes(minFree)})`, action: { kind: 'defragment', before: facts } }];
+}
+
+export interface CompactionFacts {
+  /** The revision this run compacts to: the store's revision when the run first looked. */
+  target: number;
+  /** Whether history before `target` is gone already (a read at target - 1 answers "compacted"). */
+  compacted: boolean;
+}
+
+export type CompactAction = { kind: 'compact'; revision: number };
+
+/** Compact the history up to the revision seen at the start; a later run (or etcd's auto-compaction) takes what came after. */
+export function planCompact(facts: CompactionFacts): Change<CompactAction>[] {
+  if (facts.compacted || facts.target <= 1) return [];
+  return [{ summary: `compact the key-value history up to revision ${facts.target} (older revisions of keys are dropped; current values stay)`, action: { kind: 'compact', revision: facts.target } }];
+}
+
+export interface AlarmFacts {
+  /** Active alarms, by the member name (or ID, when the inventory does not name it). */
+  alarms: { member: string; alarm: string }[];
+  /** Each member's database size; undefined for a member that does not answer. */
+  dbSizes: Map<string, number | undefined>;
+  quota: number;
+}
+
+export type DisarmAction = { kind: 'disarm' };
+
+/** Disarm only once every member's database is this far under the quota: otherwise writes would fill it again at once. */
+export const DISARM_BELOW_QUOTA = 0.9;
+
+/**
+ * Clears NOSPACE alarms once space has been freed (a compaction and a defragmentation): every
+ * member answers, and every database is below 90 % of etcd.space_quota. Alarms other than NOSPACE
+ * (CORRUPT) are never cleared here.
+ */
+export function planDisarm(facts: AlarmFacts): Change<DisarmAction>[] {
+  const nospace = facts.alarms.filter((a) => a.alarm === 'NOSPACE');
+  if (nospace.length === 0) return [];
+  const limit = Math.floor(facts.quota * DISARM_BELOW_QUOTA);
+  const problems: string[] = [];
+  for (const [member, size] of facts.dbSizes) {
+    if (size === undefined) problems.push(`${member} does not answer`);
+    else if (size >= limit) problems.push(`${member}'s database is ${formatBytes(size)}`);
+  }
+  if (problems.length > 0) {
+    throw new MaintenanceRefusal(
+      `refusing to disarm NOSPACE: ${problems.join(', ')}, and every member must be under ${formatBytes(limit)} (90 % of etcd.space_quota ${formatBytes(facts.quota)}). ` +
+        'Free space first (maintain.ts --compact --defrag, after deleting what is not needed), or raise etcd.space_quota and deploy.',
+    );
+  }
+  return [{ summary: `disarm NOSPACE (raised by ${nospace.map((a) => a.member).join(', ')}): every database is under ${formatBytes(limit)}`, action: { kind: 'disarm' } }];
+}

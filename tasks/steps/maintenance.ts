@@ -1,0 +1,168 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import { CONTROL_NODE, type Step } from '../core/step.ts';
+import type { EtcdClients } from '../etcd/client.ts';
+import { memberHealth, waitForHealth } from '../etcd/health.ts';
+import { ensureQuorumWithout, rollWaves } from '../etcd/roll.ts';
+import {
+  MaintenanceRefusal,
+  planCompact,
+  planDefrag,
+  planDisarm,
+  type AlarmFacts,
+  type CompactAction,
+  type CompactionFacts,
+  type DatabaseFacts,
+  type DefragAction,
+  type DisarmAction,
+} from '../etcd/maintenance.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import { memberTargets } from './member-targets.ts';
+
+/**
+ * The steps of maintain.ts: compaction (the cluster's, from the control node), defragmentation (each
+ * member, one at a time, leader last) and disarming NOSPACE. Their decisions are in etcd/maintenance.ts.
+ */
+
+/** How long one defragmentation may take: etcd rewrites the whole database file, blocking that member meanwhile. */
+const DEFRAG_TIMEOUT_MS = 10 * 60_000;
+
+/** The first member that answers, for the cluster-wide calls. */
+async function anyAnswering(inventory: Inventory, clients: EtcdClients) {
+  const failures: string[] = [];
+  for (const member of inventory.members) {
+    try {
+      const client = await clients.for(member);
+      const status = await client.maintenance.status({});
+      return { member, client, status };
+    } catch (error) {
+      failures.push(`${member.name}: ${(error as Error).message.split('\n')[0]}`);
+    }
+  }
+  throw new Error(`no member answers: ${failures.join('; ')}`);
+}
+
+/** etcd's backend commits its pending writes every 100 ms (batch interval): a little more than that. */
+const BACKEND_COMMIT_MS = 300;
+
+/** Until every member has applied raft entry `index` and committed it to its backend, so its sizes are current. */
+async function settle(inventory: Inventory, clients: EtcdClients, index: number): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  for (const member of inventory.members) {
+    const client = await clients.for(member);
+    while (Number((await client.maintenance.status({})).raftAppliedIndex) < index) {
+      if (Date.now() > deadline) throw new Error(`${member.name} has not applied raft entry ${index} after 30 s`);
+      await delay(100);
+    }
+  }
+  await delay(BACKEND_COMMIT_MS);
+}
+
+export function compactStep(inventory: Inventory, clients: EtcdClients): Step<CompactionFacts, CompactAction> {
+  // Fixed at the first look, so the re-check after the apply asks about the same revision even while writes go on.
+  let target: number | undefined;
+  return {
+    name: 'compact',
+    targets: [CONTROL_NODE],
+    async check() {
+      const { client, status } = await anyAnswering(inventory, clients);
+      target ??= Number(status.header.revision);
+      if (target <= 1) return { target, compacted: true };
+      try {
+        await client.kv.range({ key: Buffer.from([0]), revision: String(target - 1), limit: '1' });
+        return { target, compacted: false };
+      } catch (error) {
+        if (/compacted/.test((error as Error).message)) return { target, compacted: true };
+        throw error;
+      }
+    },
+    plan: (facts) => planCompact(facts),
+    async apply(changes) {
+      const { client } = await anyAnswering(inventory, clients);
+      for (const { action } of changes) await client.kv.compact({ revision: String(action.revision), physical: true }, { deadline: Date.now() + DEFRAG_TIMEOUT_MS });
+      // The pages compaction freed count as in use (bbolt keeps them pending) until the backend commits
+      // another write, and --defrag decides on that figure. A lease granted and revoked is such a write,
+      // outside the key space: no key, no revision, nothing a client sees.
+      const lease = await client.leaseClient.leaseGrant({ TTL: '60', ID: '0' });
+      await client.leaseClient.leaseRevoke({ ID: lease.ID });
+      await settle(inventory, clients, Number((await client.maintenance.status({})).raftIndex));
+    },
+  };
+}
+
+/** Database sizes before and after, per member defragmented in this run, for the report. */
+export type DefragRecord = Map<string, { before: DatabaseFacts; after: DatabaseFacts }>;
+
+export function defragStep(inventory: Inventory, clients: EtcdClients, record: DefragRecord): Step<DatabaseFacts, DefragAction> {
+  const { targets, memberNamed } = memberTargets(inventory.members);
+  const sizes = async (member: Member): Promise<DatabaseFacts> => {
+    const status = await (await clients.for(member)).maintenance.status({});
+    return { dbSize: Number(status.dbSize), dbSizeInUse: Number(status.dbSizeInUse) };
+  };
+  return {
+    name: 'defrag',
+    targets,
+    check: (name) => sizes(memberNamed(name)),
+    plan: (facts) => planDefrag(facts, inventory.etcd.defrag_min_free),
+    // One member at a time, followers first, the leader last: a member being defragmented answers nothing.
+    rollingOrder: (pending) => rollWaves(inventory, clients, pending.map(({ target }) => ({ target, kind: 'restarts' }))),
+    async apply(changes, name) {
+      const member = memberNamed(name);
+      for (const { action } of changes) {
+        await ensureQuorumWithout(inventory, clients, member);
+        await (await clients.for(member)).maintenance.defragment({ deadline: Date.now() + DEFRAG_TIMEOUT_MS });
+        await waitForHealth(inventory, clients, member, inventory.cluster.health_timeout * 1000);
+        record.set(name, { before: action.before, after: await sizes(member) });
+      }
+    },
+  };
+}
+
+export function disarmStep(inventory: Inventory, clients: EtcdClients): Step<AlarmFacts & { ids: Map<string, string> }, DisarmAction> {
+  return {
+    name: 'disarm',
+    targets: [CONTROL_NODE],
+    async check() {
+      const { client } = await anyAnswering(inventory, clients);
+      const [list, answer] = await Promise.all([client.cluster.memberList({}), client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' })]);
+      const nameOf = (id: string) => list.members.find((m) => m.ID === id)?.name || id;
+      const dbSizes = new Map<string, number | undefined>();
+      await Promise.all(
+        inventory.members.map(async (member) => {
+          const status = await (await clients.for(member)).maintenance.status({}).catch(() => undefined);
+          dbSizes.set(member.name, status ? Number(status.dbSize) : undefined);
+        }),
+      );
+      const alarms = answer.alarms.map((a) => ({ member: nameOf(a.memberID), alarm: String(a.alarm).toUpperCase(), id: a.memberID }));
+      return { alarms, dbSizes, quota: inventory.etcd.space_quota, ids: new Map(alarms.map((a) => [a.member, a.id])) };
+    },
+    plan: (facts) => planDisarm(facts),
+    async apply(_changes, _target, facts) {
+      const { client } = await anyAnswering(inventory, clients);
+      for (const alarm of facts.alarms.filter((a) => a.alarm === 'NOSPACE')) {
+        await client.maintenance.alarm({ action: 'Deactivate', memberID: facts.ids.get(alarm.member)!, alarm: 'Nospace' });
+      }
+    },
+  };
+}
+
+/**
+ * Maintenance starts only on a healthy cluster: every member answers with a leader and the
+ * inventory's member list. A step on the control node, so a refusal stops every step after it.
+ */
+export function healthyClusterStep(inventory: Inventory, clients: EtcdClients): Step<string[], never> {
+  return {
+    name: 'healthy',
+    targets: [CONTROL_NODE],
+    async check() {
+      const answers = await Promise.all(inventory.members.map(async (member) => ({ member, health: await memberHealth(inventory, clients, member) })));
+      return answers.flatMap(({ member, health }) => (health.healthy ? [] : [`${member.name}: ${health.reason}`]));
+    },
+    plan(unhealthy) {
+      if (unhealthy.length > 0) throw new MaintenanceRefusal(`maintenance runs only on a healthy cluster; not healthy: ${unhealthy.join('; ')}. Run the deploy to repair it, then again.`);
+      return [];
+    },
+    async apply() {
+      // Never called: the plan is empty or a refusal.
+    },
+  };
+}
