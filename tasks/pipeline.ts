@@ -1,7 +1,7 @@
 import { join, resolve } from 'node:path';
 import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, writeFileAtomic } from './core/files.ts';
 import { InputError } from './core/errors.ts';
-import type { Runner } from './core/runner.ts';
+import type { Phase, Runner } from './core/runner.ts';
 import type { Inventory, Member } from './inventory/model.ts';
 import { materialsFrom, readFacts } from './pki/materials.ts';
 import { clientIdentities } from './etcd/identities.ts';
@@ -17,6 +17,9 @@ import { authStep } from './steps/auth.ts';
 import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
 import { domainQuestions, domainsStep } from './steps/domains.ts';
 import { formedCluster } from './etcd/health.ts';
+import { inventoryOf, planMembership, type LiveMember, type MembershipPlan } from './etcd/membership.ts';
+import { CONTROL_NODE, type Step } from './core/step.ts';
+import { addLearnerStep, promoteStep } from './steps/membership.ts';
 import { guestQuestions, guestStep } from './steps/guest.ts';
 import { GuestProbe } from './guest/probe.ts';
 import { healthStep } from './steps/health.ts';
@@ -99,6 +102,15 @@ function validateTags(options: PipelineOptions): void {
   }
 }
 
+/** One pass of the remote steps over some members, against the cluster as it is during that pass. */
+interface Pass {
+  /** The cluster during the pass: the whole inventory, or (while members join) the members it has so far. */
+  inventory: Inventory;
+  members: Member[];
+  /** Members joining a formed cluster: added as learners, so their fresh disks and empty data are expected. */
+  joining: boolean;
+}
+
 export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<{ written: string[] }> {
   validateTags(options);
   const members = selectMembers(inventory, options.limit);
@@ -108,6 +120,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   let rendered: Rendered = { files: new Map(), guests: new Map() };
   let written: string[] = [];
   let clusterFormed = !inventory.cluster.is_initializing;
+  // Who is in the cluster, from etcd's member list: everyone, unless members are still to join.
+  let membership: MembershipPlan = { voting: inventory.members, joiners: [] };
   const remote = new RemoteContext();
   const identity = clientIdentities(inventory, store);
   const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.health);
@@ -115,46 +129,108 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const snapshots = inventory.restore.enabled ? new (await import('./backup/source.ts')).SnapshotSource(inventory.restore) : undefined;
   const memberSsh = new MemberConnections(remote.connections, { privateKeyPath: store.pathsOf('ssh/admin').privateKey, knownHostsPath: store.knownHostsPath });
   const guestProbe = new GuestProbe(memberSsh);
-  const guest = () => {
+  const guest = (pass: Pass) => {
     // The domain step starts or restarts VMs and the restore step starts etcd: their changes make early answers stale.
     const changedEarlier = (name: string) => runner.results.some((result) => result.host === name && (result.step === 'domain' || result.step === 'restore') && result.status === 'changed');
-    return guestStep({ inventory, members, desired: rendered.guests, ssh: memberSsh, probe: guestProbe, changedEarlier, clients, clusterFormed, dryRun: options.dryRun });
+    return guestStep({ inventory: pass.inventory, members: pass.members, desired: rendered.guests, ssh: memberSsh, probe: guestProbe, changedEarlier, clients, clusterFormed: clusterFormed && !pass.joining, dryRun: options.dryRun });
   };
   const selected = (title: string) => (options.tags ? options.tags.includes(title) : true) && !(options.skipTags ?? []).includes(title);
-  const remotePhases = [
-    {
-      title: 'volumes',
-      run: async () => {
-        // Facts first, in one batch per host: the guests' own (over SSH to each member, answered while
-        // the hypervisor steps run) and libvirt's on each hypervisor.
-        void preloadEtcdClient();
-        if (selected('guest')) for (const member of members) guestProbe.prefetch(member, guestQuestions(rendered.guests.get(member.name)!));
-        await remote.prefetch(members, (member) => [...Object.values(volumeQuestions(member)), ...Object.values(seedQuestions(member)), ...Object.values(domainQuestions(member))]);
-        return runner.runStep(volumesStep(inventory, members, remote));
+  const onlySelected = (phases: Phase[]) => phases.map((phase) => (selected(phase.title) ? phase : { title: phase.title, run: async () => [], skip: 'not selected by --tags / --skip-tags' }));
+
+  /** volumes → cloud-init → domain → restore → guest → health over one pass's members. */
+  const convergePhases = (pass: Pass): Phase[] =>
+    onlySelected([
+      {
+        title: 'volumes',
+        run: async () => {
+          // Facts first, in one batch per host: the guests' own (over SSH to each member, answered while
+          // the hypervisor steps run) and libvirt's on each hypervisor.
+          void preloadEtcdClient();
+          if (selected('guest')) for (const member of pass.members) guestProbe.prefetch(member, guestQuestions(rendered.guests.get(member.name)!));
+          await remote.prefetch(pass.members, (member) => [...Object.values(volumeQuestions(member)), ...Object.values(seedQuestions(member)), ...Object.values(domainQuestions(member))]);
+          return runner.runStep(volumesStep(pass.inventory, pass.members, remote, pass.joining));
+        },
       },
+      { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, pass.members, rendered.files, remote)) },
+      { title: 'domain', run: () => runner.runStep(domainsStep({ inventory: pass.inventory, members: pass.members, rendered: rendered.files, context: remote, clients })) },
+      ...(snapshots && !pass.joining ? [{ title: 'restore', run: () => runner.runStep(restoreStep(pass.inventory, pass.members, memberSsh, snapshots, options.dryRun)) }] : []),
+      { title: 'guest', run: () => runner.runStep(guest(pass)) },
+    ]);
+  const healthPhase = (pass: Pass): Phase => ({ title: 'health', run: () => runner.runStep(healthStep(pass.inventory, pass.members, clients, options.dryRun)) });
+
+  /** Render (and record) what `pass` deploys, with the cluster as it is during the pass. */
+  const renderPhase = (pass: () => Pass): Phase => ({
+    title: 'render',
+    run: async () => {
+      const { inventory: cluster, members: targets } = pass();
+      rendered = renderAll(cluster, targets, store, clusterFormed ? 'existing' : 'new');
+      if (options.renderOnly !== undefined) {
+        written = writeRendered(options.renderOnly, rendered.files);
+        return [];
+      }
+      return runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files));
     },
-    { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered.files, remote)) },
-    { title: 'domain', run: () => runner.runStep(domainsStep({ inventory, members, rendered: rendered.files, context: remote, clients })) },
-    ...(snapshots ? [{ title: 'restore', run: () => runner.runStep(restoreStep(inventory, members, memberSsh, snapshots, options.dryRun)) }] : []),
-    { title: 'guest', run: () => runner.runStep(guest()) },
-    { title: 'health', run: () => runner.runStep(healthStep(inventory, members, clients, options.dryRun)) },
-    { title: 'auth', run: () => runner.runStep(authStep(inventory, members, clients, identity, options.dryRun)) },
-    {
-      title: 'formed',
-      run: async () => {
-        // This run created the cluster: from now on every member says `existing`, in its seed ISO and its environment.
-        if (clusterFormed || options.dryRun) return clusterFormed ? 'the cluster had formed before this run' : 'a dry-run forms nothing';
-        if ((await formedCluster(inventory, clients, inventory.members)) === undefined) return 'the cluster has not formed: members stay `new`';
-        clusterFormed = true;
-        rendered = renderAll(inventory, members, store, 'existing');
-        return [
-          ...(await runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files))),
-          ...(selected('cloud-init') ? await runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered.files, remote)) : []),
-          ...(selected('guest') ? await runner.runStep(guest()) : []),
-        ];
-      },
+  });
+
+  /** The members etcd already has, against the cluster they form (all selected members, when nobody joins). */
+  const mainPass = (): Pass => {
+    const voting = new Set(membership.voting.map((member) => member.name));
+    return { inventory: inventoryOf(inventory, membership.voting), members: members.filter((member) => voting.has(member.name)), joining: false };
+  };
+
+  /** One joiner, strictly after the one before: added as a learner, its VM created, promoted, and the cluster healthy. */
+  const joinPhases = (joiner: Member, before: Member[]): Phase[] => {
+    const pass: Pass = { inventory: inventoryOf(inventory, [...before, joiner]), members: [joiner], joining: true };
+    return [
+      { title: `join ${joiner.name}`, run: () => runner.runStep(addLearnerStep(inventory, clients, before, joiner)) },
+      renderPhase(() => pass),
+      ...convergePhases(pass),
+      { title: `promote ${joiner.name}`, run: () => runner.runStep(promoteStep(inventory, clients, before, joiner, inventory.cluster.health_timeout * 1000)) },
+      healthPhase({ ...pass, members: pass.inventory.members.filter((member) => members.includes(member)) }),
+    ];
+  };
+
+  /**
+   * Once the cluster has formed in this run, or members have joined: every member's files again with
+   * the whole cluster (ETCD_INITIAL_CLUSTER_STATE=existing, the full ETCD_INITIAL_CLUSTER); etcd reads
+   * either only when it first starts, so nothing restarts.
+   */
+  const settlePhase: Phase = {
+    title: 'formed',
+    run: async () => {
+      const joined = membership.joiners.filter(({ member }) => members.includes(member)).length;
+      if (options.dryRun) return clusterFormed ? (joined ? 'a dry-run adds no member' : 'the cluster had formed before this run') : 'a dry-run forms nothing';
+      if (clusterFormed && joined === 0) return 'the cluster had formed before this run';
+      if (!clusterFormed && (await formedCluster(clients, inventory.members)) === undefined) return 'the cluster has not formed: members stay `new`';
+      clusterFormed = true;
+      rendered = renderAll(inventory, members, store, 'existing');
+      const pass: Pass = { inventory, members, joining: false };
+      return [
+        ...(await runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files))),
+        ...(selected('cloud-init') ? await runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered.files, remote)) : []),
+        ...(selected('guest') ? await runner.runStep(guest(pass)) : []),
+      ];
     },
-  ].map((phase) => (selected(phase.title) ? phase : { title: phase.title, run: async () => [], skip: 'not selected by --tags / --skip-tags' }));
+  };
+
+  /**
+   * Who is in the cluster: etcd's member list against the inventory, on the control node, so a
+   * mismatch the tool will not resolve (a member the inventory lacks, an address changed) stops the run
+   * before anything changes.
+   */
+  const membershipStep = (live: LiveMember[]): Step<MembershipPlan, never> => ({
+    name: 'members',
+    targets: [CONTROL_NODE],
+    check: async () => planMembership(inventory, live),
+    plan(plan) {
+      membership = plan;
+      return [];
+    },
+    async apply() {
+      // Never called: the plan is data for the passes below, not a change.
+    },
+  });
+
   try {
     await runner.runPhases([
       { title: 'pki', run: () => runner.runStep(pkiStep(inventory, store, options.renewCerts ? runStarted : undefined)) },
@@ -164,26 +240,47 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
               title: 'cluster',
               run: async () => {
                 void preloadEtcdClient();
-                if (selected('guest')) guestProbe.warmUp(members);
-                const formed = await formedCluster(inventory, clients, inventory.members);
+                const formed = await formedCluster(clients, inventory.members);
                 clusterFormed = formed !== undefined;
-                return formed ? `formed (leader ${formed.leader}): members join as existing` : 'not formed yet: members start as new';
+                const warmUp = (of: readonly Member[]) => selected('guest') && guestProbe.warmUp(members.filter((member) => of.includes(member)));
+                if (!formed) {
+                  warmUp(inventory.members);
+                  return 'not formed yet: members start as new';
+                }
+                const results = await runner.runStep(membershipStep(formed.members));
+                if (results.some((result) => result.status === 'failed')) return results;
+                // Members that have no VM yet (joiners) are not worth an SSH attempt.
+                warmUp(membership.voting);
+                const joining = membership.joiners.filter(({ member }) => members.includes(member)).map(({ member, stage }) => (stage === 'to-add' ? member.name : `${member.name} (${stage}, resumed)`));
+                return `formed (leader ${formed.leader}): members join as existing${joining.length ? `; to join one after another: ${joining.join(', ')}` : ''}`;
               },
             },
           ]
         : []),
-      {
-        title: 'render',
-        run: async () => {
-          rendered = renderAll(inventory, members, store, clusterFormed ? 'existing' : 'new');
-          if (options.renderOnly !== undefined) {
-            written = writeRendered(options.renderOnly, rendered.files);
-            return [];
-          }
-          return runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files));
-        },
-      },
-      ...(options.renderOnly === undefined ? remotePhases : []),
+    ]);
+    // The rest depends on who is in the cluster, known now.
+    const main = mainPass();
+    const joiners = membership.joiners.map(({ member }) => member).filter((member) => members.includes(member));
+    const voting = [...membership.voting];
+    const joins = joiners.flatMap((joiner) => {
+      const phases = joinPhases(joiner, [...voting]);
+      voting.push(joiner);
+      return phases;
+    });
+    const stepsNeededToJoin = ['volumes', 'cloud-init', 'domain', 'guest'];
+    if (joins.length > 0 && !stepsNeededToJoin.every(selected)) {
+      throw new InputError(`${joiners.map((m) => m.name).join(', ')} must join the cluster, which needs the steps ${stepsNeededToJoin.join(', ')}: run without --tags / --skip-tags leaving them out`);
+    }
+    await runner.runPhases([
+      renderPhase(() => main),
+      ...(options.renderOnly === undefined
+        ? [
+            ...convergePhases(main),
+            ...onlySelected([healthPhase(main), { title: 'auth', run: () => runner.runStep(authStep(main.inventory, main.members, clients, identity, options.dryRun)) }]),
+            ...joins,
+            ...onlySelected([settlePhase]),
+          ]
+        : []),
     ]);
   } finally {
     clients.close();

@@ -93,3 +93,17 @@ export class EtcdClients {
     this.#clients.clear();
   }
 }
+
+/** Asks the members in order until one answers: for cluster-wide questions and calls any member can take. */
+export async function firstAnswering<T>(clients: EtcdClients, members: readonly Member[], ask: (client: Etcd3, member: Member) => Promise<T>): Promise<{ member: Member; client: Etcd3; answer: T }> {
+  const failures: string[] = [];
+  for (const member of members) {
+    try {
+      const client = await clients.for(member);
+      return { member, client, answer: await ask(client, member) };
+    } catch (error) {
+      failures.push(`${member.name}: ${(error as Error).message.split('\n')[0]}`);
+    }
+  }
+  throw new Error(`no member answers: ${failures.join('; ')}`);
+}

@@ -1,6 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from './client.ts';
+import type { LiveMember } from './membership.ts';
 
 /**
  * Is a member healthy, as etcd itself answers: it has a leader, and its member list is exactly the
@@ -19,7 +20,8 @@ export async function memberHealth(inventory: Inventory, clients: EtcdClients, m
     const [status, list] = await Promise.all([client.maintenance.status({}), client.cluster.memberList({})]);
     if (!status.leader || status.leader === '0') return { healthy: false, reason: 'no leader elected yet' };
     const problems: string[] = [];
-    const names = list.members.map((m) => m.name || `(unstarted ${m.peerURLs.join(',')})`).sort();
+    // Voting members only: a learner joining (and not promoted yet) is the membership steps' business.
+    const names = list.members.filter((m) => !m.isLearner).map((m) => m.name || `(unstarted ${m.peerURLs.join(',')})`).sort();
     const wanted = inventory.members.map((m) => m.name).sort();
     if (names.join(',') !== wanted.join(',')) problems.push(`member list is ${names.join(', ')}, inventory has ${wanted.join(', ')}`);
     for (const m of list.members) {
@@ -59,16 +61,25 @@ export async function waitForHealth(inventory: Inventory, clients: EtcdClients, 
 /** How long the formed-cluster probe waits for any member: a cluster that does not answer by then is treated as not formed. */
 const FORMED_PROBE_MS = 8_000;
 
+export interface FormedCluster {
+  leader: string;
+  /** etcd's member list as the answering member sees it, learners and members not started yet included. */
+  members: LiveMember[];
+}
+
 /**
- * Has the cluster formed? Any member that answers healthy says so (with its leader). While a cluster
+ * Has the cluster formed? Any member that answers with a leader says so, whatever its member list
+ * (a member joining, or one the inventory lacks, is the membership plan's business). While a cluster
  * is being created nothing answers, and members start as `new`; once it has formed every member's
  * environment says `existing`, so a member that lost its data never founds a second cluster.
  */
-export async function formedCluster(inventory: Inventory, clients: EtcdClients, members: readonly Member[]): Promise<{ leader: string } | undefined> {
-  const asks = members.map(async (member) => {
-    const health = await memberHealth(inventory, clients, member);
-    if (!health.healthy) throw new Error(health.reason);
-    return { leader: health.leader };
+export async function formedCluster(clients: EtcdClients, members: readonly Member[]): Promise<FormedCluster | undefined> {
+  const asks = members.map(async (member): Promise<FormedCluster> => {
+    const client = await clients.for(member);
+    const [status, list] = await Promise.all([client.maintenance.status({}), client.cluster.memberList({})]);
+    if (!status.leader || status.leader === '0') throw new Error('no leader');
+    const live = list.members.map((m) => ({ id: m.ID, name: m.name, peerURLs: m.peerURLs, isLearner: Boolean(m.isLearner) }));
+    return { leader: live.find((m) => m.id === status.leader)?.name || status.leader, members: live };
   });
   // An unreferenced timer: it never keeps the process alive after the answer came.
   const timeout = delay(FORMED_PROBE_MS, undefined, { ref: false });

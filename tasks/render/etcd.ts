@@ -1,4 +1,5 @@
 import type { Inventory, Member } from '../inventory/model.ts';
+import { clientUrl, peerUrl } from '../inventory/urls.ts';
 import { etcdBinaryDir } from './guest/dependencies.ts';
 import { renderTemplate } from './templates.ts';
 
@@ -11,14 +12,6 @@ export const GUEST_PATHS = {
   serverCert: '/etc/etcd/tls/server.crt',
   serverKey: '/etc/etcd/tls/server.key',
 } as const;
-
-export function peerUrl(inventory: Inventory, member: Member): string {
-  return `https://${member.etcdIp}:${inventory.etcd.peer_port}`;
-}
-
-export function clientUrl(inventory: Inventory, member: Member): string {
-  return `https://${member.etcdIp}:${inventory.etcd.client_port}`;
-}
 
 export type InitialClusterState = 'new' | 'existing';
 

@@ -1,6 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { CONTROL_NODE, type Step } from '../core/step.ts';
-import type { EtcdClients } from '../etcd/client.ts';
+import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
 import { memberHealth, waitForHealth } from '../etcd/health.ts';
 import { ensureQuorumWithout, rollWaves } from '../etcd/roll.ts';
 import {
@@ -26,19 +26,10 @@ import { memberTargets } from './member-targets.ts';
 /** How long one defragmentation may take: etcd rewrites the whole database file, blocking that member meanwhile. */
 const DEFRAG_TIMEOUT_MS = 10 * 60_000;
 
-/** The first member that answers, for the cluster-wide calls. */
+/** The first member that answers, with its status, for the cluster-wide calls. */
 async function anyAnswering(inventory: Inventory, clients: EtcdClients) {
-  const failures: string[] = [];
-  for (const member of inventory.members) {
-    try {
-      const client = await clients.for(member);
-      const status = await client.maintenance.status({});
-      return { member, client, status };
-    } catch (error) {
-      failures.push(`${member.name}: ${(error as Error).message.split('\n')[0]}`);
-    }
-  }
-  throw new Error(`no member answers: ${failures.join('; ')}`);
+  const { member, client, answer: status } = await firstAnswering(clients, inventory.members, (c) => c.maintenance.status({}));
+  return { member, client, status };
 }
 
 /** etcd's backend commits its pending writes every 100 ms (batch interval): a little more than that. */

@@ -5,7 +5,7 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
 import { etcdBinaryDir } from '../render/guest/dependencies.ts';
-import { peerUrl } from '../render/etcd.ts';
+import { peerUrl } from '../inventory/urls.ts';
 import { memberTargets } from './member-targets.ts';
 
 /**

@@ -44,7 +44,11 @@ async function probe(context: RemoteContext, member: Member): Promise<VolumesSta
   return state;
 }
 
-export function volumesStep(inventory: Inventory, members: readonly Member[], context: RemoteContext): Step<VolumesState & { othersWithDisks: string[] }, VolumeAction> {
+/**
+ * `joining`: these members have just been added to a formed cluster as learners, so an empty disk is
+ * what they need (they get their data from the cluster).
+ */
+export function volumesStep(inventory: Inventory, members: readonly Member[], context: RemoteContext, joining = false): Step<VolumesState & { othersWithDisks: string[] }, VolumeAction> {
   const { targets, memberNamed } = memberTargets(members);
   // Which members had their OS disk when this step started: a missing disk next to existing ones means a
   // cluster formed without this member's data. Taken once, by the first member that misses its disk, and
@@ -71,11 +75,11 @@ export function volumesStep(inventory: Inventory, members: readonly Member[], co
       const changes: Change<VolumeAction>[] = [];
       if (!state.os.exists) {
         if ('existing' in os) throw new Error(`volume_id ${os.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}; create it or drop volume_id to let the tool make an overlay on base_image`);
-        if (!inventory.cluster.is_initializing || state.othersWithDisks.length > 0) {
+        if (!joining && (!inventory.cluster.is_initializing || state.othersWithDisks.length > 0)) {
           throw new Error(
             `refusing to create a new OS disk for ${name}: the cluster already exists (${state.othersWithDisks.length > 0 ? `other members have their disks: ${state.othersWithDisks.join(', ')}` : 'cluster.is_initializing is false'}), ` +
-              'and a fresh member would start empty with initial-cluster-state new. Restore the volume, or replace the member by hand ' +
-              '(etcdctl member remove/add); member replacement is not automated yet. Nothing was changed for this member.',
+              'and a fresh member would start empty. Restore the volume, or remove the member from the cluster (etcdctl member remove <its ID, ' +
+              'from status.ts>): the next run adds it back as a learner with a fresh disk and its data from the cluster. Nothing was changed for this member.',
           );
         }
         if (!state.base || 'missing' in state.base) {

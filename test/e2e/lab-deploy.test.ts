@@ -128,7 +128,7 @@ test.serial('a second run changes nothing, and a dry-run after it plans nothing'
   const perMember = ['render', 'volumes', 'cloud-init', 'domain', 'guest', 'health'];
   t.deepEqual(
     second.report.results.map((r) => `${r.step}@${r.host}`).sort(),
-    ['pki@localhost', 'auth@etcd-1', ...perMember.flatMap((step) => MEMBERS.map((member) => `${step}@${member}`))].sort(),
+    ['pki@localhost', 'members@localhost', 'auth@etcd-1', ...perMember.flatMap((step) => MEMBERS.map((member) => `${step}@${member}`))].sort(),
   );
   t.deepEqual(changed(second), []);
   const dry = deployed(t, ['--dry-run']);
@@ -495,6 +495,105 @@ test.serial('drift: more memory in the inventory redefines the domain and restar
   } finally {
     rmSync(resized, { force: true });
   }
+});
+
+/** lab.yaml with a fourth member, as an operator grows the cluster: etcd-3's entry with the next address. */
+function grownInventory(): string {
+  const path = 'inventories/.e2e-grown.yaml';
+  const lab = readFileSync('inventories/lab.yaml', 'utf8');
+  const third = lab.slice(lab.indexOf('  - name: etcd-3'));
+  writeFileSync(path, `${lab.trimEnd()}\n${third.replace('etcd-3', 'etcd-4').replace('192.168.150.13', '192.168.150.14').trimEnd()}\n`);
+  return path;
+}
+
+/** A deploy in the background (the writer and the membership poller keep running meanwhile); resolves with its exit and output. */
+function deployInBackground(args: string[], onOutput?: (text: string, child: ReturnType<typeof spawn>) => void): Promise<{ status: number | null; signal: NodeJS.Signals | null; output: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  const take = (chunk: Buffer) => {
+    output += chunk.toString();
+    onOutput?.(output, child);
+  };
+  child.stdout!.on('data', take);
+  child.stderr!.on('data', take);
+  return new Promise((resolve) => child.on('close', (status, signal) => resolve({ status, signal, output })));
+}
+
+test.serial('grow 3 → 4: a run killed (-9) right after adding the learner is finished by the next; learner, then voting; a writer never loses an acknowledged key', async (t) => {
+  const grown = grownInventory();
+  const writerOut: string[] = [];
+  const writer = spawn('ip', ['netns', 'exec', NAMESPACE, process.execPath, '--import', 'tsx', 'test/helpers/writer.ts', 'e2e/writer/', rootIdentity.caCert, rootIdentity.cert!, rootIdentity.key!, ...ALL], { stdio: ['ignore', 'pipe', 'pipe'] });
+  writer.stdout!.on('data', (chunk: Buffer) => writerOut.push(chunk.toString()));
+  const writerErrors: string[] = [];
+  writer.stderr!.on('data', (chunk: Buffer) => writerErrors.push(chunk.toString()));
+  // What etcd says of etcd-4, once a second, for the whole operation.
+  const seen: string[] = [];
+  let polling = true;
+  const poller = (async () => {
+    while (polling) {
+      const list = await new Promise<string>((resolve) => {
+        const child = spawn('ip', ['netns', 'exec', NAMESPACE, 'etcdctl', '--dial-timeout=3s', '--command-timeout=5s', `--endpoints=${ALL.join(',')}`, '--cacert', rootIdentity.caCert, '--cert', rootIdentity.cert!, '--key', rootIdentity.key!, 'member', 'list', '-w', 'json'], { stdio: ['ignore', 'pipe', 'ignore'] });
+        let out = '';
+        child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+        child.on('close', () => resolve(out));
+      });
+      try {
+        const fourth = (JSON.parse(list) as { members: { name?: string; peerURLs: string[]; isLearner?: boolean }[] }).members.find((m) => m.peerURLs.includes('https://192.168.150.14:2380'));
+        const state = !fourth ? 'absent' : fourth.isLearner ? (fourth.name ? 'learner' : 'learner (not started)') : 'voting';
+        if (seen.at(-1) !== state) seen.push(state);
+      } catch {
+        // A member list that could not be read (a member restarting): the next sample tells.
+      }
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+    }
+  })();
+  try {
+    // The plan first: a dry-run names the join and changes nothing.
+    const dry = deployed(t, ['-i', grown, '--dry-run']);
+    t.is(dry.status, 0);
+    t.regex(dry.output, /etcd-4:\n {2}add: would add etcd-4 to the cluster as a learner/);
+    t.is(JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout).members.length, 3);
+
+    // Killed the moment the learner is in: etcd has it, no VM runs it.
+    const killed = await deployInBackground(['-i', grown], (output, child) => {
+      if (/✔ join etcd-4: 1 changed/.test(output)) child.kill('SIGKILL');
+    });
+    outputs.push(killed.output);
+    t.is(killed.signal, 'SIGKILL', killed.output.slice(-2000));
+    t.log(`after the kill: ${seen.join(' → ')}`);
+    const afterKill = JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout) as { members: { name?: string; isLearner?: boolean; peerURLs: string[] }[] };
+    t.like(afterKill.members.find((m) => m.peerURLs.includes('https://192.168.150.14:2380')), { isLearner: true });
+
+    const resumed = await deployInBackground(['-i', grown, '--json', join(LAB_STATE, 'e2e-grow.json')]);
+    outputs.push(resumed.output);
+    t.log(resumed.output.slice(-3000));
+    t.is(resumed.status, 0);
+    t.regex(resumed.output, /to join one after another: etcd-4 \(added, resumed\)/);
+    t.regex(resumed.output, /etcd-4:\n(?: {2}.*\n)* {2}promote: promote etcd-4 from learner to voting member/);
+  } finally {
+    polling = false;
+    await poller;
+    writer.kill('SIGTERM');
+    await new Promise((resolve) => writer.on('close', resolve));
+  }
+  t.log(`etcd-4 as etcd listed it: ${seen.join(' → ')}; writer errors: ${writerErrors.join('').trim().split('\n').length}`);
+  t.deepEqual(seen.filter((state) => state !== 'absent').slice(-1), ['voting']);
+  t.true(seen.includes('learner (not started)') && seen.indexOf('learner (not started)') < seen.indexOf('voting'), seen.join(' → '));
+
+  const list = JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout) as { members: { name: string; isLearner?: boolean }[] };
+  t.deepEqual(list.members.map((m) => `${m.name}${m.isLearner ? ' (learner)' : ''}`).sort(), ['etcd-1', 'etcd-2', 'etcd-3', 'etcd-4']);
+  const fourEndpoints = [...ALL, 'https://192.168.150.14:2379'];
+  t.is((etcdctl(fourEndpoints, rootIdentity, ['endpoint', 'health']).stderr.match(/is healthy/g) ?? []).length, 4);
+  // Every write the writer saw acknowledged is there, read through the new member.
+  const acked = writerOut.join('').split('\n').flatMap((line) => /^ack (\d+)$/.exec(line)?.[1] ?? []);
+  t.true(acked.length > 50, `${acked.length} writes acknowledged`);
+  const stored = new Set(etcdctl(['https://192.168.150.14:2379'], rootIdentity, ['get', '--prefix', 'e2e/writer/', '--print-value-only']).stdout.trim().split('\n'));
+  t.deepEqual(acked.filter((n) => !stored.has(n)), []);
+
+  // Converged: the same inventory again changes nothing.
+  const again = deployed(t, ['-i', grown]);
+  t.is(again.status, 0);
+  t.deepEqual(changed(again), []);
 });
 
 test.serial('no run printed private key material or a key file line, and keys are 0600', (t) => {

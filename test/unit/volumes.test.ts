@@ -30,8 +30,8 @@ function fakeHypervisor(disks: Disks): RemoteContext {
   } as unknown as RemoteContext;
 }
 
-async function plans(inventory: Inventory, disks: Disks): Promise<Record<string, string>> {
-  const step = volumesStep(inventory, inventory.members, fakeHypervisor(disks));
+async function plans(inventory: Inventory, disks: Disks, joining = false): Promise<Record<string, string>> {
+  const step = volumesStep(inventory, inventory.members, fakeHypervisor(disks), joining);
   const outcome: Record<string, string> = {};
   await Promise.all(
     step.targets.map(async (name) => {
@@ -58,7 +58,12 @@ test('existing disks are ok; a disk missing next to existing ones is refused, ne
   t.is(outcome['etcd-1'], 'ok');
   t.is(outcome['etcd-3'], 'ok');
   t.regex(outcome['etcd-2']!, /^refused: refusing to create a new OS disk for etcd-2: the cluster already exists \(other members have their disks: etcd-1, etcd-3\)/);
-  t.regex(outcome['etcd-2']!, /member replacement is not automated yet/);
+  t.regex(outcome['etcd-2']!, /remove the member from the cluster \(etcdctl member remove <its ID, from status.ts>\): the next run adds it back as a learner/);
+});
+
+test('a member joining a formed cluster (added as a learner) gets its fresh disks', async (t) => {
+  const outcome = await plans(load(baseDocument()), { 'etcd-1': 'present', 'etcd-2': 'missing', 'etcd-3': 'present' }, true);
+  t.is(outcome['etcd-2'], 'create OS disk default/etcd-2-os.qcow2 (2 GiB qcow2 overlay on images/base.qcow2)');
 });
 
 test('a member that cannot be read counts as having a disk, and is named as unreadable', async (t) => {

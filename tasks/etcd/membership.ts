@@ -1,0 +1,84 @@
+import type { Inventory, Member } from '../inventory/model.ts';
+import { peerUrl } from '../inventory/urls.ts';
+
+/**
+ * Who is in the cluster, decided from etcd's own member list, pure. Members are matched by their
+ * peer URL (what etcd knows a member by before it has started and told its name). A member the
+ * inventory has and etcd does not joins as a learner, one at a time (etcd allows one learner), and is
+ * promoted once it has caught up; members etcd has and the inventory does not are never removed on
+ * the strength of a missing entry.
+ */
+
+export interface LiveMember {
+  /** etcd's uint64 member ID, as its API gives it (decimal). */
+  id: string;
+  /** Empty until the member has started and joined. */
+  name: string;
+  peerURLs: string[];
+  isLearner: boolean;
+}
+
+/** Where a joining member stands: not added yet, added as a learner but not started, started as a learner. */
+export type JoinStage = 'to-add' | 'added' | 'learning';
+
+export interface Joiner {
+  member: Member;
+  stage: JoinStage;
+  /** Set once etcd has it. */
+  id?: string;
+}
+
+export interface MembershipPlan {
+  /** Inventory members that are voting members now. */
+  voting: Member[];
+  /** Inventory members still to join, in the inventory's order; they join strictly one after another. */
+  joiners: Joiner[];
+}
+
+export class MembershipRefusal extends Error {}
+
+const describe = (live: LiveMember) => `${live.name || '(not started)'} (ID ${BigInt(live.id).toString(16)}, ${live.peerURLs.join(', ')}${live.isLearner ? ', learner' : ''})`;
+
+export function planMembership(inventory: Inventory, list: readonly LiveMember[]): MembershipPlan {
+  const problems: string[] = [];
+  const claimed = new Set<LiveMember>();
+  const voting: Member[] = [];
+  const joiners: Joiner[] = [];
+  for (const member of inventory.members) {
+    const url = peerUrl(inventory, member);
+    const live = list.find((candidate) => candidate.peerURLs.includes(url));
+    const namesake = list.find((candidate) => candidate.name === member.name);
+    if (namesake && namesake !== live) {
+      problems.push(`etcd has a member named ${member.name} at ${namesake.peerURLs.join(', ')}, but the inventory puts ${member.name} at ${url}: a member's address is not changed in place (remove it with etcdctl member remove ${BigInt(namesake.id).toString(16)} and run again to add it back)`);
+      continue;
+    }
+    if (live && live.name && live.name !== member.name) {
+      problems.push(`etcd's member at ${url} is named ${live.name}, but the inventory names ${member.name} there`);
+      continue;
+    }
+    if (live) claimed.add(live);
+    if (live && !live.isLearner) voting.push(member);
+    else joiners.push({ member, stage: !live ? 'to-add' : live.name ? 'learning' : 'added', ...(live ? { id: live.id } : {}) });
+  }
+  const strangers = list.filter((live) => !claimed.has(live));
+  for (const stranger of strangers) {
+    problems.push(
+      `etcd has member ${describe(stranger)}, which the inventory does not have. Leaving a member out of the inventory does not remove it; ` +
+        `remove it with etcdctl member remove ${BigInt(stranger.id).toString(16)} (removing members from the inventory is not automated yet), or add it back to the inventory`,
+    );
+  }
+  // etcd accepts one learner at a time: a second joiner waits for the first to be promoted.
+  const learners = list.filter((live) => live.isLearner);
+  if (learners.length > 1) problems.push(`etcd has ${learners.length} learners (${learners.map(describe).join('; ')}); it allows one at a time`);
+  if (voting.length === 0 && joiners.length > 0) problems.push('no member of the inventory is a voting member of the cluster etcd answers for: this is another cluster, or its members all changed address');
+  if (problems.length > 0) throw new MembershipRefusal(`the cluster's members do not match the inventory: ${problems.join('; ')}. Nothing was changed.`);
+  // A half-joined learner (a run stopped after adding it) goes first: etcd will not add another before it is promoted.
+  joiners.sort((a, b) => Number(a.stage === 'to-add') - Number(b.stage === 'to-add'));
+  return { voting, joiners };
+}
+
+/** The cluster as it is after `members` (a subset, in inventory order): what a step sees while a member joins. */
+export function inventoryOf(inventory: Inventory, members: readonly Member[]): Inventory {
+  const names = new Set(members.map((member) => member.name));
+  return { ...inventory, members: inventory.members.filter((member) => names.has(member.name)) };
+}

@@ -1,0 +1,95 @@
+import test from 'ava';
+import { loadInventory } from '../../tasks/inventory/load.ts';
+import { inventoryOf, MembershipRefusal, planMembership, type LiveMember } from '../../tasks/etcd/membership.ts';
+
+/** Who joins, as a table: the inventory and etcd's member list in; voting members, joiners and refusals out. */
+
+const lab = loadInventory('inventories/lab.yaml');
+// The lab with a fourth member, as an operator grows it: the third member's entry with the next address.
+const grown = (() => {
+  const third = lab.members[2]!;
+  const fourth = { ...third, name: 'etcd-4', etcdIp: '192.168.150.14', index: 3 };
+  return { ...lab, members: [...lab.members, fourth] };
+})();
+
+const live = (name: string, ip: string, id: string, isLearner = false): LiveMember => ({ id, name, peerURLs: [`https://${ip}:2380`], isLearner });
+const THREE = [live('etcd-1', '192.168.150.11', '11'), live('etcd-2', '192.168.150.12', '12'), live('etcd-3', '192.168.150.13', '13')];
+
+interface Case {
+  name: string;
+  inventory: typeof lab;
+  list: LiveMember[];
+  voting?: string[];
+  joiners?: string[];
+  refused?: RegExp;
+}
+
+const cases: Case[] = [
+  { name: 'every member in etcd: all voting, nobody joins', inventory: lab, list: THREE, voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: [] },
+  { name: 'a member new to the inventory: it joins, to be added', inventory: grown, list: THREE, voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4:to-add'] },
+  {
+    name: 'a run stopped after adding the learner: it is found by its peer URL, added but not started',
+    inventory: grown,
+    list: [...THREE, live('', '192.168.150.14', '14', true)],
+    voting: ['etcd-1', 'etcd-2', 'etcd-3'],
+    joiners: ['etcd-4:added'],
+  },
+  {
+    name: 'a run stopped before the promotion: a started learner, to promote',
+    inventory: grown,
+    list: [...THREE, live('etcd-4', '192.168.150.14', '14', true)],
+    joiners: ['etcd-4:learning'],
+  },
+  { name: 'a promoted member: voting', inventory: grown, list: [...THREE, live('etcd-4', '192.168.150.14', '14')], voting: ['etcd-1', 'etcd-2', 'etcd-3', 'etcd-4'], joiners: [] },
+  {
+    name: 'a member missing from the inventory is refused, never removed for that alone',
+    inventory: lab,
+    list: [...THREE, live('etcd-9', '192.168.150.19', '99')],
+    refused: /etcd has member etcd-9 \(ID 63, https:\/\/192.168.150.19:2380\), which the inventory does not have\. Leaving a member out of the inventory does not remove it/,
+  },
+  {
+    name: 'a member whose address changed in the inventory is refused',
+    inventory: { ...lab, members: lab.members.map((m) => (m.name === 'etcd-2' ? { ...m, etcdIp: '192.168.150.22' } : m)) },
+    list: THREE,
+    refused: /etcd has a member named etcd-2 at https:\/\/192.168.150.12:2380, but the inventory puts etcd-2 at https:\/\/192.168.150.22:2380/,
+  },
+  {
+    name: 'another name at an inventory member\'s address is refused',
+    inventory: lab,
+    list: [THREE[0]!, THREE[1]!, live('other', '192.168.150.13', '13')],
+    refused: /etcd's member at https:\/\/192.168.150.13:2380 is named other, but the inventory names etcd-3 there/,
+  },
+  {
+    name: 'a cluster that shares no member with the inventory is refused',
+    inventory: lab,
+    list: [],
+    refused: /no member of the inventory is a voting member/,
+  },
+];
+
+for (const row of cases) {
+  test(`membership: ${row.name}`, (t) => {
+    if (row.refused) {
+      const error = t.throws(() => planMembership(row.inventory, row.list), { instanceOf: MembershipRefusal });
+      t.regex(error!.message, row.refused);
+      t.regex(error!.message, /Nothing was changed\.$/);
+      return;
+    }
+    const plan = planMembership(row.inventory, row.list);
+    if (row.voting) t.deepEqual(plan.voting.map((m) => m.name), row.voting);
+    if (row.joiners) t.deepEqual(plan.joiners.map((j) => `${j.member.name}:${j.stage}`), row.joiners);
+  });
+}
+
+test('membership: two new members join in the inventory\'s order, a half-joined one first', (t) => {
+  const fifth = { ...grown.members[3]!, name: 'etcd-5', etcdIp: '192.168.150.15', index: 4 };
+  const five = { ...grown, members: [...grown.members, fifth] };
+  t.deepEqual(planMembership(five, THREE).joiners.map((j) => `${j.member.name}:${j.stage}`), ['etcd-4:to-add', 'etcd-5:to-add']);
+  t.deepEqual(planMembership(five, [...THREE, live('', '192.168.150.15', '15', true)]).joiners.map((j) => `${j.member.name}:${j.stage}`), ['etcd-5:added', 'etcd-4:to-add']);
+});
+
+test('membership: the cluster during a join is the members so far, in the inventory\'s order', (t) => {
+  const during = inventoryOf(grown, [grown.members[3]!, grown.members[0]!]);
+  t.deepEqual(during.members.map((m) => m.name), ['etcd-1', 'etcd-4']);
+  t.is(during.etcd, grown.etcd);
+});
