@@ -19,7 +19,7 @@ import { domainQuestions, domainsStep } from './steps/domains.ts';
 import { formedCluster } from './etcd/health.ts';
 import { inventoryOf, planMembership, type LiveMember, type MembershipPlan } from './etcd/membership.ts';
 import { CONTROL_NODE, type Step } from './core/step.ts';
-import { addLearnerStep, promoteStep } from './steps/membership.ts';
+import { addLearnerStep, leaveStep, promoteStep } from './steps/membership.ts';
 import { guestQuestions, guestStep } from './steps/guest.ts';
 import { GuestProbe } from './guest/probe.ts';
 import { healthStep } from './steps/health.ts';
@@ -30,20 +30,28 @@ import { volumeQuestions, volumesStep } from './steps/volumes.ts';
 /**
  * The order of the deploy, in one place:
  *   1. pki       – CA, member and root client certificates, the tool's SSH key (control node)
- *   2. cluster   – has the cluster formed? (a health probe; decides ETCD_INITIAL_CLUSTER_STATE)
- *   3. render    – domain XML, cloud-init files and the guest's contents per member, recorded in the state directory
- *   4. volumes   – OS overlay and data disks (hypervisors, over SSH)
- *   5. cloud-init– the NoCloud seed ISO per member
- *   6. domain    – define, start, autostart; a changed definition is applied by restarting one member
+ *   2. cluster   – has the cluster formed? (any member with a leader; decides ETCD_INITIAL_CLUSTER_STATE)
+ *      members   – etcd's member list against the inventory: who votes, who joins, who leaves; a
+ *                  mismatch the tool does not resolve stops the run here
+ *   3. leave     – each member marked state: absent, one at a time: leadership moved away, removed
+ *                  from etcd (never below a healthy quorum), its VM undefined, its volumes kept
+ *   then, for the members etcd already has:
+ *   4. render    – domain XML, cloud-init files and the guest's contents per member, recorded in the state directory
+ *   5. volumes   – OS overlay and data disks (hypervisors, over SSH)
+ *   6. cloud-init– the NoCloud seed ISO per member
+ *   7. domain    – define, start, autostart; a changed definition is applied by restarting one member
  *                  at a time, leader last, each healthy again before the next
- *   7. restore   – only with restore.enabled: the same etcd-backup snapshot into every member's empty
+ *   8. restore   – only with restore.enabled: the same etcd-backup snapshot into every member's empty
  *                  data directory (SSH to the member), then etcd starts
- *   8. guest     – every member's files and services as rendered (SSH to the member); etcd restarts
+ *   9. guest     – every member's files and services as rendered (SSH to the member); etcd restarts
  *                  rolled one member at a time, leader last, never below quorum
- *   9. health    – every member healthy with the inventory's member list (etcd's API, via the hypervisor)
- *  10. auth      – root role and user, auth enable, from the designated member only
- *  11. formed    – only when this run formed the cluster: render, seed ISOs and guests again, now
- *                  with ETCD_INITIAL_CLUSTER_STATE=existing (no restart: etcd reads it only when new)
+ *  10. health    – every member healthy with the inventory's voting members (etcd's API, via the hypervisor)
+ *  11. auth      – root role and user, auth enable, from the designated member only
+ *  12. join      – each member new to a formed cluster, one at a time: added as a learner, then render
+ *                  to guest (4–9) for it alone with the cluster so far, promoted once in sync, health
+ *  13. formed    – when this run formed the cluster or members joined: render, seed ISOs and guests
+ *                  again with the whole cluster and ETCD_INITIAL_CLUSTER_STATE=existing (no restart:
+ *                  etcd reads both only when it first starts)
  * pki, cluster and render always run; --tags / --skip-tags choose among the others.
  */
 
@@ -121,7 +129,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   let written: string[] = [];
   let clusterFormed = !inventory.cluster.is_initializing;
   // Who is in the cluster, from etcd's member list: everyone, unless members are still to join.
-  let membership: MembershipPlan = { voting: inventory.members, joiners: [] };
+  let membership: MembershipPlan = { voting: inventory.members, joiners: [], leavers: [] };
   const remote = new RemoteContext();
   const identity = clientIdentities(inventory, store);
   const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.health);
@@ -234,18 +242,19 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   try {
     await runner.runPhases([
       { title: 'pki', run: () => runner.runStep(pkiStep(inventory, store, options.renewCerts ? runStarted : undefined)) },
-      ...(options.renderOnly === undefined && inventory.cluster.is_initializing
+      ...(options.renderOnly === undefined
         ? [
             {
               title: 'cluster',
               run: async () => {
                 void preloadEtcdClient();
                 const formed = await formedCluster(clients, inventory.members);
-                clusterFormed = formed !== undefined;
+                // is_initializing: false says the cluster exists, whether or not a member answers now.
+                clusterFormed = formed !== undefined || !inventory.cluster.is_initializing;
                 const warmUp = (of: readonly Member[]) => selected('guest') && guestProbe.warmUp(members.filter((member) => of.includes(member)));
                 if (!formed) {
                   warmUp(inventory.members);
-                  return 'not formed yet: members start as new';
+                  return clusterFormed ? 'no member answers (is_initializing: false): members start as existing' : 'not formed yet: members start as new';
                 }
                 const results = await runner.runStep(membershipStep(formed.members));
                 if (results.some((result) => result.status === 'failed')) return results;
@@ -267,11 +276,15 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       voting.push(joiner);
       return phases;
     });
+    // Members marked absent leave first, one after another, before anything else is checked against the members that stay.
+    const leaving = membership.leavers.map(({ member }) => member);
+    const leaves: Phase[] = options.limit || options.renderOnly !== undefined ? [] : leaving.map((leaver) => ({ title: `leave ${leaver.name}`, run: () => runner.runStep(leaveStep(inventory, clients, remote, membership.voting, leaver, leaving)) }));
     const stepsNeededToJoin = ['volumes', 'cloud-init', 'domain', 'guest'];
     if (joins.length > 0 && !stepsNeededToJoin.every(selected)) {
       throw new InputError(`${joiners.map((m) => m.name).join(', ')} must join the cluster, which needs the steps ${stepsNeededToJoin.join(', ')}: run without --tags / --skip-tags leaving them out`);
     }
     await runner.runPhases([
+      ...leaves,
       renderPhase(() => main),
       ...(options.renderOnly === undefined
         ? [

@@ -5,8 +5,8 @@ import { peerUrl } from '../inventory/urls.ts';
  * Who is in the cluster, decided from etcd's own member list, pure. Members are matched by their
  * peer URL (what etcd knows a member by before it has started and told its name). A member the
  * inventory has and etcd does not joins as a learner, one at a time (etcd allows one learner), and is
- * promoted once it has caught up; members etcd has and the inventory does not are never removed on
- * the strength of a missing entry.
+ * promoted once it has caught up. A member leaves only when the inventory marks it `state: absent`,
+ * never on the strength of a missing entry.
  */
 
 export interface LiveMember {
@@ -33,6 +33,11 @@ export interface MembershipPlan {
   voting: Member[];
   /** Inventory members still to join, in the inventory's order; they join strictly one after another. */
   joiners: Joiner[];
+  /**
+   * Members marked `state: absent`, each with its etcd ID while etcd still has it; they leave one
+   * after another (their VMs are undefined even once etcd has let them go).
+   */
+  leavers: { member: Member; id?: string }[];
 }
 
 export class MembershipRefusal extends Error {}
@@ -60,11 +65,16 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
     if (live && !live.isLearner) voting.push(member);
     else joiners.push({ member, stage: !live ? 'to-add' : live.name ? 'learning' : 'added', ...(live ? { id: live.id } : {}) });
   }
+  const leavers = inventory.absentMembers.map((member) => {
+    const live = list.find((candidate) => candidate.peerURLs.includes(peerUrl(inventory, member)));
+    if (live) claimed.add(live);
+    return { member, ...(live ? { id: live.id } : {}) };
+  });
   const strangers = list.filter((live) => !claimed.has(live));
   for (const stranger of strangers) {
     problems.push(
       `etcd has member ${describe(stranger)}, which the inventory does not have. Leaving a member out of the inventory does not remove it; ` +
-        `remove it with etcdctl member remove ${BigInt(stranger.id).toString(16)} (removing members from the inventory is not automated yet), or add it back to the inventory`,
+        `remove it with etcdctl member remove ${BigInt(stranger.id).toString(16)} or mark it state: absent in the inventory to have it removed, or add it back`,
     );
   }
   // etcd accepts one learner at a time: a second joiner waits for the first to be promoted.
@@ -74,7 +84,7 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
   if (problems.length > 0) throw new MembershipRefusal(`the cluster's members do not match the inventory: ${problems.join('; ')}. Nothing was changed.`);
   // A half-joined learner (a run stopped after adding it) goes first: etcd will not add another before it is promoted.
   joiners.sort((a, b) => Number(a.stage === 'to-add') - Number(b.stage === 'to-add'));
-  return { voting, joiners };
+  return { voting, joiners, leavers };
 }
 
 /** The cluster as it is after `members` (a subset, in inventory order): what a step sees while a member joins. */

@@ -265,7 +265,8 @@ export function loadInventory(inventoryPath: string): Inventory {
     etcd: doc.etcd,
     pki: { ...pkiSettings, ca: pemPair(ca, baseDir, ['pki', 'ca'], problems), rootClient: pemPair(root_client, baseDir, ['pki', 'root_client'], problems) },
     hypervisors,
-    members: built,
+    members: built.filter((_, i) => members[i]!.state === 'present'),
+    absentMembers: built.filter((_, i) => members[i]!.state === 'absent'),
     restore: restoreOf(members, baseDir, problems),
   };
   if (problems.length > 0) fail(path, problems, memberNames);

@@ -83,6 +83,9 @@ export interface Inventory {
   etcd: EtcdSettings;
   pki: Omit<PkiSettings, 'ca' | 'root_client'> & { ca?: PemPair; rootClient?: PemPair };
   hypervisors: Hypervisor[];
+  /** The members the cluster is to have (`state: present`), in the inventory's order. */
   members: Member[];
+  /** Members marked `state: absent`: to leave the cluster; nothing else in the tool sees them. */
+  absentMembers: Member[];
   restore: RestoreSettings;
 }

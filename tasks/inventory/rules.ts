@@ -109,6 +109,18 @@ const networkByNameXorId: Rule = (doc) =>
     }),
   );
 
+const somePresentMember: Rule = (doc) =>
+  doc.members.length > 0 && doc.members.every((member) => member.state === 'absent')
+    ? [{ path: ['members'], message: 'marks every member state: absent', hint: 'a cluster keeps at least one member; to take it all down, use lab:down or virsh, not the deploy' }]
+    : [];
+
+const bootstrapMemberPresent: Rule = (doc) =>
+  doc.members.flatMap((member, i): Problem[] =>
+    member.state === 'absent' && member.authentication_bootstrap.bootstrap
+      ? [{ path: ['members', i, 'authentication_bootstrap', 'bootstrap'], message: 'is true on a member marked state: absent', hint: 'move authentication_bootstrap to a member that stays (auth is already on; the flag only names who checks it)' }]
+      : [],
+  );
+
 const exactlyOneBootstrapMember: Rule = (doc) => {
   const bootstrappers = doc.members.flatMap((member, i) => (member.authentication_bootstrap.bootstrap ? [i] : []));
   if (!doc.cluster.is_initializing) return [];
@@ -326,6 +338,8 @@ export const RULES: readonly Rule[] = [
   macvtapMembersReachedDirectly,
   networkByNameXorId,
   exactlyOneBootstrapMember,
+  bootstrapMemberPresent,
+  somePresentMember,
   grpcGatewayNeedsPasswordMode,
   rootPasswordInPasswordMode,
   initialMembersMatch,

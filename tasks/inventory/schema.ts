@@ -239,7 +239,14 @@ export const memberFields = {
   reach_via: z.enum(['hypervisor', 'direct']).default('hypervisor'),
 };
 
-export const memberSchema = z.object({ name, ...memberFields }).strict();
+export const memberSchema = z
+  .object({
+    name,
+    /** `absent`: the member is to leave the cluster (Ansible's idiom): removed from etcd, its VM shut down and undefined, its volumes kept. */
+    state: z.enum(['present', 'absent']).default('present'),
+    ...memberFields,
+  })
+  .strict();
 export const memberDefaultsSchema = z.object(memberFields).partial().strict();
 
 export const hypervisorSchema = z

@@ -183,7 +183,7 @@ test('every problem is reported at once, with field-level type errors', (t) => {
   t.deepEqual(problems, [
     'members[0].vcpus (member etcd-1): Expected number, received string',
     'members[1].memory (member etcd-2): is in MiB; etcd needs at least 256',
-    'members[2].bogus (member etcd-3): unknown key — known keys here: name, hypervisor, vcpus, memory, domain, volume_id, volume_pool, base_image, os_volume_size_gib, data_volume_id, data_volume_size_gib, libvirt_networks, macvtap_interfaces, cloud_init_volume_pool, cloud_init_volume_name, ssh_admin_user, admin_user_password, ssh_admin_public_key, authentication_bootstrap, tls, restore, chrony, fluentbit, fluentbit_dynamic_config, vault_agent, install_dependencies, reach_via',
+    'members[2].bogus (member etcd-3): unknown key — known keys here: name, state, hypervisor, vcpus, memory, domain, volume_id, volume_pool, base_image, os_volume_size_gib, data_volume_id, data_volume_size_gib, libvirt_networks, macvtap_interfaces, cloud_init_volume_pool, cloud_init_volume_name, ssh_admin_user, admin_user_password, ssh_admin_public_key, authentication_bootstrap, tls, restore, chrony, fluentbit, fluentbit_dynamic_config, vault_agent, install_dependencies, reach_via',
   ]);
 });
 
@@ -266,4 +266,19 @@ test('a YAML alias bomb is bad input (exit 2), not a crash', (t) => {
   const error = t.throws(() => load(bomb), { instanceOf: InputError });
   t.regex(error!.message, /cannot be read as data/);
   t.regex(error!.problems[0]!, /alias/i);
+});
+
+test('state: absent takes a member out of the cluster the tool deploys, not out of validation', (t) => {
+  const inventory = load(edit((doc) => (member(doc, 2).state = 'absent')));
+  t.deepEqual(inventory.members.map((m) => m.name), ['etcd-1', 'etcd-2']);
+  t.deepEqual(inventory.absentMembers.map((m) => m.name), ['etcd-3']);
+  // Its address is still its own: nobody else may take it while it leaves.
+  t.regex(problemsOf(edit((doc) => {
+    member(doc, 2).state = 'absent';
+    nicOf(doc, 1).ip = '10.10.0.13';
+  }))[0]!, /IP 10\.10\.0\.13 is already used/);
+  t.deepEqual(problemsOf(edit((doc) => (member(doc, 0).state = 'absent'))), [
+    'members[0].authentication_bootstrap.bootstrap (member etcd-1): is true on a member marked state: absent — move authentication_bootstrap to a member that stays (auth is already on; the flag only names who checks it)',
+  ]);
+  t.deepEqual(problemsOf(edit((doc) => (member(doc, 1).state = 'gone'))).map((p) => p.split(':')[0]), ['members[1].state (member etcd-2)']);
 });

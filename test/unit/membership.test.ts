@@ -21,8 +21,12 @@ interface Case {
   list: LiveMember[];
   voting?: string[];
   joiners?: string[];
+  leavers?: string[];
   refused?: RegExp;
 }
+
+/** The grown lab with etcd-4 marked state: absent, as an operator shrinks it back. */
+const shrunk = { ...grown, members: grown.members.slice(0, 3), absentMembers: [grown.members[3]!] };
 
 const cases: Case[] = [
   { name: 'every member in etcd: all voting, nobody joins', inventory: lab, list: THREE, voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: [] },
@@ -42,10 +46,24 @@ const cases: Case[] = [
   },
   { name: 'a promoted member: voting', inventory: grown, list: [...THREE, live('etcd-4', '192.168.150.14', '14')], voting: ['etcd-1', 'etcd-2', 'etcd-3', 'etcd-4'], joiners: [] },
   {
+    name: 'a member marked absent that etcd has: it leaves, by its ID',
+    inventory: shrunk,
+    list: [...THREE, live('etcd-4', '192.168.150.14', '14')],
+    voting: ['etcd-1', 'etcd-2', 'etcd-3'],
+    joiners: [],
+    leavers: ['etcd-4:14'],
+  },
+  {
+    name: 'a member marked absent that etcd no longer has (a run stopped after removing it): its VM still goes',
+    inventory: shrunk,
+    list: THREE,
+    leavers: ['etcd-4:-'],
+  },
+  {
     name: 'a member missing from the inventory is refused, never removed for that alone',
     inventory: lab,
     list: [...THREE, live('etcd-9', '192.168.150.19', '99')],
-    refused: /etcd has member etcd-9 \(ID 63, https:\/\/192.168.150.19:2380\), which the inventory does not have\. Leaving a member out of the inventory does not remove it/,
+    refused: /etcd has member etcd-9 \(ID 63, https:\/\/192.168.150.19:2380\), which the inventory does not have\. Leaving a member out of the inventory does not remove it; .*or mark it state: absent/,
   },
   {
     name: 'a member whose address changed in the inventory is refused',
@@ -78,6 +96,7 @@ for (const row of cases) {
     const plan = planMembership(row.inventory, row.list);
     if (row.voting) t.deepEqual(plan.voting.map((m) => m.name), row.voting);
     if (row.joiners) t.deepEqual(plan.joiners.map((j) => `${j.member.name}:${j.stage}`), row.joiners);
+    t.deepEqual(plan.leavers.map((l) => `${l.member.name}:${l.id ?? '-'}`), row.leavers ?? []);
   });
 }
 
