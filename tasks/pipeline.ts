@@ -19,13 +19,16 @@ import { domainQuestions, domainsStep } from './steps/domains.ts';
 import { formedCluster } from './etcd/health.ts';
 import { inventoryOf, planMembership, type LiveMember, type MembershipPlan } from './etcd/membership.ts';
 import { CONTROL_NODE, type Step } from './core/step.ts';
-import { addLearnerStep, leaveStep, promoteStep } from './steps/membership.ts';
+import { addLearnerStep, departStep, promoteStep, type Departure } from './steps/membership.ts';
 import { guestQuestions, guestStep } from './steps/guest.ts';
 import { GuestProbe } from './guest/probe.ts';
 import { healthStep } from './steps/health.ts';
 import { restoreStep } from './steps/restore.ts';
 import { MemberConnections } from './remote/members.ts';
 import { volumeQuestions, volumesStep } from './steps/volumes.ts';
+import { volumeState } from './libvirt/volumes.ts';
+import type { Question } from './libvirt/virsh.ts';
+import { peerUrl } from './inventory/urls.ts';
 
 /**
  * The order of the deploy, in one place:
@@ -65,6 +68,8 @@ export interface PipelineOptions {
   skipTags?: string[];
   /** Re-issue every leaf certificate (members, root client) in this run. */
   renewCerts?: boolean;
+  /** Members to replace (--replace): removed, their VM and volumes deleted, joined again empty. */
+  replace?: string[];
 }
 
 /** Steps a run can choose with --tags / --skip-tags; pki, cluster and render feed every other step and always run. */
@@ -121,6 +126,8 @@ interface Pass {
 
 export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<{ written: string[] }> {
   validateTags(options);
+  const unknownReplace = (options.replace ?? []).filter((name) => !inventory.members.some((member) => member.name === name));
+  if (unknownReplace.length > 0) throw new InputError(`--replace names members the inventory does not have (present): ${unknownReplace.join(', ')}; members are ${inventory.members.map((m) => m.name).join(', ')}`);
   const members = selectMembers(inventory, options.limit);
   // Whole seconds: certificate times have no finer resolution, and one issued in this run must not look older than the run.
   const runStarted = new Date(Math.floor(Date.now() / 1000) * 1000);
@@ -129,7 +136,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   let written: string[] = [];
   let clusterFormed = !inventory.cluster.is_initializing;
   // Who is in the cluster, from etcd's member list: everyone, unless members are still to join.
-  let membership: MembershipPlan = { voting: inventory.members, joiners: [], leavers: [] };
+  let membership: MembershipPlan = { voting: inventory.members, joiners: [], leavers: [], replacements: [] };
   const remote = new RemoteContext();
   const identity = clientIdentities(inventory, store);
   const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.health);
@@ -222,14 +229,37 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   };
 
   /**
+   * Members etcd lists whose OS or data volume libvirt no longer has: they are replaced. A hypervisor
+   * that does not answer says nothing here (its step fails later, on its own members).
+   */
+  const disksGone = async (live: readonly LiveMember[]): Promise<Map<string, string>> => {
+    const listed = members.filter((member) => live.some((l) => l.peerURLs.includes(peerUrl(inventory, member))));
+    const gone = new Map<string, string>();
+    await Promise.all(
+      listed.map(async (member) => {
+        const { os, data } = volumeQuestions(member);
+        try {
+          const questions: Record<string, Question> = data ? { os: os!, data } : { os: os! };
+          const answers = await remote.probe(member, questions);
+          const missing = Object.entries(answers).flatMap(([which, answer]) => (volumeState(answer, `${which} volume of ${member.name}`).exists ? [] : [`its ${which === 'os' ? 'OS' : 'data'} volume is gone`]));
+          if (missing.length > 0) gone.set(member.name, missing.join(' and '));
+        } catch {
+          // Unknown is not gone.
+        }
+      }),
+    );
+    return gone;
+  };
+
+  /**
    * Who is in the cluster: etcd's member list against the inventory, on the control node, so a
    * mismatch the tool will not resolve (a member the inventory lacks, an address changed) stops the run
    * before anything changes.
    */
-  const membershipStep = (live: LiveMember[]): Step<MembershipPlan, never> => ({
+  const membershipStep = (live: LiveMember[], gone: Map<string, string>): Step<MembershipPlan, never> => ({
     name: 'members',
     targets: [CONTROL_NODE],
-    check: async () => planMembership(inventory, live),
+    check: async () => planMembership(inventory, live, { replace: new Set(options.replace ?? []), disksGone: gone }),
     plan(plan) {
       membership = plan;
       return [];
@@ -256,7 +286,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
                   warmUp(inventory.members);
                   return clusterFormed ? 'no member answers (is_initializing: false): members start as existing' : 'not formed yet: members start as new';
                 }
-                const results = await runner.runStep(membershipStep(formed.members));
+                const results = await runner.runStep(membershipStep(formed.members, await disksGone(formed.members)));
                 if (results.some((result) => result.status === 'failed')) return results;
                 // Members that have no VM yet (joiners) are not worth an SSH attempt.
                 warmUp(membership.voting);
@@ -276,15 +306,22 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       voting.push(joiner);
       return phases;
     });
-    // Members marked absent leave first, one after another, before anything else is checked against the members that stay.
-    const leaving = membership.leavers.map(({ member }) => member);
-    const leaves: Phase[] = options.limit || options.renderOnly !== undefined ? [] : leaving.map((leaver) => ({ title: `leave ${leaver.name}`, run: () => runner.runStep(leaveStep(inventory, clients, remote, membership.voting, leaver, leaving)) }));
+    // Members to replace, then members marked absent, go first, one after another, before anything else
+    // is checked against the members that stay.
+    const replaced = membership.replacements.map(({ member }) => member).filter((member) => members.includes(member));
+    const leaving = options.limit ? [] : membership.leavers.map(({ member }) => member);
+    const departing = [...replaced, ...leaving];
+    const depart = (departure: Departure, member: Member): Phase => ({
+      title: `${departure} ${member.name}`,
+      run: () => runner.runStep(departStep(inventory, clients, remote, { departure, member, staying: membership.voting, alsoDeparting: departing })),
+    });
+    const departures: Phase[] = options.renderOnly !== undefined ? [] : [...replaced.map((member) => depart('replace', member)), ...leaving.map((member) => depart('leave', member))];
     const stepsNeededToJoin = ['volumes', 'cloud-init', 'domain', 'guest'];
     if (joins.length > 0 && !stepsNeededToJoin.every(selected)) {
       throw new InputError(`${joiners.map((m) => m.name).join(', ')} must join the cluster, which needs the steps ${stepsNeededToJoin.join(', ')}: run without --tags / --skip-tags leaving them out`);
     }
     await runner.runPhases([
-      ...leaves,
+      ...departures,
       renderPhase(() => main),
       ...(options.renderOnly === undefined
         ? [

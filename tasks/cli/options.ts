@@ -9,6 +9,7 @@ export interface DeployOptions {
   tags?: string[];
   skipTags?: string[];
   renewCerts: boolean;
+  replace?: string[];
   diff: boolean;
   json?: string;
   debug: boolean;
@@ -34,6 +35,10 @@ Options:
       --renew-certs      re-issue every member and root client certificate now (they are also
                          renewed within pki.early_renewal_period of expiry); the guest step
                          pushes them, no restart needed
+      --replace NAMES    replace these members (comma-separated), as Terraform's -replace: each is
+                         removed from etcd, its VM and volumes deleted, and it joins again empty,
+                         taking its data from the cluster; one at a time, never below quorum.
+                         A member whose OS or data volume is gone is replaced without asking
       --json FILE        also write a machine-readable report of every step and host to FILE
       --debug            show stack traces of unexpected errors
   -h, --help             show this help
@@ -57,6 +62,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
         tags: { type: 'string' },
         'skip-tags': { type: 'string' },
         'renew-certs': { type: 'boolean', default: false },
+        replace: { type: 'string' },
         diff: { type: 'boolean', default: false },
         json: { type: 'string' },
         debug: { type: 'boolean', default: false },
@@ -81,6 +87,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     ...(values.tags ? { tags: list(values.tags) } : {}),
     ...(values['skip-tags'] ? { skipTags: list(values['skip-tags']) } : {}),
     renewCerts: values['renew-certs'],
+    ...(values.replace ? { replace: list(values.replace) } : {}),
     diff: values.diff,
     ...(values.json ? { json: values.json } : {}),
     debug: values.debug,

@@ -38,17 +38,30 @@ export interface MembershipPlan {
    * after another (their VMs are undefined even once etcd has let them go).
    */
   leavers: { member: Member; id?: string }[];
+  /**
+   * Voting members to replace (a disk gone, or named by --replace): removed with their VM and volumes,
+   * then they join again as new members (they are among the joiners too).
+   */
+  replacements: { member: Member; id: string; why: string }[];
+}
+
+export interface MembershipOptions {
+  /** Members the operator asked to replace (--replace). */
+  replace?: ReadonlySet<string>;
+  /** Members whose OS or data volume is gone, with what is gone. */
+  disksGone?: ReadonlyMap<string, string>;
 }
 
 export class MembershipRefusal extends Error {}
 
 const describe = (live: LiveMember) => `${live.name || '(not started)'} (ID ${BigInt(live.id).toString(16)}, ${live.peerURLs.join(', ')}${live.isLearner ? ', learner' : ''})`;
 
-export function planMembership(inventory: Inventory, list: readonly LiveMember[]): MembershipPlan {
+export function planMembership(inventory: Inventory, list: readonly LiveMember[], options: MembershipOptions = {}): MembershipPlan {
   const problems: string[] = [];
   const claimed = new Set<LiveMember>();
   const voting: Member[] = [];
   const joiners: Joiner[] = [];
+  const replacements: MembershipPlan['replacements'] = [];
   for (const member of inventory.members) {
     const url = peerUrl(inventory, member);
     const live = list.find((candidate) => candidate.peerURLs.includes(url));
@@ -62,7 +75,11 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
       continue;
     }
     if (live) claimed.add(live);
-    if (live && !live.isLearner) voting.push(member);
+    const why = options.replace?.has(member.name) ? 'asked by --replace' : options.disksGone?.get(member.name);
+    if (live && !live.isLearner && why) {
+      replacements.push({ member, id: live.id, why });
+      joiners.push({ member, stage: 'to-add' });
+    } else if (live && !live.isLearner) voting.push(member);
     else joiners.push({ member, stage: !live ? 'to-add' : live.name ? 'learning' : 'added', ...(live ? { id: live.id } : {}) });
   }
   const leavers = inventory.absentMembers.map((member) => {
@@ -80,11 +97,12 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
   // etcd accepts one learner at a time: a second joiner waits for the first to be promoted.
   const learners = list.filter((live) => live.isLearner);
   if (learners.length > 1) problems.push(`etcd has ${learners.length} learners (${learners.map(describe).join('; ')}); it allows one at a time`);
-  if (voting.length === 0 && joiners.length > 0) problems.push('no member of the inventory is a voting member of the cluster etcd answers for: this is another cluster, or its members all changed address');
+  if (replacements.length > 0 && voting.length === 0) problems.push(`every voting member is to be replaced (${replacements.map((r) => `${r.member.name}: ${r.why}`).join('; ')}): the cluster would be gone; restore it from a snapshot instead`);
+  else if (voting.length === 0 && joiners.length > 0) problems.push('no member of the inventory is a voting member of the cluster etcd answers for: this is another cluster, or its members all changed address');
   if (problems.length > 0) throw new MembershipRefusal(`the cluster's members do not match the inventory: ${problems.join('; ')}. Nothing was changed.`);
   // A half-joined learner (a run stopped after adding it) goes first: etcd will not add another before it is promoted.
   joiners.sort((a, b) => Number(a.stage === 'to-add') - Number(b.stage === 'to-add'));
-  return { voting, joiners, leavers };
+  return { voting, joiners, leavers, replacements };
 }
 
 /** The cluster as it is after `members` (a subset, in inventory order): what a step sees while a member joins. */

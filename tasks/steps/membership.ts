@@ -6,6 +6,7 @@ import { MembershipRefusal, type LiveMember } from '../etcd/membership.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { quorumOf } from '../etcd/roll.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
+import { volInfo } from '../libvirt/volumes.ts';
 import { peerUrl } from '../inventory/urls.ts';
 
 /**
@@ -99,85 +100,125 @@ export function promoteStep(inventory: Inventory, clients: EtcdClients, voting: 
   };
 }
 
-export interface LeaveFacts {
-  /** The leaver as etcd lists it, while it does. */
+export interface DepartFacts {
+  /** The member as etcd lists it, while it does. */
   live?: LiveMember;
   /** etcd's leader's ID (decimal), if a member answers. */
   leaderId?: string;
-  /** Remaining voting members that answer healthy, and those that do not. */
+  /** Members that stay (voting) and answer healthy, and those that do not. */
   healthy: Member[];
   unhealthy: string[];
   /** virsh domstate of its VM, or `absent`. */
   vm: string;
+  /** Its volumes that exist, by pool/name. */
+  volumes: string[];
 }
 
-type LeaveAction = { kind: 'move-leader'; from: string; to: Member } | { kind: 'remove'; id: string } | { kind: 'undefine'; running: boolean };
+type DepartAction =
+  | { kind: 'move-leader'; to: Member }
+  | { kind: 'remove'; id: string }
+  | { kind: 'undefine'; running: boolean }
+  | { kind: 'delete-volumes'; volumes: { pool: string; name: string }[] };
 
 /**
- * A member marked `state: absent` leaves: leadership moved away first if it leads, then removed by its
- * ID (refused unless the members that stay keep a healthy quorum), then its VM shut down and undefined.
- * Its volumes stay: the output names them, and `virsh vol-delete` removes them.
+ * `leave`: a member marked state: absent goes, its volumes kept. `replace`: a member whose disk is gone
+ * (or named by --replace) goes with everything it had, so that it joins again empty and takes its data
+ * from the cluster, never from an old disk or a snapshot.
  */
-export function leaveStep(inventory: Inventory, clients: EtcdClients, remote: RemoteContext, remaining: readonly Member[], leaver: Member, leaving: readonly Member[]): Step<LeaveFacts, LeaveAction> {
+export type Departure = 'leave' | 'replace';
+
+/** The member's volumes, as pool/name with whether the tool made them (only those are ever deleted). */
+function volumesOf(member: Member): { pool: string; name: string; ours: boolean }[] {
+  const { os, data, pool } = member.volumes;
+  return [
+    { pool, name: 'existing' in os ? os.existing : os.name, ours: !('existing' in os) },
+    ...(data ? [{ pool, name: 'existing' in data ? data.existing : data.name, ours: !('existing' in data) }] : []),
+  ];
+}
+
+/**
+ * A member departs, one at a time: leadership moved away first if it leads; removed by its ID, refused
+ * unless the members that stay keep a healthy quorum; its VM stopped and undefined; for a replacement,
+ * its volumes deleted. Each part is decided from etcd's member list and libvirt, so a run stopped in
+ * between finishes it.
+ */
+export function departStep(
+  inventory: Inventory,
+  clients: EtcdClients,
+  remote: RemoteContext,
+  how: { departure: Departure; member: Member; staying: readonly Member[]; alsoDeparting: readonly Member[] },
+): Step<DepartFacts, DepartAction> {
+  const { departure, member, staying, alsoDeparting } = how;
+  const volumes = volumesOf(member);
   return {
-    name: 'leave',
-    targets: [leaver.name],
+    name: departure,
+    targets: [member.name],
     async check() {
-      const [{ answer: list, member: asked }, domain] = await Promise.all([
-        firstAnswering(clients, remaining, (client) => client.cluster.memberList({})),
-        remote.probe(leaver, { state: ['domstate', leaver.name] }),
+      const [{ answer: list, member: asked }, answers] = await Promise.all([
+        firstAnswering(clients, staying, (client) => client.cluster.memberList({})),
+        remote.probe<string>(member, { domain: ['domstate', member.name], ...Object.fromEntries(volumes.map((v, i) => [`volume${i}`, volInfo(v.pool, v.name)])) }),
       ]);
       const status = await (await clients.for(asked)).maintenance.status({});
-      const live = list.members.find((m) => m.peerURLs.includes(peerUrl(inventory, leaver)));
-      // The voting members etcd has now: those that stay, and those still to leave (this one included) that it still lists.
-      const votingNow = [...remaining, ...leaving.filter((m) => list.members.some((l) => !l.isLearner && l.peerURLs.includes(peerUrl(inventory, m))))];
-      const health = await Promise.all(remaining.map(async (member) => ({ member, health: await memberHealth({ ...inventory, members: votingNow }, clients, member) })));
+      const live = list.members.find((m) => m.peerURLs.includes(peerUrl(inventory, member)));
+      // The voting members etcd has now: those that stay, and the departing ones it still lists.
+      const votingNow = [...staying, ...[member, ...alsoDeparting].filter((m) => list.members.some((l) => !l.isLearner && l.peerURLs.includes(peerUrl(inventory, m))))];
+      const health = await Promise.all(staying.map(async (m) => ({ member: m, health: await memberHealth({ ...inventory, members: votingNow }, clients, m) })));
       return {
         ...(live ? { live: { id: live.ID, name: live.name, peerURLs: live.peerURLs, isLearner: Boolean(live.isLearner) } } : {}),
         ...(status.leader && status.leader !== '0' ? { leaderId: status.leader } : {}),
-        healthy: health.filter(({ health: h }) => h.healthy).map(({ member }) => member),
-        unhealthy: health.flatMap(({ member, health: h }) => (h.healthy ? [] : [`${member.name} (${h.reason})`])),
-        vm: domain.state.code === 0 ? domain.state.output.trim() : 'absent',
+        healthy: health.filter(({ health: h }) => h.healthy).map(({ member: m }) => m),
+        unhealthy: health.flatMap(({ member: m, health: h }) => (h.healthy ? [] : [`${m.name} (${h.reason})`])),
+        vm: answers.domain!.code === 0 ? answers.domain!.output.trim() : 'absent',
+        volumes: volumes.filter((_, i) => answers[`volume${i}`]?.code === 0).map((v) => `${v.pool}/${v.name}`),
       };
     },
     plan(facts) {
-      const changes: Change<LeaveAction>[] = [];
+      const changes: Change<DepartAction>[] = [];
       if (facts.live) {
-        const needed = quorumOf(remaining.length);
+        const needed = quorumOf(staying.length);
         if (!facts.leaderId || facts.healthy.length < needed) {
           throw new MembershipRefusal(
-            `refusing to remove ${leaver.name}: ${!facts.leaderId ? 'the cluster has no leader' : `only ${facts.healthy.length} of the ${remaining.length} members that stay are healthy, and they need ${needed} for a quorum`}` +
+            `refusing to remove ${member.name}: ${!facts.leaderId ? 'the cluster has no leader' : `only ${facts.healthy.length} of the ${staying.length} members that stay are healthy, and they need ${needed} for a quorum`}` +
               `${facts.unhealthy.length ? ` (not healthy: ${facts.unhealthy.join(', ')})` : ''}. Nothing was changed.`,
           );
         }
         if (facts.leaderId === facts.live.id) {
           const to = facts.healthy[0]!;
-          changes.push({ summary: `move leadership from ${leaver.name} to ${to.name} first`, action: { kind: 'move-leader', from: facts.live.id, to } });
+          changes.push({ summary: `move leadership from ${member.name} to ${to.name} first`, action: { kind: 'move-leader', to } });
         }
-        changes.push({ summary: `remove ${leaver.name} from the cluster (member ID ${BigInt(facts.live.id).toString(16)}${facts.live.isLearner ? ', a learner' : ''})`, action: { kind: 'remove', id: facts.live.id } });
+        const why = departure === 'replace' ? '; it joins again empty and takes its data from the cluster' : '';
+        changes.push({ summary: `remove ${member.name} from the cluster (member ID ${BigInt(facts.live.id).toString(16)}${facts.live.isLearner ? ', a learner' : ''})${why}`, action: { kind: 'remove', id: facts.live.id } });
       }
+      const kept = departure === 'leave' && facts.volumes.length ? `; its volumes stay (${facts.volumes.join(', ')}: virsh vol-delete removes them)` : '';
       if (facts.vm !== 'absent') {
-        const { os, data, pool } = leaver.volumes;
-        const volumes = ['existing' in os ? os.existing : os.name, ...(data ? ['existing' in data ? data.existing : data.name] : [])].map((name) => `${pool}/${name}`);
-        changes.push({
-          summary: `${facts.vm === 'running' ? 'stop and ' : ''}undefine VM ${leaver.name} on ${leaver.hypervisor.name}; its volumes stay (${volumes.join(', ')}: virsh vol-delete removes them)`,
-          action: { kind: 'undefine', running: facts.vm !== 'shut off' },
-        });
+        changes.push({ summary: `${facts.vm === 'shut off' ? '' : 'stop and '}undefine VM ${member.name} on ${member.hypervisor.name}${kept}`, action: { kind: 'undefine', running: facts.vm !== 'shut off' } });
+      }
+      if (departure === 'replace' && facts.volumes.length > 0) {
+        const existing = volumes.filter((v) => facts.volumes.includes(`${v.pool}/${v.name}`));
+        const theirs = existing.filter((v) => !v.ours);
+        if (theirs.length > 0) {
+          throw new MembershipRefusal(`refusing to replace ${member.name}: its volume(s) ${theirs.map((v) => `${v.pool}/${v.name}`).join(', ')} are the operator's (volume_id / data_volume_id); a replacement needs them empty: recreate them yourself. Nothing was changed.`);
+        }
+        changes.push({ summary: `delete ${member.name}'s volumes ${facts.volumes.join(', ')} (the old member's disks are never reused)`, action: { kind: 'delete-volumes', volumes: existing } });
       }
       return changes;
     },
     async apply(changes) {
       for (const { action } of changes) {
         if (action.kind === 'move-leader') {
-          // MoveLeader is the leader's to do: asked of the leaver itself, which leads.
+          // MoveLeader is the leader's to do: asked of the departing member itself, which leads.
           const target = await (await clients.for(action.to)).maintenance.status({});
-          await (await clients.for(leaver)).maintenance.moveLeader({ targetID: target.header.member_id });
+          await (await clients.for(member)).maintenance.moveLeader({ targetID: target.header.member_id });
         } else if (action.kind === 'remove') {
-          await firstAnswering(clients, remaining, (client) => client.cluster.memberRemove({ ID: action.id }));
+          await firstAnswering(clients, staying, (client) => client.cluster.memberRemove({ ID: action.id }));
+        } else if (action.kind === 'undefine') {
+          const virsh = await remote.virshFor(member);
+          // Stopped at once: it is no member any more, and nothing in it is kept.
+          if (action.running) await virsh.run(['destroy', member.name]).catch(() => undefined);
+          await virsh.run(['undefine', member.name]);
         } else {
-          const virsh = await remote.virshFor(leaver);
-          if (action.running) await virsh.run(['destroy', leaver.name]).catch(() => undefined);
-          await virsh.run(['undefine', leaver.name]);
+          const virsh = await remote.virshFor(member);
+          for (const volume of action.volumes) await virsh.run(['vol-delete', '--pool', volume.pool, volume.name]);
         }
       }
     },

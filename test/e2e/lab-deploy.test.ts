@@ -596,6 +596,64 @@ test.serial('grow 3 → 4: a run killed (-9) right after adding the learner is f
   t.deepEqual(changed(again), []);
 });
 
+/** Writes through every endpoint given while `during` runs; every acknowledged key must be readable after. */
+async function withWriter(t: ExecutionContext, prefix: string, endpoints: string[], during: () => Promise<void>): Promise<string[]> {
+  const acks: string[] = [];
+  const errors: string[] = [];
+  const writer = spawn('ip', ['netns', 'exec', NAMESPACE, process.execPath, '--import', 'tsx', 'test/helpers/writer.ts', prefix, rootIdentity.caCert, rootIdentity.cert!, rootIdentity.key!, ...endpoints], { stdio: ['ignore', 'pipe', 'pipe'] });
+  writer.stdout!.on('data', (chunk: Buffer) => acks.push(chunk.toString()));
+  writer.stderr!.on('data', (chunk: Buffer) => errors.push(chunk.toString()));
+  try {
+    await during();
+  } finally {
+    writer.kill('SIGTERM');
+    await new Promise((resolve) => writer.on('close', resolve));
+  }
+  const acked = acks.join('').split('\n').flatMap((line) => /^ack (\d+)$/.exec(line)?.[1] ?? []);
+  t.log(`writer: ${acked.length} writes acknowledged, ${errors.join('').trim().split('\n').filter(Boolean).length} errors retried elsewhere`);
+  return acked;
+}
+
+test.serial('shrink 4 → 3 removing the current leader: leadership moved first, the member removed, its VM undefined and its volumes kept; a writer loses nothing', async (t) => {
+  const fourth = 'https://192.168.150.14:2379';
+  const list = () => JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout.replace(/"ID":(\d+)/g, '"ID":"$1"')) as { members: { ID: string; name: string; isLearner?: boolean }[] };
+  const id4 = list().members.find((m) => m.name === 'etcd-4')!.ID;
+  // etcd-4 leads: moved there by etcdctl (which finds the current leader among the endpoints), unless it already does.
+  const leaderId = () => (JSON.parse(etcdctl([fourth], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout.replace(/"(member_id|leader)":(\d+)/g, '"$1":"$2"')) as { Status: { leader: string } }[])[0]!.Status.leader;
+  if (leaderId() !== id4) {
+    const moved = etcdctl([...ALL, fourth], rootIdentity, ['move-leader', BigInt(id4).toString(16)]);
+    t.is(moved.status, 0, moved.stderr);
+  }
+  const leaderNow = JSON.parse(etcdctl([fourth], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout.replace(/"(member_id|leader)":(\d+)/g, '"$1":"$2"')) as { Status: { leader: string } }[];
+  t.is(leaderNow[0]!.Status.leader, id4);
+
+  const path = 'inventories/.e2e-shrunk.yaml';
+  writeFileSync(path, readFileSync(grownInventory(), 'utf8').replace(/(- name: etcd-4\n)/, '$1    state: absent\n'));
+  let result: Awaited<ReturnType<typeof deployInBackground>> | undefined;
+  const acked = await withWriter(t, 'e2e/shrink/', ALL, async () => {
+    result = await deployInBackground(['-i', path]);
+  });
+  outputs.push(result!.output);
+  t.log(result!.output.slice(-2500));
+  t.is(result!.status, 0);
+  t.regex(result!.output, /etcd-4:\n {2}leave: move leadership from etcd-4 to etcd-\d first\n {2}leave: remove etcd-4 from the cluster \(member ID [0-9a-f]+\)\n {2}leave: stop and undefine VM etcd-4 on lab; its volumes stay \(etcd-lab\/etcd-4-os\.qcow2, etcd-lab\/etcd-4-data\.qcow2: virsh vol-delete removes them\)/);
+  t.deepEqual(list().members.map((m) => m.name).sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
+  t.not(virsh(['dominfo', 'etcd-4']).status, 0);
+  t.is(virsh(['vol-info', '--pool', 'etcd-lab', 'etcd-4-data.qcow2']).status, 0);
+  t.is((etcdctl(ALL, rootIdentity, ['endpoint', 'health']).stderr.match(/is healthy/g) ?? []).length, 3);
+  t.true(acked.length > 10, `${acked.length}`);
+  const stored = new Set(etcdctl(ALL, rootIdentity, ['get', '--prefix', 'e2e/shrink/', '--print-value-only']).stdout.trim().split('\n'));
+  t.deepEqual(acked.filter((n) => !stored.has(n)), []);
+
+  // Back to the lab's own inventory (etcd-4's entry gone): converged, nothing to change.
+  const again = deployed(t);
+  t.is(again.status, 0);
+  t.deepEqual(changed(again), []);
+  rmSync(path, { force: true });
+  rmSync('inventories/.e2e-grown.yaml', { force: true });
+  for (const volume of ['etcd-4-os.qcow2', 'etcd-4-data.qcow2', 'etcd-4-cloud-init.iso']) virsh(['vol-delete', '--pool', 'etcd-lab', volume]);
+});
+
 test.serial('no run printed private key material or a key file line, and keys are 0600', (t) => {
   const all = outputs.join('\n');
   t.false(all.includes('PRIVATE KEY'));

@@ -22,6 +22,8 @@ interface Case {
   voting?: string[];
   joiners?: string[];
   leavers?: string[];
+  replaced?: string[];
+  options?: Parameters<typeof planMembership>[2];
   refused?: RegExp;
 }
 
@@ -60,6 +62,40 @@ const cases: Case[] = [
     leavers: ['etcd-4:-'],
   },
   {
+    name: 'a voting member whose disks are gone: replaced, then it joins again',
+    inventory: lab,
+    list: THREE,
+    options: { disksGone: new Map([['etcd-2', 'its OS volume is gone']]) },
+    voting: ['etcd-1', 'etcd-3'],
+    joiners: ['etcd-2:to-add'],
+    replaced: ['etcd-2:12:its OS volume is gone'],
+  },
+  {
+    name: '--replace of a healthy member: the same',
+    inventory: lab,
+    list: THREE,
+    options: { replace: new Set(['etcd-3']) },
+    voting: ['etcd-1', 'etcd-2'],
+    joiners: ['etcd-3:to-add'],
+    replaced: ['etcd-3:13:asked by --replace'],
+  },
+  {
+    name: 'a replaced member whose run stopped after its removal: a plain joiner now',
+    inventory: lab,
+    list: [THREE[0]!, THREE[2]!],
+    options: { disksGone: new Map() },
+    voting: ['etcd-1', 'etcd-3'],
+    joiners: ['etcd-2:to-add'],
+    replaced: [],
+  },
+  {
+    name: 'replacing every voting member is refused: the cluster would be gone',
+    inventory: lab,
+    list: THREE,
+    options: { replace: new Set(['etcd-1', 'etcd-2', 'etcd-3']) },
+    refused: /every voting member is to be replaced .*restore it from a snapshot instead/,
+  },
+  {
     name: 'a member missing from the inventory is refused, never removed for that alone',
     inventory: lab,
     list: [...THREE, live('etcd-9', '192.168.150.19', '99')],
@@ -88,12 +124,13 @@ const cases: Case[] = [
 for (const row of cases) {
   test(`membership: ${row.name}`, (t) => {
     if (row.refused) {
-      const error = t.throws(() => planMembership(row.inventory, row.list), { instanceOf: MembershipRefusal });
+      const error = t.throws(() => planMembership(row.inventory, row.list, row.options), { instanceOf: MembershipRefusal });
       t.regex(error!.message, row.refused);
       t.regex(error!.message, /Nothing was changed\.$/);
       return;
     }
-    const plan = planMembership(row.inventory, row.list);
+    const plan = planMembership(row.inventory, row.list, row.options);
+    t.deepEqual(plan.replacements.map((r) => `${r.member.name}:${r.id}:${r.why}`), row.replaced ?? []);
     if (row.voting) t.deepEqual(plan.voting.map((m) => m.name), row.voting);
     if (row.joiners) t.deepEqual(plan.joiners.map((j) => `${j.member.name}:${j.stage}`), row.joiners);
     t.deepEqual(plan.leavers.map((l) => `${l.member.name}:${l.id ?? '-'}`), row.leavers ?? []);
