@@ -75,13 +75,15 @@ export function promoteStep(inventory: Inventory, clients: EtcdClients, voting: 
     targets: [joiner.name],
     check: () => joinFacts(inventory, clients, voting, joiner),
     plan(facts) {
-      if (!facts.live) throw new Error(`${joiner.name} is not a member of the cluster: the add step should have added it`);
+      // Not added yet: what a dry-run sees (a real run adds it first, or skips this member when adding failed).
+      if (!facts.live) return [{ summary: `promote ${joiner.name} to a voting member once it has been added, has started and has caught up`, action: { kind: 'promote', id: '' } }];
       if (!facts.live.isLearner) return [];
       if (!facts.live.name) return [{ summary: `promote ${joiner.name} to a voting member once it has started and caught up (it has not started yet)`, action: { kind: 'promote', id: facts.live.id } }];
       return [{ summary: `promote ${joiner.name} from learner to voting member`, action: { kind: 'promote', id: facts.live.id } }];
     },
     async apply(changes) {
       for (const { action } of changes) {
+        if (!action.id) throw new Error(`${joiner.name} is not a member of the cluster: the add step did not add it`);
         const deadline = Date.now() + timeoutMs;
         for (;;) {
           try {

@@ -599,6 +599,12 @@ test.serial('shrink 4 → 3 removing the current leader: leadership moved first,
 
   const path = 'inventories/.e2e-shrunk.yaml';
   writeFileSync(path, readFileSync(grownInventory(), 'utf8').replace(/(- name: etcd-4\n)/, '$1    state: absent\n'));
+  // The plan, in order, and nothing done.
+  const dry = deployed(t, ['-i', path, '--dry-run']);
+  t.is(dry.status, 0);
+  t.regex(dry.output, /etcd-4:\n {2}leave: would move leadership from etcd-4 to etcd-\d first\n {2}leave: would remove etcd-4 from the cluster \(member ID [0-9a-f]+\)\n {2}leave: would stop and undefine VM etcd-4 on lab/);
+  t.is(list().members.length, 4);
+  t.is(leaderId(), id4);
   let result: Awaited<ReturnType<typeof deployInBackground>> | undefined;
   const acked = await withWriter(t, 'e2e/shrink/', ALL, async () => {
     result = await deployInBackground(['-i', path]);
