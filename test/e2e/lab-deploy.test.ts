@@ -341,7 +341,7 @@ test.serial('drift inside the members is repaired by one run, each with its exac
   const result = deployed(t, ['--diff']);
   t.is(result.status, 0);
   t.deepEqual(changed(result).sort(), [
-    'etcd-1/guest: changed start etcd.service (was inactive)',
+    'etcd-1/guest: changed start etcd.service (was inactive/dead)',
     'etcd-2/guest: changed update /etc/etcd/etcd.env',
     'etcd-3/guest: changed create /etc/etcd/tls/ca.crt (0644 root:root); fix /etc/etcd/tls/server.key: mode 0644 → 0400; restart etcd.service (one member at a time): /etc/etcd/tls/ca.crt changes',
   ]);
