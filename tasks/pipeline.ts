@@ -168,7 +168,15 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       },
       { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, pass.members, rendered.files, remote)) },
       { title: 'domain', run: () => runner.runStep(domainsStep({ inventory: pass.inventory, members: pass.members, rendered: rendered.files, context: remote, clients })) },
-      ...(snapshots && !pass.joining ? [{ title: 'restore', run: () => runner.runStep(restoreStep(pass.inventory, pass.members, memberSsh, snapshots, options.dryRun)) }] : []),
+      ...(snapshots && !pass.joining
+        ? [
+            {
+              title: 'restore',
+              // A restore founds a cluster; a member with an empty data directory in a formed one is a replacement (see membership).
+              run: async () => (clusterFormed ? 'not run: the cluster has formed, and a restore only founds a new one' : runner.runStep(restoreStep(pass.inventory, pass.members, memberSsh, snapshots, options.dryRun))),
+            },
+          ]
+        : []),
       { title: 'guest', run: () => runner.runStep(guest(pass)) },
     ]);
   const healthPhase = (pass: Pass): Phase => ({ title: 'health', run: () => runner.runStep(healthStep(pass.inventory, pass.members, clients, options.dryRun)) });
