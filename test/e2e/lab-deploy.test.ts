@@ -136,6 +136,18 @@ test.serial('a second run changes nothing, and a dry-run after it plans nothing'
   t.deepEqual(changed(dry), []);
 });
 
+test.serial('ten consecutive runs on a converged cluster: changed=0 every time', (t) => {
+  const times: number[] = [];
+  for (let run = 1; run <= 10; run++) {
+    const started = Date.now();
+    const result = deploy();
+    times.push(Date.now() - started);
+    t.is(result.status, 0, `run ${run}`);
+    t.deepEqual(changed(result), [], `run ${run}`);
+  }
+  t.log(`run times (s): ${times.map((ms) => (ms / 1000).toFixed(1)).join(' ')}`);
+});
+
 /** status.ts as a script reads it (its JSON) and as a person does (its table's last line). */
 function status(t: ExecutionContext): { status: number; report: StatusReport; table: string } {
   const json = run('npx', ['tsx', 'tasks/status.ts', '-i', 'inventories/lab.yaml', '--json']);
