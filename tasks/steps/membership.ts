@@ -163,7 +163,8 @@ export function departStep(
       const status = await (await clients.for(asked)).maintenance.status({});
       const live = list.members.find((m) => m.peerURLs.includes(peerUrl(inventory, member)));
       // The voting members etcd has now: those that stay, and the departing ones it still lists.
-      const votingNow = [...staying, ...[member, ...alsoDeparting].filter((m) => list.members.some((l) => !l.isLearner && l.peerURLs.includes(peerUrl(inventory, m))))];
+      const departingNow = [...new Set([member, ...alsoDeparting])].filter((m) => list.members.some((l) => !l.isLearner && l.peerURLs.includes(peerUrl(inventory, m))));
+      const votingNow = [...staying, ...departingNow];
       const health = await Promise.all(staying.map(async (m) => ({ member: m, health: await memberHealth({ ...inventory, members: votingNow }, clients, m) })));
       return {
         ...(live ? { live: { id: live.ID, name: live.name, peerURLs: live.peerURLs, isLearner: Boolean(live.isLearner) } } : {}),
