@@ -9,7 +9,7 @@ import { Secret } from '../core/secret.ts';
 import { derivedMac } from './mac.ts';
 import type { GuestServices, Hypervisor, Inventory, Member, MemberInterface, PemPair, RestoreSettings } from './model.ts';
 import { formatProblem, problemsFromZod, type Path, type Problem } from './problems.ts';
-import { checkRules, firstIp, type ParsedDocument } from './rules.ts';
+import { checkRules, firstIp, seedVolumeCollisions, type ParsedDocument } from './rules.ts';
 import { documentSchema, memberDefaultsSchema, memberSchema, type MemberInput } from './schema.ts';
 
 /** Follows a zod schema along a document path to the keys the object there accepts. */
@@ -269,6 +269,7 @@ export function loadInventory(inventoryPath: string): Inventory {
     absentMembers: built.filter((_, i) => members[i]!.state === 'absent'),
     restore: restoreOf(members, baseDir, problems),
   };
+  problems.push(...seedVolumeCollisions(built));
   if (problems.length > 0) fail(path, problems, memberNames);
   return inventory;
 }

@@ -1,4 +1,5 @@
 import type { ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings } from './schema.ts';
+import type { Member } from './model.ts';
 import type { Problem } from './problems.ts';
 import { isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
 
@@ -356,4 +357,35 @@ export const RULES: readonly Rule[] = [
 
 export function checkRules(doc: ParsedDocument): Problem[] {
   return RULES.flatMap((rule) => rule(doc));
+}
+
+/**
+ * The seed ISO is the one volume the tool replaces (deleted and written again when its content
+ * changes), so its name must be its member's alone: not another member's seed, and no OS, data or
+ * base image volume in the same pool on the same hypervisor. Checked on the built members, where the
+ * names are final (defaults and derived names applied), absent members included: their disks stay.
+ */
+export function seedVolumeCollisions(members: readonly Member[]): Problem[] {
+  const owner = new Map<string, string>();
+  const keyOf = (member: Member, pool: string, name: string) => `${member.hypervisor.name}\0${pool}/${name}`;
+  for (const member of members) {
+    const { os, data, pool } = member.volumes;
+    owner.set(keyOf(member, pool, 'existing' in os ? os.existing : os.name), `${member.name}'s OS disk`);
+    if ('base' in os) owner.set(keyOf(member, os.base.pool, os.base.volume), 'the base image');
+    if (data) owner.set(keyOf(member, pool, 'existing' in data ? data.existing : data.name), `${member.name}'s data disk`);
+  }
+  const problems: Problem[] = [];
+  for (const member of members) {
+    const { pool, name } = member.volumes.cloudInit;
+    const key = keyOf(member, pool, name);
+    const taken = owner.get(key);
+    if (taken) {
+      problems.push({
+        path: ['members', member.index, 'cloud_init_volume_name'],
+        message: `names volume ${pool}/${name} on hypervisor ${member.hypervisor.name}, which is ${taken}: the tool deletes and rewrites a seed ISO whenever it changes`,
+        hint: `give each member a seed ISO name of its own (the default is ${member.name}-cloud-init.iso); never set it under defaults`,
+      });
+    } else owner.set(key, `${member.name}'s seed ISO`);
+  }
+  return problems;
 }

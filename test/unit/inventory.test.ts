@@ -282,3 +282,13 @@ test('state: absent takes a member out of the cluster the tool deploys, not out 
   ]);
   t.deepEqual(problemsOf(edit((doc) => (member(doc, 1).state = 'gone'))).map((p) => p.split(':')[0]), ['members[1].state (member etcd-2)']);
 });
+
+test("a seed ISO name that is another volume's, or shared through defaults, is refused: the tool deletes and rewrites seeds", (t) => {
+  t.deepEqual(problemsOf(edit((doc) => (member(doc, 1).cloud_init_volume_name = 'etcd-1-os.qcow2'))), [
+    "members[1].cloud_init_volume_name (member etcd-2): names volume default/etcd-1-os.qcow2 on hypervisor hv, which is etcd-1's OS disk: the tool deletes and rewrites a seed ISO whenever it changes — give each member a seed ISO name of its own (the default is etcd-2-cloud-init.iso); never set it under defaults",
+  ]);
+  const shared = problemsOf(edit((doc) => ((doc.defaults as Record<string, unknown>).cloud_init_volume_name = 'seed.iso')));
+  t.deepEqual(shared.map((p) => p.split(':')[0]), ['members[1].cloud_init_volume_name (member etcd-2)', 'members[2].cloud_init_volume_name (member etcd-3)']);
+  t.regex(shared[0]!, /which is etcd-1's seed ISO/);
+  t.is(load(edit((doc) => (member(doc, 1).cloud_init_volume_name = 'etcd-2-seed.iso'))).members[1]!.volumes.cloudInit.name, 'etcd-2-seed.iso');
+});
