@@ -1,7 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from './client.ts';
-import type { LiveMember } from './membership.ts';
+import { liveMember, type LiveMember } from './membership.ts';
 
 /**
  * Is a member healthy, as etcd itself answers: it has a leader, and its member list is exactly the
@@ -78,7 +78,7 @@ export async function formedCluster(clients: EtcdClients, members: readonly Memb
     const client = await clients.for(member);
     const [status, list] = await Promise.all([client.maintenance.status({}), client.cluster.memberList({})]);
     if (!status.leader || status.leader === '0') throw new Error('no leader');
-    const live = list.members.map((m) => ({ id: m.ID, name: m.name, peerURLs: m.peerURLs, isLearner: Boolean(m.isLearner) }));
+    const live = list.members.map(liveMember);
     return { leader: live.find((m) => m.id === status.leader)?.name || status.leader, members: live };
   });
   // An unreferenced timer: it never keeps the process alive after the answer came.

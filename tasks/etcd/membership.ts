@@ -18,6 +18,9 @@ export interface LiveMember {
   isLearner: boolean;
 }
 
+/** etcd's answer for one member (etcd3's `IMember`), as the plans read it. */
+export const liveMember = (m: { ID: string; name: string; peerURLs: string[]; isLearner?: boolean }): LiveMember => ({ id: m.ID, name: m.name, peerURLs: m.peerURLs, isLearner: Boolean(m.isLearner) });
+
 /** Where a joining member stands: not added yet, added as a learner but not started, started as a learner. */
 export type JoinStage = 'to-add' | 'added' | 'learning';
 

@@ -3,6 +3,7 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
 import { Virsh } from '../libvirt/virsh.ts';
+import { liveMember } from '../etcd/membership.ts';
 
 /**
  * What status reads, all of it read-only and asked at about the same moment: each hypervisor once
@@ -135,7 +136,7 @@ export async function gatherStatus(inventory: Inventory, clients: EtcdClients, c
     try {
       const client = await clients.for(member);
       const [list, alarm] = await Promise.all([client.cluster.memberList({}), client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' })]);
-      memberList = list.members.map((m) => ({ id: hexId(m.ID), name: m.name, isLearner: Boolean(m.isLearner), peerURLs: m.peerURLs }));
+      memberList = list.members.map((m) => ({ ...liveMember(m), id: hexId(m.ID) }));
       alarms = alarm.alarms.map((a) => ({ memberId: hexId(a.memberID), alarm: String(a.alarm).toUpperCase() }));
       break;
     } catch (error) {

@@ -2,7 +2,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import type { Change, Step } from '../core/step.ts';
 import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
 import { memberHealth } from '../etcd/health.ts';
-import { MembershipRefusal, type LiveMember } from '../etcd/membership.ts';
+import { liveMember, MembershipRefusal, type LiveMember } from '../etcd/membership.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { quorumOf } from '../etcd/roll.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
@@ -31,7 +31,7 @@ export interface JoinFacts {
 /** The member list from the first voting member that answers. */
 async function liveMembers(clients: EtcdClients, voting: readonly Member[]): Promise<LiveMember[]> {
   const { answer } = await firstAnswering(clients, voting, (client) => client.cluster.memberList({}));
-  return answer.members.map((m) => ({ id: m.ID, name: m.name, peerURLs: m.peerURLs, isLearner: Boolean(m.isLearner) }));
+  return answer.members.map(liveMember);
 }
 
 async function joinFacts(inventory: Inventory, clients: EtcdClients, voting: readonly Member[], joiner: Member): Promise<JoinFacts> {
@@ -167,7 +167,7 @@ export function departStep(
       const votingNow = [...staying, ...departingNow];
       const health = await Promise.all(staying.map(async (m) => ({ member: m, health: await memberHealth({ ...inventory, members: votingNow }, clients, m) })));
       return {
-        ...(live ? { live: { id: live.ID, name: live.name, peerURLs: live.peerURLs, isLearner: Boolean(live.isLearner) } } : {}),
+        ...(live ? { live: liveMember(live) } : {}),
         ...(status.leader && status.leader !== '0' ? { leaderId: status.leader } : {}),
         healthy: health.filter(({ health: h }) => h.healthy).map(({ member: m }) => m),
         unhealthy: health.flatMap(({ member: m, health: h }) => (h.healthy ? [] : [`${m.name} (${h.reason})`])),
