@@ -1,4 +1,5 @@
 import { setTimeout as delay } from 'node:timers/promises';
+import type { Etcd3 } from 'etcd3';
 import { CONTROL_NODE, type Step } from '../core/step.ts';
 import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
 import { memberHealth, waitForHealth } from '../etcd/health.ts';
@@ -35,17 +36,36 @@ async function anyAnswering(inventory: Inventory, clients: EtcdClients) {
 /** etcd's backend commits its pending writes every 100 ms (batch interval): a little more than that. */
 const BACKEND_COMMIT_MS = 300;
 
-/** Until every member has applied raft entry `index` and committed it to its backend, so its sizes are current. */
-async function settle(inventory: Inventory, clients: EtcdClients, index: number): Promise<void> {
+/**
+ * Until every member's database figures are current after a compaction. Each member compacts its
+ * backend in the background once it has applied the compaction (`physical` waits only on the member
+ * asked), and the pages that frees count as in use (bbolt keeps them pending) until the backend
+ * commits another write after it. So: a write outside the key space (a lease granted and revoked: no
+ * key, no revision, nothing a client sees), every member has applied it and committed, and the sizes
+ * in use are read — again, until two readings in a row agree (a member whose background compaction
+ * was still running frees more in the next round). The defragmentation decides on those figures; a
+ * member read too early was left out (the CI failure "etcd-2: 8331264 -> 8331264").
+ */
+async function settle(inventory: Inventory, clients: EtcdClients, client: Etcd3): Promise<void> {
   const deadline = Date.now() + 30_000;
-  for (const member of inventory.members) {
-    const client = await clients.for(member);
-    while (Number((await client.maintenance.status({})).raftAppliedIndex) < index) {
-      if (Date.now() > deadline) throw new Error(`${member.name} has not applied raft entry ${index} after 30 s`);
-      await delay(100);
+  let previous = '';
+  for (;;) {
+    const lease = await client.leaseClient.leaseGrant({ TTL: '60', ID: '0' });
+    await client.leaseClient.leaseRevoke({ ID: lease.ID });
+    const index = Number((await client.maintenance.status({})).raftIndex);
+    for (const member of inventory.members) {
+      const memberClient = await clients.for(member);
+      while (Number((await memberClient.maintenance.status({})).raftAppliedIndex) < index) {
+        if (Date.now() > deadline) throw new Error(`${member.name} has not applied raft entry ${index} after 30 s`);
+        await delay(100);
+      }
     }
+    await delay(BACKEND_COMMIT_MS);
+    const reading = (await Promise.all(inventory.members.map(async (member) => (await clients.for(member)).maintenance.status({})))).map((s) => s.dbSizeInUse).join(',');
+    if (reading === previous) return;
+    if (Date.now() > deadline) throw new Error(`the database sizes in use still change 30 s after the compaction (${reading})`);
+    previous = reading;
   }
-  await delay(BACKEND_COMMIT_MS);
 }
 
 export function compactStep(inventory: Inventory, clients: EtcdClients): Step<CompactionFacts, CompactAction> {
@@ -70,12 +90,7 @@ export function compactStep(inventory: Inventory, clients: EtcdClients): Step<Co
     async apply(changes) {
       const { client } = await anyAnswering(inventory, clients);
       for (const { action } of changes) await client.kv.compact({ revision: String(action.revision), physical: true }, { deadline: Date.now() + DEFRAG_TIMEOUT_MS });
-      // The pages compaction freed count as in use (bbolt keeps them pending) until the backend commits
-      // another write, and --defrag decides on that figure. A lease granted and revoked is such a write,
-      // outside the key space: no key, no revision, nothing a client sees.
-      const lease = await client.leaseClient.leaseGrant({ TTL: '60', ID: '0' });
-      await client.leaseClient.leaseRevoke({ ID: lease.ID });
-      await settle(inventory, clients, Number((await client.maintenance.status({})).raftIndex));
+      await settle(inventory, clients, client);
     },
   };
 }
