@@ -26,6 +26,9 @@ import { healthStep } from './steps/health.ts';
 import { restoreStep } from './steps/restore.ts';
 import { MemberConnections } from './remote/members.ts';
 import { volumeQuestions, volumesStep } from './steps/volumes.ts';
+import { ownershipStep } from './steps/ownership.ts';
+import { ownerQuestions } from './libvirt/ownership.ts';
+import { identityOf } from './pki/plan.ts';
 import { volumeState } from './libvirt/volumes.ts';
 import type { Question } from './libvirt/virsh.ts';
 import { peerUrl } from './inventory/urls.ts';
@@ -40,6 +43,8 @@ import { peerUrl } from './inventory/urls.ts';
  *                  from etcd (never below a healthy quorum), its VM undefined, its volumes kept
  *   then, for the members etcd already has:
  *   4. render    – domain XML, cloud-init files and the guest's contents per member, recorded in the state directory
+ *      owner     – is the member's domain this cluster's (its mark)? Another cluster's or an unmarked one
+ *                  stops that member here; one an earlier version made gets the mark (always runs)
  *   5. volumes   – OS overlay and data disks (hypervisors, over SSH)
  *   6. cloud-init– the NoCloud seed ISO per member
  *   7. domain    – define, start, autostart; a changed definition is applied by restarting one member
@@ -70,6 +75,8 @@ export interface PipelineOptions {
   renewCerts?: boolean;
   /** Members to replace (--replace): removed, their VM and volumes deleted, joined again empty. */
   replace?: string[];
+  /** Members whose existing domains, without the tool's mark, are taken as this cluster's (--adopt). */
+  adopt?: string[];
 }
 
 /** Steps a run can choose with --tags / --skip-tags; pki, cluster and render feed every other step and always run. */
@@ -126,13 +133,17 @@ interface Pass {
 
 export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<{ written: string[] }> {
   validateTags(options);
-  const unknownReplace = (options.replace ?? []).filter((name) => !inventory.members.some((member) => member.name === name));
-  if (unknownReplace.length > 0) throw new InputError(`--replace names members the inventory does not have (present): ${unknownReplace.join(', ')}; members are ${inventory.members.map((m) => m.name).join(', ')}`);
+  for (const [flag, names] of [['--replace', options.replace], ['--adopt', options.adopt]] as const) {
+    const unknown = (names ?? []).filter((name) => !inventory.members.some((member) => member.name === name));
+    if (unknown.length > 0) throw new InputError(`${flag} names members the inventory does not have (present): ${unknown.join(', ')}; members are ${inventory.members.map((m) => m.name).join(', ')}`);
+  }
   const members = selectMembers(inventory, options.limit);
   // Whole seconds: certificate times have no finer resolution, and one issued in this run must not look older than the run.
   const runStarted = new Date(Math.floor(Date.now() / 1000) * 1000);
   const store = new PkiStore(inventory.stateDir);
   let rendered: Rendered = { files: new Map(), guests: new Map() };
+  // Whose domains this run may touch: read after the pki step, which makes the ID once.
+  const owner = () => ({ identity: identityOf(inventory, readFacts(inventory, store)), adopt: new Set(options.adopt ?? []) });
   let written: string[] = [];
   let clusterFormed = !inventory.cluster.is_initializing;
   // Who is in the cluster, from etcd's member list: everyone, unless members are still to join.
@@ -152,20 +163,27 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const selected = (title: string) => (options.tags ? options.tags.includes(title) : true) && !(options.skipTags ?? []).includes(title);
   const onlySelected = (phases: Phase[]) => phases.map((phase) => (selected(phase.title) ? phase : { title: phase.title, run: async () => [], skip: 'not selected by --tags / --skip-tags' }));
 
-  /** volumes → cloud-init → domain → restore → guest → health over one pass's members. */
-  const convergePhases = (pass: Pass): Phase[] =>
-    onlySelected([
-      {
-        title: 'volumes',
-        run: async () => {
-          // Facts first, in one batch per host: the guests' own (over SSH to each member, answered while
-          // the hypervisor steps run) and libvirt's on each hypervisor.
-          void preloadEtcdClient();
-          if (selected('guest')) for (const member of pass.members) guestProbe.prefetch(member, guestQuestions(rendered.guests.get(member.name)!));
-          await remote.prefetch(pass.members, (member) => [...Object.values(volumeQuestions(member)), ...Object.values(seedQuestions(member)), ...Object.values(domainQuestions(member))]);
-          return runner.runStep(volumesStep(pass.inventory, pass.members, remote, pass.joining));
-        },
+  /** owner → volumes → cloud-init → domain → restore → guest over one pass's members. */
+  const convergePhases = (pass: Pass): Phase[] => [
+    {
+      // Always: whatever else a run does on a member's VM, it does only to this cluster's.
+      title: 'owner',
+      run: async () => {
+        // Facts first, in one batch per host: the guests' own (over SSH to each member, answered while
+        // the hypervisor steps run) and libvirt's on each hypervisor.
+        void preloadEtcdClient();
+        if (selected('guest')) for (const member of pass.members) guestProbe.prefetch(member, guestQuestions(rendered.guests.get(member.name)!));
+        await remote.prefetch(pass.members, (member) => [
+          ...Object.values(ownerQuestions(member)),
+          ...Object.values(volumeQuestions(member)),
+          ...Object.values(seedQuestions(member)),
+          ...Object.values(domainQuestions(member)),
+        ]);
+        return runner.runStep(ownershipStep(pass.members, remote, owner()));
       },
+    },
+    ...onlySelected([
+      { title: 'volumes', run: () => runner.runStep(volumesStep(pass.inventory, pass.members, remote, pass.joining)) },
       { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, pass.members, rendered.files, remote)) },
       { title: 'domain', run: () => runner.runStep(domainsStep({ inventory: pass.inventory, members: pass.members, rendered: rendered.files, context: remote, clients })) },
       ...(snapshots && !pass.joining
@@ -178,7 +196,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
           ]
         : []),
       { title: 'guest', run: () => runner.runStep(guest(pass)) },
-    ]);
+    ]),
+  ];
   const healthPhase = (pass: Pass): Phase => ({ title: 'health', run: () => runner.runStep(healthStep(pass.inventory, pass.members, clients, options.dryRun)) });
 
   /** Render (and record) what `pass` deploys, with the cluster as it is during the pass. */
@@ -321,7 +340,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     const departing = [...replaced, ...leaving];
     const depart = (departure: Departure, member: Member): Phase => ({
       title: `${departure} ${member.name}`,
-      run: () => runner.runStep(departStep(inventory, clients, remote, { departure, member, staying: membership.voting, alsoDeparting: departing })),
+      run: () => runner.runStep(departStep(inventory, clients, remote, { departure, member, staying: membership.voting, alsoDeparting: departing, owner: owner() })),
     });
     const departures: Phase[] = options.renderOnly !== undefined ? [] : [...replaced.map((member) => depart('replace', member)), ...leaving.map((member) => depart('leave', member))];
     const stepsNeededToJoin = ['volumes', 'cloud-init', 'domain', 'guest'];

@@ -10,6 +10,7 @@ export interface DeployOptions {
   skipTags?: string[];
   renewCerts: boolean;
   replace?: string[];
+  adopt?: string[];
   diff: boolean;
   json?: string;
   debug: boolean;
@@ -39,6 +40,9 @@ Options:
                          removed from etcd, its VM and volumes deleted, and it joins again empty,
                          taking its data from the cluster; one at a time, never below quorum.
                          A member whose OS or data volume is gone is replaced without asking
+      --adopt NAMES      take these members' existing domains, which carry no owner's mark, as
+                         this cluster's and mark them (as Terraform's import); a domain another
+                         cluster marked is never taken
       --json FILE        also write a machine-readable report of every step and host to FILE
       --debug            show stack traces of unexpected errors
   -h, --help             show this help
@@ -63,6 +67,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
         'skip-tags': { type: 'string' },
         'renew-certs': { type: 'boolean', default: false },
         replace: { type: 'string' },
+        adopt: { type: 'string' },
         diff: { type: 'boolean', default: false },
         json: { type: 'string' },
         debug: { type: 'boolean', default: false },
@@ -88,6 +93,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     ...(values['skip-tags'] ? { skipTags: list(values['skip-tags']) } : {}),
     renewCerts: values['renew-certs'],
     ...(values.replace ? { replace: list(values.replace) } : {}),
+    ...(values.adopt ? { adopt: list(values.adopt) } : {}),
     diff: values.diff,
     ...(values.json ? { json: values.json } : {}),
     debug: values.debug,

@@ -85,6 +85,8 @@ export const canonicalDomainXml = (xml: string): string => builder.build(parse(x
 
 export function compareDomainXml(renderedXml: string, liveXml: string): DomainComparison {
   const wantedTree = parse(renderedXml);
+  // The owner's mark is the ownership step's (libvirt/ownership.ts), which sets it without a redefinition.
+  for (const domain of wantedTree.domain ?? []) if (typeof domain === 'object') delete domain.metadata;
   const wanted = builder.build(wantedTree) as string;
   const live = builder.build(project(wantedTree, parse(liveXml))) as string;
   return { same: wanted === live, wanted, live };

@@ -1,7 +1,8 @@
 import { readIfExists } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import { caOf, type PkiFacts } from './plan.ts';
+import { readIdentity, type ClusterIdentity } from './identity.ts';
+import { caOf, identityOf, type PkiFacts } from './plan.ts';
 import type { PkiStore } from './store.ts';
 
 /** One member's TLS files as they go into its cloud-init; absent while not yet issued (dry-run). */
@@ -18,6 +19,8 @@ export interface PkiMaterials {
   caCert?: string;
   members: Map<string, MemberTls>;
   adminSshPublicKey?: string;
+  /** Marks the domains as this cluster's (no ID yet in a dry-run of a new cluster). */
+  identity: ClusterIdentity;
 }
 
 export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
@@ -26,7 +29,8 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
   leaves.set('client/root', store.read('client/root'));
   const hostKeys = new Map(inventory.members.map((member) => [member.name, store.read(`ssh-host/${member.name}`)]));
   const knownHosts = readIfExists(store.knownHostsPath);
-  return { ca: store.read('ca'), leaves, adminSsh: store.read('ssh/admin'), hostKeys, ...(knownHosts !== undefined ? { knownHosts } : {}) };
+  const identity = readIdentity(store.stateDir, inventory.cluster.name);
+  return { ca: store.read('ca'), leaves, adminSsh: store.read('ssh/admin'), hostKeys, ...(knownHosts !== undefined ? { knownHosts } : {}), ...(identity ? { identity } : {}) };
 }
 
 export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMaterials {
@@ -47,5 +51,5 @@ export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMateria
       ...(stored.privateKey ? { key: new Secret(stored.privateKey) } : {}),
     });
   }
-  return { ...(caCert ? { caCert } : {}), members, ...(facts.adminSsh.public ? { adminSshPublicKey: facts.adminSsh.public.trim() } : {}) };
+  return { ...(caCert ? { caCert } : {}), members, identity: identityOf(inventory, facts), ...(facts.adminSsh.public ? { adminSshPublicKey: facts.adminSsh.public.trim() } : {}) };
 }

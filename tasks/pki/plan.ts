@@ -1,5 +1,6 @@
 import type { Change } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
+import type { ClusterIdentity } from './identity.ts';
 import type { MaterialId, StoredPair } from './store.ts';
 import { BACKDATE_MS, inspectCertificate, isSignedBy, keyMatchesCertificate, type CertificateProfile, type SubjectAltNames } from './x509.ts';
 
@@ -16,7 +17,8 @@ export type PkiAction =
   | { kind: 'issue'; certificate: WantedCertificate }
   | { kind: 'ssh-key'; id: 'ssh/admin' }
   | { kind: 'ssh-host-key'; member: string }
-  | { kind: 'known-hosts' };
+  | { kind: 'known-hosts' }
+  | { kind: 'cluster-id'; adoptsUnmarked: boolean };
 
 /** What the state directory holds, read by the check. */
 export interface PkiFacts {
@@ -26,7 +28,16 @@ export interface PkiFacts {
   /** Each member's SSH host key, by member name: generated here, injected by cloud-init, pinned. */
   hostKeys: Map<string, StoredPair>;
   knownHosts?: string;
+  /** The cluster's ID that marks its domains; absent until made. */
+  identity?: ClusterIdentity;
 }
+
+/** A state directory that holds certificates but no cluster ID deployed its cluster before domains were marked. */
+export const deployedBeforeMarks = (facts: PkiFacts): boolean =>
+  !facts.identity && (facts.ca.public !== undefined || [...facts.leaves.values()].some((pair) => pair.public !== undefined));
+
+/** The cluster's identity: the stored one, or the one the pki step makes in this run (without its ID in a dry-run). */
+export const identityOf = (inventory: Inventory, facts: PkiFacts): ClusterIdentity => facts.identity ?? { cluster: inventory.cluster.name, adoptsUnmarked: deployedBeforeMarks(facts) };
 
 /** One known_hosts line per member: all its addresses and its name, with its host key. */
 export function knownHostsOf(inventory: Inventory, hostKeys: ReadonlyMap<string, StoredPair>): string {
@@ -97,6 +108,13 @@ export interface PkiPlanOptions {
 
 export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(), renewIssuedBefore }: PkiPlanOptions = {}): Change<PkiAction>[] {
   const changes: Change<PkiAction>[] = [];
+  if (!facts.identity) {
+    const deployedBefore = deployedBeforeMarks(facts);
+    changes.push({
+      summary: `create the cluster's ID (cluster-id.json), which marks its domains as its own${deployedBefore ? '; domains an earlier version made for this cluster get the mark' : ''}`,
+      action: { kind: 'cluster-id', adoptsUnmarked: deployedBefore },
+    });
+  }
   const wanted = wantedCertificates(inventory);
   const ca = caOf(inventory, facts);
   let caPem = ca.public;

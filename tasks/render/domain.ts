@@ -1,5 +1,16 @@
 import type { Member } from '../inventory/model.ts';
+import type { ClusterIdentity } from '../pki/identity.ts';
 import { renderTemplate } from './templates.ts';
+
+/** The XML namespace of the mark, as libvirt keys metadata by namespace URI. */
+export const OWNER_NAMESPACE = 'urn:etcd-kvm:owner:1';
+/** The prefix libvirt writes the mark's element with. */
+export const OWNER_PREFIX = 'etcd-kvm';
+
+const escapeAttribute = (value: string) => value.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+
+/** The mark's element, as `virsh metadata --set` takes it (namespace and prefix given separately). */
+export const ownerElement = (identity: ClusterIdentity): string => `<owner cluster="${escapeAttribute(identity.cluster)}" id="${escapeAttribute(identity.id ?? 'new')}"/>`;
 
 type DiskSource = { kind: 'volume'; pool: string; volume: string } | { kind: 'file'; file: string };
 
@@ -40,7 +51,7 @@ export function domainDisks(member: Member): DomainDisk[] {
  * The domain XML of a member. `networkNames` resolves interfaces given by network_id (uuid) to the
  * network's name on the hypervisor; without it (offline rendering) the uuid is kept as the name.
  */
-export function renderDomainXml(clusterName: string, member: Member, networkNames: ReadonlyMap<string, string> = new Map()): string {
+export function renderDomainXml(identity: ClusterIdentity, member: Member, networkNames: ReadonlyMap<string, string> = new Map()): string {
   const interfaces = member.interfaces.map((nic) => ({
     mac: nic.mac,
     source:
@@ -50,7 +61,8 @@ export function renderDomainXml(clusterName: string, member: Member, networkName
   }));
   return renderTemplate('domain.xml.ejs', {
     name: member.name,
-    cluster: clusterName,
+    cluster: identity.cluster,
+    owner: { namespace: OWNER_NAMESPACE, prefix: OWNER_PREFIX, id: identity.id ?? 'new' },
     domainType: member.hypervisor.domain_type,
     tcgTbCacheMib: member.hypervisor.domain_type === 'qemu' ? member.hypervisor.tcg_tb_cache_mib : 0,
     memoryMib: member.memoryMib,

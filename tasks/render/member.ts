@@ -38,7 +38,7 @@ export function renderMember(context: RenderContext, member: Member): RenderedFi
   const userData = (writeSecret: SecretWriter) => renderUserData({ ...input, writeSecret });
   const plain = (name: string, content: string): RenderedFile => ({ name, content, display: content, containsSecrets: false });
   return [
-    plain('domain.xml', renderDomainXml(context.inventory.cluster.name, member)),
+    plain('domain.xml', renderDomainXml(context.pki.identity, member)),
     { name: 'user-data', content: userData(revealSecret), display: userData(maskSecret), containsSecrets: true },
     plain('meta-data', renderMetaData(context.inventory, member)),
     plain('network-config', renderNetworkConfig(member)),

@@ -7,6 +7,8 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import { quorumOf } from '../etcd/roll.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
 import { volInfo } from '../libvirt/volumes.ts';
+import { judgeOwnership, ownerQuestions, type Ownership } from '../libvirt/ownership.ts';
+import type { ClusterIdentity } from '../pki/identity.ts';
 import { peerUrl } from '../inventory/urls.ts';
 
 /**
@@ -112,6 +114,8 @@ export interface DepartFacts {
   unhealthy: string[];
   /** virsh domstate of its VM, or `absent`. */
   vm: string;
+  /** Whose VM it is: only this cluster's is stopped and undefined, and only then are its volumes deleted. */
+  ownership: Ownership;
   /** Its volumes that exist, by pool/name. */
   volumes: string[];
 }
@@ -148,9 +152,9 @@ export function departStep(
   inventory: Inventory,
   clients: EtcdClients,
   remote: RemoteContext,
-  how: { departure: Departure; member: Member; staying: readonly Member[]; alsoDeparting: readonly Member[] },
+  how: { departure: Departure; member: Member; staying: readonly Member[]; alsoDeparting: readonly Member[]; owner: { identity: ClusterIdentity; adopt: ReadonlySet<string> } },
 ): Step<DepartFacts, DepartAction> {
-  const { departure, member, staying, alsoDeparting } = how;
+  const { departure, member, staying, alsoDeparting, owner } = how;
   const volumes = volumesOf(member);
   return {
     name: departure,
@@ -158,7 +162,7 @@ export function departStep(
     async check() {
       const [{ answer: list, member: asked }, answers] = await Promise.all([
         firstAnswering(clients, staying, (client) => client.cluster.memberList({})),
-        remote.probe<string>(member, { domain: ['domstate', member.name], ...Object.fromEntries(volumes.map((v, i) => [`volume${i}`, volInfo(v.pool, v.name)])) }),
+        remote.probe<string>(member, { ...ownerQuestions(member), ...Object.fromEntries(volumes.map((v, i) => [`volume${i}`, volInfo(v.pool, v.name)])) }),
       ]);
       const status = await (await clients.for(asked)).maintenance.status({});
       const live = list.members.find((m) => m.peerURLs.includes(peerUrl(inventory, member)));
@@ -171,11 +175,13 @@ export function departStep(
         ...(status.leader && status.leader !== '0' ? { leaderId: status.leader } : {}),
         healthy: health.filter(({ health: h }) => h.healthy).map(({ member: m }) => m),
         unhealthy: health.flatMap(({ member: m, health: h }) => (h.healthy ? [] : [`${m.name} (${h.reason})`])),
-        vm: answers.domain!.code === 0 ? answers.domain!.output.trim() : 'absent',
+        vm: answers.state!.code === 0 ? answers.state!.output.trim() : 'absent',
+        ownership: judgeOwnership(member.name, { mark: answers.mark!, title: answers.title!, state: answers.state! }, owner.identity, owner.adopt.has(member.name)),
         volumes: volumes.filter((_, i) => answers[`volume${i}`]?.code === 0).map((v) => `${v.pool}/${v.name}`),
       };
     },
     plan(facts) {
+      if (facts.ownership.kind === 'refused') throw new MembershipRefusal(`refusing to ${departure === 'leave' ? 'remove' : 'replace'} ${member.name}: ${facts.ownership.reason}. Nothing was changed.`);
       const changes: Change<DepartAction>[] = [];
       if (facts.live) {
         const needed = quorumOf(staying.length);

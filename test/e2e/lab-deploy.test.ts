@@ -227,6 +227,75 @@ test.serial('drift: a deleted cloud-init ISO is recreated and nothing else chang
   t.regex(virsh(['domstate', 'etcd-3']).stdout, /running/);
 });
 
+// Ownership: a run touches only domains marked with its cluster's ID.
+
+const OWNER_NS = 'urn:etcd-kvm:owner:1';
+const markOf = (member: string) => virsh(['metadata', '--domain', member, '--uri', OWNER_NS]).stdout.trim();
+/** QEMU's domain ID: a new one means the VM was started again. */
+const domainId = (member: string) => virsh(['domid', member]).stdout.trim();
+
+test.serial("a second cluster whose members share etcd-1..3's names is refused on every member; the first cluster's domains, seeds and data are untouched", (t) => {
+  const intruder = variant('intruder', (yaml) => yaml.replace(/^  name: lab$/m, '  name: intruder').replace('initial_token: etcd-kvm-lab', 'initial_token: intruder'));
+  const looked = () =>
+    MEMBERS.map((member) => ({
+      member,
+      xml: virsh(['dumpxml', '--inactive', member]).stdout,
+      id: domainId(member),
+      seed: run('sh', ['-c', 'virsh -q -c qemu:///system vol-download --pool etcd-lab "$1" /dev/stdout | sha256sum', 'sh', `${member}-cloud-init.iso`]).stdout,
+      volumes: virsh(['vol-list', '--pool', 'etcd-lab']).stdout,
+    }));
+  try {
+    const before = looked();
+    for (const { member, xml } of before) t.regex(xml, /<etcd-kvm:owner xmlns:etcd-kvm="urn:etcd-kvm:owner:1" cluster="lab" id="[0-9a-f-]{36}"\/>/, member);
+    const result = deployed(t, ['-i', intruder], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
+    t.is(result.status, 1);
+    for (const member of MEMBERS) {
+      t.regex(result.output, new RegExp(`${member}:[\\s\\S]*owner: FAILED: refusing to touch ${member}: domain ${member} belongs to cluster lab \\(id [0-9a-f-]{36}\\), not to this one \\(intruder`));
+      // Nothing on the hypervisor changed for it: every libvirt step after the owner's skipped.
+      t.deepEqual(result.report.results.filter((r) => r.host === member && r.status === 'changed').map((r) => r.step), ['render'], member);
+    }
+    t.deepEqual(looked(), before);
+    t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/greeting']).stdout.trim(), 'hello from etcd-1');
+  } finally {
+    rmSync(intruder, { force: true });
+    rmSync('inventories/.etcd-kvm/intruder', { recursive: true, force: true });
+  }
+});
+
+test.serial('a domain without the mark is refused until --adopt names it; a cluster deployed before marks gets them; marking restarts nothing', (t) => {
+  const ids = Object.fromEntries(MEMBERS.map((member) => [member, domainId(member)]));
+  // One mark gone (as if defined by hand): refused on that member alone, until --adopt.
+  t.is(virsh(['metadata', '--domain', 'etcd-2', '--uri', OWNER_NS, '--remove', '--config', '--live']).status, 0);
+  const refused = deployed(t);
+  t.is(refused.status, 1);
+  t.regex(refused.output, /owner: FAILED: refusing to touch etcd-2: domain etcd-2 exists without this tool's mark \(titled for cluster lab\); nothing of it or its volumes is touched\. If it is this cluster's member, run with --adopt/);
+  t.deepEqual(refused.report.results.filter((r) => r.status === 'failed').map((r) => `${r.host}/${r.step}`), ['etcd-2/owner']);
+  const adopted = deployed(t, ['--adopt', 'etcd-2']);
+  t.is(adopted.status, 0);
+  t.deepEqual(changed(adopted), ["etcd-2/owner: changed mark domain etcd-2 as cluster lab's (adopted (--adopt); live and persistent, no restart)"]);
+  t.is(markOf('etcd-2'), markOf('etcd-1'));
+
+  // A cluster deployed before domains were marked: no marks, no cluster-id.json, a state directory with its CA.
+  for (const member of MEMBERS) t.is(virsh(['metadata', '--domain', member, '--uri', OWNER_NS, '--remove', '--config', '--live']).status, 0);
+  rmSync(join(LAB_STATE, 'cluster-id.json'));
+  const migrated = deployed(t);
+  t.is(migrated.status, 0);
+  const id = (JSON.parse(readFileSync(join(LAB_STATE, 'cluster-id.json'), 'utf8')) as { id: string }).id;
+  for (const member of MEMBERS) {
+    t.is(markOf(member), `<owner cluster="lab" id="${id}"/>`);
+    t.regex(virsh(['dumpxml', '--inactive', member]).stdout, new RegExp(`cluster="lab" id="${id}"`), `${member}: in its persistent definition too`);
+  }
+  t.deepEqual(
+    changed(migrated).filter((line) => !line.includes('/render:')),
+    [
+      "localhost/pki: changed create the cluster's ID (cluster-id.json), which marks its domains as its own; domains an earlier version made for this cluster get the mark",
+      ...MEMBERS.map((member) => `${member}/owner: changed mark domain ${member} as cluster lab's (made for this cluster before domains were marked; live and persistent, no restart)`),
+    ],
+  );
+  t.deepEqual(Object.fromEntries(MEMBERS.map((member) => [member, domainId(member)])), ids, 'no VM was started again');
+  t.deepEqual(changed(deployed(t)), []);
+});
+
 // Guest convergence: what runs inside the members, converged on every run, restarts rolled.
 
 /** An inventory beside the lab's (its relative paths still resolve), removed after the scenario. */

@@ -15,7 +15,7 @@ const ADMIN_PASSWORD = 'console-only-Pa55word';
 /** Port 1 (tcpmux): nothing listens there, so connecting is refused at once. */
 const UNREACHABLE_PORT = 1;
 // The copy's relative private_key does not resolve either; whichever comes first names the hypervisor.
-const UNREACHABLE = /\[etcd-1\] volumes: hypervisor lab \(root@127\.0\.0\.1:1\): cannot (connect|read private key)/;
+const UNREACHABLE = /\[etcd-1\] owner: hypervisor lab \(root@127\.0\.0\.1:1\): cannot (connect|read private key)/;
 
 function labCopy(): { dir: string; inventory: string } {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-cli-'));
@@ -61,7 +61,7 @@ test('a dry-run on a fresh lab inventory shows per-host plans with diffs, change
   }
   t.regex(output, /\+ {6}ETCD_INITIAL_CLUSTER_STATE=new/);
   t.regex(output, /password: <redacted>/);
-  t.regex(output, /RECAP \(dry-run: nothing was changed\) in [\d.]+ s\n(.*\n)*etcd-1 +ok=0 {2}changed=1 {2}failed=1 {2}skipped=5/);
+  t.regex(output, /RECAP \(dry-run: nothing was changed\) in [\d.]+ s\n(.*\n)*etcd-1 +ok=0 {2}changed=1 {2}failed=1 {2}skipped=6/);
   t.false(existsSync(join(dir, '.etcd-kvm')), 'dry-run created no state');
   assertNoSecrets(t, output, join(dir, '.etcd-kvm', 'lab'));
 });
@@ -118,7 +118,7 @@ test('a real apply against an unreachable hypervisor fails every member with the
   t.is(result.status, 1);
   const output = result.stdout + result.stderr;
   t.regex(output, UNREACHABLE);
-  for (const member of ['etcd-1', 'etcd-2', 'etcd-3']) t.regex(output, new RegExp(`${member} +ok=0 {2}changed=1 {2}failed=1 {2}skipped=[45]`));
+  for (const member of ['etcd-1', 'etcd-2', 'etcd-3']) t.regex(output, new RegExp(`${member} +ok=0 {2}changed=1 {2}failed=1 {2}skipped=[56]`));
   t.false(/\n\s+at /.test(output), 'no stack trace');
   t.deepEqual(readdirSync(join(dir, '.etcd-kvm', 'lab')).sort(), ['pki', 'rendered', 'ssh']);
 });

@@ -10,7 +10,8 @@ import { departStep, type Departure, type DepartFacts } from '../../tasks/steps/
 const lab = loadInventory('inventories/lab.yaml');
 const [one, two, three] = lab.members as [typeof lab.members[0], typeof lab.members[0], typeof lab.members[0]];
 const unused = {} as EtcdClients & RemoteContext;
-const step = (departure: Departure) => departStep(lab, unused, unused, { departure, member: three, staying: [one, two], alsoDeparting: [] });
+const owner = { identity: { cluster: 'lab', id: '9e7c1f00-5a8e-4c61-8d0b-3f2a1b0c9d8e', adoptsUnmarked: false }, adopt: new Set<string>() };
+const step = (departure: Departure) => departStep(lab, unused, unused, { departure, member: three, staying: [one, two], alsoDeparting: [], owner });
 
 const base = (): DepartFacts => ({
   live: { id: '13', name: 'etcd-3', peerURLs: ['https://192.168.150.13:2380'], isLearner: false },
@@ -18,6 +19,7 @@ const base = (): DepartFacts => ({
   healthy: [one, two],
   unhealthy: [],
   vm: 'running',
+  ownership: { kind: 'ours', running: true },
   volumes: ['etcd-lab/etcd-3-os.qcow2', 'etcd-lab/etcd-3-data.qcow2'],
 });
 
@@ -54,6 +56,13 @@ const cases: Case[] = [
     changes: ['remove: remove etcd-3 from the cluster (member ID d); it joins again empty and takes its data from the cluster', 'undefine: stop and undefine VM etcd-3 on lab', "delete-volumes: delete etcd-3's volumes etcd-lab/etcd-3-os.qcow2, etcd-lab/etcd-3-data.qcow2 (the old member's disks are never reused)"],
   },
   { name: 'replace with the disks already gone: removed, VM undefined', departure: 'replace', facts: (f) => (f.volumes = []), changes: ['remove', 'undefine'] },
+  {
+    name: "another cluster's VM under the name: refused before etcd or libvirt is touched",
+    departure: 'leave',
+    facts: (f) => (f.ownership = { kind: 'refused', reason: 'domain etcd-3 belongs to cluster other (id 1)' }),
+    refused: /^refusing to remove etcd-3: domain etcd-3 belongs to cluster other \(id 1\)\. Nothing was changed\.$/,
+  },
+  { name: 'a VM made before marks existed: replaced as this cluster\'s', departure: 'replace', facts: (f) => (f.ownership = { kind: 'to-mark', running: true, why: 'made for this cluster before domains were marked' }), changes: ['remove', 'undefine', 'delete-volumes'] },
 ];
 
 for (const row of cases) {
@@ -73,6 +82,6 @@ for (const row of cases) {
 test("depart: a replacement refuses to delete the operator's own volumes", (t) => {
   const theirs = { ...three, volumes: { ...three.volumes, os: { existing: 'golden-etcd-3.qcow2' } } };
   const facts = { ...base(), volumes: ['etcd-lab/golden-etcd-3.qcow2'] };
-  const replace = departStep(lab, unused, unused, { departure: 'replace', member: theirs, staying: [one, two], alsoDeparting: [] });
+  const replace = departStep(lab, unused, unused, { departure: 'replace', member: theirs, staying: [one, two], alsoDeparting: [], owner });
   t.throws(() => replace.plan(facts, 'etcd-3'), { instanceOf: MembershipRefusal, message: /its volume\(s\) etcd-lab\/golden-etcd-3\.qcow2 are the operator's/ });
 });

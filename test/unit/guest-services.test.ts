@@ -16,6 +16,7 @@ import { fileOf, writeFilesOf } from '../helpers/render.ts';
 const pki = {
   caCert: 'CA-PEM\n',
   members: new Map([['etcd-1', { caCert: 'CA-PEM\n', cert: 'CERT-PEM\n', key: new Secret('KEY-PEM\n') }]]),
+  identity: { cluster: 'test', adoptsUnmarked: false },
 };
 
 function withDefaults(settings: Record<string, unknown>, change?: (doc: Doc) => void): Doc {

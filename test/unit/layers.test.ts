@@ -12,7 +12,7 @@ const ALLOWED: Record<string, string[]> = {
   pki: ['core', 'inventory'],
   render: ['core', 'inventory', 'pki'],
   remote: ['core', 'inventory'],
-  libvirt: ['core', 'inventory', 'remote', 'render'],
+  libvirt: ['core', 'inventory', 'pki', 'remote', 'render'],
   etcd: ['core', 'inventory', 'remote', 'pki'],
   guest: ['core', 'inventory', 'remote', 'render'],
   backup: ['core', 'inventory'],

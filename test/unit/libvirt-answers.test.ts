@@ -58,7 +58,7 @@ function renderedEtcd1(edit: (yaml: string) => string = (yaml) => yaml): string 
   writeFileSync(path, edit(readFileSync('inventories/lab.yaml', 'utf8')));
   try {
     const inventory = loadInventory(path);
-    return renderDomainXml(inventory.cluster.name, inventory.members.find((member) => member.name === 'etcd-1')!);
+    return renderDomainXml({ cluster: inventory.cluster.name, id: '5b0e7a4c-1d2e-4f3a-9b8c-7d6e5f4a3b2c', adoptsUnmarked: false }, inventory.members.find((member) => member.name === 'etcd-1')!);
   } finally {
     rmSync(path, { force: true });
   }

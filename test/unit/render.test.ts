@@ -14,7 +14,8 @@ import { baseDocument, load } from '../helpers/inventory.ts';
 import { fileOf, writeFilesOf } from '../helpers/render.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
 
-const pendingPki = { members: new Map() };
+const identity = { cluster: 'test', id: '0d6f6c3e-3f0b-4a4b-9a57-2c1f0e8b7a10', adoptsUnmarked: false };
+const pendingPki = { members: new Map(), identity };
 
 function rendered(inventory: Inventory, memberIndex = 0) {
   return renderMember({ inventory, pki: pendingPki, initialClusterState: 'new' }, inventory.members[memberIndex]!);
@@ -55,7 +56,7 @@ test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 070
   Object.assign(doc.defaults as object, { ssh_admin_user: 'ops', admin_user_password: 'hunter2-console', ssh_admin_public_key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOp ops@desk' });
   const inventory = load(doc);
   const sshHostKey = { privateKey: new Secret('HOST-KEY-PEM\n'), publicLine: 'ecdsa-sha2-nistp256 BBBB etcd-1 host key' };
-  const pki = { caCert: 'CA-PEM\n', members: new Map([['etcd-1', { caCert: 'CA-PEM\n', cert: 'CERT-PEM\n', key: new Secret('KEY-PEM\n'), sshHostKey }]]), adminSshPublicKey: 'ecdsa-sha2-nistp256 AAAA tool' };
+  const pki = { caCert: 'CA-PEM\n', members: new Map([['etcd-1', { caCert: 'CA-PEM\n', cert: 'CERT-PEM\n', key: new Secret('KEY-PEM\n'), sshHostKey }]]), adminSshPublicKey: 'ecdsa-sha2-nistp256 AAAA tool', identity };
   const files = renderMember({ inventory, pki, initialClusterState: 'new' }, inventory.members[0]!);
   const userData = fileOf(files, 'user-data');
   t.true(userData.content.startsWith('#cloud-config\n'));

@@ -1,0 +1,35 @@
+import type { Step } from '../core/step.ts';
+import type { Member } from '../inventory/model.ts';
+import type { RemoteContext } from '../libvirt/context.ts';
+import { judgeOwnership, ownerQuestions, type Ownership } from '../libvirt/ownership.ts';
+import type { ClusterIdentity } from '../pki/identity.ts';
+import { OWNER_NAMESPACE, OWNER_PREFIX, ownerElement } from '../render/domain.ts';
+import { memberTargets } from './member-targets.ts';
+
+/**
+ * Before anything touches a member's volumes, seed or VM: is its domain this cluster's? A domain
+ * another cluster marked, or one without a mark, fails this member here, and the later steps skip it.
+ * A domain an earlier version made for this cluster (or one adopted with --adopt) gets the mark, in
+ * its persistent definition and, while it runs, live: no restart.
+ */
+export function ownershipStep(members: readonly Member[], context: RemoteContext, { identity, adopt }: { identity: ClusterIdentity; adopt: ReadonlySet<string> }): Step<Ownership, 'mark'> {
+  const { targets, memberNamed } = memberTargets(members);
+  return {
+    name: 'owner',
+    targets,
+    async check(name) {
+      const member = memberNamed(name);
+      return judgeOwnership(name, await context.probe(member, ownerQuestions(member)), identity, adopt.has(name));
+    },
+    plan(ownership, name) {
+      if (ownership.kind === 'refused') throw new Error(`refusing to touch ${name}: ${ownership.reason}`);
+      if (ownership.kind !== 'to-mark') return [];
+      return [{ summary: `mark domain ${name} as cluster ${identity.cluster}'s (${ownership.why}; ${ownership.running ? 'live and persistent, ' : ''}no restart)`, action: 'mark' }];
+    },
+    async apply(_changes, name, ownership) {
+      const running = ownership.kind === 'to-mark' && ownership.running;
+      const virsh = await context.virshFor(memberNamed(name));
+      await virsh.run(['metadata', '--domain', name, '--uri', OWNER_NAMESPACE, '--key', OWNER_PREFIX, '--set', ownerElement(identity), '--config', ...(running ? ['--live'] : [])]);
+    },
+  };
+}
