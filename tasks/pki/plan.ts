@@ -108,13 +108,6 @@ export interface PkiPlanOptions {
 
 export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(), renewIssuedBefore }: PkiPlanOptions = {}): Change<PkiAction>[] {
   const changes: Change<PkiAction>[] = [];
-  if (!facts.identity) {
-    const deployedBefore = deployedBeforeMarks(facts);
-    changes.push({
-      summary: `create the cluster's ID (cluster-id.json), which marks its domains as its own${deployedBefore ? '; domains an earlier version made for this cluster get the mark' : ''}`,
-      action: { kind: 'cluster-id', adoptsUnmarked: deployedBefore },
-    });
-  }
   const wanted = wantedCertificates(inventory);
   const ca = caOf(inventory, facts);
   let caPem = ca.public;
@@ -166,6 +159,13 @@ export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(
   for (const member of missingHostKeys) changes.push({ summary: `create the SSH host key of ${member.name}`, action: { kind: 'ssh-host-key', member: member.name } });
   if (missingHostKeys.length > 0 || facts.knownHosts !== knownHostsOf(inventory, facts.hostKeys)) {
     changes.push({ summary: 'write ssh/known_hosts pinning the members\' host keys', action: { kind: 'known-hosts' } });
+  }
+  if (!facts.identity) {
+    const deployedBefore = deployedBeforeMarks(facts);
+    changes.push({
+      summary: `create the cluster's ID (cluster-id.json), which marks its domains as its own${deployedBefore ? '; domains an earlier version made for this cluster get the mark' : ''}`,
+      action: { kind: 'cluster-id', adoptsUnmarked: deployedBefore },
+    });
   }
   return changes;
 }

@@ -120,7 +120,7 @@ test('a real apply against an unreachable hypervisor fails every member with the
   t.regex(output, UNREACHABLE);
   for (const member of ['etcd-1', 'etcd-2', 'etcd-3']) t.regex(output, new RegExp(`${member} +ok=0 {2}changed=1 {2}failed=1 {2}skipped=[56]`));
   t.false(/\n\s+at /.test(output), 'no stack trace');
-  t.deepEqual(readdirSync(join(dir, '.etcd-kvm', 'lab')).sort(), ['pki', 'rendered', 'ssh']);
+  t.deepEqual(readdirSync(join(dir, '.etcd-kvm', 'lab')).sort(), ['cluster-id.json', 'pki', 'rendered', 'ssh']);
 });
 
 test('--limit acts on the named members only and rejects unknown names', (t) => {
