@@ -1,10 +1,12 @@
 #!/usr/bin/env -S npx tsx
 import { runTool } from './cli/tool.ts';
 import { EXIT, InputError } from './core/errors.ts';
-import { backupTimestamp, dumpObjectName, encryptSnapshot, keyObjectName, masterKeyFromHex } from './backup/format.ts';
+import { Readable } from 'node:stream';
+import { backupTimestamp, dumpObjectName, keyObjectName, masterKeyFromHex, newDataKey, sealedSize, sealStream } from './backup/format.ts';
 import { pruneSnapshots } from './backup/prune.ts';
 import { SnapshotBucket } from './backup/s3.ts';
-import { verifySnapshotHash } from './backup/source.ts';
+import { SnapshotFile } from './backup/snapshot-file.ts';
+import type { ISnapshotResponse } from 'etcd3';
 import type { EtcdClients } from './etcd/client.ts';
 import { withClusterSession } from './etcd/session.ts';
 import { loadInventory } from './inventory/load.ts';
@@ -31,15 +33,15 @@ and a .key object when restore.encryption_key is set (the etcd-backup format).
 
 Exit: 0 uploaded (and pruned), 1 failed, 2 bad input.`;
 
-async function snapshotOf(clients: EtcdClients, member: Member): Promise<Buffer> {
+/** A member's snapshot, streamed from etcd into the file (never whole in memory); its size. */
+async function snapshotInto(file: SnapshotFile, clients: EtcdClients, member: Member): Promise<number> {
   const client = await clients.for(member);
-  const stream = await client.maintenance.snapshot();
-  return new Promise<Buffer>((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    stream.on('data', (answer: { blob: Buffer }) => chunks.push(Buffer.from(answer.blob)));
-    stream.on('end', () => resolve(Buffer.concat(chunks)));
-    stream.on('error', reject);
-  });
+  // etcd3 types the answer as an event emitter; it is grpc-js's ClientReadableStream, a Readable, whose
+  // async iteration keeps the backpressure (etcd sends no faster than the file takes it).
+  const stream = (await client.maintenance.snapshot()) as unknown as AsyncIterable<ISnapshotResponse>;
+  return file.write((async function* () {
+    for await (const answer of stream) yield answer.blob;
+  })());
 }
 
 function parseKeep(value: unknown): number | undefined {
@@ -59,32 +61,35 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
   const candidates = only ? inventory.members.filter((member) => member.name === only) : inventory.members;
   if (candidates.length === 0) throw new InputError(`--member ${only} is not in the inventory`);
   const bucket = new SnapshotBucket(s3);
+  let file: SnapshotFile | undefined;
   try {
     return await withClusterSession(inventory, async ({ clients }) => {
-      let snapshot: Buffer | undefined;
+      let size: number | undefined;
       let from = '';
       const failures: string[] = [];
       for (const member of candidates) {
+        file?.remove();
+        file = new SnapshotFile('backup');
         try {
-          snapshot = await snapshotOf(clients, member);
+          size = await snapshotInto(file, clients, member);
           from = member.name;
           break;
         } catch (error) {
           failures.push(`${member.name}: ${(error as Error).message.split('\n')[0]}`);
         }
       }
-      if (!snapshot) throw new Error(`no member gave a snapshot: ${failures.join('; ')}`);
-      verifySnapshotHash(snapshot, `the snapshot from ${from}`);
+      if (size === undefined || !file) throw new Error(`no member gave a snapshot: ${failures.join('; ')}`);
+      await file.verify(`the snapshot from ${from}`);
       const name = dumpObjectName(s3.object_prefix, backupTimestamp(new Date()));
       if (settings.encryption_key.isEmpty) {
-        await bucket.put(name, snapshot);
+        await bucket.put(name, file.read(), size);
       } else {
-        const sealed = encryptSnapshot(snapshot, masterKeyFromHex(settings.encryption_key.reveal()));
+        const { dataKey, sealedKey } = newDataKey(masterKeyFromHex(settings.encryption_key.reveal()));
         // The key first: whoever sees the .dump can already open it.
-        await bucket.put(keyObjectName(name), sealed.key);
-        await bucket.put(name, sealed.dump);
+        await bucket.put(keyObjectName(name), sealedKey);
+        await bucket.put(name, Readable.from(sealStream(file.read(), dataKey)), sealedSize(size));
       }
-      const lines = [`backed up ${snapshot.length} bytes from ${from} to ${bucket.where} as ${name}${settings.encryption_key.isEmpty ? ' (not encrypted: restore.encryption_key is empty)' : ' (encrypted)'}`];
+      const lines = [`backed up ${size} bytes from ${from} to ${bucket.where} as ${name}${settings.encryption_key.isEmpty ? ' (not encrypted: restore.encryption_key is empty)' : ' (encrypted)'}`];
       if (keep !== undefined) {
         const pruned = await pruneSnapshots(bucket, s3.object_prefix, keep);
         lines.push(`kept ${pruned.kept.length} snapshot(s) (newest ${pruned.kept.at(-1)}); deleted ${pruned.deleted.length} object(s)${pruned.deleted.length ? `: ${pruned.deleted.join(', ')}` : ''}`);
@@ -92,6 +97,7 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
       return lines;
     });
   } finally {
+    file?.remove();
     bucket.close();
   }
 }

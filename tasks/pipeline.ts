@@ -361,7 +361,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     ]);
   } finally {
     clients.close();
-    snapshots?.close();
+    await snapshots?.close();
     await memberSsh.closeAll();
     await remote.close();
   }

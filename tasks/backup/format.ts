@@ -35,27 +35,52 @@ function open(key: Uint8Array, sealed: Uint8Array, what: string): Uint8Array {
   }
 }
 
-export interface EncryptedBackup {
-  dump: Buffer;
-  key: Buffer;
-}
-
-export function encryptSnapshot(snapshot: Uint8Array, masterKey: Uint8Array): EncryptedBackup {
-  const dataKey = randomBytes(KEY_BYTES);
-  const chunks: Buffer[] = [];
-  for (let offset = 0; offset < snapshot.length; offset += CHUNK_BYTES) chunks.push(seal(dataKey, snapshot.subarray(offset, offset + CHUNK_BYTES)));
-  return { dump: Buffer.concat(chunks), key: seal(masterKey, dataKey) };
-}
-
-export function decryptSnapshot(dump: Uint8Array, sealedKey: Uint8Array, masterKey: Uint8Array): Buffer {
+/** The data key inside a .key object, opened with the master key. */
+export function openDataKey(sealedKey: Uint8Array, masterKey: Uint8Array): Uint8Array {
   const dataKey = open(masterKey, sealedKey, 'the .key object');
   if (dataKey.length !== KEY_BYTES) throw new BackupFormatError(`the .key object holds ${dataKey.length} bytes, not a 32-byte key`);
-  const sealedChunk = NONCE_BYTES + CHUNK_BYTES + TAG_BYTES;
-  const parts: Uint8Array[] = [];
-  for (let offset = 0, index = 0; offset < dump.length; offset += sealedChunk, index++) {
-    parts.push(open(dataKey, dump.subarray(offset, offset + sealedChunk), `chunk ${index} of the snapshot`));
+  return dataKey;
+}
+
+const SEALED_CHUNK_BYTES = NONCE_BYTES + CHUNK_BYTES + TAG_BYTES;
+
+// Streams, so that a snapshot of gigabytes passes through with about one chunk in memory at a time.
+
+/** A byte stream cut into pieces of exactly `size` bytes (the last one may be shorter). */
+export async function* rechunk(source: AsyncIterable<Uint8Array>, size: number): AsyncGenerator<Buffer> {
+  let pending: Buffer[] = [];
+  let pendingBytes = 0;
+  for await (const piece of source) {
+    pending.push(Buffer.from(piece.buffer, piece.byteOffset, piece.byteLength));
+    pendingBytes += piece.byteLength;
+    while (pendingBytes >= size) {
+      const joined = Buffer.concat(pending, pendingBytes);
+      yield joined.subarray(0, size);
+      pending = [joined.subarray(size)];
+      pendingBytes -= size;
+    }
   }
-  return Buffer.concat(parts);
+  if (pendingBytes > 0) yield Buffer.concat(pending, pendingBytes);
+}
+
+/** A new backup's data key, and the .key object that carries it sealed by the master key. */
+export function newDataKey(masterKey: Uint8Array): { dataKey: Uint8Array; sealedKey: Buffer } {
+  const dataKey = randomBytes(KEY_BYTES);
+  return { dataKey, sealedKey: seal(masterKey, dataKey) };
+}
+
+/** The sealed size of a snapshot of `plainBytes`: each 1 MiB chunk gains a nonce and a tag. */
+export const sealedSize = (plainBytes: number) => plainBytes + Math.ceil(plainBytes / CHUNK_BYTES) * (NONCE_BYTES + TAG_BYTES);
+
+/** The snapshot sealed chunk by chunk, as encryptSnapshot does in one piece. */
+export async function* sealStream(snapshot: AsyncIterable<Uint8Array>, dataKey: Uint8Array): AsyncGenerator<Buffer> {
+  for await (const chunk of rechunk(snapshot, CHUNK_BYTES)) yield seal(dataKey, chunk);
+}
+
+/** A sealed dump opened chunk by chunk; a damaged chunk or a wrong key stops it with the chunk's index. */
+export async function* openStream(dump: AsyncIterable<Uint8Array>, dataKey: Uint8Array): AsyncGenerator<Uint8Array> {
+  let index = 0;
+  for await (const sealed of rechunk(dump, SEALED_CHUNK_BYTES)) yield open(dataKey, sealed, `chunk ${index++} of the snapshot`);
 }
 
 /** RFC 3339 UTC to the second, as etcd-backup names its objects. */

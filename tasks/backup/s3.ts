@@ -1,5 +1,6 @@
 import { DeleteObjectCommand, GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { Agent } from 'node:https';
+import { Readable } from 'node:stream';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
 import { revealSecret } from '../core/secret.ts';
 import type { RestoreSettings } from '../inventory/model.ts';
@@ -11,6 +12,9 @@ import type { RestoreSettings } from '../inventory/model.ts';
 process.env.AWS_SDK_JS_NODE_VERSION_SUPPORT_WARNING_DISABLED ??= 'true';
 
 export type S3Settings = RestoreSettings['s3'];
+
+/** S3's limit for a single PUT. */
+const MAX_PUT_BYTES = 5 * 1024 ** 3;
 
 /** 1000 keys a page: a million objects under one prefix is far beyond a backup history. */
 const MAX_LIST_PAGES = 1000;
@@ -51,13 +55,30 @@ export class SnapshotBucket {
   }
 
   async get(name: string): Promise<Buffer> {
-    const answer = await this.#client.send(new GetObjectCommand({ Bucket: this.settings.bucket, Key: name }));
-    if (!answer.Body) throw new Error(`${this.where}: ${name} has no body`);
-    return Buffer.from(await answer.Body.transformToByteArray());
+    return Buffer.from(await (await this.#body(name)).transformToByteArray());
   }
 
-  async put(name: string, body: Buffer): Promise<void> {
-    await this.#client.send(new PutObjectCommand({ Bucket: this.settings.bucket, Key: name, Body: body }));
+  /** An object's content as a stream, for snapshots: never whole in memory. */
+  async getStream(name: string): Promise<Readable> {
+    const body = await this.#body(name);
+    if (!(body instanceof Readable)) throw new Error(`${this.where}: ${name} did not come as a stream`);
+    return body;
+  }
+
+  async #body(name: string) {
+    const answer = await this.#client.send(new GetObjectCommand({ Bucket: this.settings.bucket, Key: name }));
+    if (!answer.Body) throw new Error(`${this.where}: ${name} has no body`);
+    return answer.Body;
+  }
+
+  /**
+   * One PUT, streamed when the body is a stream (its length given up front, as S3 needs it). S3
+   * takes at most 5 GiB in one PUT; a larger snapshot is refused before anything is sent.
+   */
+  async put(name: string, body: Buffer | Readable, length = Buffer.isBuffer(body) ? body.length : undefined): Promise<void> {
+    if (length === undefined) throw new Error(`${name}: the length of a streamed upload must be known`);
+    if (length > MAX_PUT_BYTES) throw new Error(`${name} is ${length} bytes, more than S3's 5 GiB for one upload; multipart uploads are not implemented`);
+    await this.#client.send(new PutObjectCommand({ Bucket: this.settings.bucket, Key: name, Body: body, ContentLength: length }));
   }
 
   /** One object at a time, in the order given (DeleteObjects would need a Content-MD5 that some S3-compatible servers refuse). */

@@ -1,25 +1,19 @@
-import { createHash } from 'node:crypto';
+import type { Readable } from 'node:stream';
 import type { RestoreSettings } from '../inventory/model.ts';
-import { chooseDump, decryptSnapshot, keyObjectName, masterKeyFromHex } from './format.ts';
+import { chooseDump, keyObjectName, masterKeyFromHex, openDataKey, openStream } from './format.ts';
 import { SnapshotBucket } from './s3.ts';
-
-/** etcd appends the SHA-256 of the database to every snapshot it streams; etcdctl restore checks it too. */
-export function verifySnapshotHash(snapshot: Buffer, where: string): void {
-  const body = snapshot.subarray(0, snapshot.length - 32);
-  if (snapshot.length <= 32 || !createHash('sha256').update(body).digest().equals(snapshot.subarray(snapshot.length - 32))) {
-    throw new Error(`${where} is not an intact etcd snapshot (its trailing SHA-256 does not match)`);
-  }
-}
+import { SnapshotFile } from './snapshot-file.ts';
 
 /**
  * The one snapshot every member restores from: chosen once per run (latest, or backup_timestamp),
- * downloaded and decrypted once on the control node, then pushed to each member. The guests never
- * see S3 credentials or the master key.
+ * downloaded and decrypted once on the control node — streamed into a private file, never whole in
+ * memory —, its trailing SHA-256 checked, then pushed to each member from that file. The guests
+ * never see S3 credentials or the master key.
  */
 export class SnapshotSource {
   readonly bucket: SnapshotBucket;
   #chosen?: Promise<string>;
-  #bytes?: Promise<Buffer>;
+  #file?: Promise<SnapshotFile>;
 
   constructor(readonly restore: RestoreSettings) {
     this.bucket = new SnapshotBucket(restore.s3);
@@ -35,18 +29,32 @@ export class SnapshotSource {
     return this.#chosen;
   }
 
-  fetch(): Promise<Buffer> {
-    this.#bytes ??= this.choose().then(async (name) => {
-      const dump = await this.bucket.get(name);
-      const key = this.restore.encryption_key;
-      const snapshot = key.isEmpty ? dump : decryptSnapshot(dump, await this.bucket.get(keyObjectName(name)), masterKeyFromHex(key.reveal()));
-      verifySnapshotHash(snapshot, `${name}${key.isEmpty ? ' (restore.encryption_key is empty: read as unencrypted)' : ''}`);
-      return snapshot;
-    });
-    return this.#bytes;
+  /** The verified snapshot on the control node's disk: a new stream of it for each member. */
+  async open(): Promise<Readable> {
+    return (await this.#fetch()).read();
   }
 
-  close(): void {
+  #fetch(): Promise<SnapshotFile> {
+    this.#file ??= this.choose().then(async (name) => {
+      const key = this.restore.encryption_key;
+      const file = new SnapshotFile('restore');
+      try {
+        const dump = await this.bucket.getStream(name);
+        await file.write(key.isEmpty ? dump : openStream(dump, openDataKey(await this.bucket.get(keyObjectName(name)), masterKeyFromHex(key.reveal()))));
+        await file.verify(`${name}${key.isEmpty ? ' (restore.encryption_key is empty: read as unencrypted)' : ''}`);
+        return file;
+      } catch (error) {
+        file.remove();
+        throw error;
+      }
+    });
+    return this.#file;
+  }
+
+  /** Closes the S3 client and removes the snapshot's file. */
+  async close(): Promise<void> {
     this.bucket.close();
+    const file = await this.#file?.catch(() => undefined);
+    file?.remove();
   }
 }

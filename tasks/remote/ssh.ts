@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { connect as tcpConnect, type Socket } from 'node:net';
-import type { Duplex } from 'node:stream';
+import { Readable, type Duplex } from 'node:stream';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
 import { commandLine } from '../core/shell.ts';
 import { verifyHostKey } from './known-hosts.ts';
@@ -33,6 +33,9 @@ export interface SshTarget {
   /** A stream to speak SSH over instead of a TCP connection (a channel forwarded by another host). */
   via?: () => Promise<Duplex>;
 }
+
+/** What a command reads on stdin: text or bytes, or a stream for uploads too large to hold. */
+export type Stdin = string | Buffer | Readable;
 
 export interface ExecResult {
   command: string;
@@ -124,7 +127,7 @@ export class SshConnection {
   }
 
   /** Runs a command built from an argument array; `stdin` carries secrets and uploads, never argv. */
-  exec(argv: readonly string[], options: { stdin?: string | Buffer; timeoutMs?: number } = {}): Promise<ExecResult> {
+  exec(argv: readonly string[], options: { stdin?: Stdin; timeoutMs?: number } = {}): Promise<ExecResult> {
     const command = commandLine(argv);
     return this.#slots.use(
       () =>
@@ -144,14 +147,22 @@ export class SshConnection {
               clearTimeout(timer);
               resolve({ command, code: code ?? -1, stdout: Buffer.concat(stdout).toString('utf8'), stderr: Buffer.concat(stderr).toString('utf8') });
             });
-            channel.end(options.stdin ?? undefined);
+            // A stream (a snapshot of gigabytes) is piped with backpressure; its error fails the command.
+            if (options.stdin instanceof Readable) {
+              options.stdin.once('error', (streamError: Error) => {
+                clearTimeout(timer);
+                channel.close();
+                reject(new SshError(`${this.target.label}: the input of ${argv[0]} failed: ${streamError.message}`));
+              });
+              options.stdin.pipe(channel);
+            } else channel.end(options.stdin ?? undefined);
           });
         }),
     );
   }
 
   /** Like exec, but a non-zero exit is an error naming the command, its exit code and its first stderr line. */
-  async run(argv: readonly string[], options: { stdin?: string | Buffer; timeoutMs?: number; describe?: string } = {}): Promise<string> {
+  async run(argv: readonly string[], options: { stdin?: Stdin; timeoutMs?: number; describe?: string } = {}): Promise<string> {
     const result = await this.exec(argv, options);
     if (result.code !== 0) {
       // virsh explains itself on the second line ("error: Failed to start domain" / "error: <why>").

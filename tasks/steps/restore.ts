@@ -58,12 +58,13 @@ export function restoreStep(inventory: Inventory, members: readonly Member[], co
     },
     async apply(_changes, name) {
       const member = memberNamed(name);
-      const snapshot = await source.fetch();
+      const snapshot = await source.open();
       const ssh = await reach(member);
       const file = '/var/tmp/etcd-kvm-restore.db';
       const scratch = `${dataDir}/.etcd-kvm-restore`;
       // Over stdin, into a file only root reads: the snapshot is the cluster's data.
-      await ssh.run(['sudo', 'sh', '-c', 'umask 077 && cat > "$1"', 'sh', file], { stdin: snapshot, describe: 'snapshot upload' });
+      // Streamed from the control node's copy; as long as the guest's disk takes it (the run's health_timeout).
+      await ssh.run(['sudo', 'sh', '-c', 'umask 077 && cat > "$1"', 'sh', file], { stdin: snapshot, describe: 'snapshot upload', timeoutMs: inventory.cluster.health_timeout * 1000 });
       await ssh.run(['sudo', 'rm', '-rf', scratch]);
       await ssh.run(
         [

@@ -1,7 +1,9 @@
 import test from 'ava';
+import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { userInfo } from 'node:os';
+import { Readable } from 'node:stream';
 import { SshConnection, type SshTarget } from '../../tasks/remote/ssh.ts';
 import { run } from '../helpers/exec.ts';
 import { Processes } from '../helpers/processes.ts';
@@ -34,6 +36,17 @@ test('runs commands from argument arrays, passes stdin, reports exit codes, on o
     const echoed = await connection.run(['printf', '%s\\n', ...nasty]);
     t.deepEqual(echoed.split('\n').slice(0, -1), nasty);
     t.is(await connection.run(['cat'], { stdin: 'secret via stdin' }), 'secret via stdin');
+    // A stream (a snapshot) goes through whole, piped with backpressure; a failing stream fails the command.
+    const upload = randomBytes(8 * 1024 * 1024 + 3);
+    const streamed = await connection.run(['sha256sum'], { stdin: Readable.from((async function* () {
+      for (let offset = 0; offset < upload.length; offset += 100_000) yield upload.subarray(offset, offset + 100_000);
+    })()) });
+    t.is(streamed.split(' ')[0], createHash('sha256').update(upload).digest('hex'));
+    const broken = Readable.from((async function* () {
+      yield Buffer.from('part of it');
+      throw new Error('disk read error');
+    })());
+    await t.throwsAsync(connection.run(['cat'], { stdin: broken }), { message: 'hypervisor test: the input of cat failed: disk read error' });
     const failed = await connection.exec(['sh', '-c', 'echo oops >&2; exit 3']);
     t.is(failed.code, 3);
     t.is(failed.stderr, 'oops\n');
