@@ -27,6 +27,7 @@ import { restoreStep } from './steps/restore.ts';
 import { MemberConnections } from './remote/members.ts';
 import { volumeQuestions, volumesStep } from './steps/volumes.ts';
 import { ownershipStep } from './steps/ownership.ts';
+import { networkIdsOf, networksStep, type NetworkNames } from './steps/networks.ts';
 import { ownerQuestions } from './libvirt/ownership.ts';
 import { identityOf } from './pki/plan.ts';
 import { volumeState } from './libvirt/volumes.ts';
@@ -37,6 +38,7 @@ import { peerUrl } from './inventory/urls.ts';
  * The order of the deploy, in one place:
  *   1. pki       – CA, member and root client certificates, the tool's SSH key (control node)
  *   2. cluster   – has the cluster formed? (any member with a leader; decides ETCD_INITIAL_CLUSTER_STATE)
+ *      networks  – only for interfaces given by network_id: the network's name on the member's hypervisor
  *      members   – etcd's member list against the inventory: who votes, who joins, who leaves; a
  *                  mismatch the tool does not resolve stops the run here
  *   3. leave     – each member marked state: absent, one at a time: leadership moved away, removed
@@ -94,8 +96,8 @@ export interface Rendered {
   guests: Map<string, DesiredGuest>;
 }
 
-export function renderAll(inventory: Inventory, members: Member[], store: PkiStore, initialClusterState: InitialClusterState): Rendered {
-  const context = { inventory, pki: materialsFrom(inventory, readFacts(inventory, store)), initialClusterState };
+export function renderAll(inventory: Inventory, members: Member[], store: PkiStore, initialClusterState: InitialClusterState, networkNames?: NetworkNames): Rendered {
+  const context = { inventory, pki: materialsFrom(inventory, readFacts(inventory, store)), initialClusterState, ...(networkNames ? { networkNames } : {}) };
   return {
     files: new Map(members.map((member) => [member.name, renderMember(context, member)])),
     guests: new Map(members.map((member) => [member.name, renderGuest(context, member)])),
@@ -142,6 +144,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const runStarted = new Date(Math.floor(Date.now() / 1000) * 1000);
   const store = new PkiStore(inventory.stateDir);
   let rendered: Rendered = { files: new Map(), guests: new Map() };
+  // Names of the libvirt networks members give by network_id, asked on their hypervisors before rendering.
+  const networkNames: NetworkNames = new Map();
   // Whose domains this run may touch: read after the pki step, which makes the ID once.
   const owner = () => ({ identity: identityOf(inventory, readFacts(inventory, store)), adopt: new Set(options.adopt ?? []) });
   let written: string[] = [];
@@ -205,7 +209,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     title: 'render',
     run: async () => {
       const { inventory: cluster, members: targets } = pass();
-      rendered = renderAll(cluster, targets, store, clusterFormed ? 'existing' : 'new');
+      rendered = renderAll(cluster, targets, store, clusterFormed ? 'existing' : 'new', networkNames);
       if (options.renderOnly !== undefined) {
         written = writeRendered(options.renderOnly, rendered.files);
         return [];
@@ -245,7 +249,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       if (clusterFormed && joined === 0) return 'the cluster had formed before this run';
       if (!clusterFormed && (await formedCluster(clients, inventory.members)) === undefined) return 'the cluster has not formed: members stay `new`';
       clusterFormed = true;
-      rendered = renderAll(inventory, members, store, 'existing');
+      rendered = renderAll(inventory, members, store, 'existing', networkNames);
       const pass: Pass = { inventory, members, joining: false };
       return [
         ...(await runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files))),
@@ -321,6 +325,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
                 return `formed (leader ${formed.leader}): members join as existing${joining.length ? `; to join one after another: ${joining.join(', ')}` : ''}`;
               },
             },
+            ...(members.some((member) => networkIdsOf(member).length > 0) ? [{ title: 'networks', run: () => runner.runStep(networksStep(members, remote, networkNames)) }] : []),
           ]
         : []),
     ]);

@@ -56,7 +56,8 @@ const pemOrPath = z.string().default('');
 const libvirtNetwork = z
   .object({
     network_name: line.default(''),
-    network_id: line.default(''),
+    // libvirt's network UUID (virsh net-uuid), resolved to the network's name on the hypervisor.
+    network_id: z.union([z.string().uuid('is a libvirt network UUID (virsh net-uuid NAME), e.g. 1b4e28ba-2fa1-11d2-883f-0016d3cca427'), z.literal('')]).default(''),
     ip: ipv4,
     mac: mac.optional(),
     prefix_length: prefixLength.default(24),

@@ -49,7 +49,8 @@ export function domainDisks(member: Member): DomainDisk[] {
 
 /**
  * The domain XML of a member. `networkNames` resolves interfaces given by network_id (uuid) to the
- * network's name on the hypervisor; without it (offline rendering) the uuid is kept as the name.
+ * network's name on the hypervisor (steps/networks.ts); without it (--render-only, which contacts no
+ * hypervisor) the uuid stands where the name goes.
  */
 export function renderDomainXml(identity: ClusterIdentity, member: Member, networkNames: ReadonlyMap<string, string> = new Map()): string {
   const interfaces = member.interfaces.map((nic) => ({

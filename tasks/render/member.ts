@@ -19,6 +19,8 @@ export interface RenderContext {
   inventory: Inventory;
   pki: PkiMaterials;
   initialClusterState: InitialClusterState;
+  /** Names of the libvirt networks given by network_id, by member, then by UUID (unresolved offline). */
+  networkNames?: ReadonlyMap<string, ReadonlyMap<string, string>>;
 }
 
 function cloudInitInput(context: RenderContext, member: Member): Omit<CloudInitInput, 'writeSecret'> {
@@ -38,7 +40,7 @@ export function renderMember(context: RenderContext, member: Member): RenderedFi
   const userData = (writeSecret: SecretWriter) => renderUserData({ ...input, writeSecret });
   const plain = (name: string, content: string): RenderedFile => ({ name, content, display: content, containsSecrets: false });
   return [
-    plain('domain.xml', renderDomainXml(context.pki.identity, member)),
+    plain('domain.xml', renderDomainXml(context.pki.identity, member, context.networkNames?.get(member.name))),
     { name: 'user-data', content: userData(revealSecret), display: userData(maskSecret), containsSecrets: true },
     plain('meta-data', renderMetaData(context.inventory, member)),
     plain('network-config', renderNetworkConfig(member)),

@@ -296,6 +296,28 @@ test.serial('a domain without the mark is refused until --adopt names it; a clus
   t.deepEqual(changed(deployed(t)), []);
 });
 
+test.serial('a member attached by network_id: resolved on the hypervisor to the same network, nothing changes; an unknown UUID fails that member alone', (t) => {
+  const uuid = virsh(['net-uuid', 'etcd-lab']).stdout.trim();
+  t.regex(uuid, /^[0-9a-f-]{36}$/);
+  const attach = (id: string) => (yaml: string) => yaml.replace(/(- name: etcd-1\n {4}libvirt_networks:\n {6}- )network_name: etcd-lab/, `$1network_id: ${id}`);
+  const byId = variant('network-id', attach(uuid));
+  const unknownId = variant('network-id-unknown', attach('1b4e28ba-2fa1-11d2-883f-0016d3cca427'));
+  try {
+    const resolved = deployed(t, ['-i', byId]);
+    t.is(resolved.status, 0);
+    t.regex(resolved.output, /networks: 0 changed, 1 ok/);
+    t.deepEqual(changed(resolved), [], 'the domain renders with the network\'s name: the same definition');
+    const unknown = deployed(t, ['-i', unknownId]);
+    t.is(unknown.status, 1);
+    t.regex(unknown.output, /networks: FAILED: network_id 1b4e28ba-2fa1-11d2-883f-0016d3cca427 names no libvirt network on hypervisor lab/);
+    t.deepEqual(unknown.report.results.filter((r) => r.status === 'failed').map((r) => `${r.host}/${r.step}`), ['etcd-1/networks']);
+    t.deepEqual(unknown.report.results.filter((r) => r.status === 'changed').map((r) => `${r.host}/${r.step}`), []);
+  } finally {
+    rmSync(byId, { force: true });
+    rmSync(unknownId, { force: true });
+  }
+});
+
 // Guest convergence: what runs inside the members, converged on every run, restarts rolled.
 
 /** An inventory beside the lab's (its relative paths still resolve), removed after the scenario. */

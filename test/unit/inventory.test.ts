@@ -141,6 +141,12 @@ test('a libvirt network is named by network_name xor network_id', (t) => {
   t.deepEqual(problemsOf(edit((doc) => delete nicOf(doc, 0).network_name)), [
     'members[0].libvirt_networks[0] (member etcd-1): sets neither network_name nor network_id — name the libvirt network to attach to',
   ]);
+  const byId = problemsOf(edit((doc) => {
+    delete nicOf(doc, 0).network_name;
+    nicOf(doc, 0).network_id = 'etcd-lab';
+  }));
+  t.is(byId.length, 1);
+  t.regex(byId[0]!, /^members\[0\]\.libvirt_networks\[0\]\.network_id \(member etcd-1\): is a libvirt network UUID \(virsh net-uuid NAME\)/);
 });
 
 test('a member whose etcd listens on macvtap must be reached directly: its hypervisor cannot talk to it', (t) => {

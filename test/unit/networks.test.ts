@@ -1,0 +1,51 @@
+import test from 'ava';
+import type { RemoteContext } from '../../tasks/libvirt/context.ts';
+import { networkIdsOf, networksStep, type NetworkNames } from '../../tasks/steps/networks.ts';
+import { renderDomainXml } from '../../tasks/render/domain.ts';
+import { baseDocument, load } from '../helpers/inventory.ts';
+
+/** network_id resolved on the hypervisor, as a table: virsh net-name's answers (recorded from libvirt 9.0) in, names or a refusal out. */
+
+const LAB_NET = 'aa8e1158-10ae-4494-b1f4-070fdbf17e4f';
+const UNKNOWN = '1b4e28ba-2fa1-11d2-883f-0016d3cca427';
+
+function inventoryWithIds() {
+  const doc = baseDocument();
+  const nic = (doc.members[0]!.libvirt_networks as Record<string, unknown>[])[0]!;
+  delete nic.network_name;
+  nic.network_id = LAB_NET;
+  return load(doc);
+}
+
+const unused = {} as RemoteContext;
+const cases = [
+  { name: 'known: its name', answer: { code: 0, output: 'etcd-lab\n' }, names: [[LAB_NET, 'etcd-lab']] },
+  { name: 'unknown: refused, naming the UUID and the hypervisor', answer: { code: 1, output: `error: failed to get network '${UNKNOWN}'\nerror: Network not found: no network with matching uuid '${UNKNOWN}'` }, refused: new RegExp(`^network_id ${UNKNOWN} names no libvirt network on hypervisor hv`) },
+  { name: 'libvirt unreachable: an error, not a verdict', answer: { code: 1, output: 'error: failed to connect to the hypervisor' }, refused: /^cannot resolve network_id .* on hypervisor hv: error: failed to connect to the hypervisor$/ },
+];
+
+for (const row of cases) {
+  test(`networks: ${row.name}`, (t) => {
+    const inventory = inventoryWithIds();
+    const resolved: NetworkNames = new Map();
+    const step = networksStep(inventory.members, unused, resolved);
+    t.deepEqual(step.targets, ['etcd-1'], 'only members with network_id are asked');
+    const id = row.refused ? UNKNOWN : LAB_NET;
+    const facts = new Map([[id, row.answer]]);
+    if (row.refused) {
+      t.throws(() => step.plan(facts, 'etcd-1'), { message: row.refused });
+      t.false(resolved.has('etcd-1'));
+      return;
+    }
+    t.deepEqual(step.plan(facts, 'etcd-1'), []);
+    t.deepEqual([...resolved.get('etcd-1')!], row.names);
+  });
+}
+
+test('the domain names the resolved network; offline, the UUID stands in its place', (t) => {
+  const member = inventoryWithIds().members[0]!;
+  t.deepEqual(networkIdsOf(member), [LAB_NET]);
+  const identity = { cluster: 'test', adoptsUnmarked: false };
+  t.regex(renderDomainXml(identity, member, new Map([[LAB_NET, 'etcd-lab']])), /<source network='etcd-lab'\/>/);
+  t.regex(renderDomainXml(identity, member), new RegExp(`<source network='${LAB_NET}'/>`));
+});
