@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { run } from '../helpers/exec.ts';
 import type { StatusReport } from '../../tasks/status/report.ts';
-import { deploy, endpoint, etcdctl, inLab, lab, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
+import { deploy, deployInBackground, endpoint, etcdctl, inLab, lab, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
 
 /**
  * The whole thing, for real: the local lab (libvirtd + QEMU in a network namespace), three Debian VMs
@@ -586,17 +586,6 @@ function grownInventory(): string {
 }
 
 /** A deploy in the background (the writer and the membership poller keep running meanwhile); resolves with its exit and output. */
-function deployInBackground(args: string[], onOutput?: (text: string, child: ReturnType<typeof spawn>) => void): Promise<{ status: number | null; signal: NodeJS.Signals | null; output: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let output = '';
-  const take = (chunk: Buffer) => {
-    output += chunk.toString();
-    onOutput?.(output, child);
-  };
-  child.stdout!.on('data', take);
-  child.stderr!.on('data', take);
-  return new Promise((resolve) => child.on('close', (status, signal) => resolve({ status, signal, output })));
-}
 
 test.serial('grow 3 → 4: a run killed (-9) right after adding the learner is finished by the next; learner, then voting; a writer never loses an acknowledged key', async (t) => {
   const grown = grownInventory();

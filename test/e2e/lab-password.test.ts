@@ -1,7 +1,8 @@
 import test from 'ava';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { parse, stringify } from 'yaml';
-import { deploy, endpoint, etcdctl, inLab, lab, LAB_STATE, MEMBER_IPS, type DeployRun } from '../helpers/lab.ts';
+import { spawnSync } from 'node:child_process';
+import { deploy, deployInBackground, endpoint, etcdctl, inLab, lab, LAB_STATE, MEMBER_IPS, virsh, type DeployRun } from '../helpers/lab.ts';
 
 /**
  * Password mode on the real lab (client_cert_auth: false, the seed's other mode): root authenticates
@@ -38,7 +39,46 @@ test.after.always(() => {
   rmSync(INVENTORY, { force: true });
 });
 
+/** Processes of this inventory's deploys still alive (none may be left behind by an interrupted run). */
+const leftover = () => spawnSync('pgrep', ['-f', `tasks/deploy.ts -i ${INVENTORY}`], { encoding: 'utf8' }).stdout.trim();
+
+test.serial('a cold deploy stopped four times (kill -9 after the volumes, kill -9 as the domains are defined, SIGINT during the first boot, kill -9 in the health wait) is finished by the next run', async (t) => {
+  const stopAt = async (point: RegExp, signal: NodeJS.Signals, label: string) => {
+    let sent = false;
+    const started = Date.now();
+    const stopped = await deployInBackground(['-i', INVENTORY], (output, child) => {
+      if (!sent && point.test(output)) {
+        sent = true;
+        child.kill(signal);
+      }
+    });
+    t.log(`${label}: ${signal} -> exit ${stopped.status ?? stopped.signal} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+    t.true(sent, `${label}: the run reached the point`);
+    t.is(leftover(), '', `${label}: no process of the run is left`);
+    return stopped;
+  };
+  const volumes = () => virsh(['vol-list', '--pool', 'etcd-lab']).stdout;
+  const domains = () => virsh(['list', '--all', '--name']).stdout.trim().split('\n').filter(Boolean).sort();
+
+  const first = await stopAt(/✔ volumes: 3 changed/, 'SIGKILL', 'after the volumes');
+  t.is(first.signal, 'SIGKILL');
+  for (const member of Object.keys(MEMBER_IPS)) t.regex(volumes(), new RegExp(`${member}-os\\.qcow2`));
+
+  const second = await stopAt(/❯ domain/, 'SIGKILL', 'as the domains are defined');
+  t.regex(second.output, /lock: took over the lock of a run that is gone/);
+
+  const third = await stopAt(/❯ guest/, 'SIGINT', 'during the first boot');
+  // The wait in flight ends as it would; nothing after it starts; the recap is printed.
+  t.is(third.status, 130);
+  t.regex(third.output, /RECAP in [\d.]+ s/);
+  t.regex(third.output, /health: skipped, interrupted/);
+  t.deepEqual(domains(), ['etcd-1', 'etcd-2', 'etcd-3']);
+
+  await stopAt(/❯ health/, 'SIGKILL', 'in the health wait');
+});
+
 test.serial('a password-mode cluster: root by password, anonymous refused, the REST gateway answers, a re-run changes nothing', (t) => {
+  // The run that finishes the interrupted cold deploy above (or, run alone, the cold deploy itself).
   const cold = deployed(t);
   t.is(cold.status, 0);
   t.false(cold.output.includes(ROOT_PASSWORD), 'the root password is never printed');

@@ -1,3 +1,4 @@
+import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { run, type Completed } from './exec.ts';
@@ -35,6 +36,19 @@ export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-re
     // No report: the run failed before writing one; the assertions on status say so.
   }
   return { ...completed, report, output: `${completed.stdout}\n${completed.stderr}` };
+}
+
+/** A deploy in its own process, its output handed to `onOutput` as it comes (to stop it at a point of the run). */
+export function deployInBackground(args: string[], onOutput?: (text: string, child: ReturnType<typeof spawn>) => void): Promise<{ status: number | null; signal: NodeJS.Signals | null; output: string }> {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let output = '';
+  const take = (chunk: Buffer) => {
+    output += chunk.toString();
+    onOutput?.(output, child);
+  };
+  child.stdout!.on('data', take);
+  child.stderr!.on('data', take);
+  return new Promise((resolve) => child.on('close', (status, signal) => resolve({ status, signal, output })));
 }
 
 export const virsh = (args: string[]) => run('virsh', ['-q', '-c', 'qemu:///system', ...args]);
