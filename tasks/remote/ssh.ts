@@ -143,8 +143,14 @@ export class SshConnection {
             }, timeoutMs);
             channel.on('data', (chunk: Buffer) => stdout.push(chunk));
             channel.stderr.on('data', (chunk: Buffer) => stderr.push(chunk));
-            channel.once('close', (code: number | null) => {
+            channel.once('close', (code?: number | null, signal?: string) => {
               clearTimeout(timer);
+              // No exit status and no signal: the connection went away under the command (sshd killed,
+              // the network cut). Said as such, naming the host, rather than as a failed command.
+              if ((code === undefined || code === null) && !signal) {
+                reject(new SshError(`${this.target.label}: the SSH connection was lost while ${argv[0]} ran; the command may or may not have finished (the next run checks again)`));
+                return;
+              }
               resolve({ command, code: code ?? -1, stdout: Buffer.concat(stdout).toString('utf8'), stderr: Buffer.concat(stderr).toString('utf8') });
             });
             // A stream (a snapshot of gigabytes) is piped with backpressure; its error fails the command.

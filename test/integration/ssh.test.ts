@@ -62,6 +62,23 @@ test('runs commands from argument arrays, passes stdin, reports exit codes, on o
   }
 });
 
+test.serial('a connection cut under a running command (its sshd session killed) is an error naming the host, and the next connection works', async (t) => {
+  const connection = await SshConnection.open(target(knownHostsFile('known_hosts_cut', sshd.knownHostsLine)));
+  try {
+    const running = connection.run(['sleep', '30']);
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    // The listening sshd's children are the sessions: this test's connection, the only one open now.
+    const master = readFileSync(join(sshd.dir, 'sshd.pid'), 'utf8').trim();
+    t.is(run('pkill', ['-KILL', '-P', master]).status, 0);
+    await t.throwsAsync(running, { message: /^hypervisor test: the SSH connection was lost while sleep ran; the command may or may not have finished/ });
+  } finally {
+    connection.close();
+  }
+  const again = await SshConnection.open(target(knownHostsFile('known_hosts_cut', sshd.knownHostsLine)));
+  t.is(await again.run(['echo', 'back']), 'back\n');
+  again.close();
+});
+
 test('an unknown host key is refused with a hint; trust on first use records it', async (t) => {
   const empty = knownHostsFile('known_hosts_empty', '');
   await t.throwsAsync(SshConnection.open(target(empty)), { message: /refusing to connect: \[127\.0\.0\.1\]:42222 is not in .*known_hosts_empty; add its key \(ssh-keyscan/ });
