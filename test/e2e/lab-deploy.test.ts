@@ -125,7 +125,7 @@ test.serial('a second run changes nothing, and a dry-run after it plans nothing'
   const second = deployed(t);
   t.is(second.status, 0);
   // Every step on every host it acts on, each exactly once: the pipeline ran whole, nothing was skipped.
-  const perMember = ['render', 'volumes', 'cloud-init', 'domain', 'guest', 'health'];
+  const perMember = ['render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health'];
   t.deepEqual(
     second.report.results.map((r) => `${r.step}@${r.host}`).sort(),
     ['pki@localhost', 'members@localhost', 'auth@etcd-1', ...perMember.flatMap((step) => MEMBERS.map((member) => `${step}@${member}`))].sort(),
