@@ -72,7 +72,7 @@ export function newDataKey(masterKey: Uint8Array): { dataKey: Uint8Array; sealed
 /** The sealed size of a snapshot of `plainBytes`: each 1 MiB chunk gains a nonce and a tag. */
 export const sealedSize = (plainBytes: number) => plainBytes + Math.ceil(plainBytes / CHUNK_BYTES) * (NONCE_BYTES + TAG_BYTES);
 
-/** The snapshot sealed chunk by chunk, as encryptSnapshot does in one piece. */
+/** The snapshot sealed chunk by chunk: each 1 MiB of it as nonce(24) ‖ ciphertext+tag. */
 export async function* sealStream(snapshot: AsyncIterable<Uint8Array>, dataKey: Uint8Array): AsyncGenerator<Buffer> {
   for await (const chunk of rechunk(snapshot, CHUNK_BYTES)) yield seal(dataKey, chunk);
 }
