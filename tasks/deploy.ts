@@ -3,7 +3,7 @@ import { writeFileSync } from 'node:fs';
 import { DEPLOY_HELP, parseDeployOptions, type DeployOptions } from './cli/options.ts';
 import { describeError, EXIT, InputError, reportInputError } from './core/errors.ts';
 import { silenceKnownWarnings } from './core/warnings.ts';
-import { formatChanges, formatRecap, recapByHost } from './core/report.ts';
+import { formatChanges, formatProfile, formatRecap, recapByHost } from './core/report.ts';
 import { Runner } from './core/runner.ts';
 import { loadInventory } from './inventory/load.ts';
 import type { Inventory } from './inventory/model.ts';
@@ -42,6 +42,7 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   if (changes) console.log(`\n${changes}`);
   if (written.length > 0) console.log(`\nwrote ${written.length} files:\n${written.map((path) => `  ${path}`).join('\n')}`);
   console.log(`\n${formatRecap(runner.results, options.dryRun, performance.now() - started)}`);
+  if (options.profile) console.log(`\n${formatProfile(runner.results)}`);
   if (options.json) {
     const report = { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap: Object.fromEntries(recapByHost(runner.results)) };
     writeFileSync(options.json, `${JSON.stringify(report, null, 2)}\n`);

@@ -12,6 +12,7 @@ export interface DeployOptions {
   replace?: string[];
   adopt?: string[];
   diff: boolean;
+  profile: boolean;
   json?: string;
   debug: boolean;
   help: boolean;
@@ -43,6 +44,7 @@ Options:
       --adopt NAMES      take these members' existing domains, which carry no owner's mark, as
                          this cluster's and mark them (as Terraform's import); a domain another
                          cluster marked is never taken
+      --profile          after the recap, each step's time on each host, the slowest step first
       --json FILE        also write a machine-readable report of every step and host to FILE
       --debug            show stack traces of unexpected errors
   -h, --help             show this help
@@ -69,6 +71,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
         replace: { type: 'string' },
         adopt: { type: 'string' },
         diff: { type: 'boolean', default: false },
+        profile: { type: 'boolean', default: false },
         json: { type: 'string' },
         debug: { type: 'boolean', default: false },
         help: { type: 'boolean', short: 'h', default: false },
@@ -80,7 +83,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     throw new InputError(`${(error as Error).message}; see --help`);
   }
   const { values } = parsed;
-  if (values.help) return { inventory: '', dryRun: false, renewCerts: false, diff: false, debug: false, help: true };
+  if (values.help) return { inventory: '', dryRun: false, renewCerts: false, diff: false, profile: false, debug: false, help: true };
   if (!values.inventory) throw new InputError('missing -i/--inventory FILE; see --help');
   const dryRun = values['dry-run'] || values.check;
   if (dryRun && values['render-only']) throw new InputError('--dry-run and --render-only exclude each other: --render-only already contacts nothing');
@@ -95,6 +98,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     ...(values.replace ? { replace: list(values.replace) } : {}),
     ...(values.adopt ? { adopt: list(values.adopt) } : {}),
     diff: values.diff,
+    profile: values.profile,
     ...(values.json ? { json: values.json } : {}),
     debug: values.debug,
     help: false,

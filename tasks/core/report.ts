@@ -61,3 +61,21 @@ export function formatRecap(results: readonly StepResult[], dryRun: boolean, ela
   }
   return lines.join('\n');
 }
+
+/**
+ * --profile: each step's time on each host (a step that ran twice in a run, e.g. render, is added
+ * up), the slowest step first, as Ansible's profile_tasks: where a run's time went.
+ */
+export function formatProfile(results: readonly StepResult[]): string {
+  const steps = new Map<string, Map<string, number>>();
+  for (const result of results) {
+    const hosts = steps.get(result.step) ?? new Map<string, number>();
+    hosts.set(result.host, (hosts.get(result.host) ?? 0) + result.durationMs);
+    steps.set(result.step, hosts);
+  }
+  const slowest = (hosts: Map<string, number>) => Math.max(...hosts.values());
+  const ordered = [...steps].sort(([, a], [, b]) => slowest(b) - slowest(a));
+  const width = Math.max(...ordered.map(([step]) => step.length), 4);
+  const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
+  return ['PROFILE (each step on each host, slowest step first)', ...ordered.map(([step, hosts]) => `${step.padEnd(width)}  ${[...hosts].map(([host, ms]) => `${host} ${seconds(ms)}`).join('  ')}`)].join('\n');
+}

@@ -1,5 +1,5 @@
 import test from 'ava';
-import { formatChanges, formatRecap } from '../../tasks/core/report.ts';
+import { formatChanges, formatProfile, formatRecap } from '../../tasks/core/report.ts';
 import type { StepResult } from '../../tasks/core/step.ts';
 
 const result = (host: string, extra: Partial<StepResult>): StepResult => ({ step: 'guest', host, status: 'ok', changes: [], durationMs: 1, ...extra });
@@ -34,4 +34,15 @@ test('a real run prints summaries; diffs only when asked (--diff), as Ansible do
   t.regex(withDiff, /^ {4}-server a$/m);
   t.regex(withDiff, /^ {4}\+server b$/m);
   t.regex(formatRecap(results, false, 5_432), /^RECAP in 5\.4 s\netcd-1 +ok=0 {2}changed=1 {2}failed=0 {2}skipped=0$/);
+});
+
+test('--profile: time per step and host, a step that ran twice added up, the slowest step first', (t) => {
+  const profile = formatProfile([
+    { step: 'pki', host: 'localhost', status: 'ok', changes: [], durationMs: 450 },
+    { step: 'render', host: 'etcd-1', status: 'changed', changes: [], durationMs: 10 },
+    { step: 'guest', host: 'etcd-1', status: 'ok', changes: [], durationMs: 1630 },
+    { step: 'guest', host: 'etcd-2', status: 'ok', changes: [], durationMs: 140_300 },
+    { step: 'render', host: 'etcd-1', status: 'ok', changes: [], durationMs: 15 },
+  ]);
+  t.is(profile, ['PROFILE (each step on each host, slowest step first)', 'guest   etcd-1 1.63 s  etcd-2 140.30 s', 'pki     localhost 0.45 s', 'render  etcd-1 0.03 s'].join('\n'));
 });
