@@ -162,7 +162,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const guest = (pass: Pass) => {
     // The domain step starts or restarts VMs and the restore step starts etcd: their changes make early answers stale.
     const changedEarlier = (name: string) => runner.results.some((result) => result.host === name && (result.step === 'domain' || result.step === 'restore') && result.status === 'changed');
-    return guestStep({ inventory: pass.inventory, members: pass.members, desired: rendered.guests, ssh: memberSsh, probe: guestProbe, changedEarlier, clients, clusterFormed: clusterFormed && !pass.joining, dryRun: options.dryRun });
+    return guestStep({ inventory: pass.inventory, members: pass.members, desired: rendered.guests, ssh: memberSsh, probe: guestProbe, changedEarlier, clients, clusterFormed: clusterFormed && !pass.joining, dryRun: options.dryRun, progress: runner.progress });
   };
   const selected = (title: string) => (options.tags ? options.tags.includes(title) : true) && !(options.skipTags ?? []).includes(title);
   const onlySelected = (phases: Phase[]) => phases.map((phase) => (selected(phase.title) ? phase : { title: phase.title, run: async () => [], skip: 'not selected by --tags / --skip-tags' }));
@@ -202,7 +202,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       { title: 'guest', run: () => runner.runStep(guest(pass)) },
     ]),
   ];
-  const healthPhase = (pass: Pass): Phase => ({ title: 'health', run: () => runner.runStep(healthStep(pass.inventory, pass.members, clients, options.dryRun)) });
+  const healthPhase = (pass: Pass): Phase => ({ title: 'health', run: () => runner.runStep(healthStep(pass.inventory, pass.members, clients, options.dryRun, runner.progress)) });
 
   /** Render (and record) what `pass` deploys, with the cluster as it is during the pass. */
   const renderPhase = (pass: () => Pass): Phase => ({

@@ -1,5 +1,6 @@
 import { Listr, type ListrTask } from 'listr2';
 import { describeError } from './errors.ts';
+import { Progress } from './progress.ts';
 import { CONTROL_NODE, type AnyStep, type Change, type StepResult } from './step.ts';
 
 export interface RunOptions {
@@ -42,6 +43,8 @@ function resultFactory(step: AnyStep, host: string, started: number) {
  */
 export class Runner {
   readonly results: StepResult[] = [];
+  /** What hosts wait on in the running phase: shown under it (terminal) or as timestamped lines. */
+  readonly progress = new Progress();
   readonly #failedHosts = new Set<string>();
   #interrupted: string | undefined;
 
@@ -141,6 +144,27 @@ export class Runner {
   }
 
   /**
+   * While `run` runs: on a terminal the waiting hosts' summary under the phase, refreshed every
+   * second; otherwise a timestamped line each time a host's state changes (a log reads them in order).
+   */
+  async #showingProgress<T>(task: { output?: string }, run: () => Promise<T>): Promise<T> {
+    const onTerminal = this.options.renderer === 'default';
+    const show = () => {
+      const summary = this.progress.summary();
+      if (summary) task.output = summary;
+    };
+    const timer = onTerminal ? setInterval(show, 1_000) : undefined;
+    const stop = onTerminal ? () => undefined : this.progress.onChange((host, what) => (task.output = `${new Date().toISOString().slice(11, 19)} ${host}: ${what}`));
+    try {
+      return await run();
+    } finally {
+      clearInterval(timer);
+      stop();
+      this.progress.clear();
+    }
+  }
+
+  /**
    * Runs named phases in order with listr2 progress; a phase is usually one step. A phase may answer
    * with a line for its title instead of results (a fact it established), or be skipped up front.
    */
@@ -160,7 +184,7 @@ export class Runner {
           task.skip(`${phase.title}: skipped, ${phase.skip}`);
           return;
         }
-        const answer = await phase.run();
+        const answer = await this.#showingProgress(task, () => phase.run());
         if (typeof answer === 'string') {
           task.title = `${phase.title}: ${answer}`;
           return;

@@ -42,12 +42,16 @@ function describeEtcdError(error: unknown, member: Member): string {
   return message;
 }
 
-/** Polls until healthy; on timeout the error names the member, the last answer and where to look. */
-export async function waitForHealth(inventory: Inventory, clients: EtcdClients, member: Member, timeoutMs: number): Promise<Health> {
+/**
+ * Polls until healthy; on timeout the error names the member, the last answer and where to look.
+ * Each answer goes to `onAnswer` (the run's progress: what the member waits on).
+ */
+export async function waitForHealth(inventory: Inventory, clients: EtcdClients, member: Member, timeoutMs: number, onAnswer?: (health: Health) => void): Promise<Health> {
   const started = Date.now();
   let last: Health = { healthy: false, reason: 'not asked yet' };
   while (Date.now() - started < timeoutMs) {
     last = await memberHealth(inventory, clients, member);
+    onAnswer?.(last);
     if (last.healthy) return last;
     await new Promise((resolve) => setTimeout(resolve, 2_000));
   }

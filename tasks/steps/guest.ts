@@ -1,3 +1,4 @@
+import type { Progress } from '../core/progress.ts';
 import { retryWhile } from '../core/retry.ts';
 import type { Change, Step } from '../core/step.ts';
 import type { EtcdClients } from '../etcd/client.ts';
@@ -35,6 +36,8 @@ export interface GuestStepOptions {
   clients: EtcdClients;
   clusterFormed: boolean;
   dryRun: boolean;
+  /** Where the step says what a member waits on (its first boot). */
+  progress?: Progress;
 }
 
 const SSH_RETRY_MS = 2_000;
@@ -46,7 +49,7 @@ const CONTENT_MARK = '@@etcd-kvm-file@@';
 type GuestStepAction = GuestAction | { kind: 'after-boot' };
 
 export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStepAction> {
-  const { inventory, members, desired, ssh: connections, probe: prober, changedEarlier, clients, clusterFormed, dryRun } = options;
+  const { inventory, members, desired, ssh: connections, probe: prober, changedEarlier, clients, clusterFormed, dryRun, progress } = options;
   const { targets, memberNamed } = memberTargets(members);
   const timeoutMs = inventory.cluster.health_timeout * 1000;
   const reconnected = new Set<string>();
@@ -109,6 +112,7 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
       }
       let ssh: SshConnection;
       try {
+        if (!early) progress?.update(name, 'waiting for SSH (booting)');
         ssh = await reach(member);
       } catch (error) {
         if (!dryRun) throw error;
@@ -118,9 +122,11 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
       if (facts.cloudInit.state === 'running') {
         if (dryRun) return { kind: 'booting' };
         // First boot: cloud-init writes every file and starts every service; converge what it leaves.
+        progress?.update(name, 'SSH up, first boot running (cloud-init)');
         await ssh.exec(['sudo', 'cloud-init', 'status', '--wait'], { timeoutMs });
         facts = await probe(ssh, name);
       }
+      progress?.done(name);
       return { kind: 'probed', facts, currentContent: await currentContent(ssh, name, facts) };
     },
     plan(state, name) {

@@ -1,3 +1,4 @@
+import type { Progress } from '../core/progress.ts';
 import type { Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
@@ -9,7 +10,7 @@ import { memberTargets } from './member-targets.ts';
  * `ok` or it fails with the member, its last answer and where to look. A dry-run asks once and reports
  * the wait it would do.
  */
-export function healthStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, dryRun: boolean): Step<Health, null> {
+export function healthStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, dryRun: boolean, progress?: Progress): Step<Health, null> {
   const { targets, memberNamed } = memberTargets(members);
   return {
     name: 'health',
@@ -17,7 +18,9 @@ export function healthStep(inventory: Inventory, members: readonly Member[], cli
     async check(name) {
       const member = memberNamed(name);
       if (dryRun) return memberHealth(inventory, clients, member);
-      return waitForHealth(inventory, clients, member, inventory.cluster.health_timeout * 1000);
+      const health = await waitForHealth(inventory, clients, member, inventory.cluster.health_timeout * 1000, (answer) => progress?.update(name, answer.healthy ? 'healthy' : `waiting for etcd: ${answer.reason}`));
+      progress?.done(name);
+      return health;
     },
     warnings(health) {
       if (!health.healthy || !health.alarms.includes('NOSPACE')) return health.healthy ? health.alarms.map((alarm) => `etcd reports an active ${alarm} alarm`) : [];
