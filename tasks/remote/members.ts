@@ -1,8 +1,15 @@
 import type { Duplex } from 'node:stream';
 import type { Member } from '../inventory/model.ts';
 import type { HypervisorConnections } from './hypervisors.ts';
+import { retryWhile } from '../core/retry.ts';
 import { ConnectionPool } from './pool.ts';
-import { SshConnection } from './ssh.ts';
+import { SshConnection, SshError } from './ssh.ts';
+
+/** The member's hypervisor itself cannot be reached: waiting for the member to boot would not help. */
+export class HypervisorUnreachable extends SshError {}
+
+/** How often a booting member's SSH is tried again. */
+const BOOTING_RETRY_MS = 2_000;
 
 /**
  * SSH into members themselves, as the admin user with the tool's own key, checking each member's
@@ -36,8 +43,18 @@ export class MemberConnections {
     );
   }
 
+  /**
+   * The member's SSH, tried again every 2 s while it boots, for at most `windowMs`; `once` (a dry-run)
+   * asks once. A hypervisor that cannot be reached ends the wait at once: that is no booting member.
+   */
+  reach(member: Member, { windowMs, once }: { windowMs: number; once: boolean }): Promise<SshConnection> {
+    return retryWhile(() => this.get(member), (error) => !once && !(error instanceof HypervisorUnreachable), { windowMs, pauseMs: BOOTING_RETRY_MS });
+  }
+
   async #forward(member: Member): Promise<Duplex> {
-    const hypervisor = await this.hypervisors.get(member.hypervisor);
+    const hypervisor = await this.hypervisors.get(member.hypervisor).catch((error: Error) => {
+      throw new HypervisorUnreachable(error.message);
+    });
     return new Promise((resolve, reject) => {
       hypervisor.client.forwardOut('127.0.0.1', 0, member.etcdIp, 22, (error, channel) => (error ? reject(new Error(`hypervisor ${member.hypervisor.name} cannot reach ${member.etcdIp}:22: ${error.message}`)) : resolve(channel)));
     });

@@ -105,7 +105,8 @@ export class SshConnection {
     let socket: Duplex;
     if (target.via) {
       socket = await target.via().catch((error: Error) => {
-        throw new SshError(`${where}: cannot connect: ${error.message}`);
+        // The hop's own failure (its host unreachable) is passed on as it is: it says which host.
+        throw error instanceof SshError ? error : new SshError(`${where}: cannot connect: ${error.message}`);
       });
     } else {
       const tcp: Socket = tcpConnect({ host: target.host, port: target.port });

@@ -1,5 +1,4 @@
 import type { Progress } from '../core/progress.ts';
-import { retryWhile } from '../core/retry.ts';
 import type { Change, Step } from '../core/step.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
@@ -40,7 +39,6 @@ export interface GuestStepOptions {
   progress?: Progress;
 }
 
-const SSH_RETRY_MS = 2_000;
 /** After systemd says etcd is ready, the health wait gets at least this long, whatever is left of health_timeout. */
 const HEALTH_AFTER_START_MS = 30_000;
 const CONTENT_MARK = '@@etcd-kvm-file@@';
@@ -61,7 +59,7 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
   const questionsOf = (name: string): GuestQuestions => guestQuestions(desiredOf(name));
 
   /** The member's SSH, waiting while it boots (up to cluster.health_timeout); a dry-run asks once. */
-  const reach = (member: Member): Promise<SshConnection> => retryWhile(() => connections.get(member), () => !dryRun, { windowMs: timeoutMs, pauseMs: SSH_RETRY_MS });
+  const reach = (member: Member): Promise<SshConnection> => connections.reach(member, { windowMs: timeoutMs, once: dryRun });
 
   const probe = (ssh: SshConnection, name: string): Promise<GuestFacts> => GuestProbe.ask(ssh, questionsOf(name));
 

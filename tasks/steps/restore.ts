@@ -1,5 +1,4 @@
 import type { SnapshotSource } from '../backup/source.ts';
-import { retryWhile } from '../core/retry.ts';
 import type { Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberConnections } from '../remote/members.ts';
@@ -23,15 +22,12 @@ interface RestoreState {
   snapshot?: string;
 }
 
-const SSH_RETRY_MS = 2_000;
-
 export function restoreStep(inventory: Inventory, members: readonly Member[], connections: MemberConnections, source: SnapshotSource, dryRun: boolean): Step<RestoreState, 'restore'> {
   const { targets, memberNamed } = memberTargets(inventory.restore.enabled ? members : []);
   const dataDir = inventory.etcd.data_dir;
 
   /** The member's SSH, waiting while it boots (up to cluster.health_timeout); dry-run asks once. */
-  const reach = (member: Member): Promise<SshConnection> =>
-    retryWhile(() => connections.get(member), () => !dryRun, { windowMs: inventory.cluster.health_timeout * 1000, pauseMs: SSH_RETRY_MS });
+  const reach = (member: Member): Promise<SshConnection> => connections.reach(member, { windowMs: inventory.cluster.health_timeout * 1000, once: dryRun });
 
   return {
     name: 'restore',
