@@ -1,6 +1,6 @@
 import type { Member } from '../inventory/model.ts';
 import type { ClusterIdentity } from '../pki/identity.ts';
-import { OWNER_NAMESPACE } from '../render/domain.ts';
+import { domainTitle, OWNER_NAMESPACE } from '../render/domain.ts';
 import type { ProbeAnswer, Question } from './virsh.ts';
 
 /**
@@ -39,9 +39,6 @@ export function parseOwnerMark(output: string): { cluster: string; id: string } 
 
 const isMissing = (answer: ProbeAnswer) => answer.code !== 0 && /failed to get domain|domain not found|no domain/i.test(answer.output);
 
-/** The title an earlier version gave the domains it made (before marks existed). */
-export const legacyTitle = (member: string, cluster: string) => `etcd member ${member} of cluster ${cluster}`;
-
 /**
  * The verdict on a member's domain, from its answers. `adopt` (the --adopt flag) takes an unmarked
  * domain on purpose; a domain another cluster marked is never taken (its owner may still run it).
@@ -66,7 +63,7 @@ export function judgeOwnership(member: string, answers: Record<'mark' | 'title' 
     };
   }
   const title = answers.title.code === 0 ? answers.title.output.trim() : '';
-  if (us.adoptsUnmarked && title === legacyTitle(member, us.cluster)) return { kind: 'to-mark', running, why: 'made for this cluster before domains were marked' };
+  if (us.adoptsUnmarked && title === domainTitle(member, us.cluster)) return { kind: 'to-mark', running, why: 'made for this cluster before domains were marked' };
   if (adopt) return { kind: 'to-mark', running, why: 'adopted (--adopt)' };
   const made = /^etcd member .+ of cluster (.+)$/.exec(title);
   return {

@@ -9,6 +9,9 @@ export const OWNER_PREFIX = 'etcd-kvm';
 
 const escapeAttribute = (value: string) => value.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 
+/** A domain's title; domains made before the owner's mark existed are recognised by it (libvirt/ownership.ts). */
+export const domainTitle = (member: string, cluster: string) => `etcd member ${member} of cluster ${cluster}`;
+
 /** The mark's element, as `virsh metadata --set` takes it (namespace and prefix given separately). */
 export const ownerElement = (identity: ClusterIdentity): string => `<owner cluster="${escapeAttribute(identity.cluster)}" id="${escapeAttribute(identity.id ?? 'new')}"/>`;
 
@@ -63,6 +66,7 @@ export function renderDomainXml(identity: ClusterIdentity, member: Member, netwo
   return renderTemplate('domain.xml.ejs', {
     name: member.name,
     cluster: identity.cluster,
+    title: domainTitle(member.name, identity.cluster),
     owner: { namespace: OWNER_NAMESPACE, prefix: OWNER_PREFIX, id: identity.id ?? 'new' },
     domainType: member.hypervisor.domain_type,
     tcgTbCacheMib: member.hypervisor.domain_type === 'qemu' ? member.hypervisor.tcg_tb_cache_mib : 0,
