@@ -203,6 +203,9 @@ export class Runner {
       renderer: this.options.renderer,
       fallbackRenderer: this.options.renderer === 'silent' ? 'silent' : 'simple',
       rendererOptions: { collapseErrors: false },
+      // listr2 would answer SIGINT with process.exit(127) in the middle of a change; the CLIs handle
+      // signals themselves (the change in flight finishes, the recap is printed, exit 130).
+      registerSignalListeners: false,
     });
     await listr.run();
   }

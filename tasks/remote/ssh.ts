@@ -117,7 +117,10 @@ export class SshConnection {
     const client = new Client();
     await new Promise<void>((resolve, reject) => {
       client.once('ready', resolve);
-      client.once('error', (error: Error) => {
+      // Every error, not only the first: ssh2 emits more after a failed handshake or a reset connection
+      // (a second 'protocol' error once the socket closes), and an 'error' without a listener ends the
+      // process. After the first the promise is settled; commands in flight learn of it from their channels.
+      client.on('error', (error: Error) => {
         socket.destroy();
         reject(new SshError(`${where}: ${refusal ? `refusing to connect: ${refusal}` : `cannot connect: ${error.message}`}`));
       });

@@ -1,4 +1,6 @@
 import test from 'ava';
+import { spawn } from 'node:child_process';
+import { createServer, type Socket } from 'node:net';
 import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -132,4 +134,41 @@ test('--limit acts on the named members only and rejects unknown names', (t) => 
   const unknown = deploy(['-i', inventory, '--dry-run', '--limit', 'etcd-9']);
   t.is(unknown.status, 2);
   t.regex(unknown.stderr, /--limit names unknown members: etcd-9/);
+});
+
+test('SIGINT while a step waits: nothing after it starts, the recap is printed, exit 130 (not listr\'s 127, not a crash)', async (t) => {
+  // A "hypervisor" that accepts connections and never answers: the run waits in its SSH handshake.
+  const sockets: Socket[] = [];
+  const silent = createServer((socket) => sockets.push(socket));
+  await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+  try {
+    const { dir, inventory } = labCopy();
+    const doc = parse(readFileSync(inventory, 'utf8')) as { hypervisors: { lab: Record<string, unknown> } };
+    doc.hypervisors.lab.port = (silent.address() as { port: number }).port;
+    // A key of its own, so the run gets as far as the handshake (the lab's is there only after lab:up).
+    t.is(run('ssh-keygen', ['-q', '-t', 'ed25519', '-N', '', '-f', join(dir, 'client_key')]).status, 0);
+    doc.hypervisors.lab.private_key = join(dir, 'client_key');
+    writeFileSync(inventory, stringify(doc));
+    const child = spawn(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', '-i', inventory], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    let signalled = false;
+    const exited = new Promise<number | null>((resolve) => child.on('close', resolve));
+    const take = (chunk: Buffer) => {
+      output += chunk.toString();
+      if (!signalled && /❯ cluster/.test(output)) {
+        signalled = true;
+        setTimeout(() => child.kill('SIGINT'), 500);
+      }
+    };
+    child.stdout!.on('data', take);
+    child.stderr!.on('data', take);
+    t.is(await exited, 130, output);
+    t.regex(output, /SIGINT: finishing the change in flight, starting no other/);
+    t.regex(output, /owner: skipped, interrupted \(SIGINT\)/);
+    t.regex(output, /RECAP in [\d.]+ s/);
+    t.false(/\n\s+at /.test(output), 'no stack trace');
+  } finally {
+    for (const socket of sockets) socket.destroy();
+    silent.close();
+  }
 });
