@@ -51,7 +51,7 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
   if (context.clusterFormed && !facts.dataDirInitialized) {
     throw new RefusedError(
       `etcd's data directory ${desired.dataDir} holds no member data, but the cluster has formed: starting etcd here would found a second, empty cluster ` +
-        '(or fail to join). Remove it from the cluster (etcdctl member remove <its ID, from status.ts>): the next run adds it back as a learner, with its data from the cluster.',
+        '(or fail to join). Replace it: deploy --replace <this member> removes it from the cluster and joins it again as a learner, with its data from the cluster.',
     );
   }
   const changes: GuestChange[] = [];
