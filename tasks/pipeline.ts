@@ -14,6 +14,7 @@ import { renderedFilesStep } from './steps/rendered-files.ts';
 import { EtcdClients, preloadEtcdClient } from './etcd/client.ts';
 import { RemoteContext } from './libvirt/context.ts';
 import { authStep } from './steps/auth.ts';
+import { usersStep } from './steps/users.ts';
 import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
 import { domainQuestions, domainsStep } from './steps/domains.ts';
 import { formedCluster } from './etcd/health.ts';
@@ -57,6 +58,8 @@ import { peerUrl } from './inventory/urls.ts';
  *                  rolled one member at a time, leader last, never below quorum
  *  10. health    – every member healthy with the inventory's voting members (etcd's API, via the hypervisor)
  *  11. auth      – root role and user, auth enable, from the designated member only
+ *      users     – the inventory's application roles and users, from the same member: created, changed,
+ *                  and removed when they leave the inventory, only those the tool made
  *  12. join      – each member new to a formed cluster, one at a time: added as a learner, then render
  *                  to guest (4–9) for it alone with the cluster so far, promoted once in sync, health
  *  13. formed    – when this run formed the cluster or members joined: render, seed ISOs and guests
@@ -82,7 +85,7 @@ export interface PipelineOptions {
 }
 
 /** Steps a run can choose with --tags / --skip-tags; pki, cluster and render feed every other step and always run. */
-export const SELECTABLE_STEPS = ['volumes', 'cloud-init', 'domain', 'restore', 'guest', 'health', 'auth'] as const;
+export const SELECTABLE_STEPS = ['volumes', 'cloud-init', 'domain', 'restore', 'guest', 'health', 'auth', 'users'] as const;
 
 export function selectMembers(inventory: Inventory, limit: string[] | undefined): Member[] {
   if (!limit) return inventory.members;
@@ -358,7 +361,11 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       ...(options.renderOnly === undefined
         ? [
             ...convergePhases(main),
-            ...onlySelected([healthPhase(main), { title: 'auth', run: () => runner.runStep(authStep(main.inventory, main.members, clients, identity, options.dryRun)) }]),
+            ...onlySelected([
+              healthPhase(main),
+              { title: 'auth', run: () => runner.runStep(authStep(main.inventory, main.members, clients, identity, options.dryRun)) },
+              { title: 'users', run: () => runner.runStep(usersStep(inventory, main.members, clients, identity, options.dryRun)) },
+            ]),
             ...joins,
             ...onlySelected([settlePhase]),
           ]

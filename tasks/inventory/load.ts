@@ -268,6 +268,8 @@ export function loadInventory(inventoryPath: string): Inventory {
     members: built.filter((_, i) => members[i]!.state === 'present'),
     absentMembers: built.filter((_, i) => members[i]!.state === 'absent'),
     restore: restoreOf(members, baseDir, problems),
+    roles: doc.roles,
+    users: doc.users,
   };
   problems.push(...seedVolumeCollisions(built));
   if (problems.length > 0) fail(path, problems, memberNames);

@@ -1,5 +1,5 @@
 import type { Secret } from '../core/secret.ts';
-import type { ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings } from './schema.ts';
+import type { ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings, RoleInput, UserInput } from './schema.ts';
 
 /**
  * The validated inventory, with defaults merged, derived values filled in and PEM files read.
@@ -70,6 +70,11 @@ export type GuestServices = Pick<MemberInput, 'chrony' | 'fluentbit' | 'fluentbi
 /** Restoring the cluster from a snapshot: one setting for the whole cluster (a load rule makes every member's equal). */
 export type RestoreSettings = MemberInput['restore'];
 
+/** An application role, user and permission, as the inventory gives them (`roles:` and `users:`). */
+export type RoleSettings = RoleInput;
+export type UserSettings = UserInput;
+export type PermissionSettings = RoleInput['permissions'][number];
+
 export interface PemPair {
   certificate: string;
   key: Secret;
@@ -88,4 +93,7 @@ export interface Inventory {
   /** Members marked `state: absent`: to leave the cluster; nothing else in the tool sees them. */
   absentMembers: Member[];
   restore: RestoreSettings;
+  /** Application roles and users (not root), by name. */
+  roles: Record<string, RoleSettings>;
+  users: Record<string, UserSettings>;
 }

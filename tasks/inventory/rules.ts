@@ -1,4 +1,4 @@
-import type { ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings } from './schema.ts';
+import type { ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings, RoleInput, UserInput } from './schema.ts';
 import type { Member } from './model.ts';
 import type { Problem } from './problems.ts';
 import { isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
@@ -13,6 +13,8 @@ export interface ParsedDocument {
   etcd: EtcdSettings;
   pki: PkiSettings;
   hypervisors: Record<string, HypervisorInput>;
+  roles: Record<string, RoleInput>;
+  users: Record<string, UserInput>;
   members: MemberInput[];
 }
 
@@ -148,6 +150,25 @@ const rootPasswordInPasswordMode: Rule = (doc) =>
           ? [{ path: ['members', i, 'authentication_bootstrap', 'root_password'], message: 'is required when etcd.client_cert_auth is false', hint: 'password mode creates the root user with this password' }]
           : [],
       );
+
+const usersHoldDefinedRoles: Rule = (doc) =>
+  Object.entries(doc.users).flatMap(([user, settings]) =>
+    settings.roles.flatMap((role, i): Problem[] =>
+      role in doc.roles ? [] : [{ path: ['users', user, 'roles', i], message: `names role ${role}, which roles: does not define`, hint: `define it under roles: (roles are ${Object.keys(doc.roles).join(', ') || 'none yet'})` }],
+    ),
+  );
+
+/** Certificate mode: a user is its certificate's CN, with no password; password mode: a password is how it logs in. */
+const userPasswordsFitTheMode: Rule = (doc) =>
+  Object.entries(doc.users).flatMap(([user, settings]): Problem[] => {
+    if (doc.etcd.client_cert_auth && !settings.password.isEmpty) {
+      return [{ path: ['users', user, 'password'], message: 'is not used when etcd.client_cert_auth is true', hint: `the user logs in with its client certificate (CN=${user}), issued by the tool: remove the password` }];
+    }
+    if (!doc.etcd.client_cert_auth && settings.password.isEmpty) {
+      return [{ path: ['users', user, 'password'], message: 'is required when etcd.client_cert_auth is false', hint: 'password mode: the user logs in with this password' }];
+    }
+    return [];
+  });
 
 const initialMembersMatch: Rule = (doc) => {
   const listed = doc.cluster.initial_members;
@@ -343,6 +364,8 @@ export const RULES: readonly Rule[] = [
   somePresentMember,
   grpcGatewayNeedsPasswordMode,
   rootPasswordInPasswordMode,
+  usersHoldDefinedRoles,
+  userPasswordsFitTheMode,
   initialMembersMatch,
   hypervisorExists,
   osVolumeSource,

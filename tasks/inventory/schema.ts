@@ -308,6 +308,35 @@ export const pkiSchema = z
   .strict()
   .default({});
 
+/**
+ * Names of etcd users and roles the tool manages: also a certificate's CN and a file name in the state
+ * directory and in client bundles. `root` is the tool's own (the auth bootstrap) and never an application's.
+ */
+const accessName = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'must be letters, digits, ".", "_" or "-", starting with a letter or digit, at most 64 characters')
+  .refine((value) => value !== 'root', { message: 'root is the user and role the tool bootstraps authentication with; give application users and roles names of their own' });
+
+/** One permission of a role: on one key, or on every key under a prefix. */
+const permission = z
+  .object({
+    key: line.min(1).optional(),
+    prefix: line.min(1).optional(),
+    access: z.enum(['read', 'write', 'readwrite']),
+  })
+  .strict()
+  .refine((value) => (value.key === undefined) !== (value.prefix === undefined), { message: 'gives exactly one of key (one key) or prefix (every key under it)' });
+
+export const roleSchema = z.object({ permissions: z.array(permission).default([]) }).strict();
+
+export const userSchema = z
+  .object({
+    roles: z.array(accessName).default([]),
+    /** Password mode only: the user's password, sent to etcd inside the gRPC request. */
+    password: optionalSecret,
+  })
+  .strict();
+
 /** The document as written; `defaults` and `members` are validated separately by the loader. */
 export const documentSchema = z
   .object({
@@ -315,6 +344,9 @@ export const documentSchema = z
     etcd: etcdSchema,
     pki: pkiSchema,
     hypervisors: z.record(name, hypervisorSchema),
+    /** Application roles and users: the auth step's `users` part creates, changes and removes the ones the tool made. */
+    roles: z.record(accessName, roleSchema).default({}),
+    users: z.record(accessName, userSchema).default({}),
     defaults: z.record(z.unknown()).default({}),
     members: z.array(z.record(z.unknown())).min(1, 'lists at least one member'),
   })
@@ -327,3 +359,6 @@ export type ClusterSettings = z.infer<typeof clusterSchema>;
 export type PkiSettings = z.infer<typeof pkiSchema>;
 export type LibvirtNetworkInput = z.infer<typeof libvirtNetwork>;
 export type MacvtapInput = z.infer<typeof macvtapInterface>;
+export type RoleInput = z.infer<typeof roleSchema>;
+export type UserInput = z.infer<typeof userSchema>;
+export type PermissionInput = z.infer<typeof permission>;

@@ -2,7 +2,7 @@ import { readIfExists } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { readIdentity, type ClusterIdentity } from './identity.ts';
-import { caOf, identityOf, type PkiFacts } from './plan.ts';
+import { applicationUsers, caOf, identityOf, type PkiFacts } from './plan.ts';
 import type { PkiStore } from './store.ts';
 
 /** One member's TLS files as they go into its cloud-init; absent while not yet issued (dry-run). */
@@ -27,10 +27,11 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
   const leaves: PkiFacts['leaves'] = new Map();
   for (const member of inventory.members) leaves.set(`member/${member.name}`, store.read(`member/${member.name}`));
   leaves.set('client/root', store.read('client/root'));
+  for (const user of applicationUsers(inventory)) leaves.set(`client/${user}`, store.read(`client/${user}`));
   const hostKeys = new Map(inventory.members.map((member) => [member.name, store.read(`ssh-host/${member.name}`)]));
   const knownHosts = readIfExists(store.knownHostsPath);
   const identity = readIdentity(store.stateDir, inventory.cluster.name);
-  return { ca: store.read('ca'), leaves, adminSsh: store.read('ssh/admin'), hostKeys, ...(knownHosts !== undefined ? { knownHosts } : {}), ...(identity ? { identity } : {}) };
+  return { ca: store.read('ca'), leaves, clientNames: store.clientNames(), adminSsh: store.read('ssh/admin'), hostKeys, ...(knownHosts !== undefined ? { knownHosts } : {}), ...(identity ? { identity } : {}) };
 }
 
 export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMaterials {

@@ -18,6 +18,7 @@ export type PkiAction =
   | { kind: 'ssh-key'; id: 'ssh/admin' }
   | { kind: 'ssh-host-key'; member: string }
   | { kind: 'known-hosts' }
+  | { kind: 'retire-client'; id: `client/${string}` }
   | { kind: 'cluster-id'; adoptsUnmarked: boolean };
 
 /** What the state directory holds, read by the check. */
@@ -30,6 +31,8 @@ export interface PkiFacts {
   knownHosts?: string;
   /** The cluster's ID that marks its domains; absent until made. */
   identity?: ClusterIdentity;
+  /** Client certificates in the state directory, by name (root and application users). */
+  clientNames: string[];
 }
 
 /** A state directory that holds certificates but no cluster ID deployed its cluster before domains were marked. */
@@ -62,13 +65,17 @@ export function memberSans(inventory: Inventory, member: Member): SubjectAltName
   };
 }
 
+export const applicationUsers = (inventory: Inventory): string[] => Object.keys(inventory.users).sort();
+
 export function wantedCertificates(inventory: Inventory): WantedCertificate[] {
   const members = inventory.members
     .filter((member) => !member.suppliedTls)
     .map((member): WantedCertificate => ({ id: `member/${member.name}`, commonName: member.name, profile: 'server-and-client', sans: memberSans(inventory, member) }));
   // CN=root maps a client certificate to etcd's root user when client-cert-auth is on.
   const root: WantedCertificate[] = inventory.pki.rootClient ? [] : [{ id: 'client/root', commonName: 'root', profile: 'client', sans: { dns: [], ips: [] } }];
-  return [...members, ...root];
+  // Certificate mode: each application user logs in with a certificate whose CN is its name.
+  const users = inventory.etcd.client_cert_auth ? applicationUsers(inventory).map((user): WantedCertificate => ({ id: `client/${user}`, commonName: user, profile: 'client', sans: { dns: [], ips: [] } })) : [];
+  return [...members, ...root, ...users];
 }
 
 /** The CA that signs issued certificates: the operator's, or the one in the state directory. */
@@ -159,6 +166,12 @@ export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(
   for (const member of missingHostKeys) changes.push({ summary: `create the SSH host key of ${member.name}`, action: { kind: 'ssh-host-key', member: member.name } });
   if (missingHostKeys.length > 0 || facts.knownHosts !== knownHostsOf(inventory, facts.hostKeys)) {
     changes.push({ summary: 'write ssh/known_hosts pinning the members\' host keys', action: { kind: 'known-hosts' } });
+  }
+  // A user removed from the inventory (or password mode) has no certificate the tool keeps.
+  const wantedClients = new Set(wanted.map((certificate) => certificate.id));
+  for (const name of facts.clientNames) {
+    const id = `client/${name}` as const;
+    if (name !== 'root' && !wantedClients.has(id)) changes.push({ summary: `delete certificate ${id} and its key (no such user in the inventory${inventory.etcd.client_cert_auth ? '' : ' in certificate mode'})`, action: { kind: 'retire-client', id } });
   }
   if (!facts.identity) {
     const deployedBefore = deployedBeforeMarks(facts);

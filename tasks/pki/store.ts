@@ -1,8 +1,9 @@
+import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
 
 /** A certificate or SSH identity the tool keeps: its id names its files under the state directory. */
-export type MaterialId = 'ca' | `member/${string}` | 'client/root' | 'ssh/admin' | `ssh-host/${string}`;
+export type MaterialId = 'ca' | `member/${string}` | `client/${string}` | 'ssh/admin' | `ssh-host/${string}`;
 
 export interface StoredPair {
   /** Certificate PEM, or the OpenSSH public key line for SSH identities. */
@@ -32,6 +33,24 @@ export class PkiStore {
     const pub = readIfExists(paths.public);
     const privateKey = readIfExists(paths.privateKey);
     return { ...(pub !== undefined ? { public: pub } : {}), ...(privateKey !== undefined ? { privateKey } : {}) };
+  }
+
+  /** The client certificates (or keys) the state directory holds, by name: root and application users. */
+  clientNames(): string[] {
+    let files: string[];
+    try {
+      files = readdirSync(join(this.stateDir, 'pki', 'clients'));
+    } catch {
+      return [];
+    }
+    return [...new Set(files.flatMap((file) => /^(.+)\.(crt|key)$/.exec(file)?.[1] ?? []))].sort();
+  }
+
+  /** Deletes a pair: the certificate first, so a run killed between the two leaves a key that is deleted next time. */
+  remove(id: MaterialId): void {
+    const paths = this.pathsOf(id);
+    rmSync(paths.public, { force: true });
+    rmSync(paths.privateKey, { force: true });
   }
 
   /** known_hosts pinning every member's host key, for the operator's (and the tool's) SSH to members. */

@@ -33,7 +33,8 @@ const ignoreIf = (already: RegExp) => (error: unknown) => {
   if (!(error instanceof Error && already.test(error.message))) throw error;
 };
 
-async function authEnabled(clients: EtcdClients, member: Member, identities: ClientIdentities): Promise<boolean> {
+/** Whether etcd has authentication on, asked as no user (the answer differs between etcd 3.4 and 3.5). */
+export async function authEnabled(clients: EtcdClients, member: Member, identities: ClientIdentities): Promise<boolean> {
   const nonUser = await clients.for(member, identities.nonUser(member));
   try {
     return (await nonUser.auth.authStatus()).enabled;

@@ -11,6 +11,9 @@ import { clientIdentities } from '../../tasks/etcd/identities.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
 import { authStep } from '../../tasks/steps/auth.ts';
+import { usersStep } from '../../tasks/steps/users.ts';
+import { Secret } from '../../tasks/core/secret.ts';
+import type { Inventory } from '../../tasks/inventory/model.ts';
 import { silenceKnownWarnings } from '../../tasks/core/warnings.ts';
 import { run } from '../helpers/exec.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
@@ -166,4 +169,53 @@ test('password mode: health and the auth bootstrap through the etcd client, root
   t.is(Buffer.from(range.kvs?.[0]?.value ?? '', 'base64').toString(), 'hello');
   const refused = curl('/v3/kv/range', { key: Buffer.from('greeting').toString('base64') });
   t.regex(refused.stdout, /user name is empty/);
+});
+
+test('password mode: application roles and users converge to the inventory; a user made by hand is left alone', async (t) => {
+  const CLIENT_PORT = 44379;
+  const { inventory } = await startCluster(t, false, CLIENT_PORT);
+  const identities = clientIdentities(inventory, new PkiStore(inventory.stateDir));
+  const clients = new EtcdClients(new HypervisorConnections(), CLIENT_PORT, identities.health);
+  const ca = join(inventory.stateDir, 'pki', 'ca.crt');
+  const etcdctl = (user: string, args: string[]) => run('etcdctl', ['--endpoints', `https://${IPS[0]}:${CLIENT_PORT}`, '--dial-timeout', '3s', '--cacert', ca, '--user', user, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  const converge = async (roles: Inventory['roles'], users: Inventory['users']) => {
+    const [result] = await runner.runStep(usersStep({ ...inventory, roles, users }, inventory.members, clients, identities, false));
+    t.not(result?.status, 'failed', result?.error);
+    return result!;
+  };
+  const app1 = (access: 'read' | 'readwrite') => ({ app1: { permissions: [{ prefix: '/app1/', access }] } });
+  try {
+    for (const member of inventory.members) await waitForHealth(inventory, clients, member, 60_000);
+    t.is((await runner.runStep(authStep(inventory, inventory.members, clients, identities, false)))[0]?.status, 'changed');
+    t.is(etcdctl('root:loopback-root-pw', ['user', 'add', 'handmade:handmade-pw']).status, 0);
+
+    const created = await converge(app1('readwrite'), { alice: { roles: ['app1'], password: new Secret('alice-pw-1') } });
+    t.is(created.status, 'changed');
+    t.false(JSON.stringify(created).includes('alice-pw-1'));
+    t.is(etcdctl('alice:alice-pw-1', ['put', '/app1/x', 'one']).status, 0);
+    t.is(etcdctl('alice:alice-pw-1', ['get', '/app1/x', '--print-value-only']).stdout.trim(), 'one');
+    t.regex(etcdctl('alice:alice-pw-1', ['put', '/app2/x', 'two']).stderr, /permission denied/);
+    t.regex(etcdctl('alice:alice-pw-1', ['user', 'list']).stderr, /permission denied/);
+    t.is((await converge(app1('readwrite'), { alice: { roles: ['app1'], password: new Secret('alice-pw-1') } })).status, 'ok');
+
+    // A narrower permission and a new password, in one run.
+    const changed = await converge(app1('read'), { alice: { roles: ['app1'], password: new Secret('alice-pw-2') } });
+    t.deepEqual(changed.changes.map((change) => change.summary), ['grant read prefix "/app1/" to role app1', "change the password of user alice (to the inventory's)"]);
+    t.not(etcdctl('alice:alice-pw-1', ['get', '/app1/x']).status, 0);
+    t.is(etcdctl('alice:alice-pw-2', ['get', '/app1/x', '--print-value-only']).stdout.trim(), 'one');
+    t.regex(etcdctl('alice:alice-pw-2', ['put', '/app1/x', 'three']).stderr, /permission denied/);
+
+    // Gone from the inventory: gone from etcd; the hand-made user stays, and naming it is refused.
+    const removed = await converge({}, {});
+    t.deepEqual(removed.changes.map((change) => change.summary), ['delete user alice (no longer in the inventory)', 'delete role app1 (no longer in the inventory)', 'forget user alice, role app1 in etcd-kvm/managed-access']);
+    t.deepEqual(etcdctl('root:loopback-root-pw', ['user', 'list']).stdout.trim().split('\n').sort(), ['handmade', 'root']);
+    t.deepEqual(etcdctl('root:loopback-root-pw', ['role', 'list']).stdout.trim().split('\n'), ['root']);
+    const [refused] = await runner.runStep(usersStep({ ...inventory, roles: {}, users: { handmade: { roles: [], password: new Secret('other') } } }, inventory.members, clients, identities, false));
+    t.is(refused?.status, 'failed');
+    t.regex(refused?.error ?? '', /etcd already has user handmade, which the tool did not create/);
+    t.is(etcdctl('handmade:handmade-pw', ['user', 'get', 'handmade']).status, 0, 'its password is unchanged');
+  } finally {
+    clients.close();
+  }
 });

@@ -122,6 +122,29 @@ test('changing one member IP re-issues only that member certificate (and re-pins
   t.true(x509Text(join(stateDir, 'pki/members/etcd-2.crt')).includes('IP Address:10.10.0.42'));
 });
 
+test('each application user gets a client certificate (CN = its name, clientAuth); removed from the inventory, its certificate and key are deleted', async (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
+  const withUsers = (doc: Doc) => {
+    doc.roles = { app1: { permissions: [{ prefix: '/app1/', access: 'readwrite' }] } };
+    doc.users = { alice: { roles: ['app1'] }, bob: { roles: [] } };
+  };
+  t.is((await applyPki(stateDir, withUsers)).status, 'changed');
+  const alice = join(stateDir, 'pki/clients/alice.crt');
+  t.is(run('openssl', ['verify', '-CAfile', join(stateDir, 'pki/ca.crt'), alice]).status, 0);
+  const text = x509Text(alice);
+  t.regex(text, /Subject: .*CN ?= ?alice/);
+  t.regex(text, /Extended Key Usage: \s*TLS Web Client Authentication\s*\n/);
+  t.is(statSync(join(stateDir, 'pki/clients/alice.key')).mode & 0o777, 0o600);
+  t.is((await applyPki(stateDir, withUsers)).status, 'ok');
+
+  const removed = await applyPki(stateDir, (doc) => {
+    withUsers(doc);
+    doc.users = { alice: { roles: ['app1'] } };
+  });
+  t.deepEqual(removed.changes.map((c) => c.summary), ['delete certificate client/bob and its key (no such user in the inventory)']);
+  t.deepEqual(readdirSync(join(stateDir, 'pki/clients')).sort(), ['alice.crt', 'alice.key', 'root.crt', 'root.key']);
+});
+
 test('a missing CA with surviving leaves is refused, never replaced silently', async (t) => {
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
   await applyPki(stateDir);

@@ -119,6 +119,42 @@ test('password mode requires root_password on the bootstrap member', (t) => {
   t.is(String(inventory.members[0]!.rootPassword), '<redacted>');
 });
 
+test('application roles and users: every problem with its path, root refused, passwords as the mode wants', (t) => {
+  const problems = problemsOf(edit((doc) => {
+    doc.roles = {
+      app1: { permissions: [{ prefix: '/app1/', access: 'readwrite' }, { key: '/a', prefix: '/b', access: 'read' }, { prefix: '/c', access: 'all' }] },
+      root: { permissions: [] },
+    };
+    doc.users = { alice: { roles: ['app1', 'app2'], password: 'not-in-cert-mode' }, 'bad name': { roles: [] } };
+  }));
+  t.deepEqual(problems.sort(), [
+    'roles.app1.permissions[1]: gives exactly one of key (one key) or prefix (every key under it)',
+    "roles.app1.permissions[2].access: Invalid enum value. Expected 'read' | 'write' | 'readwrite', received 'all'",
+    'roles.root: root is the user and role the tool bootstraps authentication with; give application users and roles names of their own',
+    'users.bad name: must be letters, digits, ".", "_" or "-", starting with a letter or digit, at most 64 characters',
+  ].sort());
+  const crossRules = problemsOf(edit((doc) => {
+    doc.roles = { app1: { permissions: [{ prefix: '/app1/', access: 'readwrite' }] } };
+    doc.users = { alice: { roles: ['app1', 'app2'], password: 'not-in-cert-mode' } };
+  }));
+  t.deepEqual(crossRules, [
+    'users.alice.roles[1]: names role app2, which roles: does not define — define it under roles: (roles are app1)',
+    'users.alice.password: is not used when etcd.client_cert_auth is true — the user logs in with its client certificate (CN=alice), issued by the tool: remove the password',
+  ]);
+  const passwordMode = problemsOf(edit((doc) => {
+    doc.etcd = { client_cert_auth: false };
+    member(doc, 0).authentication_bootstrap = { bootstrap: true, root_password: 's3cret' };
+    doc.users = { alice: {} };
+  }));
+  t.deepEqual(passwordMode, ['users.alice.password: is required when etcd.client_cert_auth is false — password mode: the user logs in with this password']);
+  const inventory = load(edit((doc) => {
+    doc.roles = { app1: { permissions: [{ prefix: '/app1/', access: 'readwrite' }] } };
+    doc.users = { alice: { roles: ['app1'] } };
+  }));
+  t.deepEqual(inventory.users.alice!.roles, ['app1']);
+  t.deepEqual(inventory.roles.app1!.permissions, [{ prefix: '/app1/', access: 'readwrite' }]);
+});
+
 test('initial_members, when given, must match the members', (t) => {
   const problems = problemsOf(edit((doc) => {
     (doc.cluster as Record<string, unknown>).initial_members = [

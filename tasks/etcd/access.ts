@@ -1,0 +1,182 @@
+import type { Secret } from '../core/secret.ts';
+import type { PermissionSettings, RoleSettings, UserSettings } from '../inventory/model.ts';
+
+/**
+ * Application users and roles: what the inventory wants against what etcd has, as operations. etcd
+ * keeps no mark on a user or role, so the names the tool created are kept in one key (MANAGED_KEY);
+ * only those are ever changed or deleted. A wanted name etcd already has without it (made by hand) is
+ * refused, never taken over. The set is widened before anything is created and narrowed only after
+ * the deletions, so a run killed in between leaves nothing the next run would not recognise.
+ */
+
+/** Where the tool keeps the names of the users and roles it created: JSON {"users": [...], "roles": [...]}. */
+export const MANAGED_KEY = 'etcd-kvm/managed-access';
+
+export type Access = PermissionSettings['access'];
+type PermType = 'Read' | 'Write' | 'Readwrite';
+const PERM_TYPE: Record<Access, PermType> = { read: 'Read', write: 'Write', readwrite: 'Readwrite' };
+
+/** A permission as etcd holds it: a key, or the range [key, rangeEnd). */
+export interface Permission {
+  permType: PermType;
+  key: Buffer;
+  rangeEnd: Buffer;
+}
+
+/** The end of the range holding every key that starts with `prefix` (etcdctl's --prefix). */
+export function prefixEnd(prefix: Buffer): Buffer {
+  const end = Buffer.from(prefix);
+  for (let i = end.length - 1; i >= 0; i--) {
+    if (end[i]! < 0xff) {
+      end[i]! += 1;
+      return end.subarray(0, i + 1);
+    }
+  }
+  // Only 0xff bytes: every key from the prefix on.
+  return Buffer.from([0]);
+}
+
+export function permissionOf(input: PermissionSettings): Permission {
+  const permType = PERM_TYPE[input.access];
+  if (input.prefix !== undefined) {
+    const key = Buffer.from(input.prefix);
+    return { permType, key, rangeEnd: prefixEnd(key) };
+  }
+  return { permType, key: Buffer.from(input.key ?? ''), rangeEnd: Buffer.alloc(0) };
+}
+
+const identityOf = (p: Permission) => `${p.permType}:${p.key.toString('hex')}:${p.rangeEnd.toString('hex')}`;
+/** etcd revokes by key and range only: one entry per range, whatever its type. */
+const rangeOf = (p: Permission) => `${p.key.toString('hex')}:${p.rangeEnd.toString('hex')}`;
+
+/** How an operator reads a permission: "readwrite prefix /app1/". */
+export function describePermission(p: Permission): string {
+  const access = p.permType.toLowerCase();
+  const text = (b: Buffer) => JSON.stringify(b.toString('utf8'));
+  if (p.rangeEnd.length === 0) return `${access} key ${text(p.key)}`;
+  if (p.rangeEnd.equals(prefixEnd(p.key))) return `${access} prefix ${text(p.key)}`;
+  return `${access} range [${text(p.key)}, ${text(p.rangeEnd)})`;
+}
+
+/** What etcd has, read by the step's check. */
+export interface LiveAccess {
+  users: Map<string, { roles: string[] }>;
+  roles: Map<string, Permission[]>;
+  managed: { users: string[]; roles: string[] };
+  /** Password mode: managed users whose inventory password etcd does not accept. */
+  passwordsDiffer: string[];
+}
+
+export interface WantedAccess {
+  roles: Record<string, RoleSettings>;
+  users: Record<string, UserSettings>;
+  /** Certificate mode: users have no password (their certificate's CN logs them in). */
+  certificateMode: boolean;
+}
+
+export type AccessAction =
+  | { kind: 'record-managed'; users: string[]; roles: string[] }
+  | { kind: 'add-role'; role: string }
+  | { kind: 'grant-permission'; role: string; permission: Permission }
+  | { kind: 'revoke-permission'; role: string; permission: Permission }
+  | { kind: 'add-user'; user: string; password?: Secret }
+  | { kind: 'change-password'; user: string; password: Secret }
+  | { kind: 'grant-role'; user: string; role: string }
+  | { kind: 'revoke-role'; user: string; role: string }
+  | { kind: 'delete-user'; user: string }
+  | { kind: 'delete-role'; role: string };
+
+export interface AccessChange {
+  summary: string;
+  action: AccessAction;
+}
+
+/** A wanted user or role that etcd has and the tool did not create. */
+export class AccessRefusal extends Error {}
+
+const sortedUnion = (...lists: readonly (readonly string[])[]) => [...new Set(lists.flat())].sort();
+const sameSet = (a: readonly string[], b: readonly string[]) => a.length === b.length && sortedUnion(a).join('\0') === sortedUnion(b).join('\0');
+
+/** Pure: the operations that make etcd's application users and roles those of the inventory. */
+export function planAccess(wanted: WantedAccess, live: LiveAccess): AccessChange[] {
+  const wantedRoles = Object.keys(wanted.roles).sort();
+  const wantedUsers = Object.keys(wanted.users).sort();
+  const managedRoles = new Set(live.managed.roles);
+  const managedUsers = new Set(live.managed.users);
+  const foreign = [
+    ...wantedRoles.filter((role) => live.roles.has(role) && !managedRoles.has(role)).map((role) => `role ${role}`),
+    ...wantedUsers.filter((user) => live.users.has(user) && !managedUsers.has(user)).map((user) => `user ${user}`),
+  ];
+  if (foreign.length > 0) {
+    throw new AccessRefusal(
+      `etcd already has ${foreign.join(', ')}, which the tool did not create (not in ${MANAGED_KEY}); it never takes over users or roles made by hand: delete ${foreign.length > 1 ? 'them' : 'it'} with etcdctl, or give the inventory's ${foreign.length > 1 ? 'ones other names' : 'one another name'}`,
+    );
+  }
+
+  const changes: AccessChange[] = [];
+  // Widened first: everything this run may create is recorded before it exists.
+  const widened = { users: sortedUnion(live.managed.users, wantedUsers), roles: sortedUnion(live.managed.roles, wantedRoles) };
+  if (!sameSet(widened.users, live.managed.users) || !sameSet(widened.roles, live.managed.roles)) {
+    changes.push({ summary: `record the users and roles the tool manages in ${MANAGED_KEY}`, action: { kind: 'record-managed', ...widened } });
+  }
+
+  for (const role of wantedRoles) {
+    const want = wanted.roles[role]!.permissions.map(permissionOf);
+    const have = live.roles.get(role);
+    if (!have) changes.push({ summary: `create role ${role}`, action: { kind: 'add-role', role } });
+    const haveIds = new Set((have ?? []).map(identityOf));
+    const wantIds = new Set(want.map(identityOf));
+    const wantRanges = new Set(want.map(rangeOf));
+    // A range whose type changes is granted again (etcd replaces it); one no longer wanted is revoked.
+    for (const permission of have ?? []) {
+      if (!wantRanges.has(rangeOf(permission))) changes.push({ summary: `revoke ${describePermission(permission)} from role ${role}`, action: { kind: 'revoke-permission', role, permission } });
+    }
+    for (const permission of want) {
+      if (!haveIds.has(identityOf(permission))) changes.push({ summary: `grant ${describePermission(permission)} to role ${role}`, action: { kind: 'grant-permission', role, permission } });
+    }
+  }
+
+  for (const user of wantedUsers) {
+    const settings = wanted.users[user]!;
+    const have = live.users.get(user);
+    const password = wanted.certificateMode ? undefined : settings.password;
+    if (!have) {
+      changes.push({ summary: `create user ${user} (${password ? 'password from the inventory, sent over TLS only' : `no password: its client certificate CN=${user} logs it in`})`, action: { kind: 'add-user', user, ...(password ? { password } : {}) } });
+    } else if (password && live.passwordsDiffer.includes(user)) {
+      changes.push({ summary: `change the password of user ${user} (to the inventory's)`, action: { kind: 'change-password', user, password } });
+    }
+    const haveRoles = have?.roles ?? [];
+    for (const role of haveRoles.filter((role) => !settings.roles.includes(role)).sort()) changes.push({ summary: `revoke role ${role} from user ${user}`, action: { kind: 'revoke-role', user, role } });
+    for (const role of [...new Set(settings.roles)].filter((role) => !haveRoles.includes(role)).sort()) changes.push({ summary: `grant role ${role} to user ${user}`, action: { kind: 'grant-role', user, role } });
+  }
+
+  // Users before roles: a deleted role is revoked from every user, and a managed user may still hold it.
+  const departingUsers = live.managed.users.filter((user) => !wantedUsers.includes(user)).sort();
+  const departingRoles = live.managed.roles.filter((role) => !wantedRoles.includes(role)).sort();
+  for (const user of departingUsers) if (live.users.has(user)) changes.push({ summary: `delete user ${user} (no longer in the inventory)`, action: { kind: 'delete-user', user } });
+  for (const role of departingRoles) if (live.roles.has(role)) changes.push({ summary: `delete role ${role} (no longer in the inventory)`, action: { kind: 'delete-role', role } });
+  // Narrowed last, once what left the inventory is gone from etcd.
+  if (departingUsers.length > 0 || departingRoles.length > 0) {
+    changes.push({ summary: `forget ${[...departingUsers.map((u) => `user ${u}`), ...departingRoles.map((r) => `role ${r}`)].join(', ')} in ${MANAGED_KEY}`, action: { kind: 'record-managed', users: wantedUsers, roles: wantedRoles } });
+  }
+  return changes;
+}
+
+/** The managed set as stored; anything unreadable is an error, not an empty set (that would orphan users). */
+export function parseManaged(value: string | null): LiveAccess['managed'] {
+  if (value === null) return { users: [], roles: [] };
+  const list = (field: unknown) => (Array.isArray(field) && field.every((item) => typeof item === 'string') ? (field as string[]) : undefined);
+  let record: unknown;
+  try {
+    record = JSON.parse(value);
+  } catch {
+    // Reported below.
+  }
+  const fields = (typeof record === 'object' && record !== null ? record : {}) as { users?: unknown; roles?: unknown };
+  const users = list(fields.users);
+  const roles = list(fields.roles);
+  if (!users || !roles) throw new Error(`${MANAGED_KEY} is not {"users": [...], "roles": [...]}; restore it, or delete it (the users and roles the tool made are then no longer recognised as its own)`);
+  return { users, roles };
+}
+
+export const formatManaged = (managed: { users: readonly string[]; roles: readonly string[] }) => JSON.stringify({ users: [...managed.users], roles: [...managed.roles] });

@@ -1,0 +1,127 @@
+import type { Etcd3 } from 'etcd3';
+import type { Step } from '../core/step.ts';
+import { revealSecret } from '../core/secret.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { EtcdClients } from '../etcd/client.ts';
+import type { ClientIdentities } from '../etcd/identities.ts';
+import { memberHealth } from '../etcd/health.ts';
+import { retryTransient } from '../etcd/transient.ts';
+import { AccessRefusal, formatManaged, MANAGED_KEY, parseManaged, planAccess, type AccessAction, type LiveAccess, type Permission } from '../etcd/access.ts';
+import { authEnabled } from './auth.ts';
+import { memberTargets } from './member-targets.ts';
+
+/**
+ * Application users and roles, converged from the designated member after the auth bootstrap: the
+ * planning is etcd/access.ts; this step reads etcd's users, roles and the managed set in one round of
+ * calls and applies the operations in their order. Passwords travel only inside gRPC requests.
+ */
+
+interface UsersState {
+  /** Set when etcd could not be asked (dry-run before the cluster exists): everything is planned. */
+  unreachable?: string;
+  live: LiveAccess;
+}
+
+const notFound = (error: unknown) => error instanceof Error && /not found/i.test(error.message);
+const rejectedPassword = (error: unknown) => error instanceof Error && /authentication failed|invalid user ID or password/i.test(error.message);
+
+/** A retried call may find its own earlier attempt already applied. */
+const unless = (done: RegExp) => (error: unknown) => {
+  if (!(error instanceof Error && done.test(error.message))) throw error;
+};
+
+const EMPTY: LiveAccess = { users: new Map(), roles: new Map(), managed: { users: [], roles: [] }, passwordsDiffer: [] };
+
+async function readAccess(client: Etcd3, inventory: Inventory): Promise<LiveAccess> {
+  const [userList, roleList, managedValue] = await Promise.all([client.auth.userList({}), client.auth.roleList({}), client.get(MANAGED_KEY).string()]);
+  const managed = parseManaged(managedValue);
+  // Only the users and roles the inventory names or the tool made: nobody else's are read.
+  const ofInterest = (names: readonly string[], listed: readonly string[], wanted: readonly string[]) => [...new Set([...wanted, ...names])].filter((name) => listed.includes(name));
+  const roleNames = ofInterest(managed.roles, roleList.roles, Object.keys(inventory.roles));
+  const userNames = ofInterest(managed.users, userList.users, Object.keys(inventory.users));
+  const [roles, users] = await Promise.all([
+    Promise.all(roleNames.map(async (role) => [role, (await client.auth.roleGet({ role })).perm.map((p): Permission => ({ permType: p.permType, key: Buffer.from(p.key), rangeEnd: Buffer.from(p.range_end) }))] as const)),
+    Promise.all(userNames.map(async (name) => [name, { roles: (await client.auth.userGet({ name })).roles }] as const)),
+  ]);
+  // Password mode: whether etcd accepts each managed user's inventory password (etcd keeps only a hash).
+  const checked = inventory.etcd.client_cert_auth ? [] : userNames.filter((name) => managed.users.includes(name) && name in inventory.users);
+  const differ = await Promise.all(
+    checked.map((name) =>
+      client.auth.authenticate({ name, password: revealSecret(inventory.users[name]!.password) }).then(
+        () => false,
+        (error) => (rejectedPassword(error) ? true : Promise.reject(error)),
+      ),
+    ),
+  );
+  return { users: new Map(users), roles: new Map(roles), managed, passwordsDiffer: checked.filter((_, i) => differ[i]) };
+}
+
+async function applyAction(client: Etcd3, action: AccessAction): Promise<void> {
+  switch (action.kind) {
+    case 'record-managed':
+      await client.put(MANAGED_KEY).value(formatManaged(action));
+      return;
+    case 'add-role':
+      await client.auth.roleAdd({ name: action.role }).catch(unless(/role name already exists/i));
+      return;
+    case 'grant-permission':
+      await client.auth.roleGrantPermission({ name: action.role, perm: { permType: action.permission.permType, key: action.permission.key, range_end: action.permission.rangeEnd } });
+      return;
+    case 'revoke-permission':
+      await client.auth.roleRevokePermission({ role: action.role, key: action.permission.key, range_end: action.permission.rangeEnd }).catch(unless(/permission is not granted/i));
+      return;
+    case 'add-user': {
+      const user = action.password ? { name: action.user, password: revealSecret(action.password) } : { name: action.user, password: '', options: { no_password: true } };
+      await client.auth.userAdd(user).catch(unless(/user name already exists/i));
+      return;
+    }
+    case 'change-password':
+      await client.auth.userChangePassword({ name: action.user, password: revealSecret(action.password) });
+      return;
+    case 'grant-role':
+      await client.auth.userGrantRole({ user: action.user, role: action.role });
+      return;
+    case 'revoke-role':
+      await client.auth.userRevokeRole({ name: action.user, role: action.role }).catch(unless(/role is not granted/i));
+      return;
+    case 'delete-user':
+      await client.auth.userDelete({ name: action.user }).catch((error) => (notFound(error) ? undefined : Promise.reject(error)));
+      return;
+    case 'delete-role':
+      await client.auth.roleDelete({ role: action.role }).catch((error) => (notFound(error) ? undefined : Promise.reject(error)));
+      return;
+  }
+}
+
+export function usersStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, identities: ClientIdentities, dryRun: boolean): Step<UsersState, AccessAction> {
+  const { targets, memberNamed } = memberTargets(members.filter((member) => member.bootstrapsAuth));
+  // Before the auth step has run (a dry-run of a new cluster), root does not exist yet.
+  const asRoot = async (member: Member) => clients.for(member, (await retryTransient(() => authEnabled(clients, member, identities))) ? identities.root() : identities.beforeAuth());
+  return {
+    name: 'users',
+    targets,
+    async check(name) {
+      const member = memberNamed(name);
+      if (dryRun) {
+        const health = await memberHealth(inventory, clients, member);
+        if (!health.healthy) return { unreachable: health.reason, live: EMPTY };
+      }
+      const client = await asRoot(member);
+      return { live: await retryTransient(() => readAccess(client, inventory)) };
+    },
+    plan(state) {
+      try {
+        const changes = planAccess({ roles: inventory.roles, users: inventory.users, certificateMode: inventory.etcd.client_cert_auth }, state.live);
+        return state.unreachable ? changes.map((change) => ({ ...change, summary: `${change.summary} (once etcd is healthy)` })) : changes;
+      } catch (error) {
+        if (error instanceof AccessRefusal) throw new Error(`refusing to continue: ${error.message}`);
+        throw error;
+      }
+    },
+    async apply(changes, name) {
+      const client = await asRoot(memberNamed(name));
+      // In order: the managed set widened first, roles before the users that hold them, deletions, then the set narrowed.
+      for (const { action } of changes) await retryTransient(() => applyAction(client, action));
+    },
+  };
+}

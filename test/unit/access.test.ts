@@ -1,0 +1,88 @@
+import test from 'ava';
+import { Secret } from '../../tasks/core/secret.ts';
+import { AccessRefusal, describePermission, MANAGED_KEY, parseManaged, permissionOf, planAccess, prefixEnd, type LiveAccess, type WantedAccess } from '../../tasks/etcd/access.ts';
+
+/** Application users and roles as tables: what the inventory wants and what etcd answers, in; operations, out. */
+
+const app1 = { permissions: [{ prefix: '/app1/', access: 'readwrite' as const }] };
+const wantedCert = (over: Partial<WantedAccess> = {}): WantedAccess => ({ roles: { app1: app1 }, users: { alice: { roles: ['app1'], password: new Secret('') } }, certificateMode: true, ...over });
+const live = (over: Partial<LiveAccess> = {}): LiveAccess => ({ users: new Map(), roles: new Map(), managed: { users: [], roles: [] }, passwordsDiffer: [], ...over });
+/** etcd's answer when the wanted state is there. */
+const converged = (over: Partial<LiveAccess> = {}) =>
+  live({ users: new Map([['alice', { roles: ['app1'] }]]), roles: new Map([['app1', [permissionOf(app1.permissions[0]!)]]]), managed: { users: ['alice'], roles: ['app1'] }, ...over });
+const summaries = (wanted: WantedAccess, state: LiveAccess) => planAccess(wanted, state).map((change) => change.summary);
+
+test('a prefix is the range up to the prefix with its last byte raised, as etcdctl --prefix', (t) => {
+  t.is(prefixEnd(Buffer.from('/app1/')).toString(), '/app10');
+  t.deepEqual(prefixEnd(Buffer.from([0x61, 0xff])), Buffer.from([0x62]));
+  t.deepEqual(prefixEnd(Buffer.from([0xff, 0xff])), Buffer.from([0]));
+  t.is(describePermission(permissionOf({ prefix: '/app1/', access: 'readwrite' })), 'readwrite prefix "/app1/"');
+  t.is(describePermission(permissionOf({ key: '/config', access: 'read' })), 'read key "/config"');
+  t.deepEqual(permissionOf({ key: '/config', access: 'read' }).rangeEnd, Buffer.alloc(0));
+});
+
+test('absent: the managed set is recorded first, then the role, its permission, the user and its role', (t) => {
+  t.deepEqual(summaries(wantedCert(), live()), [
+    `record the users and roles the tool manages in ${MANAGED_KEY}`,
+    'create role app1',
+    'grant readwrite prefix "/app1/" to role app1',
+    'create user alice (no password: its client certificate CN=alice logs it in)',
+    'grant role app1 to user alice',
+  ]);
+  const record = planAccess(wantedCert(), live())[0]!.action;
+  t.deepEqual(record, { kind: 'record-managed', users: ['alice'], roles: ['app1'] });
+});
+
+test('equal: nothing to do', (t) => {
+  t.deepEqual(summaries(wantedCert(), converged()), []);
+});
+
+test('drifted: a permission whose access changed is granted again, one no longer wanted is revoked, a role granted by hand to a managed user is revoked', (t) => {
+  const wanted = wantedCert({ roles: { app1: { permissions: [{ prefix: '/app1/', access: 'read' }] } } });
+  const state = converged({
+    roles: new Map([['app1', [permissionOf({ prefix: '/app1/', access: 'readwrite' }), permissionOf({ key: '/other', access: 'write' })]]]),
+    users: new Map([['alice', { roles: ['app1', 'ops'] }]]),
+  });
+  t.deepEqual(summaries(wanted, state), ['revoke write key "/other" from role app1', 'grant read prefix "/app1/" to role app1', 'revoke role ops from user alice']);
+});
+
+test('removed from the inventory: the managed user and role are deleted, users first, and the set narrowed last', (t) => {
+  const changes = planAccess(wantedCert({ roles: {}, users: {} }), converged());
+  t.deepEqual(changes.map((change) => change.action.kind), ['delete-user', 'delete-role', 'record-managed']);
+  t.deepEqual(changes.at(-1)!.action, { kind: 'record-managed', users: [], roles: [] });
+});
+
+test('a run killed after deleting: what is already gone is only forgotten', (t) => {
+  const state = converged({ users: new Map(), roles: new Map() });
+  t.deepEqual(summaries(wantedCert({ roles: {}, users: {} }), state), [`forget user alice, role app1 in ${MANAGED_KEY}`]);
+});
+
+test('users and roles made by hand are never read into the plan, changed or deleted', (t) => {
+  const state = converged({ users: new Map([['alice', { roles: ['app1'] }], ['bob', { roles: ['ops'] }]]), roles: new Map([['app1', [permissionOf(app1.permissions[0]!)]], ['ops', []]]) });
+  t.deepEqual(summaries(wantedCert(), state), []);
+  t.deepEqual(summaries(wantedCert({ roles: {}, users: {} }), state).filter((summary) => /bob|ops/.test(summary)), []);
+});
+
+test('refused: the inventory names a user or role etcd has that the tool did not create', (t) => {
+  const state = live({ users: new Map([['alice', { roles: [] }]]), roles: new Map([['app1', []]]) });
+  const error = t.throws(() => planAccess(wantedCert(), state), { instanceOf: AccessRefusal });
+  t.regex(error.message, /etcd already has role app1, user alice, which the tool did not create/);
+});
+
+test('password mode: a new user carries its password; a managed user whose password etcd rejects gets the inventory one; neither is in a summary', (t) => {
+  const password = new Secret('s3cret-pass');
+  const wanted = wantedCert({ certificateMode: false, users: { alice: { roles: ['app1'], password } } });
+  const added = planAccess(wanted, live()).find((change) => change.action.kind === 'add-user')!;
+  t.deepEqual(added.action, { kind: 'add-user', user: 'alice', password });
+  t.is(added.summary, 'create user alice (password from the inventory, sent over TLS only)');
+  const changed = planAccess(wanted, converged({ passwordsDiffer: ['alice'] }));
+  t.deepEqual(changed.map((change) => change.summary), ['change the password of user alice (to the inventory\'s)']);
+  t.false(JSON.stringify(changed).includes('s3cret-pass'));
+  t.deepEqual(summaries(wanted, converged()), []);
+});
+
+test('the managed set is read strictly: anything else is an error, never an empty set', (t) => {
+  t.deepEqual(parseManaged(null), { users: [], roles: [] });
+  t.deepEqual(parseManaged('{"users":["a"],"roles":["r"]}'), { users: ['a'], roles: ['r'] });
+  for (const bad of ['not json', '[]', '{"users":"a","roles":[]}', '{"users":[1],"roles":[]}', 'null']) t.throws(() => parseManaged(bad), { message: /is not \{"users"/ }, bad);
+});
