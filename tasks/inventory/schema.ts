@@ -302,6 +302,12 @@ export const pkiSchema = z
     early_renewal_period: z.number().int().nonnegative().max(MAX_VALIDITY_HOURS, `is in hours; at most ${MAX_VALIDITY_HOURS}`).default(365 * 24),
     key_length: z.union([z.literal(2048), z.literal(3072), z.literal(4096)]).default(2048),
     extra_domains: z.array(line).default([]),
+    /**
+     * A two-tier PKI: the CA (the members' and clients' trust anchor) signs only an intermediate CA,
+     * which signs members and clients; certificates carry the intermediate after them. The CA's key
+     * can then be kept offline.
+     */
+    intermediate: z.boolean().default(false),
     ca: z.object({ certificate: pemOrPath, key: pemOrPath }).strict().optional(),
     root_client: z.object({ certificate: pemOrPath, key: pemOrPath }).strict().optional(),
   })

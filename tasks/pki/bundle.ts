@@ -6,7 +6,7 @@ import type { Inventory } from '../inventory/model.ts';
 import { clientUrl } from '../inventory/urls.ts';
 import { applicationUsers } from './plan.ts';
 import type { PkiStore } from './store.ts';
-import { isSignedBy, keyMatchesCertificate } from './x509.ts';
+import { chainLeadsTo, keyMatchesCertificate } from './x509.ts';
 
 /**
  * What a client machine needs to use the cluster as one user: the CA, the user's certificate and key
@@ -39,7 +39,7 @@ export function clientBundle(inventory: Inventory, store: PkiStore, user: string
   const files: BundleFile[] = [{ name: 'ca.crt', content: caCert, mode: 0o644 }];
   if (inventory.etcd.client_cert_auth) {
     const pair = user === 'root' && inventory.pki.rootClient ? { public: inventory.pki.rootClient.certificate, privateKey: inventory.pki.rootClient.key.reveal() } : store.read(`client/${user}`);
-    if (!pair.public || !pair.privateKey || !keyMatchesCertificate(pair.public, pair.privateKey) || !isSignedBy(pair.public, caCert)) {
+    if (!pair.public || !pair.privateKey || !keyMatchesCertificate(pair.public, pair.privateKey) || !chainLeadsTo(pair.public, caCert)) {
       throw new InputError(`the state directory has no valid certificate for user ${user} yet: run the deploy first (its pki step issues it)`);
     }
     files.push({ name: `${user}.crt`, content: pair.public, mode: 0o644 }, { name: `${user}.key`, content: new Secret(pair.privateKey), mode: 0o600 });

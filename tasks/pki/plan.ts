@@ -14,6 +14,7 @@ export interface WantedCertificate {
 
 export type PkiAction =
   | { kind: 'create-ca' }
+  | { kind: 'issue-intermediate' }
   | { kind: 'issue'; certificate: WantedCertificate }
   | { kind: 'ssh-key'; id: 'ssh/admin' }
   | { kind: 'ssh-host-key'; member: string }
@@ -24,6 +25,8 @@ export type PkiAction =
 /** What the state directory holds, read by the check. */
 export interface PkiFacts {
   ca: StoredPair;
+  /** pki.intermediate: the CA that signs members and clients. */
+  intermediate: StoredPair;
   leaves: Map<MaterialId, StoredPair>;
   adminSsh: StoredPair;
   /** Each member's SSH host key, by member name: generated here, injected by cloud-init, pinned. */
@@ -83,6 +86,20 @@ export function caOf(inventory: Inventory, facts: PkiFacts): StoredPair {
   return inventory.pki.ca ? { public: inventory.pki.ca.certificate, privateKey: inventory.pki.ca.key.reveal() } : facts.ca;
 }
 
+/** The CA's private key is not in the state directory (kept offline): only an intermediate can sign then. */
+export const rootKeyOffline = (inventory: Inventory, facts: PkiFacts): boolean => !inventory.pki.ca && facts.ca.public !== undefined && facts.ca.privateKey === undefined;
+
+/** Why the intermediate CA must be issued (again), or undefined when it can go on signing. */
+function intermediateReason(stored: StoredPair, caPem: string, renewBeforeHours: number, now: Date): string | undefined {
+  if (!stored.public) return 'missing';
+  if (!stored.privateKey) return 'its private key is missing';
+  if (!keyMatchesCertificate(stored.public, stored.privateKey)) return 'its private key does not match';
+  if (!isSignedBy(stored.public, caPem)) return 'not signed by the current CA';
+  const notAfter = inspectCertificate(stored.public).notAfter;
+  if ((notAfter.getTime() - now.getTime()) / 3_600_000 < renewBeforeHours) return `it expires ${notAfter.toISOString()}, inside the renewal period`;
+  return undefined;
+}
+
 function describeSans(sans: SubjectAltNames): string {
   return [...sans.dns.map((d) => `DNS:${d}`), ...sans.ips.map((ip) => `IP:${ip}`)].map((line) => `${line}\n`).join('');
 }
@@ -122,9 +139,15 @@ export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(
   if (inventory.pki.ca && !keyMatchesCertificate(inventory.pki.ca.certificate, inventory.pki.ca.key.reveal())) {
     throw new PkiRefusal('pki.ca.key does not belong to pki.ca.certificate; give the CA\'s own key');
   }
+  const intermediateUsable = inventory.pki.intermediate && caPem !== undefined && intermediateReason(facts.intermediate, caPem, inventory.pki.early_renewal_period, now) === undefined;
   if (!inventory.pki.ca) {
-    if (ca.public && !ca.privateKey) {
-      throw new PkiRefusal('ca.crt exists but ca.key is missing; restore the key into the state directory (the CA is never replaced silently)');
+    // With an intermediate that can sign, the CA's key may be kept offline (the step warns).
+    if (ca.public && !ca.privateKey && !intermediateUsable) {
+      throw new PkiRefusal(
+        inventory.pki.intermediate
+          ? `the intermediate CA must be issued (${facts.intermediate.public ? intermediateReason(facts.intermediate, caPem!, inventory.pki.early_renewal_period, now) : 'missing'}), and only the CA can sign it, but pki/ca.key is not in the state directory: put the CA's key back for this run`
+          : 'ca.crt exists but ca.key is missing; restore the key into the state directory (the CA is never replaced silently)',
+      );
     }
     if (ca.public && ca.privateKey && !keyMatchesCertificate(ca.public, ca.privateKey)) {
       throw new PkiRefusal('pki/ca.key does not belong to pki/ca.crt (two runs at once, or a file copied from elsewhere?); restore the pair that signed the members\' certificates');
@@ -147,9 +170,21 @@ export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(
     }
   }
 
+  // What signs members and clients: the CA itself, or its intermediate (issued again when it must be).
+  let signerPem = caPem;
+  let signerIsNew = caPem === undefined ? 'the CA is new' : undefined;
+  if (inventory.pki.intermediate) {
+    const reason = caPem === undefined ? 'the CA is new' : intermediateReason(facts.intermediate, caPem, inventory.pki.early_renewal_period, now);
+    if (reason !== undefined) {
+      changes.push({ summary: `issue the intermediate CA (${reason})`, action: { kind: 'issue-intermediate' } });
+      signerIsNew = 'the intermediate CA is new';
+      signerPem = undefined;
+    } else signerPem = facts.intermediate.public;
+  }
+
   for (const certificate of wanted) {
     const stored = facts.leaves.get(certificate.id) ?? {};
-    const reason = caPem === undefined ? (stored.public ? 'the CA is new' : 'missing') : reissueReason(certificate, stored, caPem, inventory.pki.early_renewal_period, now, renewIssuedBefore);
+    const reason = signerPem === undefined ? (stored.public ? signerIsNew : 'missing') : reissueReason(certificate, stored, signerPem, inventory.pki.early_renewal_period, now, renewIssuedBefore);
     if (reason === undefined) continue;
     const before = stored.public ? describeSans(inspectCertificate(stored.public).sans) : '';
     changes.push({

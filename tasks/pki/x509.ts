@@ -11,7 +11,8 @@ export interface SubjectAltNames {
   ips: string[];
 }
 
-export type CertificateProfile = 'ca' | 'server-and-client' | 'client';
+/** 'intermediate-ca' signs leaves only (path length 0). */
+export type CertificateProfile = 'ca' | 'intermediate-ca' | 'server-and-client' | 'client';
 
 export interface CertificateRequest {
   commonName: string;
@@ -26,9 +27,9 @@ export interface CertificateRequest {
 }
 
 function extensionsFor(profile: CertificateProfile, sans: SubjectAltNames): object[] {
-  if (profile === 'ca') {
+  if (profile === 'ca' || profile === 'intermediate-ca') {
     return [
-      { name: 'basicConstraints', cA: true, critical: true },
+      { name: 'basicConstraints', cA: true, ...(profile === 'intermediate-ca' ? { pathLenConstraint: 0 } : {}), critical: true },
       { name: 'keyUsage', keyCertSign: true, cRLSign: true, critical: true },
       { name: 'subjectKeyIdentifier' },
     ];
@@ -107,6 +108,13 @@ export function isSignedBy(certPem: string, caPem: string): boolean {
   const cert = new X509Certificate(certPem);
   const ca = new X509Certificate(caPem);
   return cert.checkIssued(ca) && cert.verify(ca.publicKey);
+}
+
+/** A certificate followed by the intermediates that lead to `caPem`, each signed by the next. */
+export function chainLeadsTo(chainPem: string, caPem: string): boolean {
+  const blocks = chainPem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+  if (blocks.length === 0) return false;
+  return blocks.every((block, i) => isSignedBy(block, blocks[i + 1] ?? caPem));
 }
 
 export function keyMatchesCertificate(certPem: string, keyPem: string): boolean {

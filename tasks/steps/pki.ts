@@ -3,12 +3,17 @@ import type { Inventory } from '../inventory/model.ts';
 import { writeNewIdentity } from '../pki/identity.ts';
 import { generateRsaKey, generateSshKey } from '../pki/keys.ts';
 import { readFacts } from '../pki/materials.ts';
-import { caOf, knownHostsOf, planPki, PkiRefusal, type PkiAction, type PkiFacts } from '../pki/plan.ts';
+import { caOf, knownHostsOf, planPki, PkiRefusal, rootKeyOffline, type PkiAction, type PkiFacts } from '../pki/plan.ts';
 import { PUBLIC_FILE_MODE, writeFileAtomic } from '../core/files.ts';
 import type { PkiStore } from '../pki/store.ts';
-import { issueCertificate } from '../pki/x509.ts';
+import { inspectCertificate, issueCertificate } from '../pki/x509.ts';
 
-/** The cluster's CA, member certificates, root client certificate and the tool's SSH key, in the state directory. */
+/**
+ * The cluster's CA (and with pki.intermediate its intermediate, which then signs everything else),
+ * member certificates, client certificates and the tool's SSH keys, in the state directory. A leaf
+ * signed by the intermediate is stored with the intermediate after it, so whoever presents it (etcd,
+ * etcdctl, the tool) sends the chain up to the CA that members and clients trust.
+ */
 export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore?: Date): Step<PkiFacts, PkiAction> {
   const validityHours = inventory.pki.validity_period;
   const organization = inventory.pki.organization;
@@ -27,14 +32,21 @@ export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore
         throw error;
       }
     },
+    warnings(facts) {
+      if (!inventory.pki.intermediate || !rootKeyOffline(inventory, facts) || !facts.intermediate.public) return [];
+      const until = inspectCertificate(facts.intermediate.public).notAfter.toISOString();
+      return [`the CA's key is offline (pki/ca.key is not in the state directory): the intermediate CA signs alone, until ${until}; put the key back for a run before then to renew it`];
+    },
     async apply(changes: Change<PkiAction>[], _target, facts) {
       const actions = changes.map((change) => change.action);
       const issues = actions.flatMap((action) => (action.kind === 'issue' ? [action.certificate] : []));
       const createCa = actions.some((action) => action.kind === 'create-ca');
+      const issueIntermediate = actions.some((action) => action.kind === 'issue-intermediate');
       // Every key at once, on libuv's thread pool (RSA generation dominates); signing is quick and sequential.
       const hostKeyMembers = actions.flatMap((action) => (action.kind === 'ssh-host-key' ? [action.member] : []));
-      const [caKey, leafKeys, sshKey, hostKeys] = await Promise.all([
+      const [caKey, intermediateKey, leafKeys, sshKey, hostKeys] = await Promise.all([
         createCa ? generateRsaKey(inventory.pki.key_length) : undefined,
+        issueIntermediate ? generateRsaKey(inventory.pki.key_length) : undefined,
         Promise.all(issues.map(() => generateRsaKey(inventory.pki.key_length))),
         actions.some((action) => action.kind === 'ssh-key') ? generateSshKey(`etcd-kvm@${inventory.cluster.name}`) : undefined,
         Promise.all(hostKeyMembers.map((member) => generateSshKey(`${member} host key`))),
@@ -52,11 +64,26 @@ export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore
         store.write('ca', { public: certificate, privateKey: caKey });
         ca = { public: certificate, privateKey: caKey };
       }
-      const issuer = { certificatePem: ca.public!, keyPem: ca.privateKey! };
+      let signer = inventory.pki.intermediate ? facts.intermediate : ca;
+      if (intermediateKey) {
+        const certificate = issueCertificate({
+          commonName: `${inventory.cluster.name} etcd intermediate CA`,
+          organization,
+          profile: 'intermediate-ca',
+          sans: { dns: [], ips: [] },
+          validityHours,
+          subjectKeyPem: intermediateKey,
+          issuer: { certificatePem: ca.public!, keyPem: ca.privateKey! },
+        });
+        store.write('intermediate', { public: certificate, privateKey: intermediateKey });
+        signer = { public: certificate, privateKey: intermediateKey };
+      }
+      const issuer = { certificatePem: signer.public!, keyPem: signer.privateKey! };
+      const chain = inventory.pki.intermediate ? signer.public! : '';
       issues.forEach((wanted, i) => {
         const key = leafKeys[i]!;
         const certificate = issueCertificate({ commonName: wanted.commonName, organization, profile: wanted.profile, sans: wanted.sans, validityHours, subjectKeyPem: key, issuer });
-        store.write(wanted.id, { public: certificate, privateKey: key });
+        store.write(wanted.id, { public: `${certificate}${chain}`, privateKey: key });
       });
       if (sshKey) store.write('ssh/admin', { public: `${sshKey.publicLine}\n`, privateKey: sshKey.privatePem });
       hostKeyMembers.forEach((member, i) => store.write(`ssh-host/${member}`, { public: `${hostKeys[i]!.publicLine}\n`, privateKey: hostKeys[i]!.privatePem }));

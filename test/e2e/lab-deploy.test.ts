@@ -128,7 +128,7 @@ test.serial('a second run changes nothing, and a dry-run after it plans nothing'
   const perMember = ['render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health'];
   t.deepEqual(
     second.report.results.map((r) => `${r.step}@${r.host}`).sort(),
-    ['pki@localhost', 'members@localhost', 'auth@etcd-1', ...perMember.flatMap((step) => MEMBERS.map((member) => `${step}@${member}`))].sort(),
+    ['pki@localhost', 'members@localhost', 'auth@etcd-1', 'users@etcd-1', ...perMember.flatMap((step) => MEMBERS.map((member) => `${step}@${member}`))].sort(),
   );
   t.deepEqual(changed(second), []);
   const dry = deployed(t, ['--dry-run']);
@@ -315,6 +315,64 @@ test.serial('a member attached by network_id: resolved on the hypervisor to the 
   } finally {
     rmSync(byId, { force: true });
     rmSync(unknownId, { force: true });
+  }
+});
+
+// Application users and their client bundles.
+
+/** etcdctl as an operator's client machine runs it: only the bundle's etcdctl.env, inside the lab namespace. */
+const asBundle = (dir: string, args: string[]) => inLab('sh', ['-c', `set -a; . ${dir}/etcdctl.env; set +a; exec etcdctl --dial-timeout=5s --command-timeout=10s "$@"`, 'etcdctl', ...args]);
+
+test.serial('an application user: its bundle writes and reads under /app1/ only, a narrower permission applies on the next run, removed from the inventory it is gone; a user made by hand is left alone', (t) => {
+  const users = (access: string) => (yaml: string) => `${yaml}\nroles:\n  app1-rw:\n    permissions:\n      - prefix: /app1/\n        access: ${access}\nusers:\n  app1:\n    roles: [app1-rw]\n`;
+  const readwrite = variant('users-rw', users('readwrite'));
+  const readOnly = variant('users-r', users('read'));
+  const bundle = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-bundle-'));
+  try {
+    t.is(etcdctl(ALL, rootIdentity, ['user', 'add', 'handmade:handmade-pw']).status, 0);
+    const created = deployed(t, ['-i', readwrite]);
+    t.is(created.status, 0);
+    t.deepEqual(created.report.results.filter((r) => r.step === 'users').flatMap((r) => r.changes.map((c) => c.summary)), [
+      'record the users and roles the tool manages in etcd-kvm/managed-access',
+      'create role app1-rw',
+      'grant readwrite prefix "/app1/" to role app1-rw',
+      'create user app1 (no password: its client certificate CN=app1 logs it in)',
+      'grant role app1-rw to user app1',
+    ]);
+    const written = run(process.execPath, ['--import', 'tsx', 'tasks/client.ts', '-i', readwrite, '--user', 'app1', '--out', bundle]);
+    t.is(written.status, 0, written.stderr);
+    t.is(statSync(join(bundle, 'app1.key')).mode & 0o777, 0o600);
+
+    t.is(asBundle(bundle, ['put', '/app1/greeting', 'hello app1']).status, 0);
+    t.is(asBundle(bundle, ['get', '--print-value-only', '/app1/greeting']).stdout.trim(), 'hello app1');
+    t.regex(asBundle(bundle, ['put', '/app2/greeting', 'no']).stderr, /permission denied/);
+    t.regex(asBundle(bundle, ['get', 'e2e/greeting']).stderr, /permission denied/);
+    t.regex(asBundle(bundle, ['user', 'list']).stderr, /permission denied/);
+    t.deepEqual(changed(deployed(t, ['-i', readwrite])), []);
+
+    const narrowed = deployed(t, ['-i', readOnly]);
+    t.is(narrowed.status, 0);
+    t.deepEqual(changed(narrowed), ['etcd-1/users: changed grant read prefix "/app1/" to role app1-rw']);
+    t.is(asBundle(bundle, ['get', '--print-value-only', '/app1/greeting']).stdout.trim(), 'hello app1');
+    t.regex(asBundle(bundle, ['put', '/app1/greeting', 'changed']).stderr, /permission denied/);
+
+    // The lab's own inventory has no users: app1 and its role leave etcd, its certificate the state directory.
+    const removed = deployed(t);
+    t.is(removed.status, 0);
+    t.deepEqual(changed(removed), [
+      'localhost/pki: changed delete certificate client/app1 and its key (no such user in the inventory)',
+      'etcd-1/users: changed delete user app1 (no longer in the inventory); delete role app1-rw (no longer in the inventory); forget user app1, role app1-rw in etcd-kvm/managed-access',
+    ]);
+    t.deepEqual(etcdctl(ALL, rootIdentity, ['user', 'list']).stdout.trim().split('\n').sort(), ['handmade', 'root']);
+    t.deepEqual(etcdctl(ALL, rootIdentity, ['role', 'list']).stdout.trim().split('\n'), ['root']);
+    t.false(existsSync(join(LAB_STATE, 'pki/clients/app1.key')));
+    t.not(asBundle(bundle, ['get', '/app1/greeting']).status, 0, 'the removed user is refused');
+  } finally {
+    rmSync(readwrite, { force: true });
+    rmSync(readOnly, { force: true });
+    rmSync(bundle, { recursive: true, force: true });
+    etcdctl(ALL, rootIdentity, ['user', 'delete', 'handmade']);
+    etcdctl(ALL, rootIdentity, ['del', '--prefix', '/app1/']);
   }
 });
 

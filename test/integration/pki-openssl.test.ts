@@ -1,5 +1,5 @@
 import test from 'ava';
-import { mkdtempSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Runner } from '../../tasks/core/runner.ts';
@@ -143,6 +143,49 @@ test('each application user gets a client certificate (CN = its name, clientAuth
   });
   t.deepEqual(removed.changes.map((c) => c.summary), ['delete certificate client/bob and its key (no such user in the inventory)']);
   t.deepEqual(readdirSync(join(stateDir, 'pki/clients')).sort(), ['alice.crt', 'alice.key', 'root.crt', 'root.key']);
+});
+
+test('pki.intermediate: the CA signs only the intermediate (path length 0), which signs members and clients; leaves carry the chain; the CA key can go offline', async (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
+  const twoTier = (doc: Doc) => {
+    doc.pki = { intermediate: true };
+    doc.users = { alice: {} };
+  };
+  const first = await applyPki(stateDir, twoTier);
+  t.is(first.status, 'changed', first.error);
+  t.true(first.changes.some((c) => c.summary === 'issue the intermediate CA (the CA is new)'));
+  const pki = join(stateDir, 'pki');
+  t.regex(x509Text(join(pki, 'intermediate.crt')), /CA:TRUE, pathlen:0/);
+  for (const leaf of ['members/etcd-1.crt', 'members/etcd-3.crt', 'clients/root.crt', 'clients/alice.crt']) {
+    const verified = run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), '-untrusted', join(pki, 'intermediate.crt'), join(pki, leaf)]);
+    t.is(verified.status, 0, `${leaf}: ${verified.stderr}`);
+    t.not(run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), join(pki, leaf)]).status, 0, `${leaf} is not signed by the CA itself`);
+    // The leaf file carries the intermediate after the leaf: what etcd and etcdctl present.
+    t.is(readFileSync(join(pki, leaf), 'utf8').match(/BEGIN CERTIFICATE/g)?.length, 2, leaf);
+    t.true(readFileSync(join(pki, leaf), 'utf8').endsWith(readFileSync(join(pki, 'intermediate.crt'), 'utf8')));
+  }
+
+  // The CA key offline: the run goes on with the intermediate and says so.
+  const caKey = readFileSync(join(pki, 'ca.key'), 'utf8');
+  rmSync(join(pki, 'ca.key'));
+  const offline = await applyPki(stateDir, twoTier);
+  t.is(offline.status, 'ok', offline.error);
+  t.regex(offline.warnings?.join('\n') ?? '', /the CA's key is offline .* the intermediate CA signs alone, until \d{4}-/);
+  // A new member certificate is still issued, by the intermediate.
+  rmSync(join(pki, 'members/etcd-2.crt'));
+  t.is((await applyPki(stateDir, twoTier)).status, 'changed');
+  t.is(run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), '-untrusted', join(pki, 'intermediate.crt'), join(pki, 'members/etcd-2.crt')]).status, 0);
+
+  // An intermediate that must be issued again needs the CA's key: refused until it is back, then every leaf follows.
+  rmSync(join(pki, 'intermediate.key'));
+  const refused = await applyPki(stateDir, twoTier);
+  t.is(refused.status, 'failed');
+  t.regex(refused.error ?? '', /the intermediate CA must be issued \(its private key is missing\), and only the CA can sign it, but pki\/ca.key is not in the state directory/);
+  writeFileSync(join(pki, 'ca.key'), caKey, { mode: 0o600 });
+  const reissued = await applyPki(stateDir, twoTier);
+  t.is(reissued.status, 'changed', reissued.error);
+  t.true(reissued.changes.some((c) => c.summary === 'issue certificate member/etcd-1 (the intermediate CA is new)'));
+  t.is(run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), '-untrusted', join(pki, 'intermediate.crt'), join(pki, 'clients/alice.crt')]).status, 0);
 });
 
 test('a missing CA with surviving leaves is refused, never replaced silently', async (t) => {
