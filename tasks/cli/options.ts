@@ -32,9 +32,9 @@ Options:
                          and stop; contacts no hypervisor
       --limit NAMES      comma-separated member names to act on (the others are left alone)
       --tags STEPS       run only these steps (comma-separated): volumes, cloud-init, domain,
-                         restore, guest, health, auth; pki, cluster and render always run
+                         restore, guest, health, auth, users; pki, cluster and render always run
       --skip-tags STEPS  run every step but these
-      --renew-certs      re-issue every member and root client certificate now (they are also
+      --renew-certs      re-issue every member and client certificate now (they are also
                          renewed within pki.early_renewal_period of expiry); the guest step
                          pushes them, no restart needed
       --replace NAMES    replace these members (comma-separated), as Terraform's -replace: each is

@@ -75,3 +75,18 @@ test.serial('a cluster on macvtap NICs, deployed from another machine on the seg
   t.is(again.status, 0);
   t.deepEqual(again.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`), []);
 });
+
+test.serial('pki.intermediate on the lab: every member and client certificate verifies through the intermediate to the CA, and a member serves the chain', (t) => {
+  const pki = join(STATE, 'pki');
+  const leaves = [...Object.keys(MEMBERS).map((name) => `members/${name}.crt`), 'clients/root.crt'];
+  for (const leaf of leaves) {
+    const verified = run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), '-untrusted', join(pki, 'intermediate.crt'), join(pki, leaf)]);
+    t.is(verified.status, 0, `${leaf}: ${verified.stderr}`);
+  }
+  const [host, port] = [MEMBERS['etcd-mv-2'], '2379'];
+  const handshake = run('ip', ['netns', 'exec', CLIENT_NAMESPACE, 'openssl', 's_client', '-connect', `${host}:${port}`, '-CAfile', ROOT.caCert, '-cert', ROOT.cert!, '-key', ROOT.key!, '-showcerts'], { input: '' });
+  t.regex(handshake.stdout, /Verify return code: 0 \(ok\)/);
+  // The chain as served: the member's certificate, then the intermediate.
+  t.regex(handshake.stdout, /0 s:.*CN ?= ?etcd-mv-2[\s\S]*1 s:.*CN ?= ?lab-macvtap etcd intermediate CA/);
+  t.is(handshake.stdout.match(/BEGIN CERTIFICATE/g)?.length, 2);
+});
