@@ -33,7 +33,7 @@ process.exitCode = await runTool({
   async run(values, path) {
     if (typeof values.user !== 'string' || typeof values.out !== 'string') throw new InputError(`--user NAME and --out DIR are required\n\n${HELP}`);
     const inventory = loadInventory(path);
-    const files = clientBundle(inventory, new PkiStore(inventory.stateDir), values.user, values.out);
+    const files = clientBundle(inventory, await PkiStore.open(inventory.stateDir), values.user, values.out);
     ensurePrivateDir(values.out);
     for (const file of files) writeFileAtomic(join(values.out, file.name), typeof file.content === 'string' ? file.content : revealSecret(file.content), file.mode);
     console.log(`wrote ${files.map((file) => join(values.out as string, file.name)).join(', ')}`);

@@ -145,7 +145,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const members = selectMembers(inventory, options.limit);
   // Whole seconds: certificate times have no finer resolution, and one issued in this run must not look older than the run.
   const runStarted = new Date(Math.floor(Date.now() / 1000) * 1000);
-  const store = new PkiStore(inventory.stateDir);
+  const store = await PkiStore.open(inventory.stateDir);
   let rendered: Rendered = { files: new Map(), guests: new Map() };
   // Names of the libvirt networks members give by network_id, asked on their hypervisors before rendering.
   const networkNames: NetworkNames = new Map();
@@ -160,7 +160,13 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.health);
   // Loaded only when needed: importing the S3 SDK costs ~120 ms at every start otherwise.
   const snapshots = inventory.restore.enabled ? new (await import('./backup/source.ts')).SnapshotSource(inventory.restore) : undefined;
-  const memberSsh = new MemberConnections(remote.connections, { privateKeyPath: store.pathsOf('ssh/admin').privateKey, knownHostsPath: store.knownHostsPath });
+  // Read when a member is first reached: the pki step may only make the key in this run.
+  const adminKey = () => {
+    const key = store.read('ssh/admin').privateKey;
+    if (key === undefined) throw new Error(`the tool's SSH key ${store.pathsOf('ssh/admin').privateKey} is missing`);
+    return key;
+  };
+  const memberSsh = new MemberConnections(remote.connections, { privateKey: adminKey, knownHostsPath: store.knownHostsPath });
   const guestProbe = new GuestProbe(memberSsh);
   const guest = (pass: Pass) => {
     // The domain step starts or restarts VMs and the restore step starts etcd: their changes make early answers stale.

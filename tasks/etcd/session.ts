@@ -14,7 +14,7 @@ export interface ClusterSession {
 
 /** Opens on demand, closes everything when `use` is done, whatever it did. */
 export async function withClusterSession<T>(inventory: Inventory, use: (session: ClusterSession) => Promise<T>): Promise<T> {
-  const store = new PkiStore(inventory.stateDir);
+  const store = await PkiStore.open(inventory.stateDir);
   const identities = clientIdentities(inventory, store);
   const connections = new HypervisorConnections();
   const clients = new EtcdClients(connections, inventory.etcd.client_port, identities.root);

@@ -31,7 +31,7 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
   const hostKeys = new Map(inventory.members.map((member) => [member.name, store.read(`ssh-host/${member.name}`)]));
   const knownHosts = readIfExists(store.knownHostsPath);
   const identity = readIdentity(store.stateDir, inventory.cluster.name);
-  return { ca: store.read('ca'), intermediate: store.read('intermediate'), leaves, clientNames: store.clientNames(), adminSsh: store.read('ssh/admin'), hostKeys, ...(knownHosts !== undefined ? { knownHosts } : {}), ...(identity ? { identity } : {}) };
+  return { ca: store.read('ca'), intermediate: store.read('intermediate'), leaves, clientNames: store.clientNames(), plainKeys: store.cipher ? store.plainKeyFiles() : [], adminSsh: store.read('ssh/admin'), hostKeys, ...(knownHosts !== undefined ? { knownHosts } : {}), ...(identity ? { identity } : {}) };
 }
 
 export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMaterials {

@@ -20,6 +20,7 @@ export type PkiAction =
   | { kind: 'ssh-host-key'; member: string }
   | { kind: 'known-hosts' }
   | { kind: 'retire-client'; id: `client/${string}` }
+  | { kind: 'seal-keys' }
   | { kind: 'cluster-id'; adoptsUnmarked: boolean };
 
 /** What the state directory holds, read by the check. */
@@ -36,6 +37,8 @@ export interface PkiFacts {
   identity?: ClusterIdentity;
   /** Client certificates in the state directory, by name (root and application users). */
   clientNames: string[];
+  /** An encrypted state directory: private key files still plain (a conversion that was stopped). */
+  plainKeys: string[];
 }
 
 /** A state directory that holds certificates but no cluster ID deployed its cluster before domains were marked. */
@@ -208,6 +211,7 @@ export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(
     const id = `client/${name}` as const;
     if (name !== 'root' && !wantedClients.has(id)) changes.push({ summary: `delete certificate ${id} and its key (no such user in the inventory${inventory.etcd.client_cert_auth ? '' : ' in certificate mode'})`, action: { kind: 'retire-client', id } });
   }
+  if (facts.plainKeys.length > 0) changes.push({ summary: `encrypt ${facts.plainKeys.length} private key file(s) left unencrypted in the encrypted state directory (${facts.plainKeys.join(', ')})`, action: { kind: 'seal-keys' } });
   if (!facts.identity) {
     const deployedBefore = deployedBeforeMarks(facts);
     changes.push({

@@ -1,6 +1,7 @@
 import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
+import { ENCRYPTION_RECORD, isSealed, unlockStateDirectory, type StateCipher } from './state-encryption.ts';
 
 /** A certificate or SSH identity the tool keeps: its id names its files under the state directory. */
 export type MaterialId = 'ca' | 'intermediate' | `member/${string}` | `client/${string}` | 'ssh/admin' | `ssh-host/${string}`;
@@ -19,9 +20,32 @@ function filesOf(id: MaterialId): { public: string; privateKey: string } {
   return { public: `${dir}/${name}.crt`, privateKey: `${dir}/${name}.key` };
 }
 
-/** PKI material in the state directory: directories 0700, private keys 0600. */
+/** Every file under `dir` whose name ends in .key, as paths relative to `root`. */
+function keyFilesUnder(root: string, dir: string): string[] {
+  let entries: import('node:fs').Dirent[];
+  try {
+    entries = readdirSync(join(root, dir), { withFileTypes: true });
+  } catch {
+    return [];
+  }
+  return entries.flatMap((entry) => (entry.isDirectory() ? keyFilesUnder(root, join(dir, entry.name)) : entry.name.endsWith('.key') ? [join(dir, entry.name)] : [])).sort();
+}
+
+/**
+ * PKI material in the state directory: directories 0700, private keys 0600. With a cipher (an
+ * encrypted state directory) every private key is sealed on write and opened in memory on read; a
+ * key still plain (a conversion that was stopped) is read as it is, and the pki step seals it.
+ */
 export class PkiStore {
-  constructor(readonly stateDir: string) {}
+  constructor(
+    readonly stateDir: string,
+    readonly cipher?: StateCipher,
+  ) {}
+
+  /** The store of a state directory, unlocked with its passphrase when it is encrypted (exit 2 when wrong or missing). */
+  static async open(stateDir: string): Promise<PkiStore> {
+    return new PkiStore(stateDir, await unlockStateDirectory(stateDir));
+  }
 
   pathsOf(id: MaterialId): { public: string; privateKey: string } {
     const files = filesOf(id);
@@ -31,8 +55,36 @@ export class PkiStore {
   read(id: MaterialId): StoredPair {
     const paths = this.pathsOf(id);
     const pub = readIfExists(paths.public);
-    const privateKey = readIfExists(paths.privateKey);
+    const stored = readIfExists(paths.privateKey);
+    const privateKey = stored === undefined ? undefined : this.#opened(stored, filesOf(id).privateKey);
     return { ...(pub !== undefined ? { public: pub } : {}), ...(privateKey !== undefined ? { privateKey } : {}) };
+  }
+
+  #opened(stored: string, file: string): string {
+    if (!isSealed(stored)) return stored;
+    if (!this.cipher) throw new Error(`${join(this.stateDir, file)} is encrypted, but the state directory has no ${ENCRYPTION_RECORD} (restore it from where the directory came from)`);
+    return this.cipher.open(stored, file);
+  }
+
+  /** Private key files (relative to the state directory) not sealed: all of them in a plain state directory. */
+  plainKeyFiles(): string[] {
+    return [...keyFilesUnder(this.stateDir, 'pki'), ...keyFilesUnder(this.stateDir, 'ssh')].filter((file) => !isSealed(readIfExists(join(this.stateDir, file)) ?? ''));
+  }
+
+  /**
+   * Rewrites every private key sealed (with the cipher) or plain: the conversion either way, one file
+   * at a time and atomically, so a stopped one is finished by running it again. Returns the files rewritten.
+   */
+  convertKeys(to: 'sealed' | 'plain'): string[] {
+    if (!this.cipher) throw new Error('converting keys needs the state directory\'s passphrase');
+    const converted: string[] = [];
+    for (const file of [...keyFilesUnder(this.stateDir, 'pki'), ...keyFilesUnder(this.stateDir, 'ssh')]) {
+      const stored = readIfExists(join(this.stateDir, file)) ?? '';
+      if (isSealed(stored) === (to === 'sealed')) continue;
+      writeFileAtomic(join(this.stateDir, file), to === 'sealed' ? this.cipher.seal(stored, file) : this.cipher.open(stored, file), PRIVATE_FILE_MODE);
+      converted.push(file);
+    }
+    return converted;
   }
 
   /** The client certificates (or keys) the state directory holds, by name: root and application users. */
@@ -61,7 +113,8 @@ export class PkiStore {
   /** Key first: a run killed between the two writes leaves a key without a certificate, which is re-issued. */
   write(id: MaterialId, pair: Required<StoredPair>): void {
     const paths = this.pathsOf(id);
-    writeFileAtomic(paths.privateKey, pair.privateKey, PRIVATE_FILE_MODE);
+    const file = filesOf(id).privateKey;
+    writeFileAtomic(paths.privateKey, this.cipher ? this.cipher.seal(pair.privateKey, file) : pair.privateKey, PRIVATE_FILE_MODE);
     writeFileAtomic(paths.public, pair.public, PUBLIC_FILE_MODE);
   }
 }

@@ -23,7 +23,7 @@ export class MemberConnections {
 
   constructor(
     readonly hypervisors: HypervisorConnections,
-    readonly identity: { privateKeyPath: string; knownHostsPath: string },
+    readonly identity: { privateKey: () => string; knownHostsPath: string },
   ) {}
 
   get(member: Member): Promise<SshConnection> {
@@ -34,7 +34,7 @@ export class MemberConnections {
         host: member.etcdIp,
         port: 22,
         user: member.admin.user,
-        privateKeyPath: this.identity.privateKeyPath,
+        privateKey: this.identity.privateKey,
         knownHostsPath: this.identity.knownHostsPath,
         trustOnFirstUse: false,
         connectTimeoutMs: 30_000,

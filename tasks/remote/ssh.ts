@@ -27,6 +27,8 @@ export interface SshTarget {
   user: string;
   /** A private key file; without one, the ssh-agent in SSH_AUTH_SOCK. */
   privateKeyPath?: string;
+  /** The private key itself, asked for when connecting (one the tool keeps, maybe decrypted in memory only). */
+  privateKey?: () => string;
   knownHostsPath: string;
   trustOnFirstUse: boolean;
   connectTimeoutMs?: number;
@@ -89,7 +91,9 @@ export class SshConnection {
         return verdict.ok;
       },
     };
-    if (target.privateKeyPath) {
+    if (target.privateKey) {
+      config.privateKey = target.privateKey();
+    } else if (target.privateKeyPath) {
       try {
         config.privateKey = readFileSync(target.privateKeyPath);
       } catch (error) {

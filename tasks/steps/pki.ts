@@ -88,6 +88,7 @@ export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore
       if (sshKey) store.write('ssh/admin', { public: `${sshKey.publicLine}\n`, privateKey: sshKey.privatePem });
       hostKeyMembers.forEach((member, i) => store.write(`ssh-host/${member}`, { public: `${hostKeys[i]!.publicLine}\n`, privateKey: hostKeys[i]!.privatePem }));
       for (const action of actions) if (action.kind === 'retire-client') store.remove(action.id);
+      if (actions.some((action) => action.kind === 'seal-keys')) store.convertKeys('sealed');
       for (const action of actions) if (action.kind === 'cluster-id') writeNewIdentity(store.stateDir, action.adoptsUnmarked);
       if (actions.some((action) => action.kind === 'known-hosts')) {
         writeFileAtomic(store.knownHostsPath, knownHostsOf(inventory, readFacts(inventory, store).hostKeys), PUBLIC_FILE_MODE);

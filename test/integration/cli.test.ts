@@ -94,6 +94,54 @@ test('--render-only writes every file (secrets 0600), then a dry-run sees no cha
   assertNoSecrets(t, readFileSync(join(dir, 'report.json'), 'utf8'), stateDir);
 });
 
+test('encrypted state: --encrypt seals every key, later runs work only with the passphrase, a wrong one is exit 2 with nothing changed, --decrypt gives back the same keys', (t) => {
+  const { dir, inventory } = labCopy();
+  const stateDir = join(dir, '.etcd-kvm', 'lab');
+  const withPassphrase = (passphrase?: string) => {
+    const env = { ...process.env };
+    delete env.ETCD_KVM_PASSPHRASE;
+    delete env.ETCD_KVM_PASSPHRASE_FILE;
+    return passphrase === undefined ? env : { ...env, ETCD_KVM_PASSPHRASE: passphrase };
+  };
+  const tool = (script: string, args: string[], passphrase?: string) => run(process.execPath, ['--import', 'tsx', `tasks/${script}.ts`, '-i', inventory, ...args], { env: withPassphrase(passphrase) });
+  t.is(tool('deploy', ['--render-only', join(dir, 'rendered')]).status, 0);
+  const keyFiles = () => [['pki'], ['pki', 'members'], ['pki', 'clients'], ['ssh'], ['ssh', 'hosts']].flatMap((sub) => readdirSync(join(stateDir, ...sub)).filter((f) => f.endsWith('.key')).map((f) => join(...sub, f)));
+  const snapshot = () => new Map(keyFiles().map((file) => [file, readFileSync(join(stateDir, file), 'utf8')]));
+  const plain = snapshot();
+  t.is(plain.size, 9);
+
+  const encrypted = tool('state', ['--encrypt'], 'state-pass-1');
+  t.is(encrypted.status, 0, encrypted.stderr);
+  t.regex(encrypted.stdout, /encrypted 9 private key file\(s\)/);
+  const grep = run('grep', ['-rl', 'PRIVATE KEY', stateDir]);
+  t.is(grep.stdout, '', 'no private key in the clear anywhere in the state directory');
+  t.is(statSync(join(stateDir, 'state-encryption.json')).mode & 0o777, 0o600);
+
+  const sealed = snapshot();
+  const wrong = tool('deploy', ['--render-only', join(dir, 'rendered-again')], 'not-the-passphrase');
+  t.is(wrong.status, 2);
+  t.regex(wrong.stderr, /wrong passphrase for the state directory .*; nothing was read or changed/);
+  t.false(existsSync(join(dir, 'rendered-again')));
+  const missing = tool('client', ['--user', 'root', '--out', join(dir, 'bundle')]);
+  t.is(missing.status, 2);
+  t.regex(missing.stderr, /is encrypted: give its passphrase in ETCD_KVM_PASSPHRASE, a file named by ETCD_KVM_PASSPHRASE_FILE, or a terminal/);
+  t.deepEqual(snapshot(), sealed, 'nothing changed');
+
+  // With the passphrase: the PKI is settled (nothing re-issued), the bundle carries the key in the clear for its user.
+  const rendered = tool('deploy', ['--render-only', join(dir, 'rendered-again')], 'state-pass-1');
+  t.is(rendered.status, 0, rendered.stderr);
+  t.regex(rendered.stdout, /localhost +ok=1 {2}changed=0/);
+  t.true(readFileSync(join(dir, 'rendered-again', 'etcd-1', 'user-data'), 'utf8').includes('BEGIN RSA PRIVATE KEY'));
+  t.is(tool('client', ['--user', 'root', '--out', join(dir, 'bundle')], 'state-pass-1').status, 0);
+  t.is(readFileSync(join(dir, 'bundle', 'root.key'), 'utf8'), plain.get('pki/clients/root.key') ?? 'missing');
+  t.deepEqual(snapshot(), sealed);
+
+  const decrypted = tool('state', ['--decrypt'], 'state-pass-1');
+  t.is(decrypted.status, 0, decrypted.stderr);
+  t.deepEqual(snapshot(), plain);
+  t.false(existsSync(join(stateDir, 'state-encryption.json')));
+});
+
 test('bad input exits 2 with every problem listed and no stack trace; nothing is created', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-cli-'));
   const inventory = join(dir, 'bad.yaml');

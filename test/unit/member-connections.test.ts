@@ -16,7 +16,7 @@ test('a hypervisor that cannot be reached ends the wait for a booting member at 
       throw new SshError('hypervisor lab (root@127.0.0.1:2222): cannot connect: connect ECONNREFUSED 127.0.0.1:2222');
     },
   } as unknown as HypervisorConnections;
-  const connections = new MemberConnections(hypervisors, { privateKeyPath: '/dev/null', knownHostsPath: '/dev/null' });
+  const connections = new MemberConnections(hypervisors, { privateKey: () => '', knownHostsPath: '/dev/null' });
   const started = Date.now();
   const error = await t.throwsAsync(connections.reach(member, { windowMs: 60_000, once: false }));
   t.true(error instanceof HypervisorUnreachable);
