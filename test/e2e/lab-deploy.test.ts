@@ -376,6 +376,55 @@ test.serial('an application user: its bundle writes and reads under /app1/ only,
   }
 });
 
+test.serial('encrypted state on the lab: deploys work with the passphrase and change nothing, no key is in the clear, a wrong passphrase is exit 2 with nothing changed', (t) => {
+  const env = (passphrase: string) => ({ ...process.env, ETCD_KVM_PASSPHRASE: passphrase });
+  const state = (flag: string) => run(process.execPath, ['--import', 'tsx', 'tasks/state.ts', '-i', 'inventories/lab.yaml', flag], { env: env('lab-e2e-passphrase') });
+  const files = () => {
+    const all = new Map<string, string>();
+    const walk = (sub: string) => {
+      for (const entry of readdirSync(join(LAB_STATE, sub), { withFileTypes: true })) {
+        if (entry.isDirectory()) walk(join(sub, entry.name));
+        else if (entry.name.endsWith('.key') || entry.name.endsWith('.crt')) all.set(join(sub, entry.name), readFileSync(join(LAB_STATE, sub, entry.name), 'utf8'));
+      }
+    };
+    walk('');
+    return all;
+  };
+  const plain = files();
+  const encrypted = state('--encrypt');
+  t.is(encrypted.status, 0, encrypted.stderr);
+  try {
+    t.is(run('grep', ['-rl', 'PRIVATE KEY', LAB_STATE]).stdout, '');
+    for (const passphraseRun of [1, 2]) {
+      const result = runWith(t, env('lab-e2e-passphrase'));
+      t.is(result.status, 0, `run ${passphraseRun}`);
+      t.deepEqual(changed(result), [], `run ${passphraseRun}`);
+    }
+    const sealed = files();
+    const wrong = runWith(t, env('wrong-passphrase'));
+    t.is(wrong.status, 2);
+    t.regex(wrong.output, /wrong passphrase for the state directory/);
+    t.deepEqual(files(), sealed);
+  } finally {
+    const decrypted = state('--decrypt');
+    t.is(decrypted.status, 0, decrypted.stderr);
+  }
+  t.deepEqual(files(), plain, 'decrypted, every key and certificate is as before');
+});
+
+/** A deploy of the lab inventory with this environment (the passphrase's), its output kept for the secrets check. */
+function runWith(t: { log: (...values: unknown[]) => void }, env: NodeJS.ProcessEnv): DeployRun {
+  const reportPath = join(LAB_STATE, 'e2e-report-encrypted.json');
+  rmSync(reportPath, { force: true });
+  const started = Date.now();
+  const completed = run(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', '-i', 'inventories/lab.yaml', '--json', reportPath], { env, timeoutMs: 20 * 60_000 });
+  const output = `${completed.stdout}\n${completed.stderr}`;
+  outputs.push(output);
+  t.log(`deploy (encrypted state): exit ${completed.status} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  const report = existsSync(reportPath) ? (JSON.parse(readFileSync(reportPath, 'utf8')) as DeployRun['report']) : { results: [] };
+  return { ...completed, output, report };
+}
+
 // Guest convergence: what runs inside the members, converged on every run, restarts rolled.
 
 /** An inventory beside the lab's (its relative paths still resolve), removed after the scenario. */
