@@ -1,5 +1,6 @@
 import { Secret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
+import { caOf } from '../pki/plan.ts';
 import type { PkiStore } from '../pki/store.ts';
 import type { ClientIdentity } from './client.ts';
 
@@ -21,7 +22,7 @@ export interface ClientIdentities {
 }
 
 export function clientIdentities(inventory: Inventory, store: PkiStore): ClientIdentities {
-  const caCert = () => inventory.pki.ca?.certificate ?? store.read('ca').public ?? '';
+  const caCert = () => caOf(inventory, store.read('ca')).public ?? '';
   const rootCertificate = (): ClientIdentity => {
     const pair = inventory.pki.rootClient ?? { certificate: store.read('client/root').public ?? '', key: new Secret(store.read('client/root').privateKey ?? '') };
     return { label: 'root certificate', caCert: caCert(), cert: pair.certificate, key: pair.key };

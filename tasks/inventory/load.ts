@@ -257,13 +257,19 @@ export function loadInventory(inventoryPath: string): Inventory {
     known_hosts: resolve(baseDir, expandHome(settings.known_hosts)),
   }));
   const built = members.map((member, i) => buildMember(doc, hypervisors, member, i, baseDir, problems));
-  const { ca, root_client, ...pkiSettings } = doc.pki;
+  const { ca, root_client, intermediate_ca, ...pkiSettings } = doc.pki;
+  const intermediateCa = pemPair(intermediate_ca, baseDir, ['pki', 'intermediate_ca'], problems);
   const inventory: Inventory = {
     path,
     stateDir: doc.cluster.state_dir ? resolve(baseDir, expandHome(doc.cluster.state_dir)) : join(baseDir, '.etcd-kvm', doc.cluster.name),
     cluster: doc.cluster,
     etcd: doc.etcd,
-    pki: { ...pkiSettings, ca: pemPair(ca, baseDir, ['pki', 'ca'], problems), rootClient: pemPair(root_client, baseDir, ['pki', 'root_client'], problems) },
+    pki: {
+      ...pkiSettings,
+      ca: pemPair(ca, baseDir, ['pki', 'ca'], problems),
+      rootClient: pemPair(root_client, baseDir, ['pki', 'root_client'], problems),
+      ...(intermediateCa && intermediate_ca ? { intermediateCa: { ...intermediateCa, chain: pemOrFile(intermediate_ca.chain, baseDir, ['pki', 'intermediate_ca', 'chain'], problems) } } : {}),
+    },
     hypervisors,
     members: built.filter((_, i) => members[i]!.state === 'present'),
     absentMembers: built.filter((_, i) => members[i]!.state === 'absent'),

@@ -86,7 +86,7 @@ export interface Inventory {
   stateDir: string;
   cluster: ClusterSettings;
   etcd: EtcdSettings;
-  pki: Omit<PkiSettings, 'ca' | 'root_client'> & { ca?: PemPair; rootClient?: PemPair };
+  pki: Omit<PkiSettings, 'ca' | 'root_client' | 'intermediate_ca'> & { ca?: PemPair; rootClient?: PemPair; intermediateCa?: PemPair & { chain: string } };
   hypervisors: Hypervisor[];
   /** The members the cluster is to have (`state: present`), in the inventory's order. */
   members: Member[];

@@ -170,6 +170,17 @@ const userPasswordsFitTheMode: Rule = (doc) =>
     return [];
   });
 
+const oneSourceOfSigning: Rule = (doc) => {
+  if (!doc.pki.intermediate_ca) return [];
+  const problems: Problem[] = [];
+  if (doc.pki.ca) problems.push({ path: ['pki', 'ca'], message: 'cannot be given with pki.intermediate_ca', hint: "the operator's intermediate signs, and the last certificate of intermediate_ca.chain is the root members and clients trust" });
+  if (doc.pki.intermediate) problems.push({ path: ['pki', 'intermediate'], message: 'cannot be true with pki.intermediate_ca', hint: 'pki.intermediate makes an intermediate; pki.intermediate_ca is one the operator brings' });
+  for (const field of ['certificate', 'key', 'chain'] as const) {
+    if (doc.pki.intermediate_ca[field] === '') problems.push({ path: ['pki', 'intermediate_ca', field], message: 'is required', hint: 'PEM text or a file path' });
+  }
+  return problems;
+};
+
 const initialMembersMatch: Rule = (doc) => {
   const listed = doc.cluster.initial_members;
   if (listed.length === 0) return [];
@@ -366,6 +377,7 @@ export const RULES: readonly Rule[] = [
   rootPasswordInPasswordMode,
   usersHoldDefinedRoles,
   userPasswordsFitTheMode,
+  oneSourceOfSigning,
   initialMembersMatch,
   hypervisorExists,
   osVolumeSource,

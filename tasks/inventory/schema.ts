@@ -308,6 +308,12 @@ export const pkiSchema = z
      * can then be kept offline.
      */
     intermediate: z.boolean().default(false),
+    /**
+     * The operator's own intermediate CA, which then signs members and clients: its certificate and key,
+     * and `chain`, the certificates above it up to and including the root (the members' and clients'
+     * trust anchor), which the tool never needs the key of.
+     */
+    intermediate_ca: z.object({ certificate: pemOrPath, key: pemOrPath, chain: pemOrPath }).strict().optional(),
     ca: z.object({ certificate: pemOrPath, key: pemOrPath }).strict().optional(),
     root_client: z.object({ certificate: pemOrPath, key: pemOrPath }).strict().optional(),
   })

@@ -4,7 +4,7 @@ import { Secret } from '../core/secret.ts';
 import { quote } from '../core/shell.ts';
 import type { Inventory } from '../inventory/model.ts';
 import { clientUrl } from '../inventory/urls.ts';
-import { applicationUsers } from './plan.ts';
+import { applicationUsers, caOf } from './plan.ts';
 import type { PkiStore } from './store.ts';
 import { chainLeadsTo, keyMatchesCertificate } from './x509.ts';
 
@@ -28,7 +28,7 @@ export function clientBundle(inventory: Inventory, store: PkiStore, user: string
   if (!bundleUsers(inventory).includes(user)) {
     throw new InputError(`--user ${user}: the inventory has no such user; users are ${bundleUsers(inventory).join(', ')}`);
   }
-  const caCert = inventory.pki.ca?.certificate ?? store.read('ca').public;
+  const caCert = caOf(inventory, store.read('ca')).public;
   if (!caCert) throw new InputError(`the state directory ${inventory.stateDir} has no CA yet: run the deploy first`);
   const dir = resolve(outDir);
   const env: [string, string][] = [

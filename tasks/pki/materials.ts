@@ -35,7 +35,7 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
 }
 
 export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMaterials {
-  const caCert = caOf(inventory, facts).public;
+  const caCert = caOf(inventory, facts.ca).public;
   const members = new Map<string, MemberTls>();
   for (const member of inventory.members) {
     const host = facts.hostKeys.get(member.name);

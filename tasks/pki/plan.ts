@@ -2,7 +2,7 @@ import type { Change } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClusterIdentity } from './identity.ts';
 import type { MaterialId, StoredPair } from './store.ts';
-import { BACKDATE_MS, inspectCertificate, isSignedBy, keyMatchesCertificate, type CertificateProfile, type SubjectAltNames } from './x509.ts';
+import { BACKDATE_MS, certificatesIn, chainLeadsTo, inspectCertificate, isSignedBy, keyMatchesCertificate, type CertificateProfile, type SubjectAltNames } from './x509.ts';
 
 /** A certificate the cluster needs, as a function of the inventory. */
 export interface WantedCertificate {
@@ -84,9 +84,34 @@ export function wantedCertificates(inventory: Inventory): WantedCertificate[] {
   return [...members, ...root, ...users];
 }
 
-/** The CA that signs issued certificates: the operator's, or the one in the state directory. */
-export function caOf(inventory: Inventory, facts: PkiFacts): StoredPair {
-  return inventory.pki.ca ? { public: inventory.pki.ca.certificate, privateKey: inventory.pki.ca.key.reveal() } : facts.ca;
+/**
+ * The CA members and clients trust: the operator's (pki.ca), the root that the operator's intermediate's
+ * chain ends in (no key: the intermediate signs), or the one in the state directory.
+ */
+export function caOf(inventory: Inventory, storedCa: StoredPair): StoredPair {
+  if (inventory.pki.intermediateCa) {
+    const root = certificatesIn(inventory.pki.intermediateCa.chain).at(-1);
+    return root ? { public: root } : {};
+  }
+  return inventory.pki.ca ? { public: inventory.pki.ca.certificate, privateKey: inventory.pki.ca.key.reveal() } : storedCa;
+}
+
+/** What a leaf's file carries after the leaf, so whoever presents it sends the chain up to the trusted CA. */
+export function chainAfterLeaf(inventory: Inventory, intermediate: StoredPair): string {
+  if (inventory.pki.intermediateCa) return [inventory.pki.intermediateCa.certificate, ...certificatesIn(inventory.pki.intermediateCa.chain).slice(0, -1)].join('');
+  return inventory.pki.intermediate ? (intermediate.public ?? '') : '';
+}
+
+/** Refusals for the operator's intermediate: it must be a CA with its own key, leading to a self-signed root. */
+function checkOperatorIntermediate(given: { certificate: string; key: { reveal(): string }; chain: string }, now: Date): void {
+  if (!keyMatchesCertificate(given.certificate, given.key.reveal())) throw new PkiRefusal('pki.intermediate_ca.key does not belong to pki.intermediate_ca.certificate; give the intermediate\'s own key');
+  const facts = inspectCertificate(given.certificate);
+  if (!facts.isCA) throw new PkiRefusal('pki.intermediate_ca.certificate is not a CA certificate (basicConstraints CA:TRUE)');
+  if (facts.notAfter.getTime() < now.getTime()) throw new PkiRefusal(`pki.intermediate_ca.certificate expired ${facts.notAfter.toISOString()}`);
+  const chain = certificatesIn(given.chain);
+  const root = chain.at(-1);
+  if (!root || !isSignedBy(root, root)) throw new PkiRefusal('pki.intermediate_ca.chain must end with the self-signed root CA that members and clients are to trust');
+  if (!chainLeadsTo([given.certificate, ...chain.slice(0, -1)].join(''), root)) throw new PkiRefusal('pki.intermediate_ca.certificate does not lead to the root through pki.intermediate_ca.chain (each certificate signed by the next)');
 }
 
 /** The CA's private key is not in the state directory (kept offline): only an intermediate can sign then. */
@@ -136,14 +161,16 @@ export interface PkiPlanOptions {
 export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(), renewIssuedBefore }: PkiPlanOptions = {}): Change<PkiAction>[] {
   const changes: Change<PkiAction>[] = [];
   const wanted = wantedCertificates(inventory);
-  const ca = caOf(inventory, facts);
+  const ca = caOf(inventory, facts.ca);
   let caPem = ca.public;
+  const operatorIntermediate = inventory.pki.intermediateCa;
+  if (operatorIntermediate) checkOperatorIntermediate(operatorIntermediate, now);
 
   if (inventory.pki.ca && !keyMatchesCertificate(inventory.pki.ca.certificate, inventory.pki.ca.key.reveal())) {
     throw new PkiRefusal('pki.ca.key does not belong to pki.ca.certificate; give the CA\'s own key');
   }
   const intermediateUsable = inventory.pki.intermediate && caPem !== undefined && intermediateReason(facts.intermediate, caPem, inventory.pki.early_renewal_period, now) === undefined;
-  if (!inventory.pki.ca) {
+  if (!inventory.pki.ca && !operatorIntermediate) {
     // With an intermediate that can sign, the CA's key may be kept offline (the step warns).
     if (ca.public && !ca.privateKey && !intermediateUsable) {
       throw new PkiRefusal(
@@ -176,7 +203,8 @@ export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(
   // What signs members and clients: the CA itself, or its intermediate (issued again when it must be).
   let signerPem = caPem;
   let signerIsNew = caPem === undefined ? 'the CA is new' : undefined;
-  if (inventory.pki.intermediate) {
+  if (operatorIntermediate) signerPem = operatorIntermediate.certificate;
+  else if (inventory.pki.intermediate) {
     const reason = caPem === undefined ? 'the CA is new' : intermediateReason(facts.intermediate, caPem, inventory.pki.early_renewal_period, now);
     if (reason !== undefined) {
       changes.push({ summary: `issue the intermediate CA (${reason})`, action: { kind: 'issue-intermediate' } });

@@ -110,9 +110,12 @@ export function isSignedBy(certPem: string, caPem: string): boolean {
   return cert.checkIssued(ca) && cert.verify(ca.publicKey);
 }
 
+/** Each certificate of a PEM bundle, in order, as PEM text ending in a newline. */
+export const certificatesIn = (pem: string): string[] => (pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? []).map((block) => `${block}\n`);
+
 /** A certificate followed by the intermediates that lead to `caPem`, each signed by the next. */
 export function chainLeadsTo(chainPem: string, caPem: string): boolean {
-  const blocks = chainPem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+  const blocks = certificatesIn(chainPem);
   if (blocks.length === 0) return false;
   return blocks.every((block, i) => isSignedBy(block, blocks[i + 1] ?? caPem));
 }

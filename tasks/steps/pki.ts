@@ -3,7 +3,7 @@ import type { Inventory } from '../inventory/model.ts';
 import { writeNewIdentity } from '../pki/identity.ts';
 import { generateRsaKey, generateSshKey } from '../pki/keys.ts';
 import { readFacts } from '../pki/materials.ts';
-import { caOf, knownHostsOf, planPki, PkiRefusal, rootKeyOffline, type PkiAction, type PkiFacts } from '../pki/plan.ts';
+import { caOf, chainAfterLeaf, knownHostsOf, planPki, PkiRefusal, rootKeyOffline, type PkiAction, type PkiFacts } from '../pki/plan.ts';
 import { PUBLIC_FILE_MODE, writeFileAtomic } from '../core/files.ts';
 import type { PkiStore } from '../pki/store.ts';
 import { inspectCertificate, issueCertificate } from '../pki/x509.ts';
@@ -51,7 +51,7 @@ export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore
         actions.some((action) => action.kind === 'ssh-key') ? generateSshKey(`etcd-kvm@${inventory.cluster.name}`) : undefined,
         Promise.all(hostKeyMembers.map((member) => generateSshKey(`${member} host key`))),
       ]);
-      let ca = caOf(inventory, facts);
+      let ca = caOf(inventory, facts.ca);
       if (caKey) {
         const certificate = issueCertificate({
           commonName: `${inventory.cluster.name} etcd CA`,
@@ -64,7 +64,8 @@ export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore
         store.write('ca', { public: certificate, privateKey: caKey });
         ca = { public: certificate, privateKey: caKey };
       }
-      let signer = inventory.pki.intermediate ? facts.intermediate : ca;
+      const operatorIntermediate = inventory.pki.intermediateCa;
+      let signer = operatorIntermediate ? { public: operatorIntermediate.certificate, privateKey: operatorIntermediate.key.reveal() } : inventory.pki.intermediate ? facts.intermediate : ca;
       if (intermediateKey) {
         const certificate = issueCertificate({
           commonName: `${inventory.cluster.name} etcd intermediate CA`,
@@ -79,7 +80,7 @@ export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore
         signer = { public: certificate, privateKey: intermediateKey };
       }
       const issuer = { certificatePem: signer.public!, keyPem: signer.privateKey! };
-      const chain = inventory.pki.intermediate ? signer.public! : '';
+      const chain = chainAfterLeaf(inventory, signer);
       issues.forEach((wanted, i) => {
         const key = leafKeys[i]!;
         const certificate = issueCertificate({ commonName: wanted.commonName, organization, profile: wanted.profile, sans: wanted.sans, validityHours, subjectKeyPem: key, issuer });

@@ -7,6 +7,7 @@ import { PkiStore } from '../../tasks/pki/store.ts';
 import { pkiStep } from '../../tasks/steps/pki.ts';
 import { baseDocument, load, type Doc } from '../helpers/inventory.ts';
 import { run } from '../helpers/exec.ts';
+import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
 
 function inventoryIn(stateDir: string, change: (doc: Doc) => void = () => {}) {
   const doc = baseDocument();
@@ -186,6 +187,42 @@ test('pki.intermediate: the CA signs only the intermediate (path length 0), whic
   t.is(reissued.status, 'changed', reissued.error);
   t.true(reissued.changes.some((c) => c.summary === 'issue certificate member/etcd-1 (the intermediate CA is new)'));
   t.is(run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), '-untrusted', join(pki, 'intermediate.crt'), join(pki, 'clients/alice.crt')]).status, 0);
+});
+
+test("pki.intermediate_ca: the operator's intermediate signs members and clients, leaves carry it, members and clients trust the chain's root; a broken one is refused", async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-operator-ca-'));
+  const openssl = (args: string[]) => t.is(run('openssl', args).status, 0, args.join(' '));
+  const file = (name: string) => join(dir, name);
+  writeFileSync(file('ca.ext'), 'basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\n');
+  openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=operator root', '-keyout', file('root.key'), '-out', file('root.crt'), '-days', '30', '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign']);
+  openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=operator intermediate', '-keyout', file('int.key'), '-out', file('int.csr')]);
+  openssl(['x509', '-req', '-in', file('int.csr'), '-CA', file('root.crt'), '-CAkey', file('root.key'), '-CAcreateserial', '-out', file('int.crt'), '-days', '30', '-extfile', file('ca.ext')]);
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
+  const given = (chain: string, key = file('int.key')) => (doc: Doc) => {
+    doc.pki = { intermediate_ca: { certificate: file('int.crt'), key, chain } };
+    // Operator CAs here live 30 days: inside the default renewal period, so renew only near the end.
+    (doc.pki as Record<string, unknown>).early_renewal_period = 24;
+  };
+  const result = await applyPki(stateDir, given(file('root.crt')));
+  t.is(result.status, 'changed', result.error);
+  t.false(result.changes.some((c) => /create cluster CA|intermediate/.test(c.summary)), 'no CA of its own');
+  const pki = join(stateDir, 'pki');
+  for (const leaf of ['members/etcd-1.crt', 'clients/root.crt']) {
+    const verified = run('openssl', ['verify', '-CAfile', file('root.crt'), '-untrusted', file('int.crt'), join(pki, leaf)]);
+    t.is(verified.status, 0, verified.stderr);
+    t.true(readFileSync(join(pki, leaf), 'utf8').endsWith(readFileSync(file('int.crt'), 'utf8')), `${leaf} carries the intermediate`);
+  }
+  // What members and clients trust is the chain's root.
+  const { rendered } = await renderWithPki(inventoryIn(stateDir, given(file('root.crt'))));
+  t.is(writeFilesOf(fileOf(rendered.get('etcd-1'), 'user-data').content).get('/etc/etcd/tls/ca.crt')?.content, readFileSync(file('root.crt'), 'utf8'));
+  t.is((await applyPki(stateDir, given(file('root.crt')))).status, 'ok');
+
+  const wrongKey = await applyPki(stateDir, given(file('root.crt'), file('root.key')));
+  t.is(wrongKey.status, 'failed');
+  t.regex(wrongKey.error ?? '', /pki.intermediate_ca.key does not belong to pki.intermediate_ca.certificate/);
+  const notTheRoot = await applyPki(stateDir, given(file('int.crt')));
+  t.is(notTheRoot.status, 'failed');
+  t.regex(notTheRoot.error ?? '', /chain must end with the self-signed root CA/);
 });
 
 test('a missing CA with surviving leaves is refused, never replaced silently', async (t) => {

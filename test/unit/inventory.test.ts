@@ -155,6 +155,18 @@ test('application roles and users: every problem with its path, root refused, pa
   t.deepEqual(inventory.roles.app1!.permissions, [{ prefix: '/app1/', access: 'readwrite' }]);
 });
 
+test("pki.intermediate_ca is the one way to sign when given: not with pki.ca or pki.intermediate, and complete", (t) => {
+  const problems = problemsOf(edit((doc) => {
+    doc.pki = { intermediate: true, ca: { certificate: '-----BEGIN CERTIFICATE-----', key: '-----BEGIN PRIVATE KEY-----' }, intermediate_ca: { certificate: '-----BEGIN CERTIFICATE-----' } };
+  }));
+  t.deepEqual(problems, [
+    "pki.ca: cannot be given with pki.intermediate_ca — the operator's intermediate signs, and the last certificate of intermediate_ca.chain is the root members and clients trust",
+    'pki.intermediate: cannot be true with pki.intermediate_ca — pki.intermediate makes an intermediate; pki.intermediate_ca is one the operator brings',
+    'pki.intermediate_ca.key: is required — PEM text or a file path',
+    'pki.intermediate_ca.chain: is required — PEM text or a file path',
+  ]);
+});
+
 test('initial_members, when given, must match the members', (t) => {
   const problems = problemsOf(edit((doc) => {
     (doc.cluster as Record<string, unknown>).initial_members = [
