@@ -31,6 +31,12 @@ export const LAB = {
     clientAddress: '192.168.160.2',
     prefixLength: 24,
   },
+  /**
+   * A bastion: an sshd of its own in the client namespace, exposed on the root namespace's loopback.
+   * From it the hypervisor's sshd is reached on the macvtap segment (192.168.160.1), an address the
+   * root namespace has no route to: inventories reaching the hypervisor there must jump through it.
+   */
+  bastion: { portInNamespace: 22, forwardPort: 2223 },
   pools: { vms: 'etcd-lab', images: 'etcd-lab-images' },
   baseVolume: 'debian-12-etcd.qcow2',
   clientDir: join(REPO_ROOT, '.etcd-kvm', 'lab', 'hypervisor'),

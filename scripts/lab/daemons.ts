@@ -37,54 +37,58 @@ const libvirtDaemon = (command: string, ready: () => Promise<boolean>): Daemon =
 const virtlogd = libvirtDaemon('virtlogd', async () => existsSync('/run/libvirt/virtlogd-sock'));
 const libvirtd = libvirtDaemon('libvirtd', async () => (await $`virsh -c qemu:///system version`.nothrow().quiet()).exitCode === 0);
 
-const sshd: Daemon = {
-  name: 'sshd',
+/** An sshd daemonised in a namespace from its own config, ready when every listen address shows its host key. */
+const sshDaemon = (name: string, namespace: string, config: string, port: number, addresses: readonly string[]): Daemon => ({
+  name,
   command: 'sshd',
-  pidFile: run('sshd.pid'),
+  pidFile: run(`${name}.pid`),
   start: async () => {
     mkdirSync('/run/sshd', { recursive: true, mode: 0o755 });
-    await $`ip netns exec ${LAB.namespace} /usr/sbin/sshd -f ${labPath('sshd_config')}`;
+    await $`ip netns exec ${namespace} /usr/sbin/sshd -f ${labPath(config)}`;
   },
-  // Both listen addresses: an sshd started from an older config (loopback only) is restarted.
+  // Every listen address: an sshd started from an older config (fewer addresses) is restarted.
   ready: async () => {
-    for (const address of ['127.0.0.1', LAB.macvtap.hypervisorAddress]) {
-      const scan = await $`ip netns exec ${LAB.namespace} ssh-keyscan -T 2 -p ${LAB.sshdPortInNamespace} ${address}`.nothrow().quiet();
+    for (const address of addresses) {
+      const scan = await $`ip netns exec ${namespace} ssh-keyscan -T 2 -p ${port} ${address}`.nothrow().quiet();
       if (!scan.stdout.includes('ssh-ed25519')) return false;
     }
     return true;
   },
-};
+});
 
-/** socat forks a child per connection that enters the namespace and connects to the sshd there. */
-const forwarder: Daemon = {
-  name: 'forwarder',
+const sshd = sshDaemon('sshd', LAB.namespace, 'sshd_config', LAB.sshdPortInNamespace, ['127.0.0.1', LAB.macvtap.hypervisorAddress]);
+const bastionSshd = sshDaemon('bastion-sshd', LAB.macvtap.clientNamespace, 'bastion_sshd_config', LAB.bastion.portInNamespace, ['127.0.0.1']);
+
+/** socat on the root namespace's loopback forks a child per connection that enters the namespace and connects to the sshd there. */
+const forwarderTo = (name: string, listenPort: number, namespace: string, port: number): Daemon => ({
+  name,
   command: 'socat',
-  pidFile: run('forwarder.pid'),
+  pidFile: run(`${name}.pid`),
   start: async () => {
     const child = spawn(
       'socat',
-      [
-        `TCP-LISTEN:${LAB.forwardPort},bind=${LAB.forwardHost},reuseaddr,fork`,
-        `EXEC:ip netns exec ${LAB.namespace} socat STDIO TCP4\\:127.0.0.1\\:${LAB.sshdPortInNamespace},nofork`,
-      ],
+      [`TCP-LISTEN:${listenPort},bind=${LAB.forwardHost},reuseaddr,fork`, `EXEC:ip netns exec ${namespace} socat STDIO TCP4\\:127.0.0.1\\:${port},nofork`],
       { detached: true, stdio: 'ignore' },
     );
     child.unref();
-    writeFileSync(run('forwarder.pid'), `${child.pid}\n`);
+    writeFileSync(run(`${name}.pid`), `${child.pid}\n`);
   },
   ready: () =>
     new Promise((resolve) => {
-      const socket = connect({ host: LAB.forwardHost, port: LAB.forwardPort });
+      const socket = connect({ host: LAB.forwardHost, port: listenPort });
       socket.once('data', (banner) => {
         socket.destroy();
         resolve(banner.toString().startsWith('SSH-'));
       });
       socket.once('error', () => resolve(false));
     }),
-};
+});
+
+const forwarder = forwarderTo('forwarder', LAB.forwardPort, LAB.namespace, LAB.sshdPortInNamespace);
+const bastionForwarder = forwarderTo('bastion-forwarder', LAB.bastion.forwardPort, LAB.macvtap.clientNamespace, LAB.bastion.portInNamespace);
 
 /** In start order; stopped in reverse. */
-export const DAEMONS: Daemon[] = [virtlogd, libvirtd, sshd, forwarder];
+export const DAEMONS: Daemon[] = [virtlogd, libvirtd, sshd, forwarder, bastionSshd, bastionForwarder];
 
 /** Host key, authorised client key and config of the hypervisor's sshd; created once, kept across runs. */
 export async function ensureSshdFiles(): Promise<void> {
@@ -94,14 +98,15 @@ export async function ensureSshdFiles(): Promise<void> {
   if (!existsSync(hostKey)) await $`ssh-keygen -q -t ed25519 -N ${''} -C ${'etcd-kvm-lab hypervisor'} -f ${hostKey}`;
   if (!existsSync(clientKey)) await $`ssh-keygen -q -t ed25519 -N ${''} -C ${'etcd-kvm-lab client'} -f ${clientKey}`;
   writeFileSync(labPath('authorized_keys'), readFileSync(`${clientKey}.pub`), { mode: 0o600 });
-  writeFileSync(
-    labPath('sshd_config'),
+  // The bastion has a host key of its own: every hop of a jump chain is verified on its own.
+  const bastionHostKey = labPath('bastion_ssh_host_ed25519_key');
+  if (!existsSync(bastionHostKey)) await $`ssh-keygen -q -t ed25519 -N ${''} -C ${'etcd-kvm-lab bastion'} -f ${bastionHostKey}`;
+  const sshdConfig = (port: number, listen: readonly string[], key: string, pidFile: string) =>
     [
-      `Port ${LAB.sshdPortInNamespace}`,
-      'ListenAddress 127.0.0.1',
-      `ListenAddress ${LAB.macvtap.hypervisorAddress}`,
-      `HostKey ${hostKey}`,
-      `PidFile ${run('sshd.pid')}`,
+      `Port ${port}`,
+      ...listen.map((address) => `ListenAddress ${address}`),
+      `HostKey ${key}`,
+      `PidFile ${pidFile}`,
       `AuthorizedKeysFile ${labPath('authorized_keys')}`,
       'PermitRootLogin prohibit-password',
       'PasswordAuthentication no',
@@ -111,15 +116,20 @@ export async function ensureSshdFiles(): Promise<void> {
       'MaxSessions 10',
       'Subsystem sftp internal-sftp',
       '',
-    ].join('\n'),
-  );
+    ].join('\n');
+  writeFileSync(labPath('sshd_config'), sshdConfig(LAB.sshdPortInNamespace, ['127.0.0.1', LAB.macvtap.hypervisorAddress], hostKey, run('sshd.pid')));
+  writeFileSync(labPath('bastion_sshd_config'), sshdConfig(LAB.bastion.portInNamespace, ['127.0.0.1'], bastionHostKey, run('bastion-sshd.pid')));
   // What the lab inventories point at: the client key and the pinned host key of [127.0.0.1]:2222
   // (inventories/lab.yaml, through the forwarder) and of the macvtap segment's hypervisor address.
   mkdirSync(LAB.clientDir, { recursive: true, mode: 0o700 });
   copyFileSync(clientKey, join(LAB.clientDir, 'client_key'));
   chmodSync(join(LAB.clientDir, 'client_key'), 0o600);
   const hostPublic = readFileSync(`${hostKey}.pub`, 'utf8').trim().split(' ').slice(0, 2).join(' ');
-  writeFileSync(join(LAB.clientDir, 'known_hosts'), `[${LAB.forwardHost}]:${LAB.forwardPort} ${hostPublic}\n${LAB.macvtap.hypervisorAddress} ${hostPublic}\n`);
+  const bastionPublic = readFileSync(`${bastionHostKey}.pub`, 'utf8').trim().split(' ').slice(0, 2).join(' ');
+  writeFileSync(
+    join(LAB.clientDir, 'known_hosts'),
+    `[${LAB.forwardHost}]:${LAB.forwardPort} ${hostPublic}\n${LAB.macvtap.hypervisorAddress} ${hostPublic}\n[${LAB.forwardHost}]:${LAB.bastion.forwardPort} ${bastionPublic}\n`,
+  );
 }
 
 /** Starts the daemons that are not running (all, or the named ones), in order. */

@@ -7,7 +7,8 @@ import { InputError } from '../core/errors.ts';
 import { readIfExists } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
 import { derivedMac } from './mac.ts';
-import type { GuestServices, Hypervisor, Inventory, Member, MemberInterface, PemPair, RestoreSettings } from './model.ts';
+import { lookUpHost, parseJumpHop, parseSshConfig, type SshConfigFile } from './ssh-config.ts';
+import type { GuestServices, Hypervisor, SshHost, Inventory, Member, MemberInterface, PemPair, RestoreSettings } from './model.ts';
 import { formatProblem, problemsFromZod, type Path, type Problem } from './problems.ts';
 import { checkRules, firstIp, seedVolumeCollisions, type ParsedDocument } from './rules.ts';
 import { documentSchema, memberDefaultsSchema, memberSchema, type MemberInput } from './schema.ts';
@@ -57,6 +58,46 @@ function readYaml(path: string): unknown {
   } catch (error) {
     throw new InputError(`inventory ${path} cannot be read as data`, [`${(error as Error).message.split('\n')[0]}: an alias is expanded too often; write the values out`]);
   }
+}
+
+/** The ssh_config the inventory points at; by default ~/.ssh/config, only where it exists. */
+function readSshConfig(setting: string | false | undefined, baseDir: string, problems: Problem[]): SshConfigFile | undefined {
+  if (setting === false) return undefined;
+  const path = setting === undefined ? join(homedir(), '.ssh', 'config') : resolve(baseDir, expandHome(setting));
+  const text = readIfExists(path);
+  if (text === undefined) {
+    if (setting !== undefined) problems.push({ path: ['ssh_config'], message: `cannot read ${path}`, hint: 'give the path of an ssh_config file, or false not to read one' });
+    return undefined;
+  }
+  return parseSshConfig(text);
+}
+
+interface SshLoginInput {
+  address: string;
+  port?: number | undefined;
+  user?: string | undefined;
+  private_key?: string | undefined;
+  known_hosts?: string | undefined;
+  trust_on_first_use: boolean;
+}
+
+/**
+ * A host's SSH login: the inventory's values (paths relative to it), then the ssh_config entry of its
+ * address (HostName replaces an alias), then the defaults.
+ */
+export function sshHostOf(name: string, given: SshLoginInput, config: SshConfigFile | undefined, baseDir: string): SshHost & { proxyJump: string[] } {
+  const found = config ? lookUpHost(config, given.address) : {};
+  const inventoryPath = (path: string) => resolve(baseDir, expandHome(path));
+  return {
+    name,
+    address: found.hostName ?? given.address,
+    port: given.port ?? found.port ?? 22,
+    user: given.user ?? found.user ?? 'root',
+    private_key: given.private_key !== undefined ? (given.private_key ? inventoryPath(given.private_key) : '') : (found.identityFile ?? ''),
+    known_hosts: given.known_hosts !== undefined ? inventoryPath(given.known_hosts) : (found.knownHosts ?? inventoryPath('~/.ssh/known_hosts')),
+    trust_on_first_use: given.trust_on_first_use,
+    proxyJump: found.proxyJump ?? [],
+  };
 }
 
 /** Shallow merge: a key set on the member replaces the default as a whole, as Ansible's variable precedence does. */
@@ -250,12 +291,17 @@ export function loadInventory(inventoryPath: string): Inventory {
   problems.push(...checkRules(doc));
   if (problems.length > 0) fail(path, problems, memberNames);
 
-  const hypervisors = Object.entries(doc.hypervisors).map(([name, settings]) => ({
-    name,
-    ...settings,
-    private_key: settings.private_key ? resolve(baseDir, expandHome(settings.private_key)) : '',
-    known_hosts: resolve(baseDir, expandHome(settings.known_hosts)),
-  }));
+  const sshConfig = readSshConfig(doc.ssh_config, baseDir, problems);
+  const hypervisors = Object.entries(doc.hypervisors).map(([name, { jump, address, port, user, private_key, known_hosts, trust_on_first_use, ...settings }]): Hypervisor => {
+    const login = sshHostOf(name, { address, port, user, private_key, known_hosts, trust_on_first_use }, sshConfig, baseDir);
+    // The inventory's jump list wins; without one, the ssh_config's ProxyJump for the hypervisor's address.
+    const hops = jump.length > 0 ? jump.map((bastion) => sshHostOf(bastion, doc.bastions[bastion]!, sshConfig, baseDir)) : login.proxyJump.map((hop) => {
+      const { host, ...given } = parseJumpHop(hop);
+      return sshHostOf(host, { address: host, ...given, trust_on_first_use: false }, sshConfig, baseDir);
+    });
+    const { proxyJump: _, ...host } = login;
+    return { ...settings, ...host, jump: hops.map(({ proxyJump: __, ...bastion }) => bastion) };
+  });
   const built = members.map((member, i) => buildMember(doc, hypervisors, member, i, baseDir, problems));
   const { ca, root_client, intermediate_ca, ...pkiSettings } = doc.pki;
   const intermediateCa = pemPair(intermediate_ca, baseDir, ['pki', 'intermediate_ca'], problems);

@@ -6,8 +6,21 @@ import type { ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSe
  * Everything after loading works on these types only.
  */
 
-export interface Hypervisor extends HypervisorInput {
+/** An SSH host the tool connects to: a hypervisor, or a bastion on the way to one (paths resolved). */
+export interface SshHost {
   name: string;
+  address: string;
+  port: number;
+  user: string;
+  private_key: string;
+  known_hosts: string;
+  trust_on_first_use: boolean;
+}
+
+export interface Hypervisor extends Omit<HypervisorInput, 'jump' | keyof SshHost>, SshHost {
+  name: string;
+  /** The bastions on the way, in connection order. */
+  jump: SshHost[];
 }
 
 /** Where a NIC attaches: a libvirt network (by name, or by uuid resolved on the host) or a macvtap device. */

@@ -1,4 +1,4 @@
-import type { ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings, RoleInput, UserInput } from './schema.ts';
+import type { BastionInput, ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings, RoleInput, UserInput } from './schema.ts';
 import type { Member } from './model.ts';
 import type { Problem } from './problems.ts';
 import { isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
@@ -13,6 +13,8 @@ export interface ParsedDocument {
   etcd: EtcdSettings;
   pki: PkiSettings;
   hypervisors: Record<string, HypervisorInput>;
+  bastions: Record<string, BastionInput>;
+  ssh_config?: string | false | undefined;
   roles: Record<string, RoleInput>;
   users: Record<string, UserInput>;
   members: MemberInput[];
@@ -180,6 +182,15 @@ const oneSourceOfSigning: Rule = (doc) => {
   }
   return problems;
 };
+
+const jumpsNameBastions: Rule = (doc) =>
+  Object.entries(doc.hypervisors).flatMap(([hypervisor, settings]) =>
+    settings.jump.flatMap((bastion, i): Problem[] => {
+      if (!(bastion in doc.bastions)) return [{ path: ['hypervisors', hypervisor, 'jump', i], message: `names bastion ${bastion}, which bastions: does not define`, hint: `define it under bastions: (bastions are ${Object.keys(doc.bastions).join(', ') || 'none yet'})` }];
+      if (settings.jump.indexOf(bastion) !== i) return [{ path: ['hypervisors', hypervisor, 'jump', i], message: `names bastion ${bastion} twice`, hint: 'each jump host once, in the order they are passed through' }];
+      return [];
+    }),
+  );
 
 const initialMembersMatch: Rule = (doc) => {
   const listed = doc.cluster.initial_members;
@@ -378,6 +389,7 @@ export const RULES: readonly Rule[] = [
   usersHoldDefinedRoles,
   userPasswordsFitTheMode,
   oneSourceOfSigning,
+  jumpsNameBastions,
   initialMembersMatch,
   hypervisorExists,
   osVolumeSource,

@@ -250,14 +250,28 @@ export const memberSchema = z
   .strict();
 export const memberDefaultsSchema = z.object(memberFields).partial().strict();
 
+/**
+ * How the tool logs into a host over SSH. port, user, private_key and known_hosts left out are taken
+ * from the ssh_config entry of `address` (a Host alias works), then default to 22, root, the
+ * ssh-agent and ~/.ssh/known_hosts; given here, they win over the file.
+ */
+const sshLogin = {
+  address: line.min(1),
+  port: z.number().int().min(1).max(65535).optional(),
+  user: line.min(1).optional(),
+  private_key: line.optional(),
+  known_hosts: line.optional(),
+  trust_on_first_use: z.boolean().default(false),
+};
+
+/** A jump host on the way to hypervisors (ssh's ProxyJump): only SSH, nothing runs on it. */
+export const bastionSchema = z.object(sshLogin).strict();
+
 export const hypervisorSchema = z
   .object({
-    address: line.min(1),
-    port: z.number().int().min(1).max(65535).default(22),
-    user: line.min(1).default('root'),
-    private_key: line.default(''),
-    known_hosts: line.default('~/.ssh/known_hosts'),
-    trust_on_first_use: z.boolean().default(false),
+    ...sshLogin,
+    /** Bastions to go through, in order (as ssh -J first,second): names under `bastions`; without, ssh_config's ProxyJump. */
+    jump: z.array(name).default([]),
     libvirt_uri: line.default('qemu:///system'),
     domain_type: z.enum(['kvm', 'qemu']).default('kvm'),
     tcg_tb_cache_mib: z.number().int().min(0).max(65_536, 'is in MiB; at most 64 GiB').default(0),
@@ -356,6 +370,9 @@ export const documentSchema = z
     etcd: etcdSchema,
     pki: pkiSchema,
     hypervisors: z.record(name, hypervisorSchema),
+    bastions: z.record(name, bastionSchema).default({}),
+    /** The ssh_config to read hosts from: a path, or false; by default ~/.ssh/config where it exists. */
+    ssh_config: z.union([z.literal(false), line.min(1)]).optional(),
     /** Application roles and users: the auth step's `users` part creates, changes and removes the ones the tool made. */
     roles: z.record(accessName, roleSchema).default({}),
     users: z.record(accessName, userSchema).default({}),
@@ -366,6 +383,7 @@ export const documentSchema = z
 
 export type MemberInput = z.infer<typeof memberSchema>;
 export type HypervisorInput = z.infer<typeof hypervisorSchema>;
+export type BastionInput = z.infer<typeof bastionSchema>;
 export type EtcdSettings = z.infer<typeof etcdSchema>;
 export type ClusterSettings = z.infer<typeof clusterSchema>;
 export type PkiSettings = z.infer<typeof pkiSchema>;

@@ -1,27 +1,53 @@
-import type { Hypervisor } from '../inventory/model.ts';
+import type { Hypervisor, SshHost } from '../inventory/model.ts';
 import { ConnectionPool } from './pool.ts';
-import { SshConnection } from './ssh.ts';
+import { SshConnection, type SshTarget } from './ssh.ts';
 
 /**
  * One SSH connection per hypervisor for the whole run: opened on first use by any step, shared by
- * all of them (concurrent callers wait for the same connection), closed once at the end.
+ * all of them (concurrent callers wait for the same connection), closed once at the end. A hypervisor
+ * behind bastions is reached as `ssh -J` does: a connection to the first bastion, each next hop's SSH
+ * spoken over a channel the previous one forwards, every hop's host key checked against its own
+ * known_hosts. A bastion shared by several hypervisors is one connection.
  */
+
+/** One connection of a chain: its pool key (the names of the hops up to it) and where it goes. */
+export interface Hop {
+  key: string;
+  target: Omit<SshTarget, 'via'>;
+}
+
+const targetOf = (kind: 'bastion' | 'hypervisor', host: SshHost): Hop['target'] => ({
+  label: `${kind} ${host.name}`,
+  host: host.address,
+  port: host.port,
+  user: host.user,
+  ...(host.private_key ? { privateKeyPath: host.private_key } : {}),
+  knownHostsPath: host.known_hosts,
+  trustOnFirstUse: host.trust_on_first_use,
+});
+
+/** Pure: the connections to open, in order, to reach a hypervisor; the last is the hypervisor's own. */
+export function hopsTo(hypervisor: Hypervisor): Hop[] {
+  const path: string[] = [];
+  return [...hypervisor.jump.map((bastion) => ({ kind: 'bastion' as const, host: bastion })), { kind: 'hypervisor' as const, host: hypervisor }].map(({ kind, host }) => {
+    path.push(host.name);
+    return { key: path.join(' > '), target: targetOf(kind, host) };
+  });
+}
+
 export class HypervisorConnections {
   // A failed hypervisor stays failed for the run: its members are skipped by the later steps anyway.
   readonly #pool = new ConnectionPool({ forgetFailures: false });
 
   get(hypervisor: Hypervisor): Promise<SshConnection> {
-    return this.#pool.get(hypervisor.name, () =>
-      SshConnection.open({
-        label: `hypervisor ${hypervisor.name}`,
-        host: hypervisor.address,
-        port: hypervisor.port,
-        user: hypervisor.user,
-        ...(hypervisor.private_key ? { privateKeyPath: hypervisor.private_key } : {}),
-        knownHostsPath: hypervisor.known_hosts,
-        trustOnFirstUse: hypervisor.trust_on_first_use,
-      }),
-    );
+    const hops = hopsTo(hypervisor);
+    return this.#open(hops, hops.length - 1);
+  }
+
+  #open(hops: readonly Hop[], index: number): Promise<SshConnection> {
+    const hop = hops[index]!;
+    const via = index > 0 ? { via: async () => (await this.#open(hops, index - 1)).forward(hop.target.host, hop.target.port) } : {};
+    return this.#pool.get(hop.key, () => SshConnection.open({ ...hop.target, ...via }));
   }
 
   closeAll(): Promise<void> {

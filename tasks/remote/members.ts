@@ -55,9 +55,7 @@ export class MemberConnections {
     const hypervisor = await this.hypervisors.get(member.hypervisor).catch((error: Error) => {
       throw new HypervisorUnreachable(error.message);
     });
-    return new Promise((resolve, reject) => {
-      hypervisor.client.forwardOut('127.0.0.1', 0, member.etcdIp, 22, (error, channel) => (error ? reject(new Error(`hypervisor ${member.hypervisor.name} cannot reach ${member.etcdIp}:22: ${error.message}`)) : resolve(channel)));
-    });
+    return hypervisor.forward(member.etcdIp, 22);
   }
 
   /** A member that was restarted: its old connection, if any, is dead or about to be. */

@@ -135,6 +135,13 @@ export class SshConnection {
   }
 
   /** Runs a command built from an argument array; `stdin` carries secrets and uploads, never argv. */
+  /** A channel from this host to host:port (ssh -W): the way to a member, or to the next hop of a jump chain. */
+  forward(host: string, port: number): Promise<Duplex> {
+    return new Promise((resolve, reject) => {
+      this.client.forwardOut('127.0.0.1', 0, host, port, (error, channel) => (error ? reject(new Error(`${this.target.label} cannot reach ${host}:${port}: ${error.message}`)) : resolve(channel)));
+    });
+  }
+
   exec(argv: readonly string[], options: { stdin?: Stdin; timeoutMs?: number } = {}): Promise<ExecResult> {
     const command = commandLine(argv);
     return this.#slots.use(

@@ -3,7 +3,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { run } from '../helpers/exec.ts';
 import type { StatusReport } from '../../tasks/status/report.ts';
 import { deploy, deployInBackground, endpoint, etcdctl, inLab, lab, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
@@ -424,6 +424,65 @@ function runWith(t: { log: (...values: unknown[]) => void }, env: NodeJS.Process
   const report = existsSync(reportPath) ? (JSON.parse(readFileSync(reportPath, 'utf8')) as DeployRun['report']) : { results: [] };
   return { ...completed, output, report };
 }
+
+test.serial('the hypervisor reached only through a bastion (a third sshd, in another namespace): a run converges through it and changes nothing; a bastion that does not answer fails every member, naming it', (t) => {
+  // 192.168.160.1 is the hypervisor's address on the macvtap segment: the root namespace has no route
+  // there, the bastion (in the segment's client namespace, exposed on 127.0.0.1:2223) has.
+  const throughBastion = (port: number) => (yaml: string) =>
+    yaml.replace('    address: 127.0.0.1\n    port: 2222\n', '    address: 192.168.160.1\n    port: 22\n    jump: [lab-edge]\n') +
+    `\nbastions:\n  lab-edge:\n    address: 127.0.0.1\n    port: ${port}\n    user: root\n    private_key: ../.etcd-kvm/lab/hypervisor/client_key\n    known_hosts: ../.etcd-kvm/lab/hypervisor/known_hosts\n`;
+  const viaBastion = variant('bastion', throughBastion(2223));
+  const bastionDown = variant('bastion-down', throughBastion(1));
+  try {
+    const converged = deployed(t, ['-i', viaBastion]);
+    t.is(converged.status, 0);
+    t.deepEqual(changed(converged), []);
+    t.true(converged.report.results.some((r) => r.step === 'guest' && r.status === 'ok'), 'the members were reached (SSH and etcd) through the chain');
+    const refused = deployed(t, ['-i', bastionDown]);
+    t.is(refused.status, 1);
+    t.regex(refused.output, /bastion lab-edge \(root@127\.0\.0\.1:1\): cannot connect/);
+    t.deepEqual(refused.report.results.filter((r) => r.status === 'failed').map((r) => `${r.host}/${r.step}`).sort(), MEMBERS.map((member) => `${member}/owner`));
+  } finally {
+    rmSync(viaBastion, { force: true });
+    rmSync(bastionDown, { force: true });
+  }
+});
+
+test.serial('the hypervisor named by a Host alias in an ssh_config given to the run, its ProxyJump through the bastion: the run converges and changes nothing', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-sshcfg-'));
+  const client = resolve('.etcd-kvm/lab/hypervisor');
+  writeFileSync(
+    join(dir, 'config'),
+    [
+      'Host lab-hv-alias',
+      '  HostName 192.168.160.1',
+      '  User root',
+      `  IdentityFile ${client}/client_key`,
+      `  UserKnownHostsFile ${client}/known_hosts`,
+      '  ProxyJump lab-edge-alias',
+      'Host lab-edge-alias',
+      '  HostName 127.0.0.1',
+      '  Port 2223',
+      '  User root',
+      `  IdentityFile ${client}/client_key`,
+      `  UserKnownHostsFile ${client}/known_hosts`,
+      '',
+    ].join('\n'),
+  );
+  const login = '    address: 127.0.0.1\n    port: 2222\n    user: root\n    private_key: ../.etcd-kvm/lab/hypervisor/client_key\n    known_hosts: ../.etcd-kvm/lab/hypervisor/known_hosts\n';
+  const aliased = variant('ssh-config', (yaml) => {
+    if (!yaml.includes(login)) throw new Error('the lab inventory no longer has the expected hypervisor login lines');
+    return `${yaml.replace(login, '    address: lab-hv-alias\n')}\nssh_config: ${join(dir, 'config')}\n`;
+  });
+  try {
+    const converged = deployed(t, ['-i', aliased]);
+    t.is(converged.status, 0);
+    t.deepEqual(changed(converged), []);
+  } finally {
+    rmSync(aliased, { force: true });
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
 
 // Guest convergence: what runs inside the members, converged on every run, restarts rolled.
 

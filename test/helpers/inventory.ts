@@ -13,6 +13,8 @@ export function baseDocument(): Doc {
   const nic = (ip: string) => [{ network_name: 'net', ip, prefix_length: 24, gateway: '10.10.0.1' }];
   return {
     cluster: { name: 'test', initial_token: 'test-token' },
+    // The machine's ~/.ssh/config stays out of unit tests.
+    ssh_config: false,
     hypervisors: { hv: { address: '127.0.0.1' } },
     defaults: { install_dependencies: false, base_image: { pool: 'images', volume: 'base.qcow2' }, vcpus: 1, memory: 1024 },
     members: [

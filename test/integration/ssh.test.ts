@@ -5,6 +5,8 @@ import { join } from 'node:path';
 import { userInfo } from 'node:os';
 import { Readable } from 'node:stream';
 import { SshConnection, type SshTarget } from '../../tasks/remote/ssh.ts';
+import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
+import { baseDocument, load } from '../helpers/inventory.ts';
 import { run } from '../helpers/exec.ts';
 import { Processes } from '../helpers/processes.ts';
 import { startSshd, type TestSshd } from '../helpers/sshd.ts';
@@ -100,4 +102,30 @@ test('a hashed known_hosts entry is matched', async (t) => {
   const connection = await SshConnection.open(target(hashed));
   connection.close();
   t.pass();
+});
+
+test('a hypervisor behind a bastion (ssh -J): commands run through the chain; each hop is checked against its own known_hosts and named when it fails', async (t) => {
+  const bastion = await startSshd(processes, 42223);
+  const inventory = (bastionKnownHosts: string, hypervisorKnownHosts: string) => {
+    const doc = baseDocument();
+    doc.bastions = { edge: { address: '127.0.0.1', port: bastion.port, user: userInfo().username, private_key: bastion.clientKey, known_hosts: bastionKnownHosts } };
+    doc.hypervisors = { hv: { address: '127.0.0.1', port: sshd.port, user: userInfo().username, private_key: sshd.clientKey, known_hosts: hypervisorKnownHosts, jump: ['edge'] } };
+    return load(doc).hypervisors[0]!;
+  };
+  const good = inventory(knownHostsFile('kh_bastion', bastion.knownHostsLine), knownHostsFile('kh_hv', sshd.knownHostsLine));
+  const connections = new HypervisorConnections();
+  try {
+    t.is(await (await connections.get(good)).run(['echo', 'through the bastion']), 'through the bastion\n');
+    // The bastion's sshd saw the forwarded channel to the hypervisor's port.
+    t.regex(readFileSync(join(bastion.dir, 'sshd.log'), 'utf8'), new RegExp(`Accepted publickey for ${userInfo().username}`));
+  } finally {
+    await connections.closeAll();
+  }
+  // The bastion's key pinned as the hypervisor's (and the other way round): each hop refuses.
+  const wrongBastion = new HypervisorConnections();
+  await t.throwsAsync(wrongBastion.get(inventory(knownHostsFile('kh_bastion_wrong', sshd.knownHostsLine.replace(String(sshd.port), String(bastion.port))), knownHostsFile('kh_hv2', sshd.knownHostsLine))), { message: /bastion edge/ });
+  await wrongBastion.closeAll();
+  const wrongHypervisor = new HypervisorConnections();
+  await t.throwsAsync(wrongHypervisor.get(inventory(knownHostsFile('kh_bastion2', bastion.knownHostsLine), knownHostsFile('kh_hv_wrong', bastion.knownHostsLine.replace(String(bastion.port), String(sshd.port))))), { message: /hypervisor hv/ });
+  await wrongHypervisor.closeAll();
 });

@@ -1,0 +1,62 @@
+import { homedir } from 'node:os';
+import { isAbsolute, join } from 'node:path';
+import SSHConfig from 'ssh-config';
+
+/**
+ * What an operator's ssh_config (~/.ssh/config) says about a host the inventory names, read with the
+ * ssh-config package: its HostName, Port, User, first IdentityFile and UserKnownHostsFile, ProxyJump.
+ * Only these are used; the inventory's own values win over them (the loader merges). `Match exec`
+ * lines are never run: reading an inventory runs no command.
+ */
+
+export interface SshConfigEntry {
+  hostName?: string;
+  port?: number;
+  user?: string;
+  identityFile?: string;
+  knownHosts?: string;
+  /** Jump hosts in order, each `[user@]host[:port]`, as ProxyJump lists them. */
+  proxyJump?: string[];
+}
+
+export type SshConfigFile = SSHConfig;
+
+export const parseSshConfig = (text: string): SshConfigFile => SSHConfig.parse(text);
+
+/** ssh reads paths in its config relative to the home directory, and expands a leading ~. */
+function configPath(path: string): string {
+  if (path === '~' || path.startsWith('~/')) return join(homedir(), path.slice(1));
+  return isAbsolute(path) ? path : join(homedir(), path);
+}
+
+const first = (value: string | string[] | undefined) => (Array.isArray(value) ? value[0] : value);
+
+export function lookUpHost(config: SshConfigFile, host: string): SshConfigEntry {
+  // Directive names lowercased, as OpenSSH matches them case-insensitively.
+  const computed = config.compute(host, { ignoreCase: true, matchExec: false });
+  const hostName = first(computed.hostname);
+  const port = first(computed.port);
+  const user = first(computed.user);
+  const identityFile = first(computed.identityfile);
+  const knownHosts = first(computed.userknownhostsfile)?.split(/\s+/)[0];
+  const proxyJump = first(computed.proxyjump);
+  return {
+    ...(hostName ? { hostName: hostName.replace(/%h/g, host) } : {}),
+    ...(port && /^\d+$/.test(port) ? { port: Number(port) } : {}),
+    ...(user ? { user } : {}),
+    ...(identityFile ? { identityFile: configPath(identityFile) } : {}),
+    ...(knownHosts ? { knownHosts: configPath(knownHosts) } : {}),
+    ...(proxyJump && proxyJump.toLowerCase() !== 'none' ? { proxyJump: proxyJump.split(',').map((hop) => hop.trim()).filter(Boolean) } : {}),
+  };
+}
+
+/** One ProxyJump hop: `[user@]host[:port]` (or `[IPv6]:port`). */
+export function parseJumpHop(hop: string): { user?: string; host: string; port?: number } {
+  const at = hop.lastIndexOf('@');
+  const user = at >= 0 ? hop.slice(0, at) : undefined;
+  const rest = at >= 0 ? hop.slice(at + 1) : hop;
+  const match = /^\[([^\]]+)\](?::(\d+))?$/.exec(rest) ?? /^([^:]+)(?::(\d+))?$/.exec(rest);
+  const host = match?.[1] ?? rest;
+  const port = match?.[2] ? Number(match[2]) : undefined;
+  return { host, ...(user ? { user } : {}), ...(port ? { port } : {}) };
+}
