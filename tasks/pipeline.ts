@@ -370,7 +370,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
             ...onlySelected([
               healthPhase(main),
               { title: 'auth', run: () => runner.runStep(authStep(main.inventory, main.members, clients, identity, options.dryRun)) },
-              { title: 'users', run: () => runner.runStep(usersStep(inventory, main.members, clients, identity, options.dryRun)) },
+              { title: 'users', run: () => runner.runStep(usersStep(main.inventory, main.members, clients, identity, options.dryRun)) },
             ]),
             ...joins,
             ...onlySelected([settlePhase]),

@@ -125,7 +125,6 @@ export function planAccess(wanted: WantedAccess, live: LiveAccess): AccessChange
     const have = live.roles.get(role);
     if (!have) changes.push({ summary: `create role ${role}`, action: { kind: 'add-role', role } });
     const haveIds = new Set((have ?? []).map(identityOf));
-    const wantIds = new Set(want.map(identityOf));
     const wantRanges = new Set(want.map(rangeOf));
     // A range whose type changes is granted again (etcd replaces it); one no longer wanted is revoked.
     for (const permission of have ?? []) {

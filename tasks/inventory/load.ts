@@ -69,7 +69,12 @@ function readSshConfig(setting: string | false | undefined, baseDir: string, pro
     if (setting !== undefined) problems.push({ path: ['ssh_config'], message: `cannot read ${path}`, hint: 'give the path of an ssh_config file, or false not to read one' });
     return undefined;
   }
-  return parseSshConfig(text);
+  try {
+    return parseSshConfig(text);
+  } catch (error) {
+    problems.push({ path: ['ssh_config'], message: `${path} cannot be read as an ssh_config: ${(error as Error).message.split('\n')[0]}`, hint: 'fix the file, or set ssh_config: false' });
+    return undefined;
+  }
 }
 
 interface SshLoginInput {
