@@ -3,7 +3,8 @@ import { writeFileSync } from 'node:fs';
 import { DEPLOY_HELP, parseDeployOptions, type DeployOptions } from './cli/options.ts';
 import { describeError, EXIT, InputError, reportInputError } from './core/errors.ts';
 import { silenceKnownWarnings } from './core/warnings.ts';
-import { formatChanges, formatProfile, formatRecap, recapByHost } from './core/report.ts';
+import { formatChanges, formatProfile, formatRecap, formatUnreachable, recapByHost } from './core/report.ts';
+import { placementWarnings } from './inventory/placement.ts';
 import { Runner } from './core/runner.ts';
 import { loadInventory } from './inventory/load.ts';
 import type { Inventory } from './inventory/model.ts';
@@ -35,16 +36,18 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
-  const { written } = await runDeploy(inventory, runner, options);
+  for (const warning of placementWarnings(inventory)) console.log(`warning: ${warning}`);
+  const { written, unreachable } = await runDeploy(inventory, runner, options);
 
   // Summaries by default; diffs where they are asked for, and in a dry-run, which is a plan to read.
   const changes = formatChanges(runner.results, { dryRun: options.dryRun, diffs: options.diff || options.dryRun });
   if (changes) console.log(`\n${changes}`);
   if (written.length > 0) console.log(`\nwrote ${written.length} files:\n${written.map((path) => `  ${path}`).join('\n')}`);
   console.log(`\n${formatRecap(runner.results, options.dryRun, performance.now() - started)}`);
+  if (unreachable.length > 0) console.log(`\n${formatUnreachable(unreachable)}`);
   if (options.profile) console.log(`\n${formatProfile(runner.results)}`);
   if (options.json) {
-    const report = { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap: Object.fromEntries(recapByHost(runner.results)) };
+    const report = { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap: Object.fromEntries(recapByHost(runner.results)), unreachable };
     writeFileSync(options.json, `${JSON.stringify(report, null, 2)}\n`);
   }
   if (runner.interrupted) return EXIT.interrupted;

@@ -136,7 +136,14 @@ interface Pass {
   joining: boolean;
 }
 
-export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<{ written: string[] }> {
+export interface DeployOutcome {
+  /** Files --render-only wrote. */
+  written: string[];
+  /** Hypervisors the run could not reach, the selected members on each, and why. */
+  unreachable: { hypervisor: string; members: string[]; reason: string }[];
+}
+
+export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<DeployOutcome> {
   validateTags(options);
   for (const [flag, names] of [['--replace', options.replace], ['--adopt', options.adopt]] as const) {
     const unknown = (names ?? []).filter((name) => !inventory.members.some((member) => member.name === name));
@@ -383,5 +390,6 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     await memberSsh.closeAll();
     await remote.close();
   }
-  return { written };
+  const unreachable = [...remote.connections.unreachable].map(([hypervisor, reason]) => ({ hypervisor, reason, members: members.filter((member) => member.hypervisor.name === hypervisor).map((member) => member.name) }));
+  return { written, unreachable };
 }

@@ -62,6 +62,12 @@ export function formatRecap(results: readonly StepResult[], dryRun: boolean, ela
   return lines.join('\n');
 }
 
+/** After the recap: each hypervisor the run could not reach, the members it failed, and why. */
+export function formatUnreachable(unreachable: readonly { hypervisor: string; members: readonly string[]; reason: string }[]): string {
+  if (unreachable.length === 0) return '';
+  return ['UNREACHABLE (their members failed; the others went on)', ...unreachable.map(({ hypervisor, members, reason }) => `hypervisor ${hypervisor} (${members.join(', ') || 'no member in this run'}): ${reason}`)].join('\n');
+}
+
 /**
  * --profile: each step's time on each host (a step that ran twice in a run, e.g. render, is added
  * up), the slowest step first, as Ansible's profile_tasks: where a run's time went.

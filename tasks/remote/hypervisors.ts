@@ -38,10 +38,15 @@ export function hopsTo(hypervisor: Hypervisor): Hop[] {
 export class HypervisorConnections {
   // A failed hypervisor stays failed for the run: its members are skipped by the later steps anyway.
   readonly #pool = new ConnectionPool({ forgetFailures: false });
+  /** Hypervisors this run could not reach, with why: for the recap. */
+  readonly unreachable = new Map<string, string>();
 
   get(hypervisor: Hypervisor): Promise<SshConnection> {
     const hops = hopsTo(hypervisor);
-    return this.#open(hops, hops.length - 1);
+    return this.#open(hops, hops.length - 1).catch((error: Error) => {
+      this.unreachable.set(hypervisor.name, error.message);
+      throw error;
+    });
   }
 
   #open(hops: readonly Hop[], index: number): Promise<SshConnection> {

@@ -1,5 +1,5 @@
 import test from 'ava';
-import { formatChanges, formatProfile, formatRecap } from '../../tasks/core/report.ts';
+import { formatChanges, formatProfile, formatRecap, formatUnreachable } from '../../tasks/core/report.ts';
 import type { StepResult } from '../../tasks/core/step.ts';
 
 const result = (host: string, extra: Partial<StepResult>): StepResult => ({ step: 'guest', host, status: 'ok', changes: [], durationMs: 1, ...extra });
@@ -45,4 +45,12 @@ test('--profile: time per step and host, a step that ran twice added up, the slo
     { step: 'render', host: 'etcd-1', status: 'ok', changes: [], durationMs: 15 },
   ]);
   t.is(profile, ['PROFILE (each step on each host, slowest step first)', 'guest   etcd-1 1.63 s  etcd-2 140.30 s', 'pki     localhost 0.45 s', 'render  etcd-1 0.03 s'].join('\n'));
+});
+
+test('the recap names each hypervisor the run could not reach, its members and why; nothing when every host answered', (t) => {
+  t.is(formatUnreachable([]), '');
+  t.is(
+    formatUnreachable([{ hypervisor: 'kvm-2', members: ['etcd-2', 'etcd-5'], reason: 'hypervisor kvm-2 (root@10.0.0.2:22): cannot connect: ETIMEDOUT' }]),
+    'UNREACHABLE (their members failed; the others went on)\nhypervisor kvm-2 (etcd-2, etcd-5): hypervisor kvm-2 (root@10.0.0.2:22): cannot connect: ETIMEDOUT',
+  );
 });

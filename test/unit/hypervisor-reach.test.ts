@@ -1,5 +1,6 @@
 import test from 'ava';
 import { hopsTo } from '../../tasks/remote/hypervisors.ts';
+import { placementWarnings } from '../../tasks/inventory/placement.ts';
 import { baseDocument, load, problemsOf } from '../helpers/inventory.ts';
 
 /** Bastions (ssh -J): the chain of connections to a hypervisor, each hop checked against its own known_hosts. */
@@ -37,4 +38,16 @@ test('a jump naming no bastion, or one twice, is bad input with its path', (t) =
     'hypervisors.hv.jump[1]: names bastion nowhere, which bastions: does not define — define it under bastions: (bastions are edge, inner)',
     'hypervisors.hv.jump[2]: names bastion edge twice — each jump host once, in the order they are passed through',
   ]);
+});
+
+test('placement: a hypervisor whose loss alone loses quorum is warned about, one that cannot is not', (t) => {
+  const placed = (hosts: string[]) => {
+    const doc = baseDocument();
+    doc.hypervisors = Object.fromEntries([...new Set(hosts)].map((host) => [host, { address: `${host}.example` }]));
+    hosts.forEach((host, i) => (doc.members[i]!.hypervisor = host));
+    return placementWarnings(load(doc));
+  };
+  t.deepEqual(placed(['a', 'b', 'c']), []);
+  t.deepEqual(placed(['a', 'a', 'b']), ['2 of 3 members are on hypervisor a (etcd-1, etcd-2): losing that host loses quorum (2 needed); put at most 1 member on any one hypervisor']);
+  t.deepEqual(placed(['a', 'a', 'a']), ['3 of 3 members are on hypervisor a (etcd-1, etcd-2, etcd-3): losing that host loses quorum (2 needed); put at most 1 member on any one hypervisor']);
 });
