@@ -27,7 +27,7 @@ import { healthStep } from './steps/health.ts';
 import { restoreStep } from './steps/restore.ts';
 import { MemberConnections } from './remote/members.ts';
 import { volumeQuestions, volumesStep } from './steps/volumes.ts';
-import { ownershipStep } from './steps/ownership.ts';
+import { adoptionStep, ownershipStep } from './steps/ownership.ts';
 import { networkIdsOf, networksStep, type NetworkNames } from './steps/networks.ts';
 import { ownerQuestions } from './libvirt/ownership.ts';
 import { identityOf } from './pki/plan.ts';
@@ -199,7 +199,12 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
           ...Object.values(seedQuestions(member)),
           ...Object.values(domainQuestions(member)),
         ]);
-        return runner.runStep(ownershipStep(pass.members, remote, owner()));
+        const identity = owner().identity;
+        const results = await runner.runStep(ownershipStep(pass.members, remote, owner()));
+        // Every member's domain marked in this pass: a migrated state directory stops adopting unmarked ones.
+        if (!identity.adoptsUnmarked || identity.id === undefined || pass.joining || pass.members.length !== inventory.members.length) return results;
+        const everyDomainMarked = () => results.every((result) => result.status === 'ok' || result.status === 'changed');
+        return [...results, ...(await runner.runStep(adoptionStep(inventory.stateDir, inventory.cluster.name, everyDomainMarked)))];
       },
     },
     ...onlySelected([

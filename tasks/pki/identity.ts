@@ -43,6 +43,12 @@ export function readIdentity(stateDir: string, cluster: string): ClusterIdentity
   return { cluster, id: stored.id, adoptsUnmarked: stored.adoptsUnmarked === true };
 }
 
+/** The migration is over: from now on only marked domains (and --adopt) are this cluster's. */
+export function stopAdoptingUnmarked(stateDir: string): void {
+  const stored = JSON.parse(readIfExists(identityPath(stateDir)) ?? '{}') as StoredIdentity;
+  writeFileAtomic(identityPath(stateDir), `${JSON.stringify({ ...stored, adoptsUnmarked: false }, null, 2)}\n`, PUBLIC_FILE_MODE);
+}
+
 export function writeNewIdentity(stateDir: string, adoptsUnmarked: boolean): void {
   const stored: StoredIdentity = { id: randomUUID(), created: new Date().toISOString(), adoptsUnmarked };
   writeFileAtomic(identityPath(stateDir), `${JSON.stringify(stored, null, 2)}\n`, PUBLIC_FILE_MODE);

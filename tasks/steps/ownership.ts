@@ -1,8 +1,8 @@
-import type { Step } from '../core/step.ts';
+import { CONTROL_NODE, type Step } from '../core/step.ts';
 import type { Member } from '../inventory/model.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
 import { judgeOwnership, ownerQuestions, type Ownership } from '../libvirt/ownership.ts';
-import type { ClusterIdentity } from '../pki/identity.ts';
+import { readIdentity, stopAdoptingUnmarked, type ClusterIdentity } from '../pki/identity.ts';
 import { OWNER_NAMESPACE, OWNER_PREFIX, ownerElement } from '../render/domain.ts';
 import { memberTargets } from './member-targets.ts';
 
@@ -30,6 +30,28 @@ export function ownershipStep(members: readonly Member[], context: RemoteContext
       const running = ownership.kind === 'to-mark' && ownership.running;
       const virsh = await context.virshFor(memberNamed(name));
       await virsh.run(['metadata', '--domain', name, '--uri', OWNER_NAMESPACE, '--key', OWNER_PREFIX, '--set', ownerElement(identity), '--config', ...(running ? ['--live'] : [])]);
+    },
+  };
+}
+
+/**
+ * A state directory migrated from before domains were marked takes unmarked domains titled for its
+ * cluster as its own, until every member's domain carries the mark: then it stops, so a domain made
+ * later under such a title is refused like any other unmarked one.
+ */
+export function adoptionStep(stateDir: string, cluster: string, everyDomainMarked: () => boolean): Step<{ adoptsUnmarked: boolean }, 'stop'> {
+  return {
+    name: 'adoption',
+    targets: [CONTROL_NODE],
+    async check() {
+      return { adoptsUnmarked: readIdentity(stateDir, cluster)?.adoptsUnmarked ?? false };
+    },
+    plan({ adoptsUnmarked }) {
+      if (!adoptsUnmarked || !everyDomainMarked()) return [];
+      return [{ summary: `stop taking unmarked domains titled for cluster ${cluster} as its own (cluster-id.json): every member's domain carries the mark now`, action: 'stop' }];
+    },
+    async apply() {
+      stopAdoptingUnmarked(stateDir);
     },
   };
 }

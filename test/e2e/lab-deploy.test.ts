@@ -290,8 +290,10 @@ test.serial('a domain without the mark is refused until --adopt names it; a clus
     [
       "localhost/pki: changed create the cluster's ID (cluster-id.json), which marks its domains as its own; domains an earlier version made for this cluster get the mark",
       ...MEMBERS.map((member) => `${member}/owner: changed mark domain ${member} as cluster lab's (made for this cluster before domains were marked; live and persistent, no restart)`),
+      "localhost/adoption: changed stop taking unmarked domains titled for cluster lab as its own (cluster-id.json): every member's domain carries the mark now",
     ],
   );
+  t.false((JSON.parse(readFileSync(join(LAB_STATE, 'cluster-id.json'), 'utf8')) as { adoptsUnmarked: boolean }).adoptsUnmarked);
   t.deepEqual(Object.fromEntries(MEMBERS.map((member) => [member, domainId(member)])), ids, 'no VM was started again');
   t.deepEqual(changed(deployed(t)), []);
 });

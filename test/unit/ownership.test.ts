@@ -5,6 +5,12 @@ import { compareDomainXml } from '../../tasks/libvirt/domain-xml.ts';
 import { judgeOwnership, parseOwnerMark, type Ownership } from '../../tasks/libvirt/ownership.ts';
 import type { ProbeAnswer } from '../../tasks/libvirt/virsh.ts';
 import { OWNER_NAMESPACE, ownerElement, renderDomainXml } from '../../tasks/render/domain.ts';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CONTROL_NODE } from '../../tasks/core/step.ts';
+import { readIdentity, writeNewIdentity } from '../../tasks/pki/identity.ts';
+import { adoptionStep } from '../../tasks/steps/ownership.ts';
 
 /** Whose domain it is, as a table: virsh's answers (as recorded from libvirt 9.0 in the lab) in, a verdict out. */
 
@@ -122,4 +128,20 @@ test('the mark is not part of the domain comparison: a domain marked live compar
   t.true(compareDomainXml(marked, unmarked).same);
   // The comparison still sees everything else.
   t.false(compareDomainXml(marked, unmarked.replace('<vcpu placement=\'static\'>1</vcpu>', '<vcpu placement=\'static\'>2</vcpu>')).same);
+});
+
+test('a migrated state directory stops adopting unmarked domains once every member is marked, and only then', async (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-adoption-'));
+  writeNewIdentity(stateDir, true);
+  const id = readIdentity(stateDir, 'lab')!.id;
+  const plans = async (everyMarked: boolean) => {
+    const step = adoptionStep(stateDir, 'lab', () => everyMarked);
+    return step.plan(await step.check(CONTROL_NODE), CONTROL_NODE).map((change) => change.summary);
+  };
+  t.deepEqual(await plans(false), [], 'a member still unmarked (or refused): keep adopting');
+  t.deepEqual(await plans(true), ["stop taking unmarked domains titled for cluster lab as its own (cluster-id.json): every member's domain carries the mark now"]);
+  const step = adoptionStep(stateDir, 'lab', () => true);
+  await step.apply([], CONTROL_NODE, await step.check(CONTROL_NODE));
+  t.deepEqual(readIdentity(stateDir, 'lab'), { cluster: 'lab', id, adoptsUnmarked: false }, 'the same ID, adoption off');
+  t.deepEqual(await plans(true), []);
 });
