@@ -447,6 +447,9 @@ test.serial('the hypervisor reached only through a bastion (a third sshd, in ano
   } finally {
     rmSync(viaBastion, { force: true });
     rmSync(bastionDown, { force: true });
+    // The run that reached nothing took the cluster for unformed and recorded `new` renders (nothing
+    // remote changed): the lab's own run records them as they are again, for the scenarios after this one.
+    t.is(deployed(t).status, 0);
   }
 });
 
