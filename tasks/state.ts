@@ -51,7 +51,7 @@ process.exitCode = await runTool({
       if (!cipher) {
         const passphrase = await readPassphrase(`new passphrase for ${dir}`, { confirm: true });
         if (!passphrase) throw new InputError(`give the new passphrase in ${PASSPHRASE_SOURCES}`);
-        const created = StateCipher.create(passphrase);
+        const created = await StateCipher.create(passphrase);
         // The record first: from here on every command asks for the passphrase, and reads keys sealed or not.
         writeEncryptionRecord(dir, created.record);
         cipher = created.cipher;

@@ -1,7 +1,5 @@
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { xchacha20poly1305 } from '@noble/ciphers/chacha';
-import { scrypt } from '@noble/hashes/scrypt';
 import { InputError } from '../core/errors.ts';
 import { PRIVATE_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
 import { PASSPHRASE_SOURCES, readPassphrase } from '../core/passphrase.ts';
@@ -14,7 +12,16 @@ import type { Secret } from '../core/secret.ts';
  * sealed file moved to another name does not open). Both from the audited noble libraries. The
  * record (state-encryption.json) holds the KDF's parameters, its salt, and a sealed check value, so
  * a wrong passphrase is known before anything is read or written. Certificates stay plain: they are public.
+ * The libraries load only when a state directory is encrypted (~50 ms at every start otherwise).
  */
+
+interface Primitives {
+  aead: typeof import('@noble/ciphers/chacha').xchacha20poly1305;
+  scrypt: typeof import('@noble/hashes/scrypt').scrypt;
+}
+let primitives: Promise<Primitives> | undefined;
+const loadPrimitives = () =>
+  (primitives ??= Promise.all([import('@noble/ciphers/chacha'), import('@noble/hashes/scrypt')]).then(([chacha, hashes]) => ({ aead: chacha.xchacha20poly1305, scrypt: hashes.scrypt })));
 
 export const ENCRYPTION_RECORD = 'state-encryption.json';
 const SEALED_PREFIX = 'etcd-kvm-sealed:v1:';
@@ -32,25 +39,28 @@ export const isSealed = (text: string): boolean => text.startsWith(SEALED_PREFIX
 
 export class StateCipher {
   readonly #key: Uint8Array;
+  readonly #aead: Primitives['aead'];
 
-  private constructor(key: Uint8Array) {
+  private constructor(key: Uint8Array, aead: Primitives['aead']) {
     this.#key = key;
+    this.#aead = aead;
   }
 
-  static #derive(passphrase: Secret, kdf: EncryptionRecord['kdf']): StateCipher {
-    return new StateCipher(scrypt(passphrase.reveal(), Buffer.from(kdf.salt, 'base64'), { N: kdf.N, r: kdf.r, p: kdf.p, dkLen: 32, maxmem: 2 ** 30 }));
+  static async #derive(passphrase: Secret, kdf: EncryptionRecord['kdf']): Promise<StateCipher> {
+    const { aead, scrypt } = await loadPrimitives();
+    return new StateCipher(scrypt(passphrase.reveal(), Buffer.from(kdf.salt, 'base64'), { N: kdf.N, r: kdf.r, p: kdf.p, dkLen: 32, maxmem: 2 ** 30 }), aead);
   }
 
   /** A new passphrase: a new salt, and the record that opens it again. */
-  static create(passphrase: Secret): { cipher: StateCipher; record: string } {
+  static async create(passphrase: Secret): Promise<{ cipher: StateCipher; record: string }> {
     const kdf = { name: 'scrypt' as const, N: 2 ** 17, r: 8, p: 1, salt: randomBytes(16).toString('base64') };
-    const cipher = StateCipher.#derive(passphrase, kdf);
+    const cipher = await StateCipher.#derive(passphrase, kdf);
     const record: EncryptionRecord = { version: 1, kdf, check: cipher.seal(CHECK_TEXT, CHECK_LABEL) };
     return { cipher, record: `${JSON.stringify(record, null, 2)}\n` };
   }
 
   /** Opens with the record's passphrase; a wrong one is bad input. */
-  static unlock(recordText: string, passphrase: Secret, where: string): StateCipher {
+  static async unlock(recordText: string, passphrase: Secret, where: string): Promise<StateCipher> {
     let record: EncryptionRecord;
     try {
       record = JSON.parse(recordText) as EncryptionRecord;
@@ -58,7 +68,7 @@ export class StateCipher {
     } catch {
       throw new InputError(`${where}/${ENCRYPTION_RECORD} is not a state encryption record this version reads`);
     }
-    const cipher = StateCipher.#derive(passphrase, record.kdf);
+    const cipher = await StateCipher.#derive(passphrase, record.kdf);
     try {
       if (cipher.open(record.check, CHECK_LABEL) === CHECK_TEXT) return cipher;
     } catch {
@@ -69,14 +79,14 @@ export class StateCipher {
 
   seal(plain: string, label: string): string {
     const nonce = randomBytes(NONCE_BYTES);
-    const sealed = xchacha20poly1305(this.#key, nonce, Buffer.from(label)).encrypt(Buffer.from(plain));
+    const sealed = this.#aead(this.#key, nonce, Buffer.from(label)).encrypt(Buffer.from(plain));
     return `${SEALED_PREFIX}${Buffer.concat([nonce, sealed]).toString('base64')}\n`;
   }
 
   open(text: string, label: string): string {
     const bytes = Buffer.from(text.slice(SEALED_PREFIX.length).trim(), 'base64');
     try {
-      return Buffer.from(xchacha20poly1305(this.#key, bytes.subarray(0, NONCE_BYTES), Buffer.from(label)).decrypt(bytes.subarray(NONCE_BYTES))).toString();
+      return Buffer.from(this.#aead(this.#key, bytes.subarray(0, NONCE_BYTES), Buffer.from(label)).decrypt(bytes.subarray(NONCE_BYTES))).toString();
     } catch {
       throw new Error(`${label} does not open with this state directory's key (changed, or moved from another file)`);
     }

@@ -9,24 +9,24 @@ import { PkiStore } from '../../tasks/pki/store.ts';
 
 /** Private keys at rest: sealed and opened again, bound to their file, refused with a wrong passphrase. */
 
-const created = StateCipher.create(new Secret('correct horse battery staple'));
+const created = await StateCipher.create(new Secret('correct horse battery staple'));
 const KEY = '-----BEGIN PRIVATE KEY-----\nMIIB\n-----END PRIVATE KEY-----\n';
 
-test('a sealed key opens with the same passphrase, and only under its own file name', (t) => {
+test('a sealed key opens with the same passphrase, and only under its own file name', async (t) => {
   const sealed = created.cipher.seal(KEY, 'pki/ca.key');
   t.true(isSealed(sealed));
   t.false(sealed.includes('PRIVATE KEY'));
   t.not(created.cipher.seal(KEY, 'pki/ca.key'), sealed, 'a fresh nonce every time');
-  const again = StateCipher.unlock(created.record, new Secret('correct horse battery staple'), '/state');
+  const again = await StateCipher.unlock(created.record, new Secret('correct horse battery staple'), '/state');
   t.is(again.open(sealed, 'pki/ca.key'), KEY);
   t.throws(() => again.open(sealed, 'pki/clients/root.key'), { message: /pki\/clients\/root.key does not open with this state directory's key/ });
   const tampered = sealed.replace(/.(=*\n)$/, (end) => (end.startsWith('A') ? 'B' : 'A') + end.slice(1));
   t.throws(() => again.open(tampered, 'pki/ca.key'));
 });
 
-test('a wrong passphrase is bad input, found from the record alone', (t) => {
-  t.throws(() => StateCipher.unlock(created.record, new Secret('wrong'), '/state'), { instanceOf: InputError, message: 'wrong passphrase for the state directory /state; nothing was read or changed' });
-  t.throws(() => StateCipher.unlock('{"version": 9}', new Secret('x'), '/state'), { instanceOf: InputError, message: /not a state encryption record/ });
+test('a wrong passphrase is bad input, found from the record alone', async (t) => {
+  await t.throwsAsync(StateCipher.unlock(created.record, new Secret('wrong'), '/state'), { instanceOf: InputError, message: 'wrong passphrase for the state directory /state; nothing was read or changed' });
+  await t.throwsAsync(StateCipher.unlock('{"version": 9}', new Secret('x'), '/state'), { instanceOf: InputError, message: /not a state encryption record/ });
   const record = JSON.parse(created.record) as { kdf: { name: string; N: number; r: number; p: number } };
   t.deepEqual([record.kdf.name, record.kdf.N, record.kdf.r, record.kdf.p], ['scrypt', 2 ** 17, 8, 1]);
 });
