@@ -646,6 +646,7 @@ test.serial('--renew-certs: every member serves a new certificate without losing
   const before = served();
   for (const serial of Object.values(before)) t.regex(serial, /^serial=[0-9A-F]+$/);
   const rootBefore = readFileSync(rootIdentity.cert!, 'utf8');
+  t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', 'e2e/renewal', 'written before the renewal']).status, 0);
   const { result, samples } = sampledHealth(() => deployed(t, ['--renew-certs']));
   t.is(result.status, 0);
   quorumKept(t, samples);
@@ -656,7 +657,7 @@ test.serial('--renew-certs: every member serves a new certificate without losing
     t.is(after[member], run('openssl', ['x509', '-noout', '-serial', '-in', join(LAB_STATE, `pki/members/${member}.crt`)]).stdout.trim(), member);
   }
   t.not(readFileSync(rootIdentity.cert!, 'utf8'), rootBefore);
-  t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/greeting']).stdout.trim(), 'hello from etcd-1');
+  t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/renewal']).stdout.trim(), 'written before the renewal');
   t.deepEqual(changed(deployed(t)), []);
 });
 
