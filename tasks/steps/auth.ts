@@ -6,6 +6,7 @@ import { memberHealth } from '../etcd/health.ts';
 import { revealSecret } from '../core/secret.ts';
 import { memberTargets } from './member-targets.ts';
 import { retryTransient } from '../etcd/transient.ts';
+import { ignoreIf, notFound } from '../etcd/answers.ts';
 
 /**
  * Authentication bootstrap, from the one designated member: the root role, the root user holding it,
@@ -26,12 +27,6 @@ interface AuthState {
 
 type AuthAction = 'role' | 'user' | 'grant' | 'enable';
 
-const notFound = (error: unknown) => error instanceof Error && /not found/i.test(error.message);
-
-/** A retried create may find its own earlier attempt already applied. */
-const ignoreIf = (already: RegExp) => (error: unknown) => {
-  if (!(error instanceof Error && already.test(error.message))) throw error;
-};
 
 /** Whether etcd has authentication on, asked as no user (the answer differs between etcd 3.4 and 3.5). */
 export async function authEnabled(clients: EtcdClients, member: Member, identities: ClientIdentities): Promise<boolean> {

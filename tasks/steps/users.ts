@@ -6,6 +6,7 @@ import type { EtcdClients } from '../etcd/client.ts';
 import type { ClientIdentities } from '../etcd/identities.ts';
 import { memberHealth } from '../etcd/health.ts';
 import { retryTransient } from '../etcd/transient.ts';
+import { ignoreIf } from '../etcd/answers.ts';
 import { AccessRefusal, formatManaged, MANAGED_KEY, parseManaged, planAccess, type AccessAction, type LiveAccess, type Permission } from '../etcd/access.ts';
 import { authEnabled } from './auth.ts';
 import { memberTargets } from './member-targets.ts';
@@ -22,13 +23,7 @@ interface UsersState {
   live: LiveAccess;
 }
 
-const notFound = (error: unknown) => error instanceof Error && /not found/i.test(error.message);
 const rejectedPassword = (error: unknown) => error instanceof Error && /authentication failed|invalid user ID or password/i.test(error.message);
-
-/** A retried call may find its own earlier attempt already applied. */
-const unless = (done: RegExp) => (error: unknown) => {
-  if (!(error instanceof Error && done.test(error.message))) throw error;
-};
 
 const EMPTY: LiveAccess = { users: new Map(), roles: new Map(), managed: { users: [], roles: [] }, passwordsDiffer: [] };
 
@@ -62,17 +57,17 @@ async function applyAction(client: Etcd3, action: AccessAction): Promise<void> {
       await client.put(MANAGED_KEY).value(formatManaged(action));
       return;
     case 'add-role':
-      await client.auth.roleAdd({ name: action.role }).catch(unless(/role name already exists/i));
+      await client.auth.roleAdd({ name: action.role }).catch(ignoreIf(/role name already exists/i));
       return;
     case 'grant-permission':
       await client.auth.roleGrantPermission({ name: action.role, perm: { permType: action.permission.permType, key: action.permission.key, range_end: action.permission.rangeEnd } });
       return;
     case 'revoke-permission':
-      await client.auth.roleRevokePermission({ role: action.role, key: action.permission.key, range_end: action.permission.rangeEnd }).catch(unless(/permission is not granted/i));
+      await client.auth.roleRevokePermission({ role: action.role, key: action.permission.key, range_end: action.permission.rangeEnd }).catch(ignoreIf(/permission is not granted/i));
       return;
     case 'add-user': {
       const user = action.password ? { name: action.user, password: revealSecret(action.password) } : { name: action.user, password: '', options: { no_password: true } };
-      await client.auth.userAdd(user).catch(unless(/user name already exists/i));
+      await client.auth.userAdd(user).catch(ignoreIf(/user name already exists/i));
       return;
     }
     case 'change-password':
@@ -82,13 +77,13 @@ async function applyAction(client: Etcd3, action: AccessAction): Promise<void> {
       await client.auth.userGrantRole({ user: action.user, role: action.role });
       return;
     case 'revoke-role':
-      await client.auth.userRevokeRole({ name: action.user, role: action.role }).catch(unless(/role is not granted/i));
+      await client.auth.userRevokeRole({ name: action.user, role: action.role }).catch(ignoreIf(/role is not granted/i));
       return;
     case 'delete-user':
-      await client.auth.userDelete({ name: action.user }).catch((error) => (notFound(error) ? undefined : Promise.reject(error)));
+      await client.auth.userDelete({ name: action.user }).catch(ignoreIf(/not found/i));
       return;
     case 'delete-role':
-      await client.auth.roleDelete({ role: action.role }).catch((error) => (notFound(error) ? undefined : Promise.reject(error)));
+      await client.auth.roleDelete({ role: action.role }).catch(ignoreIf(/not found/i));
       return;
   }
 }
