@@ -65,7 +65,13 @@ export function formatRecap(results: readonly StepResult[], dryRun: boolean, ela
 /** After the recap: each hypervisor the run could not reach, the members it failed, and why. */
 export function formatUnreachable(unreachable: readonly { hypervisor: string; members: readonly string[]; reason: string }[]): string {
   if (unreachable.length === 0) return '';
-  return ['UNREACHABLE (their members failed; the others went on)', ...unreachable.map(({ hypervisor, members, reason }) => `hypervisor ${hypervisor} (${members.join(', ') || 'no member in this run'}): ${reason}`)].join('\n');
+  const line = ({ hypervisor, members, reason }: (typeof unreachable)[number]) => {
+    const who = members.join(', ') || 'no member in this run';
+    // The reason names the host it could not reach: the hypervisor itself (said once), or a bastion on the way.
+    const own = reason.match(/^hypervisor (\S+) \(([^)]*)\): (.*)$/s);
+    return own && own[1] === hypervisor ? `hypervisor ${hypervisor} at ${own[2]} (${who}): ${own[3]}` : `hypervisor ${hypervisor} (${who}): ${reason}`;
+  };
+  return ['UNREACHABLE (their members failed; the others went on)', ...unreachable.map(line)].join('\n');
 }
 
 /**

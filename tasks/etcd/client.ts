@@ -54,7 +54,9 @@ export class EtcdClients {
    */
   async endpoint(member: Member): Promise<{ host: string; port: number }> {
     if (member.reach !== 'hypervisor') return { host: member.etcdIp, port: this.clientPort };
-    const tunnel = await Tunnel.open(await this.connections.get(member.hypervisor), member.etcdIp, this.clientPort);
+    // Connected first: a hypervisor that cannot be reached fails here, with its own error.
+    await this.connections.get(member.hypervisor);
+    const tunnel = await Tunnel.open(() => this.connections.get(member.hypervisor), member.etcdIp, this.clientPort);
     this.#tunnels.push(tunnel);
     // Certificates carry 127.0.0.1 as a SAN, so TLS verifies the member through the local end too.
     return { host: '127.0.0.1', port: tunnel.localPort };
@@ -85,6 +87,11 @@ export class EtcdClients {
         'grpc.max_reconnect_backoff_ms': 2_000,
       },
     });
+  }
+
+  /** Why the member's hypervisor cannot be reached in this run, if it cannot: waiting on its etcd is pointless. */
+  unreachable(member: Member): string | undefined {
+    return member.reach === 'hypervisor' ? this.connections.unreachable.get(member.hypervisor.name) : undefined;
   }
 
   close(): void {

@@ -53,6 +53,9 @@ export async function waitForHealth(inventory: Inventory, clients: EtcdClients, 
     last = await memberHealth(inventory, clients, member);
     onAnswer?.(last);
     if (last.healthy) return last;
+    // A dead hypervisor connection looks like a member that is down: no answer would ever come through it.
+    const unreachable = clients.unreachable(member);
+    if (unreachable !== undefined) throw new Error(`etcd on ${member.name} cannot be asked: ${unreachable}`);
     await new Promise((resolve) => setTimeout(resolve, 2_000));
   }
   throw new Error(

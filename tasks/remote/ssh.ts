@@ -129,55 +129,76 @@ export class SshConnection {
         reject(new SshError(`${where}: ${refusal ? `refusing to connect: ${refusal}` : `cannot connect: ${error.message}`}`));
       });
       socket.once('error', (error) => reject(new SshError(`${where}: cannot connect: ${error.message}`)));
+      // A connection closed without an error before the handshake ends (the hop's forwarded channel gone
+      // with its host's connection) only says 'close': without this the open would wait forever.
+      client.once('close', () => reject(new SshError(`${where}: cannot connect: the connection closed during the SSH handshake`)));
       client.connect(config);
     });
     return new SshConnection(target, client);
   }
 
-  /** Runs a command built from an argument array; `stdin` carries secrets and uploads, never argv. */
   /** A channel from this host to host:port (ssh -W): the way to a member, or to the next hop of a jump chain. */
   forward(host: string, port: number): Promise<Duplex> {
     return new Promise((resolve, reject) => {
-      this.client.forwardOut('127.0.0.1', 0, host, port, (error, channel) => (error ? reject(new Error(`${this.target.label} cannot reach ${host}:${port}: ${error.message}`)) : resolve(channel)));
+      const failed = (error: Error) => reject(new SshError(`${this.target.label} cannot reach ${host}:${port}: ${error.message}`));
+      try {
+        this.client.forwardOut('127.0.0.1', 0, host, port, (error, channel) => (error ? failed(error) : resolve(channel)));
+      } catch (error) {
+        // ssh2 throws "Not connected" when the connection has already gone.
+        failed(error as Error);
+      }
     });
   }
 
+  /** Runs a command built from an argument array; `stdin` carries secrets and uploads, never argv. */
   exec(argv: readonly string[], options: { stdin?: Stdin; timeoutMs?: number } = {}): Promise<ExecResult> {
     const command = commandLine(argv);
     return this.#slots.use(
       () =>
         new Promise<ExecResult>((resolve, reject) => {
-          this.client.exec(command, (error: Error | undefined, channel: ClientChannel) => {
-            if (error) return reject(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${error.message}`));
-            const stdout: Buffer[] = [];
-            const stderr: Buffer[] = [];
-            const timeoutMs = options.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
-            const timer = setTimeout(() => {
-              channel.close();
-              reject(new SshError(`${this.target.label}: ${argv[0]} did not finish within ${Math.round(timeoutMs / 1000)} s`));
-            }, timeoutMs);
-            channel.on('data', (chunk: Buffer) => stdout.push(chunk));
-            channel.stderr.on('data', (chunk: Buffer) => stderr.push(chunk));
-            channel.once('close', (code?: number | null, signal?: string) => {
-              clearTimeout(timer);
-              // No exit status and no signal: the connection went away under the command (sshd killed,
-              // the network cut). Said as such, naming the host, rather than as a failed command.
-              if ((code === undefined || code === null) && !signal) {
-                reject(new SshError(`${this.target.label}: the SSH connection was lost while ${argv[0]} ran; the command may or may not have finished (the next run checks again)`));
-                return;
-              }
-              resolve({ command, code: code ?? -1, stdout: Buffer.concat(stdout).toString('utf8'), stderr: Buffer.concat(stderr).toString('utf8') });
-            });
-            // A stream (a snapshot of gigabytes) is piped with backpressure; its error fails the command.
-            if (options.stdin instanceof Readable) {
-              options.stdin.once('error', (streamError: Error) => {
+          // From the request on: a connection that died without ssh2 noticing never answers the channel request.
+          const timeoutMs = options.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
+          let opened: ClientChannel | undefined;
+          const timer = setTimeout(() => {
+            opened?.close();
+            reject(new SshError(`${this.target.label}: ${argv[0]} did not finish within ${Math.round(timeoutMs / 1000)} s`));
+          }, timeoutMs);
+          const notStarted = (error: Error) => {
+            clearTimeout(timer);
+            reject(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${error.message}`));
+          };
+          try {
+            this.client.exec(command, (error: Error | undefined, channel: ClientChannel) => {
+              if (error) return notStarted(error);
+              opened = channel;
+              const stdout: Buffer[] = [];
+              const stderr: Buffer[] = [];
+              channel.on('data', (chunk: Buffer) => stdout.push(chunk));
+              channel.stderr.on('data', (chunk: Buffer) => stderr.push(chunk));
+              channel.once('close', (code?: number | null, signal?: string) => {
                 clearTimeout(timer);
-                channel.close();
-                reject(new SshError(`${this.target.label}: the input of ${argv[0]} failed: ${streamError.message}`));
+                // No exit status and no signal: the connection went away under the command (sshd killed,
+                // the network cut). Said as such, naming the host, rather than as a failed command.
+                if ((code === undefined || code === null) && !signal) {
+                  reject(new SshError(`${this.target.label}: the SSH connection was lost while ${argv[0]} ran; the command may or may not have finished (the next run checks again)`));
+                  return;
+                }
+                resolve({ command, code: code ?? -1, stdout: Buffer.concat(stdout).toString('utf8'), stderr: Buffer.concat(stderr).toString('utf8') });
               });
-              options.stdin.pipe(channel);
-            } else channel.end(options.stdin ?? undefined);
-          });
+              // A stream (a snapshot of gigabytes) is piped with backpressure; its error fails the command.
+              if (options.stdin instanceof Readable) {
+                options.stdin.once('error', (streamError: Error) => {
+                  clearTimeout(timer);
+                  channel.close();
+                  reject(new SshError(`${this.target.label}: the input of ${argv[0]} failed: ${streamError.message}`));
+                });
+                options.stdin.pipe(channel);
+              } else channel.end(options.stdin ?? undefined);
+            });
+          } catch (error) {
+            // ssh2 throws "Not connected" when the connection has already gone.
+            notStarted(error as Error);
+          }
         }),
     );
   }

@@ -4,7 +4,9 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { userInfo } from 'node:os';
 import { Readable } from 'node:stream';
+import { connect } from 'node:net';
 import { SshConnection, type SshTarget } from '../../tasks/remote/ssh.ts';
+import { Tunnel } from '../../tasks/remote/tunnel.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 import { run } from '../helpers/exec.ts';
@@ -79,6 +81,48 @@ test.serial('a connection cut under a running command (its sshd session killed) 
   const again = await SshConnection.open(target(knownHostsFile('known_hosts_cut', sshd.knownHostsLine)));
   t.is(await again.run(['echo', 'back']), 'back\n');
   again.close();
+});
+
+test('a way in that closes during the handshake (a hop whose own connection went) fails the connection, naming the host, instead of waiting for ever', async (t) => {
+  t.timeout(15_000);
+  // Carries the server's banner, then ends: no error, only a close, as a forwarded channel does when its host's connection is cut.
+  const closingHop = async () => {
+    const socket = connect({ host: '127.0.0.1', port: sshd.port });
+    socket.once('data', () => socket.end());
+    return socket;
+  };
+  await t.throwsAsync(SshConnection.open({ ...target(knownHostsFile('known_hosts_hop', sshd.knownHostsLine)), via: closingHop }), {
+    message: /^hypervisor test \(.*\): cannot connect: the connection closed during the SSH handshake$/,
+  });
+});
+
+test('a tunnel asks for its connection for every socket: after the connection dropped, the next socket goes through a new one; none to be had closes the socket', async (t) => {
+  const knownHosts = knownHostsFile('known_hosts_tunnel', sshd.knownHostsLine);
+  let current: Promise<SshConnection> = SshConnection.open(target(knownHosts));
+  // Through the tunnel to the sshd's own port: what comes back first is its banner.
+  const tunnel = await Tunnel.open(() => current, '127.0.0.1', sshd.port);
+  const firstLine = () =>
+    new Promise<string>((resolve) => {
+      const socket = connect({ host: '127.0.0.1', port: tunnel.localPort });
+      socket.once('data', (data) => {
+        socket.destroy();
+        resolve(data.toString().split('\r\n')[0]!);
+      });
+      socket.once('close', () => resolve('(closed)'));
+      socket.once('error', () => resolve('(error)'));
+    });
+  try {
+    t.regex(await firstLine(), /^SSH-2\.0-OpenSSH/);
+    (await current).close();
+    current = SshConnection.open(target(knownHosts));
+    t.regex(await firstLine(), /^SSH-2\.0-OpenSSH/, 'a new connection carries the next socket');
+    (await current).close();
+    current = Promise.reject(new Error('hypervisor test: cannot connect'));
+    current.catch(() => undefined);
+    t.is(await firstLine(), '(closed)');
+  } finally {
+    tunnel.close();
+  }
 });
 
 test('an unknown host key is refused with a hint; trust on first use records it', async (t) => {

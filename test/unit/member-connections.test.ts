@@ -1,10 +1,13 @@
 import test from 'ava';
+import type { EtcdClients } from '../../tasks/etcd/client.ts';
+import { waitForHealth } from '../../tasks/etcd/health.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
+import type { Member } from '../../tasks/inventory/model.ts';
 import type { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
 import { HypervisorUnreachable, MemberConnections } from '../../tasks/remote/members.ts';
 import { SshError } from '../../tasks/remote/ssh.ts';
 
-/** Waiting for a booting member's SSH ends at once when its hypervisor cannot be reached. */
+/** Waiting for a booting member's SSH, or for its etcd, ends at once when its hypervisor cannot be reached. */
 
 const member = loadInventory('inventories/lab.yaml').members[0]!;
 
@@ -22,5 +25,21 @@ test('a hypervisor that cannot be reached ends the wait for a booting member at 
   t.true(error instanceof HypervisorUnreachable);
   t.is(error?.message, 'hypervisor lab (root@127.0.0.1:2222): cannot connect: connect ECONNREFUSED 127.0.0.1:2222');
   t.is(asked, 1, 'asked once, not for the whole window');
+  t.true(Date.now() - started < 5_000);
+});
+
+test("the health wait ends at once when the member's hypervisor became unreachable (a dead tunnel looks like a member that is down)", async (t) => {
+  const inventory = loadInventory('inventories/lab.yaml');
+  let asked = 0;
+  const clients = {
+    for: async () => {
+      asked++;
+      throw new Error('14 UNAVAILABLE: No connection established');
+    },
+    unreachable: (of: Member) => (of.hypervisor.name === 'lab' ? 'hypervisor lab (root@127.0.0.1:2222): cannot connect: read ECONNRESET' : undefined),
+  } as unknown as EtcdClients;
+  const started = Date.now();
+  await t.throwsAsync(waitForHealth(inventory, clients, member, 60_000), { message: 'etcd on etcd-1 cannot be asked: hypervisor lab (root@127.0.0.1:2222): cannot connect: read ECONNRESET' });
+  t.is(asked, 1);
   t.true(Date.now() - started < 5_000);
 });

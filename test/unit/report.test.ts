@@ -50,7 +50,14 @@ test('--profile: time per step and host, a step that ran twice added up, the slo
 test('the recap names each hypervisor the run could not reach, its members and why; nothing when every host answered', (t) => {
   t.is(formatUnreachable([]), '');
   t.is(
-    formatUnreachable([{ hypervisor: 'kvm-2', members: ['etcd-2', 'etcd-5'], reason: 'hypervisor kvm-2 (root@10.0.0.2:22): cannot connect: ETIMEDOUT' }]),
-    'UNREACHABLE (their members failed; the others went on)\nhypervisor kvm-2 (etcd-2, etcd-5): hypervisor kvm-2 (root@10.0.0.2:22): cannot connect: ETIMEDOUT',
+    formatUnreachable([
+      { hypervisor: 'kvm-2', members: ['etcd-2', 'etcd-5'], reason: 'hypervisor kvm-2 (root@10.0.0.2:22): cannot connect: ETIMEDOUT' },
+      { hypervisor: 'kvm-3', members: [], reason: 'bastion jump (ops@203.0.113.7:22): cannot connect: ECONNREFUSED' },
+    ]),
+    [
+      'UNREACHABLE (their members failed; the others went on)',
+      'hypervisor kvm-2 at root@10.0.0.2:22 (etcd-2, etcd-5): cannot connect: ETIMEDOUT',
+      'hypervisor kvm-3 (no member in this run): bastion jump (ops@203.0.113.7:22): cannot connect: ECONNREFUSED',
+    ].join('\n'),
   );
 });
