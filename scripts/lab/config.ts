@@ -44,5 +44,38 @@ export const LAB = {
 
 export const labPath = (...parts: string[]) => join(LAB.dir, ...parts);
 
+/**
+ * A second hypervisor, isolated from the first as another machine would be: its own network namespace
+ * (its own bridge, firewall and sshd), and its own libvirtd and virtlogd whose configuration, state,
+ * sockets, logs and pools live under its directory (bind-mounted over the libvirt directories in a
+ * mount namespace of their own). Its bridge is joined to the first hypervisor's by a veth pair, as two
+ * hosts on one LAN segment: members on either reach each other's peer port. The network and pools
+ * carry the same names as on the first, as a site's convention would.
+ */
+export const SECOND = {
+  name: 'lab2',
+  namespace: 'etcd-kvm-lab-hv2',
+  dir: labPath('hv2'),
+  sshdPortInNamespace: 22,
+  forwardPort: 2224,
+  network: { name: 'etcd-lab', bridge: 'virbr-etcdlab2', address: '192.168.150.3', prefixLength: 24 },
+  /** The veth pair joining the two bridges: `near` in the first hypervisor's namespace, `far` in the second's. */
+  link: { near: 'etcdlab-l2a', far: 'etcdlab-l2b' },
+} as const;
+
+export const secondPath = (...parts: string[]) => join(SECOND.dir, ...parts);
+
+/** The libvirt directories the second hypervisor's daemons see in place of the machine's. */
+export const SECOND_LIBVIRT_DIRS = [
+  ['etc', '/etc/libvirt'],
+  ['run', '/run/libvirt'],
+  ['lib', '/var/lib/libvirt'],
+  ['cache', '/var/cache/libvirt'],
+  ['log', '/var/log/libvirt'],
+] as const;
+
+/** How a process on the root namespace reaches the second libvirtd: its socket, under the hypervisor's directory. */
+export const SECOND_URI = `qemu:///system?socket=${secondPath('run', 'libvirt-sock')}`;
+
 /** Built images are kept across runs and clones, keyed by the hash of their recipe. */
 export const IMAGE_CACHE_DIR = join(process.env.XDG_CACHE_HOME ?? join(homedir(), '.cache'), 'etcd-kvm', 'images');

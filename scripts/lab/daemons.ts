@@ -3,13 +3,13 @@ import { chmodSync, copyFileSync, existsSync, mkdirSync, readFileSync, writeFile
 import { connect } from 'node:net';
 import { join } from 'node:path';
 import { $ } from 'zx';
-import { LAB, labPath } from './config.ts';
+import { LAB, SECOND, SECOND_LIBVIRT_DIRS, SECOND_URI, labPath, secondPath } from './config.ts';
 import { livePid, stopByPidFile, waitFor } from './processes.ts';
 
 /**
  * The lab's daemons. libvirtd, virtlogd and the hypervisor's sshd run inside the network namespace, so
  * bridges, dnsmasq and every VM address exist only there; a socat forwarder on the root namespace's
- * loopback is the only way in.
+ * loopback is the only way in. The second hypervisor has the same four of its own.
  */
 
 interface Daemon {
@@ -23,28 +23,44 @@ interface Daemon {
 
 const run = (...parts: string[]) => labPath('run', ...parts);
 
+/** A command line in a network namespace: the first hypervisor's, or the second's with its own libvirt directories. */
+type Within = (command: string[]) => string[];
+const inFirst: Within = (command) => ['ip', 'netns', 'exec', LAB.namespace, ...command];
+/**
+ * In the second hypervisor's network namespace and a private mount namespace where its directories
+ * stand in for the machine's libvirt ones. A daemon keeps the mount namespace after the shell is gone;
+ * every daemon of the second hypervisor (and every SSH session of its sshd) sees the same directories.
+ */
+const inSecond: Within = (command) => {
+  const binds = SECOND_LIBVIRT_DIRS.map(([dir, target]) => `mount --bind '${secondPath(dir)}' '${target}' && `).join('');
+  return ['ip', 'netns', 'exec', SECOND.namespace, 'unshare', '--mount', '--propagation', 'private', 'sh', '-c', `${binds}exec "$@"`, 'sh', ...command];
+};
+
 /** virtlogd and libvirtd start alike: daemonised in the namespace with a PID file under run/. */
-const libvirtDaemon = (command: string, ready: () => Promise<boolean>): Daemon => ({
-  name: command,
+const libvirtDaemon = (name: string, command: string, within: Within, ready: () => Promise<boolean>): Daemon => ({
+  name,
   command,
-  pidFile: run(`${command}.pid`),
+  pidFile: run(`${name}.pid`),
   start: async () => {
-    await $`ip netns exec ${LAB.namespace} ${command} --daemon --pid-file ${run(`${command}.pid`)}`;
+    await $`${within([command, '--daemon', '--pid-file', run(`${name}.pid`)])}`;
   },
   ready,
 });
 
-const virtlogd = libvirtDaemon('virtlogd', async () => existsSync('/run/libvirt/virtlogd-sock'));
-const libvirtd = libvirtDaemon('libvirtd', async () => (await $`virsh -c qemu:///system version`.nothrow().quiet()).exitCode === 0);
+const libvirtAnswers = async (uri: string) => (await $`virsh -c ${uri} version`.nothrow().quiet()).exitCode === 0;
+const virtlogd = libvirtDaemon('virtlogd', 'virtlogd', inFirst, async () => existsSync('/run/libvirt/virtlogd-sock'));
+const libvirtd = libvirtDaemon('libvirtd', 'libvirtd', inFirst, () => libvirtAnswers('qemu:///system'));
+const secondVirtlogd = libvirtDaemon('lab2-virtlogd', 'virtlogd', inSecond, async () => existsSync(secondPath('run', 'virtlogd-sock')));
+const secondLibvirtd = libvirtDaemon('lab2-libvirtd', 'libvirtd', inSecond, () => libvirtAnswers(SECOND_URI));
 
 /** An sshd daemonised in a namespace from its own config, ready when every listen address shows its host key. */
-const sshDaemon = (name: string, namespace: string, config: string, port: number, addresses: readonly string[]): Daemon => ({
+const sshDaemon = (name: string, namespace: string, within: Within, config: string, port: number, addresses: readonly string[]): Daemon => ({
   name,
   command: 'sshd',
   pidFile: run(`${name}.pid`),
   start: async () => {
     mkdirSync('/run/sshd', { recursive: true, mode: 0o755 });
-    await $`ip netns exec ${namespace} /usr/sbin/sshd -f ${labPath(config)}`;
+    await $`${within(['/usr/sbin/sshd', '-f', labPath(config)])}`;
   },
   // Every listen address: an sshd started from an older config (fewer addresses) is restarted.
   ready: async () => {
@@ -56,8 +72,11 @@ const sshDaemon = (name: string, namespace: string, config: string, port: number
   },
 });
 
-const sshd = sshDaemon('sshd', LAB.namespace, 'sshd_config', LAB.sshdPortInNamespace, ['127.0.0.1', LAB.macvtap.hypervisorAddress]);
-const bastionSshd = sshDaemon('bastion-sshd', LAB.macvtap.clientNamespace, 'bastion_sshd_config', LAB.bastion.portInNamespace, ['127.0.0.1']);
+const sshd = sshDaemon('sshd', LAB.namespace, inFirst, 'sshd_config', LAB.sshdPortInNamespace, ['127.0.0.1', LAB.macvtap.hypervisorAddress]);
+const inClient: Within = (command) => ['ip', 'netns', 'exec', LAB.macvtap.clientNamespace, ...command];
+const bastionSshd = sshDaemon('bastion-sshd', LAB.macvtap.clientNamespace, inClient, 'bastion_sshd_config', LAB.bastion.portInNamespace, ['127.0.0.1']);
+/** The second hypervisor's sshd: its sessions run virsh against the second libvirtd. */
+export const secondSshd = sshDaemon('lab2-sshd', SECOND.namespace, inSecond, 'lab2_sshd_config', SECOND.sshdPortInNamespace, ['127.0.0.1']);
 
 /** socat on the root namespace's loopback forks a child per connection that enters the namespace and connects to the sshd there. */
 const forwarderTo = (name: string, listenPort: number, namespace: string, port: number): Daemon => ({
@@ -86,9 +105,10 @@ const forwarderTo = (name: string, listenPort: number, namespace: string, port: 
 
 const forwarder = forwarderTo('forwarder', LAB.forwardPort, LAB.namespace, LAB.sshdPortInNamespace);
 const bastionForwarder = forwarderTo('bastion-forwarder', LAB.bastion.forwardPort, LAB.macvtap.clientNamespace, LAB.bastion.portInNamespace);
+const secondForwarder = forwarderTo('lab2-forwarder', SECOND.forwardPort, SECOND.namespace, SECOND.sshdPortInNamespace);
 
 /** In start order; stopped in reverse. */
-export const DAEMONS: Daemon[] = [virtlogd, libvirtd, sshd, forwarder, bastionSshd, bastionForwarder];
+export const DAEMONS: Daemon[] = [virtlogd, libvirtd, sshd, forwarder, bastionSshd, bastionForwarder, secondVirtlogd, secondLibvirtd, secondSshd, secondForwarder];
 
 /** Host key, authorised client key and config of the hypervisor's sshd; created once, kept across runs. */
 export async function ensureSshdFiles(): Promise<void> {
@@ -101,6 +121,8 @@ export async function ensureSshdFiles(): Promise<void> {
   // The bastion has a host key of its own: every hop of a jump chain is verified on its own.
   const bastionHostKey = labPath('bastion_ssh_host_ed25519_key');
   if (!existsSync(bastionHostKey)) await $`ssh-keygen -q -t ed25519 -N ${''} -C ${'etcd-kvm-lab bastion'} -f ${bastionHostKey}`;
+  const secondHostKey = labPath('lab2_ssh_host_ed25519_key');
+  if (!existsSync(secondHostKey)) await $`ssh-keygen -q -t ed25519 -N ${''} -C ${'etcd-kvm-lab second hypervisor'} -f ${secondHostKey}`;
   const sshdConfig = (port: number, listen: readonly string[], key: string, pidFile: string) =>
     [
       `Port ${port}`,
@@ -119,16 +141,23 @@ export async function ensureSshdFiles(): Promise<void> {
     ].join('\n');
   writeFileSync(labPath('sshd_config'), sshdConfig(LAB.sshdPortInNamespace, ['127.0.0.1', LAB.macvtap.hypervisorAddress], hostKey, run('sshd.pid')));
   writeFileSync(labPath('bastion_sshd_config'), sshdConfig(LAB.bastion.portInNamespace, ['127.0.0.1'], bastionHostKey, run('bastion-sshd.pid')));
+  writeFileSync(labPath('lab2_sshd_config'), sshdConfig(SECOND.sshdPortInNamespace, ['127.0.0.1'], secondHostKey, run('lab2-sshd.pid')));
   // What the lab inventories point at: the client key and the pinned host key of [127.0.0.1]:2222
   // (inventories/lab.yaml, through the forwarder) and of the macvtap segment's hypervisor address.
   mkdirSync(LAB.clientDir, { recursive: true, mode: 0o700 });
   copyFileSync(clientKey, join(LAB.clientDir, 'client_key'));
   chmodSync(join(LAB.clientDir, 'client_key'), 0o600);
-  const hostPublic = readFileSync(`${hostKey}.pub`, 'utf8').trim().split(' ').slice(0, 2).join(' ');
-  const bastionPublic = readFileSync(`${bastionHostKey}.pub`, 'utf8').trim().split(' ').slice(0, 2).join(' ');
+  const publicOf = (key: string) => readFileSync(`${key}.pub`, 'utf8').trim().split(' ').slice(0, 2).join(' ');
+  const hostPublic = publicOf(hostKey);
   writeFileSync(
     join(LAB.clientDir, 'known_hosts'),
-    `[${LAB.forwardHost}]:${LAB.forwardPort} ${hostPublic}\n${LAB.macvtap.hypervisorAddress} ${hostPublic}\n[${LAB.forwardHost}]:${LAB.bastion.forwardPort} ${bastionPublic}\n`,
+    [
+      `[${LAB.forwardHost}]:${LAB.forwardPort} ${hostPublic}`,
+      `${LAB.macvtap.hypervisorAddress} ${hostPublic}`,
+      `[${LAB.forwardHost}]:${LAB.bastion.forwardPort} ${publicOf(bastionHostKey)}`,
+      `[${LAB.forwardHost}]:${SECOND.forwardPort} ${publicOf(secondHostKey)}`,
+      '',
+    ].join('\n'),
   );
 }
 
@@ -144,8 +173,9 @@ export async function startDaemons(log: (line: string) => void, only?: readonly 
   }
 }
 
-export async function stopDaemons(log: (line: string) => void): Promise<void> {
-  for (const daemon of [...DAEMONS].reverse()) {
+/** Stops the running daemons (all, or those whose name starts with `prefix`), in reverse order. */
+export async function stopDaemons(log: (line: string) => void, prefix = ''): Promise<void> {
+  for (const daemon of [...DAEMONS].reverse().filter((candidate) => candidate.name.startsWith(prefix))) {
     if (await stopByPidFile(daemon.pidFile, daemon.command)) log(`${daemon.name}: stopped`);
   }
 }

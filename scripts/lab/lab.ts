@@ -1,11 +1,12 @@
 import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { $ } from 'zx';
-import { LAB, labPath } from './config.ts';
+import { LAB, SECOND, labPath } from './config.ts';
 import { daemonStatus, ensureSshdFiles, startDaemons, stopDaemons } from './daemons.ts';
 import { ensurePackages } from '../system/packages.ts';
 import { chooseAcceleration, fixKvmDevice, restoreKvmDevice } from './host.ts';
 import { cachedImagePath, ensureImage } from './image.ts';
-import { ensureLibvirtObjects, libvirtStatus, removeLibvirtObjects } from './libvirt.ts';
+import { FIRST_HYPERVISOR, SECOND_HYPERVISOR, ensureLibvirtObjects, libvirtStatus, removeLibvirtObjects } from './libvirt.ts';
+import { ensureSecondHypervisor, linkBridges, removeSecondHypervisor, secondStatus } from './second.ts';
 import { ensureMacvtapSegment, macvtapStatus, removeMacvtapSegment } from './macvtap.ts';
 import { namespaceExists, removeNamespace } from './netns.ts';
 import { stopProcess } from './processes.ts';
@@ -23,7 +24,9 @@ const USAGE = `usage: npx tsx scripts/lab/lab.ts up|down|status
            ${LAB.pools.images} and network ${LAB.network.name}, and the macvtap segment: host
            interface ${LAB.macvtap.parent} (${LAB.macvtap.hypervisorAddress}), its veth peer in namespace
            ${LAB.macvtap.clientNamespace} (${LAB.macvtap.clientAddress}), where the tool runs for
-           inventories/lab-macvtap.yaml
+           inventories/lab-macvtap.yaml; and a second hypervisor ${SECOND.name}: namespace ${SECOND.namespace}
+           with its own libvirtd, virtlogd and sshd (exposed on ${LAB.forwardHost}:${SECOND.forwardPort}), its
+           own network and pools, its bridge joined to the first one's (inventories/lab-hypervisors.yaml)
   down     remove the lab's VMs and their disks, network, pools, daemons and namespaces;
            put /dev/kvm back; the built image stays cached
   status   what is running
@@ -49,10 +52,13 @@ async function up(): Promise<void> {
   await $`ip -n ${LAB.namespace} link set lo up`;
   // Before the sshd starts: it also listens on the segment's hypervisor address.
   await ensureMacvtapSegment(log);
+  await ensureSecondHypervisor(log);
   await ensureSshdFiles();
   await startDaemons(log);
-  await ensureLibvirtObjects(image.path, log);
-  log(`up in ${((performance.now() - started) / 1000).toFixed(1)} s; hypervisor: root@${LAB.forwardHost}:${LAB.forwardPort}`);
+  await ensureLibvirtObjects(FIRST_HYPERVISOR, image.path, log);
+  await ensureLibvirtObjects(SECOND_HYPERVISOR, image.path, log);
+  await linkBridges(log);
+  log(`up in ${((performance.now() - started) / 1000).toFixed(1)} s; hypervisors: root@${LAB.forwardHost}:${LAB.forwardPort}, root@${LAB.forwardHost}:${SECOND.forwardPort}`);
 }
 
 async function ensureNamespace(): Promise<void> {
@@ -73,6 +79,7 @@ async function down(): Promise<void> {
   await removeLibvirtObjects(log).catch((error: Error) => log(`libvirt cleanup incomplete: ${error.message}`));
   await stopDaemons(log);
   await removeMacvtapSegment(log);
+  await removeSecondHypervisor(log);
   // Whatever still runs in the namespace was started by the lab (qemu, dnsmasq): stopped too.
   if (await removeNamespace(LAB.namespace, stopProcess)) log(`namespace ${LAB.namespace}: removed`);
   const kvmNote = restoreKvmDevice();
@@ -85,7 +92,9 @@ async function status(): Promise<void> {
   console.log(`image: ${cachedImagePath()} (${existsSync(cachedImagePath()) ? 'built' : 'not built'})`);
   console.log(`acceleration: ${chooseAcceleration().type}`);
   console.log(await macvtapStatus());
-  console.log(await libvirtStatus());
+  console.log(await secondStatus());
+  console.log(await libvirtStatus(FIRST_HYPERVISOR));
+  console.log(await libvirtStatus(SECOND_HYPERVISOR));
 }
 
 const commands: Record<string, () => Promise<void>> = { up, down, status };

@@ -1,17 +1,33 @@
-import { copyFileSync, existsSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, linkSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { $ } from 'zx';
-import { LAB, labPath } from './config.ts';
+import { LAB, SECOND, SECOND_URI, labPath, secondPath } from './config.ts';
 
-/** The lab's libvirt objects: two dir pools, the isolated network, the base image volume. Never autostarted. */
+/** The lab's libvirt objects on each hypervisor: two dir pools, the isolated network, the base image volume. Never autostarted. */
 
-const virsh = (args: string[]) => $`virsh -q -c qemu:///system ${args}`.quiet();
-const virshOk = async (args: string[]) => (await $`virsh -q -c qemu:///system ${args}`.nothrow().quiet()).exitCode === 0;
+/** One of the lab's hypervisors as the lab scripts on the root namespace see it. */
+export interface LabHypervisor {
+  name: string;
+  /** libvirt's URI from the root namespace. */
+  uri: string;
+  /** Where its pools' directories are. */
+  poolsDir: string;
+  network: { name: string; bridge: string; address: string; prefixLength: number };
+  /** Which cached image its base volume was copied from. */
+  baseStamp: string;
+}
 
-const poolDir = (pool: string) => labPath('pools', pool);
+export const FIRST_HYPERVISOR: LabHypervisor = { name: 'lab', uri: 'qemu:///system', poolsDir: labPath('pools'), network: LAB.network, baseStamp: labPath('base-image.source') };
+export const SECOND_HYPERVISOR: LabHypervisor = { name: SECOND.name, uri: SECOND_URI, poolsDir: secondPath('pools'), network: SECOND.network, baseStamp: secondPath('base-image.source') };
 
-async function ensurePool(name: string): Promise<void> {
-  const dir = poolDir(name);
+const virshOn = (hypervisor: LabHypervisor) => ({
+  run: (args: string[]) => $`virsh -q -c ${hypervisor.uri} ${args}`.quiet(),
+  ok: async (args: string[]) => (await $`virsh -q -c ${hypervisor.uri} ${args}`.nothrow().quiet()).exitCode === 0,
+});
+
+async function ensurePool(hypervisor: LabHypervisor, name: string): Promise<void> {
+  const { run: virsh, ok: virshOk } = virshOn(hypervisor);
+  const dir = join(hypervisor.poolsDir, name);
   mkdirSync(dir, { recursive: true, mode: 0o755 });
   if (!(await virshOk(['pool-info', name]))) await virsh(['pool-define-as', name, 'dir', '--target', dir]);
   const info = (await virsh(['pool-info', name])).stdout;
@@ -19,8 +35,7 @@ async function ensurePool(name: string): Promise<void> {
   await virsh(['pool-refresh', name]);
 }
 
-function networkXml(): string {
-  const { name, bridge, address, prefixLength } = LAB.network;
+function networkXml({ name, bridge, address, prefixLength }: LabHypervisor['network']): string {
   // Isolated (no <forward>): the VMs reach each other and the host side of the bridge, nothing else.
   return `<network>
   <name>${name}</name>
@@ -30,11 +45,12 @@ function networkXml(): string {
 `;
 }
 
-async function ensureNetwork(): Promise<void> {
-  const { name } = LAB.network;
+async function ensureNetwork(hypervisor: LabHypervisor): Promise<void> {
+  const { run: virsh, ok: virshOk } = virshOn(hypervisor);
+  const { name } = hypervisor.network;
   if (!(await virshOk(['net-info', name]))) {
-    const file = labPath('network.xml');
-    writeFileSync(file, networkXml());
+    const file = join(hypervisor.poolsDir, '..', `network-${hypervisor.name}.xml`);
+    writeFileSync(file, networkXml(hypervisor.network));
     await virsh(['net-define', file]);
   }
   const info = (await virsh(['net-info', name])).stdout;
@@ -43,47 +59,58 @@ async function ensureNetwork(): Promise<void> {
 
 /**
  * Puts the cached image into the images pool. Replaced only when the recipe changed and no VM disk in
- * the lab still uses it as backing store; copied under a temporary name so a killed copy leaves no volume.
+ * the lab still uses it as backing store; linked (or copied) under a temporary name so a killed copy
+ * leaves no volume. QEMU only reads it: a hard link to the cache costs no space.
  */
-async function ensureBaseVolume(imagePath: string, log: (line: string) => void): Promise<void> {
-  const dir = poolDir(LAB.pools.images);
+async function ensureBaseVolume(hypervisor: LabHypervisor, imagePath: string, log: (line: string) => void): Promise<void> {
+  const dir = join(hypervisor.poolsDir, LAB.pools.images);
   for (const stale of readdirSync(dir).filter((file) => file.startsWith('.partial-'))) rmSync(join(dir, stale));
   const target = join(dir, LAB.baseVolume);
-  const stamp = labPath('base-image.source');
-  const current = existsSync(stamp) ? readFileSync(stamp, 'utf8').trim() : '';
+  const current = existsSync(hypervisor.baseStamp) ? readFileSync(hypervisor.baseStamp, 'utf8').trim() : '';
   if (existsSync(target) && current === imagePath) return;
-  if (existsSync(target) && readdirSync(poolDir(LAB.pools.vms)).length > 0) {
-    log(`base image: ${imagePath} is newer, but VM disks still use the old one as backing store; run lab:down first to switch`);
+  if (existsSync(target) && readdirSync(join(hypervisor.poolsDir, LAB.pools.vms)).length > 0) {
+    log(`${hypervisor.name}: base image ${imagePath} is newer, but VM disks still use the old one as backing store; run lab:down first to switch`);
     return;
   }
   const partial = join(dir, `.partial-${process.pid}`);
-  copyFileSync(imagePath, partial);
+  try {
+    linkSync(imagePath, partial);
+  } catch {
+    copyFileSync(imagePath, partial);
+  }
   renameSync(partial, target);
-  writeFileSync(stamp, `${imagePath}\n`);
-  await virsh(['pool-refresh', LAB.pools.images]);
-  log(`base image: ${LAB.pools.images}/${LAB.baseVolume} from ${imagePath}`);
+  writeFileSync(hypervisor.baseStamp, `${imagePath}\n`);
+  await virshOn(hypervisor).run(['pool-refresh', LAB.pools.images]);
+  log(`${hypervisor.name}: base image ${LAB.pools.images}/${LAB.baseVolume} from ${imagePath}`);
 }
 
-export async function ensureLibvirtObjects(imagePath: string, log: (line: string) => void): Promise<void> {
-  await ensurePool(LAB.pools.images);
-  await ensurePool(LAB.pools.vms);
-  await ensureBaseVolume(imagePath, log);
-  await ensureNetwork();
+export async function ensureLibvirtObjects(hypervisor: LabHypervisor, imagePath: string, log: (line: string) => void): Promise<void> {
+  await ensurePool(hypervisor, LAB.pools.images);
+  await ensurePool(hypervisor, LAB.pools.vms);
+  await ensureBaseVolume(hypervisor, imagePath, log);
+  await ensureNetwork(hypervisor);
 }
 
 /** Lab domains: those with a disk in the lab's VM pool. */
 async function labDomains(): Promise<string[]> {
+  const { run: virsh } = virshOn(FIRST_HYPERVISOR);
+  const vmsDir = join(FIRST_HYPERVISOR.poolsDir, LAB.pools.vms);
   const names = (await virsh(['list', '--all', '--name'])).stdout.split('\n').map((line) => line.trim()).filter(Boolean);
   const domains: string[] = [];
   for (const name of names) {
     const xml = (await virsh(['dumpxml', '--inactive', name])).stdout;
-    if (xml.includes(`pool='${LAB.pools.vms}'`) || xml.includes(poolDir(LAB.pools.vms))) domains.push(name);
+    if (xml.includes(`pool='${LAB.pools.vms}'`) || xml.includes(vmsDir)) domains.push(name);
   }
   return domains;
 }
 
-/** Removes the lab's VMs, their disks, the network and the pools; the base image stays cached. */
+/**
+ * Removes the first hypervisor's lab VMs, their disks, the network and the pools (its libvirt is the
+ * machine's: only the lab's objects go); the base image stays cached. The second hypervisor keeps
+ * everything under its own directory, removed whole once its daemons are stopped.
+ */
 export async function removeLibvirtObjects(log: (line: string) => void): Promise<void> {
+  const { run: virsh, ok: virshOk } = virshOn(FIRST_HYPERVISOR);
   if (!(await virshOk(['version']))) return;
   for (const domain of await labDomains()) {
     await virsh(['destroy', domain]).nothrow();
@@ -99,13 +126,14 @@ export async function removeLibvirtObjects(log: (line: string) => void): Promise
     await virsh(['pool-destroy', pool]).nothrow();
     await virsh(['pool-undefine', pool]);
   }
-  rmSync(poolDir(LAB.pools.vms), { recursive: true, force: true });
+  rmSync(join(FIRST_HYPERVISOR.poolsDir, LAB.pools.vms), { recursive: true, force: true });
 }
 
-export async function libvirtStatus(): Promise<string> {
-  if (!(await virshOk(['version']))) return 'libvirt: not reachable';
+export async function libvirtStatus(hypervisor: LabHypervisor): Promise<string> {
+  const { run: virsh, ok: virshOk } = virshOn(hypervisor);
+  if (!(await virshOk(['version']))) return `${hypervisor.name}: libvirt not reachable`;
   const domains = (await virsh(['list', '--all'])).stdout.trim() || '(no domains)';
   const pools = (await virsh(['pool-list', '--all'])).stdout.trim();
   const networks = (await virsh(['net-list', '--all'])).stdout.trim();
-  return `domains:\n${domains}\npools:\n${pools}\nnetworks:\n${networks}`;
+  return `${hypervisor.name} domains:\n${domains}\npools:\n${pools}\nnetworks:\n${networks}`;
 }

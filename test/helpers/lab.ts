@@ -1,6 +1,7 @@
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { SECOND, SECOND_URI, labPath } from '../../scripts/lab/config.ts';
 import { run, type Completed } from './exec.ts';
 
 /** Driving the local lab and looking at it from outside the tool: virsh, and etcdctl inside the namespace. */
@@ -28,6 +29,8 @@ const within = (namespace: string | undefined, program: string, args: string[]):
 /** One deploy of the lab inventory, as an operator runs it (from the root namespace, or another), with its --json report. */
 export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-report.json'), namespace?: string): DeployRun {
   const inventory = args.includes('-i') ? [] : ['-i', LAB_INVENTORY];
+  // A report left by an earlier run must not stand in for this one's.
+  rmSync(reportPath, { force: true });
   const completed = run(...within(namespace, process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...inventory, '--json', reportPath, ...args]), { timeoutMs: 20 * 60_000 });
   let report: DeployRun['report'] = { results: [] };
   try {
@@ -52,6 +55,23 @@ export function deployInBackground(args: string[], onOutput?: (text: string, chi
 }
 
 export const virsh = (args: string[]) => run('virsh', ['-q', '-c', 'qemu:///system', ...args]);
+/** virsh against the lab's second hypervisor (its own libvirtd, through its socket). */
+export const secondVirsh = (args: string[]) => run('virsh', ['-q', '-c', SECOND_URI, ...args]);
+
+/** The PID of the second hypervisor's listening sshd, if it runs. */
+export function secondSshdPid(): number | undefined {
+  const file = labPath('run', 'lab2-sshd.pid');
+  return existsSync(file) ? Number(readFileSync(file, 'utf8').trim()) : undefined;
+}
+
+/** Kills (-9) the second hypervisor's SSH sessions (not its listening sshd): a connection cut under a run. Returns how many. */
+export function killSecondSshSessions(): number {
+  const listener = secondSshdPid();
+  const pids = run('ip', ['netns', 'pids', SECOND.namespace]).stdout.split('\n').filter(Boolean).map(Number);
+  const sessions = pids.filter((pid) => pid !== listener && run('cat', [`/proc/${pid}/comm`]).stdout.trim() === 'sshd');
+  for (const pid of sessions) run('kill', ['-9', String(pid)]);
+  return sessions.length;
+}
 
 export interface Identity {
   caCert: string;
