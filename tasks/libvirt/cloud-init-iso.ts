@@ -38,7 +38,7 @@ export async function buildCloudInitIso(rendered: readonly RenderedFile[]): Prom
       maxBuffer: 64 * 1024 * 1024,
       env: { ...process.env, SOURCE_DATE_EPOCH: '0' },
     });
-    return { bytes, sha256: createHash('sha256').update(bytes).digest('hex') };
+    return { bytes, sha256: digestOf(bytes) };
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') {
       throw new Error('cloud-init ISO: xorriso is not installed on the control node (apt-get install xorriso)');
@@ -49,29 +49,60 @@ export async function buildCloudInitIso(rendered: readonly RenderedFile[]): Prom
   }
 }
 
+/**
+ * The seed as its volume holds it: the ISO, then zeros up to the volume's size. The seed is rewritten
+ * in place (never deleted and created again), and libvirt cannot shrink a volume below its allocation,
+ * so a smaller ISO is padded; ISO 9660 records its own size, and the zeros after it are never read.
+ */
+export const seedImageSize = (isoBytes: number, capacityBytes: number) => Math.max(isoBytes, capacityBytes);
+
+export function seedImage(iso: CloudInitIso, size: number): Buffer {
+  return size > iso.bytes.length ? Buffer.concat([iso.bytes, Buffer.alloc(size - iso.bytes.length)]) : iso.bytes;
+}
+
 export interface SeedDigest {
+  /** The digest of the seed image (the ISO padded to `imageSize`). */
+  sha256: string;
+  /** The ISO's own size. */
+  size: number;
+  imageSize: number;
+}
+
+interface SeedMemo {
+  inputs: string;
+  /** The ISO's digest and size, and the image's for the size it was last written at. */
   sha256: string;
   size: number;
+  image?: { size: number; sha256: string };
 }
+
+const digestOf = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
 
 /**
- * The digest the ISO of these files has, without building it when the files are unchanged: building
- * costs a process per member (~100 ms each under load), and a run where nothing changed should not
- * pay that. A memo of a pure function (files -> bytes), kept in the state directory: read here (a
- * check never writes), written by rememberSeedDigest when the ISO is built to be uploaded.
+ * The digest the seed image of these files has on a volume of `capacityBytes` (0: none yet), without
+ * building the ISO when the files are unchanged: building costs a process per member (~100 ms each
+ * under load), and a run where nothing changed should not pay that. A memo of a pure function (files
+ * -> bytes), kept in the state directory: read here (a check never writes), written by
+ * rememberSeedDigest when the image is built to be uploaded.
  */
-export async function seedDigest(cacheFile: string, rendered: readonly RenderedFile[]): Promise<SeedDigest> {
+export async function seedDigest(cacheFile: string, rendered: readonly RenderedFile[], capacityBytes: number): Promise<SeedDigest> {
   const cached = readIfExists(cacheFile);
   if (cached) {
-    const memo = JSON.parse(cached) as SeedDigest & { inputs: string };
-    if (memo.inputs === seedInputs(rendered)) return { sha256: memo.sha256, size: memo.size };
+    const memo = JSON.parse(cached) as SeedMemo;
+    if (memo.inputs === seedInputs(rendered)) {
+      const imageSize = seedImageSize(memo.size, capacityBytes);
+      if (imageSize === memo.size) return { sha256: memo.sha256, size: memo.size, imageSize };
+      if (memo.image?.size === imageSize) return { sha256: memo.image.sha256, size: memo.size, imageSize };
+    }
   }
   const iso = await buildCloudInitIso(rendered);
-  return { sha256: iso.sha256, size: iso.bytes.length };
+  const imageSize = seedImageSize(iso.bytes.length, capacityBytes);
+  return { sha256: digestOf(seedImage(iso, imageSize)), size: iso.bytes.length, imageSize };
 }
 
-export function rememberSeedDigest(cacheFile: string, rendered: readonly RenderedFile[], iso: CloudInitIso): void {
-  writeFileAtomic(cacheFile, `${JSON.stringify({ inputs: seedInputs(rendered), sha256: iso.sha256, size: iso.bytes.length })}\n`, PRIVATE_FILE_MODE);
+export function rememberSeedDigest(cacheFile: string, rendered: readonly RenderedFile[], iso: CloudInitIso, image: Buffer): void {
+  const memo: SeedMemo = { inputs: seedInputs(rendered), sha256: iso.sha256, size: iso.bytes.length, image: { size: image.length, sha256: digestOf(image) } };
+  writeFileAtomic(cacheFile, `${JSON.stringify(memo)}\n`, PRIVATE_FILE_MODE);
 }
 
 const seedInputs = (rendered: readonly RenderedFile[]) =>

@@ -1,7 +1,7 @@
 import type { Step } from '../core/step.ts';
 import type { Member } from '../inventory/model.ts';
 import { join } from 'node:path';
-import { buildCloudInitIso, rememberSeedDigest, seedDigest, type SeedDigest } from '../libvirt/cloud-init-iso.ts';
+import { buildCloudInitIso, rememberSeedDigest, seedDigest, seedImage, seedImageSize, type SeedDigest } from '../libvirt/cloud-init-iso.ts';
 import { volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
 import type { RenderedFile } from '../render/member.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
@@ -11,9 +11,11 @@ import { memberTargets } from './member-targets.ts';
 
 /**
  * Each member's NoCloud seed as a raw volume in its pool. The ISO is reproducible, so the volume's
- * digest tells whether it holds exactly what was rendered; a missing or different one is (re)uploaded,
- * streamed over the SSH channel's stdin. The seed is configuration, not data: replacing it is safe, and
- * cloud-init only reads it again for a new instance-id.
+ * digest tells whether it holds exactly what was rendered; a missing one is created and uploaded, a
+ * different one rewritten in place (the upload grows it when the new ISO is larger; a smaller one is
+ * padded with zeros), streamed over the SSH channel's stdin. Never deleted: between a delete and a create a
+ * killed run would leave a defined domain without its seed. The seed is configuration, not data:
+ * rewriting it is safe, and cloud-init only reads it again for a new instance-id.
  */
 
 interface SeedState {
@@ -41,8 +43,9 @@ export function cloudInitIsoStep(stateDir: string, members: readonly Member[], r
     async check(name) {
       const member = memberNamed(name);
       const { pool, name: volume } = member.volumes.cloudInit;
-      const [answers, wanted] = await Promise.all([context.probe(member, seedQuestions(member)), seedDigest(memoOf(name), filesOf(name))]);
+      const answers = await context.probe(member, seedQuestions(member));
       const state = volumeState(answers.info, `cloud-init volume ${pool}/${volume}`);
+      const wanted = await seedDigest(memoOf(name), filesOf(name), state.exists ? state.capacityBytes : 0);
       return { volume: state, wanted, ...(state.exists ? { remoteSha256: answers.digest.output.trim().split(/\s+/)[0] } : {}) };
     },
     plan(state, name) {
@@ -50,17 +53,21 @@ export function cloudInitIsoStep(stateDir: string, members: readonly Member[], r
       if (!state.volume.exists) return [{ summary: `upload cloud-init ISO ${pool}/${volume} (${state.wanted.size} bytes)`, action: null }];
       if (state.remoteSha256 === state.wanted.sha256) return [];
       // The content diff is shown by the render step; the ISO itself only differs by digest.
-      return [{ summary: `replace cloud-init ISO ${pool}/${volume} (sha256 ${state.remoteSha256?.slice(0, 12)} -> ${state.wanted.sha256.slice(0, 12)})`, action: null }];
+      const digests = `sha256 ${state.remoteSha256?.slice(0, 12)} -> ${state.wanted.sha256.slice(0, 12)}`;
+      const grow = state.wanted.imageSize > state.volume.capacityBytes ? `, the volume grown to ${state.wanted.imageSize} bytes` : '';
+      return [{ summary: `rewrite cloud-init ISO ${pool}/${volume} in place (${digests}${grow})`, action: null }];
     },
     async apply(_changes, name, state) {
       const member = memberNamed(name);
       const iso = await buildCloudInitIso(filesOf(name));
       const virsh = await context.virshFor(member);
       const { pool, name: volume } = member.volumes.cloudInit;
-      if (state.volume.exists) await virsh.run(['vol-delete', '--pool', pool, volume]);
-      await virsh.run(['vol-create-as', '--pool', pool, '--name', volume, '--capacity', `${iso.bytes.length}`, '--format', 'raw']);
-      await virsh.run(['vol-upload', '--pool', pool, volume, '/dev/stdin'], { stdin: iso.bytes });
-      rememberSeedDigest(memoOf(name), filesOf(name), iso);
+      const capacity = state.volume.exists ? state.volume.capacityBytes : 0;
+      const image = seedImage(iso, seedImageSize(iso.bytes.length, capacity));
+      if (!state.volume.exists) await virsh.run(['vol-create-as', '--pool', pool, '--name', volume, '--capacity', `${image.length}`, '--format', 'raw']);
+      // A larger image grows the file as it is written (vol-resize would need the write lock QEMU holds on an attached seed).
+      await virsh.run(['vol-upload', '--pool', pool, volume, '/dev/stdin'], { stdin: image });
+      rememberSeedDigest(memoOf(name), filesOf(name), iso, image);
     },
   };
 }

@@ -3,6 +3,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { loadInventory } from '../../tasks/inventory/load.ts';
+import { buildCloudInitIso, seedImage } from '../../tasks/libvirt/cloud-init-iso.ts';
 import { run } from '../helpers/exec.ts';
 import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
 
@@ -60,4 +61,21 @@ test('net-convert really rejects a broken network-config (the validator can fail
   const badSudoers = join(dir, 'sudoers');
   writeFileSync(badSudoers, 'fluent-bit-updater ALL=(root) NOPASSWD systemctl reload fluent-bit.service\n');
   t.not(run('visudo', ['--check', '--file', badSudoers]).status, 0);
+});
+
+test('a seed ISO padded with zeros to a larger volume (rewritten in place) still reads back: the same volume label and files', async (t) => {
+  const { inventory, rendered } = await renderWithPki(loadInventory('inventories/lab.yaml'));
+  const files = rendered.get(inventory.members[0]!.name)!;
+  const iso = await buildCloudInitIso(files);
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-seed-'));
+  const padded = join(dir, 'padded.iso');
+  writeFileSync(padded, seedImage(iso, iso.bytes.length + 1024 * 1024), { mode: 0o600 });
+  const label = run('xorriso', ['-indev', padded, '-pvd_info']);
+  t.regex(label.stdout + label.stderr, /Volume Id\s*:\s*cidata/);
+  for (const name of ['user-data', 'meta-data', 'network-config']) {
+    const out = join(dir, name);
+    const extracted = run('xorriso', ['-osirrox', 'on', '-indev', padded, '-extract', `/${name}`, out]);
+    t.is(extracted.status, 0, extracted.stderr);
+    t.is(readFileSync(out, 'utf8'), fileOf(files, name).content, name);
+  }
 });

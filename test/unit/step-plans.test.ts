@@ -58,11 +58,16 @@ const summaries = (changes: readonly { summary: string }[]) => changes.map((c) =
 // cloud-init: the seed volume by digest.
 {
   const step = cloudInitIsoStep('/nonexistent-state', [etcd1], new Map(), unused);
-  const wanted = { sha256: 'a'.repeat(64), size: 389120 };
+  const wanted = { sha256: 'a'.repeat(64), size: 389120, imageSize: 389120 };
   const cases: { name: string; state: Parameters<typeof step.plan>[0]; changes: string[] }[] = [
     { name: 'missing: uploaded, with its size', state: { volume: { exists: false }, wanted }, changes: ['upload cloud-init ISO etcd-lab/etcd-1-cloud-init.iso (389120 bytes)'] },
     { name: 'the same digest: nothing', state: { volume: { exists: true, capacityBytes: 389120 }, remoteSha256: 'a'.repeat(64), wanted }, changes: [] },
-    { name: 'another digest: replaced, both digests shown', state: { volume: { exists: true, capacityBytes: 389120 }, remoteSha256: 'b'.repeat(64), wanted }, changes: [`replace cloud-init ISO etcd-lab/etcd-1-cloud-init.iso (sha256 ${'b'.repeat(12)} -> ${'a'.repeat(12)})`] },
+    { name: 'another digest: rewritten in place, both digests shown', state: { volume: { exists: true, capacityBytes: 389120 }, remoteSha256: 'b'.repeat(64), wanted }, changes: [`rewrite cloud-init ISO etcd-lab/etcd-1-cloud-init.iso in place (sha256 ${'b'.repeat(12)} -> ${'a'.repeat(12)})`] },
+    {
+      name: 'a larger ISO: the volume grown, then rewritten',
+      state: { volume: { exists: true, capacityBytes: 360448 }, remoteSha256: 'b'.repeat(64), wanted },
+      changes: [`rewrite cloud-init ISO etcd-lab/etcd-1-cloud-init.iso in place (sha256 ${'b'.repeat(12)} -> ${'a'.repeat(12)}, the volume grown to 389120 bytes)`],
+    },
   ];
   for (const row of cases) test(`cloud-init plan: ${row.name}`, (t) => t.deepEqual(summaries(step.plan(row.state, 'etcd-1')), row.changes));
 }
