@@ -1,7 +1,6 @@
 import test, { type ExecutionContext } from 'ava';
-import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { deploy, deployInBackground, etcdctl, killSecondSshSessions, lab, secondSshdPid, secondVirsh, virsh, type DeployRun, type Identity } from '../helpers/lab.ts';
+import { deploy, deployInBackground, etcdctl, freshLab, killSecondSshSessions, lab, labRemoved, secondSshdPid, secondVirsh, virsh, type DeployRun, type Identity } from '../helpers/lab.ts';
 
 /**
  * Two hypervisors on the real lab: the first (namespace etcd-kvm-lab) and the second that lab:up starts
@@ -39,18 +38,8 @@ const healthyCount = () => {
   return (health.stdout + health.stderr).match(/is healthy/g)?.length ?? 0;
 };
 
-test.before((t) => {
-  lab('down');
-  rmSync(STATE, { recursive: true, force: true });
-  const up = lab('up');
-  t.log(up.stdout);
-  if (up.status !== 0) throw new Error(`lab:up failed: ${up.stderr}`);
-});
-
-test.after.always(() => {
-  lab('down');
-  rmSync(STATE, { recursive: true, force: true });
-});
+test.before((t) => freshLab(t, STATE));
+test.after.always(() => labRemoved(STATE));
 
 test.serial('a cluster across two hypervisors: each member on its own libvirtd, peers across the segment, healthy; a re-run changes nothing', (t) => {
   const cold = deployed(t, 'cold deploy');

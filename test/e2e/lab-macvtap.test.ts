@@ -1,8 +1,7 @@
 import test from 'ava';
-import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { run } from '../helpers/exec.ts';
-import { CLIENT_NAMESPACE, deploy, etcdctl, inLab, lab, virsh, type DeployRun, type Identity } from '../helpers/lab.ts';
+import { CLIENT_NAMESPACE, deploy, etcdctl, freshLab, inLab, labRemoved, virsh, type DeployRun, type Identity } from '../helpers/lab.ts';
 
 /**
  * macvtap members on the real lab: each member's only NIC is a macvtap device in bridge mode on the
@@ -27,18 +26,8 @@ function deployed(t: { log: (...values: unknown[]) => void }, args: string[] = [
   return result;
 }
 
-test.before((t) => {
-  lab('down');
-  rmSync(STATE, { recursive: true, force: true });
-  const up = lab('up');
-  t.log(up.stdout);
-  if (up.status !== 0) throw new Error(`lab:up failed: ${up.stderr}`);
-});
-
-test.after.always(() => {
-  lab('down');
-  rmSync(STATE, { recursive: true, force: true });
-});
+test.before((t) => freshLab(t, STATE));
+test.after.always(() => labRemoved(STATE));
 
 test.serial('a cluster on macvtap NICs, deployed from another machine on the segment: healthy, peers over macvtap, unreachable from its own hypervisor', (t) => {
   const cold = deployed(t);

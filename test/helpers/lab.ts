@@ -15,6 +15,21 @@ export function lab(command: 'up' | 'down'): Completed {
   return run(process.execPath, ['--import', 'tsx', 'scripts/lab/lab.ts', command], { timeoutMs: 30 * 60_000 });
 }
 
+/** An e2e file owns the machine's one lab: it starts from an empty lab and no state (whatever a killed run left)... */
+export function freshLab(t: { log: (...values: unknown[]) => void }, stateDir: string): void {
+  lab('down');
+  rmSync(stateDir, { recursive: true, force: true });
+  const up = lab('up');
+  t.log(up.stdout);
+  if (up.status !== 0) throw new Error(`lab:up failed: ${up.stderr}`);
+}
+
+/** ...and leaves none behind. */
+export function labRemoved(stateDir: string): void {
+  lab('down');
+  rmSync(stateDir, { recursive: true, force: true });
+}
+
 export interface DeployRun extends Completed {
   report: { results: { step: string; host: string; status: string; changes: { summary: string }[] }[] };
   output: string;
