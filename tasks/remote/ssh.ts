@@ -159,7 +159,9 @@ export class SshConnection {
           // From the request on: a connection that died without ssh2 noticing never answers the channel request.
           const timeoutMs = options.timeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
           let opened: ClientChannel | undefined;
+          let timedOut = false;
           const timer = setTimeout(() => {
+            timedOut = true;
             opened?.close();
             reject(new SshError(`${this.target.label}: ${argv[0]} did not finish within ${Math.round(timeoutMs / 1000)} s`));
           }, timeoutMs);
@@ -170,6 +172,8 @@ export class SshConnection {
           try {
             this.client.exec(command, (error: Error | undefined, channel: ClientChannel) => {
               if (error) return notStarted(error);
+              // Opened only after the timeout: nobody waits for it any more.
+              if (timedOut) return channel.close();
               opened = channel;
               const stdout: Buffer[] = [];
               const stderr: Buffer[] = [];
