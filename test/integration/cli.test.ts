@@ -170,7 +170,7 @@ test('a real apply against an unreachable hypervisor fails every member with the
   t.regex(output, UNREACHABLE);
   for (const member of ['etcd-1', 'etcd-2', 'etcd-3']) t.regex(output, new RegExp(`${member} +ok=0 {2}changed=1 {2}failed=1 {2}skipped=[57]`));
   // The recap names the host that could not be reached and the members it failed; the placement is warned about first.
-  t.regex(output, /\nUNREACHABLE \(their members failed; the others went on\)\nhypervisor lab \(etcd-1, etcd-2, etcd-3\): hypervisor lab \(root@127\.0\.0\.1:1\): cannot (connect|read private key)/);
+  t.regex(output, /\nUNREACHABLE \(their members failed; the others went on\)\nhypervisor lab at root@127\.0\.0\.1:1 \(etcd-1, etcd-2, etcd-3\): cannot (connect|read private key)/);
   t.regex(output, /^warning: 3 of 3 members are on hypervisor lab \(etcd-1, etcd-2, etcd-3\): losing that host loses quorum/m);
   t.false(/\n\s+at /.test(output), 'no stack trace');
   t.deepEqual(readdirSync(join(dir, '.etcd-kvm', 'lab')).sort(), ['cluster-id.json', 'pki', 'rendered', 'ssh']);
