@@ -45,11 +45,12 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   if (written.length > 0) console.log(`\nwrote ${written.length} files:\n${written.map((path) => `  ${path}`).join('\n')}`);
   console.log(`\n${formatRecap(runner.results, options.dryRun, performance.now() - started)}`);
   if (unreachable.length > 0) console.log(`\n${formatUnreachable(unreachable)}`);
-  if (options.profile) console.log(`\n${formatProfile(runner.results)}`);
+  if (options.profile) console.log(`\n${formatProfile(runner.results, runner.phaseTimes)}`);
   if (options.json) {
     // Where the time went: loading this process's modules (before main), and the run itself.
     const timing = { modulesLoadedAtMs: Math.round(MODULES_LOADED_AT_MS), workMs: Math.round(performance.now() - MODULES_LOADED_AT_MS) };
-    const report = { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap: Object.fromEntries(recapByHost(runner.results)), unreachable, timing };
+    const phases = runner.phaseTimes.map(({ phase, ms }) => ({ phase, ms: Math.round(ms) }));
+    const report = { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap: Object.fromEntries(recapByHost(runner.results)), unreachable, timing: { ...timing, phases } };
     writeFileSync(options.json, `${JSON.stringify(report, null, 2)}\n`);
   }
   if (runner.interrupted) return EXIT.interrupted;

@@ -78,7 +78,7 @@ export function formatUnreachable(unreachable: readonly { hypervisor: string; me
  * --profile: each step's time on each host (a step that ran twice in a run, e.g. render, is added
  * up), the slowest step first, as Ansible's profile_tasks: where a run's time went.
  */
-export function formatProfile(results: readonly StepResult[]): string {
+export function formatProfile(results: readonly StepResult[], phases: readonly { phase: string; ms: number }[] = []): string {
   const steps = new Map<string, Map<string, number>>();
   for (const result of results) {
     const hosts = steps.get(result.step) ?? new Map<string, number>();
@@ -89,5 +89,8 @@ export function formatProfile(results: readonly StepResult[]): string {
   const ordered = [...steps].sort(([, a], [, b]) => slowest(b) - slowest(a));
   const width = Math.max(...ordered.map(([step]) => step.length), 4);
   const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
-  return ['PROFILE (each step on each host, slowest step first)', ...ordered.map(([step, hosts]) => `${step.padEnd(width)}  ${[...hosts].map(([host, ms]) => `${host} ${seconds(ms)}`).join('  ')}`)].join('\n');
+  const lines = ['PROFILE (each step on each host, slowest step first)', ...ordered.map(([step, hosts]) => `${step.padEnd(width)}  ${[...hosts].map(([host, ms]) => `${host} ${seconds(ms)}`).join('  ')}`)];
+  // Phases hold what no step's time shows: facts asked ahead for later steps, the cluster probe, waits.
+  if (phases.length > 0) lines.push(`phases (wall-clock, in order): ${phases.map(({ phase, ms }) => `${phase} ${seconds(ms)}`).join(', ')}`);
+  return lines.join('\n');
 }

@@ -43,6 +43,8 @@ function resultFactory(step: AnyStep, host: string, started: number) {
  */
 export class Runner {
   readonly results: StepResult[] = [];
+  /** Each phase's wall-clock time, in the order they ran: a phase's own work (facts asked ahead for later steps, waits between steps) counts here and in no step. */
+  readonly phaseTimes: { phase: string; ms: number }[] = [];
   /** What hosts wait on in the running phase: shown under it (terminal) or as timestamped lines. */
   readonly progress = new Progress();
   readonly #failedHosts = new Set<string>();
@@ -184,7 +186,8 @@ export class Runner {
           task.skip(`${phase.title}: skipped, ${phase.skip}`);
           return;
         }
-        const answer = await this.#showingProgress(task, () => phase.run());
+        const started = performance.now();
+        const answer = await this.#showingProgress(task, () => phase.run()).finally(() => this.phaseTimes.push({ phase: phase.title, ms: performance.now() - started }));
         if (typeof answer === 'string') {
           task.title = `${phase.title}: ${answer}`;
           return;

@@ -47,6 +47,15 @@ test('--profile: time per step and host, a step that ran twice added up, the slo
   t.is(profile, ['PROFILE (each step on each host, slowest step first)', 'guest   etcd-1 1.63 s  etcd-2 140.30 s', 'pki     localhost 0.45 s', 'render  etcd-1 0.03 s'].join('\n'));
 });
 
+test('--profile: the phases follow in the order they ran, with what no step shows (a phase that asks ahead)', (t) => {
+  const profile = formatProfile([{ step: 'pki', host: 'localhost', status: 'ok', changes: [], durationMs: 12 }], [
+    { phase: 'pki', ms: 15 },
+    { phase: 'cluster', ms: 1210 },
+    { phase: 'owner', ms: 1632.4 },
+  ]);
+  t.is(profile.split('\n').at(-1), 'phases (wall-clock, in order): pki 0.01 s, cluster 1.21 s, owner 1.63 s');
+});
+
 test('the recap names each hypervisor the run could not reach, its members and why; nothing when every host answered', (t) => {
   t.is(formatUnreachable([]), '');
   t.is(

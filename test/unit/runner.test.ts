@@ -141,3 +141,15 @@ test('after an interrupt the change in flight finishes and no other starts: late
   t.deepEqual(later.map((r) => [r.host, r.status, r.error]), [['c', 'skipped', 'interrupted (SIGINT): not started']]);
   t.is(runner.interrupted, 'SIGINT');
 });
+
+test("each phase's wall-clock time is kept in the order the phases ran, a failing one too; skipped ones have none", async (t) => {
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+  await runner.runPhases([
+    { title: 'first', run: async () => { await pause(30); return 'done'; } },
+    { title: 'not selected', run: async () => 'never', skip: 'not selected by --tags / --skip-tags' },
+    { title: 'second', run: async () => { await pause(5); throw new Error('broken'); } },
+  ]);
+  t.deepEqual(runner.phaseTimes.map(({ phase }) => phase), ['first', 'second']);
+  t.true(runner.phaseTimes[0]!.ms >= 25);
+});
