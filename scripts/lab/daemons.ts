@@ -76,7 +76,7 @@ const sshd = sshDaemon('sshd', LAB.namespace, inFirst, 'sshd_config', LAB.sshdPo
 const inClient: Within = (command) => ['ip', 'netns', 'exec', LAB.macvtap.clientNamespace, ...command];
 const bastionSshd = sshDaemon('bastion-sshd', LAB.macvtap.clientNamespace, inClient, 'bastion_sshd_config', LAB.bastion.portInNamespace, ['127.0.0.1']);
 /** The second hypervisor's sshd: its sessions run virsh against the second libvirtd. */
-export const secondSshd = sshDaemon('lab2-sshd', SECOND.namespace, inSecond, 'lab2_sshd_config', SECOND.sshdPortInNamespace, ['127.0.0.1']);
+const secondSshd = sshDaemon('lab2-sshd', SECOND.namespace, inSecond, 'lab2_sshd_config', SECOND.sshdPortInNamespace, ['127.0.0.1']);
 
 /** socat on the root namespace's loopback forks a child per connection that enters the namespace and connects to the sshd there. */
 const forwarderTo = (name: string, listenPort: number, namespace: string, port: number): Daemon => ({
@@ -142,8 +142,9 @@ export async function ensureSshdFiles(): Promise<void> {
   writeFileSync(labPath('sshd_config'), sshdConfig(LAB.sshdPortInNamespace, ['127.0.0.1', LAB.macvtap.hypervisorAddress], hostKey, run('sshd.pid')));
   writeFileSync(labPath('bastion_sshd_config'), sshdConfig(LAB.bastion.portInNamespace, ['127.0.0.1'], bastionHostKey, run('bastion-sshd.pid')));
   writeFileSync(labPath('lab2_sshd_config'), sshdConfig(SECOND.sshdPortInNamespace, ['127.0.0.1'], secondHostKey, run('lab2-sshd.pid')));
-  // What the lab inventories point at: the client key and the pinned host key of [127.0.0.1]:2222
-  // (inventories/lab.yaml, through the forwarder) and of the macvtap segment's hypervisor address.
+  // What the lab inventories point at: the client key and the pinned host keys of [127.0.0.1]:2222
+  // (inventories/lab.yaml, through the forwarder), of the macvtap segment's hypervisor address, of the
+  // bastion ([127.0.0.1]:2223) and of the second hypervisor ([127.0.0.1]:2224).
   mkdirSync(LAB.clientDir, { recursive: true, mode: 0o700 });
   copyFileSync(clientKey, join(LAB.clientDir, 'client_key'));
   chmodSync(join(LAB.clientDir, 'client_key'), 0o600);
