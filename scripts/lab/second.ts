@@ -13,7 +13,7 @@ import { stopProcess } from './processes.ts';
 
 const linkExists = async (namespace: string, name: string) => (await $`ip -n ${namespace} link show ${name}`.nothrow().quiet()).exitCode === 0;
 
-/** Idempotent: the namespace, and the directories its libvirt daemons use in place of the machine's (configuration copied once). */
+/** Idempotent: the namespace, and the directories its libvirt daemons use in place of the machine's (the machine's *.conf copied in on every up). */
 export async function ensureSecondHypervisor(log: (line: string) => void): Promise<void> {
   if (!(await namespaceExists(SECOND.namespace))) {
     // Daemons left running in a vanished namespace (a killed run) are started afresh in the new one.
