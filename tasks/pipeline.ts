@@ -26,6 +26,7 @@ import { GuestProbe } from './guest/probe.ts';
 import { healthStep } from './steps/health.ts';
 import { restoreStep } from './steps/restore.ts';
 import { MemberConnections } from './remote/members.ts';
+import type { Unreachable } from './remote/hypervisors.ts';
 import { volumeQuestions, volumesStep } from './steps/volumes.ts';
 import { adoptionStep, ownershipStep } from './steps/ownership.ts';
 import { networkIdsOf, networksStep, type NetworkNames } from './steps/networks.ts';
@@ -140,7 +141,7 @@ export interface DeployOutcome {
   /** Files --render-only wrote. */
   written: string[];
   /** Hypervisors the run could not reach, the selected members on each, and why. */
-  unreachable: { hypervisor: string; members: string[]; reason: string }[];
+  unreachable: (Unreachable & { hypervisor: string; members: string[] })[];
 }
 
 export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<DeployOutcome> {
@@ -395,6 +396,6 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     await memberSsh.closeAll();
     await remote.close();
   }
-  const unreachable = [...remote.connections.unreachable].map(([hypervisor, reason]) => ({ hypervisor, reason, members: members.filter((member) => member.hypervisor.name === hypervisor).map((member) => member.name) }));
+  const unreachable = [...remote.connections.unreachable].map(([hypervisor, why]) => ({ hypervisor, ...why, members: members.filter((member) => member.hypervisor.name === hypervisor).map((member) => member.name) }));
   return { written, unreachable };
 }

@@ -63,13 +63,12 @@ export function formatRecap(results: readonly StepResult[], dryRun: boolean, ela
 }
 
 /** After the recap: each hypervisor the run could not reach, the members it failed, and why. */
-export function formatUnreachable(unreachable: readonly { hypervisor: string; members: readonly string[]; reason: string }[]): string {
+export function formatUnreachable(unreachable: readonly { hypervisor: string; members: readonly string[]; at: string; reason: string; detail?: string }[]): string {
   if (unreachable.length === 0) return '';
-  const line = ({ hypervisor, members, reason }: (typeof unreachable)[number]) => {
+  const line = ({ hypervisor, members, at, reason, detail }: (typeof unreachable)[number]) => {
     const who = members.join(', ') || 'no member in this run';
-    // The reason names the host it could not reach: the hypervisor itself (said once), or a bastion on the way.
-    const own = reason.match(/^hypervisor (\S+) \(([^)]*)\): (.*)$/s);
-    return own && own[1] === hypervisor ? `hypervisor ${hypervisor} at ${own[2]} (${who}): ${own[3]}` : `hypervisor ${hypervisor} (${who}): ${reason}`;
+    // The hypervisor's own failure, its address said once; otherwise the reason names the bastion on the way.
+    return detail !== undefined ? `hypervisor ${hypervisor} at ${at} (${who}): ${detail}` : `hypervisor ${hypervisor} (${who}): ${reason}`;
   };
   return ['UNREACHABLE (their members failed; the others went on)', ...unreachable.map(line)].join('\n');
 }

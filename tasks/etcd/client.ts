@@ -91,7 +91,7 @@ export class EtcdClients {
 
   /** Why the member's hypervisor cannot be reached in this run, if it cannot: waiting on its etcd is pointless. */
   unreachable(member: Member): string | undefined {
-    return member.reach === 'hypervisor' ? this.connections.unreachable.get(member.hypervisor.name) : undefined;
+    return member.reach === 'hypervisor' ? this.connections.unreachable.get(member.hypervisor.name)?.reason : undefined;
   }
 
   close(): void {

@@ -1,6 +1,6 @@
 import type { Hypervisor, SshHost } from '../inventory/model.ts';
 import { ConnectionPool } from './pool.ts';
-import { SshConnection, type SshTarget } from './ssh.ts';
+import { SshConnection, whereOf, type SshTarget } from './ssh.ts';
 
 /**
  * One SSH connection per hypervisor for the whole run: opened on first use by any step, shared by
@@ -35,16 +35,26 @@ export function hopsTo(hypervisor: Hypervisor): Hop[] {
   });
 }
 
+/** Why a hypervisor could not be reached: the whole message, and without its own name and address when it is the hypervisor's own failure. */
+export interface Unreachable {
+  at: string;
+  reason: string;
+  detail?: string;
+}
+
 export class HypervisorConnections {
   // A failed hypervisor stays failed for the run: its members are skipped by the later steps anyway.
   readonly #pool = new ConnectionPool({ forgetFailures: false });
   /** Hypervisors this run could not reach, with why: for the recap. */
-  readonly unreachable = new Map<string, string>();
+  readonly unreachable = new Map<string, Unreachable>();
 
   get(hypervisor: Hypervisor): Promise<SshConnection> {
     const hops = hopsTo(hypervisor);
     return this.#open(hops, hops.length - 1).catch((error: Error) => {
-      this.unreachable.set(hypervisor.name, error.message);
+      // The hypervisor's own failure says where it is once; a bastion's names the bastion.
+      const own = `${whereOf(hops.at(-1)!.target)}: `;
+      const { user, address, port } = hypervisor;
+      this.unreachable.set(hypervisor.name, { at: `${user}@${address}:${port}`, reason: error.message, ...(error.message.startsWith(own) ? { detail: error.message.slice(own.length) } : {}) });
       throw error;
     });
   }

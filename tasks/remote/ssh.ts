@@ -48,6 +48,9 @@ export interface ExecResult {
 
 export class SshError extends Error {}
 
+/** How a connection names its host in every message: "hypervisor lab (root@127.0.0.1:2222)". */
+export const whereOf = (target: Pick<SshTarget, 'label' | 'user' | 'host' | 'port'>): string => `${target.label} (${target.user}@${target.host}:${target.port})`;
+
 /** A counting semaphore: bounds concurrent channels on one connection. */
 class Slots {
   #free: number;
@@ -79,7 +82,7 @@ export class SshConnection {
   ) {}
 
   static async open(target: SshTarget): Promise<SshConnection> {
-    const where = `${target.label} (${target.user}@${target.host}:${target.port})`;
+    const where = whereOf(target);
     let refusal: string | undefined;
     const config: ConnectConfig = {
       username: target.user,

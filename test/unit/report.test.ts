@@ -60,8 +60,8 @@ test('the recap names each hypervisor the run could not reach, its members and w
   t.is(formatUnreachable([]), '');
   t.is(
     formatUnreachable([
-      { hypervisor: 'kvm-2', members: ['etcd-2', 'etcd-5'], reason: 'hypervisor kvm-2 (root@10.0.0.2:22): cannot connect: ETIMEDOUT' },
-      { hypervisor: 'kvm-3', members: [], reason: 'bastion jump (ops@203.0.113.7:22): cannot connect: ECONNREFUSED' },
+      { hypervisor: 'kvm-2', members: ['etcd-2', 'etcd-5'], at: 'root@10.0.0.2:22', reason: 'hypervisor kvm-2 (root@10.0.0.2:22): cannot connect: ETIMEDOUT', detail: 'cannot connect: ETIMEDOUT' },
+      { hypervisor: 'kvm-3', members: [], at: 'root@10.0.0.3:22', reason: 'bastion jump (ops@203.0.113.7:22): cannot connect: ECONNREFUSED' },
     ]),
     [
       'UNREACHABLE (their members failed; the others went on)',
