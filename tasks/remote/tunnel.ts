@@ -13,15 +13,15 @@ export class Tunnel {
   readonly #sockets = new Set<Socket>();
 
   private constructor(
-    readonly connection: () => Promise<SshConnection>,
+    readonly currentConnection: () => Promise<SshConnection>,
     readonly host: string,
     readonly port: number,
   ) {
     this.#server.on('connection', (socket) => this.#carry(socket));
   }
 
-  static async open(connection: () => Promise<SshConnection>, host: string, port: number): Promise<Tunnel> {
-    const tunnel = new Tunnel(connection, host, port);
+  static async open(currentConnection: () => Promise<SshConnection>, host: string, port: number): Promise<Tunnel> {
+    const tunnel = new Tunnel(currentConnection, host, port);
     await new Promise<void>((resolve, reject) => {
       tunnel.#server.once('error', reject);
       tunnel.#server.listen(0, '127.0.0.1', resolve);
@@ -38,7 +38,7 @@ export class Tunnel {
     socket.once('close', () => this.#sockets.delete(socket));
     socket.setNoDelay(true);
     socket.pause();
-    this.connection()
+    this.currentConnection()
       .then((ssh) => ssh.forward(this.host, this.port))
       .then(
         (channel) => {

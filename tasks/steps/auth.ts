@@ -27,7 +27,6 @@ interface AuthState {
 
 type AuthAction = 'role' | 'user' | 'grant' | 'enable';
 
-
 /** Whether etcd has authentication on, asked as no user (the answer differs between etcd 3.4 and 3.5). */
 export async function authEnabled(clients: EtcdClients, member: Member, identities: ClientIdentities): Promise<boolean> {
   const nonUser = await clients.for(member, identities.nonUser(member));
