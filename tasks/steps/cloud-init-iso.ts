@@ -1,7 +1,7 @@
 import type { Step } from '../core/step.ts';
 import type { Member } from '../inventory/model.ts';
 import { join } from 'node:path';
-import { buildCloudInitIso, rememberSeedDigest, seedDigest, seedImage, seedImageSize, type SeedDigest } from '../libvirt/cloud-init-iso.ts';
+import { buildCloudInitIso, rememberSeedDigest, seedDigest, seedImage, type SeedDigest } from '../libvirt/cloud-init-iso.ts';
 import { volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
 import type { RenderedFile } from '../render/member.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
@@ -62,8 +62,8 @@ export function cloudInitIsoStep(stateDir: string, members: readonly Member[], r
       const iso = await buildCloudInitIso(filesOf(name));
       const virsh = await context.virshFor(member);
       const { pool, name: volume } = member.volumes.cloudInit;
-      const capacity = state.volume.exists ? state.volume.capacityBytes : 0;
-      const image = seedImage(iso, seedImageSize(iso.bytes.length, capacity));
+      // The size the check planned for: the ISO is reproducible, so the one built now is the one it digested.
+      const image = seedImage(iso, state.wanted.imageSize);
       if (!state.volume.exists) await virsh.run(['vol-create-as', '--pool', pool, '--name', volume, '--capacity', `${image.length}`, '--format', 'raw']);
       // A larger image grows the file as it is written (vol-resize would need the write lock QEMU holds on an attached seed).
       await virsh.run(['vol-upload', '--pool', pool, volume, '/dev/stdin'], { stdin: image });
