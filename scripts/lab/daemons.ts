@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { $ } from 'zx';
 import { LAB, SECOND, SECOND_LIBVIRT_DIRS, SECOND_URI, labPath, secondPath } from './config.ts';
 import { livePid, stopByPidFile, waitFor } from './processes.ts';
+import { virshAt } from './libvirt.ts';
 
 /**
  * The lab's daemons. libvirtd, virtlogd and the hypervisor's sshd run inside the network namespace, so
@@ -47,11 +48,10 @@ const libvirtDaemon = (name: string, command: string, within: Within, ready: () 
   ready,
 });
 
-const libvirtAnswers = async (uri: string) => (await $`virsh -c ${uri} version`.nothrow().quiet()).exitCode === 0;
 const virtlogd = libvirtDaemon('virtlogd', 'virtlogd', inFirst, async () => existsSync('/run/libvirt/virtlogd-sock'));
-const libvirtd = libvirtDaemon('libvirtd', 'libvirtd', inFirst, () => libvirtAnswers('qemu:///system'));
+const libvirtd = libvirtDaemon('libvirtd', 'libvirtd', inFirst, () => virshAt('qemu:///system').ok(['version']));
 const secondVirtlogd = libvirtDaemon('lab2-virtlogd', 'virtlogd', inSecond, async () => existsSync(secondPath('run', 'virtlogd-sock')));
-const secondLibvirtd = libvirtDaemon('lab2-libvirtd', 'libvirtd', inSecond, () => libvirtAnswers(SECOND_URI));
+const secondLibvirtd = libvirtDaemon('lab2-libvirtd', 'libvirtd', inSecond, () => virshAt(SECOND_URI).ok(['version']));
 
 /** An sshd daemonised in a namespace from its own config, ready when every listen address shows its host key. */
 const sshDaemon = (name: string, namespace: string, within: Within, config: string, port: number, addresses: readonly string[]): Daemon => ({

@@ -1,7 +1,7 @@
 import { copyFileSync, existsSync, linkSync, mkdirSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { $ } from 'zx';
-import { LAB, SECOND, SECOND_URI, labPath, secondPath } from './config.ts';
+import { LAB, SECOND, SECOND_URI } from './config.ts';
 
 /** The lab's libvirt objects on each hypervisor: two dir pools, the isolated network, the base image volume. Never autostarted. */
 
@@ -10,24 +10,27 @@ export interface LabHypervisor {
   name: string;
   /** libvirt's URI from the root namespace. */
   uri: string;
-  /** Where its pools' directories are. */
-  poolsDir: string;
+  /** Its lab directory: pools/, the network's definition, which cached image its base volume came from. */
+  dir: string;
   network: { name: string; bridge: string; address: string; prefixLength: number };
-  /** Which cached image its base volume was copied from. */
-  baseStamp: string;
 }
 
-export const FIRST_HYPERVISOR: LabHypervisor = { name: 'lab', uri: 'qemu:///system', poolsDir: labPath('pools'), network: LAB.network, baseStamp: labPath('base-image.source') };
-export const SECOND_HYPERVISOR: LabHypervisor = { name: SECOND.name, uri: SECOND_URI, poolsDir: secondPath('pools'), network: SECOND.network, baseStamp: secondPath('base-image.source') };
+export const FIRST_HYPERVISOR: LabHypervisor = { name: 'lab', uri: 'qemu:///system', dir: LAB.dir, network: LAB.network };
+export const SECOND_HYPERVISOR: LabHypervisor = { name: SECOND.name, uri: SECOND_URI, dir: SECOND.dir, network: SECOND.network };
 
-const virshOn = (hypervisor: LabHypervisor) => ({
-  run: (args: string[]) => $`virsh -q -c ${hypervisor.uri} ${args}`.quiet(),
-  ok: async (args: string[]) => (await $`virsh -q -c ${hypervisor.uri} ${args}`.nothrow().quiet()).exitCode === 0,
+const poolDir = (hypervisor: LabHypervisor, pool: string) => join(hypervisor.dir, 'pools', pool);
+const baseStamp = (hypervisor: LabHypervisor) => join(hypervisor.dir, 'base-image.source');
+
+/** virsh against one libvirtd, from the root namespace. */
+export const virshAt = (uri: string) => ({
+  run: (args: string[]) => $`virsh -q -c ${uri} ${args}`.quiet(),
+  ok: async (args: string[]) => (await $`virsh -q -c ${uri} ${args}`.nothrow().quiet()).exitCode === 0,
 });
+const virshOn = (hypervisor: LabHypervisor) => virshAt(hypervisor.uri);
 
 async function ensurePool(hypervisor: LabHypervisor, name: string): Promise<void> {
   const { run: virsh, ok: virshOk } = virshOn(hypervisor);
-  const dir = join(hypervisor.poolsDir, name);
+  const dir = poolDir(hypervisor, name);
   mkdirSync(dir, { recursive: true, mode: 0o755 });
   if (!(await virshOk(['pool-info', name]))) await virsh(['pool-define-as', name, 'dir', '--target', dir]);
   const info = (await virsh(['pool-info', name])).stdout;
@@ -49,7 +52,7 @@ async function ensureNetwork(hypervisor: LabHypervisor): Promise<void> {
   const { run: virsh, ok: virshOk } = virshOn(hypervisor);
   const { name } = hypervisor.network;
   if (!(await virshOk(['net-info', name]))) {
-    const file = join(hypervisor.poolsDir, '..', `network-${hypervisor.name}.xml`);
+    const file = join(hypervisor.dir, 'network.xml');
     writeFileSync(file, networkXml(hypervisor.network));
     await virsh(['net-define', file]);
   }
@@ -63,12 +66,12 @@ async function ensureNetwork(hypervisor: LabHypervisor): Promise<void> {
  * leaves no volume. QEMU only reads it: a hard link to the cache costs no space.
  */
 async function ensureBaseVolume(hypervisor: LabHypervisor, imagePath: string, log: (line: string) => void): Promise<void> {
-  const dir = join(hypervisor.poolsDir, LAB.pools.images);
+  const dir = poolDir(hypervisor, LAB.pools.images);
   for (const stale of readdirSync(dir).filter((file) => file.startsWith('.partial-'))) rmSync(join(dir, stale));
   const target = join(dir, LAB.baseVolume);
-  const current = existsSync(hypervisor.baseStamp) ? readFileSync(hypervisor.baseStamp, 'utf8').trim() : '';
+  const current = existsSync(baseStamp(hypervisor)) ? readFileSync(baseStamp(hypervisor), 'utf8').trim() : '';
   if (existsSync(target) && current === imagePath) return;
-  if (existsSync(target) && readdirSync(join(hypervisor.poolsDir, LAB.pools.vms)).length > 0) {
+  if (existsSync(target) && readdirSync(poolDir(hypervisor, LAB.pools.vms)).length > 0) {
     log(`${hypervisor.name}: base image ${imagePath} is newer, but VM disks still use the old one as backing store; run lab:down first to switch`);
     return;
   }
@@ -79,7 +82,7 @@ async function ensureBaseVolume(hypervisor: LabHypervisor, imagePath: string, lo
     copyFileSync(imagePath, partial);
   }
   renameSync(partial, target);
-  writeFileSync(hypervisor.baseStamp, `${imagePath}\n`);
+  writeFileSync(baseStamp(hypervisor), `${imagePath}\n`);
   await virshOn(hypervisor).run(['pool-refresh', LAB.pools.images]);
   log(`${hypervisor.name}: base image ${LAB.pools.images}/${LAB.baseVolume} from ${imagePath}`);
 }
@@ -94,7 +97,7 @@ export async function ensureLibvirtObjects(hypervisor: LabHypervisor, imagePath:
 /** Lab domains: those with a disk in the lab's VM pool. */
 async function labDomains(): Promise<string[]> {
   const { run: virsh } = virshOn(FIRST_HYPERVISOR);
-  const vmsDir = join(FIRST_HYPERVISOR.poolsDir, LAB.pools.vms);
+  const vmsDir = poolDir(FIRST_HYPERVISOR, LAB.pools.vms);
   const names = (await virsh(['list', '--all', '--name'])).stdout.split('\n').map((line) => line.trim()).filter(Boolean);
   const domains: string[] = [];
   for (const name of names) {
@@ -126,7 +129,7 @@ export async function removeLibvirtObjects(log: (line: string) => void): Promise
     await virsh(['pool-destroy', pool]).nothrow();
     await virsh(['pool-undefine', pool]);
   }
-  rmSync(join(FIRST_HYPERVISOR.poolsDir, LAB.pools.vms), { recursive: true, force: true });
+  rmSync(poolDir(FIRST_HYPERVISOR, LAB.pools.vms), { recursive: true, force: true });
 }
 
 export async function libvirtStatus(hypervisor: LabHypervisor): Promise<string> {

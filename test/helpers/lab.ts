@@ -1,7 +1,8 @@
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { SECOND, SECOND_URI, labPath } from '../../scripts/lab/config.ts';
+import { livePid, processCommand } from '../../scripts/lab/processes.ts';
 import { run, type Completed } from './exec.ts';
 
 /** Driving the local lab and looking at it from outside the tool: virsh, and etcdctl inside the namespace. */
@@ -74,17 +75,20 @@ export const virsh = (args: string[]) => run('virsh', ['-q', '-c', 'qemu:///syst
 export const secondVirsh = (args: string[]) => run('virsh', ['-q', '-c', SECOND_URI, ...args]);
 
 /** The PID of the second hypervisor's listening sshd, if it runs. */
-export function secondSshdPid(): number | undefined {
-  const file = labPath('run', 'lab2-sshd.pid');
-  return existsSync(file) ? Number(readFileSync(file, 'utf8').trim()) : undefined;
-}
+export const secondSshdPid = (): number | undefined => livePid(labPath('run', 'lab2-sshd.pid'), 'sshd');
 
 /** Kills (-9) the second hypervisor's SSH sessions (not its listening sshd): a connection cut under a run. Returns how many. */
 export function killSecondSshSessions(): number {
   const listener = secondSshdPid();
   const pids = run('ip', ['netns', 'pids', SECOND.namespace]).stdout.split('\n').filter(Boolean).map(Number);
-  const sessions = pids.filter((pid) => pid !== listener && run('cat', [`/proc/${pid}/comm`]).stdout.trim() === 'sshd');
-  for (const pid of sessions) run('kill', ['-9', String(pid)]);
+  const sessions = pids.filter((pid) => pid !== listener && processCommand(pid) === 'sshd');
+  for (const pid of sessions) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      // Gone between the listing and the kill: cut all the same.
+    }
+  }
   return sessions.length;
 }
 
