@@ -17,17 +17,21 @@ export class RemoteContext {
     return new Virsh(await this.connections.get(member.hypervisor), member.hypervisor.libvirt_uri);
   }
 
-  /** Asks every member's questions in one probe each; a failure is left for the steps to meet and report. */
+  /**
+   * Asks every member's questions up front, in one probe per hypervisor (one SSH exec, one virsh
+   * process); a failure is left for the steps to meet and report, on their own hosts.
+   */
   async prefetch(members: readonly Member[], questionsOf: (member: Member) => Question[]): Promise<void> {
+    const byHypervisor = new Map<string, Member[]>();
+    for (const member of members) byHypervisor.set(member.hypervisor.name, [...(byHypervisor.get(member.hypervisor.name) ?? []), member]);
     await Promise.all(
-      members.map(async (member) => {
-        const questions = questionsOf(member);
-        const named = Object.fromEntries(questions.map((question, i) => [`q${i}`, question]));
+      [...byHypervisor.values()].map(async (hosted) => {
+        const asked = hosted.map((member, m) => ({ member, questions: questionsOf(member).map((question, q) => ({ name: `m${m}q${q}`, question })) }));
         try {
-          const answers = await (await this.virshFor(member)).probe(named);
-          this.#prefetched.set(member.name, new Map(questions.map((question, i) => [keyOf(question), answers[`q${i}`]!])));
+          const answers = await (await this.virshFor(hosted[0]!)).probe(Object.fromEntries(asked.flatMap(({ questions }) => questions.map(({ name, question }) => [name, question]))));
+          for (const { member, questions } of asked) this.#prefetched.set(member.name, new Map(questions.map(({ name, question }) => [keyOf(question), answers[name]!])));
         } catch {
-          // The step that needs the answer asks again and fails with the reason, on this host only.
+          // The step that needs an answer asks again and fails with the reason, on its own host.
         }
       }),
     );

@@ -2,7 +2,7 @@ import test from 'ava';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { compareDomainXml, parseDomInfo } from '../../tasks/libvirt/domain-xml.ts';
-import { isNotFound, Virsh, type Question } from '../../tasks/libvirt/virsh.ts';
+import { isNotFound, parseVirshBatch, Virsh, virshBatch, type Question } from '../../tasks/libvirt/virsh.ts';
 import type { SshConnection } from '../../tasks/remote/ssh.ts';
 import { renderDomainXml } from '../../tasks/render/domain.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
@@ -18,7 +18,8 @@ const LIVE = fixture('virsh-dumpxml-inactive-etcd-1.xml');
 /** A connection that answers every exec with recorded output. */
 const replaying = (stdout: string) => ({ target: { label: 'hypervisor lab' }, exec: async () => ({ command: 'sh', code: 0, stdout, stderr: '' }) }) as unknown as SshConnection;
 
-const QUESTIONS: Record<string, Question> = { os: [], data: [], basePath: [], baseInfo: [], info: [], digest: { shell: '' }, xml: [], missing: [] };
+// What is asked does not matter to a replayed answer; only which questions are virsh commands and which pipelines.
+const QUESTIONS: Record<string, Question> = { os: ['vol-info'], data: ['vol-info'], basePath: ['vol-path'], baseInfo: ['vol-info'], info: ['dominfo'], digest: { shell: 'sha256sum' }, xml: ['dumpxml'], missing: ['dominfo'] };
 
 test('the batched probe splits a recorded answer into each question: exit code and output', async (t) => {
   const answers = await new Virsh(replaying(fixture('virsh-probe-lab-etcd-1.txt')), 'qemu:///system').probe(QUESTIONS);
@@ -40,10 +41,21 @@ test('a missing pool is "not found", not a broken connection', async (t) => {
   t.true(isNotFound(answers.xml!));
 });
 
-test('an answer cut short names the question that got none', async (t) => {
+test('a batch cut short answers nothing for certain: the first question is named', async (t) => {
   const recorded = fixture('virsh-probe-lab-etcd-1.txt');
   const cut = recorded.slice(0, recorded.indexOf('@@etcd-kvm@@xml'));
-  await t.throwsAsync(new Virsh(replaying(cut), 'qemu:///system').probe(QUESTIONS), { message: /probe on hypervisor lab gave no answer for xml/ });
+  await t.throwsAsync(new Virsh(replaying(cut), 'qemu:///system').probe(QUESTIONS), { message: /probe on hypervisor lab gave no answer for os/ });
+});
+
+test('a batch is one virsh argument: every word quoted for sh, which virsh reads the same way', (t) => {
+  const batch = virshBatch([['title', ['desc', '--title', "it's; shutdown x"]], ['state', ['domstate', 'etcd-1']]]);
+  t.is(batch, "echo @@etcd-kvm@@title; desc --title 'it'\\''s; shutdown x'; echo @@etcd-kvm@@state; domstate etcd-1; echo @@etcd-kvm@@");
+});
+
+test('a batch command failed when it printed an error line; pipelines after the batch keep their own exit codes', (t) => {
+  const { answers, rest } = parseVirshBatch("@@etcd-kvm@@a\nrunning\n\n@@etcd-kvm@@b\nerror: failed to get domain 'x'\n\n@@etcd-kvm@@\n@@etcd-kvm@@digest\nabc  -\n\n@@etcd-kvm@@rc 0\n");
+  t.deepEqual(answers, { a: { code: 0, output: 'running\n' }, b: { code: 1, output: "error: failed to get domain 'x'\n" } });
+  t.true(rest.startsWith('@@etcd-kvm@@digest\n'));
 });
 
 test('dominfo: state and autostart, recorded', (t) => {
