@@ -175,13 +175,28 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     return key;
   };
   const memberSsh = new MemberConnections(remote.connections, { privateKey: adminKey, knownHostsPath: store.knownHostsPath });
-  const guestProbe = new GuestProbe(memberSsh);
+  const guestProbe = new GuestProbe(memberSsh, remote.connections);
   const guest = (pass: Pass) => {
     // The domain step starts or restarts VMs and the restore step starts etcd: their changes make early answers stale.
     const changedEarlier = (name: string) => runner.results.some((result) => result.host === name && (result.step === 'domain' || result.step === 'restore') && result.status === 'changed');
     return guestStep({ inventory: pass.inventory, members: pass.members, desired: rendered.guests, ssh: memberSsh, probe: guestProbe, changedEarlier, clients, clusterFormed: clusterFormed && !pass.joining, dryRun: options.dryRun, progress: runner.progress });
   };
   const selected = (title: string) => (options.tags ? options.tags.includes(title) : true) && !(options.skipTags ?? []).includes(title);
+  /**
+   * Facts first, in one batch per host: libvirt's on each hypervisor and the guests' own (through each
+   * member's guest agent), asked while other work goes on and taken by the steps that need them. A
+   * member is asked once per run (until a departure forgets it): the cluster phase starts asking for
+   * every selected member, a pass's owner phase waits for its members' libvirt answers.
+   */
+  const gatherFacts = (of: readonly Member[], guests: ReadonlyMap<string, DesiredGuest>): Promise<void> => {
+    if (selected('guest')) guestProbe.prefetch(of, (member) => guestQuestions(guests.get(member.name)!));
+    return remote.prefetch(of, (member) => [
+      ...Object.values(ownerQuestions(member)),
+      ...Object.values(volumeQuestions(member)),
+      ...Object.values(seedQuestions(member)),
+      ...Object.values(domainQuestions(member)),
+    ]);
+  };
   const onlySelected = (phases: Phase[]) => phases.map((phase) => (selected(phase.title) ? phase : { title: phase.title, run: async () => [], skip: 'not selected by --tags / --skip-tags' }));
 
   /** owner → volumes → cloud-init → domain → restore → guest over one pass's members. */
@@ -190,16 +205,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       // Always: whatever else a run does on a member's VM, it does only to this cluster's.
       title: 'owner',
       run: async () => {
-        // Facts first, in one batch per host: the guests' own (over SSH to each member, answered while
-        // the hypervisor steps run) and libvirt's on each hypervisor.
         void preloadEtcdClient();
-        if (selected('guest')) for (const member of pass.members) guestProbe.prefetch(member, guestQuestions(rendered.guests.get(member.name)!));
-        await remote.prefetch(pass.members, (member) => [
-          ...Object.values(ownerQuestions(member)),
-          ...Object.values(volumeQuestions(member)),
-          ...Object.values(seedQuestions(member)),
-          ...Object.values(domainQuestions(member)),
-        ]);
+        await gatherFacts(pass.members, rendered.guests);
         const identity = owner().identity;
         const results = await runner.runStep(ownershipStep(pass.members, remote, owner()));
         // Every member's domain marked in this pass: a migrated state directory stops adopting unmarked ones.
@@ -293,7 +300,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
         const { os, data } = volumeQuestions(member);
         try {
           const questions: Record<string, Question> = data ? { os: os!, data } : { os: os! };
-          const answers = await remote.probe(member, questions);
+          // Kept for the volumes step, which asks the same.
+          const answers = await remote.probe(member, questions, { keep: true });
           const missing = Object.entries(answers).flatMap(([which, answer]) => (volumeState(answer, `${which} volume of ${member.name}`).exists ? [] : [`its ${which === 'os' ? 'OS' : 'data'} volume is gone`]));
           if (missing.length > 0) gone.set(member.name, missing.join(' and '));
         } catch {
@@ -331,18 +339,14 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
               title: 'cluster',
               run: async () => {
                 void preloadEtcdClient();
+                // Asked while etcd answers: which files and units a member has does not depend on the cluster's state.
+                void gatherFacts(members, renderAll(inventory, members, store, 'existing', networkNames).guests);
                 const formed = await formedCluster(clients, inventory.members);
                 // is_initializing: false says the cluster exists, whether or not a member answers now.
                 clusterFormed = formed !== undefined || !inventory.cluster.is_initializing;
-                const warmUp = (of: readonly Member[]) => selected('guest') && guestProbe.warmUp(members.filter((member) => of.includes(member)));
-                if (!formed) {
-                  warmUp(inventory.members);
-                  return clusterFormed ? 'no member answers (is_initializing: false): members start as existing' : 'not formed yet: members start as new';
-                }
+                if (!formed) return clusterFormed ? 'no member answers (is_initializing: false): members start as existing' : 'not formed yet: members start as new';
                 const results = await runner.runStep(membershipStep(formed.members, await disksGone(formed.members)));
                 if (results.some((result) => result.status === 'failed')) return results;
-                // Members that have no VM yet (joiners) are not worth an SSH attempt.
-                warmUp(membership.voting);
                 const joining = membership.joiners.filter(({ member }) => members.includes(member)).map(({ member, stage }) => (stage === 'to-add' ? member.name : `${member.name} (${stage}, resumed)`));
                 return `formed (leader ${formed.leader}): members join as existing${joining.length ? `; to join one after another: ${joining.join(', ')}` : ''}`;
               },
@@ -367,7 +371,12 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     const departing = [...replaced, ...leaving];
     const depart = (departure: Departure, member: Member): Phase => ({
       title: `${departure} ${member.name}`,
-      run: () => runner.runStep(departStep(inventory, clients, remote, { departure, member, staying: membership.voting, alsoDeparting: departing, owner: owner() })),
+      run: () => {
+        // A departure deletes or undefines what was asked about the member.
+        remote.forget(member);
+        guestProbe.forget(member);
+        return runner.runStep(departStep(inventory, clients, remote, { departure, member, staying: membership.voting, alsoDeparting: departing, owner: owner() }));
+      },
     });
     const departures: Phase[] = options.renderOnly !== undefined ? [] : [...replaced.map((member) => depart('replace', member)), ...leaving.map((member) => depart('leave', member))];
     const stepsNeededToJoin = ['volumes', 'cloud-init', 'domain', 'guest'];

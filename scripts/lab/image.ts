@@ -17,6 +17,8 @@ export const IMAGE_RECIPE = {
     'linux-image-cloud-amd64', 'systemd', 'systemd-sysv', 'udev', 'dbus', 'cloud-init', 'cloud-guest-utils',
     'openssh-server', 'etcd-server', 'etcd-client', 'chrony', 'sudo', 'iproute2', 'netbase', 'ca-certificates',
     'e2fsprogs', 'less', 'procps', 'prometheus-node-exporter',
+    // The tool asks each member for its guest facts through the agent, over the hypervisor connection (no SSH into the guest).
+    'qemu-guest-agent',
   ],
   diskMiB: 2048,
   // Run in the finished root file system (argument $1) before it is packed.

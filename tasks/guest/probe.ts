@@ -1,18 +1,31 @@
 import type { Member } from '../inventory/model.ts';
+import type { HypervisorConnections } from '../remote/hypervisors.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
+import { agentScript, parseAgentAnswers, type AgentAnswer } from './agent.ts';
 import { guestProbeScript, parseGuestProbe, type GuestFacts, type GuestQuestions } from './facts.ts';
 
+/** Long enough for three emulated guests probed at once on a busy host (one probe: ~0.5 s idle). */
+const AGENT_PROBE_TIMEOUT_SECONDS = 30;
+
 /**
- * Asks members for their guest facts: one SSH exec each. The pipeline starts every member's probe
- * early, while the hypervisor steps run, and the guest step takes each answer once — unless an
- * earlier step changed that member (a restarted VM), when it asks again. Re-checks after an apply
- * always ask again.
+ * Asks members for their guest facts. The pipeline starts every member's probe early, while the
+ * hypervisor steps run: through the QEMU guest agent, in one exec per hypervisor for all its members
+ * (guest/agent.ts), and over SSH to a member whose agent does not answer (an image without
+ * qemu-guest-agent, a domain defined before the tool added the agent's channel). The guest step
+ * takes each answer once — unless an earlier step changed that member (a restarted VM), when it
+ * asks again. Re-checks after an apply always ask again, over SSH.
  */
 export class GuestProbe {
-  readonly #early = new Map<string, Promise<GuestFacts | undefined>>();
+  /** Each member's early answer, with what it asked (a step that wants other questions asks itself). */
+  readonly #early = new Map<string, { asked: string; facts: Promise<GuestFacts | undefined> }>();
+  /** Why a member's agent did not answer in this run (SSH answered instead): for --profile and tests. */
+  readonly agentFailures = new Map<string, string>();
 
-  constructor(readonly connections: MemberConnections) {}
+  constructor(
+    readonly connections: MemberConnections,
+    readonly hypervisors: HypervisorConnections,
+  ) {}
 
   static async ask(ssh: SshConnection, questions: GuestQuestions): Promise<GuestFacts> {
     // The script on stdin: sudo logs one short command line instead of the whole script on every run.
@@ -20,20 +33,53 @@ export class GuestProbe {
     return parseGuestProbe(output, questions);
   }
 
-  /** Opens the members' SSH connections now (a handshake with an emulated guest takes ~0.5-1 s), to be used later. */
-  warmUp(members: readonly Member[]): void {
-    for (const member of members) this.connections.get(member).catch(() => undefined);
+  /**
+   * Starts asking now; a member that cannot be reached either way leaves no answer (the step asks,
+   * and waits, itself). A member with an early answer, or one on its way, is not asked again.
+   */
+  prefetch(members: readonly Member[], questionsOf: (member: Member) => GuestQuestions): void {
+    const byHypervisor = new Map<string, Member[]>();
+    for (const member of members.filter((member) => !this.#early.has(member.name))) byHypervisor.set(member.hypervisor.name, [...(byHypervisor.get(member.hypervisor.name) ?? []), member]);
+    for (const hosted of byHypervisor.values()) {
+      const answers = this.#askAgents(hosted, questionsOf);
+      hosted.forEach((member, i) => {
+        const facts = answers.then(async (all) => {
+          const answer = all[i]!;
+          if (answer.ok) {
+            try {
+              return parseGuestProbe(answer.output, questionsOf(member));
+            } catch (error) {
+              this.agentFailures.set(member.name, (error as Error).message);
+            }
+          } else this.agentFailures.set(member.name, answer.reason);
+          return GuestProbe.ask(await this.connections.get(member), questionsOf(member));
+        });
+        this.#early.set(member.name, { asked: JSON.stringify(questionsOf(member)), facts: facts.catch(() => undefined) });
+      });
+    }
   }
 
-  /** Starts asking now; a member that cannot be reached yet leaves no answer (the step asks, and waits, itself). */
-  prefetch(member: Member, questions: GuestQuestions): void {
-    this.#early.set(member.name, this.connections.get(member).then((ssh) => GuestProbe.ask(ssh, questions)).catch(() => undefined));
+  async #askAgents(hosted: readonly Member[], questionsOf: (member: Member) => GuestQuestions): Promise<AgentAnswer[]> {
+    const { hypervisor } = hosted[0]!;
+    try {
+      const ssh = await this.hypervisors.get(hypervisor);
+      const requests = hosted.map((member) => ({ domain: member.name, script: guestProbeScript(questionsOf(member)) }));
+      const result = await ssh.exec(['sh', '-c', agentScript(hypervisor.libvirt_uri, requests, AGENT_PROBE_TIMEOUT_SECONDS)], { timeoutMs: (AGENT_PROBE_TIMEOUT_SECONDS + 30) * 1000 });
+      return parseAgentAnswers(result.stdout, hosted.length);
+    } catch (error) {
+      return hosted.map(() => ({ ok: false, reason: (error as Error).message }));
+    }
   }
 
-  /** The early answer, once, if there is one and it is still worth using. */
-  async takeEarly(member: Member, stillValid: boolean): Promise<GuestFacts | undefined> {
+  /** The early answer, once, if there is one, to the same questions, and it is still worth using. */
+  async takeEarly(member: Member, questions: GuestQuestions, stillValid: boolean): Promise<GuestFacts | undefined> {
     const early = this.#early.get(member.name);
     this.#early.delete(member.name);
-    return stillValid ? early : undefined;
+    return stillValid && early?.asked === JSON.stringify(questions) ? early.facts : undefined;
+  }
+
+  /** A member this run changed outside the guest step (a departure): its early answer is stale. */
+  forget(member: Member): void {
+    this.#early.delete(member.name);
   }
 }

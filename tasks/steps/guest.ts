@@ -64,10 +64,10 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
   const probe = (ssh: SshConnection, name: string): Promise<GuestFacts> => GuestProbe.ask(ssh, questionsOf(name));
 
   /** Current text of drifted files that hold no secret, for the diff: one more exec, only when something drifted. */
-  async function currentContent(ssh: SshConnection, name: string, facts: GuestFacts): Promise<Map<string, string>> {
+  async function currentContent(connect: () => Promise<SshConnection>, name: string, facts: GuestFacts): Promise<Map<string, string>> {
     const paths = driftedContent(desiredOf(name), facts).filter((file) => !file.secret && facts.files.has(file.path)).map((file) => file.path);
     if (paths.length === 0) return new Map();
-    const output = await ssh.run(['sudo', 'sh', '-c', `for f; do echo "${CONTENT_MARK} $f"; cat -- "$f"; done`, 'sh', ...paths], { describe: 'read drifted files' });
+    const output = await (await connect()).run(['sudo', 'sh', '-c', `for f; do echo "${CONTENT_MARK} $f"; cat -- "$f"; done`, 'sh', ...paths], { describe: 'read drifted files' });
     const contents = new Map<string, string>();
     for (const chunk of output.split(`${CONTENT_MARK} `).slice(1)) {
       const newline = chunk.indexOf('\n');
@@ -102,15 +102,18 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
     async check(name) {
       const member = memberNamed(name);
       const restarted = changedEarlier(name);
-      const early = await prober.takeEarly(member, !restarted);
+      const early = await prober.takeEarly(member, questionsOf(name), !restarted);
       // Connected before an earlier step restarted the VM: that connection is gone (once; the re-check keeps the new one).
       if (restarted && !reconnected.has(name)) {
         connections.forget(member);
         reconnected.add(name);
       }
+      // The early answer (through the guest agent) is enough unless the first boot still runs or a
+      // drifted file's text is wanted for the diff: no SSH into the member for a run that changes nothing.
+      if (early && early.cloudInit.state !== 'running') return { kind: 'probed', facts: early, currentContent: await currentContent(() => reach(member), name, early) };
       let ssh: SshConnection;
       try {
-        if (!early) progress?.update(name, 'waiting for SSH (booting)');
+        if (!early) progress?.update(name, 'connecting over SSH (waiting while it boots)');
         ssh = await reach(member);
       } catch (error) {
         if (!dryRun) throw error;
@@ -125,7 +128,7 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
         facts = await probe(ssh, name);
       }
       progress?.done(name);
-      return { kind: 'probed', facts, currentContent: await currentContent(ssh, name, facts) };
+      return { kind: 'probed', facts, currentContent: await currentContent(async () => ssh, name, facts) };
     },
     plan(state, name) {
       if (state.kind === 'unreachable') return [{ summary: `converge the guest once it can be reached (now: ${state.reason})`, action: { kind: 'after-boot' } }];

@@ -39,12 +39,15 @@ for (const path of ['inventories/lab.yaml', 'inventories/examples/all-services.y
   });
 }
 
-test('etcd starts at first boot only after its data directory is prepared, and restarts one member at a time', async (t) => {
+test('etcd starts at first boot last, after its data directory is prepared, and restarts one member at a time', async (t) => {
   const { inventory, rendered, guests } = await renderWithPki(loadInventory('inventories/lab.yaml'));
   const member = inventory.members[0]!;
   const runcmd = (parse(fileOf(rendered.get(member.name), 'user-data').content, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map((argv) => argv.join(' '));
   t.true(runcmd.indexOf('install -d -o etcd -g etcd -m 0700 /var/lib/etcd') < runcmd.indexOf('systemctl restart etcd.service'));
   t.true(runcmd.includes('systemctl restart etcd.service'));
+  // Last: its start returns once the cluster has formed, and the first boot the deploy waits for ends with it.
+  t.is(runcmd.at(-1), 'systemctl restart etcd.service');
+  t.true(runcmd.indexOf('systemctl restart chrony.service') < runcmd.indexOf('systemctl restart etcd.service'));
   const etcd = guests.get(member.name)!.services.find((service) => service.unit === 'etcd.service')!;
   t.true(etcd.rolling);
   t.deepEqual(etcd.environment?.path, '/etc/etcd/etcd.env');

@@ -14,7 +14,7 @@ const ALLOWED: Record<string, string[]> = {
   remote: ['core', 'inventory'],
   libvirt: ['core', 'inventory', 'pki', 'remote', 'render'],
   etcd: ['core', 'inventory', 'remote', 'pki'],
-  guest: ['core', 'inventory', 'remote', 'render'],
+  guest: ['core', 'inventory', 'remote', 'render', 'libvirt'],
   backup: ['core', 'inventory'],
   steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup'],
   status: ['core', 'inventory', 'remote', 'libvirt', 'etcd'],

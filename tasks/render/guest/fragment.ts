@@ -56,9 +56,13 @@ export function secretFile(path: string, owner: string, content: string, notify?
  * emulation) and started — restarted where the fragment wrote a file the service reads, since the
  * image may already run it with its packaged configuration (chrony). systemd reads the unit files
  * write_files put in place once, before the first service (each reload costs ~7 s under emulation).
+ * The cluster's own service (etcd, rolling) starts last: its start returns only once the cluster has
+ * formed, and the first boot, which the deploy waits for, then ends at once instead of restarting
+ * chrony and the rest afterwards (~9 s under emulation).
  */
 export function firstBootCommands(fragments: readonly CloudConfigFragment[]): Command[] {
   const commands: Command[] = [];
+  const last: Command[] = [];
   let reloaded = false;
   for (const fragment of fragments) {
     commands.push(...(fragment.runcmd ?? []));
@@ -67,8 +71,8 @@ export function firstBootCommands(fragments: readonly CloudConfigFragment[]): Co
       reloaded = true;
       const configured = (fragment.writeFiles ?? []).some((file) => file.notify === service.unit);
       commands.push(['sh', '-c', 'systemctl is-enabled --quiet "$1" || systemctl enable "$1"', 'sh', service.unit]);
-      commands.push(['systemctl', configured ? 'restart' : 'start', service.unit]);
+      (service.rolling ? last : commands).push(['systemctl', configured ? 'restart' : 'start', service.unit]);
     }
   }
-  return commands;
+  return [...commands, ...last];
 }
