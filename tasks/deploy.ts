@@ -37,7 +37,7 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   for (const warning of placementWarnings(inventory)) console.log(`warning: ${warning}`);
-  const { written, unreachable } = await runDeploy(inventory, runner, options);
+  const { written, unreachable, guestAgentUnanswered } = await runDeploy(inventory, runner, options);
 
   // Summaries by default; diffs where they are asked for, and in a dry-run, which is a plan to read.
   const changes = formatChanges(runner.results, { dryRun: options.dryRun, diffs: options.diff || options.dryRun });
@@ -45,7 +45,11 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   if (written.length > 0) console.log(`\nwrote ${written.length} files:\n${written.map((path) => `  ${path}`).join('\n')}`);
   console.log(`\n${formatRecap(runner.results, options.dryRun, performance.now() - started)}`);
   if (unreachable.length > 0) console.log(`\n${formatUnreachable(unreachable)}`);
-  if (options.profile) console.log(`\n${formatProfile(runner.results, runner.phaseTimes)}`);
+  if (options.profile) {
+    console.log(`\n${formatProfile(runner.results, runner.phaseTimes)}`);
+    // Why a member's facts took the slower way: an image without qemu-guest-agent, a domain without its channel.
+    for (const { member, reason } of guestAgentUnanswered) console.log(`guest facts of ${member}: not through the guest agent (${reason})`);
+  }
   if (options.json) {
     // Where the time went: loading this process's modules (before main), and the run itself.
     const timing = { modulesLoadedAtMs: Math.round(MODULES_LOADED_AT_MS), workMs: Math.round(performance.now() - MODULES_LOADED_AT_MS) };

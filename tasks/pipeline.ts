@@ -142,6 +142,8 @@ export interface DeployOutcome {
   written: string[];
   /** Hypervisors the run could not reach, the selected members on each, and why. */
   unreachable: (Unreachable & { hypervisor: string; members: string[] })[];
+  /** Members whose guest agent did not answer this run (their facts came over SSH), and why. */
+  guestAgentUnanswered: { member: string; reason: string }[];
 }
 
 export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<DeployOutcome> {
@@ -176,9 +178,10 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   };
   const memberSsh = new MemberConnections(remote.connections, { privateKey: adminKey, knownHostsPath: store.knownHostsPath });
   const guestProbe = new GuestProbe(memberSsh, remote.connections);
-  const guest = (pass: Pass) => {
-    // The domain step starts or restarts VMs and the restore step starts etcd: their changes make early answers stale.
-    const changedEarlier = (name: string) => runner.results.some((result) => result.host === name && (result.step === 'domain' || result.step === 'restore') && result.status === 'changed');
+  const guest = (pass: Pass, { askedAfterEveryChange = false } = {}) => {
+    // The domain step starts or restarts VMs and the restore step starts etcd: their changes make early
+    // answers stale — unless the answers were asked after them (the `formed` phase asks again).
+    const changedEarlier = (name: string) => !askedAfterEveryChange && runner.results.some((result) => result.host === name && (result.step === 'domain' || result.step === 'restore') && result.status === 'changed');
     return guestStep({ inventory: pass.inventory, members: pass.members, desired: rendered.guests, ssh: memberSsh, probe: guestProbe, changedEarlier, clients, clusterFormed: clusterFormed && !pass.joining, dryRun: options.dryRun, progress: runner.progress });
   };
   const selected = (title: string) => (options.tags ? options.tags.includes(title) : true) && !(options.skipTags ?? []).includes(title);
@@ -280,10 +283,12 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       clusterFormed = true;
       rendered = renderAll(inventory, members, store, 'existing', networkNames);
       const pass: Pass = { inventory, members, joining: false };
+      // The guests asked again now, after every change of this run, and answering while the seeds are rewritten.
+      if (selected('guest')) guestProbe.prefetch(members, (member) => guestQuestions(rendered.guests.get(member.name)!));
       return [
         ...(await runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files))),
         ...(selected('cloud-init') ? await runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered.files, remote)) : []),
-        ...(selected('guest') ? await runner.runStep(guest(pass)) : []),
+        ...(selected('guest') ? await runner.runStep(guest(pass, { askedAfterEveryChange: true })) : []),
       ];
     },
   };
@@ -406,5 +411,5 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     await remote.close();
   }
   const unreachable = [...remote.connections.unreachable].map(([hypervisor, why]) => ({ hypervisor, ...why, members: members.filter((member) => member.hypervisor.name === hypervisor).map((member) => member.name) }));
-  return { written, unreachable };
+  return { written, unreachable, guestAgentUnanswered: [...guestProbe.agentFailures].map(([member, reason]) => ({ member, reason })) };
 }

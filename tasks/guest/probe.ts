@@ -19,7 +19,7 @@ const AGENT_PROBE_TIMEOUT_SECONDS = 30;
 export class GuestProbe {
   /** Each member's early answer, with what it asked (a step that wants other questions asks itself). */
   readonly #early = new Map<string, { asked: string; facts: Promise<GuestFacts | undefined> }>();
-  /** Why a member's agent did not answer in this run (SSH answered instead): for --profile and tests. */
+  /** Why a member's agent did not answer in this run (SSH was asked instead): --profile says it. */
   readonly agentFailures = new Map<string, string>();
 
   constructor(
@@ -51,7 +51,11 @@ export class GuestProbe {
             } catch (error) {
               this.agentFailures.set(member.name, (error as Error).message);
             }
-          } else this.agentFailures.set(member.name, answer.reason);
+          } else {
+            this.agentFailures.set(member.name, answer.reason);
+            // No domain yet (a first deploy, a joiner): no guest to ask over SSH either.
+            if (/failed to get domain|domain not found/i.test(answer.reason)) return undefined;
+          }
           return GuestProbe.ask(await this.connections.get(member), questionsOf(member));
         });
         this.#early.set(member.name, { asked: JSON.stringify(questionsOf(member)), facts: facts.catch(() => undefined) });

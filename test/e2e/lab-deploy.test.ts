@@ -121,9 +121,12 @@ test.serial("etcd's data is on the data disk, chrony uses the inventory's source
   }
 });
 
-test.serial('a second run changes nothing, and a dry-run after it plans nothing', (t) => {
-  const second = deployed(t);
+test.serial('a second run changes nothing, and a dry-run after it plans nothing; every guest answered through its agent', (t) => {
+  const second = deployed(t, ['--profile']);
   t.is(second.status, 0);
+  // The guest agent answered for every member: no member's facts fell back to SSH.
+  t.regex(second.output, /^PROFILE/m);
+  t.notRegex(second.output, /not through the guest agent/);
   // Every step on every host it acts on, each exactly once: the pipeline ran whole, nothing was skipped.
   const perMember = ['render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health'];
   t.deepEqual(
