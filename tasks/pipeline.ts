@@ -19,7 +19,7 @@ import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
 import { domainQuestions, domainsStep } from './steps/domains.ts';
 import { formedCluster } from './etcd/health.ts';
 import { inventoryOf, planMembership, type LiveMember, type MembershipPlan } from './etcd/membership.ts';
-import { CONTROL_NODE, type Step } from './core/step.ts';
+import { CONTROL_NODE, type AnyStep, type Step } from './core/step.ts';
 import { addLearnerStep, departStep, promoteStep, type Departure } from './steps/membership.ts';
 import { guestQuestions, guestStep } from './steps/guest.ts';
 import { GuestProbe } from './guest/probe.ts';
@@ -250,6 +250,13 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     },
   });
 
+  /** The auth and users steps of the main pass, made once membership is known. */
+  let access: { auth: AnyStep; users: AnyStep } | undefined;
+  const accessSteps = () => {
+    const main = mainPass();
+    return (access ??= { auth: authStep(main.inventory, main.members, clients, identity, options.dryRun), users: usersStep(main.inventory, main.members, clients, identity, options.dryRun) });
+  };
+
   /** The members etcd already has, against the cluster they form (all selected members, when nobody joins). */
   const mainPass = (): Pass => {
     const voting = new Set(membership.voting.map((member) => member.name));
@@ -352,6 +359,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
                 if (!formed) return clusterFormed ? 'no member answers (is_initializing: false): members start as existing' : 'not formed yet: members start as new';
                 const results = await runner.runStep(membershipStep(formed.members, await disksGone(formed.members)));
                 if (results.some((result) => result.status === 'failed')) return results;
+                // etcd's users and roles, asked now from the member that manages them, while the other steps work.
+                for (const step of ['auth', 'users'] as const) if (selected(step)) runner.checkEarly(accessSteps()[step]);
                 const joining = membership.joiners.filter(({ member }) => members.includes(member)).map(({ member, stage }) => (stage === 'to-add' ? member.name : `${member.name} (${stage}, resumed)`));
                 return `formed (leader ${formed.leader}): members join as existing${joining.length ? `; to join one after another: ${joining.join(', ')}` : ''}`;
               },
@@ -362,6 +371,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     ]);
     // The rest depends on who is in the cluster, known now.
     const main = mainPass();
+    // The steps were made, and their checks started, in the cluster phase when it had formed.
     const joiners = membership.joiners.map(({ member }) => member).filter((member) => members.includes(member));
     const voting = [...membership.voting];
     const joins = joiners.flatMap((joiner) => {
@@ -396,8 +406,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
             ...convergePhases(main),
             ...onlySelected([
               healthPhase(main),
-              { title: 'auth', run: () => runner.runStep(authStep(main.inventory, main.members, clients, identity, options.dryRun)) },
-              { title: 'users', run: () => runner.runStep(usersStep(main.inventory, main.members, clients, identity, options.dryRun)) },
+              { title: 'auth', run: () => runner.runStep(accessSteps().auth) },
+              { title: 'users', run: () => runner.runStep(accessSteps().users) },
             ]),
             ...joins,
             ...onlySelected([settlePhase]),

@@ -49,6 +49,8 @@ export class Runner {
   readonly progress = new Progress();
   readonly #failedHosts = new Set<string>();
   #interrupted: string | undefined;
+  /** Checks started ahead of their step, per `step@target`, with how many results there were then. */
+  readonly #early = new Map<string, { resultsBefore: number; state: Promise<{ state: unknown } | undefined> }>();
 
   constructor(readonly options: RunOptions) {}
 
@@ -66,6 +68,28 @@ export class Runner {
     this.#interrupted ??= reason;
   }
 
+  /**
+   * Starts a step's checks now, for when the step runs: a check only reads, so it may run while other
+   * steps work (pyinfra gathers facts the same way). Only for steps whose facts nothing but a change on
+   * the same target can alter (etcd's users and roles, asked from the member that manages them). An
+   * early answer is used once, and only if no step has changed anything on that target since it was
+   * asked; otherwise, or if it failed, the step checks again. Re-checks after an apply always ask.
+   */
+  checkEarly(step: AnyStep): void {
+    for (const target of step.targets) {
+      const state = step.check(target).then((state) => ({ state }), () => undefined);
+      this.#early.set(`${step.name}@${target}`, { resultsBefore: this.results.length, state });
+    }
+  }
+
+  async #takeEarly(step: AnyStep, target: string): Promise<{ state: unknown } | undefined> {
+    const key = `${step.name}@${target}`;
+    const early = this.#early.get(key);
+    this.#early.delete(key);
+    if (!early || this.results.slice(early.resultsBefore).some((result) => result.host === target && result.status === 'changed')) return undefined;
+    return early.state;
+  }
+
   async runTarget(step: AnyStep, target: string): Promise<StepResult> {
     const planned = await this.#checkAndPlan(step, target);
     return 'result' in planned ? planned.result : this.#applyPlanned(step, planned);
@@ -78,7 +102,7 @@ export class Runner {
     if (this.#failedHosts.has(target)) return { result: finish('skipped', { error: 'an earlier step failed on this host' }) };
     if (this.#interrupted) return { result: finish('skipped', { error: `interrupted (${this.#interrupted}): not started` }) };
     try {
-      const state = await step.check(target);
+      const state = ((await this.#takeEarly(step, target)) ?? { state: await step.check(target) }).state;
       const changes = step.plan(state, target);
       const warnings = step.warnings?.(state, target) ?? [];
       const extra = warnings.length > 0 ? { warnings } : {};

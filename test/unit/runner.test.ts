@@ -153,3 +153,41 @@ test("each phase's wall-clock time is kept in the order the phases ran, a failin
   t.deepEqual(runner.phaseTimes.map(({ phase }) => phase), ['first', 'second']);
   t.true(runner.phaseTimes[0]!.ms >= 25);
 });
+
+/** A read-only step counting its checks: what an early check saves, and when it must not be used. */
+function countingStep(state: Map<string, number>) {
+  const checks: string[] = [];
+  const { step } = fakeStep(state, 2);
+  const counting: Step<number, number> = { ...step, name: 'counted', check: async (target) => (checks.push(target), state.get(target)!) };
+  return { step: counting, checks };
+}
+
+test('an early check is used once when nothing changed on its target since; a change there makes the step ask again', async (t) => {
+  const state = new Map([['a', 2], ['b', 2]]);
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  const { step, checks } = countingStep(state);
+  runner.checkEarly(step);
+  t.deepEqual(checks, ['a', 'b'], 'asked at once');
+  // Another step changes host b meanwhile (and the early answer for b is now stale: b holds 1).
+  const other = fakeStep(new Map([['b', 1]]), 2);
+  await runner.runStep({ ...other.step, name: 'other' });
+  state.set('b', 1);
+  const results = await runner.runStep(step);
+  t.deepEqual(checks, ['a', 'b', 'b', 'b'], 'a from the early answer; b checked again, then re-checked after its apply');
+  t.deepEqual(results.map((r) => [r.host, r.status]), [['a', 'ok'], ['b', 'changed']]);
+  // Used once: the next run of the step checks again.
+  await runner.runStep(step);
+  t.deepEqual(checks.slice(4), ['a', 'b']);
+});
+
+test('an early check that failed is asked again when the step runs', async (t) => {
+  const state = new Map([['a', 2]]);
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  let calls = 0;
+  const { step } = fakeStep(state, 2);
+  const flaky: Step<number, number> = { ...step, check: async (target) => (++calls === 1 ? Promise.reject(new Error('not yet')) : state.get(target)!) };
+  runner.checkEarly(flaky);
+  const results = await runner.runStep(flaky);
+  t.is(calls, 2);
+  t.deepEqual(results.map((r) => r.status), ['ok']);
+});
