@@ -5,16 +5,22 @@ import type { SshConnection } from '../remote/ssh.ts';
 import { agentScript, parseAgentAnswers, type AgentAnswer } from './agent.ts';
 import { guestProbeScript, parseGuestProbe, type GuestFacts, type GuestQuestions } from './facts.ts';
 
+async function askOverSsh(ssh: SshConnection, questions: GuestQuestions): Promise<GuestFacts> {
+  // The script on stdin: sudo logs one short command line instead of the whole script on every run.
+  const output = await ssh.run(['sudo', 'sh', '-s'], { stdin: guestProbeScript(questions), describe: 'guest probe', timeoutMs: 60_000 });
+  return parseGuestProbe(output, questions);
+}
+
 /** Long enough for three emulated guests probed at once on a busy host (one probe: ~0.5 s idle). */
 const AGENT_PROBE_TIMEOUT_SECONDS = 30;
 
 /**
- * Asks members for their guest facts. The pipeline starts every member's probe early, while the
- * hypervisor steps run: through the QEMU guest agent, in one exec per hypervisor for all its members
- * (guest/agent.ts), and over SSH to a member whose agent does not answer (an image without
- * qemu-guest-agent, a domain defined before the tool added the agent's channel). The guest step
- * takes each answer once — unless an earlier step changed that member (a restarted VM), when it
- * asks again. Re-checks after an apply always ask again, over SSH.
+ * Asks members for their guest facts: through the QEMU guest agent, in one exec per hypervisor for
+ * all its members (guest/agent.ts), and over SSH to a member whose agent does not answer (an image
+ * without qemu-guest-agent, a domain defined before the tool added the agent's channel). The
+ * pipeline starts every member's probe early, while other steps work; the guest step takes each
+ * answer once — unless an earlier step changed that member (a restarted VM), when it asks again.
+ * Re-checks after an apply always ask again.
  */
 export class GuestProbe {
   /** Each member's early answer, with what it asked (a step that wants other questions asks itself). */
@@ -27,12 +33,6 @@ export class GuestProbe {
     readonly hypervisors: HypervisorConnections,
   ) {}
 
-  static async ask(ssh: SshConnection, questions: GuestQuestions): Promise<GuestFacts> {
-    // The script on stdin: sudo logs one short command line instead of the whole script on every run.
-    const output = await ssh.run(['sudo', 'sh', '-s'], { stdin: guestProbeScript(questions), describe: 'guest probe', timeoutMs: 60_000 });
-    return parseGuestProbe(output, questions);
-  }
-
   /**
    * Starts asking now; a member that cannot be reached either way leaves no answer (the step asks,
    * and waits, itself). A member with an early answer, or one on its way, is not asked again.
@@ -43,24 +43,32 @@ export class GuestProbe {
     for (const hosted of byHypervisor.values()) {
       const answers = this.#askAgents(hosted, questionsOf);
       hosted.forEach((member, i) => {
-        const facts = answers.then(async (all) => {
-          const answer = all[i]!;
-          if (answer.ok) {
-            try {
-              return parseGuestProbe(answer.output, questionsOf(member));
-            } catch (error) {
-              this.agentFailures.set(member.name, (error as Error).message);
-            }
-          } else {
-            this.agentFailures.set(member.name, answer.reason);
-            // No domain yet (a first deploy, a joiner): no guest to ask over SSH either.
-            if (/failed to get domain|domain not found/i.test(answer.reason)) return undefined;
-          }
-          return GuestProbe.ask(await this.connections.get(member), questionsOf(member));
-        });
+        const facts = answers.then((all) => this.#factsFrom(all[i]!, member, questionsOf(member), () => this.connections.get(member)));
         this.#early.set(member.name, { asked: JSON.stringify(questionsOf(member)), facts: facts.catch(() => undefined) });
       });
     }
+  }
+
+  /** Asks one member now: through its agent, or over `ssh` when the agent does not answer (re-checks, the first boot). */
+  async askNow(member: Member, questions: GuestQuestions, ssh: SshConnection): Promise<GuestFacts> {
+    const [answer] = await this.#askAgents([member], () => questions);
+    return (await this.#factsFrom(answer!, member, questions, async () => ssh)) ?? askOverSsh(ssh, questions);
+  }
+
+  /** The facts in an agent's answer; over SSH when there are none (undefined: no domain, so no guest). */
+  async #factsFrom(answer: AgentAnswer, member: Member, questions: GuestQuestions, ssh: () => Promise<SshConnection>): Promise<GuestFacts | undefined> {
+    if (answer.ok) {
+      try {
+        return parseGuestProbe(answer.output, questions);
+      } catch (error) {
+        this.agentFailures.set(member.name, (error as Error).message);
+      }
+    } else {
+      this.agentFailures.set(member.name, answer.reason);
+      // No domain yet (a first deploy, a joiner): no guest to ask over SSH either.
+      if (/failed to get domain|domain not found/i.test(answer.reason)) return undefined;
+    }
+    return askOverSsh(await ssh(), questions);
   }
 
   async #askAgents(hosted: readonly Member[], questionsOf: (member: Member) => GuestQuestions): Promise<AgentAnswer[]> {

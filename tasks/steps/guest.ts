@@ -61,7 +61,8 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
   /** The member's SSH, waiting while it boots (up to cluster.health_timeout); a dry-run asks once. */
   const reach = (member: Member): Promise<SshConnection> => connections.reach(member, { windowMs: timeoutMs, once: dryRun });
 
-  const probe = (ssh: SshConnection, name: string): Promise<GuestFacts> => GuestProbe.ask(ssh, questionsOf(name));
+  // Through the guest agent when it answers, over this SSH connection otherwise.
+  const probe = (ssh: SshConnection, name: string): Promise<GuestFacts> => prober.askNow(memberNamed(name), questionsOf(name), ssh);
 
   /** Current text of drifted files that hold no secret, for the diff: one more exec, only when something drifted. */
   async function currentContent(connect: () => Promise<SshConnection>, name: string, facts: GuestFacts): Promise<Map<string, string>> {
