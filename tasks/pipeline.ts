@@ -100,12 +100,25 @@ export interface Rendered {
   guests: Map<string, DesiredGuest>;
 }
 
+const renderContext = (inventory: Inventory, store: PkiStore, initialClusterState: InitialClusterState, networkNames?: NetworkNames) => ({
+  inventory,
+  pki: materialsFrom(inventory, readFacts(inventory, store)),
+  initialClusterState,
+  ...(networkNames ? { networkNames } : {}),
+});
+
 export function renderAll(inventory: Inventory, members: Member[], store: PkiStore, initialClusterState: InitialClusterState, networkNames?: NetworkNames): Rendered {
-  const context = { inventory, pki: materialsFrom(inventory, readFacts(inventory, store)), initialClusterState, ...(networkNames ? { networkNames } : {}) };
+  const context = renderContext(inventory, store, initialClusterState, networkNames);
   return {
     files: new Map(members.map((member) => [member.name, renderMember(context, member)])),
     guests: new Map(members.map((member) => [member.name, renderGuest(context, member)])),
   };
+}
+
+/** What each member's guest holds, before the cluster's state is known: which files and units there are does not depend on it. */
+function guestsOf(inventory: Inventory, members: Member[], store: PkiStore): Map<string, DesiredGuest> {
+  const context = renderContext(inventory, store, 'existing');
+  return new Map(members.map((member) => [member.name, renderGuest(context, member)]));
 }
 
 /** Writes rendered files for review: DIR/<member>/<file>; files holding secrets are 0600, directories 0700. */
@@ -351,8 +364,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
               title: 'cluster',
               run: async () => {
                 void preloadEtcdClient();
-                // Asked while etcd answers: which files and units a member has does not depend on the cluster's state.
-                void gatherFacts(members, renderAll(inventory, members, store, 'existing', networkNames).guests);
+                // Asked while etcd answers.
+                void gatherFacts(members, guestsOf(inventory, members, store));
                 const formed = await formedCluster(clients, inventory.members);
                 // is_initializing: false says the cluster exists, whether or not a member answers now.
                 clusterFormed = formed !== undefined || !inventory.cluster.is_initializing;
@@ -371,7 +384,6 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     ]);
     // The rest depends on who is in the cluster, known now.
     const main = mainPass();
-    // The steps were made, and their checks started, in the cluster phase when it had formed.
     const joiners = membership.joiners.map(({ member }) => member).filter((member) => members.includes(member));
     const voting = [...membership.voting];
     const joins = joiners.flatMap((joiner) => {
