@@ -302,7 +302,7 @@ test('vault agent: AppRole auto-auth from files only the vault user reads, addre
 test('install_dependencies: pinned upstream etcd and node exporter checked against their release sums, vendor apt repos for enabled services', (t) => {
   const { config, writes } = userDataOf(withDefaults({ install_dependencies: true, fluentbit: FLUENTBIT, vault_agent: VAULT, chrony: CHRONY }, (doc) => (doc.etcd = { version: 'v3.5.17' })));
   t.deepEqual(config.users.slice(1).map((user: { name: string; system: boolean }) => [user.name, user.system]), [['etcd', true], ['prometheus', true], ['vault', true]]);
-  t.deepEqual(config.packages, ['curl', 'ca-certificates', 'chrony']);
+  t.deepEqual(config.packages, ['curl', 'ca-certificates', 'qemu-guest-agent', 'chrony']);
   const installer = writes.get('/usr/local/sbin/etcd-kvm-install-upstream')!;
   t.is(installer.permissions, '0755');
   const script = installer.content;

@@ -62,7 +62,8 @@ export function dependenciesFragment(inventory: Inventory, member: Member): Clou
   return {
     // Created in cloud-init's init stage, before the deferred files they own are written.
     users: [systemUser('etcd'), systemUser('prometheus'), ...(member.services.vault_agent.enabled ? [systemUser('vault')] : [])],
-    modules: { packages: ['curl', 'ca-certificates', ...(member.services.chrony.enabled ? ['chrony'] : [])] },
+    // qemu-guest-agent: the tool asks for the member's facts through it (guest/agent.ts).
+    modules: { packages: ['curl', 'ca-certificates', 'qemu-guest-agent', ...(member.services.chrony.enabled ? ['chrony'] : [])] },
     writeFiles: [{ path: INSTALLER_PATH, permissions: '0755', content: renderInstaller(inventory, member) }],
     runcmd: [[INSTALLER_PATH]],
   };
