@@ -23,18 +23,27 @@ const REPLY_TIMEOUT_SECONDS = 5;
 const POLL_SECONDS = '0.1';
 
 /**
- * The hypervisor's side: start every domain's script, then ask each for its status until all have
- * exited or `timeoutSeconds` passed. Prints, per request i, `MARK<i> done` and the agent's JSON
- * reply, or `MARK<i> failed` and why (no agent channel, agent not running, no answer in time).
+ * The hypervisor's side: start the script in every domain that carries this cluster's mark (the owner
+ * element with `ownerId`: never inside another cluster's VM that has a member's name), then ask each
+ * for its status until all have exited or `timeoutSeconds` passed. Prints, per request i, `MARK<i>
+ * done` and the agent's JSON reply, or `MARK<i> failed` and why (not marked as ours, no agent channel,
+ * agent not running, no answer in time).
  */
-export function agentScript(uri: string, requests: readonly AgentRequest[], timeoutSeconds: number): string {
+export function agentScript(uri: string, requests: readonly AgentRequest[], owner: { namespace: string; id: string }, timeoutSeconds: number): string {
   const agent = (domain: string, json: string) => `${commandLine(virshArgv(uri, ['qemu-agent-command', '--timeout', String(REPLY_TIMEOUT_SECONDS), domain]))} ${json} 2>&1`;
   const report = (i: number, outcome: 'done' | 'failed', text: string) => `printf '%s\\n%s\\n' ${quote(`${MARK}${i} ${outcome}`)} ${text}`;
   const lines = [`end=$(( $(date +%s) + ${Math.ceil(timeoutSeconds)} ))`];
   requests.forEach(({ domain, script }, i) => {
     const start = JSON.stringify({ execute: 'guest-exec', arguments: { path: '/bin/sh', arg: ['-s'], 'input-data': Buffer.from(script).toString('base64'), 'capture-output': true } });
-    lines.push(`r=$(${agent(domain, quote(start))}); p${i}=$(printf '%s' "$r" | sed -n 's/.*"pid": *\\([0-9][0-9]*\\).*/\\1/p')`);
-    lines.push(`[ -n "$p${i}" ] || ${report(i, 'failed', '"$r"')}`);
+    lines.push(
+      `p${i}=; m=$(${commandLine(virshArgv(uri, ['metadata', '--domain', domain, '--uri', owner.namespace]))} 2>&1)`,
+      `case "$m" in`,
+      `  *${quote(`id="${owner.id}"`)}*) r=$(${agent(domain, quote(start))}); p${i}=$(printf '%s' "$r" | sed -n 's/.*"pid": *\\([0-9][0-9]*\\).*/\\1/p') ;;`,
+      `  *'failed to get domain'*) r="$m" ;;`,
+      `  *) r=${quote(`error: not marked as this cluster's domain (owner id ${owner.id})`)} ;;`,
+      'esac',
+      `[ -n "$p${i}" ] || ${report(i, 'failed', '"$r"')}`,
+    );
   });
   lines.push('while :; do', '  pending=');
   requests.forEach(({ domain }, i) => {

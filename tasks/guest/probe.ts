@@ -1,4 +1,5 @@
 import type { Member } from '../inventory/model.ts';
+import { OWNER_NAMESPACE } from '../render/domain.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
@@ -31,6 +32,8 @@ export class GuestProbe {
   constructor(
     readonly connections: MemberConnections,
     readonly hypervisors: HypervisorConnections,
+    /** This cluster's ID (read after the pki step makes it): the agent is asked only inside domains marked with it. */
+    readonly clusterId: () => string | undefined,
   ) {}
 
   /**
@@ -73,10 +76,12 @@ export class GuestProbe {
 
   async #askAgents(hosted: readonly Member[], questionsOf: (member: Member) => GuestQuestions): Promise<AgentAnswer[]> {
     const { hypervisor } = hosted[0]!;
+    const id = this.clusterId();
+    if (id === undefined) return hosted.map(() => ({ ok: false, reason: 'the cluster has no ID yet: no domain can carry its mark' }));
     try {
       const ssh = await this.hypervisors.get(hypervisor);
       const requests = hosted.map((member) => ({ domain: member.name, script: guestProbeScript(questionsOf(member)) }));
-      const result = await ssh.exec(['sh', '-c', agentScript(hypervisor.libvirt_uri, requests, AGENT_PROBE_TIMEOUT_SECONDS)], { timeoutMs: (AGENT_PROBE_TIMEOUT_SECONDS + 30) * 1000 });
+      const result = await ssh.exec(['sh', '-c', agentScript(hypervisor.libvirt_uri, requests, { namespace: OWNER_NAMESPACE, id }, AGENT_PROBE_TIMEOUT_SECONDS)], { timeoutMs: (AGENT_PROBE_TIMEOUT_SECONDS + 30) * 1000 });
       return parseAgentAnswers(result.stdout, hosted.length);
     } catch (error) {
       return hosted.map(() => ({ ok: false, reason: (error as Error).message }));

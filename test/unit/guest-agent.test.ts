@@ -12,6 +12,16 @@ import { agentScript, parseAgentAnswers } from '../../tasks/guest/agent.ts';
  */
 
 const FAKE_VIRSH = `#!/bin/sh
+# virsh -q -c URI metadata --domain DOMAIN --uri NAMESPACE: the owner's mark
+if [ "$4" = metadata ]; then
+  echo "$6 metadata" >> "$FAKE_STATE/calls"
+  case $6 in
+    foreign) echo '<owner cluster="other" id="9999"/>' ;;
+    gone) echo "error: failed to get domain '$6'"; exit 1 ;;
+    *) echo '<owner cluster="lab" id="1234"/>' ;;
+  esac
+  exit 0
+fi
 # virsh -q -c URI qemu-agent-command --timeout N DOMAIN JSON
 domain=$7; json=$8; state="$FAKE_STATE/$domain"
 echo "$domain $json" >> "$FAKE_STATE/calls"
@@ -32,6 +42,8 @@ case $json in
 esac
 `;
 
+const OWNER = { namespace: 'urn:etcd-kvm:owner:1', id: '1234' };
+
 function runWithFakeVirsh(script: string): { stdout: string; calls: string[] } {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-agent-'));
   writeFileSync(join(dir, 'virsh'), FAKE_VIRSH);
@@ -48,7 +60,7 @@ test('every domain runs its own script; one without the agent fails alone, with 
     { domain: 'no-channel', script: 'echo two' },
     { domain: 'etcd-3', script: 'echo three' },
   ];
-  const { stdout, calls } = runWithFakeVirsh(agentScript('qemu:///system', requests, 10));
+  const { stdout, calls } = runWithFakeVirsh(agentScript('qemu:///system', requests, OWNER, 10));
   const answers = parseAgentAnswers(stdout, requests.length);
   t.deepEqual(answers, [
     { ok: true, output: "ECHO ONE 'QUOTED'" },
@@ -57,7 +69,20 @@ test('every domain runs its own script; one without the agent fails alone, with 
   ]);
   // Started everywhere before the first poll, so the guests work at the same time.
   const firstPoll = calls.findIndex((call) => call.includes('guest-exec-status'));
-  t.is(calls.slice(0, firstPoll).length, 3);
+  t.deepEqual(calls.slice(0, firstPoll).filter((call) => call.includes('guest-exec')).length, 3);
+});
+
+test("nothing runs inside a domain without this cluster's mark (another cluster's VM with a member's name), or one that is gone", (t) => {
+  const requests = [
+    { domain: 'foreign', script: 'echo one' },
+    { domain: 'gone', script: 'echo two' },
+  ];
+  const { stdout, calls } = runWithFakeVirsh(agentScript('qemu:///system', requests, OWNER, 10));
+  t.deepEqual(parseAgentAnswers(stdout, requests.length), [
+    { ok: false, reason: "not marked as this cluster's domain (owner id 1234)" },
+    { ok: false, reason: "failed to get domain 'gone'" },
+  ]);
+  t.deepEqual(calls, ['foreign metadata', 'gone metadata']);
 });
 
 test('a script that exits non-zero, or never finishes, is no answer (the caller asks over SSH instead)', (t) => {
@@ -66,7 +91,7 @@ test('a script that exits non-zero, or never finishes, is no answer (the caller 
     { domain: 'hangs', script: 'sleep 100' },
   ];
   const started = Date.now();
-  const answers = parseAgentAnswers(runWithFakeVirsh(agentScript('qemu:///system', requests, 1)).stdout, requests.length);
+  const answers = parseAgentAnswers(runWithFakeVirsh(agentScript('qemu:///system', requests, OWNER, 1)).stdout, requests.length);
   t.deepEqual(answers, [
     { ok: false, reason: 'the script exited with 3: sudo: nope' },
     { ok: false, reason: 'no answer within 1 s' },
