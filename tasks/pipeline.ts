@@ -69,6 +69,9 @@ import { peerUrl } from './inventory/urls.ts';
  * pki, cluster and render always run; --tags / --skip-tags choose among the others.
  */
 
+/** A promise that never settles: the losing side of a race that must not win. */
+const never = new Promise<never>(() => undefined);
+
 export interface PipelineOptions {
   dryRun: boolean;
   renderOnly?: string;
@@ -313,6 +316,12 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     },
   };
 
+  /** Is every member's domain known not to run (from the libvirt facts; a hypervisor that does not answer says nothing)? */
+  const noDomainRunning = async (): Promise<boolean> => {
+    const states = await Promise.all(inventory.members.map((member) => remote.probe(member, { state: ownerQuestions(member).state }, { keep: true }).then(({ state }) => state, () => undefined)));
+    return states.every((state) => state !== undefined && !/^running$/m.test(state.output));
+  };
+
   /**
    * Members etcd lists whose OS or data volume libvirt no longer has: they are replaced. A hypervisor
    * that does not answer says nothing here (its step fails later, on its own members).
@@ -366,7 +375,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
                 void preloadEtcdClient();
                 // Asked while etcd answers.
                 void gatherFacts(members, guestsOf(inventory, members, store));
-                const formed = await formedCluster(clients, inventory.members);
+                // No member's VM running (a first deploy): nothing can answer, so the probe's timeout is not waited for.
+                const formed = await Promise.race([formedCluster(clients, inventory.members), noDomainRunning().then((none) => (none ? undefined : never))]);
                 // is_initializing: false says the cluster exists, whether or not a member answers now.
                 clusterFormed = formed !== undefined || !inventory.cluster.is_initializing;
                 if (!formed) return clusterFormed ? 'no member answers (is_initializing: false): members start as existing' : 'not formed yet: members start as new';

@@ -23,41 +23,49 @@ const REPLY_TIMEOUT_SECONDS = 5;
 const POLL_SECONDS = '0.1';
 
 /**
- * The hypervisor's side: start the script in every domain that carries this cluster's mark (the owner
- * element with `ownerId`: never inside another cluster's VM that has a member's name), then ask each
- * for its status until all have exited or `timeoutSeconds` passed. Prints, per request i, `MARK<i>
- * done` and the agent's JSON reply, or `MARK<i> failed` and why (not marked as ours, no agent channel,
- * agent not running, no answer in time).
+ * The hypervisor's side: for every domain at once (a background shell each), start the script if the
+ * domain carries this cluster's mark (the owner element with `ownerId`: never inside another
+ * cluster's VM that has a member's name), then ask for its status until it has exited or
+ * `timeoutSeconds` passed. Each writes its outcome to its own file (outputs are larger than a pipe
+ * writes at once), printed in request order at the end: `MARK<i> done` and the agent's JSON reply,
+ * or `MARK<i> failed` and why (not marked as ours, no agent channel, agent not running, no answer in time).
  */
 export function agentScript(uri: string, requests: readonly AgentRequest[], owner: { namespace: string; id: string }, timeoutSeconds: number): string {
-  const agent = (domain: string, json: string) => `${commandLine(virshArgv(uri, ['qemu-agent-command', '--timeout', String(REPLY_TIMEOUT_SECONDS), domain]))} ${json} 2>&1`;
-  const report = (i: number, outcome: 'done' | 'failed', text: string) => `printf '%s\\n%s\\n' ${quote(`${MARK}${i} ${outcome}`)} ${text}`;
-  const lines = [`end=$(( $(date +%s) + ${Math.ceil(timeoutSeconds)} ))`];
-  requests.forEach(({ domain, script }, i) => {
-    const start = JSON.stringify({ execute: 'guest-exec', arguments: { path: '/bin/sh', arg: ['-s'], 'input-data': Buffer.from(script).toString('base64'), 'capture-output': true } });
-    lines.push(
-      `p${i}=; m=$(${commandLine(virshArgv(uri, ['metadata', '--domain', domain, '--uri', owner.namespace]))} 2>&1)`,
-      `case "$m" in`,
-      `  *${quote(`id="${owner.id}"`)}*) r=$(${agent(domain, quote(start))}); p${i}=$(printf '%s' "$r" | sed -n 's/.*"pid": *\\([0-9][0-9]*\\).*/\\1/p') ;;`,
-      `  *'failed to get domain'*) r="$m" ;;`,
-      `  *) r=${quote(`error: not marked as this cluster's domain (owner id ${owner.id})`)} ;;`,
-      'esac',
-      `[ -n "$p${i}" ] || ${report(i, 'failed', '"$r"')}`,
-    );
-  });
-  lines.push('while :; do', '  pending=');
-  requests.forEach(({ domain }, i) => {
+  const virsh = (args: string[]) => commandLine(virshArgv(uri, args));
+  const lines = [
+    'dir=$(mktemp -d) || exit 1',
+    'trap \'rm -rf "$dir"\' EXIT',
+    `end=$(( $(date +%s) + ${Math.ceil(timeoutSeconds)} ))`,
+    `ask() { ${virsh(['qemu-agent-command', '--timeout', String(REPLY_TIMEOUT_SECONDS)])} "$1" "$2" 2>&1; }`,
+    // probe DOMAIN START-JSON OUT-FILE
+    'probe() {',
+    `  m=$(${virsh(['metadata', '--uri', owner.namespace, '--domain'])} "$1" 2>&1)`,
+    '  case "$m" in',
+    `    *${quote(`id="${owner.id}"`)}*) ;;`,
+    `    *'failed to get domain'*) printf 'failed\\n%s\\n' "$m" > "$3"; return ;;`,
+    `    *) printf 'failed\\n%s\\n' ${quote(`error: not marked as this cluster's domain (owner id ${owner.id})`)} > "$3"; return ;;`,
+    '  esac',
+    '  r=$(ask "$1" "$2"); p=$(printf \'%s\' "$r" | sed -n \'s/.*"pid": *\\([0-9][0-9]*\\).*/\\1/p\')',
+    `  [ -n "$p" ] || { printf 'failed\\n%s\\n' "$r" > "$3"; return; }`,
+    '  while :; do',
     // The pid is digits (sed kept nothing else): safe inside the double-quoted JSON.
-    const status = `"{\\"execute\\":\\"guest-exec-status\\",\\"arguments\\":{\\"pid\\":$p${i}}}"`;
-    lines.push(
-      `  if [ -n "$p${i}" ]; then s=$(${agent(domain, status)})`,
-      `    case "$s" in *'"exited": true'*|*'"exited":true'*) ${report(i, 'done', '"$s"')}; p${i}= ;; *'"return"'*) pending=1 ;; *) ${report(i, 'failed', '"$s"')}; p${i}= ;; esac`,
-      '  fi',
-    );
-  });
-  lines.push('  [ -n "$pending" ] || break', '  if [ "$(date +%s)" -ge "$end" ]; then');
-  requests.forEach((_, i) => lines.push(`    [ -z "$p${i}" ] || ${report(i, 'failed', quote(`no answer within ${timeoutSeconds} s`))}`));
-  lines.push('    break', '  fi', `  sleep ${POLL_SECONDS}`, 'done');
+    '    s=$(ask "$1" "{\\"execute\\":\\"guest-exec-status\\",\\"arguments\\":{\\"pid\\":$p}}")',
+    '    case "$s" in',
+    `      *'"exited": true'*|*'"exited":true'*) printf 'done\\n%s\\n' "$s" > "$3"; return ;;`,
+    `      *'"return"'*) ;;`,
+    `      *) printf 'failed\\n%s\\n' "$s" > "$3"; return ;;`,
+    '    esac',
+    `    [ "$(date +%s)" -lt "$end" ] || { printf 'failed\\n%s\\n' ${quote(`no answer within ${timeoutSeconds} s`)} > "$3"; return; }`,
+    `    sleep ${POLL_SECONDS}`,
+    '  done',
+    '}',
+    ...requests.map(({ domain, script }, i) => {
+      const start = JSON.stringify({ execute: 'guest-exec', arguments: { path: '/bin/sh', arg: ['-s'], 'input-data': Buffer.from(script).toString('base64'), 'capture-output': true } });
+      return `probe ${quote(domain)} ${quote(start)} "$dir/${i}" &`;
+    }),
+    'wait',
+    ...requests.map((_, i) => `printf '%s' ${quote(`${MARK}${i} `)}; cat "$dir/${i}" 2>/dev/null || printf 'failed\\nno outcome\\n'`),
+  ];
   return lines.join('\n');
 }
 

@@ -1,5 +1,5 @@
 import type { Hypervisor, SshHost } from '../inventory/model.ts';
-import { ConnectionPool } from './pool.ts';
+import { ConnectionPool, PoolClosed } from './pool.ts';
 import { SshConnection, whereOf, type SshTarget } from './ssh.ts';
 
 /**
@@ -51,6 +51,8 @@ export class HypervisorConnections {
   get(hypervisor: Hypervisor): Promise<SshConnection> {
     const hops = hopsTo(hypervisor);
     return this.#open(hops, hops.length - 1).catch((error: Error) => {
+      // Not a failure of the hypervisor: the run has ended.
+      if (error instanceof PoolClosed) throw error;
       // The hypervisor's own failure says where it is once; a bastion's names the bastion.
       const own = `${whereOf(hops.at(-1)!.target)}: `;
       const { user, address, port } = hypervisor;

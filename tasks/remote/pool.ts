@@ -1,16 +1,23 @@
 import type { SshConnection } from './ssh.ts';
 
+/** Asked for a connection after the run's end (facts asked ahead that were still on their way). */
+export class PoolClosed extends Error {}
+
 /**
  * SSH connections opened on first use and shared for the whole run (concurrent callers wait for
  * the same one), closed together at the end.
  */
 export class ConnectionPool {
   readonly #opening = new Map<string, Promise<SshConnection>>();
+  /** Set by closeAll: work still in flight then (facts asked ahead) must not open a connection nobody would close. */
+  #closed = false;
 
   /** forgetFailures: a failed attempt is not kept, so the next get tries again (a host still booting). */
   constructor(readonly options: { forgetFailures: boolean }) {}
 
   get(key: string, open: () => Promise<SshConnection>): Promise<SshConnection> {
+    // An open connection keeps the process alive: after the run's end none may be made.
+    if (this.#closed) return Promise.reject(new PoolClosed(`${key}: not connecting, the run has ended`));
     let connection = this.#opening.get(key);
     if (!connection) {
       const opening = open();
@@ -32,6 +39,7 @@ export class ConnectionPool {
   }
 
   async closeAll(): Promise<void> {
+    this.#closed = true;
     const opened = await Promise.allSettled(this.#opening.values());
     for (const result of opened) if (result.status === 'fulfilled') result.value.close();
     this.#opening.clear();
