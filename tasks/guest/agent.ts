@@ -24,7 +24,7 @@ const POLL_SECONDS = '0.1';
 
 /**
  * The hypervisor's side: for every domain at once (a background shell each), start the script if the
- * domain carries this cluster's mark (the owner element with `ownerId`: never inside another
+ * domain carries this cluster's mark (the owner element with `owner.id`: never inside another
  * cluster's VM that has a member's name), then ask for its status until it has exited or
  * `timeoutSeconds` passed. Each writes its outcome to its own file (outputs are larger than a pipe
  * writes at once), printed in request order at the end: `MARK<i> done` and the agent's JSON reply,
