@@ -69,9 +69,6 @@ import { peerUrl } from './inventory/urls.ts';
  * pki, cluster and render always run; --tags / --skip-tags choose among the others.
  */
 
-/** A promise that never settles: the losing side of a race that must not win. */
-const never = new Promise<never>(() => undefined);
-
 export interface PipelineOptions {
   dryRun: boolean;
   renderOnly?: string;
@@ -376,7 +373,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
                 // Asked while etcd answers.
                 void gatherFacts(members, guestsOf(inventory, members, store));
                 // No member's VM running (a first deploy): nothing can answer, so the probe's timeout is not waited for.
-                const formed = await Promise.race([formedCluster(clients, inventory.members), noDomainRunning().then((none) => (none ? undefined : never))]);
+                const asking = formedCluster(clients, inventory.members);
+                const formed = await Promise.race([asking, noDomainRunning().then((none) => (none ? undefined : asking))]);
                 // is_initializing: false says the cluster exists, whether or not a member answers now.
                 clusterFormed = formed !== undefined || !inventory.cluster.is_initializing;
                 if (!formed) return clusterFormed ? 'no member answers (is_initializing: false): members start as existing' : 'not formed yet: members start as new';

@@ -1,4 +1,6 @@
 import type { Member } from '../inventory/model.ts';
+import { membersByHypervisor } from '../inventory/placement.ts';
+import { saysDomainMissing } from '../libvirt/virsh.ts';
 import { OWNER_NAMESPACE } from '../render/domain.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
 import type { MemberConnections } from '../remote/members.ts';
@@ -41,20 +43,19 @@ export class GuestProbe {
    * and waits, itself). A member with an early answer, or one on its way, is not asked again.
    */
   prefetch(members: readonly Member[], questionsOf: (member: Member) => GuestQuestions): void {
-    const byHypervisor = new Map<string, Member[]>();
-    for (const member of members.filter((member) => !this.#early.has(member.name))) byHypervisor.set(member.hypervisor.name, [...(byHypervisor.get(member.hypervisor.name) ?? []), member]);
-    for (const hosted of byHypervisor.values()) {
-      const answers = this.#askAgents(hosted, questionsOf);
-      hosted.forEach((member, i) => {
-        const facts = answers.then((all) => this.#factsFrom(all[i]!, member, questionsOf(member), () => this.connections.get(member)));
-        this.#early.set(member.name, { asked: JSON.stringify(questionsOf(member)), facts: facts.catch(() => undefined) });
+    for (const hosted of membersByHypervisor(members.filter((member) => !this.#early.has(member.name))).values()) {
+      const asked = hosted.map((member) => ({ member, questions: questionsOf(member) }));
+      const answers = this.#askAgents(asked);
+      asked.forEach(({ member, questions }, i) => {
+        const facts = answers.then((all) => this.#factsFrom(all[i]!, member, questions, () => this.connections.get(member)));
+        this.#early.set(member.name, { asked: JSON.stringify(questions), facts: facts.catch(() => undefined) });
       });
     }
   }
 
   /** Asks one member now: through its agent, or over `ssh` when the agent does not answer (re-checks, the first boot). */
   async askNow(member: Member, questions: GuestQuestions, ssh: SshConnection): Promise<GuestFacts> {
-    const [answer] = await this.#askAgents([member], () => questions);
+    const [answer] = await this.#askAgents([{ member, questions }]);
     return (await this.#factsFrom(answer!, member, questions, async () => ssh)) ?? askOverSsh(ssh, questions);
   }
 
@@ -69,22 +70,23 @@ export class GuestProbe {
     } else {
       this.agentFailures.set(member.name, answer.reason);
       // No domain yet (a first deploy, a joiner): no guest to ask over SSH either.
-      if (/failed to get domain|domain not found/i.test(answer.reason)) return undefined;
+      if (saysDomainMissing(answer.reason)) return undefined;
     }
     return askOverSsh(await ssh(), questions);
   }
 
-  async #askAgents(hosted: readonly Member[], questionsOf: (member: Member) => GuestQuestions): Promise<AgentAnswer[]> {
-    const { hypervisor } = hosted[0]!;
+  /** One hypervisor's members, asked in one exec. */
+  async #askAgents(asked: readonly { member: Member; questions: GuestQuestions }[]): Promise<AgentAnswer[]> {
+    const { hypervisor } = asked[0]!.member;
     const id = this.clusterId();
-    if (id === undefined) return hosted.map(() => ({ ok: false, reason: 'the cluster has no ID yet: no domain can carry its mark' }));
+    if (id === undefined) return asked.map(() => ({ ok: false, reason: 'the cluster has no ID yet: no domain can carry its mark' }));
     try {
       const ssh = await this.hypervisors.get(hypervisor);
-      const requests = hosted.map((member) => ({ domain: member.name, script: guestProbeScript(questionsOf(member)) }));
+      const requests = asked.map(({ member, questions }) => ({ domain: member.name, script: guestProbeScript(questions) }));
       const result = await ssh.exec(['sh', '-c', agentScript(hypervisor.libvirt_uri, requests, { namespace: OWNER_NAMESPACE, id }, AGENT_PROBE_TIMEOUT_SECONDS)], { timeoutMs: (AGENT_PROBE_TIMEOUT_SECONDS + 30) * 1000 });
-      return parseAgentAnswers(result.stdout, hosted.length);
+      return parseAgentAnswers(result.stdout, asked.length);
     } catch (error) {
-      return hosted.map(() => ({ ok: false, reason: (error as Error).message }));
+      return asked.map(() => ({ ok: false, reason: (error as Error).message }));
     }
   }
 

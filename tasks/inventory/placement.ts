@@ -1,4 +1,11 @@
-import type { Inventory } from './model.ts';
+import type { Inventory, Member } from './model.ts';
+
+/** The members on each hypervisor, by its name, in inventory order: what one connection (one probe) serves. */
+export function membersByHypervisor(members: readonly Member[]): Map<string, Member[]> {
+  const hosted = new Map<string, Member[]>();
+  for (const member of members) hosted.set(member.hypervisor.name, [...(hosted.get(member.hypervisor.name) ?? []), member]);
+  return hosted;
+}
 
 /**
  * Where the members sit against quorum: a hypervisor whose loss alone would leave fewer than a
@@ -8,13 +15,11 @@ import type { Inventory } from './model.ts';
 export function placementWarnings(inventory: Inventory): string[] {
   const members = inventory.members;
   const quorum = Math.floor(members.length / 2) + 1;
-  const byHypervisor = new Map<string, string[]>();
-  for (const member of members) byHypervisor.set(member.hypervisor.name, [...(byHypervisor.get(member.hypervisor.name) ?? []), member.name]);
-  return [...byHypervisor]
-    .filter(([, names]) => members.length - names.length < quorum)
+  return [...membersByHypervisor(members)]
+    .filter(([, hosted]) => members.length - hosted.length < quorum)
     .map(
-      ([hypervisor, names]) =>
-        `${names.length} of ${members.length} members are on hypervisor ${hypervisor} (${names.join(', ')}): losing that host loses quorum (${quorum} needed); ` +
+      ([hypervisor, hosted]) =>
+        `${hosted.length} of ${members.length} members are on hypervisor ${hypervisor} (${hosted.map((member) => member.name).join(', ')}): losing that host loses quorum (${quorum} needed); ` +
         `put at most ${members.length - quorum} member${members.length - quorum === 1 ? '' : 's'} on any one hypervisor`,
     );
 }

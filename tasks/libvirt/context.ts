@@ -1,4 +1,5 @@
 import type { Member } from '../inventory/model.ts';
+import { membersByHypervisor } from '../inventory/placement.ts';
 import { Virsh, type ProbeAnswer, type Question } from './virsh.ts';
 import { HypervisorConnections } from '../remote/hypervisors.ts';
 
@@ -25,11 +26,8 @@ export class RemoteContext {
    * before, or being asked now, is not asked again: its remaining answers still stand.
    */
   async prefetch(members: readonly Member[], questionsOf: (member: Member) => Question[]): Promise<void> {
-    const byHypervisor = new Map<string, Member[]>();
-    for (const member of members.filter((member) => !this.#prefetched.has(member.name) && !this.#asking.has(member.name))) {
-      byHypervisor.set(member.hypervisor.name, [...(byHypervisor.get(member.hypervisor.name) ?? []), member]);
-    }
-    for (const hosted of byHypervisor.values()) {
+    const unasked = members.filter((member) => !this.#prefetched.has(member.name) && !this.#asking.has(member.name));
+    for (const hosted of membersByHypervisor(unasked).values()) {
       const asked = hosted.map((member, m) => ({ member, questions: questionsOf(member).map((question, q) => ({ name: `m${m}q${q}`, question })) }));
       // Who asked: a member forgotten (or asked again) meanwhile no longer points at this token.
       const token = Symbol('prefetch');

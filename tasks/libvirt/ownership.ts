@@ -1,7 +1,7 @@
 import type { Member } from '../inventory/model.ts';
 import type { ClusterIdentity } from '../pki/identity.ts';
 import { domainTitle, OWNER_NAMESPACE } from '../render/domain.ts';
-import type { ProbeAnswer, Question } from './virsh.ts';
+import { saysDomainMissing, type ProbeAnswer, type Question } from './virsh.ts';
 
 /**
  * Which cluster a libvirt domain belongs to. Every domain the tool defines carries a mark in its
@@ -37,7 +37,7 @@ export function parseOwnerMark(output: string): { cluster: string; id: string } 
   return cluster !== undefined && id !== undefined ? { cluster, id } : undefined;
 }
 
-const isMissing = (answer: ProbeAnswer) => answer.code !== 0 && /failed to get domain|domain not found|no domain/i.test(answer.output);
+const isMissing = (answer: ProbeAnswer) => answer.code !== 0 && saysDomainMissing(answer.output);
 
 /**
  * The verdict on a member's domain, from its answers. `adopt` (the --adopt flag) takes an unmarked

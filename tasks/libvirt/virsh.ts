@@ -93,6 +93,9 @@ function parsePiped(stdout: string): Record<string, ProbeAnswer> {
   return answers;
 }
 
+/** Does virsh's message say the domain does not exist? */
+export const saysDomainMissing = (text: string): boolean => /failed to get domain|domain not found|no domain/i.test(text);
+
 /** Is this virsh failure "no such object" (as opposed to a broken connection)? */
 export const isNotFound = (answer: ProbeAnswer): boolean =>
   answer.code !== 0 && /(failed to get|not found|no storage vol|no domain|no network|no storage pool)/i.test(answer.output);

@@ -2,7 +2,8 @@ import { connect, type PeerCertificate } from 'node:tls';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
-import { Virsh } from '../libvirt/virsh.ts';
+import { saysDomainMissing, Virsh } from '../libvirt/virsh.ts';
+import { membersByHypervisor } from '../inventory/placement.ts';
 import { liveMember } from '../etcd/membership.ts';
 
 /**
@@ -60,10 +61,9 @@ const firstLine = (error: unknown) => (error instanceof Error ? error.message : 
 
 export async function vmStates(members: readonly Member[], connections: HypervisorConnections): Promise<Map<string, string>> {
   const states = new Map<string, string>();
-  const byHypervisor = new Map<Member['hypervisor'], Member[]>();
-  for (const member of members) byHypervisor.set(member.hypervisor, [...(byHypervisor.get(member.hypervisor) ?? []), member]);
   await Promise.all(
-    [...byHypervisor].map(async ([hypervisor, hosted]) => {
+    [...membersByHypervisor(members).values()].map(async (hosted) => {
+      const { hypervisor } = hosted[0]!;
       try {
         const virsh = new Virsh(await connections.get(hypervisor), hypervisor.libvirt_uri);
         const answers = await virsh.probe(Object.fromEntries(hosted.map((member) => [member.name, ['domstate', member.name]])));
@@ -71,7 +71,7 @@ export async function vmStates(members: readonly Member[], connections: Hypervis
           const answer = answers[member.name];
           if (!answer) states.set(member.name, 'unknown (no answer)');
           else if (answer.code === 0) states.set(member.name, answer.output.trim());
-          else states.set(member.name, /failed to get domain|Domain not found/i.test(answer.output) ? 'absent' : `unknown (${answer.output.trim().split('\n')[0]})`);
+          else states.set(member.name, saysDomainMissing(answer.output) ? 'absent' : `unknown (${answer.output.trim().split('\n')[0]})`);
         }
       } catch (error) {
         for (const member of hosted) states.set(member.name, `unknown (hypervisor ${hypervisor.name}: ${firstLine(error)})`);
