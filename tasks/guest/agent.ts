@@ -35,7 +35,8 @@ export function agentScript(uri: string, requests: readonly AgentRequest[], owne
   const lines = [
     'dir=$(mktemp -d) || exit 1',
     'trap \'rm -rf "$dir"\' EXIT',
-    `end=$(( $(date +%s) + ${Math.ceil(timeoutSeconds)} ))`,
+    // Whole seconds: one more, so that no domain gets less than the full time (the clock may be about to tick).
+    `end=$(( $(date +%s) + ${Math.ceil(timeoutSeconds) + 1} ))`,
     `ask() { ${virsh(['qemu-agent-command', '--timeout', String(REPLY_TIMEOUT_SECONDS)])} "$1" "$2" 2>&1; }`,
     // probe DOMAIN START-JSON OUT-FILE
     'probe() {',
