@@ -86,7 +86,7 @@ const forwarderTo = (name: string, listenPort: number, namespace: string, port: 
   start: async () => {
     const child = spawn(
       'socat',
-      [`TCP-LISTEN:${listenPort},bind=${LAB.forwardHost},reuseaddr,fork`, `EXEC:ip netns exec ${namespace} socat STDIO TCP4\\:127.0.0.1\\:${port},nofork`],
+      [`TCP-LISTEN:${listenPort},bind=${LAB.forwardHost},reuseaddr,fork,nodelay`, `EXEC:ip netns exec ${namespace} socat STDIO TCP4\\:127.0.0.1\\:${port}\\,nodelay,nofork`],
       { detached: true, stdio: 'ignore' },
     );
     child.unref();
