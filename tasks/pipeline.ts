@@ -190,7 +190,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     return key;
   };
   const memberSsh = new MemberConnections(remote.connections, { privateKey: adminKey, knownHostsPath: store.knownHostsPath });
-  const guestProbe = new GuestProbe(memberSsh, remote.connections, () => owner().identity.id);
+  const guestProbe = new GuestProbe(memberSsh, remote.sessions, () => owner().identity.id);
   const guest = (pass: Pass, { askedAfterEveryChange = false } = {}) => {
     // The domain step starts or restarts VMs and the restore step starts etcd: their changes make early
     // answers stale — unless the answers were asked after them (the `formed` phase asks again).

@@ -2,10 +2,10 @@ import type { Member } from '../inventory/model.ts';
 import { membersByHypervisor } from '../inventory/placement.ts';
 import { saysDomainMissing } from '../libvirt/virsh.ts';
 import { OWNER_NAMESPACE } from '../render/domain.ts';
-import type { HypervisorConnections } from '../remote/hypervisors.ts';
+import type { VirshSessions } from '../libvirt/session.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
-import { agentScript, parseAgentAnswers, type AgentAnswer } from './agent.ts';
+import { askThroughAgents, type AgentAnswer } from './agent.ts';
 import { guestProbeScript, parseGuestProbe, type GuestFacts, type GuestQuestions } from './facts.ts';
 
 async function askOverSsh(ssh: SshConnection, questions: GuestQuestions): Promise<GuestFacts> {
@@ -15,12 +15,13 @@ async function askOverSsh(ssh: SshConnection, questions: GuestQuestions): Promis
 }
 
 /** Long enough for three emulated guests probed at once on a busy host (one probe: ~0.5 s idle). */
-const AGENT_PROBE_TIMEOUT_SECONDS = 30;
+const AGENT_PROBE_TIMEOUT_MS = 30_000;
 
 /**
- * Asks members for their guest facts: through the QEMU guest agent, in one exec per hypervisor for
- * all its members (guest/agent.ts), and over SSH to a member whose agent does not answer (an image
- * without qemu-guest-agent, a domain defined before the tool added the agent's channel). The
+ * Asks members for their guest facts: through the QEMU guest agent, over the run's virsh session on
+ * each hypervisor, all its members at once (guest/agent.ts), and over SSH to a member whose agent
+ * does not answer (an image without qemu-guest-agent, a domain defined before the tool added the
+ * agent's channel). The
  * pipeline starts every member's probe early, while other steps work; the guest step takes each
  * answer once — unless an earlier step changed that member (a restarted VM), when it asks again.
  * Re-checks after an apply always ask again.
@@ -33,7 +34,7 @@ export class GuestProbe {
 
   constructor(
     readonly connections: MemberConnections,
-    readonly hypervisors: HypervisorConnections,
+    readonly sessions: VirshSessions,
     /** This cluster's ID (read after the pki step makes it): the agent is asked only inside domains marked with it. */
     readonly clusterId: () => string | undefined,
   ) {}
@@ -75,16 +76,14 @@ export class GuestProbe {
     return askOverSsh(await ssh(), questions);
   }
 
-  /** One hypervisor's members, asked in one exec. */
+  /** One hypervisor's members, asked together. */
   async #askAgents(asked: readonly { member: Member; questions: GuestQuestions }[]): Promise<AgentAnswer[]> {
     const { hypervisor } = asked[0]!.member;
     const id = this.clusterId();
     if (id === undefined) return asked.map(() => ({ ok: false, reason: 'the cluster has no ID yet: no domain can carry its mark' }));
     try {
-      const ssh = await this.hypervisors.get(hypervisor);
       const requests = asked.map(({ member, questions }) => ({ domain: member.name, script: guestProbeScript(questions) }));
-      const result = await ssh.exec(['sh', '-c', agentScript(hypervisor.libvirt_uri, requests, { namespace: OWNER_NAMESPACE, id }, AGENT_PROBE_TIMEOUT_SECONDS)], { timeoutMs: (AGENT_PROBE_TIMEOUT_SECONDS + 30) * 1000 });
-      return parseAgentAnswers(result.stdout, asked.length);
+      return await askThroughAgents(await this.sessions.get(hypervisor), requests, { namespace: OWNER_NAMESPACE, id }, AGENT_PROBE_TIMEOUT_MS);
     } catch (error) {
       return asked.map(() => ({ ok: false, reason: (error as Error).message }));
     }

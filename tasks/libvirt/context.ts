@@ -1,5 +1,6 @@
 import type { Member } from '../inventory/model.ts';
 import { membersByHypervisor } from '../inventory/placement.ts';
+import { VirshSessions } from './session.ts';
 import { Virsh, type ProbeAnswer, type Question } from './virsh.ts';
 import { HypervisorConnections } from '../remote/hypervisors.ts';
 
@@ -12,6 +13,8 @@ import { HypervisorConnections } from '../remote/hypervisors.ts';
  */
 export class RemoteContext {
   readonly connections = new HypervisorConnections();
+  /** One interactive virsh per hypervisor, for asks that come many and small (the guest agents' polls). */
+  readonly sessions = new VirshSessions(this.connections);
   readonly #prefetched = new Map<string, Map<string, ProbeAnswer>>();
   /** Prefetches on their way, per member. */
   readonly #asking = new Map<string, { token: symbol; asking: Promise<void> }>();
@@ -76,6 +79,7 @@ export class RemoteContext {
   }
 
   close(): Promise<void> {
+    this.sessions.close();
     return this.connections.closeAll();
   }
 }

@@ -62,6 +62,7 @@ export class VirshSession implements VirshAsker {
     readonly channel: Duplex,
     /** Names the hypervisor in errors. */
     readonly label: string,
+    readonly askTimeoutMs = ASK_TIMEOUT_MS,
   ) {
     channel.setEncoding('utf8');
     channel.on('data', (chunk: string) => {
@@ -87,10 +88,10 @@ export class VirshSession implements VirshAsker {
     let timer: NodeJS.Timeout | undefined;
     const hung = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        const error = new Error(`${this.label}: virsh did not answer within ${ASK_TIMEOUT_MS / 1000} s`);
+        const error = new Error(`${this.label}: virsh did not answer within ${this.askTimeoutMs / 1000} s`);
         this.#end(error);
         reject(error);
-      }, ASK_TIMEOUT_MS);
+      }, this.askTimeoutMs);
     });
     try {
       return await Promise.race([replies, hung]);
@@ -130,10 +131,10 @@ export class VirshSessions {
   }
 
   async #open(hypervisor: Hypervisor): Promise<VirshSession> {
-    const T=(m:string)=>process.env.TRACE&&console.error('TRACE',performance.now().toFixed(0),m);T('session: open');const ssh = await this.connections.get(hypervisor);T('session: ssh');
+    const ssh = await this.connections.get(hypervisor);
     // virsh writes its errors to stderr: merged, they arrive in order with the answers.
     const channel = await ssh.interactive(['sh', '-c', `exec ${commandLine(virshArgv(hypervisor.libvirt_uri, []))} 2>&1`]);
-    T('session: channel');return new VirshSession(channel, `hypervisor ${hypervisor.name}`);
+    return new VirshSession(channel, `hypervisor ${hypervisor.name}`);
   }
 
   close(): void {

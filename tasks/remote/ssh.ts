@@ -210,6 +210,36 @@ export class SshConnection {
     );
   }
 
+  /**
+   * A command that keeps running, talked to through its stdin and stdout as they go (one virsh for a
+   * whole run). It holds one of the connection's channels until it ends; the caller ends it.
+   */
+  interactive(argv: readonly string[]): Promise<ClientChannel> {
+    return new Promise((resolve, reject) => {
+      void this.#slots
+        .use(
+          () =>
+            new Promise<void>((released) => {
+              try {
+                this.client.exec(commandLine(argv), (error: Error | undefined, channel: ClientChannel) => {
+                  if (error) {
+                    released();
+                    return reject(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${error.message}`));
+                  }
+                  channel.once('close', () => released());
+                  resolve(channel);
+                });
+              } catch (error) {
+                // ssh2 throws "Not connected" when the connection has already gone.
+                released();
+                reject(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${(error as Error).message}`));
+              }
+            }),
+        )
+        .catch(reject);
+    });
+  }
+
   /** Like exec, but a non-zero exit is an error naming the command, its exit code and its first stderr line. */
   async run(argv: readonly string[], options: { stdin?: Stdin; timeoutMs?: number; describe?: string } = {}): Promise<string> {
     const result = await this.exec(argv, options);

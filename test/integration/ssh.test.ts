@@ -66,6 +66,27 @@ test('runs commands from argument arrays, passes stdin, reports exit codes, on o
   }
 });
 
+test('an interactive command answers each line as it comes, and gives its channel back when it ends', async (t) => {
+  const connection = await SshConnection.open(target(knownHostsFile('known_hosts_interactive', sshd.knownHostsLine)));
+  try {
+    // A line-by-line shell loop: what it answers arrives before its input ends.
+    const channel = await connection.interactive(['sh', '-c', 'while IFS= read -r line; do printf "got %s\\n" "$line"; done']);
+    const answer = (line: string) => new Promise<string>((resolve) => {
+      channel.once('data', (chunk: Buffer) => resolve(chunk.toString('utf8')));
+      channel.write(`${line}\n`);
+    });
+    t.is(await answer("it's one"), "got it's one\n");
+    t.is(await answer('two'), 'got two\n');
+    // All the connection's channels but the interactive one's still run commands; once it ends, all do.
+    t.deepEqual((await Promise.all(Array.from({ length: 10 }, (_, i) => connection.run(['echo', String(i)])))).length, 10);
+    channel.end();
+    await new Promise((resolve) => channel.once('close', resolve));
+    t.is(await connection.run(['echo', 'after']), 'after\n');
+  } finally {
+    connection.close();
+  }
+});
+
 test.serial('a connection cut under a running command (its sshd session killed) is an error naming the host, and the next connection works', async (t) => {
   const connection = await SshConnection.open(target(knownHostsFile('known_hosts_cut', sshd.knownHostsLine)));
   try {

@@ -1,108 +1,96 @@
 import test from 'ava';
-import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { agentScript, parseAgentAnswers } from '../../tasks/guest/agent.ts';
+import { askThroughAgents, finished } from '../../tasks/guest/agent.ts';
+import { VirshSession } from '../../tasks/libvirt/session.ts';
+import { FakeVirshSession } from '../helpers/fake-virsh-session.ts';
 
 /**
- * The hypervisor's side of the guest-agent probe, run by the real sh against a stand-in for virsh
- * that answers as libvirt does (replies as QEMU writes them, `error: …` on failure): the script is
- * started in every domain first, then polled until each has exited. The real agent is the lab's.
+ * The guest-agent probe's side on the hypervisor, through a virsh session whose stand-in answers as
+ * libvirt does (replies as QEMU writes them, `error: …` on failure): marks read first, then the
+ * scripts started in every marked domain, then polled until each has exited. The real agent is the lab's.
  */
-
-const FAKE_VIRSH = `#!/bin/sh
-# virsh -q -c URI metadata --uri NAMESPACE --domain DOMAIN: the owner's mark
-if [ "$4" = metadata ]; then
-  echo "$8 metadata" >> "$FAKE_STATE/calls"
-  case $8 in
-    foreign) echo '<owner cluster="other" id="9999"/>' ;;
-    gone) echo "error: failed to get domain '$8'"; exit 1 ;;
-    *) echo '<owner cluster="lab" id="1234"/>' ;;
-  esac
-  exit 0
-fi
-# virsh -q -c URI qemu-agent-command --timeout N DOMAIN JSON
-domain=$7; json=$8; state="$FAKE_STATE/$domain"
-echo "$domain $json" >> "$FAKE_STATE/calls"
-case $domain in
-  no-channel) echo "error: argument unsupported: QEMU guest agent is not configured"; exit 1 ;;
-  hangs) case $json in *guest-exec-status*) echo '{"return": {"exited": false}}' ;; *) echo '{"return": {"pid": 7}}' ;; esac; exit 0 ;;
-esac
-case $json in
-  *guest-exec-status*)
-    # Not finished at the first ask, finished at the second: the output is the script it was given, upper-cased.
-    if [ ! -e "$state.asked" ]; then : > "$state.asked"; echo '{"return": {"exited": false}}'; exit 0; fi
-    out=$(cat "$state.input" | tr a-z A-Z | base64 -w0)
-    code=0; [ "$domain" = fails ] && code=3
-    echo "{\\"return\\": {\\"exitcode\\": $code, \\"out-data\\": \\"$out\\", \\"err-data\\": \\"$(printf 'sudo: nope\\n' | base64 -w0)\\", \\"exited\\": true}}" ;;
-  *)
-    printf '%s' "$json" | sed -n 's/.*"input-data":"\\([^"]*\\)".*/\\1/p' | base64 -d > "$state.input"
-    echo '{"return": {"pid": 4242}}' ;;
-esac
-`;
 
 const OWNER = { namespace: 'urn:etcd-kvm:owner:1', id: '1234' };
 
-function runWithFakeVirsh(script: string): { stdout: string; calls: string[] } {
-  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-agent-'));
-  writeFileSync(join(dir, 'virsh'), FAKE_VIRSH);
-  chmodSync(join(dir, 'virsh'), 0o755);
-  writeFileSync(join(dir, 'calls'), '');
-  const result = spawnSync('sh', ['-c', script], { encoding: 'utf8', env: { ...process.env, PATH: `${dir}:${process.env.PATH}`, FAKE_STATE: dir } });
-  const calls = spawnSync('cat', [join(dir, 'calls')], { encoding: 'utf8' }).stdout.trim().split('\n');
-  return { stdout: result.stdout, calls };
+/** libvirt and the guests' agents, as seen through virsh: each domain's script answers its own text upper-cased, at the second status ask. */
+function fakeLibvirt(): { session: VirshSession; calls: string[] } {
+  const calls: string[] = [];
+  const scripts = new Map<string, string>();
+  const asked = new Set<string>();
+  const fake = new FakeVirshSession((args) => {
+    if (args[0] === 'metadata') {
+      const domain = args[4]!;
+      calls.push(`${domain} metadata`);
+      if (domain === 'foreign') return '<owner cluster="other" id="9999"/>\n';
+      if (domain === 'gone') return `error: failed to get domain '${domain}'\n`;
+      return '<owner cluster="lab" id="1234"/>\n';
+    }
+    const [, , , domain, json] = args as [string, string, string, string, string];
+    const { execute, arguments: given } = JSON.parse(json) as { execute: string; arguments: { 'input-data'?: string } };
+    calls.push(`${domain} ${execute}`);
+    if (domain === 'no-channel') return 'error: argument unsupported: QEMU guest agent is not configured\n';
+    if (execute === 'guest-exec') {
+      scripts.set(domain, Buffer.from(given['input-data']!, 'base64').toString('utf8'));
+      return '{"return":{"pid":4242}}\n';
+    }
+    if (domain === 'hangs' || !asked.has(domain)) {
+      asked.add(domain);
+      return '{"return":{"exited":false}}\n';
+    }
+    const out = Buffer.from(scripts.get(domain)!.toUpperCase()).toString('base64');
+    const err = Buffer.from('sudo: nope\n').toString('base64');
+    return `${JSON.stringify({ return: { exitcode: domain === 'fails' ? 3 : 0, 'out-data': out, 'err-data': err, exited: true } })}\n`;
+  });
+  return { session: new VirshSession(fake, 'hypervisor lab'), calls };
 }
 
-test('every domain runs its own script; one without the agent fails alone, with libvirt\'s words', (t) => {
-  const requests = [
+test("every domain runs its own script; one without the agent fails alone, with libvirt's words", async (t) => {
+  const { session, calls } = fakeLibvirt();
+  const answers = await askThroughAgents(session, [
     { domain: 'etcd-1', script: "echo one 'quoted'" },
     { domain: 'no-channel', script: 'echo two' },
     { domain: 'etcd-3', script: 'echo three' },
-  ];
-  const { stdout, calls } = runWithFakeVirsh(agentScript('qemu:///system', requests, OWNER, 10));
-  const answers = parseAgentAnswers(stdout, requests.length);
+  ], OWNER, 10_000);
   t.deepEqual(answers, [
     { ok: true, output: "ECHO ONE 'QUOTED'" },
     { ok: false, reason: 'argument unsupported: QEMU guest agent is not configured' },
     { ok: true, output: 'ECHO THREE' },
   ]);
-  // Started once in each marked domain, all at the same time (a shell each).
-  t.deepEqual(calls.filter((call) => call.includes('"guest-exec"')).map((call) => call.split(' ')[0]).sort(), ['etcd-1', 'etcd-3', 'no-channel']);
+  // Every script started before any is polled: they run at the same time.
+  const firstPoll = calls.findIndex((call) => call.endsWith('guest-exec-status'));
+  t.deepEqual(calls.slice(0, firstPoll).filter((call) => call.endsWith(' guest-exec')).sort(), ['etcd-1 guest-exec', 'etcd-3 guest-exec', 'no-channel guest-exec']);
 });
 
-test("nothing runs inside a domain without this cluster's mark (another cluster's VM with a member's name), or one that is gone", (t) => {
-  const requests = [
+test("nothing runs inside a domain without this cluster's mark (another cluster's VM with a member's name), or one that is gone", async (t) => {
+  const { session, calls } = fakeLibvirt();
+  const answers = await askThroughAgents(session, [
     { domain: 'foreign', script: 'echo one' },
     { domain: 'gone', script: 'echo two' },
-  ];
-  const { stdout, calls } = runWithFakeVirsh(agentScript('qemu:///system', requests, OWNER, 10));
-  t.deepEqual(parseAgentAnswers(stdout, requests.length), [
+  ], OWNER, 10_000);
+  t.deepEqual(answers, [
     { ok: false, reason: "not marked as this cluster's domain (owner id 1234)" },
     { ok: false, reason: "failed to get domain 'gone'" },
   ]);
   t.deepEqual(calls.sort(), ['foreign metadata', 'gone metadata']);
 });
 
-test('a script that exits non-zero, or never finishes, is no answer (the caller asks over SSH instead)', (t) => {
-  const requests = [
+test('a script that exits non-zero, or never finishes, is no answer (the caller asks over SSH instead)', async (t) => {
+  const { session } = fakeLibvirt();
+  const started = Date.now();
+  const answers = await askThroughAgents(session, [
     { domain: 'fails', script: 'exit 3' },
     { domain: 'hangs', script: 'sleep 100' },
-  ];
-  const started = Date.now();
-  const answers = parseAgentAnswers(runWithFakeVirsh(agentScript('qemu:///system', requests, OWNER, 1)).stdout, requests.length);
+  ], OWNER, 1_000);
   t.deepEqual(answers, [
     { ok: false, reason: 'the script exited with 3: sudo: nope' },
     { ok: false, reason: 'no answer within 1 s' },
   ]);
-  t.true(Date.now() - started < 5_000);
+  const took = Date.now() - started;
+  t.true(took >= 1_000 && took < 3_000, `${took} ms`);
 });
 
-test('an answer the hypervisor never gave, or that is not JSON, is no answer', (t) => {
-  t.deepEqual(parseAgentAnswers('@@etcd-kvm-agent@@0 done\n{"return": {"exitcode": 0, "out-data": "aGk=", "exited": true}}\n@@etcd-kvm-agent@@1 done\nnot json\n', 3), [
-    { ok: true, output: 'hi' },
-    { ok: false, reason: "the agent's reply is not JSON: not json" },
-    { ok: false, reason: 'the hypervisor gave no answer' },
-  ]);
-  t.deepEqual(parseAgentAnswers('@@etcd-kvm-agent@@0 done\n{"return": {"exitcode": 0, "out-data": "aGk=", "out-truncated": true, "exited": true}}\n', 1), [{ ok: false, reason: "the agent cut the script's output short" }]);
+test('a status reply that is not JSON, or an output cut short, is no answer', (t) => {
+  t.deepEqual(finished({ ok: true, output: 'not json' }), { ok: false, reason: "the agent's reply is not JSON: not json" });
+  t.deepEqual(finished({ ok: true, output: '{"return": {"exitcode": 0, "out-data": "aGk=", "out-truncated": true, "exited": true}}' }), { ok: false, reason: "the agent cut the script's output short" });
+  t.deepEqual(finished({ ok: true, output: '{"return": {"exitcode": 0, "out-data": "aGk=", "exited": true}}' }), { ok: true, output: 'hi' });
+  t.is(finished({ ok: true, output: '{"return": {"exited": false}}' }), 'running');
 });

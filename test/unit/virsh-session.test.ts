@@ -1,0 +1,60 @@
+import test from 'ava';
+import { readFileSync } from 'node:fs';
+import { sessionLine, takeReplies, VirshSession } from '../../tasks/libvirt/session.ts';
+import { FakeVirshSession } from '../helpers/fake-virsh-session.ts';
+
+/** virsh's interactive mode as the run's session reads it: recorded from the lab's virsh, and a stand-in for the timing. */
+
+for (const term of ['dumb', 'xterm']) {
+  test(`replies framed in a recorded session (TERM=${term}: the echoed input ${term === 'dumb' ? 'cut to the line\'s end' : 'whole'}, no newline after echo)`, (t) => {
+    const { replies, rest } = takeReplies(readFileSync(`test/fixtures/virsh-session-term-${term}.txt`, 'utf8'));
+    t.deepEqual(Object.fromEntries(replies), {
+      0: { ok: true, output: '<owner cluster="lab" id="1234"/>' },
+      1: { ok: false, output: "error: failed to get domain 'no-such-domain'" },
+      2: { ok: false, output: "error: internal error: unable to execute QEMU agent command 'guest-exec-status': Invalid parameter 'pid'" },
+      3: { ok: true, output: '{"return":{}}' },
+    });
+    t.is(rest.trim(), 'virsh #');
+  });
+}
+
+test('a reply whose end has not arrived yet is kept for later, whole', (t) => {
+  const recorded = readFileSync('test/fixtures/virsh-session-term-xterm.txt', 'utf8');
+  const cut = recorded.indexOf('@@etcd-kvm-session@@ 3 end') + 10;
+  const first = takeReplies(recorded.slice(0, cut));
+  t.deepEqual([...first.replies.keys()], [0, 1, 2]);
+  t.deepEqual(takeReplies(first.rest + recorded.slice(cut)).replies.get(3), { ok: true, output: '{"return":{}}' });
+});
+
+test('a word with a line break is refused: virsh would run the rest of it as another command', (t) => {
+  t.throws(() => sessionLine(0, ['qemu-agent-command', 'etcd-1', '{\n"execute": "guest-ping"}']), { message: /line break/ });
+  t.is(sessionLine(7, ['metadata', '--domain', "it's"]), "echo '@@etcd-kvm-session@@' 7 begin ; metadata --domain 'it'\\''s' ; echo '@@etcd-kvm-session@@' 7 end\n");
+});
+
+test('asks are answered in order, several at once, through the prompt and the echo', async (t) => {
+  const fake = new FakeVirshSession((args) => `${args.join('|')}\n`);
+  const session = new VirshSession(fake, 'hypervisor lab');
+  const [first, second] = await Promise.all([session.ask([['list', '--name'], ['dominfo', "it's"]]), session.ask([['version']])]);
+  t.deepEqual(first, [{ ok: true, output: 'list|--name' }, { ok: true, output: "dominfo|it's" }]);
+  t.deepEqual(second, [{ ok: true, output: 'version' }]);
+  t.is(fake.lines.length, 3);
+});
+
+test('a virsh that ends fails what waits for it and every later ask, naming the hypervisor', async (t) => {
+  const fake = new FakeVirshSession(() => '');
+  const session = new VirshSession(fake, 'hypervisor lab');
+  fake.run = () => {
+    setImmediate(() => fake.destroy());
+    return '';
+  };
+  await t.throwsAsync(session.ask([['list']]), { message: 'hypervisor lab: virsh ended' });
+  await t.throwsAsync(session.ask([['list']]), { message: 'hypervisor lab: virsh ended' });
+});
+
+test('a virsh that does not answer in time ends the session', async (t) => {
+  const fake = new FakeVirshSession(() => '');
+  const session = new VirshSession(fake, 'hypervisor lab', 100);
+  fake.answering = false;
+  await t.throwsAsync(session.ask([['list']]), { message: 'hypervisor lab: virsh did not answer within 0.1 s' });
+  t.true(fake.destroyed);
+});
