@@ -13,19 +13,20 @@ import { HypervisorConnections } from '../remote/hypervisors.ts';
  */
 export class RemoteContext {
   readonly connections = new HypervisorConnections();
-  /** One interactive virsh per hypervisor, for asks that come many and small (the guest agents' polls). */
+  /** One interactive virsh per hypervisor: the probes' questions and the guest agents' polls, without a process each. */
   readonly sessions = new VirshSessions(this.connections);
   readonly #prefetched = new Map<string, Map<string, ProbeAnswer>>();
   /** Prefetches on their way, per member. */
   readonly #asking = new Map<string, { token: symbol; asking: Promise<void> }>();
 
   async virshFor(member: Member): Promise<Virsh> {
-    return new Virsh(await this.connections.get(member.hypervisor), member.hypervisor.libvirt_uri);
+    const [ssh, session] = await Promise.all([this.connections.get(member.hypervisor), this.sessions.get(member.hypervisor)]);
+    return new Virsh(ssh, member.hypervisor.libvirt_uri, session);
   }
 
   /**
-   * Asks every member's questions up front, in one probe per hypervisor (one SSH exec, one virsh
-   * process); a failure is left for the steps to meet and report, on their own hosts. A member asked
+   * Asks every member's questions up front, in one probe per hypervisor (through its virsh
+   * session); a failure is left for the steps to meet and report, on their own hosts. A member asked
    * before, or being asked now, is not asked again: its remaining answers still stand.
    */
   async prefetch(members: readonly Member[], questionsOf: (member: Member) => Question[]): Promise<void> {

@@ -2,7 +2,6 @@ import type { Duplex } from 'node:stream';
 import { commandLine } from '../core/shell.ts';
 import type { Hypervisor } from '../inventory/model.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
-import { virshArgv } from './virsh.ts';
 
 /**
  * One virsh per hypervisor for the whole run, in its interactive mode: commands written to its stdin,
@@ -10,8 +9,8 @@ import { virshArgv } from './virsh.ts';
  * instead of a virsh process (~30-50 ms of the hypervisor's CPU): polling three guest agents with a
  * process per ask took more CPU than the emulated guests could spare while they ran the probe.
  *
- * The interactive mode is made for people: it prints a prompt, echoes each line it reads (or part of
- * it, depending on TERM) and leaves out the newline after `echo`. So each command is framed by two
+ * The interactive mode is made for people: it prints a welcome, a prompt, and echoes each line it
+ * reads (or part of it, depending on TERM). So each command is framed by two
  * echoes whose output (`@@etcd-kvm-session@@ 3 begin`) is not their echoed input
  * (`'@@etcd-kvm-session@@' 3 begin`), and the answer is what lies between them.
  */
@@ -45,7 +44,8 @@ export function takeReplies(buffer: string): { replies: Map<number, VirshReply>;
   const framed = new RegExp(`${MARK} (\\d+) begin([\\s\\S]*?)${MARK} \\1 end`, 'g');
   let consumed = 0;
   for (const match of buffer.matchAll(framed)) {
-    const output = match[2]!.trim();
+    // As in a batch: the marker's newline before, one blank line after the command's own output.
+    const output = match[2]!.replace(/^\n/, '').replace(/\n$/, '');
     replies.set(Number(match[1]), { ok: !/^error: /m.test(output), output });
     consumed = match.index + match[0].length;
   }
@@ -100,6 +100,10 @@ export class VirshSession implements VirshAsker {
     }
   }
 
+  get ended(): boolean {
+    return this.#ended !== undefined;
+  }
+
   /** Every ask still waiting fails with why; later ones fail at once. */
   #end(error: Error): void {
     this.#ended ??= error;
@@ -119,8 +123,10 @@ export class VirshSessions {
 
   constructor(readonly connections: HypervisorConnections) {}
 
-  get(hypervisor: Hypervisor): Promise<VirshSession> {
+  async get(hypervisor: Hypervisor): Promise<VirshSession> {
     let session = this.#sessions.get(hypervisor.name);
+    // A session that ended (its virsh hung, or died) is replaced: one bad moment does not fail the rest of the run.
+    if (session && (await session.catch(() => undefined))?.ended) session = undefined;
     if (!session) {
       session = this.#open(hypervisor);
       // A session that could not open is not kept: the next asker tries again (and meets the same reason if it stands).
@@ -133,7 +139,8 @@ export class VirshSessions {
   async #open(hypervisor: Hypervisor): Promise<VirshSession> {
     const ssh = await this.connections.get(hypervisor);
     // virsh writes its errors to stderr: merged, they arrive in order with the answers.
-    const channel = await ssh.interactive(['sh', '-c', `exec ${commandLine(virshArgv(hypervisor.libvirt_uri, []))} 2>&1`]);
+    // Without -q, answers read as a batch's do (the probes' parsers were made on those), and `echo` ends its line.
+    const channel = await ssh.interactive(['sh', '-c', `exec ${commandLine(['virsh', '-c', hypervisor.libvirt_uri])} 2>&1`]);
     return new VirshSession(channel, `hypervisor ${hypervisor.name}`);
   }
 

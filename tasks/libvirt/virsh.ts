@@ -1,5 +1,6 @@
 import { commandLine } from '../core/shell.ts';
 import type { SshConnection } from '../remote/ssh.ts';
+import type { VirshAsker } from './session.ts';
 
 /**
  * virsh on a hypervisor, over its SSH connection. Commands are argument arrays; read-only probes
@@ -22,6 +23,8 @@ export class Virsh {
   constructor(
     readonly ssh: SshConnection,
     readonly uri: string,
+    /** The run's interactive virsh on this hypervisor, if it has one: questions asked there spawn no process. */
+    readonly session?: VirshAsker,
   ) {}
 
   argv(args: readonly string[]): string[] {
@@ -35,26 +38,38 @@ export class Virsh {
   }
 
   /**
-   * Asks several questions in one remote shell. Each answer is the command's exit code and its
-   * output (stdout and stderr together, since a failing virsh explains itself on stderr).
-   * The virsh questions run in one virsh process, as a batch: one connection to libvirtd instead of
-   * one per question (each costs ~20-90 ms on a busy host, and a member has a dozen). Pipelines run after it.
+   * Asks several questions at once. Each answer is the command's exit code and its output (stdout
+   * and stderr together, since a failing virsh explains itself on stderr). The virsh questions go to
+   * the session when there is one, otherwise to one virsh process as a batch: one connection to
+   * libvirtd instead of one per question (each costs ~20-90 ms on a busy host, and a member has a
+   * dozen). Pipelines run beside them, each in its own exec.
    */
   async probe<K extends string>(questions: Record<K, Question>): Promise<Record<K, ProbeAnswer>> {
     const names = Object.keys(questions) as K[];
     const batched = names.filter((name) => !('shell' in (questions[name] as Question)));
     const piped = names.filter((name) => 'shell' in (questions[name] as Question));
-    const script = [
-      ...(batched.length > 0 ? [`${commandLine(['virsh', '-c', this.uri, virshBatch(batched.map((name) => [name, questions[name] as readonly string[]]))])} 2>&1`] : []),
-      ...piped.map((name) => `printf '%s\\n' ${MARK}${name}; ${(questions[name] as { shell: string }).shell} 2>&1; printf '\\n%s %s\\n' ${MARK}rc $?`),
-    ].join('\n');
-    const result = await this.ssh.exec(['sh', '-c', script]);
-    const batch = batched.length > 0 ? parseVirshBatch(result.stdout) : { answers: {}, rest: result.stdout };
-    const answers = { ...batch.answers, ...parsePiped(batch.rest) } as Partial<Record<K, ProbeAnswer>>;
-    for (const name of names) {
+    const [fromVirsh, ...fromPipes] = await Promise.all([
+      this.#askVirsh(batched.map((name) => [name, questions[name] as readonly string[]] as const)),
+      ...piped.map(async (name) => {
+        const result = await this.ssh.exec(['sh', '-c', `${(questions[name] as { shell: string }).shell} 2>&1`]);
+        return { [name]: { code: result.code, output: result.stdout.replace(/\n$/, '') } };
+      }),
+    ]);
+    return Object.assign({}, fromVirsh, ...fromPipes) as Record<K, ProbeAnswer>;
+  }
+
+  async #askVirsh(asked: readonly (readonly [string, readonly string[]])[]): Promise<Record<string, ProbeAnswer>> {
+    if (asked.length === 0) return {};
+    if (this.session) {
+      const replies = await this.session.ask(asked.map(([, args]) => args));
+      return Object.fromEntries(asked.map(([name], i) => [name, { code: replies[i]!.ok ? 0 : 1, output: replies[i]!.output }]));
+    }
+    const result = await this.ssh.exec(['sh', '-c', `${commandLine(['virsh', '-c', this.uri, virshBatch(asked)])} 2>&1`]);
+    const { answers } = parseVirshBatch(result.stdout);
+    for (const [name] of asked) {
       if (!answers[name]) throw new Error(`probe on ${this.ssh.target.label} gave no answer for ${name}: ${result.stderr.trim() || result.stdout.trim().split('\n')[0] || `exit ${result.code}`}`);
     }
-    return answers as Record<K, ProbeAnswer>;
+    return answers;
   }
 }
 
@@ -83,14 +98,6 @@ export function parseVirshBatch(stdout: string): { answers: Record<string, Probe
     answers[part.slice(0, newline)] = { code: /^error: /m.test(output) ? 1 : 0, output };
   }
   return { answers, rest: stdout.slice(end + MARK.length + 1) };
-}
-
-/** Pipelines' answers: `MARKname`, the output, then `MARKrc CODE`. */
-function parsePiped(stdout: string): Record<string, ProbeAnswer> {
-  const answers: Record<string, ProbeAnswer> = {};
-  const sections = new RegExp(`^${MARK}([^\\n]+)\\n([\\s\\S]*?)\\n${MARK}rc (\\d+)$`, 'gm');
-  for (const match of stdout.matchAll(sections)) answers[match[1]!] = { code: Number(match[3]), output: match[2]! };
-  return answers;
 }
 
 /** Does virsh's message say the domain does not exist? */

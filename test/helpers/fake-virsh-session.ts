@@ -2,15 +2,16 @@ import { Duplex } from 'node:stream';
 
 /**
  * A stand-in for `virsh` in its interactive mode, as a Duplex like the SSH channel it is reached over:
- * it prints a prompt, echoes each line it reads, runs the line's `;`-separated commands and prints
- * `echo`'s words without a newline, as virsh does when its input is not a terminal. What a command
- * answers is the test's business (`run`); every line it ran is kept in `lines`.
+ * it prints a prompt, echoes each line it reads (as virsh does when its input is not a terminal),
+ * runs the line's `;`-separated commands and ends each one's output with a blank line. What a
+ * command answers is the test's business (`run`); every line it ran is kept in `lines`.
  */
 export class FakeVirshSession extends Duplex {
   readonly lines: string[] = [];
   /** False: lines are read but nothing is answered (a hung libvirtd). */
   answering = true;
   #pending = '';
+  #answered = Promise.resolve();
 
   constructor(public run: (args: string[]) => string) {
     super();
@@ -28,11 +29,14 @@ export class FakeVirshSession extends Duplex {
       this.lines.push(line);
       if (!this.answering) continue;
       let output = `${line}\n`;
-      for (const command of splitCommands(line)) output += command[0] === 'echo' ? command.slice(1).join(' ') : this.run(command);
-      // Answered a moment later, in two pieces: a reader must not expect whole replies per chunk.
-      setImmediate(() => {
+      // As virsh without -q: a blank line after each command's output.
+      for (const command of splitCommands(line)) output += command[0] === 'echo' ? `${command.slice(1).join(' ')}\n` : `${this.run(command)}\n`;
+      // Answered a moment later, in two pieces (a reader must not expect whole replies per chunk), one line after the other.
+      this.#answered = this.#answered.then(async () => {
+        await new Promise(setImmediate);
         this.push(output.slice(0, output.length >> 1));
-        setImmediate(() => this.push(`${output.slice(output.length >> 1)}virsh # `));
+        await new Promise(setImmediate);
+        this.push(`${output.slice(output.length >> 1)}virsh # `);
       });
     }
     done();

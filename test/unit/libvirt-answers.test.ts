@@ -6,6 +6,8 @@ import { isNotFound, parseVirshBatch, Virsh, virshBatch, type Question } from '.
 import type { SshConnection } from '../../tasks/remote/ssh.ts';
 import { renderDomainXml } from '../../tasks/render/domain.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
+import { VirshSession } from '../../tasks/libvirt/session.ts';
+import { FakeVirshSession } from '../helpers/fake-virsh-session.ts';
 
 /**
  * libvirt's answers, recorded from the lab (virsh 9.0, QEMU TCG): the batched probe's parser, the
@@ -15,8 +17,19 @@ import { loadInventory } from '../../tasks/inventory/load.ts';
 const fixture = (name: string) => readFileSync(`test/fixtures/${name}`, 'utf8');
 const LIVE = fixture('virsh-dumpxml-inactive-etcd-1.xml');
 
-/** A connection that answers every exec with recorded output. */
-const replaying = (stdout: string) => ({ target: { label: 'hypervisor lab' }, exec: async () => ({ command: 'sh', code: 0, stdout, stderr: '' }) }) as unknown as SshConnection;
+/**
+ * A connection that answers with recorded output: the virsh batch with the recording up to the
+ * batch's end marker, a pipeline (`sha256sum` here) with what the recording has after it.
+ */
+const replaying = (recorded: string) => ({
+  target: { label: 'hypervisor lab' },
+  exec: async (argv: string[]) => {
+    const end = recorded.indexOf('@@etcd-kvm@@\n');
+    if (argv[2]!.includes('virsh')) return { command: 'sh', code: 0, stdout: end < 0 ? recorded : recorded.slice(0, end + 13), stderr: '' };
+    const piped = /@@etcd-kvm@@digest\n([\s\S]*?)\n@@etcd-kvm@@rc (\d+)/.exec(recorded.slice(end));
+    return { command: 'sh', code: Number(piped?.[2] ?? 1), stdout: piped?.[1] ?? '', stderr: '' };
+  },
+}) as unknown as SshConnection;
 
 // What is asked does not matter to a replayed answer; only which questions are virsh commands and which pipelines.
 const QUESTIONS: Record<string, Question> = { os: ['vol-info'], data: ['vol-info'], basePath: ['vol-path'], baseInfo: ['vol-info'], info: ['dominfo'], digest: { shell: 'sha256sum' }, xml: ['dumpxml'], missing: ['dominfo'] };
@@ -32,6 +45,18 @@ test('the batched probe splits a recorded answer into each question: exit code a
   t.is(answers.missing!.code, 1);
   t.true(isNotFound(answers.missing!));
   t.false(isNotFound(answers.os!));
+});
+
+test('with a session, virsh questions go to it and pipelines to their own execs; the answers read as a batch\'s', async (t) => {
+  const recorded = fixture('virsh-probe-lab-etcd-1.txt');
+  const batch = parseVirshBatch(recorded).answers;
+  // The session answers each command with what the recorded batch answered for the question of that name.
+  const session = new VirshSession(new FakeVirshSession(([, name]) => batch[name!]!.output), 'hypervisor lab');
+  const questions = Object.fromEntries(Object.entries(QUESTIONS).map(([name, question]) => [name, 'shell' in question ? question : [question[0]!, name]]));
+  const answers = await new Virsh(replaying(recorded), 'qemu:///system', session).probe(questions);
+  t.deepEqual(Object.fromEntries(Object.entries(answers).filter(([name]) => name !== 'digest')), batch);
+  t.is(answers.digest!.code, 0);
+  t.is(answers.digest!.output.trim(), '34ebf7b7ef3c7af3cd23c8e16a468db4f7711eb888be23dc24ab31eb33efc73a  -');
 });
 
 test('a missing pool is "not found", not a broken connection', async (t) => {
