@@ -6,13 +6,13 @@ import type { VirshSessions } from '../libvirt/session.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
 import { askThroughAgents, type AgentAnswer } from './agent.ts';
-import { guestProbeScript, parseGuestProbe, type GuestFacts, type GuestQuestions } from './facts.ts';
+import { guestProbeScript, parseGuestProbe, parseUnitState, unitStateScript, type GuestFacts, type GuestQuestions } from './facts.ts';
 
-async function askOverSsh(ssh: SshConnection, questions: GuestQuestions): Promise<GuestFacts> {
-  // The script on stdin: sudo logs one short command line instead of the whole script on every run.
-  const output = await ssh.run(['sudo', 'sh', '-s'], { stdin: guestProbeScript(questions), describe: 'guest probe', timeoutMs: 60_000 });
-  return parseGuestProbe(output, questions);
-}
+/** A script run as root inside a member, read-only; its output. */
+type RunScript = (script: string) => Promise<string>;
+
+// The script on stdin: sudo logs one short command line instead of the whole script on every run.
+const overSsh = (ssh: SshConnection): RunScript => (script) => ssh.run(['sudo', 'sh', '-s'], { stdin: script, describe: 'guest probe', timeoutMs: 60_000 });
 
 /** Long enough for three emulated guests probed at once on a busy host (one probe: ~0.5 s idle). */
 const AGENT_PROBE_TIMEOUT_MS = 30_000;
@@ -21,10 +21,9 @@ const AGENT_PROBE_TIMEOUT_MS = 30_000;
  * Asks members for their guest facts: through the QEMU guest agent, over the run's virsh session on
  * each hypervisor, all its members at once (guest/agent.ts), and over SSH to a member whose agent
  * does not answer (an image without qemu-guest-agent, a domain defined before the tool added the
- * agent's channel). The
- * pipeline starts every member's probe early, while other steps work; the guest step takes each
- * answer once — unless an earlier step changed that member (a restarted VM), when it asks again.
- * Re-checks after an apply always ask again.
+ * agent's channel). The pipeline starts every member's probe early, while other steps work; the
+ * guest step takes each answer once — unless an earlier step changed that member (a restarted VM),
+ * when it asks again. Re-checks after an apply always ask again.
  */
 export class GuestProbe {
   /** Each member's early answer, with what it asked (a step that wants other questions asks itself). */
@@ -46,9 +45,9 @@ export class GuestProbe {
   prefetch(members: readonly Member[], questionsOf: (member: Member) => GuestQuestions): void {
     for (const hosted of membersByHypervisor(members.filter((member) => !this.#early.has(member.name))).values()) {
       const asked = hosted.map((member) => ({ member, questions: questionsOf(member) }));
-      const answers = this.#askAgents(asked);
+      const answers = this.#runInAgents(asked.map(({ member, questions }) => ({ member, script: guestProbeScript(questions) })));
       asked.forEach(({ member, questions }, i) => {
-        const facts = answers.then((all) => this.#factsFrom(all[i]!, member, questions, () => this.connections.get(member)));
+        const facts = answers.then((all) => this.#factsFrom(all[i]!, member, questions, async (script) => overSsh(await this.connections.get(member))(script)));
         this.#early.set(member.name, { asked: JSON.stringify(questions), facts: facts.catch(() => undefined) });
       });
     }
@@ -56,15 +55,15 @@ export class GuestProbe {
 
   /** Asks one member now: through its agent, or over `ssh` when the agent does not answer (re-checks, the first boot). */
   async askNow(member: Member, questions: GuestQuestions, ssh: SshConnection): Promise<GuestFacts> {
-    const [answer] = await this.#askAgents([{ member, questions }]);
-    return (await this.#factsFrom(answer!, member, questions, async () => ssh)) ?? askOverSsh(ssh, questions);
+    const [answer] = await this.#runInAgents([{ member, script: guestProbeScript(questions) }]);
+    return (await this.#factsFrom(answer!, member, questions, overSsh(ssh))) ?? this.#complete(member, await overSsh(ssh)(guestProbeScript(questions)), questions, overSsh(ssh));
   }
 
   /** The facts in an agent's answer; over SSH when there are none (undefined: no domain, so no guest). */
-  async #factsFrom(answer: AgentAnswer, member: Member, questions: GuestQuestions, ssh: () => Promise<SshConnection>): Promise<GuestFacts | undefined> {
+  async #factsFrom(answer: AgentAnswer, member: Member, questions: GuestQuestions, ssh: RunScript): Promise<GuestFacts | undefined> {
     if (answer.ok) {
       try {
-        return parseGuestProbe(answer.output, questions);
+        return await this.#complete(member, answer.output, questions, (script) => this.#runInAgent(member, script, ssh));
       } catch (error) {
         this.agentFailures.set(member.name, (error as Error).message);
       }
@@ -73,19 +72,30 @@ export class GuestProbe {
       // No domain yet (a first deploy, a joiner): no guest to ask over SSH either.
       if (saysDomainMissing(answer.reason)) return undefined;
     }
-    return askOverSsh(await ssh(), questions);
+    return this.#complete(member, await ssh(guestProbeScript(questions)), questions, ssh);
   }
 
-  /** One hypervisor's members, asked together. */
-  async #askAgents(asked: readonly { member: Member; questions: GuestQuestions }[]): Promise<AgentAnswer[]> {
-    const { hypervisor } = asked[0]!.member;
+  /** The facts in a probe's output; what the files leave unsettled about the units is asked of systemd, the same way. */
+  async #complete(member: Member, output: string, questions: GuestQuestions, run: RunScript): Promise<GuestFacts> {
+    const { facts, units } = parseGuestProbe(output, questions);
+    return { ...facts, units: units ?? parseUnitState(await run(unitStateScript(questions.units))) };
+  }
+
+  /** One script in one member: through its agent, else over SSH. */
+  async #runInAgent(member: Member, script: string, ssh: RunScript): Promise<string> {
+    const [answer] = await this.#runInAgents([{ member, script }]);
+    return answer!.ok ? answer!.output : ssh(script);
+  }
+
+  /** Scripts in members of one hypervisor, all at once. */
+  async #runInAgents(requests: readonly { member: Member; script: string }[]): Promise<AgentAnswer[]> {
+    const { hypervisor } = requests[0]!.member;
     const id = this.clusterId();
-    if (id === undefined) return asked.map(() => ({ ok: false, reason: 'the cluster has no ID yet: no domain can carry its mark' }));
+    if (id === undefined) return requests.map(() => ({ ok: false, reason: 'the cluster has no ID yet: no domain can carry its mark' }));
     try {
-      const requests = asked.map(({ member, questions }) => ({ domain: member.name, script: guestProbeScript(questions) }));
-      return await askThroughAgents(await this.sessions.get(hypervisor), requests, { namespace: OWNER_NAMESPACE, id }, AGENT_PROBE_TIMEOUT_MS);
+      return await askThroughAgents(await this.sessions.get(hypervisor), requests.map(({ member, script }) => ({ domain: member.name, script })), { namespace: OWNER_NAMESPACE, id }, AGENT_PROBE_TIMEOUT_MS);
     } catch (error) {
-      return asked.map(() => ({ ok: false, reason: (error as Error).message }));
+      return requests.map(() => ({ ok: false, reason: (error as Error).message }));
     }
   }
 
