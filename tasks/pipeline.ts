@@ -202,7 +202,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
    * Facts first, in one batch per host: libvirt's on each hypervisor and the guests' own (through each
    * member's guest agent), asked while other work goes on and taken by the steps that need them. A
    * member is asked once per run (until a departure forgets it): the cluster phase starts asking for
-   * every selected member, a pass's owner phase waits for its members' libvirt answers.
+   * every selected member, a pass's owner phase asks for those it did not; a step waits for the answers it takes.
    */
   const gatherFacts = (of: readonly Member[], guests: ReadonlyMap<string, DesiredGuest>): Promise<void> => {
     if (selected('guest')) guestProbe.prefetch(of, (member) => guestQuestions(guests.get(member.name)!));
@@ -222,7 +222,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       title: 'owner',
       run: async () => {
         void preloadEtcdClient();
-        await gatherFacts(pass.members, rendered.guests);
+        // Asked now for members the cluster phase did not ask (a joiner); each step waits for the answers it takes.
+        void gatherFacts(pass.members, rendered.guests);
         const identity = owner().identity;
         const results = await runner.runStep(ownershipStep(pass.members, remote, owner()));
         // Every member's domain marked in this pass: a migrated state directory stops adopting unmarked ones.

@@ -73,13 +73,13 @@ const agentCommand = (domain: string, execute: string, args: Record<string, unkn
 export async function askThroughAgents(virsh: VirshAsker, requests: readonly AgentRequest[], owner: { namespace: string; id: string }, timeoutMs: number): Promise<AgentAnswer[]> {
   const deadline = Date.now() + timeoutMs;
   const answers: (AgentAnswer | undefined)[] = requests.map(() => undefined);
-  const marks = await virsh.ask(requests.map(({ domain }) => ['metadata', '--uri', owner.namespace, '--domain', domain]));
+  const marks = await virsh.ask(requests.map(({ domain }) => ['metadata', '--uri', owner.namespace, '--domain', domain]), { urgent: true });
   const ours = requests.flatMap((request, i) => {
     const verdict = ownedBy(marks[i]!, owner.id);
     if (verdict !== 'ours') answers[i] = verdict;
     return verdict === 'ours' ? [i] : [];
   });
-  const starts = await virsh.ask(ours.map((i) => agentCommand(requests[i]!.domain, 'guest-exec', { path: '/bin/sh', arg: ['-s'], 'input-data': Buffer.from(requests[i]!.script).toString('base64'), 'capture-output': true })));
+  const starts = await virsh.ask(ours.map((i) => agentCommand(requests[i]!.domain, 'guest-exec', { path: '/bin/sh', arg: ['-s'], 'input-data': Buffer.from(requests[i]!.script).toString('base64'), 'capture-output': true })), { urgent: true });
   let running = ours.flatMap((i, n) => {
     const pid = startedPid(starts[n]!);
     if (typeof pid !== 'number') answers[i] = pid;
@@ -91,7 +91,7 @@ export async function askThroughAgents(virsh: VirshAsker, requests: readonly Age
       break;
     }
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-    const statuses = await virsh.ask(running.map(({ i, pid }) => agentCommand(requests[i]!.domain, 'guest-exec-status', { pid })));
+    const statuses = await virsh.ask(running.map(({ i, pid }) => agentCommand(requests[i]!.domain, 'guest-exec-status', { pid })), { urgent: true });
     running = running.filter(({ i }, n) => {
       const outcome = finished(statuses[n]!);
       if (outcome !== 'running') answers[i] = outcome;

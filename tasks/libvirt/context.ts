@@ -15,9 +15,8 @@ export class RemoteContext {
   readonly connections = new HypervisorConnections();
   /** One interactive virsh per hypervisor: the probes' questions and the guest agents' polls, without a process each. */
   readonly sessions = new VirshSessions(this.connections);
-  readonly #prefetched = new Map<string, Map<string, ProbeAnswer>>();
-  /** Prefetches on their way, per member. */
-  readonly #asking = new Map<string, { token: symbol; asking: Promise<void> }>();
+  /** Each member's prefetched answers by question, arrived or on their way (undefined: the prefetch could not ask it). */
+  readonly #prefetched = new Map<string, Map<string, Promise<ProbeAnswer | undefined>>>();
 
   async virshFor(member: Member): Promise<Virsh> {
     const [ssh, session] = await Promise.all([this.connections.get(member.hypervisor), this.sessions.get(member.hypervisor)]);
@@ -27,48 +26,37 @@ export class RemoteContext {
   /**
    * Asks every member's questions up front, in one probe per hypervisor (through its virsh
    * session); a failure is left for the steps to meet and report, on their own hosts. A member asked
-   * before, or being asked now, is not asked again: its remaining answers still stand.
+   * before, or being asked now, is not asked again: its remaining answers still stand. Each answer
+   * is there for a step as soon as it is in: the volumes' need not wait for the seed ISOs' digests.
    */
   async prefetch(members: readonly Member[], questionsOf: (member: Member) => Question[]): Promise<void> {
-    const unasked = members.filter((member) => !this.#prefetched.has(member.name) && !this.#asking.has(member.name));
-    for (const hosted of membersByHypervisor(unasked).values()) {
+    for (const hosted of membersByHypervisor(members.filter((member) => !this.#prefetched.has(member.name))).values()) {
       const asked = hosted.map((member, m) => ({ member, questions: questionsOf(member).map((question, q) => ({ name: `m${m}q${q}`, question })) }));
-      // Who asked: a member forgotten (or asked again) meanwhile no longer points at this token.
-      const token = Symbol('prefetch');
-      const asking = (async () => {
-        try {
-          const answers = await (await this.virshFor(hosted[0]!)).probe(Object.fromEntries(asked.flatMap(({ questions }) => questions.map(({ name, question }) => [name, question]))));
-          // A member forgotten while its answers were on their way keeps none of them.
-          for (const { member, questions } of asked) if (this.#asking.get(member.name)?.token === token) this.#prefetched.set(member.name, new Map(questions.map(({ name, question }) => [keyOf(question), answers[name]!])));
-        } catch {
-          // The step that needs an answer asks again and fails with the reason, on its own host.
-        } finally {
-          for (const member of hosted) if (this.#asking.get(member.name)?.token === token) this.#asking.delete(member.name);
-        }
-      })();
-      for (const member of hosted) this.#asking.set(member.name, { token, asking });
+      const answers = this.virshFor(hosted[0]!).then((virsh) => virsh.probeEach(Object.fromEntries(asked.flatMap(({ questions }) => questions.map(({ name, question }) => [name, question])))));
+      // The step that needs an answer the prefetch could not get asks again, and fails with the reason on its own host.
+      for (const { member, questions } of asked) this.#prefetched.set(member.name, new Map(questions.map(({ name, question }) => [keyOf(question), answers.then((all) => all[name]).catch(() => undefined)])));
     }
-    await Promise.all(members.map((member) => this.#asking.get(member.name)?.asking));
+    await Promise.all(members.flatMap((member) => [...(this.#prefetched.get(member.name)?.values() ?? [])]));
   }
 
   /**
    * Answers from the prefetch where it has them (each used once, unless `keep`: a look that changes
-   * nothing and leaves them for the step they were asked for); the rest asked now, in one probe.
+   * nothing and leaves them for the step they were asked for), waiting for those on their way; the
+   * rest asked now, in one probe.
    */
   async probe<K extends string>(member: Member, questions: Record<K, Question>, { keep = false } = {}): Promise<Record<K, ProbeAnswer>> {
-    // Answers on their way are waited for rather than asked for a second time.
-    await this.#asking.get(member.name)?.asking;
     const cache = this.#prefetched.get(member.name);
+    const names = Object.keys(questions) as K[];
+    const prefetched = await Promise.all(names.map((name) => cache?.get(keyOf(questions[name]))));
     const answers = {} as Record<K, ProbeAnswer>;
     const missing = {} as Record<K, Question>;
-    for (const name of Object.keys(questions) as K[]) {
-      const key = keyOf(questions[name]);
-      const cached = cache?.get(key);
-      if (cached) {
-        answers[name] = cached;
-        if (!keep) cache!.delete(key);
+    names.forEach((name, i) => {
+      const answer = prefetched[i];
+      if (answer) {
+        answers[name] = answer;
+        if (!keep) cache!.delete(keyOf(questions[name]));
       } else missing[name] = questions[name];
-    }
+    });
     if (Object.keys(missing).length > 0) Object.assign(answers, await (await this.virshFor(member)).probe(missing));
     return answers;
   }
@@ -76,7 +64,6 @@ export class RemoteContext {
   /** A member whose libvirt objects this run changes outside the steps that asked (a departure): its answers are stale. */
   forget(member: Member): void {
     this.#prefetched.delete(member.name);
-    this.#asking.delete(member.name);
   }
 
   close(): Promise<void> {

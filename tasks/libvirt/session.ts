@@ -24,7 +24,7 @@ export interface VirshReply {
 /** What asks virsh: a session, or a stand-in in tests. */
 export interface VirshAsker {
   /** The commands' replies, in order; rejects when virsh cannot answer at all (ended, hung). */
-  ask(commands: readonly (readonly string[])[]): Promise<VirshReply[]>;
+  ask(commands: readonly (readonly string[])[], options?: { urgent?: boolean }): Promise<VirshReply[]>;
 }
 
 const MARK = '@@etcd-kvm-session@@';
@@ -52,10 +52,19 @@ export function takeReplies(buffer: string): { replies: Map<number, VirshReply>;
   return { replies, rest: buffer.slice(consumed) };
 }
 
+/** Asks written to virsh's stdin one batch at a time, so that an urgent one can still pass those that wait. */
+interface Batch {
+  lines: { seq: number; line: string }[];
+  urgent: boolean;
+  done: (replies: VirshReply[] | Error) => void;
+}
+
 export class VirshSession implements VirshAsker {
   #buffer = '';
   #next = 0;
   readonly #waiting = new Map<number, { resolve: (reply: VirshReply) => void; reject: (error: Error) => void }>();
+  readonly #queue: Batch[] = [];
+  #busy = false;
   #ended: Error | undefined;
 
   constructor(
@@ -77,38 +86,52 @@ export class VirshSession implements VirshAsker {
     channel.on('error', (error: Error) => this.#end(new Error(`${label}: virsh's channel failed: ${error.message}`)));
   }
 
-  async ask(commands: readonly (readonly string[])[]): Promise<VirshReply[]> {
+  /**
+   * The commands' replies, in order. An `urgent` batch goes before the batches still waiting (the
+   * guest agents' starts before a prefetch's thirty questions: the guests' scripts are the long pole).
+   */
+  async ask(commands: readonly (readonly string[])[], { urgent = false } = {}): Promise<VirshReply[]> {
     if (this.#ended) throw this.#ended;
     const lines = commands.map((args) => {
       const seq = this.#next++;
       return { seq, line: sessionLine(seq, args) };
     });
-    const replies = Promise.all(lines.map(({ seq }) => new Promise<VirshReply>((resolve, reject) => this.#waiting.set(seq, { resolve, reject }))));
-    this.channel.write(lines.map(({ line }) => line).join(''));
-    let timer: NodeJS.Timeout | undefined;
-    const hung = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        const error = new Error(`${this.label}: virsh did not answer within ${this.askTimeoutMs / 1000} s`);
-        this.#end(error);
-        reject(error);
-      }, this.askTimeoutMs);
+    const answered = await new Promise<VirshReply[] | Error>((done) => {
+      const batch = { lines, urgent, done };
+      const at = urgent ? this.#queue.findIndex((waiting) => !waiting.urgent) : -1;
+      this.#queue.splice(at < 0 ? this.#queue.length : at, 0, batch);
+      this.#pump();
     });
-    try {
-      return await Promise.race([replies, hung]);
-    } finally {
+    if (answered instanceof Error) throw answered;
+    return answered;
+  }
+
+  /** Writes the next batch once the one before is answered; a batch not answered in time ends the session. */
+  #pump(): void {
+    if (this.#busy || this.#ended) return;
+    const batch = this.#queue.shift();
+    if (!batch) return;
+    this.#busy = true;
+    const replies = Promise.all(batch.lines.map(({ seq }) => new Promise<VirshReply>((resolve, reject) => this.#waiting.set(seq, { resolve, reject }))));
+    const timer = setTimeout(() => this.#end(new Error(`${this.label}: virsh did not answer within ${this.askTimeoutMs / 1000} s`)), this.askTimeoutMs);
+    this.channel.write(batch.lines.map(({ line }) => line).join(''));
+    replies.then(batch.done, batch.done).finally(() => {
       clearTimeout(timer);
-    }
+      this.#busy = false;
+      this.#pump();
+    });
   }
 
   get ended(): boolean {
     return this.#ended !== undefined;
   }
 
-  /** Every ask still waiting fails with why; later ones fail at once. */
+  /** Every ask in flight or waiting its turn fails with why; later ones fail at once. */
   #end(error: Error): void {
     this.#ended ??= error;
     for (const { reject } of this.#waiting.values()) reject(this.#ended);
     this.#waiting.clear();
+    for (const batch of this.#queue.splice(0)) batch.done(this.#ended);
     this.channel.destroy();
   }
 

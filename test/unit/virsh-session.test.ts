@@ -60,3 +60,11 @@ test('a virsh that does not answer in time ends the session', async (t) => {
   await t.throwsAsync(session.ask([['list']]), { message: 'hypervisor lab: virsh did not answer within 0.1 s' });
   t.true(fake.destroyed);
 });
+
+test('an urgent ask passes the asks waiting their turn, never the one virsh is answering', async (t) => {
+  const fake = new FakeVirshSession((args) => args.join(' '));
+  const session = new VirshSession(fake, 'hypervisor lab');
+  const asked = [session.ask([['first']]), session.ask([['second']]), session.ask([['third']]), session.ask([['urgent']], { urgent: true })];
+  t.deepEqual((await Promise.all(asked)).map(([reply]) => reply!.output), ['first', 'second', 'third', 'urgent']);
+  t.deepEqual(fake.lines.map((line) => line.split(' ; ')[1]), ['first', 'urgent', 'second', 'third']);
+});
