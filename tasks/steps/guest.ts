@@ -3,7 +3,7 @@ import type { Change, Step } from '../core/step.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
 import { ensureQuorumWithout, rollWaves } from '../etcd/roll.ts';
-import type { GuestFacts, GuestQuestions } from '../guest/facts.ts';
+import { waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
 import { GuestProbe } from '../guest/probe.ts';
 import { driftedContent, planGuest, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -125,7 +125,7 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
         if (dryRun) return { kind: 'booting' };
         // First boot: cloud-init writes every file and starts every service; converge what it leaves.
         progress?.update(name, 'SSH up, first boot running (cloud-init)');
-        await ssh.exec(['sudo', 'cloud-init', 'status', '--wait'], { timeoutMs });
+        await ssh.exec(['sudo', 'sh', '-c', waitForCloudInit()], { timeoutMs });
         facts = await probe(ssh, name);
       }
       progress?.done(name);

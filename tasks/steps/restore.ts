@@ -1,5 +1,6 @@
 import type { SnapshotSource } from '../backup/source.ts';
 import type { Step } from '../core/step.ts';
+import { waitForCloudInit } from '../guest/facts.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
@@ -44,7 +45,7 @@ export function restoreStep(inventory: Inventory, members: readonly Member[], co
       const hasData = async () => (await ssh.exec(['sudo', 'test', '-d', `${dataDir}/member`])).code === 0;
       if (await hasData()) return { restored: true };
       // Not yet: cloud-init may still be mounting the data disk and writing the unit; ask again after it.
-      await ssh.exec(['sudo', 'cloud-init', 'status', '--wait'], { timeoutMs: inventory.cluster.health_timeout * 1000 });
+      await ssh.exec(['sudo', 'sh', '-c', waitForCloudInit()], { timeoutMs: inventory.cluster.health_timeout * 1000 });
       return (await hasData()) ? { restored: true } : { restored: false, snapshot: await source.choose() };
     },
     plan(state, name) {

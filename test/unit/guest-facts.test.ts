@@ -1,9 +1,9 @@
 import test from 'ava';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { guestProbeScript, parseCloudInit, parseGuestProbe, parseUnitState, ProbeOutputError, unitsFromFiles, unitStateScript, type GuestQuestions } from '../../tasks/guest/facts.ts';
+import { guestProbeScript, parseCloudInit, parseGuestProbe, parseUnitState, ProbeOutputError, unitsFromFiles, unitStateScript, waitForCloudInit, type GuestQuestions } from '../../tasks/guest/facts.ts';
 
 /** The guest probe's parser, on an answer recorded from a lab member, and the script run by the real sh. */
 
@@ -90,4 +90,18 @@ test('the probe script, run by the real sh on this machine, reports absent files
   t.like(facts.files.get(join(dir, 'a file')), { mode: 0o640, digest: '5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03' });
   t.false(facts.dataDirInitialized);
   t.deepEqual(facts.cloudInit, { state: 'running' });
+});
+
+test("the first boot's wait, run by the real sh: returns at once when cloud-init has finished or never ran, waits while it runs", (t) => {
+  const script = waitForCloudInit();
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-wait-'));
+  // The same script with the paths moved into a directory of this test.
+  const local = script.replaceAll('/run/cloud-init/', `${dir}/`);
+  t.is(spawnSync('sh', ['-c', local], { timeout: 5_000 }).status, 0, 'never ran: no status file');
+  writeFileSync(join(dir, 'status.json'), '{}');
+  writeFileSync(join(dir, 'result.json'), '{}');
+  t.is(spawnSync('sh', ['-c', local], { timeout: 5_000 }).status, 0, 'finished');
+  rmSync(join(dir, 'result.json'));
+  const running = spawnSync('sh', ['-c', local], { timeout: 1_000 });
+  t.is(running.signal, 'SIGTERM', 'still waiting after 1 s while cloud-init runs');
 });
