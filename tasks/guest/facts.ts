@@ -151,7 +151,7 @@ function framed(output: string): Map<string, string> {
 
 /**
  * The probe's answer. `units` is undefined when what the files say does not settle every unit's
- * state: then unitStateScript asks systemd, and withSystemdUnits completes the facts.
+ * state: then unitStateScript asks systemd, and parseUnitState reads its answer (guest/probe.ts).
  */
 export function parseGuestProbe(output: string, questions: GuestQuestions): { facts: Omit<GuestFacts, 'units'>; units: Map<string, UnitFact> | undefined } {
   const parts = framed(output);

@@ -56,14 +56,14 @@ export class GuestProbe {
   /** Asks one member now: through its agent, or over `ssh` when the agent does not answer (re-checks, the first boot). */
   async askNow(member: Member, questions: GuestQuestions, ssh: SshConnection): Promise<GuestFacts> {
     const [answer] = await this.#runInAgents([{ member, script: guestProbeScript(questions) }]);
-    return (await this.#factsFrom(answer!, member, questions, overSsh(ssh))) ?? this.#complete(member, await overSsh(ssh)(guestProbeScript(questions)), questions, overSsh(ssh));
+    return (await this.#factsFrom(answer!, member, questions, overSsh(ssh))) ?? this.#complete(await overSsh(ssh)(guestProbeScript(questions)), questions, overSsh(ssh));
   }
 
   /** The facts in an agent's answer; over SSH when there are none (undefined: no domain, so no guest). */
   async #factsFrom(answer: AgentAnswer, member: Member, questions: GuestQuestions, ssh: RunScript): Promise<GuestFacts | undefined> {
     if (answer.ok) {
       try {
-        return await this.#complete(member, answer.output, questions, (script) => this.#runInAgent(member, script, ssh));
+        return await this.#complete(answer.output, questions, (script) => this.#runInAgent(member, script, ssh));
       } catch (error) {
         this.agentFailures.set(member.name, (error as Error).message);
       }
@@ -72,11 +72,11 @@ export class GuestProbe {
       // No domain yet (a first deploy, a joiner): no guest to ask over SSH either.
       if (saysDomainMissing(answer.reason)) return undefined;
     }
-    return this.#complete(member, await ssh(guestProbeScript(questions)), questions, ssh);
+    return this.#complete(await ssh(guestProbeScript(questions)), questions, ssh);
   }
 
   /** The facts in a probe's output; what the files leave unsettled about the units is asked of systemd, the same way. */
-  async #complete(member: Member, output: string, questions: GuestQuestions, run: RunScript): Promise<GuestFacts> {
+  async #complete(output: string, questions: GuestQuestions, run: RunScript): Promise<GuestFacts> {
     const { facts, units } = parseGuestProbe(output, questions);
     return { ...facts, units: units ?? parseUnitState(await run(unitStateScript(questions.units))) };
   }
