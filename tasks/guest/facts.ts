@@ -73,6 +73,9 @@ const SYSTEMD_RELOADED = '/run/systemd/generator';
 /** A symlink systemd creates when a unit's invocation begins: its time is the unit's start. */
 const invocationOf = (unit: string) => `/run/systemd/units/invocation:${unit}`;
 
+/** Sets `pid` to the unit's first process (cgroup v2: its main process), read with a builtin; empty when none runs. */
+const readFirstProcess = (unit: string) => `pid=; read -r pid < ${quote(`/sys/fs/cgroup/system.slice/${unit}/cgroup.procs`)} 2>/dev/null`;
+
 /** The probe: run as root (`sudo sh -s`). Missing files and units are simply absent from the answer. */
 export function guestProbeScript(questions: GuestQuestions): string {
   const paths = questions.paths.map(quote).join(' ');
@@ -84,18 +87,17 @@ export function guestProbeScript(questions: GuestQuestions): string {
     section('sha256'),
     ...(questions.paths.length ? [`sha256sum -- ${paths} 2>/dev/null`] : []),
     section('units'),
-    // Per unit: its first process (cgroup v2), and `enabled` when a .wants link of /etc names it and no symlink (a mask) replaces it.
+    // Per unit: its first process, and `enabled` when a .wants link of /etc names it and no symlink (a mask) replaces it.
     ...questions.units.map((unit) =>
       [
-        `pid=; read -r pid < ${quote(`/sys/fs/cgroup/system.slice/${unit}/cgroup.procs`)} 2>/dev/null`,
+        readFirstProcess(unit),
         `e=; for l in /etc/systemd/system/*.wants/${quote(unit)}; do [ -L "$l" ] && e=enabled; done; [ -L ${quote(`/etc/systemd/system/${unit}`)} ] && e=`,
         `echo ${quote(unit)} "\${pid:--}" "\${e:--}"`,
       ].join('; '),
     ),
     ...questions.environmentUnits.flatMap((unit) => [
       section(`environ ${unit}`),
-      // The unit's main process is the first in its cgroup (cgroup v2), read with a builtin.
-      `pid=; read -r pid < ${quote(`/sys/fs/cgroup/system.slice/${unit}/cgroup.procs`)} 2>/dev/null; [ -n "$pid" ] && cat "/proc/$pid/environ" 2>/dev/null; echo`,
+      `${readFirstProcess(unit)}; [ -n "$pid" ] && cat "/proc/$pid/environ" 2>/dev/null; echo`,
     ]),
     section('data'),
     `[ -d ${quote(`${questions.dataDir}/member`)} ] && echo member`,
