@@ -83,6 +83,8 @@ export interface PipelineOptions {
   replace?: string[];
   /** Members whose existing domains, without the tool's mark, are taken as this cluster's (--adopt). */
   adopt?: string[];
+  /** --diff: the run shows its changes' diffs (a dry-run always does). */
+  diff?: boolean;
 }
 
 /** Steps a run can choose with --tags / --skip-tags; pki, cluster and render feed every other step and always run. */
@@ -195,7 +197,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     // The domain step starts or restarts VMs and the restore step starts etcd: their changes make early
     // answers stale — unless the answers were asked after them (the `formed` phase asks again).
     const changedEarlier = (name: string) => !askedAfterEveryChange && runner.results.some((result) => result.host === name && (result.step === 'domain' || result.step === 'restore') && result.status === 'changed');
-    return guestStep({ inventory: pass.inventory, members: pass.members, desired: rendered.guests, ssh: memberSsh, probe: guestProbe, changedEarlier, clients, clusterFormed: clusterFormed && !pass.joining, dryRun: options.dryRun, progress: runner.progress });
+    return guestStep({ inventory: pass.inventory, members: pass.members, desired: rendered.guests, ssh: memberSsh, probe: guestProbe, changedEarlier, clients, clusterFormed: clusterFormed && !pass.joining, dryRun: options.dryRun, diffs: options.dryRun || options.diff === true, progress: runner.progress });
   };
   const selected = (title: string) => (options.tags ? options.tags.includes(title) : true) && !(options.skipTags ?? []).includes(title);
   /**
@@ -306,11 +308,13 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       const pass: Pass = { inventory, members, joining: false };
       // The guests asked again now, after every change of this run, and answering while the seeds are rewritten.
       if (selected('guest')) guestProbe.prefetch(members, (member) => guestQuestions(rendered.guests.get(member.name)!));
-      return [
-        ...(await runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files))),
-        ...(selected('cloud-init') ? await runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered.files, remote)) : []),
-        ...(selected('guest') ? await runner.runStep(guest(pass, { askedAfterEveryChange: true })) : []),
-      ];
+      const files = await runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files));
+      // The seeds on the hypervisors and the files in the guests at the same time: neither reads the other.
+      const [seeds, guests] = await Promise.all([
+        selected('cloud-init') ? runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered.files, remote)) : [],
+        selected('guest') ? runner.runStep(guest(pass, { askedAfterEveryChange: true })) : [],
+      ]);
+      return [...files, ...seeds, ...guests];
     },
   };
 

@@ -30,8 +30,8 @@ export type GuestChange = Change<GuestAction>;
 export interface GuestPlanContext {
   /** A health probe found a formed cluster before this run (see pipeline: clusterFormed). */
   clusterFormed: boolean;
-  /** Current content of drifted files that hold no secret, for diffs. */
-  currentContent: ReadonlyMap<string, string>;
+  /** Current content of drifted files that hold no secret, for diffs; not read (no diff for an update) when the run shows none. */
+  currentContent?: ReadonlyMap<string, string>;
 }
 
 export class RefusedError extends Error {}
@@ -71,7 +71,7 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
     if (fact.owner !== file.owner) wrong.push(`owner ${fact.owner} → ${file.owner}`);
     if (fact.digest !== sha256(file.content)) {
       const notes = [...wrong, ...(file.secret ? ['secret: content not shown'] : [])];
-      changes.push({ summary: `update ${file.path}${notes.length ? ` (${notes.join(', ')})` : ''}`, ...diff(context.currentContent.get(file.path) ?? ''), action: { kind: 'write', file } });
+      changes.push({ summary: `update ${file.path}${notes.length ? ` (${notes.join(', ')})` : ''}`, ...(context.currentContent ? diff(context.currentContent.get(file.path) ?? '') : {}), action: { kind: 'write', file } });
       changedPaths.add(file.path);
     } else if (wrong.length > 0) {
       changes.push({ summary: `fix ${file.path}: ${wrong.join(', ')}`, action: { kind: 'attributes', file } });

@@ -5,8 +5,8 @@ import { OWNER_NAMESPACE } from '../render/domain.ts';
 import type { VirshSessions } from '../libvirt/session.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
-import { askThroughAgents, type AgentAnswer } from './agent.ts';
-import { guestProbeScript, parseGuestProbe, parseUnitState, unitStateScript, type GuestFacts, type GuestQuestions } from './facts.ts';
+import { askThroughAgents, lookAtBoots, type AgentAnswer, type BootLook } from './agent.ts';
+import { CLOUD_INIT_RESULT, CLOUD_INIT_STATUS, guestProbeScript, parseGuestProbe, parseUnitState, unitStateScript, type GuestFacts, type GuestQuestions } from './facts.ts';
 
 /** A script run as root inside a member, read-only; its output. */
 type RunScript = (script: string) => Promise<string>;
@@ -53,10 +53,23 @@ export class GuestProbe {
     }
   }
 
-  /** Asks one member now: through its agent, or over `ssh` when the agent does not answer (re-checks, the first boot). */
-  async askNow(member: Member, questions: GuestQuestions, ssh: SshConnection): Promise<GuestFacts> {
+  /** Asks one member now: through its agent, or over SSH (`connect`, only then) when the agent does not answer (re-checks, the first boot). */
+  async askNow(member: Member, questions: GuestQuestions, connect: () => Promise<SshConnection>): Promise<GuestFacts> {
+    const ssh: RunScript = async (script) => overSsh(await connect())(script);
     const [answer] = await this.#runInAgents([{ member, script: guestProbeScript(questions) }]);
-    return (await this.#factsFrom(answer!, member, questions, overSsh(ssh))) ?? this.#complete(await overSsh(ssh)(guestProbeScript(questions)), questions, overSsh(ssh));
+    return (await this.#factsFrom(answer!, member, questions, ssh)) ?? this.#complete(await ssh(guestProbeScript(questions)), questions, ssh);
+  }
+
+  /** One look at the member's boot through its agent, which starts no process in the guest (guest/boot.ts). */
+  async lookAtBoot(member: Member): Promise<BootLook> {
+    const id = this.clusterId();
+    if (id === undefined) return { unanswered: 'the cluster has no ID yet: no domain can carry its mark' };
+    try {
+      const [look] = await lookAtBoots(await this.sessions.get(member.hypervisor), [member.name], { namespace: OWNER_NAMESPACE, id }, CLOUD_INIT_RESULT, CLOUD_INIT_STATUS);
+      return look!;
+    } catch (error) {
+      return { unanswered: (error as Error).message };
+    }
   }
 
   /** The facts in an agent's answer; over SSH when there are none (undefined: no domain, so no guest). */

@@ -9,7 +9,7 @@ import { SshConnection, SshError } from './ssh.ts';
 export class HypervisorUnreachable extends SshError {}
 
 /** How often a booting member's SSH is tried again. */
-const BOOTING_RETRY_MS = 2_000;
+export const BOOTING_RETRY_MS = 2_000;
 
 /**
  * SSH into members themselves, as the admin user with the tool's own key, checking each member's

@@ -7,22 +7,24 @@ import { waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest
 import { GuestProbe } from '../guest/probe.ts';
 import { driftedContent, planGuest, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import type { MemberConnections } from '../remote/members.ts';
+import { BOOTING_RETRY_MS, HypervisorUnreachable, type MemberConnections } from '../remote/members.ts';
+import { BootWaitFailed, waitForBoot, type BootWait, type BootWatch } from '../guest/boot.ts';
 import type { SshConnection } from '../remote/ssh.ts';
 import type { DesiredGuest } from '../render/guest/desired.ts';
 import { memberTargets } from './member-targets.ts';
 
 /**
  * The inside of every member, converged on every run: the files and services the guest features
- * describe (the same description cloud-init used at first boot). One probe per member (SSH exec),
- * all members at once; changes are applied one member at a time, etcd restarts leader last, each
- * waiting for the member's health before the next member starts.
+ * describe (the same description cloud-init used at first boot). One probe per member (through its
+ * guest agent, over SSH without one), all members at once, after waiting for a booting member's boot
+ * to end; changes go over SSH, one member at a time, etcd restarts leader last, each waiting for the
+ * member's health before the next member starts.
  */
 
 type GuestState =
   | { kind: 'unreachable'; reason: string }
   | { kind: 'booting' }
-  | { kind: 'probed'; facts: GuestFacts; currentContent: Map<string, string> };
+  | { kind: 'probed'; facts: GuestFacts; currentContent: Map<string, string> | undefined };
 
 export interface GuestStepOptions {
   inventory: Inventory;
@@ -35,6 +37,8 @@ export interface GuestStepOptions {
   clients: EtcdClients;
   clusterFormed: boolean;
   dryRun: boolean;
+  /** Does the run show its changes' diffs (--diff, a dry-run)? Only then is a drifted file's current text read: one more exec per member. */
+  diffs: boolean;
   /** Where the step says what a member waits on (its first boot). */
   progress?: Progress;
 }
@@ -42,12 +46,14 @@ export interface GuestStepOptions {
 /** After systemd says etcd is ready, the health wait gets at least this long, whatever is left of health_timeout. */
 const HEALTH_AFTER_START_MS = 30_000;
 const CONTENT_MARK = '@@etcd-kvm-file@@';
+/** Between two looks at a booting member through its agent: the end of its boot is seen within this. */
+const BOOT_POLL_MS = 500;
 
 /** A dry-run that cannot see inside a member yet: the whole guest is converged once it can. */
 type GuestStepAction = GuestAction | { kind: 'after-boot' };
 
 export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStepAction> {
-  const { inventory, members, desired, ssh: connections, probe: prober, changedEarlier, clients, clusterFormed, dryRun, progress } = options;
+  const { inventory, members, desired, ssh: connections, probe: prober, changedEarlier, clients, clusterFormed, dryRun, diffs, progress } = options;
   const { targets, memberNamed } = memberTargets(members);
   const timeoutMs = inventory.cluster.health_timeout * 1000;
   const reconnected = new Set<string>();
@@ -62,10 +68,21 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
   const reach = (member: Member): Promise<SshConnection> => connections.reach(member, { windowMs: timeoutMs, once: dryRun });
 
   // Through the guest agent when it answers, over this SSH connection otherwise.
-  const probe = (ssh: SshConnection, name: string): Promise<GuestFacts> => prober.askNow(memberNamed(name), questionsOf(name), ssh);
+  const probe = (ssh: SshConnection, name: string): Promise<GuestFacts> => prober.askNow(memberNamed(name), questionsOf(name), async () => ssh);
 
-  /** Current text of drifted files that hold no secret, for the diff: one more exec, only when something drifted. */
-  async function currentContent(connect: () => Promise<SshConnection>, name: string, facts: GuestFacts): Promise<Map<string, string>> {
+  /** The member's boot, watched through its agent and, until the agent answers, SSH (guest/boot.ts). */
+  const bootWatch = (member: Member): BootWatch => ({
+    look: () => prober.lookAtBoot(member),
+    connect: () =>
+      connections.get(member).then(
+        () => ({ connected: true as const }),
+        (error: Error) => ({ connected: false as const, reason: error.message, fatal: error instanceof HypervisorUnreachable }),
+      ),
+  });
+
+  /** Current text of drifted files that hold no secret, for the diff: one more exec, only when something drifted and diffs are shown. */
+  async function currentContent(connect: () => Promise<SshConnection>, name: string, facts: GuestFacts): Promise<Map<string, string> | undefined> {
+    if (!diffs) return undefined;
     const paths = driftedContent(desiredOf(name), facts).filter((file) => !file.secret && facts.files.has(file.path)).map((file) => file.path);
     if (paths.length === 0) return new Map();
     const output = await (await connect()).run(['sudo', 'sh', '-c', `for f; do echo "${CONTENT_MARK} $f"; cat -- "$f"; done`, 'sh', ...paths], { describe: 'read drifted files' });
@@ -109,27 +126,38 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
         connections.forget(member);
         reconnected.add(name);
       }
-      // The early answer (through the guest agent) is enough unless the first boot still runs or a
-      // drifted file's text is wanted for the diff: no SSH into the member for a run that changes nothing.
+      // The early answer (through the guest agent) is enough unless the boot still runs or a drifted
+      // file's text is wanted for the diff: no SSH into the member for a run that changes nothing.
       if (early && early.cloudInit.state !== 'running') return { kind: 'probed', facts: early, currentContent: await currentContent(() => reach(member), name, early) };
-      let ssh: SshConnection;
+      let boot: BootWait;
       try {
-        if (!early) progress?.update(name, 'connecting over SSH (waiting while it boots)');
-        ssh = await reach(member);
+        const onWaiting = () => progress?.update(name, 'booting: waiting for its boot to end (guest agent, SSH)');
+        boot = await waitForBoot(bootWatch(member), { windowMs: dryRun ? 0 : timeoutMs, pollMs: BOOT_POLL_MS, retryMs: BOOTING_RETRY_MS, onWaiting });
       } catch (error) {
-        if (!dryRun) throw error;
-        return { kind: 'unreachable', reason: (error as Error).message };
+        if (!dryRun || !(error instanceof BootWaitFailed)) throw error;
+        return { kind: 'unreachable', reason: error.message };
       }
-      let facts = early ?? (await probe(ssh, name));
-      if (facts.cloudInit.state === 'running') {
-        if (dryRun) return { kind: 'booting' };
-        // First boot: cloud-init writes every file and starts every service; converge what it leaves.
-        progress?.update(name, 'SSH up, first boot running (cloud-init)');
-        await ssh.exec(['sudo', 'sh', '-c', waitForCloudInit()], { timeoutMs });
+      let facts: GuestFacts;
+      if (boot.ended === 'agent') {
+        // A cluster forming in this run gets its final etcd.env over SSH once it has formed: the
+        // handshake (seconds of a freshly booted guest's CPU) is made now, while the steps before that wait on etcd.
+        if (!clusterFormed && !dryRun) void connections.get(member).catch(() => undefined);
+        facts = await prober.askNow(member, questionsOf(name), () => reach(member));
+      }
+      else if (boot.via === 'agent') return { kind: 'booting' };
+      else {
+        // An image without the guest agent: the rest of the wait is over SSH.
+        const ssh = await reach(member);
         facts = await probe(ssh, name);
+        if (facts.cloudInit.state === 'running') {
+          if (dryRun) return { kind: 'booting' };
+          progress?.update(name, 'SSH up, first boot running (cloud-init)');
+          await ssh.exec(['sudo', 'sh', '-c', waitForCloudInit()], { timeoutMs });
+          facts = await probe(ssh, name);
+        }
       }
       progress?.done(name);
-      return { kind: 'probed', facts, currentContent: await currentContent(async () => ssh, name, facts) };
+      return { kind: 'probed', facts, currentContent: await currentContent(() => reach(member), name, facts) };
     },
     plan(state, name) {
       if (state.kind === 'unreachable') return [{ summary: `converge the guest once it can be reached (now: ${state.reason})`, action: { kind: 'after-boot' } }];

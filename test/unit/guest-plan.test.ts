@@ -169,6 +169,14 @@ test('guest plan: a drifted file shows its current text against the wanted one',
   t.deepEqual(change!.diff, { label: CHRONY, before: 'server 10.9.9.9\n', after: 'server 10.0.0.1 iburst\n' });
 });
 
+test('guest plan: without the current text (a run that shows no diffs) an update carries no diff, rather than one from an empty file', (t) => {
+  const facts = converged();
+  facts.files.get(CHRONY)!.digest = sha256('server 10.9.9.9\n');
+  const [change] = planGuest(desired, facts, { clusterFormed: true });
+  t.is(change!.summary, `update ${CHRONY}`);
+  t.is(change!.diff, undefined);
+});
+
 test('guest plan: no diff of a secret, created or changed, carries its content', (t) => {
   const facts = converged();
   facts.files.delete(KEY);
