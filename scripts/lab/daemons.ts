@@ -53,6 +53,18 @@ const libvirtd = libvirtDaemon('libvirtd', 'libvirtd', inFirst, () => virshAt('q
 const secondVirtlogd = libvirtDaemon('lab2-virtlogd', 'virtlogd', inSecond, async () => existsSync(secondPath('run', 'virtlogd-sock')));
 const secondLibvirtd = libvirtDaemon('lab2-libvirtd', 'libvirtd', inSecond, () => virshAt(SECOND_URI).ok(['version']));
 
+/** The lab's root shell start-up file, empty: what a hypervisor's root shell runs before each SSH command. */
+const PLAIN_BASHRC = labPath('root_bashrc');
+
+/**
+ * Every SSH command runs through the user's shell, and bash started by sshd reads ~/.bashrc. This
+ * machine's /root/.bashrc runs `pyenv init`, a dozen processes (~0.13 s before every command the
+ * tool sends a hypervisor, measured with strace): a cost of the development machine, not of a
+ * hypervisor. The lab's sshds run in a private mount namespace where an empty file stands in for it.
+ */
+const withPlainShell = (within: Within): Within => (command) =>
+  within(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', `if [ -f /root/.bashrc ]; then mount --bind '${PLAIN_BASHRC}' /root/.bashrc; fi; exec "$@"`, 'sh', ...command]);
+
 /** An sshd daemonised in a namespace from its own config, ready when every listen address shows its host key. */
 const sshDaemon = (name: string, namespace: string, within: Within, config: string, port: number, addresses: readonly string[]): Daemon => ({
   name,
@@ -60,7 +72,7 @@ const sshDaemon = (name: string, namespace: string, within: Within, config: stri
   pidFile: run(`${name}.pid`),
   start: async () => {
     mkdirSync('/run/sshd', { recursive: true, mode: 0o755 });
-    await $`${within(['/usr/sbin/sshd', '-f', labPath(config)])}`;
+    await $`${withPlainShell(within)(['/usr/sbin/sshd', '-f', labPath(config)])}`;
   },
   // Every listen address: an sshd started from an older config (fewer addresses) is restarted.
   ready: async () => {
@@ -118,6 +130,7 @@ export async function ensureSshdFiles(): Promise<void> {
   if (!existsSync(hostKey)) await $`ssh-keygen -q -t ed25519 -N ${''} -C ${'etcd-kvm-lab hypervisor'} -f ${hostKey}`;
   if (!existsSync(clientKey)) await $`ssh-keygen -q -t ed25519 -N ${''} -C ${'etcd-kvm-lab client'} -f ${clientKey}`;
   writeFileSync(labPath('authorized_keys'), readFileSync(`${clientKey}.pub`), { mode: 0o600 });
+  writeFileSync(PLAIN_BASHRC, '', { mode: 0o644 });
   // The bastion has a host key of its own: every hop of a jump chain is verified on its own.
   const bastionHostKey = labPath('bastion_ssh_host_ed25519_key');
   if (!existsSync(bastionHostKey)) await $`ssh-keygen -q -t ed25519 -N ${''} -C ${'etcd-kvm-lab bastion'} -f ${bastionHostKey}`;
