@@ -143,9 +143,9 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
         // handshake (seconds of a freshly booted guest's CPU) is made now, while the steps before that wait on etcd.
         if (!clusterFormed && !dryRun) void connections.get(member).catch(() => undefined);
         facts = await prober.askNow(member, questionsOf(name), () => reach(member));
-      }
-      else if (boot.via === 'agent') return { kind: 'booting' };
-      else {
+      } else if (boot.via === 'agent') {
+        return { kind: 'booting' };
+      } else {
         // An image without the guest agent: the rest of the wait is over SSH.
         const ssh = await reach(member);
         facts = await probe(ssh, name);
