@@ -1,7 +1,7 @@
 import type { Step } from '../core/step.ts';
 import type { Member } from '../inventory/model.ts';
 import { join } from 'node:path';
-import { buildCloudInitIso, rememberSeedDigest, seedDigest, seedImage, type SeedDigest } from '../libvirt/cloud-init-iso.ts';
+import { rememberSeedDigest, seedDigest, seedImage, seedIso, type SeedDigest } from '../libvirt/cloud-init-iso.ts';
 import { volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
 import type { RenderedFile } from '../render/member.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
@@ -59,7 +59,7 @@ export function cloudInitIsoStep(stateDir: string, members: readonly Member[], r
     },
     async apply(_changes, name, state) {
       const member = memberNamed(name);
-      const iso = await buildCloudInitIso(filesOf(name));
+      const iso = await seedIso(filesOf(name));
       const virsh = await context.virshFor(member);
       const { pool, name: volume } = member.volumes.cloudInit;
       // The size the check planned for: the ISO is reproducible, so the one built now is the one it digested.

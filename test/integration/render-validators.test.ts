@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 import { loadInventory } from '../../tasks/inventory/load.ts';
-import { buildCloudInitIso, seedImage } from '../../tasks/libvirt/cloud-init-iso.ts';
+import { buildCloudInitIso, seedImage, seedIso } from '../../tasks/libvirt/cloud-init-iso.ts';
 import { run } from '../helpers/exec.ts';
 import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
 
@@ -61,6 +61,16 @@ test('net-convert really rejects a broken network-config (the validator can fail
   const badSudoers = join(dir, 'sudoers');
   writeFileSync(badSudoers, 'fluent-bit-updater ALL=(root) NOPASSWD systemctl reload fluent-bit.service\n');
   t.not(run('visudo', ['--check', '--file', badSudoers]).status, 0);
+});
+
+test("a seed ISO is built once per process for the same files (the check's digest and the upload), again for other files", async (t) => {
+  const { inventory, rendered } = await renderWithPki(loadInventory('inventories/lab.yaml'));
+  const [first, second] = inventory.members.map((member) => rendered.get(member.name)!);
+  const once = seedIso(first!);
+  t.is(seedIso(first!.map((file) => ({ ...file }))), once, 'the same content, another array: the same build');
+  t.deepEqual((await once).bytes, (await buildCloudInitIso(first!)).bytes);
+  const other = await seedIso(second!);
+  t.not(other.sha256, (await once).sha256);
 });
 
 test('a seed ISO padded with zeros to a larger volume (rewritten in place) still reads back: the same volume label and files', async (t) => {
