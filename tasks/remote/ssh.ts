@@ -168,13 +168,13 @@ export class SshConnection {
             opened?.close();
             reject(new SshError(`${this.target.label}: ${argv[0]} did not finish within ${Math.round(timeoutMs / 1000)} s`));
           }, timeoutMs);
-          const notStarted = (error: Error) => {
+          const notStarted = (error: SshError) => {
             clearTimeout(timer);
-            reject(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${error.message}`));
+            reject(error);
           };
-          try {
-            this.client.exec(command, (error: Error | undefined, channel: ClientChannel) => {
-              if (error) return notStarted(error);
+          this.#start(
+            argv,
+            (channel) => {
               // Opened only after the timeout: nobody waits for it any more.
               if (timedOut) return channel.close();
               opened = channel;
@@ -201,11 +201,9 @@ export class SshConnection {
                 });
                 options.stdin.pipe(channel);
               } else channel.end(options.stdin ?? undefined);
-            });
-          } catch (error) {
-            // ssh2 throws "Not connected" when the connection has already gone.
-            notStarted(error as Error);
-          }
+            },
+            notStarted,
+          );
         }),
     );
   }
@@ -220,24 +218,32 @@ export class SshConnection {
         .use(
           () =>
             new Promise<void>((released) => {
-              try {
-                this.client.exec(commandLine(argv), (error: Error | undefined, channel: ClientChannel) => {
-                  if (error) {
-                    released();
-                    return reject(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${error.message}`));
-                  }
+              this.#start(
+                argv,
+                (channel) => {
                   channel.once('close', () => released());
                   resolve(channel);
-                });
-              } catch (error) {
-                // ssh2 throws "Not connected" when the connection has already gone.
-                released();
-                reject(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${(error as Error).message}`));
-              }
+                },
+                (error) => {
+                  released();
+                  reject(error);
+                },
+              );
             }),
         )
         .catch(reject);
     });
+  }
+
+  /** Asks for a channel running argv; a refusal, or the connection already gone, is an error naming the command. */
+  #start(argv: readonly string[], started: (channel: ClientChannel) => void, notStarted: (error: SshError) => void): void {
+    const refused = (error: Error) => notStarted(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${error.message}`));
+    try {
+      this.client.exec(commandLine(argv), (error: Error | undefined, channel: ClientChannel) => (error ? refused(error) : started(channel)));
+    } catch (error) {
+      // ssh2 throws "Not connected" when the connection has already gone.
+      refused(error as Error);
+    }
   }
 
   /** Like exec, but a non-zero exit is an error naming the command, its exit code and its first stderr line. */

@@ -87,6 +87,16 @@ test('an interactive command answers each line as it comes, and gives its channe
   }
 });
 
+test('a command asked of a connection that has gone is an error naming the host and the command, for exec and interactive alike', async (t) => {
+  const connection = await SshConnection.open(target(knownHostsFile('known_hosts_gone', sshd.knownHostsLine)));
+  const closed = new Promise((resolve) => connection.client.once('close', () => resolve(undefined)));
+  connection.close();
+  await closed;
+  // ssh2 throws "Not connected" synchronously here; both ways of starting a command say it the same way.
+  await t.throwsAsync(connection.exec(['echo', 'late']), { message: /^hypervisor test: cannot start echo: Not connected/ });
+  await t.throwsAsync(connection.interactive(['virsh']), { message: /^hypervisor test: cannot start virsh: Not connected/ });
+});
+
 test.serial('a connection cut under a running command (its sshd session killed) is an error naming the host, and the next connection works', async (t) => {
   const connection = await SshConnection.open(target(knownHostsFile('known_hosts_cut', sshd.knownHostsLine)));
   try {
