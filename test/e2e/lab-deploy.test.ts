@@ -588,12 +588,19 @@ test.serial('two deploys started together on one state directory: one runs, the 
   const first = spawn(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', '-i', 'inventories/lab.yaml'], { stdio: 'ignore' });
   const firstDone = new Promise<number | null>((resolve) => first.once('exit', resolve));
   for (let waited = 0; !existsSync(lockFile) && waited < 30_000; waited += 100) await new Promise((resolve) => setTimeout(resolve, 100));
-  t.true(existsSync(lockFile), 'the first run took the lock');
-  const started = Date.now();
-  const second = deploy([], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
-  t.is(second.status, 1);
-  t.regex(second.stderr, new RegExp(`another run holds .*run\\.lock: PID ${first.pid} on `));
-  t.true(Date.now() - started < 15_000, `the second run gave up at once (${Date.now() - started} ms)`);
+  // Held still while the second starts: a run with nothing to change ends in ~2 s, less than the
+  // second one's start-up, which made "together" a race. Stopped, it is still alive and holds the lock.
+  first.kill('SIGSTOP');
+  try {
+    t.true(existsSync(lockFile), 'the first run took the lock');
+    const started = Date.now();
+    const second = deploy([], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
+    t.is(second.status, 1);
+    t.regex(second.stderr, new RegExp(`another run holds .*run\\.lock: PID ${first.pid} on `));
+    t.true(Date.now() - started < 15_000, `the second run gave up at once (${Date.now() - started} ms)`);
+  } finally {
+    first.kill('SIGCONT');
+  }
   t.is(await firstDone, 0);
   t.false(existsSync(lockFile), 'released at the end');
 });
