@@ -17,7 +17,10 @@ import { authStep } from './steps/auth.ts';
 import { usersStep } from './steps/users.ts';
 import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
 import { domainQuestions, domainsStep } from './steps/domains.ts';
+import { domainUuid } from './libvirt/domain-xml.ts';
 import { formedCluster } from './etcd/health.ts';
+import type { FormationVerdict, SeenDomains } from './etcd/formation.ts';
+import { formationStep, type Unanswered } from './steps/formation.ts';
 import { inventoryOf, planMembership, type LiveMember, type MembershipPlan } from './etcd/membership.ts';
 import { CONTROL_NODE, type AnyStep, type Step } from './core/step.ts';
 import { addLearnerStep, departStep, promoteStep, type Departure } from './steps/membership.ts';
@@ -33,13 +36,14 @@ import { networkIdsOf, networksStep, type NetworkNames } from './steps/networks.
 import { ownerQuestions } from './libvirt/ownership.ts';
 import { identityOf } from './pki/plan.ts';
 import { volumeState } from './libvirt/volumes.ts';
-import type { Question } from './libvirt/virsh.ts';
+import { isNotFound, type Question } from './libvirt/virsh.ts';
 import { peerUrl } from './inventory/urls.ts';
 
 /**
  * The order of the deploy, in one place:
  *   1. pki       – CA, member and root client certificates, the tool's SSH key (control node)
- *   2. cluster   – has the cluster formed? (any member with a leader; decides ETCD_INITIAL_CLUSTER_STATE)
+ *   2. cluster   – has the cluster formed? (any member with a leader; when none answers, a VM it formed on,
+ *                  recorded in formed.json; decides ETCD_INITIAL_CLUSTER_STATE)
  *      networks  – only for interfaces given by network_id: the network's name on the member's hypervisor
  *      members   – etcd's member list against the inventory: who votes, who joins, who leaves; a
  *                  mismatch the tool does not resolve stops the run here
@@ -308,7 +312,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       const pass: Pass = { inventory, members, joining: false };
       // The guests asked again now, after every change of this run, and answering while the seeds are rewritten.
       if (selected('guest')) guestProbe.prefetch(members, (member) => guestQuestions(rendered.guests.get(member.name)!));
-      const files = await runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files));
+      const files = [...(await recordFormation()), ...(await runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files)))];
       // The seeds on the hypervisors and the files in the guests at the same time: neither reads the other.
       const [seeds, guests] = await Promise.all([
         selected('cloud-init') ? runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered.files, remote)) : [],
@@ -323,6 +327,19 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     const states = await Promise.all(inventory.members.map((member) => remote.probe(member, { state: ownerQuestions(member).state }, { keep: true }).then(({ state }) => state, () => undefined)));
     return states.every((state) => state !== undefined && !/^running$/m.test(state.output));
   };
+
+  /** Each member's domain UUID as libvirt has it now (null: no such domain; undefined: its hypervisor did not answer); asked once for members outside --limit. */
+  const domainUuids = async (): Promise<SeenDomains> =>
+    new Map(
+      await Promise.all(
+        inventory.members.map(async (member) => {
+          const answer = await remote.probe(member, { info: domainQuestions(member).info }, { keep: true }).then(({ info }) => info, () => undefined);
+          const seen = answer === undefined ? undefined : answer.code === 0 ? domainUuid(answer.output) : isNotFound(answer) ? null : undefined;
+          return [member.name, seen] as const;
+        }),
+      ),
+    );
+  const recordFormation = (unanswered?: Unanswered) => runner.runStep(formationStep(inventory.stateDir, inventory.members.map((member) => member.name), domainUuids, unanswered));
 
   /**
    * Members etcd lists whose OS or data volume libvirt no longer has: they are replaced. A hypervisor
@@ -380,11 +397,20 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
                 // No member's VM running (a first deploy): nothing can answer, so the probe's timeout is not waited for.
                 const asking = formedCluster(clients, inventory.members);
                 const formed = await Promise.race([asking, noDomainRunning().then((none) => (none ? undefined : asking))]);
-                // is_initializing: false says the cluster exists, whether or not a member answers now.
-                clusterFormed = formed !== undefined || !inventory.cluster.is_initializing;
-                if (!formed) return clusterFormed ? 'no member answers (is_initializing: false): members start as existing' : 'not formed yet: members start as new';
-                const results = await runner.runStep(membershipStep(formed.members, await disksGone(formed.members)));
-                if (results.some((result) => result.status === 'failed')) return results;
+                if (!formed) {
+                  // Every etcd down, or a cluster not formed yet: is_initializing: false, or a VM the cluster formed on, says which.
+                  let why = '';
+                  const decided = (verdict: FormationVerdict) => {
+                    clusterFormed = verdict.formed;
+                    why = verdict.why;
+                  };
+                  const results = await recordFormation({ isInitializing: inventory.cluster.is_initializing, decided });
+                  return results.some((result) => result.status === 'failed') ? results : why;
+                }
+                clusterFormed = true;
+                const membershipResults = await runner.runStep(membershipStep(formed.members, await disksGone(formed.members)));
+                if (membershipResults.some((result) => result.status === 'failed')) return membershipResults;
+                await recordFormation();
                 // etcd's users and roles, asked now from the member that manages them, while the other steps work.
                 for (const step of ['auth', 'users'] as const) if (selected(step)) runner.checkEarly(accessSteps()[step]);
                 const joining = membership.joiners.filter(({ member }) => members.includes(member)).map(({ member, stage }) => (stage === 'to-add' ? member.name : `${member.name} (${stage}, resumed)`));

@@ -97,3 +97,6 @@ export function parseDomInfo(output: string): { running: boolean; autostart: boo
   const state = output.match(/^State:\s+(.+)$/m)?.[1]?.trim() ?? 'unknown';
   return { running: state === 'running', autostart: /^Autostart:\s+enable/m.test(output), state };
 }
+
+/** The domain's UUID from `virsh dominfo`: libvirt makes it when the domain is first defined and keeps it across redefinitions. */
+export const domainUuid = (output: string): string | undefined => output.match(/^UUID:\s+([0-9a-f-]{36})\s*$/m)?.[1];

@@ -131,7 +131,7 @@ test.serial('a second run changes nothing, and a dry-run after it plans nothing;
   const perMember = ['render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health'];
   t.deepEqual(
     second.report.results.map((r) => `${r.step}@${r.host}`).sort(),
-    ['pki@localhost', 'members@localhost', 'auth@etcd-1', 'users@etcd-1', ...perMember.flatMap((step) => MEMBERS.map((member) => `${step}@${member}`))].sort(),
+    ['pki@localhost', 'members@localhost', 'formation@localhost', 'auth@etcd-1', 'users@etcd-1', ...perMember.flatMap((step) => MEMBERS.map((member) => `${step}@${member}`))].sort(),
   );
   t.deepEqual(changed(second), []);
   const dry = deployed(t, ['--dry-run']);
@@ -644,6 +644,23 @@ test.serial('drift inside the members is repaired by one run, each with its exac
   t.is(memberSsh('etcd-3', 'sudo stat -c %a:%U /etc/etcd/tls/server.key && test -s /etc/etcd/tls/ca.crt && echo ca').stdout.trim(), '400:etcd\nca');
   const health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
   t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 3);
+  t.deepEqual(changed(deployed(t)), []);
+});
+
+test.serial('every etcd stopped at once (after a power cut): one run starts them again, members stay existing (the VMs the cluster formed on, from formed.json), nothing else changes', (t) => {
+  const formed = JSON.parse(readFileSync(join(LAB_STATE, 'formed.json'), 'utf8')) as { domains: Record<string, string> };
+  t.deepEqual(formed.domains, Object.fromEntries(MEMBERS.map((member) => [member, virsh(['domuuid', member]).stdout.trim()])), 'formed.json names the domains the cluster runs on');
+  t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/outage', 'before']).status, 0);
+  for (const member of MEMBERS) t.is(memberSsh(member, 'sudo systemctl stop etcd').status, 0);
+  const result = deployed(t);
+  t.is(result.status, 0);
+  // Without the record, is_initializing: true made this run render `new` into every seed and etcd.env, then `existing` again.
+  t.regex(result.output, /cluster: no member answers, but etcd-1, etcd-2, etcd-3 are VMs of the cluster recorded as formed on \d{4}-\d\d-\d\d \(formed\.json\): members stay existing/);
+  t.deepEqual(changed(result).sort(), MEMBERS.map((member) => `${member}/guest: changed start etcd.service (was inactive/dead)`));
+  for (const member of MEMBERS) t.is(memberSsh(member, 'grep ^ETCD_INITIAL_CLUSTER_STATE= /etc/etcd/etcd.env').stdout.trim(), 'ETCD_INITIAL_CLUSTER_STATE=existing', member);
+  const health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
+  t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 3);
+  t.is(etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--print-value-only', 'e2e/outage']).stdout.trim(), 'before');
   t.deepEqual(changed(deployed(t)), []);
 });
 

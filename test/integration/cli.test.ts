@@ -82,10 +82,12 @@ test('--render-only writes every file (secrets 0600), then a dry-run sees no cha
   const stateDir = join(dir, '.etcd-kvm', 'lab');
   assertNoSecrets(t, rendered.stdout + rendered.stderr, stateDir);
 
-  // --render-only records nothing for the render step, so a dry-run still plans the records, but the PKI is settled.
+  // --render-only records nothing for the render step, so a dry-run still plans the records, but the PKI is settled;
+  // no formed.json, so the cluster, which nothing answers for, has not formed (pki and formation ok on localhost).
   const apply = deploy(['-i', inventory, '--dry-run', '--json', join(dir, 'report.json')]);
   t.is(apply.status, 1, 'the unreachable hypervisor fails the remote steps');
-  t.regex(apply.stdout, /localhost +ok=1 {2}changed=0/);
+  t.regex(apply.stdout, /localhost +ok=2 {2}changed=0/);
+  t.regex(apply.stdout, /cluster: not formed yet: members start as new/);
   assertNoSecrets(t, apply.stdout + apply.stderr, stateDir);
   const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as { dryRun: boolean; results: { step: string; host: string; status: string }[] };
   t.true(report.dryRun);

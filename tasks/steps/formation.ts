@@ -1,0 +1,55 @@
+import { CONTROL_NODE, type Step } from '../core/step.ts';
+import { formationToRecord, formationWithoutAnswer, readFormation, writeFormation, type FormationRecord, type FormationVerdict, type SeenDomains } from '../etcd/formation.ts';
+
+/** The record now, and the members' domains as seen in this run. */
+export interface FormationState {
+  record: FormationRecord | undefined;
+  seen: SeenDomains;
+}
+
+const sameDomains = (a: Record<string, string>, b: Record<string, string>) => Object.keys(a).length === Object.keys(b).length && Object.entries(a).every(([member, uuid]) => b[member] === uuid);
+
+/** Set when no member answered etcd's formed-cluster probe: the step then decides from the record and changes nothing. */
+export interface Unanswered {
+  isInitializing: boolean;
+  decided(verdict: FormationVerdict): void;
+}
+
+/**
+ * `formed.json` (etcd/formation.ts), on the control node. After etcd said the cluster has formed, it
+ * keeps the record saying which VMs the cluster runs on: written when a run first sees the cluster
+ * formed, and again when a member's VM was made anew (a replacement). When no member answered, it
+ * reads the record to decide whether the cluster has formed all the same, and changes nothing. A
+ * damaged record fails it, and with it the run, before anything is rendered.
+ */
+export function formationStep(stateDir: string, members: readonly string[], domainUuids: () => Promise<SeenDomains>, unanswered?: Unanswered): Step<FormationState, Record<string, string>> {
+  return {
+    name: 'formation',
+    targets: [CONTROL_NODE],
+    async check() {
+      return { record: readFormation(stateDir), seen: await domainUuids() };
+    },
+    plan({ record, seen }) {
+      if (unanswered) {
+        unanswered.decided(formationWithoutAnswer(unanswered.isInitializing, record, seen));
+        return [];
+      }
+      const domains = formationToRecord(record, members, seen);
+      if (record !== undefined && sameDomains(record.domains, domains)) return [];
+      if (Object.keys(domains).length === 0) return [];
+      const made = record === undefined ? [] : Object.keys(domains).filter((member) => record.domains[member] !== domains[member]);
+      return [
+        {
+          summary:
+            record === undefined
+              ? `record that the cluster has formed, on the VMs of ${Object.keys(domains).join(', ')} (formed.json)`
+              : `record the cluster's VMs (formed.json)${made.length > 0 ? `: ${made.join(', ')} made anew` : ''}`,
+          action: domains,
+        },
+      ];
+    },
+    async apply([change]) {
+      if (change) writeFormation(stateDir, change.action);
+    },
+  };
+}
