@@ -43,7 +43,7 @@ export function formationStep(stateDir: string, members: readonly string[], doma
           summary:
             record === undefined
               ? `record that the cluster has formed, on the VMs of ${Object.keys(domains).join(', ')} (formed.json)`
-              : `record the cluster's VMs (formed.json)${made.length > 0 ? `: ${made.join(', ')} made anew` : ''}`,
+              : `record the cluster's VMs (formed.json)${made.length > 0 ? `: a new VM for ${made.join(', ')}` : ''}`,
           action: domains,
         },
       ];

@@ -40,7 +40,7 @@ const planOf = (state: FormationState, members = MEMBERS) => formationStep('/non
 const plans: { name: string; record?: FormationRecord; seen: Record<string, string | null | undefined>; members?: string[]; summary?: RegExp; domains?: Record<string, string> }[] = [
   { name: 'first seen formed: recorded', seen: { 'etcd-1': U1, 'etcd-2': U2, 'etcd-3': U3 }, summary: /^record that the cluster has formed, on the VMs of etcd-1, etcd-2, etcd-3 \(formed\.json\)$/, domains: record.domains },
   { name: 'equal: nothing', record, seen: { 'etcd-1': U1, 'etcd-2': U2, 'etcd-3': U3 } },
-  { name: 'a replaced member: its new VM recorded', record, seen: { 'etcd-1': U1, 'etcd-2': NEW, 'etcd-3': U3 }, summary: /: etcd-2 made anew$/, domains: { 'etcd-1': U1, 'etcd-2': NEW, 'etcd-3': U3 } },
+  { name: 'a replaced member: its new VM recorded', record, seen: { 'etcd-1': U1, 'etcd-2': NEW, 'etcd-3': U3 }, summary: /: a new VM for etcd-2$/, domains: { 'etcd-1': U1, 'etcd-2': NEW, 'etcd-3': U3 } },
   { name: 'a member not seen (its hypervisor down) keeps its entry', record, seen: { 'etcd-1': U1, 'etcd-2': undefined, 'etcd-3': U3 } },
   { name: "a member whose domain is gone loses its entry", record, seen: { 'etcd-1': U1, 'etcd-2': U2, 'etcd-3': null }, summary: /^record the cluster's VMs \(formed\.json\)$/, domains: { 'etcd-1': U1, 'etcd-2': U2 } },
   { name: 'a member gone from the inventory is dropped', record, seen: { 'etcd-1': U1, 'etcd-2': U2 }, members: ['etcd-1', 'etcd-2'], summary: /^record the cluster's VMs \(formed\.json\)$/, domains: { 'etcd-1': U1, 'etcd-2': U2 } },
