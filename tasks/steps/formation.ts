@@ -18,7 +18,7 @@ export interface Unanswered {
 /**
  * `formed.json` (etcd/formation.ts), on the control node. After etcd said the cluster has formed, it
  * keeps the record saying which VMs the cluster runs on: written when a run first sees the cluster
- * formed, and again when a member's VM was made anew (a replacement). When no member answered, it
+ * formed, and again when its members' VMs change (a member joins, is replaced or leaves). When no member answered, it
  * reads the record to decide whether the cluster has formed all the same, and changes nothing. A
  * damaged record fails it, and with it the run, before anything is rendered.
  */
