@@ -18,7 +18,8 @@ import { usersStep } from './steps/users.ts';
 import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
 import { domainQuestions, domainsStep } from './steps/domains.ts';
 import { domainUuid } from './libvirt/domain-xml.ts';
-import { formedCluster } from './etcd/health.ts';
+import { etcdAnswers, formedCluster } from './etcd/health.ts';
+import { judgeDisks, type DiskVerdict } from './etcd/lost-disks.ts';
 import type { FormationVerdict, SeenDomains } from './etcd/formation.ts';
 import { formationStep, type Unanswered } from './steps/formation.ts';
 import { inventoryOf, planMembership, type LiveMember, type MembershipPlan } from './etcd/membership.ts';
@@ -35,7 +36,6 @@ import { adoptionStep, ownershipStep } from './steps/ownership.ts';
 import { networkIdsOf, networksStep, type NetworkNames } from './steps/networks.ts';
 import { ownerQuestions } from './libvirt/ownership.ts';
 import { identityOf } from './pki/plan.ts';
-import { volumeState } from './libvirt/volumes.ts';
 import { isNotFound, type Question } from './libvirt/virsh.ts';
 import { peerUrl } from './inventory/urls.ts';
 
@@ -239,7 +239,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       },
     },
     ...onlySelected([
-      { title: 'volumes', run: () => runner.runStep(volumesStep(pass.inventory, pass.members, remote, pass.joining)) },
+      { title: 'volumes', run: () => runner.runStep(volumesStep(pass.inventory, pass.members, remote, { joining: pass.joining, formed: clusterFormed })) },
       { title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, pass.members, rendered.files, remote)) },
       { title: 'domain', run: () => runner.runStep(domainsStep({ inventory: pass.inventory, members: pass.members, rendered: rendered.files, context: remote, clients })) },
       ...(snapshots && !pass.joining
@@ -334,7 +334,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       await Promise.all(
         inventory.members.map(async (member) => {
           const answer = await remote.probe(member, { info: domainQuestions(member).info }, { keep: true }).then(({ info }) => info, () => undefined);
-          const seen = answer === undefined ? undefined : answer.code === 0 ? domainUuid(answer.output) : isNotFound(answer) ? null : undefined;
+          const seen = answer === undefined ? undefined : answer.code === 0 ? domainUuid(answer.output) : isNotFound(answer, 'domain') ? null : undefined;
           return [member.name, seen] as const;
         }),
       ),
@@ -342,27 +342,26 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const recordFormation = (unanswered?: Unanswered) => runner.runStep(formationStep(inventory.stateDir, inventory.members.map((member) => member.name), domainUuids, unanswered));
 
   /**
-   * Members etcd lists whose OS or data volume libvirt no longer has: they are replaced. A hypervisor
-   * that does not answer says nothing here (its step fails later, on its own members).
+   * Members etcd lists whose OS or data volume is gone for certain (see judgeDisks): they are replaced.
+   * What is less than certain replaces nothing and is said (`doubts`); the volumes step then stops at
+   * that member. A hypervisor that does not answer says nothing here.
    */
-  const disksGone = async (live: readonly LiveMember[]): Promise<Map<string, string>> => {
+  const disksGone = async (live: readonly LiveMember[]): Promise<{ gone: Map<string, string>; doubts: string[] }> => {
     const listed = members.filter((member) => live.some((l) => l.peerURLs.includes(peerUrl(inventory, member))));
-    const gone = new Map<string, string>();
-    await Promise.all(
+    const verdicts = await Promise.all(
       listed.map(async (member) => {
         const { os, data } = volumeQuestions(member);
-        try {
-          const questions: Record<string, Question> = data ? { os: os!, data } : { os: os! };
-          // Kept for the volumes step, which asks the same.
-          const answers = await remote.probe(member, questions, { keep: true });
-          const missing = Object.entries(answers).flatMap(([which, answer]) => (volumeState(answer, `${which} volume of ${member.name}`).exists ? [] : [`its ${which === 'os' ? 'OS' : 'data'} volume is gone`]));
-          if (missing.length > 0) gone.set(member.name, missing.join(' and '));
-        } catch {
-          // Unknown is not gone.
-        }
+        const questions: Record<string, Question> = data ? { os: os!, data } : { os: os! };
+        // Kept for the volumes step, which asks the same.
+        const answers = await remote.probe(member, questions, { keep: true }).catch(() => undefined);
+        if (!answers) return [member.name, { gone: false } as DiskVerdict] as const;
+        return [member.name, await judgeDisks({ os: answers.os!, ...(answers.data ? { data: answers.data } : {}), etcdAnswers: () => etcdAnswers(clients, member) })] as const;
       }),
     );
-    return gone;
+    return {
+      gone: new Map(verdicts.flatMap(([name, verdict]) => (verdict.gone ? [[name, verdict.why]] : []))),
+      doubts: verdicts.flatMap(([name, verdict]) => (!verdict.gone && verdict.why ? [`${name}: ${verdict.why} (--replace ${name} replaces it on purpose)`] : [])),
+    };
   };
 
   /**
@@ -408,13 +407,15 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
                   return results.some((result) => result.status === 'failed') ? results : why;
                 }
                 clusterFormed = true;
-                const membershipResults = await runner.runStep(membershipStep(formed.members, await disksGone(formed.members)));
+                const disks = await disksGone(formed.members);
+                const membershipResults = await runner.runStep(membershipStep(formed.members, disks.gone));
                 if (membershipResults.some((result) => result.status === 'failed')) return membershipResults;
                 await recordFormation();
                 // etcd's users and roles, asked now from the member that manages them, while the other steps work.
                 for (const step of ['auth', 'users'] as const) if (selected(step)) runner.checkEarly(accessSteps()[step]);
                 const joining = membership.joiners.filter(({ member }) => members.includes(member)).map(({ member, stage }) => (stage === 'to-add' ? member.name : `${member.name} (${stage}, resumed)`));
-                return `formed (leader ${formed.leader}): members join as existing${joining.length ? `; to join one after another: ${joining.join(', ')}` : ''}`;
+                const notReplaced = disks.doubts.length ? `; not replaced, for want of certain evidence: ${disks.doubts.join('; ')}` : '';
+                return `formed (leader ${formed.leader}): members join as existing${joining.length ? `; to join one after another: ${joining.join(', ')}` : ''}${notReplaced}`;
               },
             },
             ...(members.some((member) => networkIdsOf(member).length > 0) ? [{ title: 'networks', run: () => runner.runStep(networksStep(members, remote, networkNames)) }] : []),

@@ -65,6 +65,15 @@ export async function waitForHealth(inventory: Inventory, clients: EtcdClients, 
   );
 }
 
+/** How long a member's etcd has to answer before it counts as down: a live member answers a status in tens of milliseconds. */
+const ANSWER_PROBE_MS = 5_000;
+
+/** Does the member's etcd answer a status request now (with or without a leader)? */
+export async function etcdAnswers(clients: EtcdClients, member: Member): Promise<boolean> {
+  const asked = clients.for(member).then((client) => client.maintenance.status({})).then(() => true, () => false);
+  return Promise.race([asked, delay(ANSWER_PROBE_MS, false, { ref: false })]);
+}
+
 /** How long the formed-cluster probe waits for any member: a cluster that does not answer by then is treated as not formed. */
 const FORMED_PROBE_MS = 8_000;
 

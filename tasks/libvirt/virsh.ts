@@ -133,6 +133,25 @@ function parsePiped(stdout: string): Record<string, ProbeAnswer> {
 /** Does virsh's message say the domain does not exist? */
 export const saysDomainMissing = (text: string): boolean => /failed to get domain|domain not found|no domain/i.test(text);
 
-/** Is this virsh failure "no such object" (as opposed to a broken connection)? */
-export const isNotFound = (answer: ProbeAnswer): boolean =>
-  answer.code !== 0 && /(failed to get|not found|no storage vol|no domain|no network|no storage pool)/i.test(answer.output);
+/** The kinds of libvirt object a question can find missing. */
+export type LibvirtObject = 'domain' | 'volume' | 'pool' | 'network';
+
+/**
+ * Which object a failed answer says does not exist, from libvirt's own words ("Storage pool not found:
+ * no storage pool with matching name …"), or undefined for any other failure (a broken connection, a
+ * pool not started). A volume question whose pool is missing answers `pool`: the volume's absence is
+ * then unknown, and nothing may be decided from it (a mistyped volume_pool must never read as "disk gone").
+ */
+export function missingObject(answer: ProbeAnswer): LibvirtObject | undefined {
+  if (answer.code === 0) return undefined;
+  const text = answer.output;
+  // The pool first: a volume question whose pool is missing fails with the pool's error alone.
+  if (/failed to get pool|storage pool not found|no storage pool with matching/i.test(text)) return 'pool';
+  if (/failed to get vol|storage volume not found|no storage vol with matching/i.test(text)) return 'volume';
+  if (/failed to get network|network not found|no network with matching/i.test(text)) return 'network';
+  if (saysDomainMissing(text)) return 'domain';
+  return undefined;
+}
+
+/** Does this failed answer say that `object` (the one the question asked about) does not exist? */
+export const isNotFound = (answer: ProbeAnswer, object: LibvirtObject): boolean => missingObject(answer) === object;

@@ -1,5 +1,5 @@
 import type { ProbeAnswer } from './virsh.ts';
-import { isNotFound } from './virsh.ts';
+import { isNotFound, missingObject } from './virsh.ts';
 
 /** Reading `virsh vol-info --bytes` answers. */
 
@@ -10,8 +10,10 @@ export function volumeState(answer: ProbeAnswer, what: string): VolumeState {
     const capacity = answer.output.match(/^Capacity:\s+(\d+)/m)?.[1];
     return { exists: true, capacityBytes: capacity ? Number(capacity) : 0 };
   }
-  if (isNotFound(answer)) return { exists: false };
-  throw new Error(`cannot read ${what}: ${answer.output.trim().split('\n')[0] || `virsh exit ${answer.code}`}`);
+  if (isNotFound(answer, 'volume')) return { exists: false };
+  const said = answer.output.trim().split('\n').map((line) => line.replace(/^error: /, '')).join(': ') || `virsh exit ${answer.code}`;
+  const hint = missingObject(answer) === 'pool' ? ' (the pool is missing on that hypervisor, so whether the volume exists is unknown: check volume_pool; virsh pool-list --all lists the pools)' : '';
+  throw new Error(`cannot read ${what}: ${said}${hint}`);
 }
 
 export const GIB = 1024 ** 3;

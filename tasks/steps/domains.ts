@@ -71,7 +71,7 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
     async check(name) {
       const answers = await context.probe(memberNamed(name), domainQuestions(memberNamed(name)));
       if (answers.xml.code !== 0) {
-        if (isNotFound(answers.xml)) return { running: false, autostart: false, state: 'undefined' };
+        if (isNotFound(answers.xml, 'domain')) return { running: false, autostart: false, state: 'undefined' };
         throw new Error(`cannot read domain ${name}: ${answers.xml.output.trim().split('\n')[0]}`);
       }
       return { liveXml: answers.xml.output, ...parseDomInfo(answers.info.output) };

@@ -30,7 +30,7 @@ export function networksStep(members: readonly Member[], context: RemoteContext,
       const names = new Map<string, string>();
       for (const [id, answer] of answers) {
         if (answer.code === 0) names.set(id, answer.output.trim());
-        else if (isNotFound(answer)) throw new Error(`network_id ${id} names no libvirt network on hypervisor ${member.hypervisor.name} (virsh net-list --all --uuid lists those there)`);
+        else if (isNotFound(answer, 'network')) throw new Error(`network_id ${id} names no libvirt network on hypervisor ${member.hypervisor.name} (virsh net-list --all --uuid lists those there)`);
         else throw new Error(`cannot resolve network_id ${id} on hypervisor ${member.hypervisor.name}: ${answer.output.trim().split('\n')[0]}`);
       }
       resolved.set(name, names);

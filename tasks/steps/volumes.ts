@@ -46,9 +46,16 @@ async function probe(context: RemoteContext, member: Member): Promise<VolumesSta
 
 /**
  * `joining`: these members have just been added to a formed cluster as learners, so an empty disk is
- * what they need (they get their data from the cluster).
+ * what they need (they get their data from the cluster). `formed`: the cluster has formed (etcd said
+ * so, or formed.json when no etcd answers): a member's missing data disk is its data lost, never a disk
+ * to create — etcd would start `existing` on it empty.
  */
-export function volumesStep(inventory: Inventory, members: readonly Member[], context: RemoteContext, joining = false): Step<VolumesState & { othersWithDisks: string[] }, VolumeAction> {
+export function volumesStep(
+  inventory: Inventory,
+  members: readonly Member[],
+  context: RemoteContext,
+  { joining, formed }: { joining: boolean; formed: boolean },
+): Step<VolumesState & { othersWithDisks: string[] }, VolumeAction> {
   const { targets, memberNamed } = memberTargets(members);
   // Which members had their OS disk when this step started: a missing disk next to existing ones means a
   // cluster formed without this member's data. Taken once, by the first member that misses its disk, and
@@ -79,7 +86,7 @@ export function volumesStep(inventory: Inventory, members: readonly Member[], co
           throw new Error(
             `refusing to create a new OS disk for ${name}: the cluster already exists (${state.othersWithDisks.length > 0 ? `other members have their disks: ${state.othersWithDisks.join(', ')}` : 'cluster.is_initializing is false'}), ` +
               'and a fresh member would start empty. Restore the volume, or remove the member from the cluster (etcdctl member remove <its ID, ' +
-              'from status.ts>): the next run adds it back as a learner with a fresh disk and its data from the cluster. Nothing was changed for this member.',
+              `from status.ts>) or run with --replace ${name}: it then joins as a learner with a fresh disk and its data from the cluster. Nothing was changed for this member.`,
           );
         }
         if (!state.base || 'missing' in state.base) {
@@ -93,6 +100,12 @@ export function volumesStep(inventory: Inventory, members: readonly Member[], co
       }
       if (data && state.data && !state.data.exists) {
         if ('existing' in data) throw new Error(`data_volume_id ${data.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}`);
+        if (!joining && formed) {
+          throw new Error(
+            `refusing to create a new data disk for ${name}: the cluster has formed, so ${pool}/${data.name} held this member's etcd data, and etcd would start on an empty one. ` +
+              `Restore the volume, or run with --replace ${name} (it joins again empty and takes its data from the cluster). Nothing was changed for this member.`,
+          );
+        }
         changes.push({
           summary: `create data disk ${pool}/${data.name} (${data.sizeGib} GiB qcow2)`,
           action: { kind: 'data', pool, name: data.name, capacityBytes: data.sizeGib * GIB },

@@ -2,7 +2,8 @@ import test from 'ava';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { compareDomainXml, parseDomInfo } from '../../tasks/libvirt/domain-xml.ts';
-import { isNotFound, parseVirshBatch, Virsh, virshBatch, type Question } from '../../tasks/libvirt/virsh.ts';
+import { volumeState } from '../../tasks/libvirt/volumes.ts';
+import { isNotFound, missingObject, parseVirshBatch, Virsh, virshBatch, type Question } from '../../tasks/libvirt/virsh.ts';
 import type { SshConnection } from '../../tasks/remote/ssh.ts';
 import { renderDomainXml } from '../../tasks/render/domain.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
@@ -42,8 +43,8 @@ test('the batched probe splits a recorded answer into each question: exit code a
   t.true(answers.xml!.output.startsWith('<domain type='));
   t.like(parseDomInfo(answers.info!.output), { running: true, autostart: true, state: 'running' });
   t.is(answers.missing!.code, 1);
-  t.true(isNotFound(answers.missing!));
-  t.false(isNotFound(answers.os!));
+  t.true(isNotFound(answers.missing!, 'domain'));
+  t.false(isNotFound(answers.os!, 'volume'));
 });
 
 test('with a session, virsh questions go to it and pipelines to their own execs; the answers read as a batch\'s', async (t) => {
@@ -58,11 +59,13 @@ test('with a session, virsh questions go to it and pipelines to their own execs;
   t.is(answers.digest!.output.trim(), '34ebf7b7ef3c7af3cd23c8e16a468db4f7711eb888be23dc24ab31eb33efc73a  -');
 });
 
-test('a missing pool is "not found", not a broken connection', async (t) => {
+test('a volume question whose pool is missing says the pool is missing, never that the volume is', async (t) => {
   const answers = await new Virsh(replaying(fixture('virsh-probe-lab-no-pools.txt')), 'qemu:///system').probe(QUESTIONS);
   t.is(answers.os!.code, 1);
-  t.true(isNotFound(answers.os!));
-  t.true(isNotFound(answers.xml!));
+  t.is(missingObject(answers.os!), 'pool');
+  t.false(isNotFound(answers.os!, 'volume'));
+  t.true(isNotFound(answers.xml!, 'domain'));
+  t.throws(() => volumeState(answers.os!, 'OS volume of etcd-1'), { message: /pool.*etcd-lab-gone.*check volume_pool/ });
 });
 
 test('a batch cut short answers nothing for certain: the first question is named', async (t) => {

@@ -10,17 +10,21 @@ import { baseDocument, load } from '../helpers/inventory.ts';
  * a missing OS disk is created only while no other member has one.
  */
 
-type Disks = Record<string, 'present' | 'missing' | 'unreadable'>;
+type Disks = Record<string, 'present' | 'missing' | 'unreadable' | 'data-missing' | 'pool-missing'>;
 
 const found: ProbeAnswer = { code: 0, output: 'Name: x\nCapacity:       2147483648 bytes\n' };
-const absent: ProbeAnswer = { code: 1, output: "error: failed to get vol 'x'\nerror: Storage volume not found" };
+const absent: ProbeAnswer = { code: 1, output: "error: failed to get vol 'x'\nerror: Storage volume not found: no storage vol with matching path 'x'" };
+const noPool: ProbeAnswer = { code: 1, output: "error: failed to get pool 'typo'\nerror: Storage pool not found: no storage pool with matching name 'typo'" };
 
 function fakeHypervisor(disks: Disks): RemoteContext {
   const answer = (member: Member, question: Question): ProbeAnswer => {
     if ('shell' in question) throw new Error('unexpected shell question');
     if (question[0] === 'vol-path') return { code: 0, output: '/pools/images/base.qcow2\n' };
     if (question.at(-1) === 'base.qcow2') return found;
-    return disks[member.name] === 'present' ? found : absent;
+    const disk = disks[member.name];
+    if (disk === 'pool-missing') return noPool;
+    if (disk === 'data-missing') return question.at(-1)!.endsWith('-data.qcow2') ? absent : found;
+    return disk === 'present' ? found : absent;
   };
   return {
     async probe(member: Member, questions: Record<string, Question>) {
@@ -30,8 +34,8 @@ function fakeHypervisor(disks: Disks): RemoteContext {
   } as unknown as RemoteContext;
 }
 
-async function plans(inventory: Inventory, disks: Disks, joining = false): Promise<Record<string, string>> {
-  const step = volumesStep(inventory, inventory.members, fakeHypervisor(disks), joining);
+async function plans(inventory: Inventory, disks: Disks, { joining = false, formed = false } = {}): Promise<Record<string, string>> {
+  const step = volumesStep(inventory, inventory.members, fakeHypervisor(disks), { joining, formed });
   const outcome: Record<string, string> = {};
   await Promise.all(
     step.targets.map(async (name) => {
@@ -58,11 +62,11 @@ test('existing disks are ok; a disk missing next to existing ones is refused, ne
   t.is(outcome['etcd-1'], 'ok');
   t.is(outcome['etcd-3'], 'ok');
   t.regex(outcome['etcd-2']!, /^refused: refusing to create a new OS disk for etcd-2: the cluster already exists \(other members have their disks: etcd-1, etcd-3\)/);
-  t.regex(outcome['etcd-2']!, /remove the member from the cluster \(etcdctl member remove <its ID, from status.ts>\): the next run adds it back as a learner/);
+  t.regex(outcome['etcd-2']!, /remove the member from the cluster \(etcdctl member remove <its ID, from status.ts>\) or run with --replace etcd-2: it then joins as a learner/);
 });
 
 test('a member joining a formed cluster (added as a learner) gets its fresh disks', async (t) => {
-  const outcome = await plans(load(baseDocument()), { 'etcd-1': 'present', 'etcd-2': 'missing', 'etcd-3': 'present' }, true);
+  const outcome = await plans(load(baseDocument()), { 'etcd-1': 'present', 'etcd-2': 'missing', 'etcd-3': 'present' }, { joining: true, formed: true });
   t.is(outcome['etcd-2'], 'create OS disk default/etcd-2-os.qcow2 (2 GiB qcow2 overlay on images/base.qcow2)');
 });
 
@@ -78,4 +82,28 @@ test('an existing cluster (is_initializing: false) never gets a fresh member dis
   (doc.members[0]!.authentication_bootstrap as Record<string, unknown>).bootstrap = false;
   const outcome = await plans(load(doc), { 'etcd-1': 'missing', 'etcd-2': 'missing', 'etcd-3': 'missing' });
   t.regex(outcome['etcd-1']!, /cluster\.is_initializing is false/);
+});
+
+const withDataDisks = () => {
+  const doc = baseDocument();
+  for (const member of doc.members) (member as Record<string, unknown>).data_volume_size_gib = 1;
+  return load(doc);
+};
+
+test('in a formed cluster a missing data disk is refused, never created empty (etcd would start on it with no data)', async (t) => {
+  const outcome = await plans(withDataDisks(), { 'etcd-1': 'present', 'etcd-2': 'data-missing', 'etcd-3': 'present' }, { formed: true });
+  t.is(outcome['etcd-1'], 'ok');
+  t.regex(outcome['etcd-2']!, /^refused: refusing to create a new data disk for etcd-2: the cluster has formed.*--replace etcd-2/);
+});
+
+test('a missing data disk is created while the cluster forms, and for a member joining it', async (t) => {
+  const forming = await plans(withDataDisks(), { 'etcd-1': 'present', 'etcd-2': 'data-missing', 'etcd-3': 'present' });
+  t.is(forming['etcd-2'], 'create data disk default/etcd-2-data.qcow2 (1 GiB qcow2)');
+  const joining = await plans(withDataDisks(), { 'etcd-1': 'present', 'etcd-2': 'data-missing', 'etcd-3': 'present' }, { joining: true, formed: true });
+  t.is(joining['etcd-2'], 'create data disk default/etcd-2-data.qcow2 (1 GiB qcow2)');
+});
+
+test('a missing pool (a mistyped volume_pool) is no missing disk: the member stops there, nothing is created', async (t) => {
+  const outcome = await plans(withDataDisks(), { 'etcd-1': 'present', 'etcd-2': 'pool-missing', 'etcd-3': 'present' }, { formed: true });
+  t.regex(outcome['etcd-2']!, /^refused: cannot read volume .*no storage pool with matching name 'typo'.*check volume_pool/);
 });
