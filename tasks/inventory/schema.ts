@@ -281,7 +281,8 @@ export const hypervisorSchema = z
 
 export const etcdSchema = z
   .object({
-    version: line.default('v3.4.18'),
+    // The latest 3.4 patch release: 3.4.25 and earlier carry CVE-2023-32082 (LeaseTimeToLive leaks key names to a user without read access).
+    version: line.default('v3.4.37'),
     auto_compaction_mode: z.enum(['revision', 'periodic']).default('revision'),
     auto_compaction_retention: z.coerce.string().regex(ONE_LINE, ONE_LINE_MESSAGE).default('1000'),
     space_quota: z.number().int().min(16 * 1024 * 1024, 'is in bytes; at least 16 MiB').max(MAX_QUOTA_BYTES, `is in bytes; etcd's documented maximum is 8 GiB (${MAX_QUOTA_BYTES})`).default(MAX_QUOTA_BYTES),

@@ -27,6 +27,14 @@ test('the base document loads, with defaults and derived values filled in', (t) 
   t.regex(first.interfaces[0]!.mac, /^52:54:00(:[0-9a-f]{2}){3}$/);
 });
 
+test('the default etcd release is the latest 3.4 patch, past CVE-2023-32082 (fixed in v3.4.26)', (t) => {
+  const version = load(baseDocument()).etcd.version;
+  t.is(version, 'v3.4.37');
+  const [major, minor, patch] = version.slice(1).split('.').map(Number);
+  t.deepEqual([major, minor], [3, 4]);
+  t.true(patch! >= 26);
+});
+
 test('derived MACs are stable across loads and distinct per member', (t) => {
   const a = load(baseDocument()).members.map((m) => m.interfaces[0]!.mac);
   const b = load(baseDocument()).members.map((m) => m.interfaces[0]!.mac);
