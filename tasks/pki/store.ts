@@ -4,7 +4,7 @@ import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } fr
 import { ENCRYPTION_RECORD, isSealed, unlockStateDirectory, type StateCipher } from './state-encryption.ts';
 
 /** A certificate or SSH identity the tool keeps: its id names its files under the state directory. */
-export type MaterialId = 'ca' | 'intermediate' | `member/${string}` | `client/${string}` | 'ssh/admin' | `ssh-host/${string}`;
+export type MaterialId = 'ca' | 'intermediate' | 'peer-ca' | `member/${string}` | `peer/${string}` | `client/${string}` | 'ssh/admin' | `ssh-host/${string}`;
 
 export interface StoredPair {
   /** Certificate PEM, or the OpenSSH public key line for SSH identities. */
@@ -15,8 +15,8 @@ export interface StoredPair {
 function filesOf(id: MaterialId): { public: string; privateKey: string } {
   if (id === 'ssh/admin') return { public: 'ssh/admin.pub', privateKey: 'ssh/admin.key' };
   if (id.startsWith('ssh-host/')) return { public: `ssh/hosts/${id.slice('ssh-host/'.length)}.pub`, privateKey: `ssh/hosts/${id.slice('ssh-host/'.length)}.key` };
-  const [kind, name] = id === 'ca' || id === 'intermediate' ? ['', id] : id.split('/');
-  const dir = kind === 'member' ? 'pki/members' : kind === 'client' ? 'pki/clients' : 'pki';
+  const [kind, name] = id === 'ca' || id === 'intermediate' || id === 'peer-ca' ? ['', id] : id.split('/');
+  const dir = kind === 'member' ? 'pki/members' : kind === 'peer' ? 'pki/peers' : kind === 'client' ? 'pki/clients' : 'pki';
   return { public: `${dir}/${name}.crt`, privateKey: `${dir}/${name}.key` };
 }
 
