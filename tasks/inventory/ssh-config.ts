@@ -7,7 +7,7 @@ import type SSHConfig from 'ssh-config';
  * What an operator's ssh_config (~/.ssh/config) says about a host the inventory names, read with the
  * ssh-config package: its HostName, Port, User, first IdentityFile and UserKnownHostsFile, ProxyJump.
  * Only these are used; the inventory's own values win over them (the loader merges). `Match exec`
- * lines are never run: reading an inventory runs no command.
+ * lines are never run, nor the name lookups of CanonicalizeHostName: reading an inventory runs no command.
  */
 
 export interface SshConfigEntry {
@@ -22,8 +22,27 @@ export interface SshConfigEntry {
 
 export type SshConfigFile = SSHConfig;
 
+/**
+ * The library canonicalizes a host name (CanonicalizeHostName with two or more CanonicalDomains) by
+ * running nslookup for each domain while it computes an entry. Reading configuration runs nothing, so
+ * these directives are dropped: a host is looked up by the name the inventory gives, as with Match exec.
+ */
+const CANONICALIZATION = /^(CanonicalizeHostName|CanonicalDomains)$/i;
+
+/** Removes the canonicalization directives everywhere, inside Host and Match blocks too; in place. */
+function withoutCanonicalization(config: SSHConfig): SSHConfig {
+  for (let i = config.length - 1; i >= 0; i--) {
+    const line = config[i]!;
+    if (!('param' in line)) continue;
+    if (CANONICALIZATION.test(line.param)) config.splice(i, 1);
+    else if ('config' in line) withoutCanonicalization(line.config);
+  }
+  return config;
+}
+
 /** Loaded only when there is an ssh_config to read (~17 ms at every start otherwise); the loader is synchronous. */
-export const parseSshConfig = (text: string): SshConfigFile => (createRequire(import.meta.url)('ssh-config') as { default: typeof SSHConfig }).default.parse(text);
+export const parseSshConfig = (text: string): SshConfigFile =>
+  withoutCanonicalization((createRequire(import.meta.url)('ssh-config') as { default: typeof SSHConfig }).default.parse(text));
 
 /** ssh reads paths in its config relative to the home directory, and expands a leading ~. */
 function configPath(path: string): string {

@@ -1,5 +1,5 @@
 import test from 'ava';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { homedir, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { lookUpHost, parseJumpHop, parseSshConfig } from '../../tasks/inventory/ssh-config.ts';
@@ -73,4 +73,27 @@ test('ssh_config: false reads nothing; a path that cannot be read is bad input',
   t.deepEqual([hypervisor!.address, hypervisor!.port, hypervisor!.user], ['lab-hv', 22, 'root']);
   doc.ssh_config = '/nonexistent/ssh_config';
   t.deepEqual(problemsOf(doc), ['ssh_config: cannot read /nonexistent/ssh_config — give the path of an ssh_config file, or false not to read one']);
+});
+
+test('canonicalization runs no nslookup: reading an inventory spawns nothing, the host is looked up by the name given', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-canon-'));
+  const marker = join(dir, 'nslookup-ran');
+  // An nslookup that answers every name, first on PATH: the library would take lab-hv.a.example.
+  writeFileSync(join(dir, 'nslookup'), `#!/bin/sh\necho "$@" >> ${marker}\nexit 0\n`);
+  chmodSync(join(dir, 'nslookup'), 0o755);
+  const config = ['Host lab-hv', '  CanonicalizeHostName yes', '  CanonicalDomains a.example b.example', '  User canon', 'Host lab-hv.a.example', '  HostName 10.0.0.99', ''].join('\n');
+  writeFileSync(join(dir, 'ssh_config'), config);
+  const doc = baseDocument();
+  doc.ssh_config = join(dir, 'ssh_config');
+  doc.hypervisors = { hv: { address: 'lab-hv' } };
+  const path = process.env.PATH;
+  process.env.PATH = `${dir}:${path ?? ''}`;
+  try {
+    const [hypervisor] = load(doc).hypervisors;
+    t.deepEqual([hypervisor!.address, hypervisor!.user], ['lab-hv', 'canon']);
+    t.deepEqual(lookUpHost(parseSshConfig(config), 'lab-hv'), { user: 'canon' });
+  } finally {
+    process.env.PATH = path;
+  }
+  t.false(existsSync(marker), 'nslookup was run');
 });
