@@ -200,7 +200,7 @@ function buildMember(doc: ParsedDocument, hypervisors: Hypervisor[], member: Mem
           : {}),
       cloudInit: { pool: member.cloud_init_volume_pool || pool, name: member.cloud_init_volume_name || `${member.name}-cloud-init.iso` },
     },
-    admin: { user: member.ssh_admin_user, publicKey: publicKeyOf(member.ssh_admin_public_key, baseDir, [...path, 'ssh_admin_public_key'], problems), password: member.admin_user_password },
+    admin: { user: member.ssh_admin_user, publicKey: publicKeyOf(member.ssh_admin_public_key, baseDir, [...path, 'ssh_admin_public_key'], problems), password: member.admin_user_password, passwordHash: member.admin_user_password_hash },
     bootstrapsAuth: member.authentication_bootstrap.bootstrap,
     rootPassword: member.authentication_bootstrap.root_password,
     ...(tlsSet

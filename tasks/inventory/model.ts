@@ -67,7 +67,8 @@ export interface Member {
   /** 'hypervisor': through an SSH forward on the hypervisor connection (libvirt NAT networks); 'direct': the control node routes to it. */
   reach: 'hypervisor' | 'direct';
   volumes: VolumeNames;
-  admin: { user: string; publicKey: string; password: Secret };
+  /** The console login: `password` in plain text or `passwordHash` (crypt(3)), at most one not empty (a load rule). */
+  admin: { user: string; publicKey: string; password: Secret; passwordHash: Secret };
   bootstrapsAuth: boolean;
   rootPassword: Secret;
   suppliedTls?: SuppliedTls;

@@ -139,6 +139,13 @@ const exactlyOneBootstrapMember: Rule = (doc) => {
   }));
 };
 
+const oneAdminPassword: Rule = (doc) =>
+  doc.members.flatMap((member, i): Problem[] =>
+    !member.admin_user_password.isEmpty && !member.admin_user_password_hash.isEmpty
+      ? [{ path: ['members', i, 'admin_user_password_hash'], message: 'cannot be given with admin_user_password', hint: 'keep the hash and remove admin_user_password: the plain one is written as it is into the seed ISO' }]
+      : [],
+  );
+
 const grpcGatewayNeedsPasswordMode: Rule = (doc) =>
   doc.etcd.grpc_gateway_enabled && doc.etcd.client_cert_auth
     ? [{ path: ['etcd', 'grpc_gateway_enabled'], message: 'requires client_cert_auth: false', hint: 'the legacy REST gateway cannot present client certificates' }]
@@ -384,6 +391,7 @@ export const RULES: readonly Rule[] = [
   exactlyOneBootstrapMember,
   bootstrapMemberPresent,
   somePresentMember,
+  oneAdminPassword,
   grpcGatewayNeedsPasswordMode,
   rootPasswordInPasswordMode,
   usersHoldDefinedRoles,

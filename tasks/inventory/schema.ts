@@ -50,6 +50,17 @@ const prefixLength = z.coerce.number().int().min(1).max(32);
 const secret = z.string().transform((value) => new Secret(value));
 const optionalSecret = secret.default('');
 
+/**
+ * A password as crypt(3) stores it in /etc/shadow: SHA-512 ($6$, with optional rounds) or yescrypt
+ * ($y$), what `mkpasswd -m sha-512` or `mkpasswd -m yescrypt` print. Kept a secret all the same: a
+ * hash can be attacked offline, so it is masked wherever a value is shown.
+ */
+const CRYPT_HASH = /^(\$6\$(rounds=\d{1,9}\$)?[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}|\$y\$[./0-9A-Za-z]+\$[./0-9A-Za-z]+\$[./0-9A-Za-z]{43})$/;
+const cryptHash = z
+  .union([z.literal(''), z.string().regex(CRYPT_HASH, 'must be a crypt(3) hash, $6$… (SHA-512) or $y$… (yescrypt), as mkpasswd -m sha-512 prints it (the value is not shown)')])
+  .default('')
+  .transform((value) => new Secret(value));
+
 /** Either PEM text inline or a path (relative to the inventory file) to a PEM file; resolved by the loader. */
 const pemOrPath = z.string().default('');
 
@@ -225,7 +236,15 @@ export const memberFields = {
   cloud_init_volume_pool: line.default(''),
   cloud_init_volume_name: line.default(''),
   ssh_admin_user: line.min(1).default('ubuntu'),
+  /**
+   * The admin user's console password (never an SSH one: ssh_pwauth is off), in plain text. It is
+   * written as it is into the seed ISO (cloud-init's chpasswd), which stays attached to the VM:
+   * whoever can read that volume on the hypervisor, or the guest's cdrom as root, reads the password.
+   * Prefer admin_user_password_hash; give at most one of the two.
+   */
   admin_user_password: optionalSecret,
+  /** The admin user's console password as a crypt(3) hash ($6$… or $y$…): only the hash reaches the seed ISO (cloud-init's hashed_passwd). */
+  admin_user_password_hash: cryptHash,
   /** An OpenSSH public key line, or a path to a .pub file; the tool's own key is authorised either way. */
   ssh_admin_public_key: line.default(''),
   authentication_bootstrap: authenticationBootstrap,

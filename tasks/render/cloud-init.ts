@@ -73,6 +73,8 @@ export function renderUserData(input: CloudInitInput): string {
   const { member, tls, writeSecret } = input;
   const authorizedKeys = [member.admin.publicKey, input.toolSshPublicKey].filter((key): key is string => Boolean(key));
   const hasPassword = !member.admin.password.isEmpty;
+  // A hash is set on the user itself; only a plain password needs chpasswd.
+  const hasHash = !member.admin.passwordHash.isEmpty;
   const fragments = guestFragments(input);
   const config = {
     hostname: member.name,
@@ -93,7 +95,8 @@ export function renderUserData(input: CloudInitInput): string {
         groups: ['adm', 'systemd-journal'],
         sudo: 'ALL=(ALL) NOPASSWD:ALL',
         shell: '/bin/bash',
-        lock_passwd: !hasPassword,
+        lock_passwd: !hasPassword && !hasHash,
+        ...(hasHash ? { hashed_passwd: writeSecret(member.admin.passwordHash) } : {}),
         ...(authorizedKeys.length > 0 ? { ssh_authorized_keys: authorizedKeys } : {}),
       },
       ...fragments.flatMap((fragment) => fragment.users ?? []),

@@ -245,7 +245,7 @@ test('every problem is reported at once, with field-level type errors', (t) => {
   t.deepEqual(problems, [
     'members[0].vcpus (member etcd-1): Expected number, received string',
     'members[1].memory (member etcd-2): is in MiB; etcd needs at least 256',
-    'members[2].bogus (member etcd-3): unknown key — known keys here: name, state, hypervisor, vcpus, memory, domain, volume_id, volume_pool, base_image, os_volume_size_gib, data_volume_id, data_volume_size_gib, libvirt_networks, macvtap_interfaces, cloud_init_volume_pool, cloud_init_volume_name, ssh_admin_user, admin_user_password, ssh_admin_public_key, authentication_bootstrap, tls, restore, chrony, fluentbit, fluentbit_dynamic_config, vault_agent, install_dependencies, reach_via',
+    'members[2].bogus (member etcd-3): unknown key — known keys here: name, state, hypervisor, vcpus, memory, domain, volume_id, volume_pool, base_image, os_volume_size_gib, data_volume_id, data_volume_size_gib, libvirt_networks, macvtap_interfaces, cloud_init_volume_pool, cloud_init_volume_name, ssh_admin_user, admin_user_password, admin_user_password_hash, ssh_admin_public_key, authentication_bootstrap, tls, restore, chrony, fluentbit, fluentbit_dynamic_config, vault_agent, install_dependencies, reach_via',
   ]);
 });
 
@@ -354,3 +354,39 @@ test("a seed ISO name that is another volume's, or shared through defaults, is r
   t.regex(shared[0]!, /which is etcd-1's seed ISO/);
   t.is(load(edit((doc) => (member(doc, 1).cloud_init_volume_name = 'etcd-2-seed.iso'))).members[1]!.volumes.cloudInit.name, 'etcd-2-seed.iso');
 });
+
+// The admin's console password as a crypt(3) hash: only the hash reaches the seed ISO.
+
+const SHA512_HASH = '$6$Zx8sQ2pLr4Tn$sFSBY8nzruOY1ZjsL68Qf0mWG20R1ZBkYxGJZ0csqqKGKk9S/f1MMB5W/1qvWS9LnDaVJ0bOs8KDNInld/MMw0';
+const YESCRYPT_HASH = '$y$j9T$F5Jx5fExrKuPp53xLKQ..1$PmNgGTLMFjJn.URBv11CpTEm5RwlKtPjRtztKe6.b33';
+
+const acceptedHashes: { name: string; hash: string }[] = [
+  { name: 'SHA-512 (openssl passwd -6)', hash: SHA512_HASH },
+  { name: 'SHA-512 with rounds', hash: SHA512_HASH.replace('$6$', '$6$rounds=656000$') },
+  { name: 'yescrypt (mkpasswd -m yescrypt)', hash: YESCRYPT_HASH },
+];
+for (const row of acceptedHashes) {
+  test(`admin_user_password_hash accepts ${row.name}, kept as a secret`, (t) => {
+    const admin = load(edit((doc) => (member(doc, 0).admin_user_password_hash = row.hash))).members[0]!.admin;
+    t.is(admin.passwordHash.reveal(), row.hash);
+    t.true(admin.password.isEmpty);
+  });
+}
+
+const HASH_MESSAGE = 'must be a crypt(3) hash, $6$… (SHA-512) or $y$… (yescrypt), as mkpasswd -m sha-512 prints it (the value is not shown)';
+const refusedHashes: { name: string; edit: (doc: Doc) => void; problem: string }[] = [
+  { name: 'a plain password', edit: (doc) => (member(doc, 0).admin_user_password_hash = 'hunter2'), problem: `members[0].admin_user_password_hash (member etcd-1): ${HASH_MESSAGE}` },
+  { name: 'an MD5 crypt', edit: (doc) => (member(doc, 0).admin_user_password_hash = '$1$saltsalt$qjXMvbEw8oaL.CzflDugX/'), problem: `members[0].admin_user_password_hash (member etcd-1): ${HASH_MESSAGE}` },
+  { name: 'a truncated SHA-512 hash', edit: (doc) => (member(doc, 0).admin_user_password_hash = SHA512_HASH.slice(0, -1)), problem: `members[0].admin_user_password_hash (member etcd-1): ${HASH_MESSAGE}` },
+  { name: 'a hash with a line after it', edit: (doc) => (member(doc, 0).admin_user_password_hash = `${SHA512_HASH}\nroot::0:0::/root:/bin/sh`), problem: `members[0].admin_user_password_hash (member etcd-1): ${HASH_MESSAGE}` },
+  {
+    name: 'both the plain password and its hash',
+    edit: (doc) => Object.assign(member(doc, 1), { admin_user_password: 'hunter2', admin_user_password_hash: SHA512_HASH }),
+    problem: 'members[1].admin_user_password_hash (member etcd-2): cannot be given with admin_user_password — keep the hash and remove admin_user_password: the plain one is written as it is into the seed ISO',
+  },
+];
+for (const row of refusedHashes) {
+  test(`refused: ${row.name} as admin_user_password_hash`, (t) => {
+    t.deepEqual(problemsOf(edit(row.edit)), [row.problem]);
+  });
+}

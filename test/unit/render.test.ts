@@ -87,6 +87,19 @@ test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 070
   t.is((userData.display.match(/<redacted>/g) ?? []).length, 3);
 });
 
+test('user-data with admin_user_password_hash: cloud-init gets hashed_passwd on the admin user, no plain password and no chpasswd; the display masks the hash', (t) => {
+  const hash = '$6$Zx8sQ2pLr4Tn$sFSBY8nzruOY1ZjsL68Qf0mWG20R1ZBkYxGJZ0csqqKGKk9S/f1MMB5W/1qvWS9LnDaVJ0bOs8KDNInld/MMw0';
+  const doc = baseDocument();
+  Object.assign(doc.defaults as object, { ssh_admin_user: 'ops', admin_user_password_hash: hash });
+  const userData = fileOf(rendered(load(doc)), 'user-data');
+  const config = parse(userData.content, { version: '1.1' });
+  const admin = config.users[0];
+  t.deepEqual([admin.name, admin.hashed_passwd, admin.lock_passwd, admin.passwd, admin.plain_text_passwd], ['ops', hash, false, undefined, undefined]);
+  t.is(config.chpasswd, undefined);
+  t.false(config.ssh_pwauth);
+  t.false(userData.display.includes(hash));
+});
+
 test('network-config matches NICs by MAC, quoted so YAML 1.1 cannot read an all-digit MAC as a number', (t) => {
   const doc = baseDocument();
   (doc.members[0]!.libvirt_networks as Record<string, unknown>[])[0]!.mac = '52:54:00:12:34:56';
