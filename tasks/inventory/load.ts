@@ -10,7 +10,8 @@ import { derivedMac } from './mac.ts';
 import { lookUpHost, parseJumpHop, parseSshConfig, type SshConfigFile } from './ssh-config.ts';
 import type { GuestServices, Hypervisor, SshHost, Inventory, Member, MemberInterface, PemPair, RestoreSettings } from './model.ts';
 import { formatProblem, problemsFromZod, type Path, type Problem } from './problems.ts';
-import { checkRules, firstIp, seedVolumeCollisions, type ParsedDocument } from './rules.ts';
+import { derivedMacCollisions, sameHostHypervisors, volumeCollisions } from './collisions.ts';
+import { checkRules, firstIp, type ParsedDocument } from './rules.ts';
 import { documentSchema, memberDefaultsSchema, memberSchema, type MemberInput } from './schema.ts';
 
 /** Follows a zod schema along a document path to the keys the object there accepts. */
@@ -328,7 +329,7 @@ export function loadInventory(inventoryPath: string): Inventory {
     roles: doc.roles,
     users: doc.users,
   };
-  problems.push(...seedVolumeCollisions(built));
+  problems.push(...sameHostHypervisors(hypervisors), ...volumeCollisions(built), ...derivedMacCollisions(doc.cluster.name, built));
   if (problems.length > 0) fail(path, problems, memberNames);
   return inventory;
 }

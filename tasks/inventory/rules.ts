@@ -1,7 +1,8 @@
 import type { BastionInput, ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings, RoleInput, UserInput } from './schema.ts';
-import type { Member } from './model.ts';
 import type { Problem } from './problems.ts';
-import { isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
+import { CONTROL_NODE } from '../core/step.ts';
+import { isIPv4, isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
+import { GUEST_SERVICE_ACCOUNTS, RESERVED_USER_NAMES } from './reserved.ts';
 
 /**
  * Rules that span fields or members, checked after every field parsed on its own.
@@ -73,6 +74,24 @@ const uniqueAddresses: Rule = (doc) => {
   ];
 };
 
+/**
+ * A member's address that is already the inventory's elsewhere: another interface's gateway (the
+ * router of its network), or the address of a hypervisor or bastion the tool logs into. The same
+ * interface's own gateway is addressesInsidePrefix's.
+ */
+const addressesAreNotTaken: Rule = (doc) => {
+  const nics = doc.members.flatMap(interfacesOf);
+  const taken = new Map<string, string>();
+  for (const [kind, hosts] of [['hypervisor', doc.hypervisors], ['bastion', doc.bastions]] as const) {
+    for (const [name, host] of Object.entries(hosts)) if (isIPv4(host.address)) taken.set(host.address, `the address of ${kind} ${name}`);
+  }
+  return nics.flatMap((nic): Problem[] => {
+    const gatewayOf = nics.find((other) => other !== nic && other.gateway === nic.ip);
+    const owner = gatewayOf ? `the gateway of ${gatewayOf.path.join('.')}` : taken.get(nic.ip);
+    return owner ? [{ path: [...nic.path, 'ip'], message: `${nic.ip} is ${owner}`, hint: 'two hosts with one address reach neither reliably: give the member an address of its own' }] : [];
+  });
+};
+
 const addressesInsidePrefix: Rule = (doc) =>
   doc.members.flatMap(interfacesOf).flatMap((nic): Problem[] => {
     const problems: Problem[] = [];
@@ -88,6 +107,59 @@ const addressesInsidePrefix: Rule = (doc) =>
     }
     return problems;
   });
+
+/** The tool's steps on the control node run on a target named localhost: a member of that name would be taken for it. */
+const memberIsNotTheControlNode: Rule = (doc) =>
+  doc.members.flatMap((member, i): Problem[] =>
+    member.name === CONTROL_NODE
+      ? [{ path: ['members', i, 'name'], message: `'${CONTROL_NODE}' is the name the tool gives the machine it runs on: the member's steps and failures would be taken for the control node's`, hint: 'give the member another name' }]
+      : [],
+  );
+
+/** cloud-init merges users of one name: the admin (sudo, SSH keys) must not be an account a service runs as. */
+const adminIsNoServiceAccount: Rule = (doc) =>
+  doc.members.flatMap((member, i): Problem[] =>
+    GUEST_SERVICE_ACCOUNTS.includes(member.ssh_admin_user)
+      ? [{ path: ['members', i, 'ssh_admin_user'], message: `${member.ssh_admin_user} is an account of the guest's own (services run as ${GUEST_SERVICE_ACCOUNTS.filter((name) => name !== 'root').join(', ')}; root logins are disabled)`, hint: 'cloud-init would make the admin and that account one user: give the admin a name of its own, such as ubuntu or ops' }]
+      : [],
+  );
+
+/**
+ * pki.extra_domains go into every member's certificate: a member's own name or FQDN there would let any
+ * member pass as that one.
+ */
+const extraDomainsAreNoMemberNames: Rule = (doc) => {
+  const owners = new Map<string, string>();
+  for (const member of doc.members) {
+    owners.set(member.name, `member ${member.name}'s name`);
+    if (member.domain) owners.set(`${member.name}.${member.domain}`.toLowerCase(), `member ${member.name}'s FQDN`);
+  }
+  return doc.pki.extra_domains.flatMap((domain, k): Problem[] => {
+    const owner = owners.get(domain.toLowerCase());
+    return owner ? [{ path: ['pki', 'extra_domains', k], message: `${domain} is ${owner}: every member's certificate would carry it, so any member could pass as that one`, hint: "extra_domains are names every member answers to (a load balancer's, a round-robin DNS name); a member's own names are already in its own certificate" }] : [];
+  });
+};
+
+/**
+ * In certificate mode a user is its certificate's CN, and the tool issues CN=<member> to members and
+ * CN=root to itself: a user of such a name would be that member or root towards etcd. Names are
+ * compared regardless of case, as the files named after users are where names ignore case (macOS).
+ */
+const userNamesAreTheirOwn: Rule = (doc) => {
+  const members = new Set(doc.members.map((member) => member.name));
+  const seen = new Map<string, string>();
+  return Object.keys(doc.users).flatMap((user): Problem[] => {
+    const folded = user.toLowerCase();
+    const path = ['users', user];
+    const earlier = seen.get(folded);
+    seen.set(folded, earlier ?? user);
+    const reserved = RESERVED_USER_NAMES[folded];
+    if (reserved) return [{ path, message: `is reserved, whatever its case: ${reserved}`, hint: 'give application users names of their own' }];
+    if (members.has(folded)) return [{ path, message: `is the name of member ${folded}: members' certificates carry CN=${folded}, and etcd takes a client certificate's CN for the user`, hint: 'give application users names no member has' }];
+    if (earlier) return [{ path, message: `differs from user ${earlier} only in case: their files (pki/clients/NAME.crt, a bundle's NAME.crt) are one file where names ignore case`, hint: 'give users names that differ in more than case' }];
+    return [];
+  });
+};
 
 const everyMemberHasAnInterface: Rule = (doc) =>
   doc.members.flatMap((member, i): Problem[] =>
@@ -383,7 +455,9 @@ const installNeedsReleaseVersion: Rule = (doc) =>
 
 export const RULES: readonly Rule[] = [
   uniqueNames,
+  memberIsNotTheControlNode,
   uniqueAddresses,
+  addressesAreNotTaken,
   addressesInsidePrefix,
   everyMemberHasAnInterface,
   macvtapMembersReachedDirectly,
@@ -395,7 +469,10 @@ export const RULES: readonly Rule[] = [
   grpcGatewayNeedsPasswordMode,
   rootPasswordInPasswordMode,
   usersHoldDefinedRoles,
+  userNamesAreTheirOwn,
   userPasswordsFitTheMode,
+  adminIsNoServiceAccount,
+  extraDomainsAreNoMemberNames,
   oneSourceOfSigning,
   jumpsNameBastions,
   initialMembersMatch,
@@ -412,35 +489,4 @@ export const RULES: readonly Rule[] = [
 
 export function checkRules(doc: ParsedDocument): Problem[] {
   return RULES.flatMap((rule) => rule(doc));
-}
-
-/**
- * The seed ISO is the one volume the tool replaces (deleted and written again when its content
- * changes), so its name must be its member's alone: not another member's seed, and no OS, data or
- * base image volume in the same pool on the same hypervisor. Checked on the built members, where the
- * names are final (defaults and derived names applied), absent members included: their disks stay.
- */
-export function seedVolumeCollisions(members: readonly Member[]): Problem[] {
-  const owner = new Map<string, string>();
-  const keyOf = (member: Member, pool: string, name: string) => `${member.hypervisor.name}\0${pool}/${name}`;
-  for (const member of members) {
-    const { os, data, pool } = member.volumes;
-    owner.set(keyOf(member, pool, 'existing' in os ? os.existing : os.name), `${member.name}'s OS disk`);
-    if ('base' in os) owner.set(keyOf(member, os.base.pool, os.base.volume), 'the base image');
-    if (data) owner.set(keyOf(member, pool, 'existing' in data ? data.existing : data.name), `${member.name}'s data disk`);
-  }
-  const problems: Problem[] = [];
-  for (const member of members) {
-    const { pool, name } = member.volumes.cloudInit;
-    const key = keyOf(member, pool, name);
-    const taken = owner.get(key);
-    if (taken) {
-      problems.push({
-        path: ['members', member.index, 'cloud_init_volume_name'],
-        message: `names volume ${pool}/${name} on hypervisor ${member.hypervisor.name}, which is ${taken}: the tool deletes and rewrites a seed ISO whenever it changes`,
-        hint: `give each member a seed ISO name of its own (the default is ${member.name}-cloud-init.iso); never set it under defaults`,
-      });
-    } else owner.set(key, `${member.name}'s seed ISO`);
-  }
-  return problems;
 }

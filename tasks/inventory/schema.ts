@@ -42,6 +42,8 @@ const ipv4 = z.string().refine(isIPv4, (value) => ({ message: `${JSON.stringify(
 const mac = z
   .string()
   .regex(MAC_PATTERN, 'must be a MAC address like 52:54:00:12:34:56')
+  // The low bit of the first octet marks a group address (multicast, ff:ff:ff:ff:ff:ff): every host listens to it.
+  .refine((value) => !MAC_PATTERN.test(value) || (Number.parseInt(value.slice(0, 2), 16) & 1) === 0, { message: 'is a multicast (group) address, which every host on the network receives; a NIC needs a unicast one like 52:54:00:12:34:56' })
   .transform((value) => value.toLowerCase());
 
 /** Terraform passed prefix_length as a string; accept "24" as well as 24. */
@@ -235,7 +237,11 @@ export const memberFields = {
   macvtap_interfaces: z.array(macvtapInterface).default([]),
   cloud_init_volume_pool: line.default(''),
   cloud_init_volume_name: line.default(''),
-  ssh_admin_user: line.min(1).default('ubuntu'),
+  // A Linux user name (useradd's default rule): it lands in sudoers and /etc/passwd, where anything else could add rules.
+  ssh_admin_user: z
+    .string()
+    .regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'must be a Linux user name: lowercase letters, digits, "_" or "-", starting with a letter or "_", at most 32 characters')
+    .default('ubuntu'),
   /**
    * The admin user's console password (never an SSH one: ssh_pwauth is off), in plain text. It is
    * written as it is into the seed ISO (cloud-init's chpasswd), which stays attached to the VM:

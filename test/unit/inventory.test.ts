@@ -1,6 +1,7 @@
 import test from 'ava';
 import { InputError } from '../../tasks/core/errors.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
+import { derivedMac } from '../../tasks/inventory/mac.ts';
 import { baseDocument, load, problemsOf, type Doc } from '../helpers/inventory.ts';
 
 function edit(change: (doc: Doc) => void): Doc {
@@ -302,7 +303,8 @@ const refusals: { name: string; edit: (doc: Doc) => void; problem: string }[] = 
   { name: 'data_dir not normalised', edit: (doc) => (doc.etcd = { data_dir: '/var/lib/../lib/etcd/' }), problem: 'etcd.data_dir: must be a normalised path (no //, ., .. or trailing /): did you mean /var/lib/etcd?' },
   { name: 'data_dir relative', edit: (doc) => (doc.etcd = { data_dir: 'var/lib/etcd' }), problem: 'etcd.data_dir: must be an absolute path' },
   { name: 'a newline in a chrony server', edit: (doc) => (member(doc, 0).chrony = { enabled: true, servers: [{ url: 'ntp\nallow all' }] }), problem: 'members[0].chrony.servers[0].url (member etcd-1): must be one line without control characters (a newline here would add lines to the files it is written into)' },
-  { name: 'a newline in ssh_admin_user', edit: (doc) => (member(doc, 1).ssh_admin_user = 'admin\nroot ALL=(ALL) ALL'), problem: 'members[1].ssh_admin_user (member etcd-2): must be one line without control characters (a newline here would add lines to the files it is written into)' },
+  { name: 'a newline in ssh_admin_user', edit: (doc) => (member(doc, 1).ssh_admin_user = 'admin\nroot ALL=(ALL) ALL'), problem: 'members[1].ssh_admin_user (member etcd-2): must be a Linux user name: lowercase letters, digits, "_" or "-", starting with a letter or "_", at most 32 characters' },
+  { name: 'a sudoers rule in ssh_admin_user', edit: (doc) => (member(doc, 1).ssh_admin_user = 'ops ALL=(ALL) NOPASSWD:ALL,'), problem: 'members[1].ssh_admin_user (member etcd-2): must be a Linux user name: lowercase letters, digits, "_" or "-", starting with a letter or "_", at most 32 characters' },
   { name: 'memory beyond 4 TiB', edit: (doc) => (member(doc, 0).memory = 1e21), problem: 'members[0].memory (member etcd-1): is in MiB; at most 4 TiB' },
   { name: 'a quota above etcd\'s maximum', edit: (doc) => (doc.etcd = { space_quota: 1e300 }), problem: "etcd.space_quota: is in bytes; etcd's documented maximum is 8 GiB (8589934592)" },
   { name: 'a validity period beyond 1000 years', edit: (doc) => (doc.pki = { validity_period: 1e15 }), problem: 'pki.validity_period: is in hours; at most 8760000 (1000 years)' },
@@ -388,5 +390,85 @@ const refusedHashes: { name: string; edit: (doc: Doc) => void; problem: string }
 for (const row of refusedHashes) {
   test(`refused: ${row.name} as admin_user_password_hash`, (t) => {
     t.deepEqual(problemsOf(edit(row.edit)), [row.problem]);
+  });
+}
+
+// Names the tool keeps for itself, and objects two things of the inventory would share by accident.
+
+const defaultsOf = (doc: Doc) => doc.defaults as Record<string, unknown>;
+const USER_HINT = 'give application users names no member has';
+const collisions: { name: string; edit: (doc: Doc) => void; problems: string[] }[] = [
+  { name: 'a user named like a member: its certificate would carry the member\'s CN', edit: (doc) => (doc.users = { 'etcd-1': {} }), problems: [`users.etcd-1: is the name of member etcd-1: members' certificates carry CN=etcd-1, and etcd takes a client certificate's CN for the user — ${USER_HINT}`] },
+  { name: 'a user named like a member in other case', edit: (doc) => (doc.users = { 'ETCD-2': {} }), problems: [`users.ETCD-2: is the name of member etcd-2: members' certificates carry CN=etcd-2, and etcd takes a client certificate's CN for the user — ${USER_HINT}`] },
+  {
+    name: 'a user named like a member that is leaving',
+    edit: (doc) => {
+      member(doc, 2).state = 'absent';
+      doc.users = { 'etcd-3': {} };
+    },
+    problems: [`users.etcd-3: is the name of member etcd-3: members' certificates carry CN=etcd-3, and etcd takes a client certificate's CN for the user — ${USER_HINT}`],
+  },
+  { name: 'a user named Root', edit: (doc) => (doc.users = { Root: {} }), problems: ['users.Root: is reserved, whatever its case: the user the tool bootstraps authentication with (its client certificate has CN=root) — give application users names of their own'] },
+  { name: 'a user named ca, whose bundle would replace ca.crt', edit: (doc) => (doc.users = { ca: {} }), problems: ["users.ca: is reserved, whatever its case: the cluster CA's file in a client bundle (ca.crt), which this user's certificate would replace — give application users names of their own"] },
+  { name: 'two users differing only in case', edit: (doc) => (doc.users = { alice: {}, Alice: {} }), problems: ['users.Alice: differs from user alice only in case: their files (pki/clients/NAME.crt, a bundle\'s NAME.crt) are one file where names ignore case — give users names that differ in more than case'] },
+  { name: 'a member named localhost, the control node\'s name', edit: (doc) => (member(doc, 2).name = 'localhost'), problems: ["members[2].name (member localhost): 'localhost' is the name the tool gives the machine it runs on: the member's steps and failures would be taken for the control node's — give the member another name"] },
+  { name: 'a member address that is another member\'s gateway', edit: (doc) => (nicOf(doc, 2).gateway = '10.10.0.12'), problems: ['members[1].libvirt_networks[0].ip (member etcd-2): 10.10.0.12 is the gateway of members.2.libvirt_networks.0 — two hosts with one address reach neither reliably: give the member an address of its own'] },
+  { name: 'a member address that is the hypervisor\'s', edit: (doc) => (doc.hypervisors = { hv: { address: '10.10.0.13' } }), problems: ['members[2].libvirt_networks[0].ip (member etcd-3): 10.10.0.13 is the address of hypervisor hv — two hosts with one address reach neither reliably: give the member an address of its own'] },
+  { name: 'a multicast MAC', edit: (doc) => (nicOf(doc, 0).mac = '01:00:5e:00:00:01'), problems: ['members[0].libvirt_networks[0].mac (member etcd-1): is a multicast (group) address, which every host on the network receives; a NIC needs a unicast one like 52:54:00:12:34:56'] },
+  { name: 'an explicit MAC that another member\'s derived one equals', edit: (doc) => (nicOf(doc, 0).mac = derivedMac('test', 'etcd-2', 0)), problems: [`members[1].libvirt_networks[0] (member etcd-2): its derived MAC ${derivedMac('test', 'etcd-2', 0)} is already used at members.0.libvirt_networks.0 — set mac: on this interface to an address of its own`] },
+  {
+    name: 'one volume_id for every member, through defaults',
+    edit: (doc) => (defaultsOf(doc).volume_id = 'shared.qcow2'),
+    problems: [1, 2].map((i) => `members[${i}].volume_id (member etcd-${i + 1}): names volume default/shared.qcow2 on hypervisor hv, which is etcd-1's OS disk: one volume would be two disks, written by both — give each disk a volume of its own; never set volume_id under defaults`),
+  },
+  { name: 'a data volume that is another member\'s OS disk', edit: (doc) => (member(doc, 1).data_volume_id = 'etcd-1-os.qcow2'), problems: ["members[1].data_volume_id (member etcd-2): names volume default/etcd-1-os.qcow2 on hypervisor hv, which is etcd-1's OS disk: one volume would be two disks, written by both — give each disk a volume of its own; never set data_volume_id under defaults"] },
+  { name: 'a data volume that is the member\'s own OS disk', edit: (doc) => Object.assign(member(doc, 0), { volume_id: 'disk.qcow2', data_volume_id: 'disk.qcow2' }), problems: ["members[0].data_volume_id (member etcd-1): names volume default/disk.qcow2 on hypervisor hv, which is etcd-1's OS disk: one volume would be two disks, written by both — give each disk a volume of its own; never set data_volume_id under defaults"] },
+  {
+    name: 'one disk file for two members in different pools',
+    edit: (doc) => {
+      Object.assign(member(doc, 0), { volume_id: '/var/lib/libvirt/images/etcd.qcow2', volume_pool: 'a' });
+      Object.assign(member(doc, 1), { volume_id: '/var/lib/libvirt/images/etcd.qcow2', volume_pool: 'b' });
+    },
+    problems: ["members[1].volume_id (member etcd-2): names file /var/lib/libvirt/images/etcd.qcow2 on hypervisor hv, which is etcd-1's OS disk: one volume would be two disks, written by both — give each disk a volume of its own; never set volume_id under defaults"],
+  },
+  { name: 'a base image that is a member\'s OS disk', edit: (doc) => (defaultsOf(doc).base_image = { pool: 'default', volume: 'etcd-1-os.qcow2' }), problems: ["members[0].base_image (member etcd-1): names volume default/etcd-1-os.qcow2 on hypervisor hv, which is etcd-1's OS disk: the member's disk would be layered on a disk a VM writes — base_image is the OS image members' disks are layered on, never a member's own disk"] },
+  { name: 'a seed ISO that is the base image', edit: (doc) => Object.assign(member(doc, 1), { cloud_init_volume_pool: 'images', cloud_init_volume_name: 'base.qcow2' }), problems: ['members[1].cloud_init_volume_name (member etcd-2): names volume images/base.qcow2 on hypervisor hv, which is the base image: the tool deletes and rewrites a seed ISO whenever it changes — give each member a seed ISO name of its own (the default is etcd-2-cloud-init.iso); never set it under defaults'] },
+  {
+    name: 'two hypervisor names for one libvirt',
+    edit: (doc) => {
+      doc.hypervisors = { hv: { address: '127.0.0.1' }, hv2: { address: '127.0.0.1' } };
+      member(doc, 2).hypervisor = 'hv2';
+      defaultsOf(doc).hypervisor = 'hv';
+    },
+    problems: ['hypervisors.hv2.address: reaches the libvirt of hypervisor hv (127.0.0.1:22, qemu:///system) — one host is one hypervisor: list all its members under one name'],
+  },
+  { name: 'an extra domain that is a member\'s name', edit: (doc) => (doc.pki = { extra_domains: ['etcd.example.org', 'etcd-2'] }), problems: ["pki.extra_domains[1]: etcd-2 is member etcd-2's name: every member's certificate would carry it, so any member could pass as that one — extra_domains are names every member answers to (a load balancer's, a round-robin DNS name); a member's own names are already in its own certificate"] },
+  {
+    name: 'an extra domain that is a member\'s FQDN',
+    edit: (doc) => {
+      defaultsOf(doc).domain = 'example.org';
+      doc.pki = { extra_domains: ['ETCD-1.example.org'] };
+    },
+    problems: ["pki.extra_domains[0]: ETCD-1.example.org is member etcd-1's FQDN: every member's certificate would carry it, so any member could pass as that one — extra_domains are names every member answers to (a load balancer's, a round-robin DNS name); a member's own names are already in its own certificate"],
+  },
+  { name: 'the admin user is etcd\'s service account', edit: (doc) => (member(doc, 0).ssh_admin_user = 'etcd'), problems: ["members[0].ssh_admin_user (member etcd-1): etcd is an account of the guest's own (services run as etcd, prometheus, vault, fluent-bit-updater; root logins are disabled) — cloud-init would make the admin and that account one user: give the admin a name of its own, such as ubuntu or ops"] },
+  { name: 'the admin user is root', edit: (doc) => (defaultsOf(doc).ssh_admin_user = 'root'), problems: [0, 1, 2].map((i) => `members[${i}].ssh_admin_user (member etcd-${i + 1}): root is an account of the guest's own (services run as etcd, prometheus, vault, fluent-bit-updater; root logins are disabled) — cloud-init would make the admin and that account one user: give the admin a name of its own, such as ubuntu or ops`) },
+];
+for (const row of collisions) {
+  test(`refused, shared by accident: ${row.name}`, (t) => {
+    t.deepEqual(problemsOf(edit(row.edit)), row.problems);
+  });
+}
+
+const notShared: { name: string; edit: (doc: Doc) => void }[] = [
+  { name: 'one base image for every member (defaults)', edit: () => undefined },
+  { name: 'users whose names are their own', edit: (doc) => (doc.users = { alice: {}, bob: {}, 'etcd-app': {} }) },
+  { name: 'one host reached on two ports (two hypervisors)', edit: (doc) => Object.assign(doc, { hypervisors: { hv: { address: '127.0.0.1' }, hv2: { address: '127.0.0.1', port: 2222 } }, defaults: { ...defaultsOf(doc), hypervisor: 'hv' } }) },
+  { name: 'the same volume_id on two hypervisors', edit: (doc) => Object.assign(doc, { hypervisors: { hv: { address: '127.0.0.1' }, hv2: { address: '127.0.0.2' } }, defaults: { ...defaultsOf(doc), hypervisor: 'hv' }, members: doc.members.map((m, i) => ({ ...m, volume_id: 'etcd.qcow2', hypervisor: ['hv', 'hv2', 'hv2'][i], ...(i === 2 ? { volume_pool: 'other' } : {}) })) }) },
+  { name: 'an extra domain every member answers to', edit: (doc) => (doc.pki = { extra_domains: ['etcd.example.org'] }) },
+];
+for (const row of notShared) {
+  test(`accepted, nothing shared: ${row.name}`, (t) => {
+    t.notThrows(() => load(edit(row.edit)));
   });
 }
