@@ -36,6 +36,7 @@ import { adoptionStep, ownershipStep } from './steps/ownership.ts';
 import { networkIdsOf, networksStep, type NetworkNames } from './steps/networks.ts';
 import { ownerQuestions } from './libvirt/ownership.ts';
 import { identityOf } from './pki/plan.ts';
+import { nextPeerStage, PEER_STAGE_DOC, readPeerTrust, writePeerTrust, type PeerTrustStage } from './pki/peer-trust.ts';
 import { isNotFound, type Question } from './libvirt/virsh.ts';
 import { peerUrl } from './inventory/urls.ts';
 
@@ -72,6 +73,9 @@ import { peerUrl } from './inventory/urls.ts';
  *                  etcd reads both only when it first starts)
  * pki, cluster and render always run; --tags / --skip-tags choose among the others.
  */
+
+/** The peer trust stage a finished run moves on to: none before the peer CA was recorded, or once members trust it alone. */
+const peerStageAfter = (recorded: PeerTrustStage | undefined): PeerTrustStage | undefined => (recorded ? nextPeerStage(recorded) : undefined);
 
 export interface PipelineOptions {
   dryRun: boolean;
@@ -466,6 +470,29 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
           ]
         : []),
     ]);
+    // The peer port moves to the peer CA one stage per roll, each once every member runs the one before.
+    while (!options.dryRun && options.renderOnly === undefined && !options.limit && !runner.failed && remote.connections.unreachable.size === 0 && selected('guest') && selected('health')) {
+      const next = peerStageAfter(readPeerTrust(inventory.stateDir));
+      if (!next) break;
+      await runner.runPhases([
+        {
+          title: 'peer trust',
+          run: async () => {
+            writePeerTrust(inventory.stateDir, next);
+            return `every member runs the stage before; now ${next} (${PEER_STAGE_DOC[next]})`;
+          },
+        },
+        renderPhase(() => main),
+        {
+          title: 'guest',
+          run: () => {
+            guestProbe.prefetch(main.members, (member) => guestQuestions(rendered.guests.get(member.name)!));
+            return runner.runStep(guest(main, { askedAfterEveryChange: true }));
+          },
+        },
+        healthPhase(main),
+      ]);
+    }
   } finally {
     clients.close();
     await snapshots?.close();

@@ -2,7 +2,8 @@ import { readIfExists } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { readIdentity, type ClusterIdentity } from './identity.ts';
-import { applicationUsers, caOf, identityOf, type PkiFacts } from './plan.ts';
+import { applicationUsers, caOf, identityOf, membersDeployedBefore, type PkiFacts } from './plan.ts';
+import { PEER_COMMON_NAME, peerStageOf, readPeerTrust, type PeerTrustStage } from './peer-trust.ts';
 import type { PkiStore } from './store.ts';
 
 /** One member's TLS files as they go into its cloud-init; absent while not yet issued (dry-run). */
@@ -10,6 +11,8 @@ export interface MemberTls {
   caCert?: string;
   cert?: string;
   key?: Secret;
+  /** The peer port's files: the CAs it trusts, the certificate and key it presents (see peer-trust.ts). */
+  peer?: { trustedCa?: string; cert?: string; key?: Secret; allowedCn?: string };
   /** The member's SSH host key (ECDSA), absent while not yet generated. */
   sshHostKey?: { privateKey: Secret; publicLine: string };
 }
@@ -25,32 +28,66 @@ export interface PkiMaterials {
 
 export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
   const leaves: PkiFacts['leaves'] = new Map();
-  for (const member of inventory.members) leaves.set(`member/${member.name}`, store.read(`member/${member.name}`));
+  for (const member of inventory.members) {
+    leaves.set(`member/${member.name}`, store.read(`member/${member.name}`));
+    leaves.set(`peer/${member.name}`, store.read(`peer/${member.name}`));
+  }
   leaves.set('client/root', store.read('client/root'));
   for (const user of applicationUsers(inventory)) leaves.set(`client/${user}`, store.read(`client/${user}`));
   const hostKeys = new Map(inventory.members.map((member) => [member.name, store.read(`ssh-host/${member.name}`)]));
   const knownHosts = readIfExists(store.knownHostsPath);
   const identity = readIdentity(store.stateDir, inventory.cluster.name);
-  return { ca: store.read('ca'), intermediate: store.read('intermediate'), leaves, clientNames: store.clientNames(), plainKeys: store.cipher ? store.plainKeyFiles() : [], adminSsh: store.read('ssh/admin'), hostKeys, ...(knownHosts !== undefined ? { knownHosts } : {}), ...(identity ? { identity } : {}) };
+  const peerTrust = readPeerTrust(store.stateDir);
+  return { ca: store.read('ca'), intermediate: store.read('intermediate'), peerCa: store.read('peer-ca'), ...(peerTrust ? { peerTrust } : {}), leaves, clientNames: store.clientNames(), plainKeys: store.cipher ? store.plainKeyFiles() : [], adminSsh: store.read('ssh/admin'), hostKeys, ...(knownHosts !== undefined ? { knownHosts } : {}), ...(identity ? { identity } : {}) };
 }
 
 export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMaterials {
   const caCert = caOf(inventory, facts.ca).public;
+  const peerStage = peerStageOf(facts.peerTrust, membersDeployedBefore(inventory, facts));
+  // The only common name a peer certificate may carry, once members trust the peer CA alone and none presents a certificate of the operator's.
+  const allowedCn = peerStage === 'peer-only' && !inventory.members.some((member) => member.suppliedTls) ? { allowedCn: PEER_COMMON_NAME } : {};
+  const peerTrustedCa = { ...allowedCn, ...optional('trustedCa', peerBundle(inventory, facts, caCert, peerStage)) };
   const members = new Map<string, MemberTls>();
   for (const member of inventory.members) {
     const host = facts.hostKeys.get(member.name);
     const sshHostKey = host?.public && host.privateKey ? { sshHostKey: { privateKey: new Secret(host.privateKey), publicLine: host.public.trim() } } : {};
     if (member.suppliedTls) {
-      members.set(member.name, { caCert: member.suppliedTls.caCert, cert: member.suppliedTls.serverCert, key: member.suppliedTls.serverKey, ...sshHostKey });
+      const supplied = { cert: member.suppliedTls.serverCert, key: member.suppliedTls.serverKey };
+      members.set(member.name, { caCert: member.suppliedTls.caCert, ...supplied, peer: { ...peerTrustedCa, ...supplied }, ...sshHostKey });
       continue;
     }
-    const stored = facts.leaves.get(`member/${member.name}`) ?? {};
+    const server = pairOf(facts.leaves.get(`member/${member.name}`));
     members.set(member.name, {
       ...sshHostKey,
       ...(caCert ? { caCert } : {}),
-      ...(stored.public ? { cert: stored.public } : {}),
-      ...(stored.privateKey ? { key: new Secret(stored.privateKey) } : {}),
+      ...server,
+      // Until every member trusts the peer CA, the peer port presents the server certificate, which all of them trust.
+      peer: { ...peerTrustedCa, ...(peerStage === 'trust-both' ? server : pairOf(facts.leaves.get(`peer/${member.name}`))) },
     });
   }
-  return { ...(caCert ? { caCert } : {}), members, identity: identityOf(inventory, facts), ...(facts.adminSsh.public ? { adminSshPublicKey: facts.adminSsh.public.trim() } : {}) };
+  return {
+    ...(caCert ? { caCert } : {}),
+    members,
+    identity: identityOf(inventory, facts),
+    ...(facts.adminSsh.public ? { adminSshPublicKey: facts.adminSsh.public.trim() } : {}),
+  };
+}
+
+const optional = <K extends string>(key: K, value: string | undefined): { [P in K]?: string } => (value === undefined ? {} : ({ [key]: value } as { [P in K]?: string }));
+
+const pairOf = (stored: { public?: string; privateKey?: string } | undefined): { cert?: string; key?: Secret } => ({
+  ...(stored?.public ? { cert: stored.public } : {}),
+  ...(stored?.privateKey ? { key: new Secret(stored.privateKey) } : {}),
+});
+
+/**
+ * What every member's peer port trusts: the peer CA; while members move to it, the cluster CA too; and
+ * the CAs of members whose certificates the operator supplies (they present those on the peer port).
+ * Undefined while the peer CA is not made yet (a dry-run of a new cluster).
+ */
+function peerBundle(inventory: Inventory, facts: PkiFacts, caCert: string | undefined, stage: PeerTrustStage): string | undefined {
+  if (!facts.peerCa.public) return undefined;
+  const operators = inventory.members.flatMap((member) => (member.suppliedTls ? [member.suppliedTls.caCert] : []));
+  const moving = stage === 'peer-only' || !caCert ? [] : [caCert];
+  return [...new Set([facts.peerCa.public, ...moving, ...operators].map((pem) => (pem.endsWith('\n') ? pem : `${pem}\n`)))].join('');
 }

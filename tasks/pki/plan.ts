@@ -2,6 +2,7 @@ import type { Change } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClusterIdentity } from './identity.ts';
 import type { MaterialId, StoredPair } from './store.ts';
+import { PEER_COMMON_NAME, type PeerTrustStage } from './peer-trust.ts';
 import { BACKDATE_MS, certificatesIn, chainLeadsTo, inspectCertificate, isSignedBy, keyMatchesCertificate, type CertificateProfile, type SubjectAltNames } from './x509.ts';
 
 /** A certificate the cluster needs, as a function of the inventory. */
@@ -14,6 +15,7 @@ export interface WantedCertificate {
 
 export type PkiAction =
   | { kind: 'create-ca' }
+  | { kind: 'create-peer-ca'; firstStage: PeerTrustStage }
   | { kind: 'issue-intermediate' }
   | { kind: 'issue'; certificate: WantedCertificate }
   | { kind: 'ssh-key'; id: 'ssh/admin' }
@@ -28,6 +30,10 @@ export interface PkiFacts {
   ca: StoredPair;
   /** pki.intermediate: the CA that signs members and clients. */
   intermediate: StoredPair;
+  /** The CA that signs members' peer certificates and nothing else. */
+  peerCa: StoredPair;
+  /** The peer port's trust as recorded (see peer-trust.ts); absent before the peer CA was made. */
+  peerTrust?: PeerTrustStage;
   leaves: Map<MaterialId, StoredPair>;
   adminSsh: StoredPair;
   /** Each member's SSH host key, by member name: generated here, injected by cloud-init, pinned. */
@@ -72,6 +78,14 @@ export function memberSans(inventory: Inventory, member: Member): SubjectAltName
 }
 
 export const applicationUsers = (inventory: Inventory): string[] => Object.keys(inventory.users).sort();
+
+/** Each member's peer certificate, signed by the peer CA: one common name for all, so etcd can admit that name alone. */
+export const wantedPeerCertificates = (inventory: Inventory): WantedCertificate[] =>
+  inventory.members.filter((member) => !member.suppliedTls).map((member) => ({ id: `peer/${member.name}`, commonName: PEER_COMMON_NAME, profile: 'server-and-client', sans: memberSans(inventory, member) }));
+
+/** Were members deployed before this state directory had a peer CA (their certificates exist, or the operator supplies them)? */
+export const membersDeployedBefore = (inventory: Inventory, facts: PkiFacts): boolean =>
+  inventory.members.some((member) => member.suppliedTls !== undefined || facts.leaves.get(`member/${member.name}`)?.public !== undefined);
 
 export function wantedCertificates(inventory: Inventory): WantedCertificate[] {
   const members = inventory.members
@@ -225,6 +239,8 @@ export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(
     });
   }
 
+  changes.push(...planPeerCa(inventory, facts, now, renewIssuedBefore));
+
   if (!facts.adminSsh.public || !facts.adminSsh.privateKey) {
     changes.push({ summary: 'create the SSH key the tool logs into members with', action: { kind: 'ssh-key', id: 'ssh/admin' } });
   }
@@ -246,6 +262,33 @@ export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(
       summary: `create the cluster's ID (cluster-id.json), which marks its domains as its own${deployedBefore ? '; domains an earlier version made for this cluster get the mark' : ''}`,
       action: { kind: 'cluster-id', adoptsUnmarked: deployedBefore },
     });
+  }
+  return changes;
+}
+
+/** The peer CA (made once, never replaced silently) and each member's peer certificate. */
+function planPeerCa(inventory: Inventory, facts: PkiFacts, now: Date, renewIssuedBefore: Date | undefined): Change<PkiAction>[] {
+  const changes: Change<PkiAction>[] = [];
+  const { peerCa } = facts;
+  let peerCaPem = peerCa.public;
+  if (!peerCa.public) {
+    const peerSigned = [...facts.leaves.entries()].filter(([id, pair]) => id.startsWith('peer/') && pair.public).map(([id]) => id);
+    if (peerSigned.length > 0) throw new PkiRefusal(`the peer CA is missing from the state directory but certificates it signed exist (${peerSigned.join(', ')}); restore pki/peer-ca.crt and pki/peer-ca.key`);
+    const firstStage = facts.peerTrust ?? (membersDeployedBefore(inventory, facts) ? 'trust-both' : 'peer-only');
+    const how = firstStage === 'peer-only' ? 'members trust it alone on the peer port' : 'members deployed before move to it one stage at a time';
+    changes.push({ summary: `create the peer CA, which signs members' peer certificates only (${how})`, action: { kind: 'create-peer-ca', firstStage } });
+    peerCaPem = undefined;
+  } else if (!peerCa.privateKey) {
+    throw new PkiRefusal('pki/peer-ca.crt exists but pki/peer-ca.key is missing; restore the key into the state directory (the peer CA is never replaced silently)');
+  } else if (!keyMatchesCertificate(peerCa.public, peerCa.privateKey)) {
+    throw new PkiRefusal('pki/peer-ca.key does not belong to pki/peer-ca.crt; restore the pair that signed the members\' peer certificates');
+  } else if (inspectCertificate(peerCa.public).notAfter.getTime() < now.getTime()) {
+    throw new PkiRefusal(`the peer CA expired ${inspectCertificate(peerCa.public).notAfter.toISOString()}; rotating a CA is a deliberate operation: see "Rotating the CA" in the README`);
+  }
+  for (const certificate of wantedPeerCertificates(inventory)) {
+    const stored = facts.leaves.get(certificate.id) ?? {};
+    const reason = peerCaPem === undefined ? (stored.public ? 'the peer CA is new' : 'missing') : reissueReason(certificate, stored, peerCaPem, inventory.pki.early_renewal_period, now, renewIssuedBefore);
+    if (reason !== undefined) changes.push({ summary: `issue certificate ${certificate.id} (${reason})`, action: { kind: 'issue', certificate } });
   }
   return changes;
 }

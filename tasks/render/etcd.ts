@@ -11,6 +11,10 @@ export const GUEST_PATHS = {
   caCert: '/etc/etcd/tls/ca.crt',
   serverCert: '/etc/etcd/tls/server.crt',
   serverKey: '/etc/etcd/tls/server.key',
+  /** The peer port's own files (see pki/peer-trust.ts): what it trusts, what it presents. */
+  peerTrustedCa: '/etc/etcd/tls/peer-ca.crt',
+  peerCert: '/etc/etcd/tls/peer.crt',
+  peerKey: '/etc/etcd/tls/peer.key',
 } as const;
 
 export type InitialClusterState = 'new' | 'existing';
@@ -19,7 +23,7 @@ export type InitialClusterState = 'new' | 'existing';
  * etcd's settings for one member as ETCD_* variables, in a fixed order.
  * `initialClusterState` is decided by the caller: 'new' only for a cluster that has not formed yet.
  */
-export function etcdEnvironment(inventory: Inventory, member: Member, initialClusterState: InitialClusterState): [string, string][] {
+export function etcdEnvironment(inventory: Inventory, member: Member, initialClusterState: InitialClusterState, peerAllowedCn?: string): [string, string][] {
   const { etcd } = inventory;
   const clientUrls = [clientUrl(inventory, member)];
   const loopback = `https://127.0.0.1:${etcd.client_port}`;
@@ -40,10 +44,12 @@ export function etcdEnvironment(inventory: Inventory, member: Member, initialClu
     // Password mode, as in the seed module: clients are not asked for a certificate at all.
     ...(etcd.client_cert_auth ? [['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert] as [string, string]] : []),
     ['ETCD_CLIENT_CERT_AUTH', String(etcd.client_cert_auth)],
-    ['ETCD_PEER_CERT_FILE', GUEST_PATHS.serverCert],
-    ['ETCD_PEER_KEY_FILE', GUEST_PATHS.serverKey],
-    ['ETCD_PEER_TRUSTED_CA_FILE', GUEST_PATHS.caCert],
+    // Members only on the peer port: its own CA bundle and certificate, never the clients' CA alone (see pki/peer-trust.ts).
+    ['ETCD_PEER_CERT_FILE', GUEST_PATHS.peerCert],
+    ['ETCD_PEER_KEY_FILE', GUEST_PATHS.peerKey],
+    ['ETCD_PEER_TRUSTED_CA_FILE', GUEST_PATHS.peerTrustedCa],
     ['ETCD_PEER_CLIENT_CERT_AUTH', 'true'],
+    ...(peerAllowedCn ? [['ETCD_PEER_CERT_ALLOWED_CN', peerAllowedCn] as [string, string]] : []),
     ['ETCD_AUTO_COMPACTION_MODE', etcd.auto_compaction_mode],
     ['ETCD_AUTO_COMPACTION_RETENTION', etcd.auto_compaction_retention],
     ['ETCD_QUOTA_BACKEND_BYTES', String(etcd.space_quota)],

@@ -1,6 +1,7 @@
 import { CONTROL_NODE, type Change, type Step } from '../core/step.ts';
 import type { Inventory } from '../inventory/model.ts';
 import { writeNewIdentity } from '../pki/identity.ts';
+import { writePeerTrust } from '../pki/peer-trust.ts';
 import { generateRsaKey, generateSshKey } from '../pki/keys.ts';
 import { readFacts } from '../pki/materials.ts';
 import { caOf, chainAfterLeaf, knownHostsOf, planPki, PkiRefusal, rootKeyOffline, type PkiAction, type PkiFacts } from '../pki/plan.ts';
@@ -44,8 +45,10 @@ export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore
       const issueIntermediate = actions.some((action) => action.kind === 'issue-intermediate');
       // Every key at once, on libuv's thread pool (RSA generation dominates); signing is quick and sequential.
       const hostKeyMembers = actions.flatMap((action) => (action.kind === 'ssh-host-key' ? [action.member] : []));
-      const [caKey, intermediateKey, leafKeys, sshKey, hostKeys] = await Promise.all([
+      const createPeerCa = actions.find((action) => action.kind === 'create-peer-ca');
+      const [caKey, peerCaKey, intermediateKey, leafKeys, sshKey, hostKeys] = await Promise.all([
         createCa ? generateRsaKey(inventory.pki.key_length) : undefined,
+        createPeerCa ? generateRsaKey(inventory.pki.key_length) : undefined,
         issueIntermediate ? generateRsaKey(inventory.pki.key_length) : undefined,
         Promise.all(issues.map(() => generateRsaKey(inventory.pki.key_length))),
         actions.some((action) => action.kind === 'ssh-key') ? generateSshKey(`etcd-kvm@${inventory.cluster.name}`) : undefined,
@@ -79,12 +82,22 @@ export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore
         store.write('intermediate', { public: certificate, privateKey: intermediateKey });
         signer = { public: certificate, privateKey: intermediateKey };
       }
+      let peerCa = facts.peerCa;
+      if (peerCaKey && createPeerCa) {
+        const certificate = issueCertificate({ commonName: `${inventory.cluster.name} etcd peer CA`, organization, profile: 'ca', sans: { dns: [], ips: [] }, validityHours, subjectKeyPem: peerCaKey });
+        store.write('peer-ca', { public: certificate, privateKey: peerCaKey });
+        peerCa = { public: certificate, privateKey: peerCaKey };
+        // Recorded with the CA: the stage members start from, which later runs move on (see peer-trust.ts).
+        if (!facts.peerTrust) writePeerTrust(store.stateDir, createPeerCa.firstStage);
+      }
       const issuer = { certificatePem: signer.public!, keyPem: signer.privateKey! };
       const chain = chainAfterLeaf(inventory, signer);
       issues.forEach((wanted, i) => {
         const key = leafKeys[i]!;
-        const certificate = issueCertificate({ commonName: wanted.commonName, organization, profile: wanted.profile, sans: wanted.sans, validityHours, subjectKeyPem: key, issuer });
-        store.write(wanted.id, { public: `${certificate}${chain}`, privateKey: key });
+        // A peer certificate is signed by the peer CA alone, with no chain: members trust that CA directly.
+        const peer = wanted.id.startsWith('peer/');
+        const certificate = issueCertificate({ commonName: wanted.commonName, organization, profile: wanted.profile, sans: wanted.sans, validityHours, subjectKeyPem: key, issuer: peer ? { certificatePem: peerCa.public!, keyPem: peerCa.privateKey! } : issuer });
+        store.write(wanted.id, { public: `${certificate}${peer ? '' : chain}`, privateKey: key });
       });
       if (sshKey) store.write('ssh/admin', { public: `${sshKey.publicLine}\n`, privateKey: sshKey.privatePem });
       hostKeyMembers.forEach((member, i) => store.write(`ssh-host/${member}`, { public: `${hostKeys[i]!.publicLine}\n`, privateKey: hostKeys[i]!.privatePem }));

@@ -33,6 +33,8 @@ silenceKnownWarnings();
 
 function loopbackInventory(clientCertAuth: boolean, clientPort: number) {
   const doc = baseDocument();
+  // Reached directly: the hypervisor is never asked, and its address must not be a member's.
+  doc.hypervisors = { hv: { address: '127.0.0.254' } };
   doc.etcd = { client_port: clientPort, peer_port: clientPort + 1, listen_localhost: false, client_cert_auth: clientCertAuth, grpc_gateway_enabled: !clientCertAuth };
   doc.members.forEach((member, i) => {
     member.libvirt_networks = [{ network_name: 'net', ip: IPS[i], prefix_length: 8 }];
@@ -40,6 +42,8 @@ function loopbackInventory(clientCertAuth: boolean, clientPort: number) {
     member.reach_via = 'direct';
   });
   if (!clientCertAuth) doc.members[0]!.authentication_bootstrap = { bootstrap: true, root_password: 'loopback-root-pw' };
+  // An application user: in certificate mode it gets a client certificate from the cluster CA.
+  else doc.users = { alice: { roles: [] } };
   return load(doc);
 }
 
@@ -50,6 +54,7 @@ test.after.always(() => processes.stopAll());
 async function startCluster(t: ExecutionContext, clientCertAuth: boolean, clientPort: number) {
   const { inventory, rendered } = await renderWithPki(loopbackInventory(clientCertAuth, clientPort));
   const work = mkdtempSync(join(tmpdir(), 'etcd-kvm-etcd-'));
+  let firstEnv: Map<string, string> | undefined;
   for (const member of inventory.members) {
     const files = writeFilesOf(fileOf(rendered.get(member.name), 'user-data').content);
     const dir = join(work, member.name);
@@ -60,13 +65,14 @@ async function startCluster(t: ExecutionContext, clientCertAuth: boolean, client
       return path;
     };
     const env = parseEnvironmentFile(files.get(GUEST_PATHS.environmentFile)!.content);
+    firstEnv ??= new Map(env);
     env.set('ETCD_DATA_DIR', join(dir, 'data'));
     const fileSettings: [string, string][] = [
       ['ETCD_CERT_FILE', GUEST_PATHS.serverCert],
-      ['ETCD_PEER_CERT_FILE', GUEST_PATHS.serverCert],
+      ['ETCD_PEER_CERT_FILE', GUEST_PATHS.peerCert],
       ['ETCD_KEY_FILE', GUEST_PATHS.serverKey],
-      ['ETCD_PEER_KEY_FILE', GUEST_PATHS.serverKey],
-      ['ETCD_PEER_TRUSTED_CA_FILE', GUEST_PATHS.caCert],
+      ['ETCD_PEER_KEY_FILE', GUEST_PATHS.peerKey],
+      ['ETCD_PEER_TRUSTED_CA_FILE', GUEST_PATHS.peerTrustedCa],
       ...(clientCertAuth ? [['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert] as [string, string]] : []),
     ];
     for (const [key, guestPath] of fileSettings) {
@@ -78,12 +84,14 @@ async function startCluster(t: ExecutionContext, clientCertAuth: boolean, client
     t.is(env.get('ETCD_INITIAL_CLUSTER_STATE'), 'new');
     processes.start('etcd', [], { env: { PATH: process.env.PATH, ...Object.fromEntries(env) }, logFile: join(dir, 'etcd.log') });
   }
-  return { inventory, work };
+  return { inventory, work, peerAllowedCn: firstEnv?.get('ETCD_PEER_CERT_ALLOWED_CN') };
 }
+
+
 
 test('a 3-member etcd cluster starts from the rendered config over TLS, and refuses clients without a certificate', async (t) => {
   const CLIENT_PORT = 42379;
-  const { inventory, work } = await startCluster(t, true, CLIENT_PORT);
+  const { inventory, work, peerAllowedCn } = await startCluster(t, true, CLIENT_PORT);
 
   const pki = join(inventory.stateDir, 'pki');
   const endpoints = IPS.map((ip) => `https://${ip}:${CLIENT_PORT}`).join(',');
@@ -121,6 +129,19 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
   const anonymous = etcdctl(['get', 'greeting'], ['--cacert', join(pki, 'ca.crt')]);
   t.not(anonymous.status, 0);
   t.regex(anonymous.stderr, /bad certificate|certificate required|context deadline exceeded/);
+
+  // The peer port admits members only: their peer certificates (the peer CA's, common name etcd-kvm-peer) get
+  // etcd's member list; root's client certificate, signed by the cluster CA, fails the TLS handshake.
+  t.is(peerAllowedCn, 'etcd-kvm-peer');
+  const peerUrl = `https://${IPS[0]}:${CLIENT_PORT + 1}/members`;
+  const curlPeer = (cert: string, key: string) => run('curl', ['--silent', '--show-error', '--http1.1', '--max-time', '10', '--cacert', join(pki, 'peer-ca.crt'), '--cert', cert, '--key', key, '-o', '/dev/null', '-w', '%{http_code}', peerUrl]);
+  const asMember = curlPeer(join(pki, 'peers/etcd-2.crt'), join(pki, 'peers/etcd-2.key'));
+  t.is(asMember.stdout, '200', asMember.stderr);
+  for (const client of ['root', 'alice']) {
+    const asUser = curlPeer(join(pki, `clients/${client}.crt`), join(pki, `clients/${client}.key`));
+    t.is(asUser.stdout, '000', `${client}'s certificate must not pass the peer port's handshake`);
+    t.regex(asUser.stderr, /alert|certificate|SSL/i);
+  }
 
   // A certificate from another CA is refused too.
   const stranger = join(work, 'stranger');

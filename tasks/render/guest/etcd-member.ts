@@ -29,7 +29,11 @@ export function etcdFragment(inventory: Inventory, member: Member, tls: MemberTl
       { path: GUEST_PATHS.serverCert, permissions: '0644', content: tls.cert ?? pending(`certificate of ${member.name}`) },
       // Deferred to the final stage, when the etcd user (from the package or `users`) surely exists.
       { path: GUEST_PATHS.serverKey, permissions: '0400', owner: 'etcd:etcd', defer: true, content: tls.key ? writeSecret(tls.key) : pending(`private key of ${member.name}`) },
-      { path: GUEST_PATHS.environmentFile, permissions: '0644', content: renderEnvironmentFile(etcdEnvironment(inventory, member, initialClusterState)) },
+      // The peer port's: a new trust bundle restarts etcd (read at start only); a new certificate needs no restart.
+      { path: GUEST_PATHS.peerTrustedCa, permissions: '0644', content: tls.peer?.trustedCa ?? pending('peer CA certificates'), notify: ETCD_UNIT },
+      { path: GUEST_PATHS.peerCert, permissions: '0644', content: tls.peer?.cert ?? pending(`peer certificate of ${member.name}`) },
+      { path: GUEST_PATHS.peerKey, permissions: '0400', owner: 'etcd:etcd', defer: true, content: tls.peer?.key ? writeSecret(tls.peer.key) : pending(`peer key of ${member.name}`) },
+      { path: GUEST_PATHS.environmentFile, permissions: '0644', content: renderEnvironmentFile(etcdEnvironment(inventory, member, initialClusterState, tls.peer?.allowedCn)) },
       { path: GUEST_PATHS.unitFile, permissions: '0644', content: renderUnitFile(inventory, member), notify: ETCD_UNIT },
     ],
     runcmd: [

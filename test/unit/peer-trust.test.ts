@@ -1,0 +1,89 @@
+import test from 'ava';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Runner } from '../../tasks/core/runner.ts';
+import type { Inventory } from '../../tasks/inventory/model.ts';
+import { materialsFrom, readFacts } from '../../tasks/pki/materials.ts';
+import { nextPeerStage, PEER_COMMON_NAME, PEER_STAGES, readPeerTrust, writePeerTrust, type PeerTrustStage } from '../../tasks/pki/peer-trust.ts';
+import { planPki } from '../../tasks/pki/plan.ts';
+import { PkiStore } from '../../tasks/pki/store.ts';
+import { certificatesIn, inspectCertificate, isSignedBy } from '../../tasks/pki/x509.ts';
+import { etcdEnvironment } from '../../tasks/render/etcd.ts';
+import { pkiStep } from '../../tasks/steps/pki.ts';
+import { baseDocument, load } from '../helpers/inventory.ts';
+
+/** A state directory with the PKI a first deploy makes. */
+async function issued(): Promise<{ inventory: Inventory; store: PkiStore }> {
+  const inventory = { ...load(baseDocument()), stateDir: mkdtempSync(join(tmpdir(), 'etcd-kvm-peer-')) };
+  const store = new PkiStore(inventory.stateDir);
+  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(inventory, store));
+  if (result?.status !== 'changed') throw new Error(result?.error ?? 'the pki step changed nothing');
+  return { inventory, store };
+}
+
+test('a new cluster starts with the peer CA alone: peer certificates signed by it, one common name, the cluster CA not trusted on the peer port', async (t) => {
+  const { inventory, store } = await issued();
+  t.is(readPeerTrust(inventory.stateDir), 'peer-only');
+  const peerCa = store.read('peer-ca').public!;
+  const ca = store.read('ca').public!;
+  const peer = store.read('peer/etcd-1').public!;
+  t.true(isSignedBy(peer, peerCa));
+  t.false(isSignedBy(peer, ca));
+  t.is(inspectCertificate(peer).commonName, PEER_COMMON_NAME);
+  t.deepEqual(inspectCertificate(peer).sans, inspectCertificate(store.read('member/etcd-1').public!).sans);
+  const tls = materialsFrom(inventory, readFacts(inventory, store)).members.get('etcd-1')!;
+  t.deepEqual(certificatesIn(tls.peer!.trustedCa!), certificatesIn(peerCa));
+  t.is(tls.peer!.cert, peer);
+  t.is(tls.peer!.allowedCn, PEER_COMMON_NAME);
+  const env = Object.fromEntries(etcdEnvironment(inventory, inventory.members[0]!, 'new', tls.peer!.allowedCn));
+  t.is(env.ETCD_PEER_TRUSTED_CA_FILE, '/etc/etcd/tls/peer-ca.crt');
+  t.is(env.ETCD_PEER_CERT_FILE, '/etc/etcd/tls/peer.crt');
+  t.is(env.ETCD_PEER_CERT_ALLOWED_CN, PEER_COMMON_NAME);
+  t.is(env.ETCD_TRUSTED_CA_FILE, '/etc/etcd/tls/ca.crt', 'clients still go by the cluster CA');
+});
+
+test('a state directory from before the peer CA: the pki step makes it and records the first stage of the move', async (t) => {
+  const { inventory, store } = await issued();
+  // As an earlier version left it: member certificates, no peer CA, no record.
+  for (const path of ['pki/peer-ca.crt', 'pki/peer-ca.key', 'pki/peers', 'pki/peer-trust.json']) rmSync(join(inventory.stateDir, path), { recursive: true });
+  const summaries = planPki(inventory, readFacts(inventory, store)).map((change) => change.summary);
+  t.true(summaries.includes("create the peer CA, which signs members' peer certificates only (members deployed before move to it one stage at a time)"), summaries.join('\n'));
+  t.true(summaries.includes('issue certificate peer/etcd-2 (missing)'));
+  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(inventory, store));
+  t.is(result?.status, 'changed', result?.error);
+  t.is(readPeerTrust(inventory.stateDir), 'trust-both');
+});
+
+// Each stage, rendered: what the peer port trusts and presents. A stage starts only once every member runs the one before.
+const STAGES: { stage: PeerTrustStage; trustsClusterCa: boolean; presents: 'server' | 'peer'; allowedCn: string | undefined; next: PeerTrustStage | undefined }[] = [
+  { stage: 'trust-both', trustsClusterCa: true, presents: 'server', allowedCn: undefined, next: 'present-peer' },
+  { stage: 'present-peer', trustsClusterCa: true, presents: 'peer', allowedCn: undefined, next: 'peer-only' },
+  { stage: 'peer-only', trustsClusterCa: false, presents: 'peer', allowedCn: PEER_COMMON_NAME, next: undefined },
+];
+
+test('the stages of the move, rendered for a member', async (t) => {
+  const { inventory, store } = await issued();
+  t.deepEqual(STAGES.map((row) => row.stage), [...PEER_STAGES]);
+  for (const row of STAGES) {
+    writePeerTrust(inventory.stateDir, row.stage);
+    const tls = materialsFrom(inventory, readFacts(inventory, store)).members.get('etcd-2')!;
+    const trusted = certificatesIn(tls.peer!.trustedCa!);
+    t.is(trusted.includes(certificatesIn(store.read('ca').public!)[0]!), row.trustsClusterCa, row.stage);
+    t.true(trusted.includes(certificatesIn(store.read('peer-ca').public!)[0]!), row.stage);
+    t.is(tls.peer!.cert, store.read(row.presents === 'server' ? 'member/etcd-2' : 'peer/etcd-2').public, row.stage);
+    t.is(tls.peer!.key?.reveal(), store.read(row.presents === 'server' ? 'member/etcd-2' : 'peer/etcd-2').privateKey, row.stage);
+    t.is(tls.peer!.allowedCn, row.allowedCn, row.stage);
+    t.is(nextPeerStage(row.stage), row.next);
+  }
+});
+
+test('a damaged record stops the run rather than guess a stage', (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-peer-'));
+  writePeerTrust(stateDir, 'peer-only');
+  t.is(readPeerTrust(stateDir), 'peer-only');
+  rmSync(join(stateDir, 'pki', 'peer-trust.json'));
+  t.is(readPeerTrust(stateDir), undefined);
+  writePeerTrust(stateDir, 'bogus' as PeerTrustStage);
+  t.throws(() => readPeerTrust(stateDir), { message: /peer-trust\.json is damaged/ });
+});
