@@ -1,5 +1,6 @@
 import type { Secret } from '../core/secret.ts';
 import type { PermissionSettings, RoleSettings, UserSettings } from '../inventory/model.ts';
+import { prefixEnd, TOOL_KEY_PREFIX } from '../inventory/reserved.ts';
 
 /**
  * Application users and roles: what the inventory wants against what etcd has, as operations. etcd
@@ -10,7 +11,7 @@ import type { PermissionSettings, RoleSettings, UserSettings } from '../inventor
  */
 
 /** Where the tool keeps the names of the users and roles it created: JSON {"users": [...], "roles": [...]}. */
-export const MANAGED_KEY = 'etcd-kvm/managed-access';
+export const MANAGED_KEY = `${TOOL_KEY_PREFIX}managed-access`;
 
 export type Access = PermissionSettings['access'];
 type PermType = 'Read' | 'Write' | 'Readwrite';
@@ -23,18 +24,7 @@ export interface Permission {
   rangeEnd: Buffer;
 }
 
-/** The end of the range holding every key that starts with `prefix` (etcdctl's --prefix). */
-export function prefixEnd(prefix: Buffer): Buffer {
-  const end = Buffer.from(prefix);
-  for (let i = end.length - 1; i >= 0; i--) {
-    if (end[i]! < 0xff) {
-      end[i]! += 1;
-      return end.subarray(0, i + 1);
-    }
-  }
-  // Only 0xff bytes: every key from the prefix on.
-  return Buffer.from([0]);
-}
+export { prefixEnd };
 
 export function permissionOf(input: PermissionSettings): Permission {
   const permType = PERM_TYPE[input.access];

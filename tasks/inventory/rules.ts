@@ -2,7 +2,7 @@ import type { BastionInput, ClusterSettings, EtcdSettings, HypervisorInput, Memb
 import type { Problem } from './problems.ts';
 import { CONTROL_NODE } from '../core/step.ts';
 import { isIPv4, isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
-import { GUEST_SERVICE_ACCOUNTS, RESERVED_USER_NAMES } from './reserved.ts';
+import { GUEST_SERVICE_ACCOUNTS, prefixEnd, reachesToolKeys, RESERVED_USER_NAMES, TOOL_KEY_PREFIX } from './reserved.ts';
 
 /**
  * Rules that span fields or members, checked after every field parsed on its own.
@@ -239,6 +239,24 @@ const usersHoldDefinedRoles: Rule = (doc) =>
     ),
   );
 
+/**
+ * The tool keeps its own keys under TOOL_KEY_PREFIX, among them the record of the users and roles it
+ * made, which decides what it deletes: no application role may reach them, by key or by prefix.
+ */
+const permissionsAvoidToolKeys: Rule = (doc) =>
+  Object.entries(doc.roles).flatMap(([role, settings]) =>
+    settings.permissions.flatMap((permission, j): Problem[] => {
+      const [field, value] = permission.prefix !== undefined ? (['prefix', permission.prefix] as const) : (['key', permission.key ?? ''] as const);
+      const key = Buffer.from(value);
+      if (!reachesToolKeys(key, field === 'prefix' ? prefixEnd(key) : Buffer.alloc(0))) return [];
+      return [{
+        path: ['roles', role, 'permissions', j, field],
+        message: `${field} ${JSON.stringify(value)} reaches the tool's own keys under ${TOOL_KEY_PREFIX} (among them its record of the users and roles it manages)`,
+        hint: `keep application keys outside ${TOOL_KEY_PREFIX}, e.g. a prefix such as /app1/: a role that can write the record could make the tool delete users`,
+      }];
+    }),
+  );
+
 /** Certificate mode: a user is its certificate's CN, with no password; password mode: a password is how it logs in. */
 const userPasswordsFitTheMode: Rule = (doc) =>
   Object.entries(doc.users).flatMap(([user, settings]): Problem[] => {
@@ -469,6 +487,7 @@ export const RULES: readonly Rule[] = [
   grpcGatewayNeedsPasswordMode,
   rootPasswordInPasswordMode,
   usersHoldDefinedRoles,
+  permissionsAvoidToolKeys,
   userNamesAreTheirOwn,
   userPasswordsFitTheMode,
   adminIsNoServiceAccount,

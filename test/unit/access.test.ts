@@ -1,5 +1,6 @@
 import test from 'ava';
 import { Secret } from '../../tasks/core/secret.ts';
+import { reachesToolKeys } from '../../tasks/inventory/reserved.ts';
 import { AccessRefusal, describePermission, MANAGED_KEY, parseManaged, permissionOf, planAccess, prefixEnd, type LiveAccess, type WantedAccess } from '../../tasks/etcd/access.ts';
 
 /** Application users and roles as tables: what the inventory wants and what etcd answers, in; operations, out. */
@@ -86,3 +87,20 @@ test('the managed set is read strictly: anything else is an error, never an empt
   t.deepEqual(parseManaged('{"users":["a"],"roles":["r"]}'), { users: ['a'], roles: ['r'] });
   for (const bad of ['not json', '[]', '{"users":"a","roles":[]}', '{"users":[1],"roles":[]}', 'null']) t.throws(() => parseManaged(bad), { message: /is not \{"users"/ }, bad);
 });
+
+const rangeRows: { name: string; key: string | Buffer; rangeEnd: string | Buffer; reaches: boolean }[] = [
+  { name: 'every key ("" to \\0)', key: '', rangeEnd: Buffer.from([0]), reaches: true },
+  { name: 'from "a" on', key: 'a', rangeEnd: Buffer.from([0]), reaches: true },
+  { name: 'from "z" on', key: 'z', rangeEnd: Buffer.from([0]), reaches: false },
+  { name: '["a", "f")', key: 'a', rangeEnd: 'f', reaches: true },
+  { name: '["a", "etcd-kvm/"): the end is not in the range', key: 'a', rangeEnd: 'etcd-kvm/', reaches: false },
+  { name: '["etcd-kvm/z", "zz")', key: 'etcd-kvm/z', rangeEnd: 'zz', reaches: true },
+  { name: 'from "etcd-kvm0" on', key: 'etcd-kvm0', rangeEnd: Buffer.from([0]), reaches: false },
+  { name: 'the managed record\'s key alone', key: MANAGED_KEY, rangeEnd: Buffer.alloc(0), reaches: true },
+  { name: 'the key "etcd-kvm" alone', key: 'etcd-kvm', rangeEnd: Buffer.alloc(0), reaches: false },
+];
+for (const row of rangeRows) {
+  test(`the tool's keys ${row.reaches ? 'are' : 'are not'} reached by ${row.name}`, (t) => {
+    t.is(reachesToolKeys(Buffer.from(row.key), Buffer.from(row.rangeEnd)), row.reaches);
+  });
+}

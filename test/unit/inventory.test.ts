@@ -472,3 +472,37 @@ for (const row of notShared) {
     t.notThrows(() => load(edit(row.edit)));
   });
 }
+
+// No application role may reach the tool's own keys: the record of managed users decides deletions.
+
+const TOOL_KEYS_HINT = "keep application keys outside etcd-kvm/, e.g. a prefix such as /app1/: a role that can write the record could make the tool delete users";
+const reachesTool = (field: 'key' | 'prefix', value: string) => `roles.app.permissions[0].${field}: ${field} ${JSON.stringify(value)} reaches the tool's own keys under etcd-kvm/ (among them its record of the users and roles it manages) — ${TOOL_KEYS_HINT}`;
+const permissionRows: { permission: Record<string, string>; problems: string[] }[] = [
+  { permission: { prefix: 'etcd', access: 'readwrite' }, problems: [reachesTool('prefix', 'etcd')] },
+  { permission: { prefix: 'e', access: 'write' }, problems: [reachesTool('prefix', 'e')] },
+  { permission: { prefix: 'etcd-kvm', access: 'readwrite' }, problems: [reachesTool('prefix', 'etcd-kvm')] },
+  { permission: { prefix: 'etcd-kvm/', access: 'read' }, problems: [reachesTool('prefix', 'etcd-kvm/')] },
+  { permission: { prefix: 'etcd-kvm/managed-access/x', access: 'write' }, problems: [reachesTool('prefix', 'etcd-kvm/managed-access/x')] },
+  { permission: { key: 'etcd-kvm/managed-access', access: 'write' }, problems: [reachesTool('key', 'etcd-kvm/managed-access')] },
+  { permission: { key: 'etcd-kvm/auth-probe', access: 'read' }, problems: [reachesTool('key', 'etcd-kvm/auth-probe')] },
+  { permission: { prefix: '', access: 'readwrite' }, problems: ['roles.app.permissions[0].prefix: String must contain at least 1 character(s)'] },
+  // Next to the prefix, not in it: "." sorts before "/", "0" right after.
+  { permission: { prefix: 'etcd-kvm.', access: 'readwrite' }, problems: [] },
+  { permission: { prefix: 'etcd-kvm0', access: 'readwrite' }, problems: [] },
+  { permission: { key: 'etcd-kvm', access: 'readwrite' }, problems: [] },
+  { permission: { prefix: '/app1/', access: 'readwrite' }, problems: [] },
+];
+for (const row of permissionRows) {
+  test(`a role's permission on ${JSON.stringify(row.permission)}: ${row.problems.length > 0 ? 'refused' : 'accepted'}`, (t) => {
+    const doc = edit((d) => (d.roles = { app: { permissions: [row.permission] } }));
+    const problems = (() => {
+      try {
+        load(doc);
+        return [];
+      } catch (error) {
+        return [...(error as InputError).problems];
+      }
+    })();
+    t.deepEqual(problems, row.problems);
+  });
+}
