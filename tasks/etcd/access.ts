@@ -8,10 +8,20 @@ import { prefixEnd, TOOL_KEY_PREFIX } from '../inventory/reserved.ts';
  * only those are ever changed or deleted. A wanted name etcd already has without it (made by hand) is
  * refused, never taken over. The set is widened before anything is created and narrowed only after
  * the deletions, so a run killed in between leaves nothing the next run would not recognise.
+ *
+ * MANAGED_KEY is an ordinary key: a role granted by hand could rewrite it, and a name added there
+ * would make the next run delete that user. So the control node keeps the same record in its state
+ * directory (STATE_RECORD), which no application reaches, and a user or role is deleted only when both
+ * records name it. Where they disagree it is left alone and said (accessWarnings): a name only etcd's
+ * record has is dropped from it; a name only the state directory's has stays there, said every run
+ * until an operator settles it. A state directory from before this record starts empty: what left the
+ * inventory before its first run is then left alone, with the warning saying how to delete it.
  */
 
 /** Where the tool keeps the names of the users and roles it created: JSON {"users": [...], "roles": [...]}. */
 export const MANAGED_KEY = `${TOOL_KEY_PREFIX}managed-access`;
+/** The same record in the state directory: the control node's own, which decides with MANAGED_KEY. */
+export const STATE_RECORD = 'managed-access.json';
 
 export type Access = PermissionSettings['access'];
 type PermType = 'Read' | 'Write' | 'Readwrite';
@@ -48,11 +58,18 @@ export function describePermission(p: Permission): string {
   return `${access} range [${text(p.key)}, ${text(p.rangeEnd)})`;
 }
 
+/** The names of the users and roles the tool made, as one record holds them. */
+export interface ManagedNames {
+  users: string[];
+  roles: string[];
+}
+
 /** What etcd has, read by the step's check. */
 export interface LiveAccess {
   users: Map<string, { roles: string[] }>;
   roles: Map<string, Permission[]>;
-  managed: { users: string[]; roles: string[] };
+  /** MANAGED_KEY's record. */
+  managed: ManagedNames;
   /** Password mode: managed users whose inventory password etcd does not accept. */
   passwordsDiffer: string[];
 }
@@ -65,7 +82,8 @@ export interface WantedAccess {
 }
 
 export type AccessAction =
-  | { kind: 'record-managed'; users: string[]; roles: string[] }
+  /** Both records written: etcd's (MANAGED_KEY) and the state directory's (STATE_RECORD). */
+  | { kind: 'record-managed'; etcd: ManagedNames; stateDir: ManagedNames }
   | { kind: 'add-role'; role: string }
   | { kind: 'grant-permission'; role: string; permission: Permission }
   | { kind: 'revoke-permission'; role: string; permission: Permission }
@@ -86,9 +104,64 @@ export class AccessRefusal extends Error {}
 
 const sortedUnion = (...lists: readonly (readonly string[])[]) => [...new Set(lists.flat())].sort();
 const sameSet = (a: readonly string[], b: readonly string[]) => a.length === b.length && sortedUnion(a).join('\0') === sortedUnion(b).join('\0');
+const sameRecord = (a: ManagedNames, b: ManagedNames) => sameSet(a.users, b.users) && sameSet(a.roles, b.roles);
 
-/** Pure: the operations that make etcd's application users and roles those of the inventory. */
-export function planAccess(wanted: WantedAccess, live: LiveAccess): AccessChange[] {
+type Kind = 'user' | 'role';
+const KINDS: readonly Kind[] = ['user', 'role'];
+
+/** Names out of the inventory that a record still holds, by what becomes of them. */
+interface Departures {
+  /** Both records name it and etcd has it: the tool made it, and deletes it. */
+  agreed: string[];
+  /** Only MANAGED_KEY names it, and etcd has it: left alone, and dropped from MANAGED_KEY. */
+  onlyInEtcd: string[];
+  /** Only the state directory names it, and etcd has it: left alone, and kept in the state directory's record. */
+  onlyInStateDir: string[];
+  /** etcd no longer has it (deleted by an earlier run, or by hand): forgotten. */
+  gone: string[];
+}
+
+/** Pure: what becomes of the users (or roles) no longer wanted that either record names. */
+export function departures(wanted: readonly string[], exists: (name: string) => boolean, inEtcd: readonly string[], inStateDir: readonly string[]): Departures {
+  const result: Departures = { agreed: [], onlyInEtcd: [], onlyInStateDir: [], gone: [] };
+  for (const name of sortedUnion(inEtcd, inStateDir).filter((name) => !wanted.includes(name))) {
+    if (!exists(name)) result.gone.push(name);
+    else if (inEtcd.includes(name) && inStateDir.includes(name)) result.agreed.push(name);
+    else if (inEtcd.includes(name)) result.onlyInEtcd.push(name);
+    else result.onlyInStateDir.push(name);
+  }
+  return result;
+}
+
+function departuresOf(wanted: WantedAccess, live: LiveAccess, stateRecord: ManagedNames): Record<Kind, Departures> {
+  return {
+    user: departures(Object.keys(wanted.users), (name) => live.users.has(name), live.managed.users, stateRecord.users),
+    role: departures(Object.keys(wanted.roles), (name) => live.roles.has(name), live.managed.roles, stateRecord.roles),
+  };
+}
+
+/** Pure: the users and roles the two records disagree on, left alone this run, as an operator reads them. */
+export function accessWarnings(wanted: WantedAccess, live: LiveAccess, stateRecord: ManagedNames): string[] {
+  const departing = departuresOf(wanted, live, stateRecord);
+  return KINDS.flatMap((kind) => [
+    ...departing[kind].onlyInEtcd.map(
+      (name) =>
+        `${kind} ${name} is named in ${MANAGED_KEY} but not in the state directory's record (${STATE_RECORD}), so the tool cannot tell it made it: left alone (not deleted) and dropped from ${MANAGED_KEY}. ` +
+        `If the tool made it before this record existed, delete it with etcdctl ${kind} delete ${name}; if not, something that can write ${MANAGED_KEY} added it (check the roles granted by hand)`,
+    ),
+    ...departing[kind].onlyInStateDir.map(
+      (name) =>
+        `${kind} ${name} is in the state directory's record (${STATE_RECORD}) but missing from ${MANAGED_KEY}: left alone (not deleted). ` +
+        `Delete it with etcdctl ${kind} delete ${name} if it is to go (the tool then forgets it), or put its name back in ${MANAGED_KEY}`,
+    ),
+  ]);
+}
+
+/**
+ * Pure: the operations that make etcd's application users and roles those of the inventory.
+ * `stateRecord` is the state directory's record of what the tool made (empty when it has none).
+ */
+export function planAccess(wanted: WantedAccess, live: LiveAccess, stateRecord: ManagedNames): AccessChange[] {
   const wantedRoles = Object.keys(wanted.roles).sort();
   const wantedUsers = Object.keys(wanted.users).sort();
   const managedRoles = new Set(live.managed.roles);
@@ -104,10 +177,13 @@ export function planAccess(wanted: WantedAccess, live: LiveAccess): AccessChange
   }
 
   const changes: AccessChange[] = [];
-  // Widened first: everything this run may create is recorded before it exists.
-  const widened = { users: sortedUnion(live.managed.users, wantedUsers), roles: sortedUnion(live.managed.roles, wantedRoles) };
-  if (!sameSet(widened.users, live.managed.users) || !sameSet(widened.roles, live.managed.roles)) {
-    changes.push({ summary: `record the users and roles the tool manages in ${MANAGED_KEY}`, action: { kind: 'record-managed', ...widened } });
+  // Widened first: everything this run may create is recorded, in both records, before it exists.
+  const widened = {
+    etcd: { users: sortedUnion(live.managed.users, wantedUsers), roles: sortedUnion(live.managed.roles, wantedRoles) },
+    stateDir: { users: sortedUnion(stateRecord.users, wantedUsers), roles: sortedUnion(stateRecord.roles, wantedRoles) },
+  };
+  if (!sameRecord(widened.etcd, live.managed) || !sameRecord(widened.stateDir, stateRecord)) {
+    changes.push({ summary: `record the users and roles the tool manages in ${MANAGED_KEY} and the state directory (${STATE_RECORD})`, action: { kind: 'record-managed', ...widened } });
   }
 
   for (const role of wantedRoles) {
@@ -140,20 +216,29 @@ export function planAccess(wanted: WantedAccess, live: LiveAccess): AccessChange
   }
 
   // Users before roles: a deleted role is revoked from every user, and a managed user may still hold it.
-  const departingUsers = live.managed.users.filter((user) => !wantedUsers.includes(user)).sort();
-  const departingRoles = live.managed.roles.filter((role) => !wantedRoles.includes(role)).sort();
-  for (const user of departingUsers) if (live.users.has(user)) changes.push({ summary: `delete user ${user} (no longer in the inventory)`, action: { kind: 'delete-user', user } });
-  for (const role of departingRoles) if (live.roles.has(role)) changes.push({ summary: `delete role ${role} (no longer in the inventory)`, action: { kind: 'delete-role', role } });
-  // Narrowed last, once what left the inventory is gone from etcd.
-  if (departingUsers.length > 0 || departingRoles.length > 0) {
-    changes.push({ summary: `forget ${[...departingUsers.map((u) => `user ${u}`), ...departingRoles.map((r) => `role ${r}`)].join(', ')} in ${MANAGED_KEY}`, action: { kind: 'record-managed', users: wantedUsers, roles: wantedRoles } });
+  // Only what both records name is deleted; a disagreement is accessWarnings', and left alone.
+  const departing = departuresOf(wanted, live, stateRecord);
+  for (const user of departing.user.agreed) changes.push({ summary: `delete user ${user} (no longer in the inventory)`, action: { kind: 'delete-user', user } });
+  for (const role of departing.role.agreed) changes.push({ summary: `delete role ${role} (no longer in the inventory)`, action: { kind: 'delete-role', role } });
+  // Narrowed last, once what left the inventory is gone from etcd. The state directory keeps the names
+  // only it has that etcd still holds: its word that the tool made them stands until an operator settles it.
+  const narrowed = {
+    etcd: { users: wantedUsers, roles: wantedRoles },
+    stateDir: { users: sortedUnion(wantedUsers, departing.user.onlyInStateDir), roles: sortedUnion(wantedRoles, departing.role.onlyInStateDir) },
+  };
+  if (!sameRecord(narrowed.etcd, widened.etcd) || !sameRecord(narrowed.stateDir, widened.stateDir)) {
+    const forgotten = KINDS.flatMap((kind) => [...departing[kind].agreed, ...departing[kind].gone, ...departing[kind].onlyInEtcd].sort().map((name) => `${kind} ${name}`));
+    changes.push({ summary: `forget ${forgotten.join(', ')} in ${MANAGED_KEY} and the state directory (${STATE_RECORD})`, action: { kind: 'record-managed', ...narrowed } });
   }
   return changes;
 }
 
-/** The managed set as stored; anything unreadable is an error, not an empty set (that would orphan users). */
-export function parseManaged(value: string | null): LiveAccess['managed'] {
-  if (value === null) return { users: [], roles: [] };
+/**
+ * A record as stored (`where` names it: MANAGED_KEY or the state directory's file); none is an empty
+ * record. Anything unreadable is an error, not an empty set (that would orphan users).
+ */
+export function parseManaged(value: string | null | undefined, where = MANAGED_KEY): ManagedNames {
+  if (value === null || value === undefined) return { users: [], roles: [] };
   const list = (field: unknown) => (Array.isArray(field) && field.every((item) => typeof item === 'string') ? (field as string[]) : undefined);
   let record: unknown;
   try {
@@ -164,8 +249,8 @@ export function parseManaged(value: string | null): LiveAccess['managed'] {
   const fields = (typeof record === 'object' && record !== null ? record : {}) as { users?: unknown; roles?: unknown };
   const users = list(fields.users);
   const roles = list(fields.roles);
-  if (!users || !roles) throw new Error(`${MANAGED_KEY} is not {"users": [...], "roles": [...]}; restore it, or delete it (the users and roles the tool made are then no longer recognised as its own)`);
+  if (!users || !roles) throw new Error(`${where} is not {"users": [...], "roles": [...]}; restore it, or delete it (the users and roles the tool made are then no longer recognised as its own)`);
   return { users, roles };
 }
 
-export const formatManaged = (managed: { users: readonly string[]; roles: readonly string[] }) => JSON.stringify({ users: [...managed.users], roles: [...managed.roles] });
+export const formatManaged = (managed: Readonly<ManagedNames>) => JSON.stringify({ users: [...managed.users], roles: [...managed.roles] });

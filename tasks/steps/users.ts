@@ -1,4 +1,6 @@
 import type { Etcd3 } from 'etcd3';
+import { join } from 'node:path';
+import { PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
 import type { Step } from '../core/step.ts';
 import { revealSecret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -7,20 +9,31 @@ import type { ClientIdentities } from '../etcd/identities.ts';
 import { memberHealth } from '../etcd/health.ts';
 import { retryTransient } from '../etcd/transient.ts';
 import { ignoreIf } from '../etcd/answers.ts';
-import { AccessRefusal, formatManaged, MANAGED_KEY, parseManaged, planAccess, type AccessAction, type LiveAccess, type Permission } from '../etcd/access.ts';
+import { accessWarnings, AccessRefusal, formatManaged, MANAGED_KEY, parseManaged, planAccess, STATE_RECORD, type AccessAction, type LiveAccess, type ManagedNames, type Permission, type WantedAccess } from '../etcd/access.ts';
 import { authEnabled } from './auth.ts';
 import { memberTargets } from './member-targets.ts';
 
 /**
  * Application users and roles, converged from the designated member after the auth bootstrap: the
  * planning is etcd/access.ts; this step reads etcd's users, roles and the managed set in one round of
- * calls and applies the operations in their order. Passwords travel only inside gRPC requests.
+ * calls, and the state directory's own record of the managed set, and applies the operations in their
+ * order. Passwords travel only inside gRPC requests.
  */
 
 interface UsersState {
   /** Set when etcd could not be asked (dry-run before the cluster exists): everything is planned. */
   unreachable?: string;
   live: LiveAccess;
+  /** The state directory's record of the users and roles the tool made (STATE_RECORD). */
+  stateRecord: ManagedNames;
+}
+
+const stateRecordPath = (stateDir: string) => join(stateDir, STATE_RECORD);
+
+/** The state directory's record; none yet (a state directory from before it) is an empty one. */
+export function readStateRecord(stateDir: string): ManagedNames {
+  const path = stateRecordPath(stateDir);
+  return parseManaged(readIfExists(path), path);
 }
 
 const rejectedPassword = (error: unknown) => error instanceof Error && /authentication failed|invalid user ID or password/i.test(error.message);
@@ -51,10 +64,11 @@ async function readAccess(client: Etcd3, inventory: Inventory): Promise<LiveAcce
   return { users: new Map(users), roles: new Map(roles), managed, passwordsDiffer: checked.filter((_, i) => differ[i]) };
 }
 
-async function applyAction(client: Etcd3, action: AccessAction): Promise<void> {
+async function applyAction(client: Etcd3, stateDir: string, action: AccessAction): Promise<void> {
   switch (action.kind) {
     case 'record-managed':
-      await client.put(MANAGED_KEY).value(formatManaged(action));
+      await client.put(MANAGED_KEY).value(formatManaged(action.etcd));
+      writeFileAtomic(stateRecordPath(stateDir), `${formatManaged(action.stateDir)}\n`, PUBLIC_FILE_MODE);
       return;
     case 'add-role':
       await client.auth.roleAdd({ name: action.role }).catch(ignoreIf(/role name already exists/i));
@@ -92,31 +106,36 @@ export function usersStep(inventory: Inventory, members: readonly Member[], clie
   const { targets, memberNamed } = memberTargets(members.filter((member) => member.bootstrapsAuth));
   // Before the auth step has run (a dry-run of a new cluster), root does not exist yet.
   const asRoot = async (member: Member) => clients.for(member, (await retryTransient(() => authEnabled(clients, member, identities))) ? identities.root() : identities.beforeAuth());
+  const wanted: WantedAccess = { roles: inventory.roles, users: inventory.users, certificateMode: inventory.etcd.client_cert_auth };
   return {
     name: 'users',
     targets,
     async check(name) {
       const member = memberNamed(name);
+      const stateRecord = readStateRecord(inventory.stateDir);
       if (dryRun) {
         const health = await memberHealth(inventory, clients, member);
-        if (!health.healthy) return { unreachable: health.reason, live: EMPTY };
+        if (!health.healthy) return { unreachable: health.reason, live: EMPTY, stateRecord };
       }
       const client = await asRoot(member);
-      return { live: await retryTransient(() => readAccess(client, inventory)) };
+      return { live: await retryTransient(() => readAccess(client, inventory)), stateRecord };
     },
     plan(state) {
       try {
-        const changes = planAccess({ roles: inventory.roles, users: inventory.users, certificateMode: inventory.etcd.client_cert_auth }, state.live);
+        const changes = planAccess(wanted, state.live, state.stateRecord);
         return state.unreachable ? changes.map((change) => ({ ...change, summary: `${change.summary} (once etcd is healthy)` })) : changes;
       } catch (error) {
         if (error instanceof AccessRefusal) throw new Error(`refusing to continue: ${error.message}`);
         throw error;
       }
     },
+    warnings(state) {
+      return accessWarnings(wanted, state.live, state.stateRecord);
+    },
     async apply(changes, name) {
       const client = await asRoot(memberNamed(name));
       // In order: the managed set widened first, roles before the users that hold them, deletions, then the set narrowed.
-      for (const { action } of changes) await retryTransient(() => applyAction(client, action));
+      for (const { action } of changes) await retryTransient(() => applyAction(client, inventory.stateDir, action));
     },
   };
 }
