@@ -1,6 +1,6 @@
 import test from 'ava';
-import { spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LockHeldError, RunLock } from '../../tasks/core/lock.ts';
@@ -55,46 +55,63 @@ test('a run taking over a stale lock right now is not raced: the second taker re
   t.is((JSON.parse(readFileSync(join(dir, 'run.lock'), 'utf8')) as { pid: number }).pid, gone, 'the stale lock is left to the taker');
 });
 
-/** A child process that waits for the same instant as its siblings, tries the lock, and holds it a while when it wins. */
+/**
+ * A child process: for each state directory in turn, waits for that round's instant (the same for
+ * every sibling), tries the lock, and says "won" or "lost: why". What it wins it holds until its
+ * stdin closes, so a sibling that comes late still finds it held.
+ */
 const CHILD = `
 import { RunLock } from ${JSON.stringify(join(import.meta.dirname, '../../tasks/core/lock.ts'))};
-const [dir, startAt] = process.argv.slice(2);
-while (Date.now() < Number(startAt)) {}
-try {
-  const lock = RunLock.acquire(dir);
-  console.log('won');
-  setTimeout(() => lock.release(), 2000);
-} catch (error) {
-  console.log('lost: ' + error.message);
-}
+const [startAt, ...dirs] = process.argv.slice(2);
+dirs.forEach((dir, round) => {
+  while (Date.now() < Number(startAt) + round * ROUND_MS) {}
+  try {
+    RunLock.acquire(dir);
+    console.log('won');
+  } catch (error) {
+    console.log('lost: ' + error.message);
+  }
+});
+process.stdin.resume();
 `;
+const ROUND_MS = 500;
 
-/** Each child's one line: "won", or "lost: " and why. */
-function runChild(script: string, dir: string, startAt: number): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', script, dir, String(startAt)], { cwd: join(import.meta.dirname, '../..') });
+/** Each child's answer per round, once it has answered every round (it then waits for stdin to close). */
+function runChild(script: string, startAt: number, dirs: readonly string[]): { answers: Promise<string[]>; end: () => void } {
+  const child = spawn(process.execPath, ['--import', 'tsx', script, String(startAt), ...dirs], { cwd: join(import.meta.dirname, '../..') });
+  const answers = new Promise<string[]>((resolve, reject) => {
     let out = '';
-    child.stdout.on('data', (chunk: Buffer) => (out += chunk.toString()));
+    const lines = () => out.split('\n').slice(0, -1);
+    child.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+      if (lines().length >= dirs.length) resolve(lines());
+    });
     child.on('error', reject);
-    child.on('close', () => resolve(out.trim()));
+    child.on('close', () => resolve(lines()));
   });
+  return { answers, end: () => child.stdin.end() };
 }
 
 test('runs taking over one stale lock at the same instant: exactly one wins', async (t) => {
   t.timeout(60_000);
   const script = join(stateDir(), 'child.ts');
-  writeFileSync(script, CHILD);
-  // Three state directories at once, five runs on each: a race lost once in a while still shows.
-  const dirs = Array.from({ length: 3 }, () => {
+  writeFileSync(script, CHILD.replace('ROUND_MS', String(ROUND_MS)));
+  // Rounds, each on its own state directory with a stale lock. The lock is padded (JSON allows the
+  // spaces) so reading it takes a while: both runs judge it stale before either acts, every round.
+  const dirs = Array.from({ length: 5 }, () => {
     const dir = stateDir();
-    writeFileSync(join(dir, 'run.lock'), JSON.stringify({ pid: spawnSync('true').pid!, host: hostname(), since: '2026-01-01T00:00:00.000Z' }));
+    writeFileSync(join(dir, 'run.lock'), JSON.stringify({ pid: spawnSync('true').pid!, host: hostname(), since: '2026-01-01T00:00:00.000Z' }) + ' '.repeat(20_000_000));
     return dir;
   });
-  // Long enough for every child to load before the instant they all try.
+  t.teardown(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })));
+  // Long enough for every child to load before the first instant.
   const startAt = Date.now() + 4000;
-  const outputs = await Promise.all(dirs.map((dir) => Promise.all(Array.from({ length: 5 }, () => runChild(script, dir, startAt)))));
-  for (const runs of outputs) {
-    t.is(runs.filter((out) => out === 'won').length, 1, runs.join('\n'));
+  const children = Array.from({ length: 2 }, () => runChild(script, startAt, dirs));
+  const answers = await Promise.all(children.map((child) => child.answers));
+  for (const child of children) child.end();
+  dirs.forEach((dir, round) => {
+    const runs = answers.map((lines) => lines[round] ?? '(no answer)');
+    t.is(runs.filter((out) => out === 'won').length, 1, `${dir}:\n${runs.join('\n')}`);
     t.true(runs.every((out) => out === 'won' || out.startsWith('lost: ')), runs.join('\n'));
-  }
+  });
 });
