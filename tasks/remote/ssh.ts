@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { connect as tcpConnect, type Socket } from 'node:net';
 import { Readable, type Duplex } from 'node:stream';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
+import { CapExceededError, CappedChunks, commandInBrief, SSH_STDERR_CAP, SSH_STDOUT_CAP } from '../core/limits.ts';
 import { commandLine } from '../core/shell.ts';
 import { verifyHostKey } from './known-hosts.ts';
 
@@ -178,19 +179,36 @@ export class SshConnection {
               // Opened only after the timeout: nobody waits for it any more.
               if (timedOut) return channel.close();
               opened = channel;
-              const stdout: Buffer[] = [];
-              const stderr: Buffer[] = [];
-              channel.on('data', (chunk: Buffer) => stdout.push(chunk));
-              channel.stderr.on('data', (chunk: Buffer) => stderr.push(chunk));
+              // Bounded: a compromised host could print without end, and all of it would be held here.
+              const what = (stream: string) => `${this.target.label}: ssh exec \`${commandInBrief(argv)}\`: ${stream}`;
+              const stdout = new CappedChunks(what('stdout'), SSH_STDOUT_CAP);
+              const stderr = new CappedChunks(what('stderr'), SSH_STDERR_CAP);
+              let overflowed = false;
+              const collect = (into: CappedChunks) => (chunk: Buffer) => {
+                if (overflowed) return;
+                try {
+                  into.push(chunk);
+                } catch (error) {
+                  // The command is not waited for: closing the channel stops its output at once.
+                  overflowed = true;
+                  clearTimeout(timer);
+                  if (options.stdin instanceof Readable) options.stdin.unpipe(channel);
+                  channel.close();
+                  reject(error as CapExceededError);
+                }
+              };
+              channel.on('data', collect(stdout));
+              channel.stderr.on('data', collect(stderr));
               channel.once('close', (code?: number | null, signal?: string) => {
                 clearTimeout(timer);
+                if (overflowed) return;
                 // No exit status and no signal: the connection went away under the command (sshd killed,
                 // the network cut). Said as such, naming the host, rather than as a failed command.
                 if ((code === undefined || code === null) && !signal) {
                   reject(new SshError(`${this.target.label}: the SSH connection was lost while ${argv[0]} ran; the command may or may not have finished (the next run checks again)`));
                   return;
                 }
-                resolve({ command, code: code ?? -1, stdout: Buffer.concat(stdout).toString('utf8'), stderr: Buffer.concat(stderr).toString('utf8') });
+                resolve({ command, code: code ?? -1, stdout: stdout.toBuffer().toString('utf8'), stderr: stderr.toBuffer().toString('utf8') });
               });
               // A stream (a snapshot of gigabytes) is piped with backpressure; its error fails the command.
               if (options.stdin instanceof Readable) {
@@ -210,7 +228,9 @@ export class SshConnection {
 
   /**
    * A command that keeps running, talked to through its stdin and stdout as they go (one virsh for a
-   * whole run). It holds one of the connection's channels until it ends; the caller ends it.
+   * whole run). It holds one of the connection's channels until it ends; the caller ends it. Nothing
+   * is buffered here: the caller reads the output as it comes, and must bound what it keeps of it
+   * (the virsh session caps each answer).
    */
   interactive(argv: readonly string[]): Promise<ClientChannel> {
     return new Promise((resolve, reject) => {

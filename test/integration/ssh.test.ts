@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { userInfo } from 'node:os';
 import { Readable } from 'node:stream';
 import { connect } from 'node:net';
+import { MiB, SSH_STDERR_CAP, SSH_STDOUT_CAP } from '../../tasks/core/limits.ts';
 import { SshConnection, type SshTarget } from '../../tasks/remote/ssh.ts';
 import { Tunnel } from '../../tasks/remote/tunnel.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
@@ -82,6 +83,27 @@ test('an interactive command answers each line as it comes, and gives its channe
     channel.end();
     await new Promise((resolve) => channel.once('close', resolve));
     t.is(await connection.run(['echo', 'after']), 'after\n');
+  } finally {
+    connection.close();
+  }
+});
+
+test('a command printing past a cap fails at once, naming the command and the cap; up to the cap is read whole, and the connection goes on', async (t) => {
+  const connection = await SshConnection.open(target(knownHostsFile('known_hosts_caps', sshd.knownHostsLine)));
+  try {
+    t.is(SSH_STDOUT_CAP.bytes, 16 * MiB);
+    // The command goes on after its output, reading an input that never ends: the cap does not wait for it
+    // (left to its timeout, it would fail saying so). Closing the channel ends its input, and so the command.
+    const endless = new Readable({ read() {} });
+    const flood = connection.exec(['sh', '-c', `head -c ${SSH_STDOUT_CAP.bytes + 1} /dev/zero; cat`], { stdin: endless, timeoutMs: 90_000 });
+    await t.throwsAsync(flood, { message: "hypervisor test: ssh exec `sh -c 'head -c 16777217 /dev/zero; cat'`: stdout exceeded 16 MiB (cap ssh-stdout)" });
+    endless.destroy();
+    await t.throwsAsync(connection.run(['sh', '-c', `head -c ${SSH_STDERR_CAP.bytes + 1} /dev/zero >&2; exit 1`]), {
+      message: "hypervisor test: ssh exec `sh -c 'head -c 1048577 /dev/zero >&2; exit 1'`: stderr exceeded 1 MiB (cap ssh-stderr)",
+    });
+    const full = await connection.exec(['head', '-c', String(SSH_STDOUT_CAP.bytes), '/dev/zero']);
+    t.is(full.stdout.length, SSH_STDOUT_CAP.bytes);
+    t.is(await connection.run(['echo', 'still here']), 'still here\n');
   } finally {
     connection.close();
   }
