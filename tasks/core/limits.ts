@@ -12,6 +12,7 @@ import { commandLine } from './shell.ts';
 export const KiB = 1024;
 export const MiB = 1024 * KiB;
 export const GiB = 1024 * MiB;
+export const TiB = 1024 * GiB;
 
 export interface Cap {
   /** The cap's name in errors: `ssh-stdout`. */

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { PRIVATE_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
+import { CapExceededError, SEED_IMAGE_CAP } from '../core/limits.ts';
 import type { RenderedFile } from '../render/member.ts';
 
 const execFileAsync = promisify(execFile);
@@ -35,7 +36,8 @@ export async function buildCloudInitIso(rendered: readonly RenderedFile[]): Prom
     utimesSync(root, 0, 0);
     const { stdout: bytes } = await execFileAsync('xorriso', ['-as', 'mkisofs', '-quiet', '-output', '-', '-volid', 'cidata', '-joliet', '-rock', root], {
       encoding: 'buffer',
-      maxBuffer: 64 * 1024 * 1024,
+      // The ISO goes into the seed image: the image's cap bounds it too.
+      maxBuffer: SEED_IMAGE_CAP.bytes,
       env: { ...process.env, SOURCE_DATE_EPOCH: '0' },
     });
     return { bytes, sha256: digestOf(bytes) };
@@ -53,8 +55,20 @@ export async function buildCloudInitIso(rendered: readonly RenderedFile[]): Prom
  * The seed as its volume holds it: the ISO, then zeros up to the volume's size. The seed is rewritten
  * in place (never deleted and created again), and libvirt cannot shrink a volume below its allocation,
  * so a smaller ISO is padded; ISO 9660 records its own size, and the zeros after it are never read.
+ * The image is built in memory, and the volume's size is what the hypervisor says: capped, so that a
+ * wrong capacity (or a lying hypervisor) cannot make the control node allocate gigabytes.
  */
-export const seedImageSize = (isoBytes: number, capacityBytes: number) => Math.max(isoBytes, capacityBytes);
+export function seedImageSize(isoBytes: number, capacityBytes: number): number {
+  const size = Math.max(isoBytes, capacityBytes);
+  if (size > SEED_IMAGE_CAP.bytes) {
+    throw new CapExceededError(
+      `the cloud-init seed image for a volume of ${capacityBytes} bytes (its capacity, as the hypervisor reports it)`,
+      SEED_IMAGE_CAP,
+      'a seed ISO is a few hundred KiB and its volume is created at the size of the ISO: check that volume',
+    );
+  }
+  return size;
+}
 
 export function seedImage(iso: CloudInitIso, size: number): Buffer {
   return size > iso.bytes.length ? Buffer.concat([iso.bytes, Buffer.alloc(size - iso.bytes.length)]) : iso.bytes;
