@@ -14,6 +14,13 @@ export const RESERVED_USER_NAMES: Readonly<Record<string, string>> = {
 };
 
 /**
+ * The tool names its own identities with this prefix: its members' peer certificates carry
+ * CN=etcd-kvm-peer (pki/peer-trust.ts), which the peer port admits. No user name starts with it, in
+ * any case, so no client certificate the tool issues can carry one of those names.
+ */
+export const TOOL_NAME_PREFIX = 'etcd-kvm';
+
+/**
  * Every etcd key the tool reads or writes is under this prefix: the record of the users and roles it
  * manages, the probe of whether authentication is on. An application role may not reach into it.
  */

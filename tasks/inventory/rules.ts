@@ -2,7 +2,7 @@ import type { BastionInput, ClusterSettings, EtcdSettings, HypervisorInput, Memb
 import type { Problem } from './problems.ts';
 import { CONTROL_NODE } from '../core/step.ts';
 import { isIPv4, isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
-import { GUEST_SERVICE_ACCOUNTS, prefixEnd, reachesToolKeys, RESERVED_USER_NAMES, TOOL_KEY_PREFIX } from './reserved.ts';
+import { GUEST_SERVICE_ACCOUNTS, prefixEnd, reachesToolKeys, RESERVED_USER_NAMES, TOOL_KEY_PREFIX, TOOL_NAME_PREFIX } from './reserved.ts';
 
 /**
  * Rules that span fields or members, checked after every field parsed on its own.
@@ -155,6 +155,7 @@ const userNamesAreTheirOwn: Rule = (doc) => {
     seen.set(folded, earlier ?? user);
     const reserved = RESERVED_USER_NAMES[folded];
     if (reserved) return [{ path, message: `is reserved, whatever its case: ${reserved}`, hint: 'give application users names of their own' }];
+    if (folded.startsWith(TOOL_NAME_PREFIX)) return [{ path, message: `starts with ${TOOL_NAME_PREFIX}, whatever its case: the tool names its own identities so (its members' peer certificates carry CN=${TOOL_NAME_PREFIX}-peer)`, hint: 'give application users names of their own' }];
     if (members.has(folded)) return [{ path, message: `is the name of member ${folded}: members' certificates carry CN=${folded}, and etcd takes a client certificate's CN for the user`, hint: 'give application users names no member has' }];
     if (earlier) return [{ path, message: `differs from user ${earlier} only in case: their files (pki/clients/NAME.crt, a bundle's NAME.crt) are one file where names ignore case`, hint: 'give users names that differ in more than case' }];
     return [];
