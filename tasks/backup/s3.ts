@@ -2,6 +2,7 @@ import { DeleteObjectCommand, GetObjectCommand, ListObjectsV2Command, PutObjectC
 import { Agent } from 'node:https';
 import { Readable } from 'node:stream';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
+import { CapExceededError, capStream, type Cap } from '../core/limits.ts';
 import { revealSecret } from '../core/secret.ts';
 import type { RestoreSettings } from '../inventory/model.ts';
 
@@ -54,21 +55,30 @@ export class SnapshotBucket {
     return names;
   }
 
-  async get(name: string): Promise<Buffer> {
-    return Buffer.from(await (await this.#body(name)).transformToByteArray());
+  /** A small object's content, whole in memory: at most `cap` bytes. */
+  async get(name: string, cap: Cap): Promise<Buffer> {
+    const pieces: Buffer[] = [];
+    for await (const piece of await this.getStream(name, cap)) pieces.push(piece as Buffer);
+    return Buffer.concat(pieces);
   }
 
-  /** An object's content as a stream, for snapshots: never whole in memory. */
-  async getStream(name: string): Promise<Readable> {
-    const body = await this.#body(name);
-    if (!(body instanceof Readable)) throw new Error(`${this.where}: ${name} did not come as a stream`);
-    return body;
-  }
-
-  async #body(name: string) {
+  /**
+   * An object's content as a stream, for snapshots: never whole in memory, and failing past `cap`
+   * bytes. Whoever can write to the bucket chooses what is read here (a member whose etcd-backup
+   * holds the bucket's keys, among others): an announced length over the cap is refused before
+   * anything is read, and the bytes are counted as they come, as a server need not announce one.
+   */
+  async getStream(name: string, cap: Cap): Promise<Readable> {
     const answer = await this.#client.send(new GetObjectCommand({ Bucket: this.settings.bucket, Key: name }));
-    if (!answer.Body) throw new Error(`${this.where}: ${name} has no body`);
-    return answer.Body;
+    const body = answer.Body;
+    if (!body) throw new Error(`${this.where}: ${name} has no body`);
+    if (!(body instanceof Readable)) throw new Error(`${this.where}: ${name} did not come as a stream`);
+    const what = `${this.where}: ${name}`;
+    if (answer.ContentLength !== undefined && answer.ContentLength > cap.bytes) {
+      body.destroy();
+      throw new CapExceededError(`${what} (${answer.ContentLength} bytes, as the server announces it)`, cap);
+    }
+    return Readable.from(capStream(body, what, cap), { objectMode: false });
   }
 
   /**

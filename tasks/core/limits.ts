@@ -49,15 +49,16 @@ export const S3_KEY_OBJECT_CAP: Cap = { name: 's3-key-object', bytes: 4 * KiB };
 /** etcd's documented maximum backend quota (the inventory's etcd.space_quota cannot exceed it): the largest a database, so a snapshot, can be. */
 export const ETCD_MAX_QUOTA_BYTES = 8 * GiB;
 
-/** 16 MiB, 4 KiB, 1.5 GiB, or bytes when not a whole number of KiB. */
+/** A cap's size: 16 MiB, 4 KiB; one that is not a whole number of units exactly, with its rounding: "33555784 bytes (about 32 MiB)". */
 export function formatCap(bytes: number): string {
   const units: [number, string][] = [
     [GiB, 'GiB'],
     [MiB, 'MiB'],
     [KiB, 'KiB'],
   ];
-  for (const [size, unit] of units) if (bytes >= size) return `${Number((bytes / size).toFixed(2))} ${unit}`;
-  return `${bytes} bytes`;
+  const [size, unit] = units.find(([size]) => bytes >= size) ?? [1, 'bytes'];
+  if (bytes % size === 0) return `${bytes / size} ${unit}`;
+  return `${bytes} bytes (about ${Number((bytes / size).toFixed(2))} ${unit})`;
 }
 
 /** A command as errors name it: its line, cut short (a script passed to `sh -c` can run to pages). */

@@ -1,0 +1,136 @@
+import test from 'ava';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { KiB, MiB } from '../../tasks/core/limits.ts';
+import { Secret } from '../../tasks/core/secret.ts';
+import * as source from '../../tasks/backup/source.ts';
+import type { RestoreSettings } from '../../tasks/inventory/model.ts';
+import { baseDocument, load } from '../helpers/inventory.ts';
+
+/**
+ * What a restore downloads from the bucket is capped: whoever writes there (a compromised member with
+ * the bucket's keys) must not make the control node hold or store without end. A stand-in S3 serves
+ * one snapshot whose body the test chooses, announced or not.
+ */
+
+const DUMP = 'lab-2024-05-01T10:00:00Z.dump';
+const KEY = 'lab-2024-05-01T10:00:00Z.key';
+/** The smallest etcd.space_quota the inventory takes. */
+const QUOTA = 16 * MiB;
+
+interface Body {
+  bytes: number;
+  /** Say the length up front (Content-Length), or send it chunked. */
+  announced: boolean;
+}
+
+/** How many bytes of the object the stand-in has sent, by name: a cap must stop the download, not only fail it at the end. */
+type Sent = Map<string, number>;
+
+function answer(objects: Record<string, Body>, sent: Sent) {
+  return (request: IncomingMessage, response: ServerResponse) => {
+    const url = new URL(request.url ?? '/', 'http://s3');
+    if (url.searchParams.get('list-type') === '2') {
+      const contents = Object.entries(objects).map(([key, body]) => `<Contents><Key>${key}</Key><Size>${body.bytes}</Size></Contents>`).join('');
+      response.writeHead(200, { 'content-type': 'application/xml' });
+      response.end(`<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>backups</Name><Prefix>lab</Prefix><KeyCount>${Object.keys(objects).length}</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>${contents}</ListBucketResult>`);
+      return;
+    }
+    const name = decodeURIComponent(url.pathname.replace(/^\/backups\//, ''));
+    const body = objects[name];
+    if (!body) {
+      response.writeHead(404, { 'content-type': 'application/xml' });
+      response.end('<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>no such key</Message></Error>');
+      return;
+    }
+    response.writeHead(200, { 'content-type': 'application/octet-stream', ...(body.announced ? { 'content-length': String(body.bytes) } : {}) });
+    sent.set(name, 0);
+    const chunk = Buffer.alloc(64 * KiB, 1);
+    // With backpressure, so that what was sent is what the client took (give or take the socket's buffers).
+    const more = () => {
+      while (!response.destroyed && sent.get(name)! < body.bytes) {
+        const piece = chunk.subarray(0, Math.min(chunk.length, body.bytes - sent.get(name)!));
+        sent.set(name, sent.get(name)! + piece.length);
+        if (!response.write(piece)) return void response.once('drain', more);
+      }
+      if (!response.destroyed) response.end();
+    };
+    more();
+  };
+}
+
+async function bucketServing(objects: Record<string, Body>): Promise<{ server: Server; endpoint: string; sent: Sent }> {
+  const sent: Sent = new Map();
+  const server = createServer(answer(objects, sent));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, sent };
+}
+
+function restoreFrom(endpoint: string, encryptionKey = ''): RestoreSettings {
+  const { restore } = load(baseDocument());
+  return {
+    ...restore,
+    enabled: true,
+    encryption_key: new Secret(encryptionKey),
+    s3: { ...restore.s3, endpoint, bucket: 'backups', object_prefix: 'lab', access_key: new Secret('access'), secret_key: new Secret('secret') },
+  };
+}
+
+async function restoring(objects: Record<string, Body>, encryptionKey = '') {
+  const { server, endpoint, sent } = await bucketServing(objects);
+  const snapshots = new source.SnapshotSource(restoreFrom(endpoint, encryptionKey), QUOTA);
+  return {
+    source: snapshots,
+    sent,
+    async close() {
+      await snapshots.close();
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    },
+  };
+}
+
+/** Names in a regular expression. */
+const literally = (text: string) => text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+/** The cap for QUOTA: 16 MiB past the quota, plus the encryption's overhead. */
+const CAP_SAID = '\\d+ bytes \\(about 32 MiB\\) \\(cap s3-snapshot\\)';
+
+test('the snapshot cap follows etcd.space_quota: the largest database, a margin past the quota, and the encryption overhead', (t) => {
+  const cap = source.snapshotCap(QUOTA);
+  t.is(cap.name, 's3-snapshot');
+  t.true(cap.bytes > QUOTA + 16 * MiB && cap.bytes < QUOTA + 17 * MiB, `${cap.bytes}`);
+  const largest = source.snapshotCap();
+  t.true(largest.bytes > 10 * 1024 * MiB && largest.bytes < 10.01 * 1024 * MiB, `${largest.bytes}`);
+});
+
+test('a snapshot the server announces as larger than the cap is refused before it is downloaded', async (t) => {
+  const bucket = await restoring({ [DUMP]: { bytes: 64 * MiB, announced: true } });
+  try {
+    const error = await t.throwsAsync(bucket.source.open());
+    t.regex(error.message, new RegExp(`^s3 bucket backups at http://127\\.0\\.0\\.1:\\d+: ${literally(DUMP)} \\(${64 * MiB} bytes, as the server announces it\\) exceeded ${CAP_SAID}$`));
+    t.true(bucket.sent.get(DUMP)! < 8 * MiB, `${bucket.sent.get(DUMP)} bytes sent`);
+  } finally {
+    await bucket.close();
+  }
+});
+
+test('a snapshot sent without its length is counted as it comes, and the download stops at the cap', async (t) => {
+  const bucket = await restoring({ [DUMP]: { bytes: 128 * MiB, announced: false } });
+  try {
+    const error = await t.throwsAsync(bucket.source.open());
+    t.regex(error.message, new RegExp(`^s3 bucket backups at http://127\\.0\\.0\\.1:\\d+: ${literally(DUMP)} exceeded ${CAP_SAID}$`));
+    t.true(bucket.sent.get(DUMP)! < 64 * MiB, `${bucket.sent.get(DUMP)} bytes sent`);
+  } finally {
+    await bucket.close();
+  }
+});
+
+test('a .key object larger than a key is refused, naming its cap', async (t) => {
+  const bucket = await restoring({ [DUMP]: { bytes: 1 * MiB, announced: true }, [KEY]: { bytes: 1 * MiB, announced: false } }, 'ab'.repeat(32));
+  try {
+    const error = await t.throwsAsync(bucket.source.open());
+    t.regex(error.message, new RegExp(`^s3 bucket backups at http://127\\.0\\.0\\.1:\\d+: ${literally(KEY)} exceeded 4 KiB \\(cap s3-key-object\\)$`));
+  } finally {
+    await bucket.close();
+  }
+});
