@@ -19,7 +19,7 @@ import { cloudInitIsoStep, seedQuestions } from './steps/cloud-init-iso.ts';
 import { domainQuestions, domainsStep } from './steps/domains.ts';
 import { domainUuid } from './libvirt/domain-xml.ts';
 import { etcdAnswers, formedCluster } from './etcd/health.ts';
-import { judgeDisks, type DiskVerdict } from './etcd/lost-disks.ts';
+import { judgeDisks, type DiskVerdict } from './libvirt/lost-disks.ts';
 import type { FormationVerdict, SeenDomains } from './etcd/formation.ts';
 import { formationStep, type Unanswered } from './steps/formation.ts';
 import { inventoryOf, planMembership, type LiveMember, type MembershipPlan } from './etcd/membership.ts';

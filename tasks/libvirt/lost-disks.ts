@@ -1,4 +1,4 @@
-import { missingObject, type ProbeAnswer } from '../libvirt/virsh.ts';
+import { missingObject, type ProbeAnswer } from './virsh.ts';
 
 /**
  * Is a listed member's disk gone for certain, so that the run may replace it without being asked?

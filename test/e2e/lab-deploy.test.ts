@@ -95,8 +95,8 @@ test.serial('clients without a certificate, with another CA, or without a user a
 });
 
 /** A TLS request to a member's peer port with a client certificate: the HTTP code, '000' when the handshake failed. */
-const peerPortAnswer = (member: keyof typeof MEMBER_IPS, cert: string, key: string) =>
-  inLab('curl', ['--silent', '--show-error', '--http1.1', '--max-time', '10', '--cacert', join(LAB_STATE, 'pki/peer-ca.crt'), '--cert', cert, '--key', key, '-o', '/dev/null', '-w', '%{http_code}', `https://${MEMBER_IPS[member]}:2380/members`]);
+const peerPortAnswer = (member: keyof typeof MEMBER_IPS, cert: string, key: string, serverCa = join(LAB_STATE, 'pki/peer-ca.crt')) =>
+  inLab('curl', ['--silent', '--show-error', '--http1.1', '--max-time', '10', '--cacert', serverCa, '--cert', cert, '--key', key, '-o', '/dev/null', '-w', '%{http_code}', `https://${MEMBER_IPS[member]}:2380/members`]);
 
 test.serial("the peer port admits members only: the root client certificate fails the TLS handshake on every member, and the members talk", (t) => {
   for (const member of MEMBERS) {
@@ -353,7 +353,7 @@ test.serial('an application user: its bundle writes and reads under /app1/ only,
     const created = deployed(t, ['-i', readwrite]);
     t.is(created.status, 0);
     t.deepEqual(created.report.results.filter((r) => r.step === 'users').flatMap((r) => r.changes.map((c) => c.summary)), [
-      'record the users and roles the tool manages in etcd-kvm/managed-access',
+      'record the users and roles the tool manages in etcd-kvm/managed-access and the state directory (managed-access.json)',
       'create role app1-rw',
       'grant readwrite prefix "/app1/" to role app1-rw',
       'create user app1 (no password: its client certificate CN=app1 logs it in)',
@@ -381,7 +381,7 @@ test.serial('an application user: its bundle writes and reads under /app1/ only,
     t.is(removed.status, 0);
     t.deepEqual(changed(removed), [
       'localhost/pki: changed delete certificate client/app1 and its key (no such user in the inventory)',
-      'etcd-1/users: changed delete user app1 (no longer in the inventory); delete role app1-rw (no longer in the inventory); forget user app1, role app1-rw in etcd-kvm/managed-access',
+      'etcd-1/users: changed delete user app1 (no longer in the inventory); delete role app1-rw (no longer in the inventory); forget user app1, role app1-rw in etcd-kvm/managed-access and the state directory (managed-access.json)',
     ]);
     t.deepEqual(etcdctl(ALL, rootIdentity, ['user', 'list']).stdout.trim().split('\n').sort(), ['handmade', 'root']);
     t.deepEqual(etcdctl(ALL, rootIdentity, ['role', 'list']).stdout.trim().split('\n'), ['root']);
@@ -658,7 +658,7 @@ test.serial('a cluster deployed before the peer CA moves to it in one run, stage
     health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
   }
   t.is(runningValue('etcd-2', 'ETCD_PEER_TRUSTED_CA_FILE'), '/etc/etcd/tls/ca.crt', 'the legacy layout runs');
-  t.is(peerPortAnswer('etcd-2', rootIdentity.cert!, rootIdentity.key!).stdout, '200', "before the move, root's client certificate passes the peer port (the finding)");
+  t.is(peerPortAnswer('etcd-2', rootIdentity.cert!, rootIdentity.key!, rootIdentity.caCert).stdout, '200', "before the move, root's client certificate passes the peer port (the finding)");
   for (let i = 0; i < 5; i++) t.is(etcdctl(ALL, rootIdentity, ['put', `e2e/peer/${i}`, `value ${i}`]).status, 0);
 
   const { result, samples } = sampledHealth(() => deployed(t));

@@ -229,7 +229,7 @@ test('password mode: application roles and users converge to the inventory; a us
 
     // Gone from the inventory: gone from etcd; the hand-made user stays, and naming it is refused.
     const removed = await converge({}, {});
-    t.deepEqual(removed.changes.map((change) => change.summary), ['delete user alice (no longer in the inventory)', 'delete role app1 (no longer in the inventory)', 'forget user alice, role app1 in etcd-kvm/managed-access']);
+    t.deepEqual(removed.changes.map((change) => change.summary), ['delete user alice (no longer in the inventory)', 'delete role app1 (no longer in the inventory)', 'forget user alice, role app1 in etcd-kvm/managed-access and the state directory (managed-access.json)']);
     t.deepEqual(etcdctl('root:loopback-root-pw', ['user', 'list']).stdout.trim().split('\n').sort(), ['handmade', 'root']);
     t.deepEqual(etcdctl('root:loopback-root-pw', ['role', 'list']).stdout.trim().split('\n'), ['root']);
     const [refused] = await runner.runStep(usersStep({ ...inventory, roles: {}, users: { handmade: { roles: [], password: new Secret('other') } } }, inventory.members, clients, identities, false));

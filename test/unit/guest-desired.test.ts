@@ -52,6 +52,6 @@ test('etcd starts at first boot last, after its data directory is prepared, and 
   t.true(etcd.rolling);
   t.deepEqual(etcd.environment?.path, '/etc/etcd/etcd.env');
   const notified = guests.get(member.name)!.files.filter((file) => file.notify === 'etcd.service').map((file) => file.path).sort();
-  // Certificates and key are re-read by etcd per connection: replacing them restarts nothing. The CA is read at start.
-  t.deepEqual(notified, ['/etc/etcd/tls/ca.crt', '/etc/systemd/system/etcd.service']);
+  // Certificates and keys are re-read by etcd per connection: replacing them restarts nothing. The CA bundles are read at start.
+  t.deepEqual(notified, ['/etc/etcd/tls/ca.crt', '/etc/etcd/tls/peer-ca.crt', '/etc/systemd/system/etcd.service']);
 });

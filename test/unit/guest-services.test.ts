@@ -327,7 +327,8 @@ test('password mode: clients are not asked for certificates; restore mode: etcd 
   const env = parseEnvironmentFile(password.writes.get('/etc/etcd/etcd.env')!.content);
   t.is(env.get('ETCD_CLIENT_CERT_AUTH'), 'false');
   t.false(env.has('ETCD_TRUSTED_CA_FILE'));
-  t.is(env.get('ETCD_PEER_TRUSTED_CA_FILE'), '/etc/etcd/tls/ca.crt');
+  // The peer port never trusts the clients' CA: members only, in password mode too.
+  t.is(env.get('ETCD_PEER_TRUSTED_CA_FILE'), '/etc/etcd/tls/peer-ca.crt');
   t.false(password.content.includes('pw\n'), 'the root password is not written into the guest');
 
   // Distinctive values: a one-letter key would be found anywhere, and its absence would prove nothing.

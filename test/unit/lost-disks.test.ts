@@ -1,5 +1,5 @@
 import test from 'ava';
-import { judgeDisks, type DiskFacts } from '../../tasks/etcd/lost-disks.ts';
+import { judgeDisks, type DiskFacts } from '../../tasks/libvirt/lost-disks.ts';
 import type { ProbeAnswer } from '../../tasks/libvirt/virsh.ts';
 
 // libvirt 9.0's own words (virsh vol-info --bytes --pool P V on the lab's hypervisor).
