@@ -42,10 +42,11 @@ export interface MembershipPlan {
    */
   leavers: { member: Member; id?: string }[];
   /**
-   * Voting members to replace (a disk gone, or named by --replace): removed with their VM and volumes,
-   * then they join again as new members (they are among the joiners too).
+   * Members to replace (a disk gone, named by --replace, or a replacement an earlier run began): removed
+   * with their VM and volumes, then they join again as new members (they are among the joiners too).
+   * `id` while etcd still lists the member; without it, only its VM and volumes are left to go.
    */
-  replacements: { member: Member; id: string; why: string }[];
+  replacements: { member: Member; id?: string; why: string }[];
 }
 
 export interface MembershipOptions {
@@ -53,11 +54,29 @@ export interface MembershipOptions {
   replace?: ReadonlySet<string>;
   /** Members whose OS or data volume is gone, with what is gone. */
   disksGone?: ReadonlyMap<string, string>;
+  /**
+   * Members whose libvirt domain carries the being-replaced mark (replacingQuestion in
+   * steps/membership.ts): a replacement an earlier run began and did not finish. Once etcd has let the
+   * member go, the mark is all that says its old VM and disks must go before it joins again.
+   */
+  markedReplacing?: ReadonlySet<string>;
 }
 
 export class MembershipRefusal extends Error {}
 
 const describe = (live: LiveMember) => `${live.name || '(not started)'} (ID ${BigInt(live.id).toString(16)}, ${live.peerURLs.join(', ')}${live.isLearner ? ', learner' : ''})`;
+
+/**
+ * Why a member is to be replaced, if it is. A replacement an earlier run began is finished whatever etcd
+ * lists now; --replace of a member etcd no longer lists is a replacement too (its old VM and disks go,
+ * then it joins), never a plain join on them. A learner is not replaced on request: the join it
+ * belongs to goes on, on disks made for that join.
+ */
+function replacementReason(name: string, live: LiveMember | undefined, options: MembershipOptions): string | undefined {
+  if (options.replace?.has(name) && !live?.isLearner) return 'asked by --replace';
+  if (options.markedReplacing?.has(name)) return 'a replacement an earlier run began (its domain is marked as being replaced)';
+  return live && !live.isLearner ? options.disksGone?.get(name) : undefined;
+}
 
 export function planMembership(inventory: Inventory, list: readonly LiveMember[], options: MembershipOptions = {}): MembershipPlan {
   const problems: string[] = [];
@@ -65,6 +84,7 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
   const voting: Member[] = [];
   const joiners: Joiner[] = [];
   const replacements: MembershipPlan['replacements'] = [];
+  let replacedVoters = 0;
   for (const member of inventory.members) {
     const url = peerUrl(inventory, member);
     const live = list.find((candidate) => candidate.peerURLs.includes(url));
@@ -78,9 +98,10 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
       continue;
     }
     if (live) claimed.add(live);
-    const why = options.replace?.has(member.name) ? 'asked by --replace' : options.disksGone?.get(member.name);
-    if (live && !live.isLearner && why) {
-      replacements.push({ member, id: live.id, why });
+    const why = replacementReason(member.name, live, options);
+    if (why) {
+      replacements.push({ member, ...(live ? { id: live.id } : {}), why });
+      if (live && !live.isLearner) replacedVoters += 1;
       joiners.push({ member, stage: 'to-add' });
     } else if (live && !live.isLearner) voting.push(member);
     else joiners.push({ member, stage: !live ? 'to-add' : live.name ? 'learning' : 'added', ...(live ? { id: live.id } : {}) });
@@ -100,7 +121,7 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
   // etcd accepts one learner at a time: a second joiner waits for the first to be promoted.
   const learners = list.filter((live) => live.isLearner);
   if (learners.length > 1) problems.push(`etcd has ${learners.length} learners (${learners.map(describe).join('; ')}); it allows one at a time`);
-  if (replacements.length > 0 && voting.length === 0) problems.push(`every voting member is to be replaced (${replacements.map((r) => `${r.member.name}: ${r.why}`).join('; ')}): the cluster would be gone; restore it from a snapshot instead`);
+  if (replacedVoters > 0 && voting.length === 0) problems.push(`every voting member is to be replaced (${replacements.map((r) => `${r.member.name}: ${r.why}`).join('; ')}): the cluster would be gone; restore it from a snapshot instead`);
   else if (voting.length === 0 && joiners.length > 0) problems.push('no member of the inventory is a voting member of the cluster etcd answers for: this is another cluster, or its members all changed address');
   if (problems.length > 0) throw new MembershipRefusal(`the cluster's members do not match the inventory: ${problems.join('; ')}. Nothing was changed.`);
   // A half-joined learner (a run stopped after adding it) goes first: etcd will not add another before it is promoted.
