@@ -8,6 +8,8 @@ import { quorumOf } from '../etcd/roll.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
 import { volInfo } from '../libvirt/volumes.ts';
 import { judgeOwnership, ownerQuestions, type Ownership } from '../libvirt/ownership.ts';
+import { saysDomainMissing, type ProbeAnswer, type Question, type Virsh } from '../libvirt/virsh.ts';
+import { knownHealth, votingSets, type Departure, type KnownHealth, type VotingSets } from '../etcd/departures.ts';
 import type { ClusterIdentity } from '../pki/identity.ts';
 import { peerUrl } from '../inventory/urls.ts';
 
@@ -104,113 +106,221 @@ export function promoteStep(inventory: Inventory, clients: EtcdClients, voting: 
   };
 }
 
+/**
+ * A replacement in flight, recorded where the next run looks anyway: in the member's libvirt domain.
+ * Once etcd has let a replaced member go, its list no longer says that the member's old VM and disks
+ * are to be thrown away, and a run that stopped there would otherwise join the member again on them
+ * (a learner starting on the data directory of a removed member). So the departure marks the domain
+ * before anything else, and the mark goes only with the domain itself — undefined last, after its
+ * volumes are deleted. Kept in its own metadata namespace, apart from the owner's mark, which says
+ * whose the domain is, not what is happening to it.
+ */
+
+export const REPLACING_NAMESPACE = 'urn:etcd-kvm:replacing:1';
+const REPLACING_PREFIX = 'etcd-kvm';
+
+/** The question, asked in the member's batched probe like the owner's mark. */
+export const replacingQuestion = (member: Pick<Member, 'name'>): Question => ['metadata', '--domain', member.name, '--uri', REPLACING_NAMESPACE];
+
+/**
+ * virsh's arguments that mark the domain: in its persistent definition and, while it runs, live too
+ * (`virsh metadata` reads the live definition of a running domain; libvirt refuses `--live` on one
+ * that does not run). `memberId`: etcd's ID of the member replaced (decimal), for the operator's eyes.
+ */
+export function markReplacingArgs(member: Pick<Member, 'name'>, memberId: string | undefined, active: boolean): string[] {
+  const id = memberId ? ` member-id="${BigInt(memberId).toString(16)}"` : '';
+  return ['metadata', '--domain', member.name, '--uri', REPLACING_NAMESPACE, '--key', REPLACING_PREFIX, '--set', `<replacing${id}/>`, '--config', ...(active ? ['--live'] : [])];
+}
+
+/** Does the answer to replacingQuestion carry the mark? No domain, or no such metadata, is no mark; any other failure is not an answer. */
+export function isMarkedReplacing(member: string, answer: ProbeAnswer): boolean {
+  if (answer.code === 0) return /<[\w.-]*:?replacing\b/.test(answer.output);
+  if (saysDomainMissing(answer.output) || /metadata not found|no metadata/i.test(answer.output)) return false;
+  throw new Error(`cannot read whether domain ${member} is being replaced: ${answer.output.trim().split('\n')[0]}`);
+}
+
 export interface DepartFacts {
   /** The member as etcd lists it, while it does. */
   live?: LiveMember;
   /** etcd's leader's ID (decimal), if a member answers. */
   leaderId?: string;
-  /** Members that stay (voting) and answer healthy, and those that do not. */
+  /**
+   * The voting members etcd would have right after this removal — those that stay and the departing
+   * ones it still lists, this one aside — that answer healthy, and those that do not (with why).
+   */
   healthy: Member[];
   unhealthy: string[];
+  /** Whether the member itself answers healthy: while it votes, its removal is committed by a quorum that counts it. */
+  itselfHealthy: boolean;
   /** virsh domstate of its VM, or `absent`. */
   vm: string;
   /** Whose VM it is: only this cluster's is stopped and undefined, and only then are its volumes deleted. */
   ownership: Ownership;
+  /** Whether its domain carries the being-replaced mark: a replacement has begun. */
+  markedReplacing: boolean;
   /** Its volumes that exist, by pool/name. */
   volumes: string[];
 }
 
 type DepartAction =
+  | { kind: 'mark-replacing'; active: boolean; memberId?: string }
   | { kind: 'move-leader'; to: Member }
   | { kind: 'remove'; id: string }
+  | { kind: 'stop' }
   | { kind: 'undefine'; running: boolean }
   | { kind: 'delete-volumes'; volumes: { pool: string; name: string }[] };
 
-/**
- * `leave`: a member marked state: absent goes, its volumes kept. `replace`: a member whose disk is gone
- * (or named by --replace) goes with everything it had, so that it joins again empty and takes its data
- * from the cluster, never from an old disk or a snapshot.
- */
-export type Departure = 'leave' | 'replace';
+export type { Departure } from '../etcd/departures.ts';
 
-/** The member's volumes, as pool/name with whether the tool made them (only those are ever deleted). */
-function volumesOf(member: Member): { pool: string; name: string; ours: boolean }[] {
+interface Volume {
+  pool: string;
+  name: string;
+  /** Made by the tool: only those are ever deleted. */
+  ours: boolean;
+}
+
+/**
+ * The member's volumes, the data volume first: a replacement stopped between two deletions then leaves
+ * the OS disk, never the data directory of a member etcd has let go.
+ */
+function volumesOf(member: Member): Volume[] {
   const { os, data, pool } = member.volumes;
   return [
-    { pool, name: 'existing' in os ? os.existing : os.name, ours: !('existing' in os) },
     ...(data ? [{ pool, name: 'existing' in data ? data.existing : data.name, ours: !('existing' in data) }] : []),
+    { pool, name: 'existing' in os ? os.existing : os.name, ours: !('existing' in os) },
   ];
 }
 
 /**
+ * Why the member cannot be removed now, if it cannot: etcd commits the removal with a quorum of the
+ * voting members it has now (the member too, while it votes), and everything after it — the next
+ * departure included — needs a quorum of those left.
+ */
+function quorumRefusal(facts: DepartFacts, live: LiveMember): string | undefined {
+  if (!facts.leaderId) return 'the cluster has no leader';
+  const after = facts.healthy.length + facts.unhealthy.length;
+  if (facts.healthy.length < quorumOf(after)) {
+    return `right after it, only ${facts.healthy.length} of the ${after} voting members etcd would have left are healthy, and they need ${quorumOf(after)} for a quorum`;
+  }
+  if (live.isLearner) return undefined;
+  const healthyNow = facts.healthy.length + (facts.itselfHealthy ? 1 : 0);
+  if (healthyNow < quorumOf(after + 1)) return `only ${healthyNow} of the cluster's ${after + 1} voting members are healthy, and committing the removal needs ${quorumOf(after + 1)}`;
+  return undefined;
+}
+
+/** The health of the voting members around the removal, and whether the member itself is healthy. */
+async function votersHealth(inventory: Inventory, clients: EtcdClients, member: Member, voters: VotingSets): Promise<Pick<DepartFacts, 'healthy' | 'unhealthy' | 'itselfHealthy'>> {
+  // Healthy means its member list is exactly the voting members etcd has now.
+  const cluster = { ...inventory, members: voters.now };
+  const ask = async (m: Member) => ({ member: m, health: await memberHealth(cluster, clients, m) });
+  // Its own health counts only while it votes; a member etcd has let go may be down, and would cost a wait.
+  const votes = voters.now.some((m) => m.name === member.name);
+  const [after, itself] = await Promise.all([Promise.all(voters.after.map(ask)), votes ? ask(member) : undefined]);
+  return {
+    healthy: after.filter(({ health }) => health.healthy).map(({ member: m }) => m),
+    unhealthy: after.flatMap(({ member: m, health }) => (health.healthy ? [] : [`${m.name} (${health.reason})`])),
+    itselfHealthy: itself?.health.healthy ?? false,
+  };
+}
+
+/**
  * A member departs, one at a time: leadership moved away first if it leads; removed by its ID, refused
- * unless the members that stay keep a healthy quorum; its VM stopped and undefined; for a replacement,
- * its volumes deleted. Each part is decided from etcd's member list and libvirt, so a run stopped in
- * between finishes it.
+ * unless the voting members left right after it — those that stay and the departing ones etcd still
+ * lists — keep a healthy quorum; its VM stopped and undefined; for a replacement, its volumes deleted.
+ * Each part is decided from etcd's member list and libvirt, so a run stopped in between finishes it:
+ * a replacement marks the domain first and undefines it last, so that the mark outlives etcd's listing
+ * and the disks (replacingQuestion).
  */
 export function departStep(
   inventory: Inventory,
   clients: EtcdClients,
   remote: RemoteContext,
-  how: { departure: Departure; member: Member; staying: readonly Member[]; alsoDeparting: readonly Member[]; owner: { identity: ClusterIdentity; adopt: ReadonlySet<string> } },
+  how: {
+    departure: Departure;
+    member: Member;
+    staying: readonly Member[];
+    alsoDeparting: readonly Member[];
+    /** In a dry-run, the departures planned before this one: counted as gone (see votingSets). */
+    assumedRemoved?: readonly Member[];
+    owner: { identity: ClusterIdentity; adopt: ReadonlySet<string> };
+  },
 ): Step<DepartFacts, DepartAction> {
-  const { departure, member, staying, alsoDeparting, owner } = how;
+  const { departure, member, staying, owner } = how;
   const volumes = volumesOf(member);
+  const where = `VM ${member.name} on ${member.hypervisor.name}`;
+
+  /** Leadership moved away if the member leads, then the removal, or a refusal. */
+  const removal = (facts: DepartFacts, live: LiveMember): Change<DepartAction>[] => {
+    const refusal = quorumRefusal(facts, live);
+    if (refusal) {
+      throw new MembershipRefusal(`refusing to remove ${member.name}: ${refusal}${facts.unhealthy.length ? ` (not healthy: ${facts.unhealthy.join(', ')})` : ''}. Nothing was changed.`);
+    }
+    const changes: Change<DepartAction>[] = [];
+    if (facts.leaderId === live.id) {
+      // To a member that stays where one is healthy: a departing one would only have to hand it on again.
+      const to = facts.healthy.find((m) => staying.some((s) => s.name === m.name)) ?? facts.healthy[0]!;
+      changes.push({ summary: `move leadership from ${member.name} to ${to.name} first`, action: { kind: 'move-leader', to } });
+    }
+    const why = departure === 'replace' ? '; it joins again empty and takes its data from the cluster' : '';
+    changes.push({ summary: `remove ${member.name} from the cluster (member ID ${BigInt(live.id).toString(16)}${live.isLearner ? ', a learner' : ''})${why}`, action: { kind: 'remove', id: live.id } });
+    return changes;
+  };
+
+  /** A leaver's VM goes; its volumes stay. */
+  const leaveVm = (facts: DepartFacts): Change<DepartAction>[] => {
+    if (facts.vm === 'absent') return [];
+    const kept = facts.volumes.length ? `; its volumes stay (${facts.volumes.join(', ')}: virsh vol-delete removes them)` : '';
+    return [{ summary: `${facts.vm === 'shut off' ? '' : 'stop and '}undefine ${where}${kept}`, action: { kind: 'undefine', running: facts.vm !== 'shut off' } }];
+  };
+
+  /**
+   * A replacement, in the order that keeps a record of it until nothing of the old member is left:
+   * with a domain, marked first and undefined last; without one, only etcd's listing (with its disks
+   * gone) says so, and the disks go before the removal.
+   */
+  const replacement = (facts: DepartFacts, removing: Change<DepartAction>[]): Change<DepartAction>[] => {
+    const existing = volumes.filter((v) => facts.volumes.includes(`${v.pool}/${v.name}`));
+    const theirs = existing.filter((v) => !v.ours);
+    if (theirs.length > 0) {
+      throw new MembershipRefusal(`refusing to replace ${member.name}: its volume(s) ${theirs.map((v) => `${v.pool}/${v.name}`).join(', ')} are the operator's (volume_id / data_volume_id); a replacement needs them empty: recreate them yourself. Nothing was changed.`);
+    }
+    const deletion: Change<DepartAction>[] = existing.length
+      ? [{ summary: `delete ${member.name}'s volumes ${existing.map((v) => `${v.pool}/${v.name}`).join(', ')} (the old member's disks are never reused)`, action: { kind: 'delete-volumes', volumes: existing.map(({ pool, name }) => ({ pool, name })) } }]
+      : [];
+    if (facts.vm === 'absent') return [...deletion, ...removing];
+    const active = facts.ownership.kind === 'ours' || facts.ownership.kind === 'to-mark' ? facts.ownership.running : false;
+    const mark: Change<DepartAction>[] = facts.markedReplacing
+      ? []
+      : [{ summary: `mark domain ${member.name} as being replaced (libvirt metadata): a run stopped from here on finishes the replacement`, action: { kind: 'mark-replacing', active, ...(facts.live ? { memberId: facts.live.id } : {}) } }];
+    const stop: Change<DepartAction>[] = facts.vm === 'shut off' ? [] : [{ summary: `stop ${where}`, action: { kind: 'stop' } }];
+    return [...mark, ...removing, ...stop, ...deletion, { summary: `undefine ${where} (its being-replaced mark goes with it)`, action: { kind: 'undefine', running: false } }];
+  };
+
   return {
     name: departure,
     targets: [member.name],
     async check() {
       const [{ answer: list, member: asked }, answers] = await Promise.all([
         firstAnswering(clients, staying, (client) => client.cluster.memberList({})),
-        remote.probe<string>(member, { ...ownerQuestions(member), ...Object.fromEntries(volumes.map((v, i) => [`volume${i}`, volInfo(v.pool, v.name)])) }),
+        remote.probe<string>(member, { ...ownerQuestions(member), replacing: replacingQuestion(member), ...Object.fromEntries(volumes.map((v, i) => [`volume${i}`, volInfo(v.pool, v.name)])) }),
       ]);
       const status = await (await clients.for(asked)).maintenance.status({});
-      const live = list.members.find((m) => m.peerURLs.includes(peerUrl(inventory, member)));
-      // The voting members etcd has now: those that stay, and the departing ones it still lists.
-      const departingNow = [...new Set([member, ...alsoDeparting])].filter((m) => list.members.some((l) => !l.isLearner && l.peerURLs.includes(peerUrl(inventory, m))));
-      const votingNow = [...staying, ...departingNow];
-      const health = await Promise.all(staying.map(async (m) => ({ member: m, health: await memberHealth({ ...inventory, members: votingNow }, clients, m) })));
+      const listed = list.members.map(liveMember);
+      const live = listed.find((m) => m.peerURLs.includes(peerUrl(inventory, member)));
       return {
-        ...(live ? { live: liveMember(live) } : {}),
+        ...(live ? { live } : {}),
         ...(status.leader && status.leader !== '0' ? { leaderId: status.leader } : {}),
-        healthy: health.filter(({ health: h }) => h.healthy).map(({ member: m }) => m),
-        unhealthy: health.flatMap(({ member: m, health: h }) => (h.healthy ? [] : [`${m.name} (${h.reason})`])),
+        ...(await votersHealth(inventory, clients, member, votingSets(inventory, listed, member, how))),
         vm: answers.state!.code === 0 ? answers.state!.output.trim() : 'absent',
         ownership: judgeOwnership(member.name, { mark: answers.mark!, title: answers.title!, state: answers.state! }, owner.identity, owner.adopt.has(member.name)),
+        markedReplacing: isMarkedReplacing(member.name, answers.replacing!),
         volumes: volumes.filter((_, i) => answers[`volume${i}`]?.code === 0).map((v) => `${v.pool}/${v.name}`),
       };
     },
     plan(facts) {
       if (facts.ownership.kind === 'refused') throw new MembershipRefusal(`refusing to ${departure === 'leave' ? 'remove' : 'replace'} ${member.name}: ${facts.ownership.reason}. Nothing was changed.`);
-      const changes: Change<DepartAction>[] = [];
-      if (facts.live) {
-        const needed = quorumOf(staying.length);
-        if (!facts.leaderId || facts.healthy.length < needed) {
-          throw new MembershipRefusal(
-            `refusing to remove ${member.name}: ${!facts.leaderId ? 'the cluster has no leader' : `only ${facts.healthy.length} of the ${staying.length} members that stay are healthy, and they need ${needed} for a quorum`}` +
-              `${facts.unhealthy.length ? ` (not healthy: ${facts.unhealthy.join(', ')})` : ''}. Nothing was changed.`,
-          );
-        }
-        if (facts.leaderId === facts.live.id) {
-          const to = facts.healthy[0]!;
-          changes.push({ summary: `move leadership from ${member.name} to ${to.name} first`, action: { kind: 'move-leader', to } });
-        }
-        const why = departure === 'replace' ? '; it joins again empty and takes its data from the cluster' : '';
-        changes.push({ summary: `remove ${member.name} from the cluster (member ID ${BigInt(facts.live.id).toString(16)}${facts.live.isLearner ? ', a learner' : ''})${why}`, action: { kind: 'remove', id: facts.live.id } });
-      }
-      const kept = departure === 'leave' && facts.volumes.length ? `; its volumes stay (${facts.volumes.join(', ')}: virsh vol-delete removes them)` : '';
-      if (facts.vm !== 'absent') {
-        changes.push({ summary: `${facts.vm === 'shut off' ? '' : 'stop and '}undefine VM ${member.name} on ${member.hypervisor.name}${kept}`, action: { kind: 'undefine', running: facts.vm !== 'shut off' } });
-      }
-      if (departure === 'replace' && facts.volumes.length > 0) {
-        const existing = volumes.filter((v) => facts.volumes.includes(`${v.pool}/${v.name}`));
-        const theirs = existing.filter((v) => !v.ours);
-        if (theirs.length > 0) {
-          throw new MembershipRefusal(`refusing to replace ${member.name}: its volume(s) ${theirs.map((v) => `${v.pool}/${v.name}`).join(', ')} are the operator's (volume_id / data_volume_id); a replacement needs them empty: recreate them yourself. Nothing was changed.`);
-        }
-        changes.push({ summary: `delete ${member.name}'s volumes ${facts.volumes.join(', ')} (the old member's disks are never reused)`, action: { kind: 'delete-volumes', volumes: existing } });
-      }
-      return changes;
+      const removing = facts.live ? removal(facts, facts.live) : [];
+      return departure === 'leave' ? [...removing, ...leaveVm(facts)] : replacement(facts, removing);
     },
     async apply(changes) {
       for (const { action } of changes) {
@@ -220,16 +330,58 @@ export function departStep(
           await (await clients.for(member)).maintenance.moveLeader({ targetID: target.header.member_id });
         } else if (action.kind === 'remove') {
           await firstAnswering(clients, staying, (client) => client.cluster.memberRemove({ ID: action.id }));
-        } else if (action.kind === 'undefine') {
-          const virsh = await remote.virshFor(member);
-          // Stopped at once: it is no member any more, and nothing in it is kept.
-          if (action.running) await virsh.run(['destroy', member.name]).catch(() => undefined);
-          await virsh.run(['undefine', member.name]);
         } else {
-          const virsh = await remote.virshFor(member);
-          for (const volume of action.volumes) await virsh.run(['vol-delete', '--pool', volume.pool, volume.name]);
+          await applyToVm(await remote.virshFor(member), member, action);
         }
       }
     },
   };
+}
+
+/** libvirt's part of a departure. */
+async function applyToVm(virsh: Virsh, member: Member, action: Exclude<DepartAction, { kind: 'move-leader' | 'remove' }>): Promise<void> {
+  if (action.kind === 'mark-replacing') {
+    await virsh.run(markReplacingArgs(member, action.memberId, action.active));
+  } else if (action.kind === 'stop') {
+    // Its disks are deleted next: a VM that did not stop must stop the replacement (it may have stopped by itself meanwhile).
+    await virsh.run(['destroy', member.name]).catch((error: Error) => {
+      if (!/domain is not running/i.test(error.message)) throw error;
+    });
+  } else if (action.kind === 'undefine') {
+    // Stopped at once: it is no member any more, and nothing in it is kept.
+    if (action.running) await virsh.run(['destroy', member.name]).catch(() => undefined);
+    await virsh.run(['undefine', member.name]);
+  } else {
+    for (const volume of action.volumes) await virsh.run(['vol-delete', '--pool', volume.pool, volume.name]);
+  }
+}
+
+/**
+ * What is known of each departing member before any departure, for orderDepartures: whether its
+ * domain runs (libvirt's answer, left for the steps that ask it too) and whether its etcd answers with
+ * a leader. Asked once, before the departures' order is fixed; each departure asks again for itself.
+ */
+export async function departingHealth(clients: EtcdClients, remote: RemoteContext, departing: readonly Member[]): Promise<Map<string, KnownHealth>> {
+  const known = await Promise.all(
+    departing.map(async (member) => {
+      const state = await remote.probe(member, { state: ownerQuestions(member).state }, { keep: true }).then(({ state: answer }) => answer, () => undefined);
+      const domainRunning = state === undefined ? undefined : state.code === 0 ? state.output.trim() === 'running' : saysDomainMissing(state.output) ? false : undefined;
+      // Not asked of a VM known not to run: the answer would take the whole wait.
+      const etcdHasLeader = domainRunning === false ? undefined : await hasLeader(clients, member);
+      return [member.name, knownHealth({ domainRunning, etcdHasLeader })] as const;
+    }),
+  );
+  return new Map(known);
+}
+
+/** How long a departing member's etcd has to answer: a live member answers a status in tens of milliseconds. */
+const LEADER_PROBE_MS = 5_000;
+
+/** Does the member's etcd answer now, with a leader? No answer in time is no. */
+async function hasLeader(clients: EtcdClients, member: Member): Promise<boolean> {
+  const asked = clients
+    .for(member)
+    .then((client) => client.maintenance.status({}))
+    .then((status) => Boolean(status.leader) && status.leader !== '0', () => false);
+  return Promise.race([asked, delay(LEADER_PROBE_MS, false, { ref: false })]);
 }
