@@ -1,7 +1,8 @@
 import { readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
+import { InputError } from '../core/errors.ts';
 import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
-import { ENCRYPTION_RECORD, isSealed, unlockStateDirectory, type StateCipher } from './state-encryption.ts';
+import { ENCRYPTION_RECORD, isSealed, unlockStateDirectory, writeEncryptionRecord, type StateCipher } from './state-encryption.ts';
 
 /** A certificate or SSH identity the tool keeps: its id names its files under the state directory. */
 export type MaterialId = 'ca' | 'intermediate' | 'peer-ca' | `member/${string}` | `peer/${string}` | `client/${string}` | 'ssh/admin' | `ssh-host/${string}`;
@@ -33,18 +34,45 @@ function keyFilesUnder(root: string, dir: string): string[] {
 
 /**
  * PKI material in the state directory: directories 0700, private keys 0600. With a cipher (an
- * encrypted state directory) every private key is sealed on write and opened in memory on read; a
- * key still plain (a conversion that was stopped) is read as it is, and the pki step seals it.
+ * encrypted state directory) every private key is sealed on write and opened in memory on read. A
+ * key still plain while a conversion is under way (one that was stopped) is read as it is, and the
+ * pki step seals it; once every key is sealed, a plain one is refused (exit 2): sealing it then
+ * would vouch for a key anyone able to write the directory could have put there.
  */
 export class PkiStore {
+  #cipher: StateCipher | undefined;
+
   constructor(
     readonly stateDir: string,
-    readonly cipher?: StateCipher,
-  ) {}
+    cipher?: StateCipher,
+  ) {
+    this.#cipher = cipher;
+  }
 
-  /** The store of a state directory, unlocked with its passphrase when it is encrypted (exit 2 when wrong or missing). */
+  get cipher(): StateCipher | undefined {
+    return this.#cipher;
+  }
+
+  /**
+   * The store of a state directory, unlocked with its passphrase when it is encrypted (exit 2 when
+   * wrong or missing, or when a plain key is found where every key is sealed).
+   */
   static async open(stateDir: string): Promise<PkiStore> {
-    return new PkiStore(stateDir, await unlockStateDirectory(stateDir));
+    const store = new PkiStore(stateDir, await unlockStateDirectory(stateDir));
+    store.plainKeyFiles();
+    return store;
+  }
+
+  /** Every key is sealed (an encrypted directory, no conversion under way): a plain one is not trusted. */
+  get #allSealed(): boolean {
+    return this.#cipher !== undefined && !this.#cipher.converting;
+  }
+
+  #refusePlain(files: readonly string[]): InputError {
+    return new InputError(
+      `${files.map((file) => join(this.stateDir, file)).join(', ')}: not encrypted, in a state directory whose every private key is sealed (no conversion under way); refused, as anyone able to write the directory could have put it there`,
+      [`if you put it there, seal it: npx tsx tasks/state.ts -i <inventory> --encrypt`, 'otherwise restore the sealed file from where the directory came from'],
+    );
   }
 
   pathsOf(id: MaterialId): { public: string; privateKey: string } {
@@ -61,30 +89,49 @@ export class PkiStore {
   }
 
   #opened(stored: string, file: string): string {
-    if (!isSealed(stored)) return stored;
+    if (!isSealed(stored)) {
+      if (this.#allSealed) throw this.#refusePlain([file]);
+      return stored;
+    }
     if (!this.cipher) throw new Error(`${join(this.stateDir, file)} is encrypted, but the state directory has no ${ENCRYPTION_RECORD} (restore it from where the directory came from)`);
     return this.cipher.open(stored, file);
   }
 
-  /** Private key files (relative to the state directory) not sealed: all of them in a plain state directory. */
+  /**
+   * Private key files (relative to the state directory) not sealed: all of them in a plain state
+   * directory, those a conversion under way has not reached yet; refused (exit 2) where every key is sealed.
+   */
   plainKeyFiles(): string[] {
-    return [...keyFilesUnder(this.stateDir, 'pki'), ...keyFilesUnder(this.stateDir, 'ssh')].filter((file) => !isSealed(readIfExists(join(this.stateDir, file)) ?? ''));
+    const plain = [...keyFilesUnder(this.stateDir, 'pki'), ...keyFilesUnder(this.stateDir, 'ssh')].filter((file) => !isSealed(readIfExists(join(this.stateDir, file)) ?? ''));
+    if (plain.length > 0 && this.#allSealed) throw this.#refusePlain(plain);
+    return plain;
   }
 
   /**
    * Rewrites every private key sealed (with the cipher) or plain: the conversion either way, one file
-   * at a time and atomically, so a stopped one is finished by running it again. Returns the files rewritten.
+   * at a time and atomically, so a stopped one is finished by running it again. The record says a
+   * conversion is under way from before the first file to after the last one sealed. Returns the files rewritten.
    */
   convertKeys(to: 'sealed' | 'plain'): string[] {
-    if (!this.cipher) throw new Error('converting keys needs the state directory\'s passphrase');
+    if (!this.#cipher) throw new Error('converting keys needs the state directory\'s passphrase');
+    if (to === 'plain') this.#recordConverting(true);
+    const cipher = this.#cipher;
     const converted: string[] = [];
     for (const file of [...keyFilesUnder(this.stateDir, 'pki'), ...keyFilesUnder(this.stateDir, 'ssh')]) {
       const stored = readIfExists(join(this.stateDir, file)) ?? '';
       if (isSealed(stored) === (to === 'sealed')) continue;
-      writeFileAtomic(join(this.stateDir, file), to === 'sealed' ? this.cipher.seal(stored, file) : this.cipher.open(stored, file), PRIVATE_FILE_MODE);
+      writeFileAtomic(join(this.stateDir, file), to === 'sealed' ? cipher.seal(stored, file) : cipher.open(stored, file), PRIVATE_FILE_MODE);
       converted.push(file);
     }
+    if (to === 'sealed') this.#recordConverting(false);
     return converted;
+  }
+
+  /** Writes the record saying whether a conversion is under way, when it says otherwise now. */
+  #recordConverting(converting: boolean): void {
+    if (!this.#cipher || this.#cipher.converting === converting) return;
+    this.#cipher = this.#cipher.converted(converting);
+    writeEncryptionRecord(this.stateDir, this.#cipher.record());
   }
 
   /** The client certificates (or keys) the state directory holds, by name: root and application users. */
@@ -114,7 +161,7 @@ export class PkiStore {
   write(id: MaterialId, pair: Required<StoredPair>): void {
     const paths = this.pathsOf(id);
     const file = filesOf(id).privateKey;
-    writeFileAtomic(paths.privateKey, this.cipher ? this.cipher.seal(pair.privateKey, file) : pair.privateKey, PRIVATE_FILE_MODE);
+    writeFileAtomic(paths.privateKey, this.#cipher ? this.#cipher.seal(pair.privateKey, file) : pair.privateKey, PRIVATE_FILE_MODE);
     writeFileAtomic(paths.public, pair.public, PUBLIC_FILE_MODE);
   }
 }
