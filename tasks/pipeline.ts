@@ -483,6 +483,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
           },
         },
         renderPhase(() => main),
+        ...onlySelected([{ title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, main.members, rendered.files, remote)) }]),
         {
           title: 'guest',
           run: () => {
