@@ -1,5 +1,6 @@
 import { noop } from 'cockatiel';
-import type { Etcd3 } from 'etcd3';
+import type { CallContext, Etcd3 } from 'etcd3';
+import { MiB } from '../core/limits.ts';
 import { revealSecret, type Secret } from '../core/secret.ts';
 import type { Member } from '../inventory/model.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
@@ -26,6 +27,34 @@ export interface ClientIdentity {
   user?: { name: string; password: Secret };
 }
 
+/**
+ * How long one gRPC call may take. Every call has a deadline, so that a member that stops answering
+ * half-way (or on purpose) cannot hold the run. A call can pass a longer one itself: defragmentation
+ * and physical compaction do (10 min, steps/maintenance.ts).
+ */
+export interface CallDeadlines {
+  /** A question (status, member list, alarms, users): answered in milliseconds by a live member; the callers poll and retry. */
+  unaryMs: number;
+  /**
+   * A stream: the only one the tool opens is a snapshot, up to etcd's largest quota (8 GiB). An hour
+   * lets it through at 2.3 MiB/s, far below what a forwarded SSH channel carries.
+   */
+  streamMs: number;
+}
+
+export const CALL_DEADLINES: CallDeadlines = { unaryMs: 5_000, streamMs: 60 * 60_000 };
+
+/**
+ * The largest single gRPC message taken from a member (grpc-js's default, said here so that it stays
+ * a choice): the tool's questions are answered in a few KiB, a snapshot comes in 32 KiB messages.
+ */
+export const MAX_RECEIVE_MESSAGE_BYTES = 4 * MiB;
+
+/** Each call's options: its deadline, from when it starts. */
+export const callOptions =
+  (deadlines: CallDeadlines) =>
+  (context: CallContext): { deadline: number } => ({ deadline: Date.now() + (context.isStream ? deadlines.streamMs : deadlines.unaryMs) });
+
 export class EtcdClients {
   readonly #clients = new Map<string, Promise<Etcd3>>();
   readonly #tunnels: Tunnel[] = [];
@@ -34,6 +63,7 @@ export class EtcdClients {
     readonly connections: HypervisorConnections,
     readonly clientPort: number,
     readonly identity: () => ClientIdentity,
+    readonly deadlines: CallDeadlines = CALL_DEADLINES,
   ) {}
 
   /** A client bound to one member's endpoint only, so an answer is that member's own. */
@@ -75,7 +105,7 @@ export class EtcdClients {
       // The callers poll and decide themselves; the library's retries and circuit breaker would hide the last error.
       faultHandling: { host: () => noop, global: noop },
       dialTimeout: 5_000,
-      defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + 5_000 }),
+      defaultCallOptions: callOptions(this.deadlines),
       // TLS names the member (a DNS SAN of its certificate), not the IP: Node warns on IP server names.
       // grpc-js backs off reconnects exponentially up to 120 s: while a VM boots that would hide the
       // moment etcd comes up by tens of seconds. Polling wants a quick, flat retry instead.
@@ -85,6 +115,7 @@ export class EtcdClients {
         'grpc.default_authority': member.name,
         'grpc.initial_reconnect_backoff_ms': 500,
         'grpc.max_reconnect_backoff_ms': 2_000,
+        'grpc.max_receive_message_length': MAX_RECEIVE_MESSAGE_BYTES,
       },
     });
   }
