@@ -1,5 +1,11 @@
 import { createTwoFilesPatch } from 'diff';
+import { forDisplay } from './display.ts';
 import type { Diff, Status, StepResult } from './step.ts';
+
+/*
+ * Every report is made safe for a terminal as a whole (forDisplay): results carry what guests said
+ * (agent reasons, cloud-init's module names, journal lines), and a report is printed.
+ */
 
 /** A unified diff of display-safe text (secrets already masked by the renderer). */
 export function unifiedDiff(diff: Diff): string {
@@ -36,7 +42,7 @@ export function formatChanges(results: readonly StepResult[], { dryRun, diffs }:
       }
     }
   }
-  return lines.join('\n');
+  return forDisplay(lines.join('\n'));
 }
 
 export type HostRecap = Record<Status, number>;
@@ -59,7 +65,7 @@ export function formatRecap(results: readonly StepResult[], dryRun: boolean, ela
   for (const [host, counts] of recap) {
     lines.push(`${host.padEnd(width)}  ok=${counts.ok}  changed=${counts.changed}  failed=${counts.failed}  skipped=${counts.skipped}`);
   }
-  return lines.join('\n');
+  return forDisplay(lines.join('\n'));
 }
 
 /** After the recap: each hypervisor the run could not reach, the members it failed, and why. */
@@ -70,7 +76,7 @@ export function formatUnreachable(unreachable: readonly { hypervisor: string; me
     // The hypervisor's own failure, its address said once; otherwise the reason names the bastion on the way.
     return detail !== undefined ? `hypervisor ${hypervisor} at ${at} (${who}): ${detail}` : `hypervisor ${hypervisor} (${who}): ${reason}`;
   };
-  return ['UNREACHABLE (their members failed; the others went on)', ...unreachable.map(line)].join('\n');
+  return forDisplay(['UNREACHABLE (their members failed; the others went on)', ...unreachable.map(line)].join('\n'));
 }
 
 /**
@@ -91,5 +97,5 @@ export function formatProfile(results: readonly StepResult[], phases: readonly {
   const lines = ['PROFILE (each step on each host, slowest step first)', ...ordered.map(([step, hosts]) => `${step.padEnd(width)}  ${[...hosts].map(([host, ms]) => `${host} ${seconds(ms)}`).join('  ')}`)];
   // Phases hold what no step's time shows: facts asked ahead for later steps, the cluster probe, waits.
   if (phases.length > 0) lines.push(`phases (wall-clock, in order): ${phases.map(({ phase, ms }) => `${phase} ${seconds(ms)}`).join(', ')}`);
-  return lines.join('\n');
+  return forDisplay(lines.join('\n'));
 }

@@ -8,6 +8,8 @@
  * that IP as a SAN and verification is unaffected.
  */
 
+import { forDisplay } from './display.ts';
+
 const KNOWN_NOISE = new Set(['DEP0123']);
 
 export function isKnownNoise(warning: Error & { code?: string }): boolean {
@@ -18,6 +20,7 @@ export function silenceKnownWarnings(): void {
   // Node prints warnings from its own 'warning' listener; replace it with one that skips the noise.
   process.removeAllListeners('warning');
   process.on('warning', (warning: Error & { code?: string }) => {
-    if (!isKnownNoise(warning)) process.stderr.write(`(node:${process.pid}) ${warning.code ? `[${warning.code}] ` : ''}${warning.name}: ${warning.message}\n`);
+    // A warning's message may quote what a peer sent (a TLS name, a header): made safe to print.
+    if (!isKnownNoise(warning)) process.stderr.write(forDisplay(`(node:${process.pid}) ${warning.code ? `[${warning.code}] ` : ''}${warning.name}: ${warning.message}`) + '\n');
   });
 }

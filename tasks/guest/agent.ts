@@ -1,3 +1,4 @@
+import { forDisplay } from '../core/display.ts';
 import type { VirshAsker, VirshReply } from '../libvirt/session.ts';
 import { saysDomainMissing } from '../libvirt/virsh.ts';
 
@@ -26,8 +27,11 @@ interface ExecStatus {
   return?: { exited?: boolean; exitcode?: number; signal?: number; 'out-data'?: string; 'err-data'?: string; 'out-truncated'?: boolean };
 }
 
-/** virsh's own words, without its prefix: "Guest agent is not responding: QEMU guest agent is not connected". */
-const reasonOf = (reply: VirshReply): string => reply.output.replace(/^error: /, '').split('\n')[0] || 'no reason given';
+/**
+ * virsh's own words, without its prefix: "Guest agent is not responding: QEMU guest agent is not connected".
+ * Reasons carry what the guest said and are printed: made safe for a terminal here (forDisplay).
+ */
+const reasonOf = (reply: VirshReply): string => forDisplay(reply.output.replace(/^error: /, '').split('\n')[0] ?? '') || 'no reason given';
 const failure = (reply: VirshReply): AgentAnswer => ({ ok: false, reason: reasonOf(reply) });
 
 /** What `metadata` says of a domain: ours (it carries this cluster's ID), or why nothing may run in it. */
@@ -41,7 +45,7 @@ export function ownedBy(reply: VirshReply, id: string): AgentAnswer | 'ours' {
 export function startedPid(reply: VirshReply): number | AgentAnswer {
   if (!reply.ok) return failure(reply);
   const pid = /"pid":\s*(\d+)/.exec(reply.output)?.[1];
-  return pid === undefined ? { ok: false, reason: `the agent did not say which process it started: ${reply.output.slice(0, 80)}` } : Number(pid);
+  return pid === undefined ? { ok: false, reason: `the agent did not say which process it started: ${forDisplay(reply.output.slice(0, 80))}` } : Number(pid);
 }
 
 /** A guest-exec-status reply: still running, or the script's answer (its output, or why there is none). */
@@ -51,13 +55,13 @@ export function finished(reply: VirshReply): AgentAnswer | 'running' {
   try {
     status = JSON.parse(reply.output) as ExecStatus;
   } catch {
-    return { ok: false, reason: `the agent's reply is not JSON: ${reply.output.slice(0, 80)}` };
+    return { ok: false, reason: `the agent's reply is not JSON: ${forDisplay(reply.output.slice(0, 80))}` };
   }
   const result = status.return ?? {};
   if (!result.exited) return 'running';
   if (result['out-truncated']) return { ok: false, reason: "the agent cut the script's output short" };
   if (result.exitcode !== 0) {
-    const stderr = Buffer.from(result['err-data'] ?? '', 'base64').toString('utf8').trim().split('\n')[0];
+    const stderr = forDisplay(Buffer.from(result['err-data'] ?? '', 'base64').toString('utf8').trim().split('\n')[0] ?? '');
     return { ok: false, reason: `the script exited with ${result.exitcode ?? `signal ${result.signal}`}${stderr ? `: ${stderr}` : ''}` };
   }
   return { ok: true, output: Buffer.from(result['out-data'] ?? '', 'base64').toString('utf8') };
