@@ -24,7 +24,8 @@ import type { FormationVerdict, SeenDomains } from './etcd/formation.ts';
 import { formationStep, type Unanswered } from './steps/formation.ts';
 import { inventoryOf, planMembership, type LiveMember, type MembershipPlan } from './etcd/membership.ts';
 import { CONTROL_NODE, type AnyStep, type Step } from './core/step.ts';
-import { addLearnerStep, departStep, promoteStep, type Departure } from './steps/membership.ts';
+import { addLearnerStep, departingHealth, departStep, isMarkedReplacing, promoteStep, replacingQuestion, type Departure } from './steps/membership.ts';
+import { orderDepartures } from './etcd/departures.ts';
 import { guestQuestions, guestStep } from './steps/guest.ts';
 import { GuestProbe } from './guest/probe.ts';
 import { healthStep } from './steps/health.ts';
@@ -218,6 +219,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     if (selected('guest')) guestProbe.prefetch(of, (member) => guestQuestions(guests.get(member.name)!));
     return remote.prefetch(of, (member) => [
       ...Object.values(ownerQuestions(member)),
+      replacingQuestion(member),
       ...Object.values(volumeQuestions(member)),
       ...Object.values(seedQuestions(member)),
       ...Object.values(domainQuestions(member)),
@@ -369,14 +371,30 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   };
 
   /**
+   * Members whose domain carries the being-replaced mark: a replacement an earlier run began. A
+   * hypervisor that does not answer says nothing here (its members' steps fail later, on their own).
+   */
+  const markedReplacing = async (): Promise<Set<string>> => {
+    const marked = await Promise.all(
+      members.map((member) =>
+        remote.probe(member, { replacing: replacingQuestion(member) }, { keep: true }).then(
+          ({ replacing }) => isMarkedReplacing(member.name, replacing),
+          () => false,
+        ),
+      ),
+    );
+    return new Set(members.filter((_, i) => marked[i]).map((member) => member.name));
+  };
+
+  /**
    * Who is in the cluster: etcd's member list against the inventory, on the control node, so a
    * mismatch the tool will not resolve (a member the inventory lacks, an address changed) stops the run
    * before anything changes.
    */
-  const membershipStep = (live: LiveMember[], gone: Map<string, string>): Step<MembershipPlan, never> => ({
+  const membershipStep = (live: LiveMember[], gone: Map<string, string>, marked: Set<string>): Step<MembershipPlan, never> => ({
     name: 'members',
     targets: [CONTROL_NODE],
-    check: async () => planMembership(inventory, live, { replace: new Set(options.replace ?? []), disksGone: gone }),
+    check: async () => planMembership(inventory, live, { replace: new Set(options.replace ?? []), disksGone: gone, markedReplacing: marked }),
     plan(plan) {
       membership = plan;
       return [];
@@ -411,8 +429,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
                   return results.some((result) => result.status === 'failed') ? results : why;
                 }
                 clusterFormed = true;
-                const disks = await disksGone(formed.members);
-                const membershipResults = await runner.runStep(membershipStep(formed.members, disks.gone));
+                const [disks, marked] = await Promise.all([disksGone(formed.members), markedReplacing()]);
+                const membershipResults = await runner.runStep(membershipStep(formed.members, disks.gone, marked));
                 if (membershipResults.some((result) => result.status === 'failed')) return membershipResults;
                 await recordFormation();
                 // etcd's users and roles, asked now from the member that manages them, while the other steps work.
@@ -435,21 +453,26 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       voting.push(joiner);
       return phases;
     });
-    // Members to replace, then members marked absent, go first, one after another, before anything else
+    // Members to replace and members marked absent go first, one after another, before anything else
     // is checked against the members that stay.
     const replaced = membership.replacements.map(({ member }) => member).filter((member) => members.includes(member));
     const leaving = options.limit ? [] : membership.leavers.map(({ member }) => member);
     const departing = [...replaced, ...leaving];
-    const depart = (departure: Departure, member: Member): Phase => ({
+    // A dry-run applies no departure: each one after the first is judged as if those before it were done.
+    const depart = (departure: Departure, member: Member, before: readonly Member[]): Phase => ({
       title: `${departure} ${member.name}`,
       run: () => {
         // A departure deletes or undefines what was asked about the member.
         remote.forget(member);
         guestProbe.forget(member);
-        return runner.runStep(departStep(inventory, clients, remote, { departure, member, staying: membership.voting, alsoDeparting: departing, owner: owner() }));
+        return runner.runStep(departStep(inventory, clients, remote, { departure, member, staying: membership.voting, alsoDeparting: departing, assumedRemoved: options.dryRun ? before : [], owner: owner() }));
       },
     });
-    const departures: Phase[] = options.renderOnly !== undefined ? [] : [...replaced.map((member) => depart('replace', member)), ...leaving.map((member) => depart('leave', member))];
+    // Members known to be down go first: a healthy one removed before them could leave a voting set
+    // without a quorum (each departure refuses that too). Their health is asked now, once.
+    const known = await departingHealth(clients, remote, departing);
+    const ordered = orderDepartures([...replaced.map((member) => ({ departure: 'replace' as const, member })), ...leaving.map((member) => ({ departure: 'leave' as const, member }))], known);
+    const departures: Phase[] = options.renderOnly !== undefined ? [] : ordered.map(({ departure, member }, i) => depart(departure, member, ordered.slice(0, i).map((earlier) => earlier.member)));
     const stepsNeededToJoin = ['volumes', 'cloud-init', 'domain', 'guest'];
     if (joins.length > 0 && !stepsNeededToJoin.every(selected)) {
       throw new InputError(`${joiners.map((m) => m.name).join(', ')} must join the cluster, which needs the steps ${stepsNeededToJoin.join(', ')}: run without --tags / --skip-tags leaving them out`);

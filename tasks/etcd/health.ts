@@ -68,10 +68,19 @@ export async function waitForHealth(inventory: Inventory, clients: EtcdClients, 
 /** How long a member's etcd has to answer before it counts as down: a live member answers a status in tens of milliseconds. */
 const ANSWER_PROBE_MS = 5_000;
 
+/** The member's status if its etcd answers now, undefined when it does not answer in time. */
+async function statusNow(clients: EtcdClients, member: Member): Promise<{ leader: string } | undefined> {
+  const asked = clients.for(member).then((client) => client.maintenance.status({})).then((status) => status, () => undefined);
+  return Promise.race([asked, delay(ANSWER_PROBE_MS, undefined, { ref: false })]);
+}
+
 /** Does the member's etcd answer a status request now (with or without a leader)? */
-export async function etcdAnswers(clients: EtcdClients, member: Member): Promise<boolean> {
-  const asked = clients.for(member).then((client) => client.maintenance.status({})).then(() => true, () => false);
-  return Promise.race([asked, delay(ANSWER_PROBE_MS, false, { ref: false })]);
+export const etcdAnswers = async (clients: EtcdClients, member: Member): Promise<boolean> => (await statusNow(clients, member)) !== undefined;
+
+/** Does the member's etcd answer now, with a leader? No answer in time is no. */
+export async function hasLeaderNow(clients: EtcdClients, member: Member): Promise<boolean> {
+  const status = await statusNow(clients, member);
+  return status !== undefined && Boolean(status.leader) && status.leader !== '0';
 }
 
 /** How long the formed-cluster probe waits for any member: a cluster that does not answer by then is treated as not formed. */

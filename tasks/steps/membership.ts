@@ -1,7 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Change, Step } from '../core/step.ts';
 import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
-import { memberHealth } from '../etcd/health.ts';
+import { hasLeaderNow, memberHealth } from '../etcd/health.ts';
 import { liveMember, MembershipRefusal, type LiveMember } from '../etcd/membership.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { quorumOf } from '../etcd/roll.ts';
@@ -367,21 +367,10 @@ export async function departingHealth(clients: EtcdClients, remote: RemoteContex
       const state = await remote.probe(member, { state: ownerQuestions(member).state }, { keep: true }).then(({ state: answer }) => answer, () => undefined);
       const domainRunning = state === undefined ? undefined : state.code === 0 ? state.output.trim() === 'running' : saysDomainMissing(state.output) ? false : undefined;
       // Not asked of a VM known not to run: the answer would take the whole wait.
-      const etcdHasLeader = domainRunning === false ? undefined : await hasLeader(clients, member);
+      const etcdHasLeader = domainRunning === false ? undefined : await hasLeaderNow(clients, member);
       return [member.name, knownHealth({ domainRunning, etcdHasLeader })] as const;
     }),
   );
   return new Map(known);
 }
 
-/** How long a departing member's etcd has to answer: a live member answers a status in tens of milliseconds. */
-const LEADER_PROBE_MS = 5_000;
-
-/** Does the member's etcd answer now, with a leader? No answer in time is no. */
-async function hasLeader(clients: EtcdClients, member: Member): Promise<boolean> {
-  const asked = clients
-    .for(member)
-    .then((client) => client.maintenance.status({}))
-    .then((status) => Boolean(status.leader) && status.leader !== '0', () => false);
-  return Promise.race([asked, delay(LEADER_PROBE_MS, false, { ref: false })]);
-}

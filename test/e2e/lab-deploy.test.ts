@@ -1005,7 +1005,7 @@ test.serial('replace: etcd-2 destroyed and its OS and data volumes deleted with 
   t.is(virsh(['destroy', 'etcd-2']).status, 0);
   for (const volume of ['etcd-2-os.qcow2', 'etcd-2-data.qcow2']) t.is(virsh(['vol-delete', '--pool', 'etcd-lab', volume]).status, 0);
   const dry = deployed(t, ['--dry-run']);
-  t.regex(dry.output, /etcd-2:\n {2}replace: would remove etcd-2 from the cluster \(member ID [0-9a-f]+\); it joins again empty and takes its data from the cluster\n {2}replace: would undefine VM etcd-2 on lab/);
+  t.regex(dry.output, /etcd-2:\n {2}replace: would mark domain etcd-2 as being replaced[^\n]*\n {2}replace: would remove etcd-2 from the cluster \(member ID [0-9a-f]+\); it joins again empty and takes its data from the cluster\n {2}replace: would undefine VM etcd-2 on lab/);
   let result: Awaited<ReturnType<typeof deployInBackground>> | undefined;
   const healthy = ALL.filter((e) => e !== endpoint('etcd-2'));
   const acked = await withWriter(t, 'e2e/replace/', healthy, async () => {
