@@ -6,6 +6,8 @@ import { backupTimestamp, dumpObjectName, keyObjectName, masterKeyFromHex, newDa
 import { pruneSnapshots } from './backup/prune.ts';
 import { SnapshotBucket } from './backup/s3.ts';
 import { SnapshotFile } from './backup/snapshot-file.ts';
+import { snapshotCap } from './backup/source.ts';
+import { capStream } from './core/limits.ts';
 import type { ISnapshotResponse } from 'etcd3';
 import type { EtcdClients } from './etcd/client.ts';
 import { withClusterSession } from './etcd/session.ts';
@@ -34,14 +36,16 @@ and a .key object when restore.encryption_key is set (the etcd-backup format).
 Exit: 0 uploaded (and pruned), 1 failed, 2 bad input.`;
 
 /** A member's snapshot, streamed from etcd into the file (never whole in memory); its size. */
-async function snapshotInto(file: SnapshotFile, clients: EtcdClients, member: Member): Promise<number> {
+async function snapshotInto(file: SnapshotFile, clients: EtcdClients, member: Member, quotaBytes: number): Promise<number> {
   const client = await clients.for(member);
   // etcd3 types the answer as an event emitter; it is grpc-js's ClientReadableStream, a Readable, whose
   // async iteration keeps the backpressure (etcd sends no faster than the file takes it).
   const stream = (await client.maintenance.snapshot()) as unknown as AsyncIterable<ISnapshotResponse>;
-  return file.write((async function* () {
+  const blobs = (async function* () {
     for await (const answer of stream) yield answer.blob;
-  })());
+  })();
+  // A member cannot fill the control node's disk: no snapshot is larger than its database's quota allows.
+  return file.write(capStream(blobs, `the snapshot from ${member.name}`, snapshotCap(quotaBytes)));
 }
 
 function parseKeep(value: unknown): number | undefined {
@@ -71,7 +75,7 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
         file?.remove();
         file = new SnapshotFile('backup');
         try {
-          size = await snapshotInto(file, clients, member);
+          size = await snapshotInto(file, clients, member, inventory.etcd.space_quota);
           from = member.name;
           break;
         } catch (error) {

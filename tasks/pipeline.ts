@@ -193,7 +193,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const identity = clientIdentities(inventory, store);
   const clients = new EtcdClients(remote.connections, inventory.etcd.client_port, identity.health);
   // Loaded only when needed: importing the S3 SDK costs ~120 ms at every start otherwise.
-  const snapshots = inventory.restore.enabled ? new (await import('./backup/source.ts')).SnapshotSource(inventory.restore) : undefined;
+  const snapshots = inventory.restore.enabled ? new (await import('./backup/source.ts')).SnapshotSource(inventory.restore, inventory.etcd.space_quota) : undefined;
   // Read when a member is first reached: the pki step may only make the key in this run.
   const adminKey = () => {
     const key = store.read('ssh/admin').privateKey;

@@ -1,6 +1,7 @@
 import { Listr, type ListrTask } from 'listr2';
 import { describeError } from './errors.ts';
 import { Progress } from './progress.ts';
+import { forDisplay } from './display.ts';
 import { CONTROL_NODE, type AnyStep, type Change, type StepResult } from './step.ts';
 
 export interface RunOptions {
@@ -222,7 +223,8 @@ export class Runner {
         const verb = this.options.dryRun ? 'would change' : 'changed';
         const skipped = count('skipped');
         task.title = `${phase.title}: ${results.length ? `${count('changed')} ${verb}, ${count('ok')} ok` : 'done'}${failed.length ? `, ${failed.length} failed` : ''}${skipped ? `, ${skipped} skipped` : ''}`;
-        if (failed.length > 0) throw new Error(failed.map((r) => `[${r.host}] ${r.step}: ${r.error}`).join('\n'));
+        // Errors can carry a guest's words (journal lines): shown without its terminal control sequences.
+        if (failed.length > 0) throw new Error(failed.map((r) => `[${r.host}] ${r.step}: ${forDisplay(r.error ?? '')}`).join('\n'));
       },
     }));
     const listr = new Listr(tasks, {
