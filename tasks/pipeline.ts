@@ -3,7 +3,7 @@ import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, writeFileAtomic } from './core/fil
 import { InputError } from './core/errors.ts';
 import type { Phase, Runner } from './core/runner.ts';
 import type { Inventory, Member } from './inventory/model.ts';
-import { materialsFrom, readFacts } from './pki/materials.ts';
+import { identityFrom, materialsFrom, readFacts } from './pki/materials.ts';
 import { clientIdentities } from './etcd/identities.ts';
 import { PkiStore } from './pki/store.ts';
 import { renderGuest, renderMember, type RenderedFile } from './render/member.ts';
@@ -36,7 +36,6 @@ import { volumeQuestions, volumesStep } from './steps/volumes.ts';
 import { adoptionStep, ownershipStep } from './steps/ownership.ts';
 import { networkIdsOf, networksStep, type NetworkNames } from './steps/networks.ts';
 import { ownerQuestions } from './libvirt/ownership.ts';
-import { identityOf } from './pki/plan.ts';
 import { nextPeerStage, PEER_STAGE_DOC, readPeerTrust, writePeerTrust, type PeerTrustStage } from './pki/peer-trust.ts';
 import { isNotFound, type Question } from './libvirt/virsh.ts';
 import { peerUrl } from './inventory/urls.ts';
@@ -184,7 +183,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   // Names of the libvirt networks members give by network_id, asked on their hypervisors before rendering.
   const networkNames: NetworkNames = new Map();
   // Whose domains this run may touch: read after the pki step, which makes the ID once.
-  const owner = () => ({ identity: identityOf(inventory, readFacts(inventory, store)), adopt: new Set(options.adopt ?? []) });
+  const owner = () => ({ identity: identityFrom(inventory, store), adopt: new Set(options.adopt ?? []) });
   let written: string[] = [];
   let clusterFormed = !inventory.cluster.is_initializing;
   // Who is in the cluster, from etcd's member list: everyone, unless members are still to join.

@@ -2,6 +2,7 @@ import { readIfExists } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { readIdentity, type ClusterIdentity } from './identity.ts';
+import type { MaterialId } from './store.ts';
 import { applicationUsers, caOf, identityOf, membersDeployedBefore, type PkiFacts } from './plan.ts';
 import { PEER_COMMON_NAME, peerStageOf, readPeerTrust, type PeerTrustStage } from './peer-trust.ts';
 import type { PkiStore } from './store.ts';
@@ -90,4 +91,16 @@ function peerBundle(inventory: Inventory, facts: PkiFacts, caCert: string | unde
   const operators = inventory.members.flatMap((member) => (member.suppliedTls ? [member.suppliedTls.caCert] : []));
   const moving = stage === 'peer-only' || !caCert ? [] : [caCert];
   return [...new Set([facts.peerCa.public, ...moving, ...operators].map((pem) => (pem.endsWith('\n') ? pem : `${pem}\n`)))].join('');
+}
+
+/**
+ * The cluster's identity (cluster-id.json), without opening any private key: the owner checks ask for it
+ * at every guest agent ask and boot poll, and in an encrypted state directory readFacts decrypts every key.
+ * Before the ID exists, a state directory holding certificates deployed its cluster before domains were marked.
+ */
+export function identityFrom(inventory: Inventory, store: PkiStore): ClusterIdentity {
+  const identity = readIdentity(store.stateDir, inventory.cluster.name);
+  if (identity) return identity;
+  const certificates: MaterialId[] = ['ca', 'client/root', ...inventory.members.map((member): MaterialId => `member/${member.name}`), ...applicationUsers(inventory).map((user): MaterialId => `client/${user}`)];
+  return { cluster: inventory.cluster.name, adoptsUnmarked: certificates.some((id) => readIfExists(store.pathsOf(id).public) !== undefined) };
 }

@@ -4,9 +4,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Runner } from '../../tasks/core/runner.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
-import { materialsFrom, readFacts } from '../../tasks/pki/materials.ts';
+import { identityFrom, materialsFrom, readFacts } from '../../tasks/pki/materials.ts';
 import { nextPeerStage, PEER_COMMON_NAME, PEER_STAGES, readPeerTrust, writePeerTrust, type PeerTrustStage } from '../../tasks/pki/peer-trust.ts';
-import { planPki } from '../../tasks/pki/plan.ts';
+import { identityOf, planPki } from '../../tasks/pki/plan.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { certificatesIn, inspectCertificate, isSignedBy } from '../../tasks/pki/x509.ts';
 import { etcdEnvironment } from '../../tasks/render/etcd.ts';
@@ -86,4 +86,15 @@ test('a damaged record stops the run rather than guess a stage', (t) => {
   t.is(readPeerTrust(stateDir), undefined);
   writePeerTrust(stateDir, 'bogus' as PeerTrustStage);
   t.throws(() => readPeerTrust(stateDir), { message: /peer-trust\.json is damaged/ });
+});
+
+test("the owner's identity is read without opening a key, and agrees with the PKI facts: made, not made, deployed before marks", async (t) => {
+  const { inventory, store } = await issued();
+  t.deepEqual(identityFrom(inventory, store), identityOf(inventory, readFacts(inventory, store)));
+  t.truthy(identityFrom(inventory, store).id);
+  rmSync(join(inventory.stateDir, 'cluster-id.json'));
+  t.deepEqual(identityFrom(inventory, store), { cluster: inventory.cluster.name, adoptsUnmarked: true });
+  t.deepEqual(identityFrom(inventory, store), identityOf(inventory, readFacts(inventory, store)));
+  const empty = { ...inventory, stateDir: mkdtempSync(join(tmpdir(), 'etcd-kvm-peer-')) };
+  t.deepEqual(identityFrom(empty, new PkiStore(empty.stateDir)), { cluster: inventory.cluster.name, adoptsUnmarked: false });
 });
