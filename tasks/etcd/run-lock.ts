@@ -1,0 +1,327 @@
+import { hostname } from 'node:os';
+import { setTimeout as delay } from 'node:timers/promises';
+import type { Etcd3 } from 'etcd3';
+import { forDisplay } from '../core/display.ts';
+import { LockHeldError } from '../core/lock.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { HypervisorConnections } from '../remote/hypervisors.ts';
+import { EtcdClients, type ClientIdentity } from './client.ts';
+
+/**
+ * One run at a time across machines. The run lock file (core/lock.ts) keeps out runs of the same
+ * state directory only; two clones of it (it is meant to be shared through git) would both run, and
+ * two rolls could restart two members at once. The managed cluster is itself a lock service: while it
+ * answers, a run that may change anything also holds a key in it, created only if it does not exist
+ * (createRevision == 0, in one transaction) and attached to a lease the run keeps alive. A run that
+ * ends revokes the lease; a killed one's lease expires within its TTL, and the key with it. While etcd
+ * does not answer (a first deploy, an outage, or auth not enabled yet in password mode) the lock file
+ * is all there is, and the run says so.
+ */
+
+/** The lease's TTL: how long a killed run's lock outlives it. Kept alive every third of it. */
+export const RUN_LOCK_TTL_S = 30;
+
+/** How long the members have to answer before the lock is taken as unavailable: a live member answers in milliseconds. */
+const ANSWER_MS = 5_000;
+
+/** Under the tool's own prefix, named for the cluster. */
+export const runLockKey = (cluster: string): string => `etcd-kvm/run-lock/${cluster}`;
+
+/** Who holds the lock: the key's value, read by a run it refuses. */
+export interface RunLockHolder {
+  host: string;
+  pid: number;
+  since: string;
+  command: string;
+}
+
+export const thisRun = (command: string): RunLockHolder => ({ host: hostname(), pid: process.pid, since: new Date().toISOString(), command });
+
+export const holderRecord = (holder: RunLockHolder): string => JSON.stringify(holder);
+
+export function parseHolderRecord(text: string): RunLockHolder | undefined {
+  try {
+    const record = JSON.parse(text) as Partial<RunLockHolder>;
+    const { host, pid, since, command } = record;
+    if (typeof host === 'string' && typeof pid === 'number' && typeof since === 'string' && typeof command === 'string') return { host, pid, since, command };
+  } catch {
+    // Not a holder: the refusal says so.
+  }
+  return undefined;
+}
+
+/** What etcd answered to the lock's transaction, or what kept it from answering. */
+export type LockAnswer =
+  | { created: true }
+  /** The key exists: its value, and its lease ('0': none). */
+  | { created: false; value: string; lease: string }
+  | { failed: unknown };
+
+export type LockDecision = { kind: 'acquired' } | { kind: 'refused'; holder: RunLockHolder | undefined; message: string } | { kind: 'local-only'; why: string };
+
+/** An error's first line, or each distinct one of a Promise.any's errors. */
+function firstLines(error: unknown): string[] {
+  if (error instanceof AggregateError) return [...new Set(error.errors.flatMap(firstLines))];
+  return [(error instanceof Error ? error.message : String(error)).split('\n')[0]!];
+}
+
+/** Why etcd could not take the lock, in an operator's words. */
+function whyUnanswered(error: unknown): string {
+  const lines = firstLines(error);
+  // Password mode before the auth step: root cannot log in yet (certificate mode needs no login).
+  if (lines.some((line) => /authentication is not enabled/i.test(line))) return 'etcd has no authentication enabled yet, so root cannot take its lock';
+  const said = lines.join('; ').slice(0, 300);
+  // etcd's own refusals (a wrong root password, a permission) carry its prefix: it answered, and said no.
+  if (lines.some((line) => line.includes('etcdserver:'))) return `etcd answers but would not take the lock (${said})`;
+  return `etcd does not answer (${said})`;
+}
+
+function refusal(key: string, value: string, lease: string, ttlS: number): LockDecision {
+  const holder = parseHolderRecord(value);
+  const who = holder ? `${forDisplay(holder.command)} by PID ${holder.pid} on ${forDisplay(holder.host)} since ${forDisplay(holder.since)}` : `a holder this version cannot read (${forDisplay(value).slice(0, 200)})`;
+  // A key with no lease was not made by a run: it never expires by itself.
+  const gone = lease === '0' ? `the key has no lease and never expires: if no run is going, remove it (etcdctl del ${key})` : `if that run is gone, the lock expires by itself within ${ttlS} s`;
+  return { kind: 'refused', holder, message: `another run holds the cluster's run lock in etcd (${key}): ${who}. Wait for it to finish; ${gone}.` };
+}
+
+/** The decision from etcd's answer: held, refused naming the holder, or only the local lock file. */
+export function decideLock(answer: LockAnswer, key: string, ttlS = RUN_LOCK_TTL_S): LockDecision {
+  if ('failed' in answer) return { kind: 'local-only', why: whyUnanswered(answer.failed) };
+  if (answer.created) return { kind: 'acquired' };
+  return refusal(key, answer.value, answer.lease, ttlS);
+}
+
+/** `promise`, or a rejection after `ms` (an unreferenced timer: it never keeps the process alive). */
+async function within<T>(ms: number, what: string, promise: Promise<T>): Promise<T> {
+  const timeout = delay(ms, undefined, { ref: false }).then(() => {
+    throw new Error(`${what}: no answer within ${ms / 1000} s`);
+  });
+  return Promise.race([promise, timeout]);
+}
+
+/** Renews the lease once: its remaining TTL in seconds (0: gone from etcd, expired or revoked). */
+async function keepAliveOnce(client: Etcd3, leaseId: string, ms: number): Promise<number> {
+  const stream = await client.leaseClient.leaseKeepAlive();
+  const answered = new Promise<number>((resolve, reject) => {
+    stream.on('data', (response) => resolve(Number(response.TTL)));
+    stream.on('error', reject);
+    stream.write({ ID: leaseId });
+  });
+  try {
+    const ttl = await within(ms, 'lease keep-alive', answered);
+    // Answered: closed our side, etcd ends the stream.
+    stream.end();
+    return ttl;
+  } catch (error) {
+    // Unanswered: the stream would otherwise wait for its own (hour-long) deadline.
+    stream.cancel();
+    throw error;
+  }
+}
+
+export interface ClusterRunLockOptions {
+  connections: HypervisorConnections;
+  clientPort: number;
+  /** root's: the tool's prefix is root's alone once auth is on. */
+  identity: () => ClientIdentity;
+  /** Every member the lock may be asked through, in order. */
+  members: readonly Member[];
+  cluster: string;
+  holder: RunLockHolder;
+  ttlS?: number;
+  /** How long a member has to answer one call (tests shorten it). */
+  answerMs?: number;
+  /** Once, when the run stops holding the lock before its end (its lease gone, or not renewed for a TTL). */
+  onLost: (why: string) => void;
+}
+
+/** A lock this run holds: kept alive until release. */
+export class HeldRunLock {
+  #timer: NodeJS.Timeout | undefined;
+  #released = false;
+  #lost = false;
+  /** When the last renewal (or the grant) that etcd answered was sent: etcd's expiry is at least a TTL after it. */
+  #renewedAt: number;
+  /** The member that answered last: asked first next time. */
+  #current: number;
+
+  constructor(
+    readonly key: string,
+    readonly leaseId: string,
+    private readonly clients: EtcdClients,
+    private readonly options: Required<Pick<ClusterRunLockOptions, 'members' | 'ttlS' | 'answerMs' | 'onLost'>>,
+    { answering, renewedAt }: { answering: number; renewedAt: number },
+  ) {
+    this.#current = answering;
+    this.#renewedAt = renewedAt;
+    this.#schedule(this.#interval);
+  }
+
+  /** A third of the TTL, as etcd's own clients renew. */
+  get #interval(): number {
+    return (this.options.ttlS * 1000) / 3;
+  }
+
+  #schedule(ms: number): void {
+    // Unreferenced: the keep-alive never keeps the process alive after the run.
+    this.#timer = setTimeout(() => void this.#renew(), ms).unref();
+  }
+
+  /** The members in turn, the one that answered last first: a roll restarts each member once. */
+  get #rotation(): number[] {
+    const count = this.options.members.length;
+    return Array.from({ length: count }, (_, i) => (this.#current + i) % count);
+  }
+
+  async #renew(): Promise<void> {
+    for (const index of this.#rotation) {
+      if (this.#released) return;
+      const sent = Date.now();
+      try {
+        const client = await within(this.options.answerMs, 'etcd', this.clients.for(this.options.members[index]!));
+        const ttl = await keepAliveOnce(client, this.leaseId, this.options.answerMs);
+        if (this.#released) return;
+        if (ttl <= 0) return this.#lose(`etcd says its lease expired or was revoked`);
+        this.#renewedAt = sent;
+        this.#current = index;
+        return this.#schedule(this.#interval);
+      } catch {
+        // The next member: this one may be restarting.
+      }
+    }
+    if (this.#released) return;
+    if (Date.now() - this.#renewedAt >= this.options.ttlS * 1000) return this.#lose(`no member renewed its lease for ${this.options.ttlS} s`);
+    // Sooner than usual: the lease has less than a TTL left.
+    this.#schedule(1_000);
+  }
+
+  #lose(why: string): void {
+    this.#lost = true;
+    this.options.onLost(`lost the cluster's run lock (${this.key}): ${why}`);
+  }
+
+  /** The member the lease was last renewed through. */
+  get renewingThrough(): string {
+    return this.options.members[this.#current]!.name;
+  }
+
+  get lost(): boolean {
+    return this.#lost;
+  }
+
+  /** Revokes the lease (the key goes with it); a problem is returned, the lock then expiring within the TTL. */
+  async release(): Promise<string | undefined> {
+    if (this.#released) return undefined;
+    this.#released = true;
+    clearTimeout(this.#timer);
+    try {
+      for (const index of this.#rotation) {
+        try {
+          const client = await within(this.options.answerMs, 'etcd', this.clients.for(this.options.members[index]!));
+          await within(this.options.answerMs, 'lease revoke', client.leaseClient.leaseRevoke({ ID: this.leaseId }));
+          return undefined;
+        } catch (error) {
+          // A lease already gone is released.
+          if (/requested lease not found/i.test(firstLines(error).join(' '))) return undefined;
+        }
+      }
+      return `could not release the cluster's run lock (${this.key}): no member answered; it expires by itself within ${this.options.ttlS} s`;
+    } finally {
+      this.clients.close();
+    }
+  }
+}
+
+export type Acquisition = { kind: 'acquired'; lock: HeldRunLock } | Exclude<LockDecision, { kind: 'acquired' }>;
+
+/** The first member whose etcd answers, with its client and position. */
+async function firstAnswering(clients: EtcdClients, members: readonly Member[], ms: number): Promise<{ client: Etcd3; index: number }> {
+  const asks = members.map(async (member, index) => {
+    const client = await clients.for(member);
+    await client.maintenance.status({});
+    return { client, index };
+  });
+  return within(ms, 'etcd', Promise.any(asks));
+}
+
+/** The lock's transaction on one member: our record on our lease, unless the key exists (then its record and lease). */
+async function createOrRead(client: Etcd3, key: string, value: string, leaseId: string): Promise<LockAnswer> {
+  const keyBytes = Buffer.from(key);
+  const response = await client.kv.txn({
+    compare: [{ key: keyBytes, target: 'Create', result: 'Equal', create_revision: 0 }],
+    success: [{ request_put: { key: keyBytes, value: Buffer.from(value), lease: leaseId } }],
+    failure: [{ request_range: { key: keyBytes } }],
+  });
+  if (response.succeeded) return { created: true };
+  const existing = response.responses[0]?.response_range.kvs[0];
+  // Deleted between the compare and the read cannot happen (one transaction); said plainly if it did.
+  return { created: false, value: existing?.value.toString() ?? '(no value)', lease: existing?.lease ?? '0' };
+}
+
+/** Revokes a lease, within `ms`; a failure is left to the lease's TTL. */
+const revokeQuietly = (client: Etcd3, leaseId: string, ms: number): Promise<unknown> => within(ms, 'lease revoke', client.leaseClient.leaseRevoke({ ID: leaseId })).catch(() => undefined);
+
+/**
+ * Takes the cluster's run lock: held (kept alive until release), refused (another run holds it), or
+ * local-only (etcd did not answer, or would not take it). Never throws: every failure is local-only.
+ */
+export async function acquireClusterRunLock(options: ClusterRunLockOptions): Promise<Acquisition> {
+  const ttlS = options.ttlS ?? RUN_LOCK_TTL_S;
+  const answerMs = options.answerMs ?? ANSWER_MS;
+  const key = runLockKey(options.cluster);
+  const clients = new EtcdClients(options.connections, options.clientPort, options.identity);
+  let granted: { client: Etcd3; leaseId: string } | undefined;
+  let answer: LockAnswer;
+  try {
+    const { client, index } = await firstAnswering(clients, options.members, answerMs);
+    const grantSent = Date.now();
+    granted = { client, leaseId: (await within(answerMs, 'lease grant', client.leaseClient.leaseGrant({ TTL: ttlS }))).ID };
+    answer = await within(answerMs, 'lock transaction', createOrRead(client, key, holderRecord(options.holder), granted.leaseId));
+    if ('created' in answer && answer.created) {
+      return { kind: 'acquired', lock: new HeldRunLock(key, granted.leaseId, clients, { members: options.members, ttlS, answerMs, onLost: options.onLost }, { answering: index, renewedAt: grantSent }) };
+    }
+  } catch (error) {
+    answer = { failed: error };
+  }
+  // Not held: the lease is revoked now (a transaction that timed out may still have put the key on it).
+  if (granted) await revokeQuietly(granted.client, granted.leaseId, answerMs);
+  clients.close();
+  const decision = decideLock(answer, key, ttlS);
+  // Only a created key is acquired, and that returned above.
+  if (decision.kind === 'acquired') throw new Error('run lock: acquired without a created key');
+  return decision;
+}
+
+/** Another run holds the cluster's lock: exit 1, as for the lock file. */
+export class ClusterRunLockHeldError extends LockHeldError {}
+
+/**
+ * For the CLIs: the lock held, or the run refused (ClusterRunLockHeldError), or undefined after one
+ * line saying that only the state directory's lock holds the run. `say` also gets a release problem.
+ */
+export async function takeClusterRunLock(
+  inventory: Inventory,
+  run: { connections: HypervisorConnections; identity: () => ClientIdentity },
+  { command, say, onLost }: { command: string; say: (line: string) => void; onLost: (why: string) => void },
+): Promise<{ release(): Promise<void> } | undefined> {
+  const acquired = await acquireClusterRunLock({
+    ...run,
+    clientPort: inventory.etcd.client_port,
+    members: inventory.members,
+    cluster: inventory.cluster.name,
+    holder: thisRun(command),
+    onLost,
+  });
+  if (acquired.kind === 'refused') throw new ClusterRunLockHeldError(acquired.message);
+  if (acquired.kind === 'local-only') {
+    say(`lock: ${acquired.why}: only the lock in ${inventory.stateDir} holds this run (a run from another copy of it is not kept out)`);
+    return undefined;
+  }
+  const { lock } = acquired;
+  return {
+    async release() {
+      const problem = await lock.release();
+      if (problem) say(`lock: ${problem}`);
+    },
+  };
+}

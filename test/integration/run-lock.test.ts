@@ -1,0 +1,217 @@
+import test from 'ava';
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { Etcd3 } from 'etcd3';
+import { Secret } from '../../tasks/core/secret.ts';
+import { silenceKnownWarnings } from '../../tasks/core/warnings.ts';
+import { EtcdClients, type ClientIdentity } from '../../tasks/etcd/client.ts';
+import { waitForHealth } from '../../tasks/etcd/health.ts';
+import { clientIdentities } from '../../tasks/etcd/identities.ts';
+import { acquireClusterRunLock, holderRecord, runLockKey, type Acquisition, type ClusterRunLockOptions, type HeldRunLock, type RunLockHolder } from '../../tasks/etcd/run-lock.ts';
+import type { Inventory } from '../../tasks/inventory/model.ts';
+import { PkiStore } from '../../tasks/pki/store.ts';
+import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
+import { GUEST_PATHS, parseEnvironmentFile } from '../../tasks/render/etcd.ts';
+import { baseDocument, load } from '../helpers/inventory.ts';
+import { Processes } from '../helpers/processes.ts';
+import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
+
+/**
+ * The cluster's run lock against a real 3-member etcd 3.4 on 127.0.0.1-3 (certificate mode, root by
+ * its client certificate), started as etcd-cluster.test.ts starts one: two runs at once, exactly one
+ * holds it; a killed run's lock goes with its lease; a lease lost from under a run is reported; the
+ * keep-alive goes on through another member while one is stopped. Each test locks its own cluster
+ * name, so none sees another's key.
+ */
+
+const IPS = ['127.0.0.1', '127.0.0.2', '127.0.0.3'];
+const CLIENT_PORT = 45379;
+
+silenceKnownWarnings();
+
+const processes = new Processes();
+test.after.always(() => processes.stopAll());
+
+function loopbackInventory(): Inventory {
+  const doc = baseDocument();
+  doc.hypervisors = { hv: { address: '127.0.0.254' } };
+  doc.etcd = { client_port: CLIENT_PORT, peer_port: CLIENT_PORT + 1, listen_localhost: false, client_cert_auth: true };
+  doc.members.forEach((member, i) => {
+    member.libvirt_networks = [{ network_name: 'net', ip: IPS[i], prefix_length: 8 }];
+    member.reach_via = 'direct';
+  });
+  return load(doc);
+}
+
+/** One etcd per member from its rendered user-data, file locations moved out of guest paths (as etcd-cluster.test.ts). */
+async function startCluster(): Promise<{ inventory: Inventory; members: Map<string, ChildProcess> }> {
+  const { inventory, rendered } = await renderWithPki(loopbackInventory());
+  const work = mkdtempSync(join(tmpdir(), 'etcd-kvm-run-lock-'));
+  const members = new Map<string, ChildProcess>();
+  for (const member of inventory.members) {
+    const files = writeFilesOf(fileOf(rendered.get(member.name), 'user-data').content);
+    const dir = join(work, member.name);
+    mkdirSync(join(dir, 'data'), { recursive: true, mode: 0o700 });
+    const env = parseEnvironmentFile(files.get(GUEST_PATHS.environmentFile)!.content);
+    env.set('ETCD_DATA_DIR', join(dir, 'data'));
+    const fileSettings: [string, string][] = [
+      ['ETCD_CERT_FILE', GUEST_PATHS.serverCert],
+      ['ETCD_PEER_CERT_FILE', GUEST_PATHS.peerCert],
+      ['ETCD_KEY_FILE', GUEST_PATHS.serverKey],
+      ['ETCD_PEER_KEY_FILE', GUEST_PATHS.peerKey],
+      ['ETCD_PEER_TRUSTED_CA_FILE', GUEST_PATHS.peerTrustedCa],
+      ['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert],
+    ];
+    for (const [key, guestPath] of fileSettings) {
+      const path = join(dir, guestPath.split('/').pop()!);
+      writeFileSync(path, files.get(guestPath)!.content, { mode: 0o600 });
+      env.set(key, path);
+    }
+    members.set(member.name, processes.start('etcd', [], { env: { PATH: process.env.PATH, ...Object.fromEntries(env) }, logFile: join(dir, 'etcd.log') }));
+  }
+  return { inventory, members };
+}
+
+const cluster = startCluster().then(async (started) => {
+  const root = clientIdentities(started.inventory, new PkiStore(started.inventory.stateDir)).root;
+  // The test's own view of etcd, as an operator's etcdctl would have it.
+  const clients = new EtcdClients(new HypervisorConnections(), CLIENT_PORT, root);
+  for (const member of started.inventory.members) await waitForHealth(started.inventory, clients, member, 60_000);
+  return { ...started, root, clients };
+});
+test.after.always(async () => (await cluster).clients.close());
+
+const holderOf = (host: string, pid: number): RunLockHolder => ({ host, pid, since: new Date().toISOString(), command: `deploy -i ${host}.yaml` });
+
+async function acquire(name: string, holder: RunLockHolder, options: Partial<ClusterRunLockOptions> = {}): Promise<Acquisition> {
+  const { inventory, root } = await cluster;
+  return acquireClusterRunLock({ connections: new HypervisorConnections(), clientPort: CLIENT_PORT, identity: root, members: inventory.members, cluster: name, holder, onLost: () => undefined, ...options });
+}
+
+/** The lock, if acquired; otherwise the test fails, showing what came instead. */
+function held(acquisition: Acquisition): HeldRunLock {
+  if (acquisition.kind !== 'acquired') throw new Error(`expected the lock, got ${JSON.stringify(acquisition)}`);
+  return acquisition.lock;
+}
+
+function refusal(acquisition: Acquisition): Extract<Acquisition, { kind: 'refused' }> {
+  if (acquisition.kind !== 'refused') throw new Error(`expected a refusal, got ${acquisition.kind}`);
+  return acquisition;
+}
+
+function localOnly(acquisition: Acquisition): string {
+  if (acquisition.kind !== 'local-only') throw new Error(`expected the local lock only, got ${acquisition.kind}`);
+  return acquisition.why;
+}
+
+async function anyClient(): Promise<Etcd3> {
+  const { inventory, clients } = await cluster;
+  return clients.for(inventory.members[0]!);
+}
+
+/** The lock's key as etcd has it: its record and lease, or undefined when there is none. */
+async function keyOf(name: string): Promise<{ value: string; lease: string } | undefined> {
+  const response = await (await anyClient()).kv.range({ key: Buffer.from(runLockKey(name)) });
+  const kv = response.kvs[0];
+  return kv && { value: kv.value.toString(), lease: kv.lease };
+}
+
+test('two runs at once: exactly one holds the lock, the other is refused naming its host and PID; after release the other takes it', async (t) => {
+  const a = holderOf('operator-a.example', 1111);
+  const b = holderOf('operator-b.example', 2222);
+  const both = await Promise.all([acquire('two-runs', a), acquire('two-runs', b)]);
+  t.deepEqual(both.map((result) => result.kind).sort(), ['acquired', 'refused']);
+  const winner = both.findIndex((result) => result.kind === 'acquired');
+  const [won, lost] = [[a, b][winner]!, [a, b][1 - winner]!];
+  const lock = held(both[winner]!);
+  const refused = refusal(both[1 - winner]!);
+  t.deepEqual(refused.holder, won);
+  t.true(refused.message.includes(`by PID ${won.pid} on ${won.host} since ${won.since}`), refused.message);
+  t.regex(refused.message, /if that run is gone, the lock expires by itself within 30 s\./);
+
+  const stored = await keyOf('two-runs');
+  t.is(stored?.value, holderRecord(won));
+  t.is(stored?.lease, lock.leaseId);
+
+  t.is(await lock.release(), undefined);
+  t.is(await keyOf('two-runs'), undefined, 'release revokes the lease, and the key goes with it');
+  const next = held(await acquire('two-runs', lost));
+  t.is((await keyOf('two-runs'))?.value, holderRecord(lost));
+  t.is(await next.release(), undefined);
+});
+
+test("a killed run's lock (a lease nobody keeps alive) is refused while it lasts, then expires with its lease and is taken", async (t) => {
+  const client = await anyClient();
+  // What a killed run leaves: its record on a 2 s lease that no one renews.
+  const killed = holderOf('operator-k.example', 3333);
+  const lease = await client.leaseClient.leaseGrant({ TTL: 2 });
+  await client.kv.put({ key: Buffer.from(runLockKey('killed')), value: Buffer.from(holderRecord(killed)), lease: lease.ID });
+  const granted = Date.now();
+
+  t.deepEqual(refusal(await acquire('killed', holderOf('operator-n.example', 4444))).holder, killed);
+  let taken: Acquisition = { kind: 'local-only', why: 'not asked yet' };
+  while (Date.now() - granted < 15_000) {
+    taken = await acquire('killed', holderOf('operator-n.example', 4444));
+    if (taken.kind === 'acquired') break;
+    await sleep(250);
+  }
+  const lock = held(taken);
+  // etcd checks expiries every 500 ms; the lease's TTL is the grant's answer (etcd may raise a small one).
+  t.true(Date.now() - granted < Number(lease.TTL) * 1000 + 3_000, `taken over after ${Date.now() - granted} ms, TTL ${lease.TTL} s`);
+  t.is(JSON.parse((await keyOf('killed'))!.value).pid, 4444);
+  await lock.release();
+});
+
+test('the keep-alive holds the lock past its TTL; a lease revoked from under the run is reported once as lost', async (t) => {
+  const lost: string[] = [];
+  const lock = held(await acquire('kept', holderOf('operator-a.example', 5555), { ttlS: 2, onLost: (why) => lost.push(why) }));
+  await sleep(5_000);
+  t.deepEqual(lost, []);
+  t.is(refusal(await acquire('kept', holderOf('operator-b.example', 6666))).holder?.pid, 5555);
+
+  // Someone revokes the run's lease (or etcd expired it during an outage).
+  await (await anyClient()).leaseClient.leaseRevoke({ ID: lock.leaseId });
+  const revoked = Date.now();
+  while (lost.length === 0 && Date.now() - revoked < 5_000) await sleep(100);
+  t.deepEqual(lost, ["lost the cluster's run lock (etcd-kvm/run-lock/kept): etcd says its lease expired or was revoked"]);
+  t.true(lock.lost);
+  t.is(await lock.release(), undefined, 'a lease already gone is released');
+  await sleep(1_000);
+  t.is(lost.length, 1, 'reported once');
+});
+
+test('the keep-alive goes on through another member while the one it used is stopped (a roll restarts each member once)', async (t) => {
+  const { members } = await cluster;
+  const lost: string[] = [];
+  const lock = held(await acquire('roll', holderOf('operator-a.example', 7777), { ttlS: 3, answerMs: 1_000, onLost: (why) => lost.push(why) }));
+  // Let a renewal pass first: the first one names the member it went through.
+  await sleep(1_000);
+  const first = lock.renewingThrough;
+  const child = members.get(first)!;
+  // Frozen, not ended: its connections hang, as a member whose VM restarts does.
+  child.kill('SIGSTOP');
+  t.teardown(() => child.kill('SIGCONT'));
+  await sleep(6_000);
+  child.kill('SIGCONT');
+  t.deepEqual(lost, []);
+  t.not(lock.renewingThrough, first);
+  t.is(refusal(await acquire('roll', holderOf('operator-b.example', 8888))).holder?.pid, 7777);
+  t.is(await lock.release(), undefined);
+});
+
+test('etcd not answering, or root unable to log in yet: the local lock only, said why', async (t) => {
+  const { inventory, root } = await cluster;
+  const started = Date.now();
+  const nobody = await acquireClusterRunLock({ connections: new HypervisorConnections(), clientPort: CLIENT_PORT + 10, identity: root, members: inventory.members, cluster: 'nobody', holder: holderOf('a', 1), onLost: () => undefined, answerMs: 2_000 });
+  t.regex(localOnly(nobody), /^etcd does not answer \(.*(ECONNREFUSED|no answer within)/);
+  t.true(Date.now() - started < 4_000);
+
+  // Password mode before the auth step: root by password while etcd has no authentication (etcd's own answer).
+  const byPassword = (): ClientIdentity => ({ ...root(), label: 'root password', user: { name: 'root', password: new Secret('not-yet') } });
+  const beforeAuth = await acquire('before-auth', holderOf('a', 1), { identity: byPassword });
+  t.deepEqual(beforeAuth, { kind: 'local-only', why: 'etcd has no authentication enabled yet, so root cannot take its lock' });
+  t.is(await keyOf('before-auth'), undefined);
+});

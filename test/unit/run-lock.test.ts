@@ -1,0 +1,121 @@
+import test from 'ava';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { createSecureServer } from 'node:http2';
+import type { AddressInfo } from 'node:net';
+import { hostname, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { EtcdAuthenticationFailedError, EtcdError, GRPCDeadlineExceededError, GRPCUnavailableError } from 'etcd3';
+import { LockHeldError } from '../../tasks/core/lock.ts';
+import { acquireClusterRunLock, ClusterRunLockHeldError, decideLock, holderRecord, parseHolderRecord, runLockKey, thisRun, type LockAnswer, type LockDecision } from '../../tasks/etcd/run-lock.ts';
+import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
+import { run } from '../helpers/exec.ts';
+import { baseDocument, load } from '../helpers/inventory.ts';
+
+/**
+ * The cluster's run lock (etcd/run-lock.ts): what a run does with etcd's answer to the lock's
+ * transaction. Held when the key was created; refused, naming the holder, when it exists; only the
+ * state directory's lock when etcd did not answer or would not take it.
+ */
+
+const KEY = runLockKey('lab');
+const holder = { host: 'operator-b.example', pid: 4242, since: '2026-03-01T10:00:00.000Z', command: 'deploy -i inventories/lab.yaml' };
+
+/** The decision, if it is of `kind`; otherwise the test fails, showing what it was. */
+function expectKind<K extends LockDecision['kind']>(decision: LockDecision, kind: K): Extract<LockDecision, { kind: K }> {
+  if (decision.kind !== kind) throw new Error(`expected ${kind}, got ${JSON.stringify(decision)}`);
+  return decision as Extract<LockDecision, { kind: K }>;
+}
+
+const refusedBy = (answer: LockAnswer, ttlS?: number) => expectKind(decideLock(answer, KEY, ttlS), 'refused');
+
+test('the key created by this run: the lock is held', (t) => {
+  t.deepEqual(decideLock({ created: true }, KEY), { kind: 'acquired' });
+});
+
+test("the key exists on a lease: refused, naming the holder's command, host, PID and start, and saying it expires by itself within the TTL", (t) => {
+  const decision = refusedBy({ created: false, value: holderRecord(holder), lease: '7587883712541961219' }, 30);
+  t.deepEqual(decision.holder, holder);
+  t.is(
+    decision.message,
+    "another run holds the cluster's run lock in etcd (etcd-kvm/run-lock/lab): deploy -i inventories/lab.yaml by PID 4242 on operator-b.example since 2026-03-01T10:00:00.000Z. " +
+      'Wait for it to finish; if that run is gone, the lock expires by itself within 30 s.',
+  );
+});
+
+test('a key without a lease (put by hand) never expires: the refusal says how to remove it', (t) => {
+  t.regex(refusedBy({ created: false, value: holderRecord(holder), lease: '0' }).message, /PID 4242 on operator-b\.example.*the key has no lease and never expires: if no run is going, remove it \(etcdctl del etcd-kvm\/run-lock\/lab\)/);
+});
+
+test("a value that names no run still refuses, showing it without the terminal's control sequences", (t) => {
+  const decision = refusedBy({ created: false, value: 'held by \u001b[31mmallory\u001b[0m', lease: '42' });
+  t.is(decision.holder, undefined);
+  t.regex(decision.message, /a holder this version cannot read \(held by mallory\)/);
+});
+
+test("a holder's fields are shown without control sequences: the record comes from etcd, printed on another operator's terminal", (t) => {
+  const decision = refusedBy({ created: false, value: holderRecord({ ...holder, host: 'evil\u001b]0;pwned\u0007host', command: 'deploy\r\u001b[2K' }), lease: '42' });
+  t.regex(decision.message, /: deploy by PID 4242 on evilhost since /);
+});
+
+const localOnly: [string, unknown, RegExp][] = [
+  ['no member answers (each member refused the connection)', new AggregateError([new GRPCUnavailableError('14 UNAVAILABLE: No connection established. Last error: connect ECONNREFUSED 127.0.0.1:2379')]), /^etcd does not answer \(14 UNAVAILABLE: No connection established.*ECONNREFUSED/],
+  ['no member answers in time', new Error('etcd: no answer within 5 s'), /^etcd does not answer \(etcd: no answer within 5 s\)$/],
+  ['the transaction timed out', new GRPCDeadlineExceededError('4 DEADLINE_EXCEEDED: Deadline exceeded'), /^etcd does not answer \(4 DEADLINE_EXCEEDED/],
+  ['password mode before the auth step: root cannot log in yet', new AggregateError([new EtcdError('3 INVALID_ARGUMENT: etcdserver: authentication is not enabled'), new GRPCUnavailableError('14 UNAVAILABLE')]), /^etcd has no authentication enabled yet, so root cannot take its lock$/],
+  ["root's password is refused", new EtcdAuthenticationFailedError('etcdserver: authentication failed, invalid user ID or password'), /^etcd answers but would not take the lock \(etcdserver: authentication failed, invalid user ID or password\)$/],
+];
+
+for (const [title, error, why] of localOnly) {
+  test(`local lock only: ${title}`, (t) => {
+    t.regex(expectKind(decideLock({ failed: error }, KEY), 'local-only').why, why);
+  });
+}
+
+test("the holder record is this run's host, PID, start and command, and reads back", (t) => {
+  const mine = thisRun('maintain --defrag');
+  t.is(mine.host, hostname());
+  t.is(mine.pid, process.pid);
+  t.true(Math.abs(Date.parse(mine.since) - Date.now()) < 5_000);
+  t.deepEqual(parseHolderRecord(holderRecord(mine)), mine);
+  t.is(parseHolderRecord('{"host":"h","pid":"1"}'), undefined);
+  t.is(parseHolderRecord('not json'), undefined);
+});
+
+test('a refusal is a LockHeldError: the CLIs exit 1 with its message, as for the lock file', (t) => {
+  t.true(new ClusterRunLockHeldError('held') instanceof LockHeldError);
+});
+
+test('a member that takes calls and never answers leaves the run to its local lock after the answer time', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-silent-'));
+  const made = run('openssl', [
+    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=etcd-1',
+    '-addext', 'subjectAltName=DNS:etcd-1,IP:127.0.0.1', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
+  ]);
+  t.is(made.status, 0, made.stderr);
+  const caCert = readFileSync(join(dir, 'cert.pem'), 'utf8');
+  const server = createSecureServer({ key: readFileSync(join(dir, 'key.pem')), cert: caCert });
+  const asked: string[] = [];
+  // Taken, never answered.
+  server.on('stream', (_stream, headers) => asked.push(String(headers[':path'])));
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.teardown(() => {
+    server.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+  const member = { ...load(baseDocument()).members[0]!, reach: 'direct' as const, etcdIp: '127.0.0.1' };
+  const started = performance.now();
+  const acquired = await acquireClusterRunLock({
+    connections: new HypervisorConnections(),
+    clientPort: (server.address() as AddressInfo).port,
+    identity: () => ({ label: 'anonymous', caCert }),
+    members: [member],
+    cluster: 'lab',
+    holder,
+    answerMs: 1_000,
+    onLost: () => t.fail('nothing was held'),
+  });
+  const took = performance.now() - started;
+  t.deepEqual(acquired, { kind: 'local-only', why: 'etcd does not answer (etcd: no answer within 1 s)' });
+  t.true(took < 3_000, `took ${Math.round(took)} ms`);
+  t.deepEqual(asked, ['/etcdserverpb.Maintenance/Status']);
+});
