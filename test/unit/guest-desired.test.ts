@@ -6,27 +6,81 @@ import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
 /**
  * One description of what a member contains: the guest step converges exactly what cloud-init writes
  * and starts at first boot, for every inventory we ship (the all-services one turns every feature on).
+ * Both are held against what each inventory's members must contain, written out here by hand: the two
+ * come from the same fragments, so comparing them with each other alone would miss a file gone from both.
  */
 
-for (const path of ['inventories/lab.yaml', 'inventories/examples/all-services.yaml']) {
-  test(`${path}: the guest step's files and services are cloud-init's, file for file`, async (t) => {
+/** A file every member holds: its path, mode, owner, whether it is a secret (never shown), and the unit it restarts. */
+type Held = [path: string, mode: number, owner: string, secret: boolean, notify?: string];
+
+const ETCD_FILES: Held[] = [
+  ['/etc/etcd/tls/ca.crt', 0o644, 'root:root', false, 'etcd.service'],
+  ['/etc/etcd/tls/server.crt', 0o644, 'root:root', false],
+  ['/etc/etcd/tls/server.key', 0o400, 'etcd:etcd', true],
+  ['/etc/etcd/tls/peer-ca.crt', 0o644, 'root:root', false, 'etcd.service'],
+  ['/etc/etcd/tls/peer.crt', 0o644, 'root:root', false],
+  ['/etc/etcd/tls/peer.key', 0o400, 'etcd:etcd', true],
+  ['/etc/etcd/etcd.env', 0o644, 'root:root', false],
+  ['/etc/systemd/system/etcd.service', 0o644, 'root:root', false, 'etcd.service'],
+];
+const CHRONY: Held = ['/etc/chrony/chrony.conf', 0o644, 'root:root', false, 'chrony.service'];
+
+const expected: Record<string, { files: Held[]; services: string[] }> = {
+  'inventories/lab.yaml': {
+    // node exporter from the image's package (no unit file of ours), chrony pointed at the lab's servers.
+    files: [...ETCD_FILES, CHRONY],
+    services: ['etcd.service', 'prometheus-node-exporter.service', 'chrony.service'],
+  },
+  'inventories/examples/all-services.yaml': {
+    files: [
+      ['/usr/local/sbin/etcd-kvm-install-upstream', 0o755, 'root:root', false],
+      ...ETCD_FILES,
+      ['/etc/systemd/system/prometheus-node-exporter.service', 0o644, 'root:root', false, 'prometheus-node-exporter.service'],
+      CHRONY,
+      ['/etc/fluent-bit/etcd-kvm.yaml', 0o600, 'root:root', true, 'fluent-bit.service'],
+      ['/etc/fluent-bit/forward-ca.crt', 0o644, 'root:root', false, 'fluent-bit.service'],
+      ['/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf', 0o644, 'root:root', false, 'fluent-bit.service'],
+      // Private to the updater, but no secret in it: its credentials come from Vault agent.
+      ['/etc/fluent-bit-config-updater/config.yml', 0o400, 'fluent-bit-updater:fluent-bit-updater', false, 'fluent-bit-config-updater.service'],
+      ['/etc/fluent-bit-config-updater/etcd/ca.crt', 0o644, 'root:root', false, 'fluent-bit-config-updater.service'],
+      ['/etc/vault-agent.d/fluent-bit-config-updater.json', 0o644, 'root:root', false, 'vault-agent.service'],
+      ['/usr/local/bin/reload-fluent-bit-configs', 0o755, 'root:root', false],
+      ['/etc/sudoers.d/etcd-kvm-fluent-bit-updater', 0o440, 'root:root', false],
+      ['/etc/systemd/system/fluent-bit-config-updater.service', 0o644, 'root:root', false, 'fluent-bit-config-updater.service'],
+      ['/etc/vault-agent.d/agent.json', 0o644, 'root:root', false, 'vault-agent.service'],
+      ['/etc/vault-agent.d/role-id', 0o400, 'vault:vault', true, 'vault-agent.service'],
+      ['/etc/vault-agent.d/secret-id', 0o400, 'vault:vault', true, 'vault-agent.service'],
+      ['/etc/systemd/system/vault-agent.service', 0o644, 'root:root', false, 'vault-agent.service'],
+    ],
+    services: ['etcd.service', 'prometheus-node-exporter.service', 'chrony.service', 'fluent-bit.service', 'fluent-bit-config-updater.service', 'vault-agent.service'],
+  },
+};
+
+for (const [path, wanted] of Object.entries(expected)) {
+  test(`${path}: the guest step's files and services are the expected ones, and cloud-init's, file for file`, async (t) => {
     const { inventory, rendered, guests } = await renderWithPki(loadInventory(path));
+    t.is(inventory.members.length, 3);
     for (const member of inventory.members) {
       const userData = fileOf(rendered.get(member.name), 'user-data').content;
       const written = writeFilesOf(userData);
       const guest = guests.get(member.name)!;
-      t.deepEqual(guest.files.map((f) => f.path).sort(), [...written.keys()].sort(), member.name);
-      for (const file of guest.files) {
-        const first = written.get(file.path)!;
-        t.is(first.content, file.content, file.path);
-        t.is(Number.parseInt(first.permissions!, 8), file.mode, file.path);
-        t.is(first.owner ?? 'root:root', file.owner, file.path);
-        t.false('notify' in first, `${file.path}: notify is not a cloud-init key`);
-        // The display form masks exactly the secrets.
-        t.is(file.secret, file.display !== file.content, file.path);
-      }
+      // The guest step's files, in order, as they must be; the display form masks exactly the secrets.
+      t.deepEqual(
+        guest.files.map((file): Held => (file.notify ? [file.path, file.mode, file.owner, file.display !== file.content, file.notify] : [file.path, file.mode, file.owner, file.display !== file.content])),
+        wanted.files,
+        member.name,
+      );
+      t.deepEqual(guest.files.map((file) => file.secret), wanted.files.map(([, , , secret]) => secret), `${member.name}: secrets`);
+      // cloud-init's write_files, from the parsed user-data: the same paths, modes and owners, and no notify key.
+      t.deepEqual(
+        [...written.values()].map((file) => [file.path, Number.parseInt(file.permissions!, 8), file.owner ?? 'root:root', 'notify' in file]),
+        wanted.files.map(([path, mode, owner]) => [path, mode, owner, false]),
+        `${member.name}: write_files`,
+      );
+      // By content: what cloud-init writes at first boot is what the guest step converges to.
+      for (const file of guest.files) t.is(written.get(file.path)?.content, file.content, file.path);
+      t.deepEqual(guest.services.map((service) => service.unit), wanted.services, `${member.name}: services`);
       const runcmd = (parse(userData, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map((argv) => argv.join(' '));
-      t.true(guest.services.length > 0);
       for (const service of guest.services) {
         const enable = runcmd.indexOf(`sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh ${service.unit}`);
         const configured = guest.files.some((file) => file.notify === service.unit);
