@@ -107,14 +107,15 @@ test('encrypted state: --encrypt seals every key, later runs work only with the 
   };
   const tool = (script: string, args: string[], passphrase?: string) => run(process.execPath, ['--import', 'tsx', `tasks/${script}.ts`, '-i', inventory, ...args], { env: withPassphrase(passphrase) });
   t.is(tool('deploy', ['--render-only', join(dir, 'rendered')]).status, 0);
-  const keyFiles = () => [['pki'], ['pki', 'members'], ['pki', 'clients'], ['ssh'], ['ssh', 'hosts']].flatMap((sub) => readdirSync(join(stateDir, ...sub)).filter((f) => f.endsWith('.key')).map((f) => join(...sub, f)));
+  const keyFiles = () => [['pki'], ['pki', 'members'], ['pki', 'peers'], ['pki', 'clients'], ['ssh'], ['ssh', 'hosts']].flatMap((sub) => readdirSync(join(stateDir, ...sub)).filter((f) => f.endsWith('.key')).map((f) => join(...sub, f)));
   const snapshot = () => new Map(keyFiles().map((file) => [file, readFileSync(join(stateDir, file), 'utf8')]));
   const plain = snapshot();
-  t.is(plain.size, 9);
+  // CA, peer CA, 3 members, 3 members' peer keys, root, the tool's SSH key, 3 host keys.
+  t.is(plain.size, 13);
 
   const encrypted = tool('state', ['--encrypt'], 'state-pass-1');
   t.is(encrypted.status, 0, encrypted.stderr);
-  t.regex(encrypted.stdout, /encrypted 9 private key file\(s\)/);
+  t.regex(encrypted.stdout, /encrypted 13 private key file\(s\)/);
   const grep = run('grep', ['-rl', 'PRIVATE KEY', stateDir]);
   t.is(grep.stdout, '', 'no private key in the clear anywhere in the state directory');
   t.is(statSync(join(stateDir, 'state-encryption.json')).mode & 0o777, 0o600);

@@ -115,10 +115,11 @@ test('changing one member IP re-issues only that member certificate (and re-pins
     ((doc.members[1]!.libvirt_networks as Record<string, unknown>[])[0]!).ip = '10.10.0.42';
   });
   t.is(result.status, 'changed');
-  t.deepEqual(result.changes.map((c) => c.summary), ['issue certificate member/etcd-2 (its names or addresses changed)', "write ssh/known_hosts pinning the members' host keys"]);
+  t.deepEqual(result.changes.map((c) => c.summary), ['issue certificate member/etcd-2 (its names or addresses changed)', 'issue certificate peer/etcd-2 (its names or addresses changed)', "write ssh/known_hosts pinning the members' host keys"]);
   const after = snapshot(stateDir);
   const changed = [...after.keys()].filter((path) => after.get(path) !== before.get(path)).sort();
-  t.deepEqual(changed, ['pki/members/etcd-2.crt', 'pki/members/etcd-2.key', 'ssh/known_hosts']);
+  t.deepEqual(changed, ['pki/members/etcd-2.crt', 'pki/members/etcd-2.key', 'pki/peers/etcd-2.crt', 'pki/peers/etcd-2.key', 'ssh/known_hosts']);
+  t.true(x509Text(join(stateDir, 'pki/peers/etcd-2.crt')).includes('IP Address:10.10.0.42'));
   t.regex(after.get('ssh/known_hosts') ?? '', /^10\.10\.0\.42,etcd-2 ecdsa-sha2-nistp256 /m);
   t.true(x509Text(join(stateDir, 'pki/members/etcd-2.crt')).includes('IP Address:10.10.0.42'));
 });
