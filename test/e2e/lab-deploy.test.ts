@@ -1058,7 +1058,7 @@ test.serial('no run printed private key material or a key file line, and keys ar
   const all = outputs.join('\n');
   t.false(all.includes('PRIVATE KEY'));
   const keysIn = (dir: string) => readdirSync(join(LAB_STATE, dir)).filter((f) => f.endsWith('.key')).map((f) => `${dir}/${f}`);
-  const keyFiles = ['pki/ca.key', 'pki/clients/root.key', 'ssh/admin.key', ...keysIn('pki/members'), ...keysIn('ssh/hosts')];
+  const keyFiles = ['pki/ca.key', 'pki/peer-ca.key', 'pki/clients/root.key', 'ssh/admin.key', ...keysIn('pki/members'), ...keysIn('pki/peers'), ...keysIn('ssh/hosts')];
   for (const file of keyFiles) {
     const path = join(LAB_STATE, file);
     t.true(existsSync(path), file);
