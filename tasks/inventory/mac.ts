@@ -11,8 +11,4 @@ export function derivedMac(cluster: string, member: string, interfaceIndex: numb
   return ['52', '54', '00', ...tail].join(':');
 }
 
-export function normalizeMac(mac: string): string {
-  return mac.toLowerCase();
-}
-
 export const MAC_PATTERN = /^([0-9a-fA-F]{2}:){5}[0-9a-fA-F]{2}$/;
