@@ -4,7 +4,7 @@ import { InputError } from './core/errors.ts';
 import type { Phase, Runner } from './core/runner.ts';
 import type { Inventory, Member } from './inventory/model.ts';
 import { identityFrom, materialsFrom, readFacts } from './pki/materials.ts';
-import { clientIdentities } from './etcd/identities.ts';
+import { clientIdentities, type ClientIdentities } from './etcd/identities.ts';
 import { PkiStore } from './pki/store.ts';
 import { renderGuest, renderMember, type RenderedFile } from './render/member.ts';
 import type { DesiredGuest } from './render/guest/desired.ts';
@@ -31,12 +31,13 @@ import { GuestProbe } from './guest/probe.ts';
 import { healthStep } from './steps/health.ts';
 import { restoreStep } from './steps/restore.ts';
 import { MemberConnections } from './remote/members.ts';
-import type { Unreachable } from './remote/hypervisors.ts';
+import type { HypervisorConnections, Unreachable } from './remote/hypervisors.ts';
 import { volumeQuestions, volumesStep } from './steps/volumes.ts';
 import { adoptionStep, ownershipStep } from './steps/ownership.ts';
 import { networkIdsOf, networksStep, type NetworkNames } from './steps/networks.ts';
 import { ownerQuestions } from './libvirt/ownership.ts';
-import { nextPeerStage, PEER_STAGE_DOC, readPeerTrust, writePeerTrust, type PeerTrustStage } from './pki/peer-trust.ts';
+import { nextPeerStage, PEER_STAGE_DOC, PEER_STAGES, peerStageOf, readPeerTrust, writePeerTrust, type PeerTrustStage } from './pki/peer-trust.ts';
+import { membersDeployedBefore } from './pki/plan.ts';
 import { isNotFound, type Question } from './libvirt/virsh.ts';
 import { peerUrl } from './inventory/urls.ts';
 
@@ -93,6 +94,11 @@ export interface PipelineOptions {
   adopt?: string[];
   /** --diff: the run shows its changes' diffs (a dry-run always does). */
   diff?: boolean;
+  /**
+   * Taken before the run's first phase, released before its connections close: the cluster's run lock
+   * (etcd/run-lock.ts), through the run's own hypervisor connections and identities. A throw stops the run.
+   */
+  hold?: (run: { connections: HypervisorConnections; identities: ClientIdentities }) => Promise<{ release(): Promise<void> } | undefined>;
 }
 
 /** Steps a run can choose with --tags / --skip-tags; pki, cluster and render feed every other step and always run. */
@@ -403,7 +409,37 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     },
   });
 
+  /** One stage of the peer port's move: recorded, then rendered, seeded and rolled over the main pass's members, and health. */
+  const peerTrustPass = (main: Pass, next: PeerTrustStage): Phase[] => [
+    {
+      title: 'peer trust',
+      run: async () => {
+        writePeerTrust(inventory.stateDir, next);
+        return `every member runs the stage before; now ${next} (${PEER_STAGE_DOC[next]})`;
+      },
+    },
+    renderPhase(() => main),
+    ...onlySelected([{ title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, main.members, rendered.files, remote)) }]),
+    {
+      title: 'guest',
+      run: () => {
+        guestProbe.prefetch(main.members, (member) => guestQuestions(rendered.guests.get(member.name)!));
+        return runner.runStep(guest(main, { askedAfterEveryChange: true }));
+      },
+    },
+    healthPhase(main),
+  ];
+
+  /** A dry-run shows the first stage only (its changes need the record the pki step writes): it says what follows. */
+  const peerTrustAhead = (): Phase[] => {
+    const stage = peerStageOf(readPeerTrust(inventory.stateDir), membersDeployedBefore(inventory, readFacts(inventory, store)));
+    const ahead = PEER_STAGES.slice(PEER_STAGES.indexOf(stage) + 1);
+    return ahead.length === 0 ? [] : [{ title: 'peer trust', run: async () => `members run ${stage} after this pass; the run then moves them on to ${ahead.join(', then ')}, each rolled once every member runs the stage before` }];
+  };
+
+  let held: { release(): Promise<void> } | undefined;
   try {
+    held = await options.hold?.({ connections: remote.connections, identities: identity });
     await runner.runPhases([
       { title: 'pki', run: () => runner.runStep(pkiStep(inventory, store, options.renewCerts ? runStarted : undefined)) },
       ...(options.renderOnly === undefined
@@ -493,30 +529,13 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
         : []),
     ]);
     // The peer port moves to the peer CA one stage per roll, each once every member runs the one before.
-    while (!options.dryRun && options.renderOnly === undefined && !options.limit && !runner.failed && remote.connections.unreachable.size === 0 && selected('guest') && selected('health')) {
-      const next = peerStageAfter(readPeerTrust(inventory.stateDir));
-      if (!next) break;
-      await runner.runPhases([
-        {
-          title: 'peer trust',
-          run: async () => {
-            writePeerTrust(inventory.stateDir, next);
-            return `every member runs the stage before; now ${next} (${PEER_STAGE_DOC[next]})`;
-          },
-        },
-        renderPhase(() => main),
-        ...onlySelected([{ title: 'cloud-init', run: () => runner.runStep(cloudInitIsoStep(inventory.stateDir, main.members, rendered.files, remote)) }]),
-        {
-          title: 'guest',
-          run: () => {
-            guestProbe.prefetch(main.members, (member) => guestQuestions(rendered.guests.get(member.name)!));
-            return runner.runStep(guest(main, { askedAfterEveryChange: true }));
-          },
-        },
-        healthPhase(main),
-      ]);
+    const movesOn = () => options.renderOnly === undefined && !options.limit && !runner.failed && remote.connections.unreachable.size === 0 && selected('guest') && selected('health');
+    if (options.dryRun && movesOn()) await runner.runPhases(peerTrustAhead());
+    for (let next = peerStageAfter(readPeerTrust(inventory.stateDir)); !options.dryRun && next && movesOn(); next = peerStageAfter(readPeerTrust(inventory.stateDir))) {
+      await runner.runPhases(peerTrustPass(main, next));
     }
   } finally {
+    await held?.release();
     clients.close();
     await snapshots?.close();
     await memberSsh.closeAll();

@@ -660,6 +660,9 @@ test.serial('a cluster deployed before the peer CA moves to it in one run, stage
   t.is(runningValue('etcd-2', 'ETCD_PEER_TRUSTED_CA_FILE'), '/etc/etcd/tls/ca.crt', 'the legacy layout runs');
   t.is(peerPortAnswer('etcd-2', rootIdentity.cert!, rootIdentity.key!, rootIdentity.caCert).stdout, '200', "before the move, root's client certificate passes the peer port (the finding)");
   for (let i = 0; i < 5; i++) t.is(etcdctl(ALL, rootIdentity, ['put', `e2e/peer/${i}`, `value ${i}`]).status, 0);
+  const dry = deployed(t, ['--dry-run'], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
+  t.is(dry.status, 0);
+  t.regex(dry.output, /peer trust: members run trust-both after this pass; the run then moves them on to present-peer, then peer-only, each rolled once every member runs the stage before/);
 
   const { result, samples } = sampledHealth(() => deployed(t));
   t.is(result.status, 0);
