@@ -152,6 +152,8 @@ export function writeRendered(dir: string, rendered: Map<string, RenderedFile[]>
 
 function validateTags(options: PipelineOptions): void {
   for (const [flag, names] of [['--tags', options.tags], ['--skip-tags', options.skipTags]] as const) {
+    // `--tags ,` would select nothing and run none of the steps without a word.
+    if (names?.length === 0) throw new InputError(`${flag} names no step; steps are ${SELECTABLE_STEPS.join(', ')} (pki, cluster and render always run)`);
     const unknown = (names ?? []).filter((name) => !(SELECTABLE_STEPS as readonly string[]).includes(name));
     if (unknown.length > 0) throw new InputError(`${flag} names unknown steps: ${unknown.join(', ')}; steps are ${SELECTABLE_STEPS.join(', ')} (pki, cluster and render always run)`);
   }

@@ -56,6 +56,7 @@ function labInTmp() {
     { name: 'an unknown name', options: { tags: ['bogus'] }, message: `--tags names unknown steps: bogus; steps are ${STEPS} (pki, cluster and render always run)` },
     { name: 'a step that always runs is not selectable', options: { skipTags: ['guest', 'pki'] }, message: `--skip-tags names unknown steps: pki; steps are ${STEPS} (pki, cluster and render always run)` },
     { name: 'every unknown name, case matters', options: { tags: ['Guest', 'domain', 'cluster'] }, message: `--tags names unknown steps: Guest, cluster; steps are ${STEPS} (pki, cluster and render always run)` },
+    { name: 'a list of commas names nothing', options: { tags: [] }, message: `--tags names no step; steps are ${STEPS} (pki, cluster and render always run)` },
     { name: '--skip-tags checked beside valid --tags', options: { tags: ['guest'], skipTags: ['render'] }, message: `--skip-tags names unknown steps: render; steps are ${STEPS} (pki, cluster and render always run)` },
   ];
   for (const row of cases) {
