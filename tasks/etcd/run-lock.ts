@@ -119,6 +119,29 @@ async function keepAliveOnce(client: Etcd3, leaseId: string, ms: number): Promis
   }
 }
 
+/**
+ * The lock's own etcd clients, closed for good: EtcdClients.close() closes what is open, but an open
+ * still under way (an SSH connection, a tunnel) would finish afterwards and leave its tunnel listening,
+ * keeping the process alive after the run. So close() closes again once every open begun has settled.
+ */
+class LockClients {
+  readonly #opening = new Set<Promise<unknown>>();
+
+  constructor(readonly clients: EtcdClients) {}
+
+  for(member: Member): Promise<Etcd3> {
+    const opened = this.clients.for(member);
+    this.#opening.add(opened);
+    void opened.finally(() => this.#opening.delete(opened)).catch(() => undefined);
+    return opened;
+  }
+
+  close(): void {
+    this.clients.close();
+    if (this.#opening.size > 0) void Promise.allSettled([...this.#opening]).then(() => this.clients.close());
+  }
+}
+
 export interface ClusterRunLockOptions {
   connections: HypervisorConnections;
   clientPort: number;
@@ -144,11 +167,13 @@ export class HeldRunLock {
   #renewedAt: number;
   /** The member that answered last: asked first next time. */
   #current: number;
+  /** The renewal under way, if any: release closes the clients again once it settles. */
+  #renewing: Promise<void> | undefined;
 
   constructor(
     readonly key: string,
     readonly leaseId: string,
-    private readonly clients: EtcdClients,
+    private readonly clients: LockClients,
     private readonly options: Required<Pick<ClusterRunLockOptions, 'members' | 'ttlS' | 'answerMs' | 'onLost'>>,
     { answering, renewedAt }: { answering: number; renewedAt: number },
   ) {
@@ -164,7 +189,7 @@ export class HeldRunLock {
 
   #schedule(ms: number): void {
     // Unreferenced: the keep-alive never keeps the process alive after the run.
-    this.#timer = setTimeout(() => void this.#renew(), ms).unref();
+    this.#timer = setTimeout(() => (this.#renewing = this.#renew()), ms).unref();
   }
 
   /** The members in turn, the one that answered last first: a roll restarts each member once. */
@@ -228,6 +253,8 @@ export class HeldRunLock {
       return `could not release the cluster's run lock (${this.key}): no member answered; it expires by itself within ${this.options.ttlS} s`;
     } finally {
       this.clients.close();
+      // A renewal under way may still open a member's client: closed again once it is done.
+      void this.#renewing?.finally(() => this.clients.close());
     }
   }
 }
@@ -235,7 +262,7 @@ export class HeldRunLock {
 export type Acquisition = { kind: 'acquired'; lock: HeldRunLock } | Exclude<LockDecision, { kind: 'acquired' }>;
 
 /** The first member whose etcd answers, with its client and position. */
-async function firstAnswering(clients: EtcdClients, members: readonly Member[], ms: number): Promise<{ client: Etcd3; index: number }> {
+async function firstAnswering(clients: LockClients, members: readonly Member[], ms: number): Promise<{ client: Etcd3; index: number }> {
   const asks = members.map(async (member, index) => {
     const client = await clients.for(member);
     await client.maintenance.status({});
@@ -258,6 +285,9 @@ async function createOrRead(client: Etcd3, key: string, value: string, leaseId: 
   return { created: false, value: existing?.value.toString() ?? '(no value)', lease: existing?.lease ?? '0' };
 }
 
+/** Whether root's identity can be presented at all: a CA to verify members with, and a certificate where one is used. */
+const hasCredentials = (identity: ClientIdentity): boolean => identity.caCert !== '' && identity.cert !== '';
+
 /** Revokes a lease, within `ms`; a failure is left to the lease's TTL. */
 const revokeQuietly = (client: Etcd3, leaseId: string, ms: number): Promise<unknown> => within(ms, 'lease revoke', client.leaseClient.leaseRevoke({ ID: leaseId })).catch(() => undefined);
 
@@ -269,7 +299,9 @@ export async function acquireClusterRunLock(options: ClusterRunLockOptions): Pro
   const ttlS = options.ttlS ?? RUN_LOCK_TTL_S;
   const answerMs = options.answerMs ?? ANSWER_MS;
   const key = runLockKey(options.cluster);
-  const clients = new EtcdClients(options.connections, options.clientPort, options.identity);
+  // A first deploy has no certificates to ask etcd with yet (the pki step makes them), nor an etcd to ask.
+  if (!hasCredentials(options.identity())) return { kind: 'local-only', why: 'no CA or root certificate in the state directory yet (a first deploy): etcd cannot be asked' };
+  const clients = new LockClients(new EtcdClients(options.connections, options.clientPort, options.identity));
   let granted: { client: Etcd3; leaseId: string } | undefined;
   let answer: LockAnswer;
   try {
@@ -322,6 +354,24 @@ export async function takeClusterRunLock(
     async release() {
       const problem = await lock.release();
       if (problem) say(`lock: ${problem}`);
+    },
+  };
+}
+
+/**
+ * For the CLIs: a lock lost mid-run is said on stderr, and no further change starts (the one in
+ * flight finishes, as on a signal); `lost` then makes the run's exit 1.
+ */
+export function onLockLoss(runner: { interrupt(reason: string): void }): { onLost: (why: string) => void; readonly lost: boolean } {
+  let lost = false;
+  return {
+    onLost(why) {
+      lost = true;
+      console.error(`\nerror: ${why}; another run may start: finishing the change in flight, starting no other`);
+      runner.interrupt('the run lock was lost');
+    },
+    get lost() {
+      return lost;
     },
   };
 }
