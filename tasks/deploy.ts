@@ -9,7 +9,8 @@ import { Runner } from './core/runner.ts';
 import { loadInventory } from './inventory/load.ts';
 import type { Inventory } from './inventory/model.ts';
 import { LockHeldError, RunLock } from './core/lock.ts';
-import { runDeploy } from './pipeline.ts';
+import { runDeploy, type PipelineOptions } from './pipeline.ts';
+import { onLockLoss, takeClusterRunLock } from './etcd/run-lock.ts';
 
 
 async function deploy(options: DeployOptions): Promise<number> {
@@ -29,15 +30,24 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   const runner = new Runner({ dryRun: options.dryRun, renderer: process.stdout.isTTY ? 'default' : 'simple' });
   // The first SIGINT/SIGTERM lets the change in flight finish and starts no other; connections and
   // tunnels close as the pipeline unwinds, and the recap says what was done. A second one ends at once.
+  let signalled = false;
   const onSignal = (signal: NodeJS.Signals) => {
-    if (runner.interrupted) process.exit(EXIT.interrupted);
+    // Its own flag: a run interrupted by a lost lock still finishes its change in flight on a first signal.
+    if (signalled) process.exit(EXIT.interrupted);
+    signalled = true;
     console.error(`\n${signal}: finishing the change in flight, starting no other (again to stop at once)`);
     runner.interrupt(signal);
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   for (const warning of placementWarnings(inventory)) console.log(`warning: ${warning}`);
-  const { written, unreachable, guestAgentUnanswered } = await runDeploy(inventory, runner, options);
+  const lockLoss = onLockLoss(runner);
+  // A run that may change the cluster holds its lock in etcd too, beside the state directory's.
+  const hold: PipelineOptions['hold'] =
+    options.dryRun || options.renderOnly !== undefined
+      ? undefined
+      : ({ connections, identities }) => takeClusterRunLock(inventory, { connections, identity: identities.root }, { command: ['deploy', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost });
+  const { written, unreachable, guestAgentUnanswered } = await runDeploy(inventory, runner, { ...options, hold });
 
   // Summaries by default; diffs where they are asked for, and in a dry-run, which is a plan to read.
   const changes = formatChanges(runner.results, { dryRun: options.dryRun, diffs: options.diff || options.dryRun });
@@ -57,6 +67,7 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
     const report = { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap: Object.fromEntries(recapByHost(runner.results)), unreachable, timing: { ...timing, phases } };
     writeFileSync(options.json, `${JSON.stringify(report, null, 2)}\n`);
   }
+  if (lockLoss.lost) return EXIT.failed;
   if (runner.interrupted) return EXIT.interrupted;
   return runner.failed ? EXIT.failed : EXIT.ok;
 }

@@ -5,6 +5,7 @@ import { RunLock } from './core/lock.ts';
 import { formatChanges, formatRecap } from './core/report.ts';
 import { Runner, type Phase } from './core/runner.ts';
 import { formatBytes } from './etcd/maintenance.ts';
+import { onLockLoss, takeClusterRunLock } from './etcd/run-lock.ts';
 import { withClusterSession } from './etcd/session.ts';
 import { loadInventory } from './inventory/load.ts';
 import { compactStep, defragStep, disarmStep, healthyClusterStep, type DefragRecord } from './steps/maintenance.ts';
@@ -37,15 +38,22 @@ process.exitCode = await runTool({
     const started = performance.now();
     const runner = new Runner({ dryRun, renderer: process.stdout.isTTY ? 'default' : 'simple' });
     const record: DefragRecord = new Map();
+    const lockLoss = onLockLoss(runner);
     try {
-      await withClusterSession(inventory, async ({ clients }) => {
+      await withClusterSession(inventory, async ({ clients, connections, root }) => {
+        // A run that may change the cluster holds its lock in etcd too, beside the state directory's.
+        const clusterLock = dryRun ? undefined : await takeClusterRunLock(inventory, { connections, identity: () => root }, { command: ['maintain', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost });
         const phase = (title: string, step: Parameters<Runner['runStep']>[0]): Phase => ({ title, run: () => runner.runStep(step) });
-        await runner.runPhases([
-          phase('healthy', healthyClusterStep(inventory, clients)),
-          ...(values.compact ? [phase('compact', compactStep(inventory, clients))] : []),
-          ...(values.defrag ? [phase('defrag', defragStep(inventory, clients, record))] : []),
-          ...(values.disarm ? [phase('disarm', disarmStep(inventory, clients))] : []),
-        ]);
+        try {
+          await runner.runPhases([
+            phase('healthy', healthyClusterStep(inventory, clients)),
+            ...(values.compact ? [phase('compact', compactStep(inventory, clients))] : []),
+            ...(values.defrag ? [phase('defrag', defragStep(inventory, clients, record))] : []),
+            ...(values.disarm ? [phase('disarm', disarmStep(inventory, clients))] : []),
+          ]);
+        } finally {
+          await clusterLock?.release();
+        }
       });
     } finally {
       lock?.release();
@@ -57,6 +65,6 @@ process.exitCode = await runTool({
       for (const [name, { before, after }] of record) console.log(`  ${name}: ${formatBytes(before.dbSize)} -> ${formatBytes(after.dbSize)} (in use ${formatBytes(after.dbSizeInUse)})`);
     }
     console.log(`\n${formatRecap(runner.results, dryRun, performance.now() - started)}`);
-    return runner.failed ? EXIT.failed : EXIT.ok;
+    return runner.failed || lockLoss.lost ? EXIT.failed : EXIT.ok;
   },
 });

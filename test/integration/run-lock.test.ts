@@ -1,6 +1,6 @@
 import test from 'ava';
 import type { ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -15,7 +15,8 @@ import type { Inventory } from '../../tasks/inventory/model.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
 import { GUEST_PATHS, parseEnvironmentFile } from '../../tasks/render/etcd.ts';
-import { baseDocument, load } from '../helpers/inventory.ts';
+import { run } from '../helpers/exec.ts';
+import { baseDocument, load, writeInventory, type Doc } from '../helpers/inventory.ts';
 import { Processes } from '../helpers/processes.ts';
 import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
 
@@ -35,7 +36,7 @@ silenceKnownWarnings();
 const processes = new Processes();
 test.after.always(() => processes.stopAll());
 
-function loopbackInventory(): Inventory {
+function loopbackDocument(): Doc {
   const doc = baseDocument();
   doc.hypervisors = { hv: { address: '127.0.0.254' } };
   doc.etcd = { client_port: CLIENT_PORT, peer_port: CLIENT_PORT + 1, listen_localhost: false, client_cert_auth: true };
@@ -43,12 +44,12 @@ function loopbackInventory(): Inventory {
     member.libvirt_networks = [{ network_name: 'net', ip: IPS[i], prefix_length: 8 }];
     member.reach_via = 'direct';
   });
-  return load(doc);
+  return doc;
 }
 
 /** One etcd per member from its rendered user-data, file locations moved out of guest paths (as etcd-cluster.test.ts). */
 async function startCluster(): Promise<{ inventory: Inventory; members: Map<string, ChildProcess> }> {
-  const { inventory, rendered } = await renderWithPki(loopbackInventory());
+  const { inventory, rendered } = await renderWithPki(load(loopbackDocument()));
   const work = mkdtempSync(join(tmpdir(), 'etcd-kvm-run-lock-'));
   const members = new Map<string, ChildProcess>();
   for (const member of inventory.members) {
@@ -214,4 +215,35 @@ test('etcd not answering, or root unable to log in yet: the local lock only, sai
   const beforeAuth = await acquire('before-auth', holderOf('a', 1), { identity: byPassword });
   t.deepEqual(beforeAuth, { kind: 'local-only', why: 'etcd has no authentication enabled yet, so root cannot take its lock' });
   t.is(await keyOf('before-auth'), undefined);
+});
+
+test('deploy and maintain from another copy of the state directory are refused at once while a run holds the cluster lock, changing nothing; once it is released maintain runs and releases it', async (t) => {
+  const { inventory } = await cluster;
+  // Another clone of the same state directory: its own lock file, the same cluster.
+  const clone = mkdtempSync(join(tmpdir(), 'etcd-kvm-clone-'));
+  cpSync(inventory.stateDir, clone, { recursive: true });
+  const doc = loopbackDocument();
+  (doc.cluster as Record<string, unknown>).state_dir = clone;
+  const path = writeInventory(doc);
+  const tool = (script: string, args: string[]) => run(process.execPath, ['--import', 'tsx', `tasks/${script}.ts`, '-i', path, ...args]);
+  const before = readdirSync(clone, { recursive: true }).sort();
+
+  const other = holderOf('operator-a.example', 9999);
+  const lock = held(await acquire(inventory.cluster.name, other));
+  const refusal = `another run holds the cluster's run lock in etcd (etcd-kvm/run-lock/test): deploy -i operator-a.example.yaml by PID 9999 on operator-a.example since ${other.since}. Wait for it to finish; if that run is gone, the lock expires by itself within 30 s.`;
+  const lines = (text: string) => text.split('\n');
+  const deployed = tool('deploy', []);
+  t.is(deployed.status, 1, deployed.stdout + deployed.stderr);
+  t.true(lines(deployed.stderr).includes(`error: ${refusal}`), deployed.stderr);
+  const maintained = tool('maintain', ['--compact']);
+  t.is(maintained.status, 1, maintained.stdout + maintained.stderr);
+  t.true(lines(maintained.stderr).includes(`error: maintenance failed: ${refusal}`), maintained.stderr);
+  t.deepEqual(readdirSync(clone, { recursive: true }).sort(), before, 'nothing written to the state directory: the refusal comes before the pki step');
+  t.is(JSON.parse((await keyOf(inventory.cluster.name))!.value).pid, 9999, 'the holder keeps its lock');
+
+  t.is(await lock.release(), undefined);
+  const afterRelease = tool('maintain', ['--compact']);
+  t.is(afterRelease.status, 0, afterRelease.stdout + afterRelease.stderr);
+  t.notRegex(afterRelease.stdout + afterRelease.stderr, /run lock|lock:/);
+  t.is(await keyOf(inventory.cluster.name), undefined, 'maintain released its lock when it ended');
 });
