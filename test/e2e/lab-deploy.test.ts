@@ -1,12 +1,12 @@
 import test, { type ExecutionContext } from 'ava';
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { run } from '../helpers/exec.ts';
 import type { StatusReport } from '../../tasks/status/report.ts';
-import { deploy, deployInBackground, endpoint, etcdctl, inLab, lab, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
+import { deploy, deployInBackground, endpoint, etcdctl, inLab, lab, LAB_INVENTORY, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
 
 /**
  * The whole thing, for real: the local lab (libvirtd + QEMU in a network namespace), three Debian VMs
@@ -618,6 +618,38 @@ test.serial('two deploys started together on one state directory: one runs, the 
   }
   t.is(await firstDone, 0);
   t.false(existsSync(lockFile), 'released at the end');
+});
+
+test.serial("two operators' clones of the state directory deploy one change at once: the cluster's lock in etcd lets exactly one change anything, the other is refused naming it", async (t) => {
+  // Each clone: an inventory in its own directory (the hypervisor key paths resolve to the lab's), its own copy of the state directory.
+  const clones = ['a', 'b'].map((name) => {
+    const dir = join('inventories', `.e2e-clone-${name}`);
+    rmSync(dir, { recursive: true, force: true });
+    cpSync(LAB_STATE, join(dir, '.etcd-kvm', 'lab'), { recursive: true });
+    rmSync(join(dir, '.etcd-kvm', 'lab', 'run.lock'), { force: true });
+    writeFileSync(join(dir, 'lab.yaml'), readFileSync(LAB_INVENTORY, 'utf8').replace('      threshold: 1\n', '      threshold: 2\n'));
+    return { dir, inventory: join(dir, 'lab.yaml'), state: join(dir, '.etcd-kvm', 'lab') };
+  });
+  try {
+    const before = clones.map((clone) => stateSnapshot(clone.state));
+    const runs = await Promise.all(clones.map((clone) => deployInBackground(['-i', clone.inventory])));
+    for (const [i, run] of runs.entries()) t.log(`clone ${i}: exit ${run.status}\n${run.output.trim().split('\n').slice(-6).join('\n')}`);
+    const refused = runs.filter((run) => run.status === 1 && /another run holds the cluster's run lock in etcd \(etcd-kvm\/run-lock\/lab\): deploy .* by PID \d+ on \S+ since /.test(run.output));
+    const ran = runs.filter((run) => run.status === 0);
+    t.is(refused.length, 1, 'exactly one run is refused');
+    t.is(ran.length, 1, 'exactly one run goes on');
+    const loser = runs.indexOf(refused[0]!);
+    t.deepEqual(stateSnapshot(clones[loser]!.state), before[loser], "the refused run's state directory is untouched");
+    t.notRegex(refused[0]!.output, /guest: /, 'the refused run reached no phase');
+    t.regex(ran[0]!.output, /restart chrony/);
+    for (const member of MEMBERS) t.is(memberSsh(member, 'grep -c "^makestep 2 3$" /etc/chrony/chrony.conf').stdout.trim(), '1', member);
+    t.is(etcdctl(ALL, rootIdentity, ['get', '--prefix', '--keys-only', 'etcd-kvm/run-lock/']).stdout.trim(), '', 'the lock is released with the run');
+  } finally {
+    for (const clone of clones) rmSync(clone.dir, { recursive: true, force: true });
+  }
+  // Back to the lab's own settings (the lab's state directory did not see the clone's run).
+  t.is(deployed(t).status, 0);
+  t.deepEqual(changed(deployed(t)), []);
 });
 
 test.serial('a changed guest setting reaches every running etcd in one run, rolled followers first, never below quorum', (t) => {
