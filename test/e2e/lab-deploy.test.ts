@@ -1019,7 +1019,7 @@ test.serial('shrink 4 → 3 removing the current leader: leadership moved first,
   outputs.push(result!.output);
   t.log(result!.output.slice(-2500));
   t.is(result!.status, 0);
-  t.regex(result!.output, /etcd-4:\n {2}leave: move leadership from etcd-4 to etcd-\d first\n {2}leave: remove etcd-4 from the cluster \(member ID [0-9a-f]+\)\n {2}leave: stop and undefine VM etcd-4 on lab; its volumes stay \(etcd-lab\/etcd-4-os\.qcow2, etcd-lab\/etcd-4-data\.qcow2: virsh vol-delete removes them\)/);
+  t.regex(result!.output, /etcd-4:\n {2}leave: move leadership from etcd-4 to etcd-\d first\n {2}leave: remove etcd-4 from the cluster \(member ID [0-9a-f]+\)\n {2}leave: stop and undefine VM etcd-4 on lab; its volumes stay \(etcd-lab\/etcd-4-data\.qcow2, etcd-lab\/etcd-4-os\.qcow2: virsh vol-delete removes them\)/);
   t.deepEqual(list().members.map((m) => m.name).sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
   t.not(virsh(['dominfo', 'etcd-4']).status, 0);
   t.is(virsh(['vol-info', '--pool', 'etcd-lab', 'etcd-4-data.qcow2']).status, 0);
