@@ -1,9 +1,7 @@
 import test, { type ExecutionContext } from 'ava';
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { GUEST_PATHS, parseEnvironmentFile } from '../../tasks/render/etcd.ts';
 import { Runner } from '../../tasks/core/runner.ts';
 import { EtcdClients } from '../../tasks/etcd/client.ts';
 import { waitForHealth } from '../../tasks/etcd/health.ts';
@@ -18,7 +16,8 @@ import { silenceKnownWarnings } from '../../tasks/core/warnings.ts';
 import { run } from '../helpers/exec.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 import { Processes } from '../helpers/processes.ts';
-import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
+import { renderWithPki } from '../helpers/render.ts';
+import { FILE_SETTINGS, startRenderedMembers } from '../helpers/loopback-etcd.ts';
 
 /**
  * Debian's etcd 3.4 forms a real 3-member cluster from the rendered configuration and the generated
@@ -53,38 +52,14 @@ test.after.always(() => processes.stopAll());
 /** Starts one etcd per member from its rendered user-data; only file locations move out of guest paths. */
 async function startCluster(t: ExecutionContext, clientCertAuth: boolean, clientPort: number) {
   const { inventory, rendered } = await renderWithPki(loopbackInventory(clientCertAuth, clientPort));
-  const work = mkdtempSync(join(tmpdir(), 'etcd-kvm-etcd-'));
-  let firstEnv: Map<string, string> | undefined;
-  for (const member of inventory.members) {
-    const files = writeFilesOf(fileOf(rendered.get(member.name), 'user-data').content);
-    const dir = join(work, member.name);
-    mkdirSync(join(dir, 'data'), { recursive: true, mode: 0o700 });
-    const local = (guestPath: string) => {
-      const path = join(dir, guestPath.split('/').pop()!);
-      writeFileSync(path, files.get(guestPath)!.content, { mode: 0o600 });
-      return path;
-    };
-    const env = parseEnvironmentFile(files.get(GUEST_PATHS.environmentFile)!.content);
-    firstEnv ??= new Map(env);
-    env.set('ETCD_DATA_DIR', join(dir, 'data'));
-    const fileSettings: [string, string][] = [
-      ['ETCD_CERT_FILE', GUEST_PATHS.serverCert],
-      ['ETCD_PEER_CERT_FILE', GUEST_PATHS.peerCert],
-      ['ETCD_KEY_FILE', GUEST_PATHS.serverKey],
-      ['ETCD_PEER_KEY_FILE', GUEST_PATHS.peerKey],
-      ['ETCD_PEER_TRUSTED_CA_FILE', GUEST_PATHS.peerTrustedCa],
-      ...(clientCertAuth ? [['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert] as [string, string]] : []),
-    ];
-    for (const [key, guestPath] of fileSettings) {
-      t.is(env.get(key), guestPath, `${key} points at the guest path`);
-      env.set(key, local(guestPath));
-    }
+  const { work, members } = startRenderedMembers(inventory, rendered, processes);
+  for (const { rendered: env } of members.values()) {
+    for (const [key, guestPath] of FILE_SETTINGS(clientCertAuth)) t.is(env.get(key), guestPath, `${key} points at the guest path`);
     t.is(env.get('ETCD_CLIENT_CERT_AUTH'), String(clientCertAuth));
     t.is(env.get('ETCD_PEER_CLIENT_CERT_AUTH'), 'true');
     t.is(env.get('ETCD_INITIAL_CLUSTER_STATE'), 'new');
-    processes.start('etcd', [], { env: { PATH: process.env.PATH, ...Object.fromEntries(env) }, logFile: join(dir, 'etcd.log') });
   }
-  return { inventory, work, peerAllowedCn: firstEnv?.get('ETCD_PEER_CERT_ALLOWED_CN') };
+  return { inventory, work, peerAllowedCn: members.get('etcd-1')!.rendered.get('ETCD_PEER_CERT_ALLOWED_CN') };
 }
 
 

@@ -1,6 +1,6 @@
 import test from 'ava';
 import type { ChildProcess } from 'node:child_process';
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -14,11 +14,11 @@ import { acquireClusterRunLock, holderRecord, runLockKey, type Acquisition, type
 import type { Inventory } from '../../tasks/inventory/model.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
-import { GUEST_PATHS, parseEnvironmentFile } from '../../tasks/render/etcd.ts';
 import { run } from '../helpers/exec.ts';
 import { baseDocument, load, writeInventory, type Doc } from '../helpers/inventory.ts';
 import { Processes } from '../helpers/processes.ts';
-import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
+import { renderWithPki } from '../helpers/render.ts';
+import { startRenderedMembers } from '../helpers/loopback-etcd.ts';
 
 /**
  * The cluster's run lock against a real 3-member etcd 3.4 on 127.0.0.1-3 (certificate mode, root by
@@ -50,30 +50,8 @@ function loopbackDocument(): Doc {
 /** One etcd per member from its rendered user-data, file locations moved out of guest paths (as etcd-cluster.test.ts). */
 async function startCluster(): Promise<{ inventory: Inventory; members: Map<string, ChildProcess> }> {
   const { inventory, rendered } = await renderWithPki(load(loopbackDocument()));
-  const work = mkdtempSync(join(tmpdir(), 'etcd-kvm-run-lock-'));
-  const members = new Map<string, ChildProcess>();
-  for (const member of inventory.members) {
-    const files = writeFilesOf(fileOf(rendered.get(member.name), 'user-data').content);
-    const dir = join(work, member.name);
-    mkdirSync(join(dir, 'data'), { recursive: true, mode: 0o700 });
-    const env = parseEnvironmentFile(files.get(GUEST_PATHS.environmentFile)!.content);
-    env.set('ETCD_DATA_DIR', join(dir, 'data'));
-    const fileSettings: [string, string][] = [
-      ['ETCD_CERT_FILE', GUEST_PATHS.serverCert],
-      ['ETCD_PEER_CERT_FILE', GUEST_PATHS.peerCert],
-      ['ETCD_KEY_FILE', GUEST_PATHS.serverKey],
-      ['ETCD_PEER_KEY_FILE', GUEST_PATHS.peerKey],
-      ['ETCD_PEER_TRUSTED_CA_FILE', GUEST_PATHS.peerTrustedCa],
-      ['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert],
-    ];
-    for (const [key, guestPath] of fileSettings) {
-      const path = join(dir, guestPath.split('/').pop()!);
-      writeFileSync(path, files.get(guestPath)!.content, { mode: 0o600 });
-      env.set(key, path);
-    }
-    members.set(member.name, processes.start('etcd', [], { env: { PATH: process.env.PATH, ...Object.fromEntries(env) }, logFile: join(dir, 'etcd.log') }));
-  }
-  return { inventory, members };
+  const { members } = startRenderedMembers(inventory, rendered, processes);
+  return { inventory, members: new Map([...members].map(([name, member]) => [name, member.process])) };
 }
 
 const cluster = startCluster().then(async (started) => {

@@ -1,0 +1,51 @@
+import type { ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Inventory } from '../../tasks/inventory/model.ts';
+import { GUEST_PATHS, parseEnvironmentFile } from '../../tasks/render/etcd.ts';
+import type { RenderedFile } from '../../tasks/render/member.ts';
+import type { Processes } from './processes.ts';
+import { fileOf, writeFilesOf } from './render.ts';
+
+/** The ETCD_* variables naming files, with the guest path each names as rendered. */
+export const FILE_SETTINGS = (clientCertAuth: boolean): [string, string][] => [
+  ['ETCD_CERT_FILE', GUEST_PATHS.serverCert],
+  ['ETCD_PEER_CERT_FILE', GUEST_PATHS.peerCert],
+  ['ETCD_KEY_FILE', GUEST_PATHS.serverKey],
+  ['ETCD_PEER_KEY_FILE', GUEST_PATHS.peerKey],
+  ['ETCD_PEER_TRUSTED_CA_FILE', GUEST_PATHS.peerTrustedCa],
+  ...(clientCertAuth ? [['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert] as [string, string]] : []),
+];
+
+export interface LoopbackMember {
+  /** The member's etcd.env as rendered, before its file locations moved. */
+  rendered: Map<string, string>;
+  process: ChildProcess;
+}
+
+/**
+ * Starts one Debian etcd per member from its rendered user-data, on the members' loopback addresses:
+ * only the data directory and the files the environment names move out of guest paths (into a
+ * temporary directory); every other ETCD_* variable is used exactly as rendered.
+ */
+export function startRenderedMembers(inventory: Inventory, rendered: Map<string, RenderedFile[]>, processes: Processes): { work: string; members: Map<string, LoopbackMember> } {
+  const work = mkdtempSync(join(tmpdir(), 'etcd-kvm-etcd-'));
+  const members = new Map<string, LoopbackMember>();
+  for (const member of inventory.members) {
+    const files = writeFilesOf(fileOf(rendered.get(member.name), 'user-data').content);
+    const dir = join(work, member.name);
+    mkdirSync(join(dir, 'data'), { recursive: true, mode: 0o700 });
+    const asRendered = parseEnvironmentFile(files.get(GUEST_PATHS.environmentFile)!.content);
+    const env = new Map(asRendered);
+    env.set('ETCD_DATA_DIR', join(dir, 'data'));
+    for (const [key, guestPath] of FILE_SETTINGS(inventory.etcd.client_cert_auth)) {
+      const path = join(dir, guestPath.split('/').pop()!);
+      writeFileSync(path, files.get(guestPath)!.content, { mode: 0o600 });
+      env.set(key, path);
+    }
+    const process_ = processes.start('etcd', [], { env: { PATH: process.env.PATH, ...Object.fromEntries(env) }, logFile: join(dir, 'etcd.log') });
+    members.set(member.name, { rendered: asRendered, process: process_ });
+  }
+  return { work, members };
+}
