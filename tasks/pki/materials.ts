@@ -45,16 +45,20 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
 export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMaterials {
   const caCert = caOf(inventory, facts.ca).public;
   const peerStage = peerStageOf(facts.peerTrust, membersDeployedBefore(inventory, facts));
-  // The only common name a peer certificate may carry, once members trust the peer CA alone and none presents a certificate of the operator's.
-  const allowedCn = peerStage === 'peer-only' && !inventory.members.some((member) => member.suppliedTls) ? { allowedCn: PEER_COMMON_NAME } : {};
-  const peerTrustedCa = { ...allowedCn, ...optional('trustedCa', peerBundle(inventory, facts, caCert, peerStage)) };
+  const bundle = peerBundle(inventory, facts, caCert, peerStage);
+  // What every member's peer port trusts; and the only common name a peer certificate may carry, once
+  // members trust the peer CA alone and none presents a certificate of the operator's.
+  const peerTrust = {
+    ...(bundle ? { trustedCa: bundle } : {}),
+    ...(peerStage === 'peer-only' && !inventory.members.some((member) => member.suppliedTls) ? { allowedCn: PEER_COMMON_NAME } : {}),
+  };
   const members = new Map<string, MemberTls>();
   for (const member of inventory.members) {
     const host = facts.hostKeys.get(member.name);
     const sshHostKey = host?.public && host.privateKey ? { sshHostKey: { privateKey: new Secret(host.privateKey), publicLine: host.public.trim() } } : {};
     if (member.suppliedTls) {
       const supplied = { cert: member.suppliedTls.serverCert, key: member.suppliedTls.serverKey };
-      members.set(member.name, { caCert: member.suppliedTls.caCert, ...supplied, peer: { ...peerTrustedCa, ...supplied }, ...sshHostKey });
+      members.set(member.name, { caCert: member.suppliedTls.caCert, ...supplied, peer: { ...peerTrust, ...supplied }, ...sshHostKey });
       continue;
     }
     const server = pairOf(facts.leaves.get(`member/${member.name}`));
@@ -63,7 +67,7 @@ export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMateria
       ...(caCert ? { caCert } : {}),
       ...server,
       // Until every member trusts the peer CA, the peer port presents the server certificate, which all of them trust.
-      peer: { ...peerTrustedCa, ...(peerStage === 'trust-both' ? server : pairOf(facts.leaves.get(`peer/${member.name}`))) },
+      peer: { ...peerTrust, ...(peerStage === 'trust-both' ? server : pairOf(facts.leaves.get(`peer/${member.name}`))) },
     });
   }
   return {
@@ -73,8 +77,6 @@ export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMateria
     ...(facts.adminSsh.public ? { adminSshPublicKey: facts.adminSsh.public.trim() } : {}),
   };
 }
-
-const optional = <K extends string>(key: K, value: string | undefined): { [P in K]?: string } => (value === undefined ? {} : ({ [key]: value } as { [P in K]?: string }));
 
 const pairOf = (stored: { public?: string; privateKey?: string } | undefined): { cert?: string; key?: Secret } => ({
   ...(stored?.public ? { cert: stored.public } : {}),
