@@ -25,7 +25,9 @@ export const RUN_LOCK_TTL_S = 30;
 const ANSWER_MS = 5_000;
 
 /** Under the tool's own prefix, named for the cluster. */
-export const runLockKey = (cluster: string): string => `etcd-kvm/run-lock/${cluster}`;
+/** Where the runs' locks live, one key per cluster. */
+export const RUN_LOCK_PREFIX = 'etcd-kvm/run-lock/';
+export const runLockKey = (cluster: string): string => `${RUN_LOCK_PREFIX}${cluster}`;
 
 /** Who holds the lock: the key's value, read by a run it refuses. */
 export interface RunLockHolder {

@@ -3,6 +3,8 @@ import type { Etcd3 } from 'etcd3';
 import { CONTROL_NODE, type Step } from '../core/step.ts';
 import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
 import { memberHealth, waitForHealth } from '../etcd/health.ts';
+import { RUN_LOCK_PREFIX } from '../etcd/run-lock.ts';
+import { prefixEnd } from '../inventory/reserved.ts';
 import { ensureQuorumWithout, rollWaves } from '../etcd/roll.ts';
 import {
   MaintenanceRefusal,
@@ -68,6 +70,33 @@ async function settle(inventory: Inventory, clients: EtcdClients, client: Etcd3)
   }
 }
 
+const isCompactedError = (error: unknown): boolean => /compacted/.test((error as Error).message);
+
+/** How far back the walk past run locks goes: each run adds two revisions (its lock's put and delete). */
+const LOCK_REVISIONS_WALKED = 32;
+
+/**
+ * The newest revision at or below `from` that is not a run lock's put or delete (see etcd/run-lock.ts):
+ * every run holds the cluster's lock, so without this a compaction would always find the last run's
+ * lock to compact, and never be done. Throws etcd's "compacted" error once the walk reaches history
+ * already compacted: nothing but locks came after the last compaction.
+ */
+async function newestRevisionNotALock(client: Etcd3, from: number): Promise<number> {
+  const locksAt = async (revision: number) => {
+    const answer = await client.kv.range({ key: Buffer.from(RUN_LOCK_PREFIX), range_end: prefixEnd(Buffer.from(RUN_LOCK_PREFIX)), revision: String(revision) });
+    return new Map(answer.kvs.map((kv) => [kv.key.toString(), kv.mod_revision]));
+  };
+  let revision = from;
+  for (let walked = 0; revision > 1 && walked < LOCK_REVISIONS_WALKED; walked++, revision--) {
+    const [now, before] = await Promise.all([locksAt(revision), locksAt(revision - 1)]);
+    const put = [...now.values()].some((modified) => Number(modified) === revision);
+    // A key there one revision earlier and gone now was deleted at exactly this revision.
+    const deleted = [...before.keys()].some((key) => !now.has(key));
+    if (!put && !deleted) return revision;
+  }
+  return revision;
+}
+
 export function compactStep(inventory: Inventory, clients: EtcdClients): Step<CompactionFacts, CompactAction> {
   // Fixed at the first look, so the re-check after the apply asks about the same revision even while writes go on.
   let target: number | undefined;
@@ -77,12 +106,14 @@ export function compactStep(inventory: Inventory, clients: EtcdClients): Step<Co
     async check() {
       const { client, status } = await anyAnswering(inventory, clients);
       target ??= Number(status.header.revision);
-      if (target <= 1) return { target, compacted: true };
       try {
-        await client.kv.range({ key: Buffer.from([0]), revision: String(target - 1), limit: '1' });
+        // The history since the last compaction, less the tool's own run locks (each run puts and deletes one).
+        const newest = await newestRevisionNotALock(client, target);
+        if (newest <= 1) return { target, compacted: true };
+        await client.kv.range({ key: Buffer.from([0]), revision: String(newest - 1), limit: '1' });
         return { target, compacted: false };
       } catch (error) {
-        if (/compacted/.test((error as Error).message)) return { target, compacted: true };
+        if (isCompactedError(error)) return { target, compacted: true };
         throw error;
       }
     },

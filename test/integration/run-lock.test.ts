@@ -19,6 +19,8 @@ import { baseDocument, load, writeInventory, type Doc } from '../helpers/invento
 import { Processes } from '../helpers/processes.ts';
 import { renderWithPki } from '../helpers/render.ts';
 import { startRenderedMembers } from '../helpers/loopback-etcd.ts';
+import { Runner } from '../../tasks/core/runner.ts';
+import { compactStep } from '../../tasks/steps/maintenance.ts';
 
 /**
  * The cluster's run lock against a real 3-member etcd 3.4 on 127.0.0.1-3 (certificate mode, root by
@@ -224,4 +226,28 @@ test('deploy and maintain from another copy of the state directory are refused a
   t.is(afterRelease.status, 0, afterRelease.stdout + afterRelease.stderr);
   t.notRegex(afterRelease.stdout + afterRelease.stderr, /run lock|lock:/);
   t.is(await keyOf(inventory.cluster.name), undefined, 'maintain released its lock when it ended');
+});
+
+test("maintain's compaction is done once: the runs' own locks (a put and a delete each) are no history to compact", async (t) => {
+  const { inventory, clients } = await cluster;
+  const client = await clients.for(inventory.members[0]!);
+  for (let i = 0; i < 5; i++) await client.put(`compaction/${i}`).value('x');
+  await client.delete().prefix('compaction/');
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  // As maintain runs it: the lock held around the step.
+  const compactUnderLock = async () => {
+    const lock = held(await acquire('compaction', holderOf('operator-a.example', 8888)));
+    try {
+      const [result] = await runner.runStep(compactStep(inventory, clients));
+      return result!;
+    } finally {
+      await lock.release();
+    }
+  };
+  const first = await compactUnderLock();
+  t.is(first.status, 'changed', first.error);
+  t.regex(first.changes[0]!.summary, /^compact the key-value history up to revision \d+/);
+  for (let run = 0; run < 3; run++) t.is((await compactUnderLock()).status, 'ok', `run ${run + 2}: only locks since the compaction`);
+  await client.put('compaction/after').value('y');
+  t.is((await compactUnderLock()).status, 'changed', 'a key written since: compacted again');
 });
