@@ -627,7 +627,9 @@ test.serial("two operators' clones of the state directory deploy one change at o
     rmSync(dir, { recursive: true, force: true });
     cpSync(LAB_STATE, join(dir, '.etcd-kvm', 'lab'), { recursive: true });
     rmSync(join(dir, '.etcd-kvm', 'lab', 'run.lock'), { force: true });
-    writeFileSync(join(dir, 'lab.yaml'), readFileSync(LAB_INVENTORY, 'utf8').replace('      threshold: 1\n', '      threshold: 2\n'));
+    // The hypervisor's client key and known_hosts are the lab's, named by absolute path from the clone's directory.
+    const yaml = readFileSync(LAB_INVENTORY, 'utf8').replace('      threshold: 1\n', '      threshold: 2\n').replaceAll('../.etcd-kvm/lab/hypervisor/', `${resolve('.etcd-kvm/lab/hypervisor')}/`);
+    writeFileSync(join(dir, 'lab.yaml'), yaml);
     return { dir, inventory: join(dir, 'lab.yaml'), state: join(dir, '.etcd-kvm', 'lab') };
   });
   try {
