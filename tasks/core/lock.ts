@@ -29,7 +29,8 @@ export class LockHeldError extends Error {}
 const LOCK_FILE = 'run.lock';
 const TAKEOVER_FILE = 'run.lock.takeover';
 
-function processExists(pid: number): boolean {
+/** Is a process with this PID running on this host? */
+export function processExists(pid: number): boolean {
   try {
     process.kill(pid, 0);
     return true;

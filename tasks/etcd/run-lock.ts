@@ -2,7 +2,7 @@ import { hostname } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Etcd3 } from 'etcd3';
 import { forDisplay } from '../core/display.ts';
-import { LockHeldError } from '../core/lock.ts';
+import { LockHeldError, processExists } from '../core/lock.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
 import { EtcdClients, type ClientIdentity } from './client.ts';
@@ -287,6 +287,12 @@ async function createOrRead(client: Etcd3, key: string, value: string, leaseId: 
   return { created: false, value: existing?.value.toString() ?? '(no value)', lease: existing?.lease ?? '0' };
 }
 
+/** The key is held, on a lease, by a run of this host whose process is gone. */
+function heldByDeadRunHere(answer: { value: string; lease: string }): boolean {
+  const holder = parseHolderRecord(answer.value);
+  return answer.lease !== '0' && holder !== undefined && holder.host === hostname() && holder.pid !== process.pid && !processExists(holder.pid);
+}
+
 /** Whether root's identity can be presented at all: a CA to verify members with, and a certificate where one is used. */
 const hasCredentials = (identity: ClientIdentity): boolean => identity.caCert !== '' && identity.cert !== '';
 
@@ -311,6 +317,12 @@ export async function acquireClusterRunLock(options: ClusterRunLockOptions): Pro
     const grantSent = Date.now();
     granted = { client, leaseId: (await within(answerMs, 'lease grant', client.leaseClient.leaseGrant({ TTL: ttlS }))).ID };
     answer = await within(answerMs, 'lock transaction', createOrRead(client, key, holderRecord(options.holder), granted.leaseId));
+    if ('created' in answer && !answer.created && heldByDeadRunHere(answer)) {
+      // As for the lock file: a run of this host that is gone (killed) does not hold the cluster for its lease's TTL.
+      // Revoking its lease deletes its key; if two runs do this at once, the transaction still lets one create it.
+      await within(answerMs, 'lease revoke', client.leaseClient.leaseRevoke({ ID: answer.lease })).catch(() => undefined);
+      answer = await within(answerMs, 'lock transaction', createOrRead(client, key, holderRecord(options.holder), granted.leaseId));
+    }
     if ('created' in answer && answer.created) {
       return { kind: 'acquired', lock: new HeldRunLock(key, granted.leaseId, clients, { members: options.members, ttlS, answerMs, onLost: options.onLost }, { answering: index, renewedAt: grantSent }) };
     }

@@ -1,4 +1,6 @@
 import test from 'ava';
+import { spawnSync } from 'node:child_process';
+import { hostname } from 'node:os';
 import type { ChildProcess } from 'node:child_process';
 import { cpSync, mkdtempSync, readdirSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -250,4 +252,17 @@ test("maintain's compaction is done once: the runs' own locks (a put and a delet
   for (let run = 0; run < 3; run++) t.is((await compactUnderLock()).status, 'ok', `run ${run + 2}: only locks since the compaction`);
   await client.put('compaction/after').value('y');
   t.is((await compactUnderLock()).status, 'changed', 'a key written since: compacted again');
+});
+
+test("a lock held by a run of this host whose process is gone (killed -9) is taken over at once, as the lock file is; another host's is not", async (t) => {
+  const gone = spawnSync('true').pid!;
+  const lost: string[] = [];
+  const killed = held(await acquire('killed-here', { host: hostname(), pid: gone, since: new Date().toISOString(), command: 'deploy (killed)' }, { onLost: (why) => lost.push(why) }));
+  const next = held(await acquire('killed-here', holderOf(hostname(), process.pid)));
+  t.is(await next.release(), undefined);
+  await killed.release();
+  const elsewhere = held(await acquire('killed-elsewhere', { host: 'operator-b.example', pid: gone, since: new Date().toISOString(), command: 'deploy' }));
+  const refused = await acquire('killed-elsewhere', holderOf(hostname(), process.pid));
+  t.is(refused.kind, 'refused');
+  await elsewhere.release();
 });
