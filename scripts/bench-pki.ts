@@ -12,17 +12,23 @@ import { loadInventory } from '../tasks/inventory/load.ts';
 import { PkiStore } from '../tasks/pki/store.ts';
 import { pkiStep } from '../tasks/steps/pki.ts';
 
-const { values } = parseArgs({ options: { inventory: { type: 'string', short: 'i', default: 'inventories/lab.yaml' }, runs: { type: 'string', default: '7' } } });
+const { values } = parseArgs({
+  options: { inventory: { type: 'string', short: 'i', default: 'inventories/lab.yaml' }, runs: { type: 'string', default: '7' } },
+});
 const inventory = loadInventory(values.inventory!);
 const timings: number[] = [];
 for (let i = 0; i < Number(values.runs); i++) {
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-bench-pki-'));
   const started = performance.now();
-  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep({ ...inventory, stateDir }, new PkiStore(stateDir)));
+  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(
+    pkiStep({ ...inventory, stateDir }, new PkiStore(stateDir)),
+  );
   timings.push(performance.now() - started);
   if (result?.status !== 'changed') throw new Error(`unexpected PKI result: ${result?.status} ${result?.error ?? ''}`);
   rmSync(stateDir, { recursive: true });
 }
 timings.sort((a, b) => a - b);
 const median = timings[Math.floor(timings.length / 2)]!;
-console.log(`pki cold (${inventory.members.length} members, RSA ${inventory.pki.key_length}): median ${median.toFixed(0)} ms, min ${timings[0]!.toFixed(0)} ms, max ${timings.at(-1)!.toFixed(0)} ms over ${timings.length} runs`);
+console.log(
+  `pki cold (${inventory.members.length} members, RSA ${inventory.pki.key_length}): median ${median.toFixed(0)} ms, min ${timings[0]!.toFixed(0)} ms, max ${timings.at(-1)!.toFixed(0)} ms over ${timings.length} runs`,
+);

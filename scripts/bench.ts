@@ -10,7 +10,7 @@ import { buildCloudInitIso } from '../tasks/libvirt/cloud-init-iso.ts';
  * and a dry-run, each as the median of several runs, started both as documented (`npx tsx`) and with
  * `node --import tsx`; each run's start-up (process start and module loading, before the tool's main)
  * is told apart from the tool's own work by the timing in its --json report. Prints Markdown tables
- * for the README.
+ * for docs/benchmarks.md.
  *
  *   npx tsx scripts/bench.ts [--cold N] [--warm N]      (--cold 0: only the warm runs, on the deployed lab)
  */
@@ -70,13 +70,19 @@ async function removeMembers(): Promise<void> {
     await virsh(['destroy', name]).nothrow();
     await virsh(['undefine', name]).nothrow();
   }
-  const volumes = (await virsh(['vol-list', POOL])).stdout.split('\n').map((line) => line.trim().split(/\s+/)[0]).filter((v): v is string => Boolean(v));
+  const volumes = (await virsh(['vol-list', POOL])).stdout
+    .split('\n')
+    .map((line) => line.trim().split(/\s+/)[0])
+    .filter((v): v is string => Boolean(v));
   for (const volume of volumes) await virsh(['vol-delete', '--pool', POOL, volume]);
 }
 
 async function healthy(ip: string): Promise<boolean> {
   const tls = ['--cacert', `${STATE}/pki/ca.crt`, '--cert', `${STATE}/pki/clients/root.crt`, '--key', `${STATE}/pki/clients/root.key`];
-  const result = await $`ip netns exec etcd-kvm-lab etcdctl --dial-timeout=2s --command-timeout=3s --endpoints=${`https://${ip}:2379`} ${tls} endpoint health`.nothrow().quiet();
+  const result =
+    await $`ip netns exec etcd-kvm-lab etcdctl --dial-timeout=2s --command-timeout=3s --endpoints=${`https://${ip}:2379`} ${tls} endpoint health`
+      .nothrow()
+      .quiet();
   return result.exitCode === 0;
 }
 
@@ -95,15 +101,40 @@ async function lowerBound(): Promise<Record<string, number>> {
   for (const name of Object.keys(MEMBERS)) {
     await virsh(['destroy', name]).nothrow();
     await virsh(['undefine', name]);
-    for (const volume of [`${name}-os.qcow2`, `${name}-data.qcow2`, `${name}-cloud-init.iso`]) await virsh(['vol-delete', '--pool', POOL, volume]).nothrow();
-    await virsh(['vol-create-as', '--pool', POOL, '--name', `${name}-os.qcow2`, '--capacity', '4G', '--format', 'qcow2', '--backing-vol', basePath, '--backing-vol-format', 'qcow2']);
+    for (const volume of [`${name}-os.qcow2`, `${name}-data.qcow2`, `${name}-cloud-init.iso`])
+      await virsh(['vol-delete', '--pool', POOL, volume]).nothrow();
+    await virsh([
+      'vol-create-as',
+      '--pool',
+      POOL,
+      '--name',
+      `${name}-os.qcow2`,
+      '--capacity',
+      '4G',
+      '--format',
+      'qcow2',
+      '--backing-vol',
+      basePath,
+      '--backing-vol-format',
+      'qcow2',
+    ]);
     await virsh(['vol-create-as', '--pool', POOL, '--name', `${name}-data.qcow2`, '--capacity', '1G', '--format', 'qcow2']);
     const rendered = ['user-data', 'meta-data', 'network-config'].map((file) => {
       const content = readFileSync(join(seeds, name, file), 'utf8');
       return { name: file, content, display: content, containsSecrets: false };
     });
     const iso = await buildCloudInitIso(rendered);
-    await virsh(['vol-create-as', '--pool', POOL, '--name', `${name}-cloud-init.iso`, '--capacity', `${iso.bytes.length}`, '--format', 'raw']);
+    await virsh([
+      'vol-create-as',
+      '--pool',
+      POOL,
+      '--name',
+      `${name}-cloud-init.iso`,
+      '--capacity',
+      `${iso.bytes.length}`,
+      '--format',
+      'raw',
+    ]);
     const isoFile = join(seeds, `${name}.iso`);
     writeFileSync(isoFile, iso.bytes);
     await virsh(['vol-upload', '--pool', POOL, `${name}-cloud-init.iso`, isoFile]);
@@ -131,10 +162,11 @@ async function lowerBound(): Promise<Record<string, number>> {
 /** Each QEMU process's share of a core over 5 s while the cluster idles. */
 async function guestIdleCpu(): Promise<number[]> {
   const pids = (await $`pgrep -f qemu-system-x86`.nothrow()).stdout.split('\n').filter(Boolean);
-  const ticks = () => pids.map((pid) => {
-    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
-    return Number(fields[11]) + Number(fields[12]);
-  });
+  const ticks = () =>
+    pids.map((pid) => {
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      return Number(fields[11]) + Number(fields[12]);
+    });
   const before = ticks();
   await new Promise((resolve) => setTimeout(resolve, 5_000));
   const after = ticks();
@@ -161,7 +193,11 @@ async function main(): Promise<void> {
     console.error(`cold run ${i + 1}/${coldRuns}: ${seconds(run.ms)}`);
     const bound = await lowerBound();
     bounds.push(bound);
-    console.error(`lower bound ${i + 1}/${coldRuns}: ${Object.entries(bound).map(([name, ms]) => `${name} ${seconds(ms)}`).join(', ')}`);
+    console.error(
+      `lower bound ${i + 1}/${coldRuns}: ${Object.entries(bound)
+        .map(([name, ms]) => `${name} ${seconds(ms)}`)
+        .join(', ')}`,
+    );
   }
   // The fresh cluster from the lower-bound run has no auth yet and new seeds: converge once, then measure no-ops.
   await timedDeploy();
@@ -195,30 +231,46 @@ async function main(): Promise<void> {
   const coldMedian = median(cold.map((c) => c.ms));
   const steps = [...(cold[0]?.steps.keys() ?? [])];
   const cpu = cpus()[0]?.model ?? 'unknown CPU';
-  console.log(`Measured ${new Date().toISOString().slice(0, 10)} on ${cpus().length} × ${cpu}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}, QEMU TCG (no KVM).\n`);
+  console.log(
+    `Measured ${new Date().toISOString().slice(0, 10)} on ${cpus().length} × ${cpu}, ${Math.round(totalmem() / 2 ** 30)} GiB, Node ${process.version}, QEMU TCG (no KVM).\n`,
+  );
   console.log('| what | median | runs |');
   console.log('|---|---|---|');
   // --cold 0: the warm runs only, on the cluster the lab has.
   if (coldRuns > 0) {
     console.log(`| cold deploy, 3 members (total) | ${seconds(coldMedian)} | ${cold.map((c) => seconds(c.ms)).join(', ')} |`);
-    for (const step of steps) console.log(`| &nbsp;&nbsp;step ${step} (slowest host) | ${seconds(median(cold.map((c) => c.steps.get(step) ?? 0)))} | |`);
+    for (const step of steps)
+      console.log(`| &nbsp;&nbsp;step ${step} (slowest host) | ${seconds(median(cold.map((c) => c.steps.get(step) ?? 0)))} | |`);
     console.log(`| lower bound: slowest VM, virsh start → etcd healthy | ${seconds(slowestVm)} | ${slowest.map(seconds).join(', ')} |`);
   }
-  console.log(`| guest step in a no-op (slowest member: what is left of its probe, asked from the cluster phase on) | ${seconds(median(guestStep))} | ${guestStep.map(seconds).join(', ')} |`);
-  console.log('\n| warm run | started with | total | start-up | the tool\'s work | totals of the runs |');
+  console.log(
+    `| guest step in a no-op (slowest member: what is left of its probe, asked from the cluster phase on) | ${seconds(median(guestStep))} | ${guestStep.map(seconds).join(', ')} |`,
+  );
+  console.log("\n| warm run | started with | total | start-up | the tool's work | totals of the runs |");
   console.log('|---|---|---|---|---|---|');
   const row = (what: string, launcher: string, runs: Timed) =>
-    console.log(`| ${what} | ${launcher} | ${seconds(median(runs.total))} | ${seconds(median(runs.startup))} | ${seconds(median(runs.work))} | ${runs.total.map(seconds).join(', ')} |`);
+    console.log(
+      `| ${what} | ${launcher} | ${seconds(median(runs.total))} | ${seconds(median(runs.startup))} | ${seconds(median(runs.work))} | ${runs.total.map(seconds).join(', ')} |`,
+    );
   for (const launcher of Object.keys(LAUNCHERS) as Launcher[]) row('no-op re-run', `\`${launcher}\``, noop[launcher]);
   for (const launcher of Object.keys(LAUNCHERS) as Launcher[]) row('dry-run', `\`${launcher}\``, dry[launcher]);
   row('no-op without the guest step (`--skip-tags guest`)', '`node --import tsx`', noopNoGuest);
   row('no-op with it, interleaved with the row above', '`node --import tsx`', noopWithGuest);
   const work = median([...noop['npx tsx'].work, ...noop['node --import tsx'].work]);
-  console.log(`\nThe tool's own work in a no-op (start-up excluded, both launchers): ${seconds(work)} median, target ≤ 1.50 s: ${work <= 1_500 ? 'met' : 'NOT met'}.`);
+  console.log(
+    `\nThe tool's own work in a no-op (start-up excluded, both launchers): ${seconds(work)} median, target ≤ 1.50 s: ${work <= 1_500 ? 'met' : 'NOT met'}.`,
+  );
   const added = median(noopWithGuest.total) - median(noopNoGuest.total);
-  console.log(`The guest step adds ${seconds(added)} to a no-op's median (interleaved runs), target ≤ 1.50 s: ${added <= 1_500 ? 'met' : 'NOT met'}.`);
-  if (coldRuns > 0) console.log(`Cold deploy / lower bound: ${(coldMedian / slowestVm).toFixed(2)}, target ≤ 1.10: ${coldMedian / slowestVm <= 1.1 ? 'met' : 'NOT met'}.`);
-  console.log(`\nLoad average at the end: ${load}; the idle guests used ${idle.map((share) => `${Math.round(share * 100)} %`).join(', ')} of a core each (QEMU's CPU time over 5 s).`);
+  console.log(
+    `The guest step adds ${seconds(added)} to a no-op's median (interleaved runs), target ≤ 1.50 s: ${added <= 1_500 ? 'met' : 'NOT met'}.`,
+  );
+  if (coldRuns > 0)
+    console.log(
+      `Cold deploy / lower bound: ${(coldMedian / slowestVm).toFixed(2)}, target ≤ 1.10: ${coldMedian / slowestVm <= 1.1 ? 'met' : 'NOT met'}.`,
+    );
+  console.log(
+    `\nLoad average at the end: ${load}; the idle guests used ${idle.map((share) => `${Math.round(share * 100)} %`).join(', ')} of a core each (QEMU's CPU time over 5 s).`,
+  );
 }
 
 await main();

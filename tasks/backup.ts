@@ -51,7 +51,8 @@ async function snapshotInto(file: SnapshotFile, clients: EtcdClients, member: Me
 function parseKeep(value: unknown): number | undefined {
   if (value === undefined) return undefined;
   const keep = Number(value);
-  if (!/^\d+$/.test(String(value)) || keep < 1) throw new InputError(`--keep ${String(value)}: give a whole number of at least 1 (the newest snapshot is never deleted)`);
+  if (!/^\d+$/.test(String(value)) || keep < 1)
+    throw new InputError(`--keep ${String(value)}: give a whole number of at least 1 (the newest snapshot is never deleted)`);
   return keep;
 }
 
@@ -60,7 +61,10 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
   const { s3 } = settings;
   const missing = (['endpoint', 'bucket', 'object_prefix'] as const).filter((field) => !s3[field]);
   if (missing.length > 0 || s3.access_key.isEmpty || s3.secret_key.isEmpty) {
-    throw new InputError('backup writes where restore reads: set restore.s3 (endpoint, bucket, object_prefix, access_key, secret_key) under defaults', missing.map((field) => `restore.s3.${field} is empty`));
+    throw new InputError(
+      'backup writes where restore reads: set restore.s3 (endpoint, bucket, object_prefix, access_key, secret_key) under defaults',
+      missing.map((field) => `restore.s3.${field} is empty`),
+    );
   }
   const candidates = only ? inventory.members.filter((member) => member.name === only) : inventory.members;
   if (candidates.length === 0) throw new InputError(`--member ${only} is not in the inventory`);
@@ -93,10 +97,14 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
         await bucket.put(keyObjectName(name), sealedKey);
         await bucket.put(name, Readable.from(sealStream(file.read(), dataKey)), sealedSize(size));
       }
-      const lines = [`backed up ${size} bytes from ${from} to ${bucket.where} as ${name}${settings.encryption_key.isEmpty ? ' (not encrypted: restore.encryption_key is empty)' : ' (encrypted)'}`];
+      const lines = [
+        `backed up ${size} bytes from ${from} to ${bucket.where} as ${name}${settings.encryption_key.isEmpty ? ' (not encrypted: restore.encryption_key is empty)' : ' (encrypted)'}`,
+      ];
       if (keep !== undefined) {
         const pruned = await pruneSnapshots(bucket, s3.object_prefix, keep);
-        lines.push(`kept ${pruned.kept.length} snapshot(s) (newest ${pruned.kept.at(-1)}); deleted ${pruned.deleted.length} object(s)${pruned.deleted.length ? `: ${pruned.deleted.join(', ')}` : ''}`);
+        lines.push(
+          `kept ${pruned.kept.length} snapshot(s) (newest ${pruned.kept.at(-1)}); deleted ${pruned.deleted.length} object(s)${pruned.deleted.length ? `: ${pruned.deleted.join(', ')}` : ''}`,
+        );
       }
       return lines;
     });

@@ -31,11 +31,13 @@ process.exitCode = await runTool({
   options: { user: { type: 'string' }, out: { type: 'string' } },
   failure: 'client bundle failed',
   async run(values, path) {
-    if (typeof values.user !== 'string' || typeof values.out !== 'string') throw new InputError(`--user NAME and --out DIR are required\n\n${HELP}`);
+    if (typeof values.user !== 'string' || typeof values.out !== 'string')
+      throw new InputError(`--user NAME and --out DIR are required\n\n${HELP}`);
     const inventory = loadInventory(path);
     const files = clientBundle(inventory, await PkiStore.open(inventory.stateDir), values.user, values.out);
     ensurePrivateDir(values.out);
-    for (const file of files) writeFileAtomic(join(values.out, file.name), typeof file.content === 'string' ? file.content : revealSecret(file.content), file.mode);
+    for (const file of files)
+      writeFileAtomic(join(values.out, file.name), typeof file.content === 'string' ? file.content : revealSecret(file.content), file.mode);
     console.log(`wrote ${files.map((file) => join(values.out as string, file.name)).join(', ')}`);
     return EXIT.ok;
   },

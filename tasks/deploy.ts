@@ -10,14 +10,18 @@ import { loadInventory } from './inventory/load.ts';
 import type { Inventory } from './inventory/model.ts';
 import { LockHeldError, RunLock } from './core/lock.ts';
 import { runDeploy, type PipelineOptions } from './pipeline.ts';
+import { describePlan, phaseTitle, type PlannedPhase } from './deploy/plan.ts';
+import { staleAfter } from './steps/registry.ts';
 import { onLockLoss, takeClusterRunLock } from './etcd/run-lock.ts';
-
 
 async function deploy(options: DeployOptions): Promise<number> {
   const inventory = loadInventory(options.inventory);
   // A dry-run writes nothing, so it takes no lock either.
   const lock = options.dryRun ? undefined : RunLock.acquire(inventory.stateDir);
-  if (lock?.tookOverFrom) console.log(`lock: took over the lock of a run that is gone (PID ${lock.tookOverFrom.pid} on ${lock.tookOverFrom.host} since ${lock.tookOverFrom.since})`);
+  if (lock?.tookOverFrom)
+    console.log(
+      `lock: took over the lock of a run that is gone (PID ${lock.tookOverFrom.pid} on ${lock.tookOverFrom.host} since ${lock.tookOverFrom.since})`,
+    );
   try {
     return await deployLocked(inventory, options);
   } finally {
@@ -27,7 +31,7 @@ async function deploy(options: DeployOptions): Promise<number> {
 
 async function deployLocked(inventory: Inventory, options: DeployOptions): Promise<number> {
   const started = performance.now();
-  const runner = new Runner({ dryRun: options.dryRun, renderer: process.stdout.isTTY ? 'default' : 'simple' });
+  const runner = new Runner({ dryRun: options.dryRun, renderer: process.stdout.isTTY ? 'default' : 'simple', staleAfter });
   // The first SIGINT/SIGTERM lets the change in flight finish and starts no other; connections and
   // tunnels close as the pipeline unwinds, and the recap says what was done. A second one ends at once.
   let signalled = false;
@@ -46,8 +50,14 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   const hold: PipelineOptions['hold'] =
     options.dryRun || options.renderOnly !== undefined
       ? undefined
-      : ({ connections, identities }) => takeClusterRunLock(inventory, { connections, identity: identities.root }, { command: ['deploy', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost });
-  const { written, unreachable, guestAgentUnanswered } = await runDeploy(inventory, runner, { ...options, hold });
+      : ({ connections, identities }) =>
+          takeClusterRunLock(
+            inventory,
+            { connections, identity: identities.root },
+            { command: ['deploy', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost },
+          );
+  const { written, unreachable, guestAgentUnanswered, plan } = await runDeploy(inventory, runner, { ...options, hold });
+  if (plan) return listPhases(plan, runner, options.json);
 
   // Summaries by default; diffs where they are asked for, and in a dry-run, which is a plan to read.
   const changes = formatChanges(runner.results, { dryRun: options.dryRun, diffs: options.diff || options.dryRun });
@@ -64,11 +74,31 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
     // Where the time went: loading this process's modules (before main), and the run itself.
     const timing = { modulesLoadedAtMs: Math.round(MODULES_LOADED_AT_MS), workMs: Math.round(performance.now() - MODULES_LOADED_AT_MS) };
     const phases = runner.phaseTimes.map(({ phase, ms }) => ({ phase, ms: Math.round(ms) }));
-    const report = { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap: Object.fromEntries(recapByHost(runner.results)), unreachable, timing: { ...timing, phases } };
+    const report = {
+      inventory: inventory.path,
+      dryRun: options.dryRun,
+      results: runner.results,
+      recap: Object.fromEntries(recapByHost(runner.results)),
+      unreachable,
+      timing: { ...timing, phases },
+    };
     writeFileSync(options.json, `${JSON.stringify(report, null, 2)}\n`);
   }
   if (lockLoss.lost) return EXIT.failed;
   if (runner.interrupted) return EXIT.interrupted;
+  return runner.failed ? EXIT.failed : EXIT.ok;
+}
+
+/** --list-phases: the plan, one line per phase (and in the --json report, each phase's title and whether it runs). */
+function listPhases(plan: PlannedPhase[], runner: Runner, json: string | undefined): number {
+  const lines = describePlan(plan);
+  console.log(
+    `\nPLAN: the phases a run takes now, in order, after pki and the facts above (${plan.length})\n${lines.map((line) => `  ${line}`).join('\n')}`,
+  );
+  if (json) {
+    const phases = plan.map((phase, i) => ({ phase: phaseTitle(phase), runs: !('skip' in phase && phase.skip), line: lines[i] }));
+    writeFileSync(json, `${JSON.stringify({ gathered: runner.phaseTimes.map(({ phase }) => phase), plan: phases }, null, 2)}\n`);
+  }
   return runner.failed ? EXIT.failed : EXIT.ok;
 }
 

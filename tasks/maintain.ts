@@ -28,10 +28,16 @@ Exit: 0 done (or nothing to do), 1 a step failed or was refused, 2 bad input.`;
 
 process.exitCode = await runTool({
   help: HELP,
-  options: { compact: { type: 'boolean', default: false }, defrag: { type: 'boolean', default: false }, disarm: { type: 'boolean', default: false }, 'dry-run': { type: 'boolean', default: false } },
+  options: {
+    compact: { type: 'boolean', default: false },
+    defrag: { type: 'boolean', default: false },
+    disarm: { type: 'boolean', default: false },
+    'dry-run': { type: 'boolean', default: false },
+  },
   failure: 'maintenance failed',
   async run(values, path) {
-    if (!values.compact && !values.defrag && !values.disarm) throw new InputError(`say what to do: --compact, --defrag and/or --disarm\n\n${HELP}`);
+    if (!values.compact && !values.defrag && !values.disarm)
+      throw new InputError(`say what to do: --compact, --defrag and/or --disarm\n\n${HELP}`);
     const dryRun = values['dry-run'] === true;
     const inventory = loadInventory(path);
     const lock = dryRun ? undefined : RunLock.acquire(inventory.stateDir);
@@ -42,7 +48,13 @@ process.exitCode = await runTool({
     try {
       await withClusterSession(inventory, async ({ clients, connections, root }) => {
         // A run that may change the cluster holds its lock in etcd too, beside the state directory's.
-        const clusterLock = dryRun ? undefined : await takeClusterRunLock(inventory, { connections, identity: () => root }, { command: ['maintain', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost });
+        const clusterLock = dryRun
+          ? undefined
+          : await takeClusterRunLock(
+              inventory,
+              { connections, identity: () => root },
+              { command: ['maintain', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost },
+            );
         const phase = (title: string, step: Parameters<Runner['runStep']>[0]): Phase => ({ title, run: () => runner.runStep(step) });
         try {
           await runner.runPhases([
@@ -62,7 +74,8 @@ process.exitCode = await runTool({
     if (changes) console.log(`\n${changes}`);
     if (record.size > 0) {
       console.log('\ndatabase sizes (before -> after):');
-      for (const [name, { before, after }] of record) console.log(`  ${name}: ${formatBytes(before.dbSize)} -> ${formatBytes(after.dbSize)} (in use ${formatBytes(after.dbSizeInUse)})`);
+      for (const [name, { before, after }] of record)
+        console.log(`  ${name}: ${formatBytes(before.dbSize)} -> ${formatBytes(after.dbSize)} (in use ${formatBytes(after.dbSizeInUse)})`);
     }
     console.log(`\n${formatRecap(runner.results, dryRun, performance.now() - started)}`);
     return runner.failed || lockLoss.lost ? EXIT.failed : EXIT.ok;

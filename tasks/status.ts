@@ -29,7 +29,10 @@ process.exitCode = await runTool({
     const report = await withClusterSession(inventory, async ({ clients, connections, root }) => {
       const caNotAfter = root.caCert ? inspectCertificate(root.caCert).notAfter : undefined;
       const facts = await gatherStatus(inventory, clients, connections, root, caNotAfter);
-      return summarizeStatus(facts, inventory.members.map((member) => member.name));
+      return summarizeStatus(
+        facts,
+        inventory.members.map((member) => member.name),
+      );
     });
     console.log(values.json ? JSON.stringify(report, null, 2) : formatStatusTable(report));
     return report.healthy ? EXIT.ok : EXIT.failed;

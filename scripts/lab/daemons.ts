@@ -34,7 +34,21 @@ const inFirst: Within = (command) => ['ip', 'netns', 'exec', LAB.namespace, ...c
  */
 const inSecond: Within = (command) => {
   const binds = SECOND_LIBVIRT_DIRS.map(([dir, target]) => `mount --bind '${secondPath(dir)}' '${target}' && `).join('');
-  return ['ip', 'netns', 'exec', SECOND.namespace, 'unshare', '--mount', '--propagation', 'private', 'sh', '-c', `${binds}exec "$@"`, 'sh', ...command];
+  return [
+    'ip',
+    'netns',
+    'exec',
+    SECOND.namespace,
+    'unshare',
+    '--mount',
+    '--propagation',
+    'private',
+    'sh',
+    '-c',
+    `${binds}exec "$@"`,
+    'sh',
+    ...command,
+  ];
 };
 
 /** virtlogd and libvirtd start alike: daemonised in the namespace with a PID file under run/. */
@@ -62,11 +76,30 @@ const PLAIN_BASHRC = labPath('root_bashrc');
  * tool sends a hypervisor, measured with strace): a cost of the development machine, not of a
  * hypervisor. The lab's sshds run in a private mount namespace where an empty file stands in for it.
  */
-const withPlainShell = (within: Within): Within => (command) =>
-  within(['unshare', '--mount', '--propagation', 'private', 'sh', '-c', `if [ -f /root/.bashrc ]; then mount --bind '${PLAIN_BASHRC}' /root/.bashrc; fi; exec "$@"`, 'sh', ...command]);
+const withPlainShell =
+  (within: Within): Within =>
+  (command) =>
+    within([
+      'unshare',
+      '--mount',
+      '--propagation',
+      'private',
+      'sh',
+      '-c',
+      `if [ -f /root/.bashrc ]; then mount --bind '${PLAIN_BASHRC}' /root/.bashrc; fi; exec "$@"`,
+      'sh',
+      ...command,
+    ]);
 
 /** An sshd daemonised in a namespace from its own config, ready when every listen address shows its host key. */
-const sshDaemon = (name: string, namespace: string, within: Within, config: string, port: number, addresses: readonly string[]): Daemon => ({
+const sshDaemon = (
+  name: string,
+  namespace: string,
+  within: Within,
+  config: string,
+  port: number,
+  addresses: readonly string[],
+): Daemon => ({
   name,
   command: 'sshd',
   pidFile: run(`${name}.pid`),
@@ -84,9 +117,14 @@ const sshDaemon = (name: string, namespace: string, within: Within, config: stri
   },
 });
 
-const sshd = sshDaemon('sshd', LAB.namespace, inFirst, 'sshd_config', LAB.sshdPortInNamespace, ['127.0.0.1', LAB.macvtap.hypervisorAddress]);
+const sshd = sshDaemon('sshd', LAB.namespace, inFirst, 'sshd_config', LAB.sshdPortInNamespace, [
+  '127.0.0.1',
+  LAB.macvtap.hypervisorAddress,
+]);
 const inClient: Within = (command) => ['ip', 'netns', 'exec', LAB.macvtap.clientNamespace, ...command];
-const bastionSshd = sshDaemon('bastion-sshd', LAB.macvtap.clientNamespace, inClient, 'bastion_sshd_config', LAB.bastion.portInNamespace, ['127.0.0.1']);
+const bastionSshd = sshDaemon('bastion-sshd', LAB.macvtap.clientNamespace, inClient, 'bastion_sshd_config', LAB.bastion.portInNamespace, [
+  '127.0.0.1',
+]);
 /** The second hypervisor's sshd: its sessions run virsh against the second libvirtd. */
 const secondSshd = sshDaemon('lab2-sshd', SECOND.namespace, inSecond, 'lab2_sshd_config', SECOND.sshdPortInNamespace, ['127.0.0.1']);
 
@@ -98,7 +136,10 @@ const forwarderTo = (name: string, listenPort: number, namespace: string, port: 
   start: async () => {
     const child = spawn(
       'socat',
-      [`TCP-LISTEN:${listenPort},bind=${LAB.forwardHost},reuseaddr,fork,nodelay`, `EXEC:ip netns exec ${namespace} socat STDIO TCP4\\:127.0.0.1\\:${port}\\,nodelay,nofork`],
+      [
+        `TCP-LISTEN:${listenPort},bind=${LAB.forwardHost},reuseaddr,fork,nodelay`,
+        `EXEC:ip netns exec ${namespace} socat STDIO TCP4\\:127.0.0.1\\:${port}\\,nodelay,nofork`,
+      ],
       { detached: true, stdio: 'ignore' },
     );
     child.unref();
@@ -116,11 +157,27 @@ const forwarderTo = (name: string, listenPort: number, namespace: string, port: 
 });
 
 const forwarder = forwarderTo('forwarder', LAB.forwardPort, LAB.namespace, LAB.sshdPortInNamespace);
-const bastionForwarder = forwarderTo('bastion-forwarder', LAB.bastion.forwardPort, LAB.macvtap.clientNamespace, LAB.bastion.portInNamespace);
+const bastionForwarder = forwarderTo(
+  'bastion-forwarder',
+  LAB.bastion.forwardPort,
+  LAB.macvtap.clientNamespace,
+  LAB.bastion.portInNamespace,
+);
 const secondForwarder = forwarderTo('lab2-forwarder', SECOND.forwardPort, SECOND.namespace, SECOND.sshdPortInNamespace);
 
 /** In start order; stopped in reverse. */
-export const DAEMONS: Daemon[] = [virtlogd, libvirtd, sshd, forwarder, bastionSshd, bastionForwarder, secondVirtlogd, secondLibvirtd, secondSshd, secondForwarder];
+export const DAEMONS: Daemon[] = [
+  virtlogd,
+  libvirtd,
+  sshd,
+  forwarder,
+  bastionSshd,
+  bastionForwarder,
+  secondVirtlogd,
+  secondLibvirtd,
+  secondSshd,
+  secondForwarder,
+];
 
 /** Host key, authorised client key and config of the hypervisor's sshd; created once, kept across runs. */
 export async function ensureSshdFiles(): Promise<void> {
@@ -152,8 +209,14 @@ export async function ensureSshdFiles(): Promise<void> {
       'Subsystem sftp internal-sftp',
       '',
     ].join('\n');
-  writeFileSync(labPath('sshd_config'), sshdConfig(LAB.sshdPortInNamespace, ['127.0.0.1', LAB.macvtap.hypervisorAddress], hostKey, run('sshd.pid')));
-  writeFileSync(labPath('bastion_sshd_config'), sshdConfig(LAB.bastion.portInNamespace, ['127.0.0.1'], bastionHostKey, run('bastion-sshd.pid')));
+  writeFileSync(
+    labPath('sshd_config'),
+    sshdConfig(LAB.sshdPortInNamespace, ['127.0.0.1', LAB.macvtap.hypervisorAddress], hostKey, run('sshd.pid')),
+  );
+  writeFileSync(
+    labPath('bastion_sshd_config'),
+    sshdConfig(LAB.bastion.portInNamespace, ['127.0.0.1'], bastionHostKey, run('bastion-sshd.pid')),
+  );
   writeFileSync(labPath('lab2_sshd_config'), sshdConfig(SECOND.sshdPortInNamespace, ['127.0.0.1'], secondHostKey, run('lab2-sshd.pid')));
   // What the lab inventories point at: the client key and the pinned host keys of [127.0.0.1]:2222
   // (inventories/lab.yaml, through the forwarder), of the macvtap segment's hypervisor address, of the

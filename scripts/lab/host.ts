@@ -7,7 +7,10 @@ import { labPath } from './config.ts';
 export function chooseAcceleration(): { type: 'kvm' | 'qemu'; why: string } {
   const forced = process.env.ETCD_KVM_LAB_ACCEL;
   if (forced === 'kvm' || forced === 'qemu') return { type: forced, why: `forced by ETCD_KVM_LAB_ACCEL=${forced}` };
-  const flags = readFileSync('/proc/cpuinfo', 'utf8').match(/^flags\s*:(.*)$/m)?.[1]?.split(/\s+/) ?? [];
+  const flags =
+    readFileSync('/proc/cpuinfo', 'utf8')
+      .match(/^flags\s*:(.*)$/m)?.[1]
+      ?.split(/\s+/) ?? [];
   const virt = flags.includes('vmx') || flags.includes('svm');
   if (virt && existsSync('/dev/kvm')) return { type: 'kvm', why: 'the CPU has vmx/svm and /dev/kvm exists' };
   return { type: 'qemu', why: `software emulation (TCG): ${virt ? '/dev/kvm is missing' : 'the CPU has no vmx/svm flag'}` };

@@ -14,9 +14,25 @@ export const IMAGE_RECIPE = {
   suite: 'bookworm',
   mirrors: ['deb http://deb.debian.org/debian bookworm main', 'deb http://deb.debian.org/debian-security bookworm-security main'],
   packages: [
-    'linux-image-cloud-amd64', 'systemd', 'systemd-sysv', 'udev', 'dbus', 'cloud-init', 'cloud-guest-utils',
-    'openssh-server', 'etcd-server', 'etcd-client', 'chrony', 'sudo', 'iproute2', 'netbase', 'ca-certificates',
-    'e2fsprogs', 'less', 'procps', 'prometheus-node-exporter',
+    'linux-image-cloud-amd64',
+    'systemd',
+    'systemd-sysv',
+    'udev',
+    'dbus',
+    'cloud-init',
+    'cloud-guest-utils',
+    'openssh-server',
+    'etcd-server',
+    'etcd-client',
+    'chrony',
+    'sudo',
+    'iproute2',
+    'netbase',
+    'ca-certificates',
+    'e2fsprogs',
+    'less',
+    'procps',
+    'prometheus-node-exporter',
     // The tool asks each member for its guest facts through the agent, over the hypervisor connection (no SSH into the guest).
     'qemu-guest-agent',
   ],
@@ -124,7 +140,9 @@ export async function ensureImage(log: (line: string) => void): Promise<{ path: 
     await $`qemu-img convert -f raw -O qcow2 ${raw} ${partial}`;
     renameSync(partial, path);
     rmSync(rootfs);
-    log(`image: built ${path} in ${seconds(performance.now() - started)} (mmdebstrap ${seconds(debootstrapped - started)}, assembly ${seconds(assembled - debootstrapped)}, qcow2 ${seconds(performance.now() - assembled)})`);
+    log(
+      `image: built ${path} in ${seconds(performance.now() - started)} (mmdebstrap ${seconds(debootstrapped - started)}, assembly ${seconds(assembled - debootstrapped)}, qcow2 ${seconds(performance.now() - assembled)})`,
+    );
     return { path, builtInMs: Math.round(performance.now() - started) };
   } finally {
     await $`umount -R ${mnt}`.nothrow().quiet();
@@ -134,7 +152,21 @@ export async function ensureImage(log: (line: string) => void): Promise<{ path: 
 }
 
 const GRUB_PC = '/usr/lib/grub/i386-pc';
-const GRUB_MODULES = ['biosdisk', 'part_msdos', 'ext2', 'normal', 'linux', 'search', 'search_fs_uuid', 'serial', 'terminal', 'configfile', 'echo', 'test', 'gzio'];
+const GRUB_MODULES = [
+  'biosdisk',
+  'part_msdos',
+  'ext2',
+  'normal',
+  'linux',
+  'search',
+  'search_fs_uuid',
+  'serial',
+  'terminal',
+  'configfile',
+  'echo',
+  'test',
+  'gzio',
+];
 
 /**
  * GRUB for BIOS, placed as grub-install would: boot.img in the MBR, core.img in the gap before the first

@@ -58,7 +58,9 @@ async function up(): Promise<void> {
   await ensureLibvirtObjects(FIRST_HYPERVISOR, image.path, log);
   await ensureLibvirtObjects(SECOND_HYPERVISOR, image.path, log);
   await linkBridges(log);
-  log(`up in ${((performance.now() - started) / 1000).toFixed(1)} s; hypervisors: root@${LAB.forwardHost}:${LAB.forwardPort}, root@${LAB.forwardHost}:${SECOND.forwardPort}`);
+  log(
+    `up in ${((performance.now() - started) / 1000).toFixed(1)} s; hypervisors: root@${LAB.forwardHost}:${LAB.forwardPort}, root@${LAB.forwardHost}:${SECOND.forwardPort}`,
+  );
 }
 
 async function ensureNamespace(): Promise<void> {

@@ -72,7 +72,9 @@ async function ensureBaseVolume(hypervisor: LabHypervisor, imagePath: string, lo
   const current = existsSync(baseStamp(hypervisor)) ? readFileSync(baseStamp(hypervisor), 'utf8').trim() : '';
   if (existsSync(target) && current === imagePath) return;
   if (existsSync(target) && readdirSync(poolDir(hypervisor, LAB.pools.vms)).length > 0) {
-    log(`${hypervisor.name}: base image ${imagePath} is newer, but VM disks still use the old one as backing store; run lab:down first to switch`);
+    log(
+      `${hypervisor.name}: base image ${imagePath} is newer, but VM disks still use the old one as backing store; run lab:down first to switch`,
+    );
     return;
   }
   const partial = join(dir, `.partial-${process.pid}`);
@@ -98,7 +100,10 @@ export async function ensureLibvirtObjects(hypervisor: LabHypervisor, imagePath:
 async function labDomains(): Promise<string[]> {
   const { run: virsh } = virshOn(FIRST_HYPERVISOR);
   const vmsDir = poolDir(FIRST_HYPERVISOR, LAB.pools.vms);
-  const names = (await virsh(['list', '--all', '--name'])).stdout.split('\n').map((line) => line.trim()).filter(Boolean);
+  const names = (await virsh(['list', '--all', '--name'])).stdout
+    .split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean);
   const domains: string[] = [];
   for (const name of names) {
     const xml = (await virsh(['dumpxml', '--inactive', name])).stdout;

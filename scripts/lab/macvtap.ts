@@ -12,7 +12,8 @@ import { stopProcess } from './processes.ts';
 
 const { parent, peer, clientNamespace, hypervisorAddress, clientAddress, prefixLength } = LAB.macvtap;
 
-const linkExists = async (namespace: string, name: string) => (await $`ip -n ${namespace} link show ${name}`.nothrow().quiet()).exitCode === 0;
+const linkExists = async (namespace: string, name: string) =>
+  (await $`ip -n ${namespace} link show ${name}`.nothrow().quiet()).exitCode === 0;
 
 /** Idempotent: recreates whatever a killed run or a recreated lab namespace left missing. */
 export async function ensureMacvtapSegment(log: (line: string) => void): Promise<void> {

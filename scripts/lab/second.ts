@@ -11,7 +11,8 @@ import { stopProcess } from './processes.ts';
  * first one's segment. Everything it has lives under SECOND.dir: `down` removes that directory whole.
  */
 
-const linkExists = async (namespace: string, name: string) => (await $`ip -n ${namespace} link show ${name}`.nothrow().quiet()).exitCode === 0;
+const linkExists = async (namespace: string, name: string) =>
+  (await $`ip -n ${namespace} link show ${name}`.nothrow().quiet()).exitCode === 0;
 
 /** Idempotent: the namespace, and the directories its libvirt daemons use in place of the machine's (the machine's *.conf copied in on every up). */
 export async function ensureSecondHypervisor(log: (line: string) => void): Promise<void> {

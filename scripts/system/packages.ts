@@ -19,7 +19,7 @@ const PACKAGES = {
   'etcd-client': 'etcdctl: the tests look at etcd from outside the tool',
   openssl: 'openssl verify / x509 / s_client read back what the PKI issues',
   'openssh-client': 'ssh-keygen reads the SSH key; ssh reaches the lab members',
-  'openssh-server': "a real sshd for the SSH transport tests and the lab hypervisor",
+  'openssh-server': 'a real sshd for the SSH transport tests and the lab hypervisor',
   xorriso: 'the tool builds cloud-init seed ISOs with it',
   curl: "the etcd REST gateway and the node exporter's /metrics",
   sudo: 'visudo checks the sudoers rules the guests get',
@@ -36,15 +36,44 @@ const PACKAGES = {
   'grub-pc-bin': 'boot loader of the image',
   'grub2-common': 'boot loader of the image',
   fdisk: 'partitions the image',
-  'e2fsprogs': "file systems of the image; mkfs.ext4 for the data disk's format guard test",
+  e2fsprogs: "file systems of the image; mkfs.ext4 for the data disk's format guard test",
 } as const satisfies Record<string, string>;
 
 export type PackageName = keyof typeof PACKAGES;
 
-const TEST: PackageName[] = ['libvirt-clients', 'libxml2-utils', 'cloud-init', 'etcd-server', 'etcd-client', 'openssl', 'openssh-client', 'openssh-server', 'xorriso', 'curl', 'sudo', 'e2fsprogs'];
+const TEST: PackageName[] = [
+  'libvirt-clients',
+  'libxml2-utils',
+  'cloud-init',
+  'etcd-server',
+  'etcd-client',
+  'openssl',
+  'openssh-client',
+  'openssh-server',
+  'xorriso',
+  'curl',
+  'sudo',
+  'e2fsprogs',
+];
 const LAB: PackageName[] = [
-  'libvirt-daemon-system', 'libvirt-daemon-driver-qemu', 'libvirt-clients', 'qemu-system-x86', 'qemu-utils', 'dnsmasq-base', 'iproute2', 'iptables',
-  'socat', 'openssh-server', 'openssh-client', 'xorriso', 'mmdebstrap', 'grub-pc-bin', 'grub2-common', 'fdisk', 'e2fsprogs', 'etcd-client',
+  'libvirt-daemon-system',
+  'libvirt-daemon-driver-qemu',
+  'libvirt-clients',
+  'qemu-system-x86',
+  'qemu-utils',
+  'dnsmasq-base',
+  'iproute2',
+  'iptables',
+  'socat',
+  'openssh-server',
+  'openssh-client',
+  'xorriso',
+  'mmdebstrap',
+  'grub-pc-bin',
+  'grub2-common',
+  'fdisk',
+  'e2fsprogs',
+  'etcd-client',
 ];
 
 /** What each command of the project needs: `npm test`, the lab, and the end-to-end tests, which drive the lab and look at it with the test tools. */
@@ -80,6 +109,7 @@ export function missingPackages(wanted: readonly string[], installed: ReadonlySe
 /** Installed state of the named packages in one dpkg-query call; no dpkg at all means none is installed. */
 async function queryInstalled(names: readonly string[]): Promise<Set<string>> {
   try {
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: ${Package} and ${Status} are dpkg-query's --showformat fields, not JavaScript
     const { stdout } = await execFileAsync('dpkg-query', ['-W', '-f=${Package} ${Status}\n', ...names]);
     return parseInstalled(stdout);
   } catch (error) {
@@ -92,7 +122,10 @@ async function queryInstalled(names: readonly string[]): Promise<Set<string>> {
 export class PackageInstallError extends Error {}
 
 async function hasCommand(name: string): Promise<boolean> {
-  return execFileAsync('sh', ['-c', 'command -v "$1"', 'sh', name]).then(() => true, () => false);
+  return execFileAsync('sh', ['-c', 'command -v "$1"', 'sh', name]).then(
+    () => true,
+    () => false,
+  );
 }
 
 /** Installs what `set` needs and is missing, saying so; installs nothing when all is there. */
@@ -100,15 +133,27 @@ export async function ensurePackages(set: PackageSet, log: (line: string) => voi
   const missing = missingPackages(PACKAGE_SETS[set], await queryInstalled(PACKAGE_SETS[set]));
   if (missing.length === 0) return [];
   const manual = `apt-get install ${missing.join(' ')}`;
-  if (!(await hasCommand('apt-get'))) throw new PackageInstallError(`missing Debian packages ${missing.join(', ')} and this machine has no apt-get: install their equivalents by hand (${missing.map((name) => `${name}: ${describePackage(name as PackageName)}`).join('; ')})`);
-  if (process.getuid?.() !== 0) throw new PackageInstallError(`missing Debian packages ${missing.join(', ')}: run as root so they can be installed, or run \`${manual}\` as root first`);
+  if (!(await hasCommand('apt-get')))
+    throw new PackageInstallError(
+      `missing Debian packages ${missing.join(', ')} and this machine has no apt-get: install their equivalents by hand (${missing.map((name) => `${name}: ${describePackage(name as PackageName)}`).join('; ')})`,
+    );
+  if (process.getuid?.() !== 0)
+    throw new PackageInstallError(
+      `missing Debian packages ${missing.join(', ')}: run as root so they can be installed, or run \`${manual}\` as root first`,
+    );
   log(`installing ${missing.join(' ')} from Debian`);
   const environment = { ...process.env, DEBIAN_FRONTEND: 'noninteractive' };
   try {
     await execFileAsync('apt-get', ['update', '-q'], { env: environment, maxBuffer: 64 << 20 });
-    await execFileAsync('apt-get', ['install', '-y', '-q', '--no-install-recommends', ...missing], { env: environment, maxBuffer: 64 << 20 });
+    await execFileAsync('apt-get', ['install', '-y', '-q', '--no-install-recommends', ...missing], {
+      env: environment,
+      maxBuffer: 64 << 20,
+    });
   } catch (error) {
-    const stderr = String((error as { stderr?: string }).stderr ?? '').trim().split('\n').filter((line) => /^E:/.test(line));
+    const stderr = String((error as { stderr?: string }).stderr ?? '')
+      .trim()
+      .split('\n')
+      .filter((line) => /^E:/.test(line));
     throw new PackageInstallError(`\`${manual}\` failed: ${stderr.join('; ') || (error as Error).message}`);
   }
   // Debian starts etcd.service on install where systemd runs; the tests start their own members on its ports.

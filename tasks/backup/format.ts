@@ -27,7 +27,8 @@ function seal(key: Uint8Array, plaintext: Uint8Array): Buffer {
 }
 
 function open(key: Uint8Array, sealed: Uint8Array, what: string): Uint8Array {
-  if (sealed.length < NONCE_BYTES + TAG_BYTES) throw new BackupFormatError(`${what} is too short to be sealed data (${sealed.length} bytes)`);
+  if (sealed.length < NONCE_BYTES + TAG_BYTES)
+    throw new BackupFormatError(`${what} is too short to be sealed data (${sealed.length} bytes)`);
   try {
     return xchacha20poly1305(key, sealed.subarray(0, NONCE_BYTES)).decrypt(sealed.subarray(NONCE_BYTES));
   } catch {
@@ -96,7 +97,9 @@ interface Dump {
 
 /** The bucket's snapshots under a prefix, oldest first. Names that do not parse are not snapshots. */
 function dumpsIn(names: readonly string[], prefix: string): Dump[] {
-  const pattern = new RegExp(`^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}-(\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(?:\\.\\d+)?Z)\\.dump$`);
+  const pattern = new RegExp(
+    `^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}-(\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(?:\\.\\d+)?Z)\\.dump$`,
+  );
   return names
     .map((name) => ({ name, time: pattern.exec(name)?.[1] }))
     .filter((entry): entry is Dump => entry.time !== undefined && !Number.isNaN(Date.parse(entry.time)))

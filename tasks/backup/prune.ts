@@ -24,7 +24,9 @@ export async function pruneSnapshots(bucket: PrunableBucket, prefix: string, kee
     try {
       await bucket.delete(name);
     } catch (error) {
-      throw new Error(`deleting ${name} failed after deleting ${deleted.length} object(s)${deleted.length ? ` (${deleted.join(', ')})` : ''}: ${(error as Error).message}`);
+      throw new Error(
+        `deleting ${name} failed after deleting ${deleted.length} object(s)${deleted.length ? ` (${deleted.join(', ')})` : ''}: ${(error as Error).message}`,
+      );
     }
     deleted.push(name);
   }

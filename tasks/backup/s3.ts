@@ -33,7 +33,11 @@ export class SnapshotBucket {
       responseChecksumValidation: 'WHEN_REQUIRED',
       credentials: { accessKeyId: revealSecret(settings.access_key), secretAccessKey: revealSecret(settings.secret_key) },
       // Bounded: an S3 endpoint that stops answering fails the run instead of hanging it.
-      requestHandler: new NodeHttpHandler({ connectionTimeout: 10_000, requestTimeout: 300_000, ...(settings.ca_cert ? { httpsAgent: new Agent({ ca: settings.ca_cert }) } : {}) }),
+      requestHandler: new NodeHttpHandler({
+        connectionTimeout: 10_000,
+        requestTimeout: 300_000,
+        ...(settings.ca_cert ? { httpsAgent: new Agent({ ca: settings.ca_cert }) } : {}),
+      }),
     });
   }
 
@@ -47,8 +51,11 @@ export class SnapshotBucket {
     let pages = 0;
     do {
       // A listing that never ends (a server repeating its token) is an error, not a loop.
-      if (++pages > MAX_LIST_PAGES) throw new Error(`${this.where}: listing ${prefix}* returned more than ${MAX_LIST_PAGES} pages; use a more specific object_prefix`);
-      const page = await this.#client.send(new ListObjectsV2Command({ Bucket: this.settings.bucket, Prefix: prefix, ContinuationToken: token }));
+      if (++pages > MAX_LIST_PAGES)
+        throw new Error(`${this.where}: listing ${prefix}* returned more than ${MAX_LIST_PAGES} pages; use a more specific object_prefix`);
+      const page = await this.#client.send(
+        new ListObjectsV2Command({ Bucket: this.settings.bucket, Prefix: prefix, ContinuationToken: token }),
+      );
       for (const object of page.Contents ?? []) if (object.Key) names.push(object.Key);
       token = page.IsTruncated ? page.NextContinuationToken : undefined;
     } while (token);
@@ -87,7 +94,8 @@ export class SnapshotBucket {
    */
   async put(name: string, body: Buffer | Readable, length = Buffer.isBuffer(body) ? body.length : undefined): Promise<void> {
     if (length === undefined) throw new Error(`${name}: the length of a streamed upload must be known`);
-    if (length > MAX_PUT_BYTES) throw new Error(`${name} is ${length} bytes, more than S3's 5 GiB for one upload; multipart uploads are not implemented`);
+    if (length > MAX_PUT_BYTES)
+      throw new Error(`${name} is ${length} bytes, more than S3's 5 GiB for one upload; multipart uploads are not implemented`);
     await this.#client.send(new PutObjectCommand({ Bucket: this.settings.bucket, Key: name, Body: body, ContentLength: length }));
   }
 

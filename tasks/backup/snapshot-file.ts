@@ -49,7 +49,8 @@ export class SnapshotFile {
     const damaged = new Error(`${where} is not an intact etcd snapshot (its trailing SHA-256 does not match)`);
     if (size <= 32) throw damaged;
     const hash = createHash('sha256');
-    for await (const piece of createReadStream(this.path, { start: 0, end: size - 33, highWaterMark: 1024 * 1024 })) hash.update(piece as Buffer);
+    for await (const piece of createReadStream(this.path, { start: 0, end: size - 33, highWaterMark: 1024 * 1024 }))
+      hash.update(piece as Buffer);
     const trailer: Buffer[] = [];
     for await (const piece of createReadStream(this.path, { start: size - 32 })) trailer.push(piece as Buffer);
     if (!hash.digest().equals(Buffer.concat(trailer))) throw damaged;

@@ -42,7 +42,9 @@ export class SnapshotSource {
     this.#chosen ??= this.bucket.list(this.restore.s3.object_prefix).then((names) => {
       const chosen = chooseDump(names, this.restore.s3.object_prefix, this.restore.backup_timestamp);
       if (chosen) return chosen;
-      const which = this.restore.backup_timestamp ? `${this.restore.s3.object_prefix}-${this.restore.backup_timestamp}.dump` : `${this.restore.s3.object_prefix}-<timestamp>.dump`;
+      const which = this.restore.backup_timestamp
+        ? `${this.restore.s3.object_prefix}-${this.restore.backup_timestamp}.dump`
+        : `${this.restore.s3.object_prefix}-<timestamp>.dump`;
       throw new Error(`no snapshot ${which} in ${this.bucket.where} (restore.s3.object_prefix, restore.backup_timestamp)`);
     });
     return this.#chosen;
@@ -59,7 +61,11 @@ export class SnapshotSource {
       const file = new SnapshotFile('restore');
       try {
         const dump = await this.bucket.getStream(name, this.#cap);
-        await file.write(key.isEmpty ? dump : openStream(dump, openDataKey(await this.bucket.get(keyObjectName(name), S3_KEY_OBJECT_CAP), masterKeyFromHex(key.reveal()))));
+        await file.write(
+          key.isEmpty
+            ? dump
+            : openStream(dump, openDataKey(await this.bucket.get(keyObjectName(name), S3_KEY_OBJECT_CAP), masterKeyFromHex(key.reveal()))),
+        );
         await file.verify(`${name}${key.isEmpty ? ' (restore.encryption_key is empty: read as unencrypted)' : ''}`);
         return file;
       } catch (error) {

@@ -1,10 +1,13 @@
 import { parseArgs } from 'node:util';
 import { InputError } from '../core/errors.ts';
+import { tagsHelp } from '../steps/registry.ts';
 
 export interface DeployOptions {
   inventory: string;
   dryRun: boolean;
   renderOnly?: string;
+  /** --list-phases: gather, print the plan, change nothing. */
+  listPhases: boolean;
   limit?: string[];
   tags?: string[];
   skipTags?: string[];
@@ -31,9 +34,11 @@ Options:
       --render-only DIR  issue/reuse certificates, write every rendered file under DIR/<member>/
                          and stop; contacts no hypervisor
       --limit NAMES      comma-separated member names to act on (the others are left alone)
-      --tags STEPS       run only these steps (comma-separated): volumes, cloud-init, domain,
-                         restore, guest, health, auth, users; pki, cluster and render always run
+      --tags STEPS       run only these steps (comma-separated); the others always run:
+${tagsHelp('                           ')}
       --skip-tags STEPS  run every step but these
+      --list-phases      ask the cluster what it is, then print the phases a run would take, one
+                         per line (as a dry-run would run them), and change nothing
       --renew-certs      re-issue every member and client certificate now (they are also
                          renewed within pki.early_renewal_period of expiry); the guest step
                          pushes them, no restart needed
@@ -53,16 +58,24 @@ Options:
 Exit codes: 0 success, 1 a step failed, 2 bad input (inventory or flags); nothing is changed on 2.
 Secrets (private keys, passwords) are never printed, not even in dry-run diffs.`;
 
-const list = (value: string) => value.split(',').map((name) => name.trim()).filter(Boolean);
+const list = (value: string) =>
+  value
+    .split(',')
+    .map((name) => name.trim())
+    .filter(Boolean);
 
 export function parseDeployOptions(argv: string[]): DeployOptions {
-  let parsed;
+  let parsed: {
+    values: Partial<Record<'inventory' | 'render-only' | 'limit' | 'tags' | 'skip-tags' | 'replace' | 'adopt' | 'json', string>> &
+      Record<'dry-run' | 'list-phases' | 'check' | 'renew-certs' | 'diff' | 'profile' | 'debug' | 'help', boolean>;
+  };
   try {
     parsed = parseArgs({
       args: argv,
       options: {
         inventory: { type: 'string', short: 'i' },
         'dry-run': { type: 'boolean', default: false },
+        'list-phases': { type: 'boolean', default: false },
         check: { type: 'boolean', default: false },
         'render-only': { type: 'string' },
         limit: { type: 'string' },
@@ -84,13 +97,19 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     throw new InputError(`${(error as Error).message}; see --help`);
   }
   const { values } = parsed;
-  if (values.help) return { inventory: '', dryRun: false, renewCerts: false, diff: false, profile: false, debug: false, help: true };
+  if (values.help)
+    return { inventory: '', dryRun: false, listPhases: false, renewCerts: false, diff: false, profile: false, debug: false, help: true };
   if (!values.inventory) throw new InputError('missing -i/--inventory FILE; see --help');
-  const dryRun = values['dry-run'] || values.check;
-  if (dryRun && values['render-only']) throw new InputError('--dry-run and --render-only exclude each other: --render-only already contacts nothing');
+  // Listing the phases gathers what a dry-run gathers, and changes nothing either.
+  const dryRun = values['dry-run'] || values.check || values['list-phases'];
+  if (values['list-phases'] && values['render-only'])
+    throw new InputError('--list-phases and --render-only exclude each other: --render-only renders only');
+  if (dryRun && values['render-only'])
+    throw new InputError('--dry-run and --render-only exclude each other: --render-only already contacts nothing');
   return {
     inventory: values.inventory,
     dryRun,
+    listPhases: values['list-phases'],
     ...(values['render-only'] ? { renderOnly: values['render-only'] } : {}),
     ...(values.limit ? { limit: list(values.limit) } : {}),
     ...(values.tags ? { tags: list(values.tags) } : {}),

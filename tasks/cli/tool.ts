@@ -25,7 +25,11 @@ export async function runTool(tool: Tool, argv = process.argv.slice(2)): Promise
   silenceKnownWarnings();
   let values: FlagValues;
   try {
-    ({ values } = parseArgs({ args: argv, options: { ...tool.options, inventory: { type: 'string', short: 'i' }, help: { type: 'boolean', short: 'h' } }, strict: true }));
+    ({ values } = parseArgs({
+      args: argv,
+      options: { ...tool.options, inventory: { type: 'string', short: 'i' }, help: { type: 'boolean', short: 'h' } },
+      strict: true,
+    }));
   } catch (error) {
     return reportInputError(new InputError(`${(error as Error).message}\n\n${tool.help}`));
   }

@@ -79,7 +79,8 @@ function readText(path: string): string | undefined {
 function parseHolder(text: string): LockHolder | undefined {
   try {
     const holder = JSON.parse(text) as Partial<LockHolder>;
-    if (typeof holder.pid === 'number' && typeof holder.host === 'string' && typeof holder.since === 'string') return { pid: holder.pid, host: holder.host, since: holder.since };
+    if (typeof holder.pid === 'number' && typeof holder.host === 'string' && typeof holder.since === 'string')
+      return { pid: holder.pid, host: holder.host, since: holder.since };
   } catch {
     // Not a holder: said by the caller.
   }
@@ -98,7 +99,9 @@ function heldError(path: string, holder: LockHolder): LockHeldError {
 
 function unreadableError(path: string): LockHeldError {
   // A run of an older version writes its lock after creating it: empty for a moment, so it may be live.
-  return new LockHeldError(`${path} does not name a run (empty or damaged; a run may be taking it right now). If no run is going, remove the file and run again.`);
+  return new LockHeldError(
+    `${path} does not name a run (empty or damaged; a run may be taking it right now). If no run is going, remove the file and run again.`,
+  );
 }
 
 type Attempt = { won: true; tookOverFrom?: LockHolder } | { won: false; retry: true };
@@ -115,9 +118,13 @@ function takeOver(path: string, mine: string, staleText: string, stale: LockHold
     const taker = parseHolder(text);
     if (taker && isStale(taker)) {
       // Left by a run killed while taking over (a few milliseconds): removing it safely would need a third lock.
-      throw new LockHeldError(`${guard} was left by a run that is gone (PID ${taker.pid}) while it took over ${path}. If no run is going, remove both files and run again.`);
+      throw new LockHeldError(
+        `${guard} was left by a run that is gone (PID ${taker.pid}) while it took over ${path}. If no run is going, remove both files and run again.`,
+      );
     }
-    throw new LockHeldError(`another run${taker ? ` (PID ${taker.pid} on ${taker.host})` : ''} is taking over the stale lock ${path} right now; run again when it is done.`);
+    throw new LockHeldError(
+      `another run${taker ? ` (PID ${taker.pid} on ${taker.host})` : ''} is taking over the stale lock ${path} right now; run again when it is done.`,
+    );
   }
   try {
     if (readText(path) !== staleText) return { won: false, retry: true };

@@ -25,7 +25,9 @@ function fromFile(path: string): Secret {
     // The mode of the file opened, not of a name that could change between a check and the read.
     const mode = fstatSync(fd).mode & 0o777;
     if (mode & SHARED_BITS) {
-      throw new InputError(`${PASSPHRASE_FILE_ENV}: ${path} is open to group or others (mode ${mode.toString(8).padStart(4, '0')}); make it private: chmod 600 ${path}`);
+      throw new InputError(
+        `${PASSPHRASE_FILE_ENV}: ${path} is open to group or others (mode ${mode.toString(8).padStart(4, '0')}); make it private: chmod 600 ${path}`,
+      );
     }
     text = readFileSync(fd, 'utf8');
   } catch (error) {
@@ -92,7 +94,8 @@ export async function readPassphrase(question: string, { confirm = false } = {})
   let passphrase = environmentPassphrase();
   if (!passphrase && process.stdin.isTTY && process.stderr.isTTY) {
     passphrase = await prompt(question);
-    if (confirm && !(await prompt(`${question} (again)`)).equals(passphrase)) throw new InputError('the two passphrases differ; nothing was changed');
+    if (confirm && !(await prompt(`${question} (again)`)).equals(passphrase))
+      throw new InputError('the two passphrases differ; nothing was changed');
   }
   if (passphrase?.isEmpty) throw new InputError(`the passphrase is empty (${PASSPHRASE_SOURCES})`);
   return passphrase;

@@ -9,16 +9,26 @@ import type { Diff, Status, StepResult } from './step.ts';
 
 /** A unified diff of display-safe text (secrets already masked by the renderer). */
 export function unifiedDiff(diff: Diff): string {
-  const patch = createTwoFilesPatch(`${diff.label} (current)`, `${diff.label} (wanted)`, diff.before, diff.after, undefined, undefined, { context: 3 });
+  const patch = createTwoFilesPatch(`${diff.label} (current)`, `${diff.label} (wanted)`, diff.before, diff.after, undefined, undefined, {
+    context: 3,
+  });
   // Drop the "====" header line jsdiff adds before the file names.
-  return patch.split('\n').filter((line) => !line.startsWith('=====')).join('\n').trimEnd();
+  return patch
+    .split('\n')
+    .filter((line) => !line.startsWith('====='))
+    .join('\n')
+    .trimEnd();
 }
 
 function indent(text: string, by: string): string {
-  return text.split('\n').map((line) => `${by}${line}`).join('\n');
+  return text
+    .split('\n')
+    .map((line) => `${by}${line}`)
+    .join('\n');
 }
 
-const rollLength = (results: readonly StepResult[], step: string) => Math.max(...results.filter((r) => r.step === step).map((r) => r.rollPosition ?? 0));
+const rollLength = (results: readonly StepResult[], step: string) =>
+  Math.max(...results.filter((r) => r.step === step).map((r) => r.rollPosition ?? 0));
 
 /** What changed (or would change), host by host, step by step, with diffs. */
 export function formatChanges(results: readonly StepResult[], { dryRun, diffs }: { dryRun: boolean; diffs: boolean }): string {
@@ -35,7 +45,9 @@ export function formatChanges(results: readonly StepResult[], { dryRun, diffs }:
         continue;
       }
       // A rolling step's members change wave by wave: say which wave each changed in.
-      const step = result.rollPosition ? `${result.step} (roll ${result.rollPosition} of ${rollLength(results, result.step)})` : result.step;
+      const step = result.rollPosition
+        ? `${result.step} (roll ${result.rollPosition} of ${rollLength(results, result.step)})`
+        : result.step;
       for (const change of result.changes) {
         lines.push(`  ${step}: ${dryRun ? 'would ' : ''}${change.summary}`);
         if (diffs && change.diff) lines.push(indent(unifiedDiff(change.diff), '    '));
@@ -61,7 +73,9 @@ export function recapByHost(results: readonly StepResult[]): Map<string, HostRec
 export function formatRecap(results: readonly StepResult[], dryRun: boolean, elapsedMs?: number): string {
   const recap = recapByHost(results);
   const width = Math.max(...[...recap.keys()].map((host) => host.length), 4);
-  const lines = [`RECAP${dryRun ? ' (dry-run: nothing was changed)' : ''}${elapsedMs === undefined ? '' : ` in ${(elapsedMs / 1000).toFixed(1)} s`}`];
+  const lines = [
+    `RECAP${dryRun ? ' (dry-run: nothing was changed)' : ''}${elapsedMs === undefined ? '' : ` in ${(elapsedMs / 1000).toFixed(1)} s`}`,
+  ];
   for (const [host, counts] of recap) {
     lines.push(`${host.padEnd(width)}  ok=${counts.ok}  changed=${counts.changed}  failed=${counts.failed}  skipped=${counts.skipped}`);
   }
@@ -69,7 +83,9 @@ export function formatRecap(results: readonly StepResult[], dryRun: boolean, ela
 }
 
 /** After the recap: each hypervisor the run could not reach, the members it failed, and why. */
-export function formatUnreachable(unreachable: readonly { hypervisor: string; members: readonly string[]; at: string; reason: string; detail?: string }[]): string {
+export function formatUnreachable(
+  unreachable: readonly { hypervisor: string; members: readonly string[]; at: string; reason: string; detail?: string }[],
+): string {
   if (unreachable.length === 0) return '';
   const line = ({ hypervisor, members, at, reason, detail }: (typeof unreachable)[number]) => {
     const who = members.join(', ') || 'no member in this run';
@@ -94,8 +110,12 @@ export function formatProfile(results: readonly StepResult[], phases: readonly {
   const ordered = [...steps].sort(([, a], [, b]) => slowest(b) - slowest(a));
   const width = Math.max(...ordered.map(([step]) => step.length), 4);
   const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
-  const lines = ['PROFILE (each step on each host, slowest step first)', ...ordered.map(([step, hosts]) => `${step.padEnd(width)}  ${[...hosts].map(([host, ms]) => `${host} ${seconds(ms)}`).join('  ')}`)];
+  const lines = [
+    'PROFILE (each step on each host, slowest step first)',
+    ...ordered.map(([step, hosts]) => `${step.padEnd(width)}  ${[...hosts].map(([host, ms]) => `${host} ${seconds(ms)}`).join('  ')}`),
+  ];
   // Phases hold what no step's time shows: facts asked ahead for later steps, the cluster probe, waits.
-  if (phases.length > 0) lines.push(`phases (wall-clock, in order): ${phases.map(({ phase, ms }) => `${phase} ${seconds(ms)}`).join(', ')}`);
+  if (phases.length > 0)
+    lines.push(`phases (wall-clock, in order): ${phases.map(({ phase, ms }) => `${phase} ${seconds(ms)}`).join(', ')}`);
   return forDisplay(lines.join('\n'));
 }

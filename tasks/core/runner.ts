@@ -1,21 +1,38 @@
-import { Listr, type ListrTask } from 'listr2';
 import { describeError } from './errors.ts';
 import { Progress } from './progress.ts';
 import { forDisplay } from './display.ts';
-import { CONTROL_NODE, type AnyStep, type Change, type StepResult } from './step.ts';
+import { FactCache } from './facts.ts';
+import { RunLog, type PhaseOutcome, type RunEvent, type RunListener } from './events.ts';
+import { ListrView } from './listr-view.ts';
+import { CONTROL_NODE, type AnyStep, type Change, type Fact, type Patience, type StepResult, type Wait } from './step.ts';
 
 export interface RunOptions {
   dryRun: boolean;
+  /** The kinds of facts a step's change makes stale on its target (the deploy's registry); none when not given. */
+  staleAfter?: (step: string) => readonly string[];
   /** Progress output; 'silent' for tests and --json runs that want a clean stdout. */
   renderer: 'default' | 'simple' | 'silent';
 }
 
 export interface Phase {
   title: string;
-  run: () => Promise<StepResult[] | string | void>;
+  run: () => Promise<StepResult[] | string | undefined>;
   /** Why this phase does not run at all (not selected by --tags). */
   skip?: string;
+  /** Asked when the phase's turn comes: why it does not run after all (an earlier failure), if so. */
+  skipIf?: () => string | undefined;
 }
+
+/** A run waits out every deadline and fails what is not ready by it; a dry-run looks once and reports why. */
+export const patienceOf = (dryRun: boolean): Patience =>
+  dryRun
+    ? { windowMs: () => 0, notReady: (error) => describeError(error) }
+    : {
+        windowMs: (deadlineMs) => deadlineMs,
+        notReady: (error) => {
+          throw error;
+        },
+      };
 
 interface Planned {
   target: string;
@@ -25,9 +42,11 @@ interface Planned {
   extra: Partial<StepResult>;
 }
 
-const summarise = (changes: readonly Change<unknown>[]) => ({ changes: changes.map(({ summary, diff }) => ({ summary, ...(diff ? { diff } : {}) })) });
+const summarise = (changes: readonly Change<unknown>[]) => ({
+  changes: changes.map(({ summary, diff }) => ({ summary, ...(diff ? { diff } : {}) })),
+});
 
-function resultFactory(step: AnyStep, host: string, started: number) {
+function resultFactory(step: { name: string }, host: string, started: number) {
   return (status: StepResult['status'], extra: Partial<StepResult> = {}): StepResult => ({
     step: step.name,
     host,
@@ -41,19 +60,52 @@ function resultFactory(step: AnyStep, host: string, started: number) {
 /**
  * Runs steps in order; within a step, every target in parallel, or in waves for a rolling step. A host
  * that fails is skipped by the steps after it, as Ansible removes a failed host from the rest of the play.
+ * It shows nothing itself: it emits what happens (core/events.ts), and listr2 and the run's log listen.
  */
 export class Runner {
-  readonly results: StepResult[] = [];
-  /** Each phase's wall-clock time, in the order they ran: a phase's own work (facts asked ahead for later steps, waits between steps) counts here and in no step. */
-  readonly phaseTimes: { phase: string; ms: number }[] = [];
+  /** Every step's result and each phase's time, as the run's log heard them. */
+  readonly log = new RunLog();
+  readonly #listeners: RunListener[] = [this.log.listener];
+  readonly #view: ListrView;
   /** What hosts wait on in the running phase: shown under it (terminal) or as timestamped lines. */
   readonly progress = new Progress();
   readonly #failedHosts = new Set<string>();
   #interrupted: string | undefined;
-  /** Checks started ahead of their step, per `step@target`, with how many results there were then. */
-  readonly #early = new Map<string, { resultsBefore: number; state: Promise<{ state: unknown } | undefined> }>();
+  /** The facts asked ahead of the steps that take them; a change drops what it makes stale. */
+  readonly facts = new FactCache();
+  /** The kind of facts each early-checked step reads. */
+  readonly #earlyReads = new Map<string, string>();
 
-  constructor(readonly options: RunOptions) {}
+  /** How long checks may wait: the run's whole deadline, or (dry-run) one look. */
+  readonly patience: Patience;
+
+  constructor(readonly options: RunOptions) {
+    this.patience = patienceOf(options.dryRun);
+    this.#view = new ListrView(options.renderer, this.progress);
+    this.#listeners.push(this.#view.listener);
+  }
+
+  /** Every step's result so far, in the order they were recorded. */
+  get results(): readonly StepResult[] {
+    return this.log.results;
+  }
+
+  get phaseTimes(): readonly { phase: string; ms: number }[] {
+    return this.log.phaseTimes;
+  }
+
+  /** `listener` hears everything the run does from now on. */
+  on(listener: RunListener): void {
+    this.#listeners.push(listener);
+  }
+
+  #emit(event: RunEvent): void {
+    for (const listener of this.#listeners) listener(event);
+  }
+
+  #record(results: readonly StepResult[]): void {
+    for (const result of results) this.#emit({ type: 'result', result });
+  }
 
   get failed(): boolean {
     return this.#failedHosts.size > 0;
@@ -71,24 +123,28 @@ export class Runner {
 
   /**
    * Starts a step's checks now, for when the step runs: a check only reads, so it may run while other
-   * steps work (pyinfra gathers facts the same way). Only for steps whose facts nothing but a change on
-   * the same target can alter (etcd's users and roles, asked from the member that manages them). An
-   * early answer is used once, and only if no step has changed anything on that target since it was
-   * asked; otherwise, or if it failed, the step checks again. Re-checks after an apply always ask.
+   * steps work (pyinfra gathers facts the same way). For steps whose facts (of kind `reads`) only a
+   * change of that kind on the same target can alter (etcd's users and roles, asked from the member
+   * that manages them). An early answer is used once, and only if no such change came since (the fact
+   * cache drops it then); otherwise, or if it failed, the step checks again. Re-checks always ask.
    */
-  checkEarly(step: AnyStep): void {
-    for (const target of step.targets) {
-      const state = step.check(target).then((state) => ({ state }), () => undefined);
-      this.#early.set(`${step.name}@${target}`, { resultsBefore: this.results.length, state });
-    }
+  checkEarly(step: AnyStep, reads: string): void {
+    this.#earlyReads.set(step.name, reads);
+    for (const target of step.targets)
+      this.facts.put(
+        target,
+        reads,
+        `check:${step.name}`,
+        step.check(target, this.patience).then(
+          (state) => ({ state }),
+          () => undefined,
+        ),
+      );
   }
 
   async #takeEarly(step: AnyStep, target: string): Promise<{ state: unknown } | undefined> {
-    const key = `${step.name}@${target}`;
-    const early = this.#early.get(key);
-    this.#early.delete(key);
-    if (!early || this.results.slice(early.resultsBefore).some((result) => result.host === target && result.status === 'changed')) return undefined;
-    return early.state;
+    const reads = this.#earlyReads.get(step.name);
+    return reads === undefined ? undefined : this.facts.take<{ state: unknown } | undefined>(target, reads, `check:${step.name}`);
   }
 
   async runTarget(step: AnyStep, target: string): Promise<StepResult> {
@@ -103,7 +159,7 @@ export class Runner {
     if (this.#failedHosts.has(target)) return { result: finish('skipped', { error: 'an earlier step failed on this host' }) };
     if (this.#interrupted) return { result: finish('skipped', { error: `interrupted (${this.#interrupted}): not started` }) };
     try {
-      const state = ((await this.#takeEarly(step, target)) ?? { state: await step.check(target) }).state;
+      const state = ((await this.#takeEarly(step, target)) ?? { state: await step.check(target, this.patience) }).state;
       const changes = step.plan(state, target);
       const warnings = step.warnings?.(state, target) ?? [];
       const extra = warnings.length > 0 ? { warnings } : {};
@@ -119,10 +175,11 @@ export class Runner {
   async #applyPlanned(step: AnyStep, { target, state, changes, started, extra }: Planned): Promise<StepResult> {
     const finish = resultFactory(step, target, started);
     if (this.options.dryRun) return finish('changed', { ...summarise(changes), ...extra });
-    if (this.#interrupted) return finish('skipped', { ...summarise(changes), ...extra, error: `interrupted (${this.#interrupted}): not applied` });
+    if (this.#interrupted)
+      return finish('skipped', { ...summarise(changes), ...extra, error: `interrupted (${this.#interrupted}): not applied` });
     try {
-      await step.apply(changes, target, state);
-      const remaining = step.plan(await step.check(target), target);
+      await step.apply(changes, target, state).finally(() => this.facts.invalidate(target, this.options.staleAfter?.(step.name) ?? []));
+      const remaining = step.plan(await step.check(target, this.patience), target);
       if (remaining.length > 0) {
         throw new Error(`did not converge: after applying, it still plans ${remaining.map((change) => change.summary).join('; ')}`);
       }
@@ -135,9 +192,64 @@ export class Runner {
 
   /** Runs one step on all its targets (concurrently, or as a roll) and records the results. */
   async runStep(step: AnyStep): Promise<StepResult[]> {
-    const results = step.rollingOrder ? await this.#roll(step, step.rollingOrder.bind(step)) : await Promise.all(step.targets.map((target) => this.runTarget(step, target)));
-    this.results.push(...results);
+    const results = step.rollingOrder
+      ? await this.#roll(step, step.rollingOrder.bind(step))
+      : await Promise.all(step.targets.map((target) => this.runTarget(step, target)));
+    this.#record(results);
     return results;
+  }
+
+  /** A fact asked of every target at once: each answer, and an ok or failed result per target. */
+  async runFact<Value>(fact: Fact<Value>): Promise<{ answers: Map<string, Value>; results: StepResult[] }> {
+    const answers = new Map<string, Value>();
+    const results = await Promise.all(
+      fact.targets.map(async (target): Promise<StepResult> => {
+        const finish = resultFactory(fact, target, performance.now());
+        if (this.#failedHosts.has(target)) return finish('skipped', { error: 'an earlier step failed on this host' });
+        try {
+          answers.set(target, await fact.ask(target));
+          return finish('ok');
+        } catch (error) {
+          this.#failedHosts.add(target);
+          return finish('failed', { error: describeError(error) });
+        }
+      }),
+    );
+    this.#record(results);
+    return { answers, results };
+  }
+
+  /**
+   * A wait on every target at once: each looked at every `pollMs` until ready (ok) or the deadline
+   * (failed, saying what was last seen); a dry-run looks once and reports a target not ready yet as a
+   * change it would wait for. A host that failed earlier is skipped, as by a step.
+   */
+  async runWait<Seen>(wait: Wait<Seen>): Promise<StepResult[]> {
+    const results = await Promise.all(wait.targets.map((target) => this.#waitFor(wait, target)));
+    this.#record(results);
+    return results;
+  }
+
+  async #waitFor<Seen>(wait: Wait<Seen>, target: string): Promise<StepResult> {
+    const finish = resultFactory(wait, target, performance.now());
+    if (this.#failedHosts.has(target)) return finish('skipped', { error: 'an earlier step failed on this host' });
+    const deadline = Date.now() + this.patience.windowMs(wait.deadlineMs);
+    try {
+      for (;;) {
+        const look = await wait.look(target);
+        if (look.ready) return finish('ok', look.warnings?.length ? { warnings: look.warnings } : {});
+        if (this.options.dryRun) return finish('changed', { changes: [{ summary: wait.pending(look.reason) }] });
+        if (look.final) throw new Error(look.reason);
+        if (Date.now() >= deadline) throw new Error(wait.failure(target, look.reason));
+        this.progress.update(target, wait.waiting(look.reason));
+        await new Promise((resolve) => setTimeout(resolve, Math.min(wait.pollMs, Math.max(0, deadline - Date.now()))));
+      }
+    } catch (error) {
+      this.#failedHosts.add(target);
+      return finish('failed', { error: describeError(error) });
+    } finally {
+      this.progress.done(target);
+    }
   }
 
   /**
@@ -152,13 +264,22 @@ export class Runner {
     const waves = pending.length > 1 ? await order(pending) : [pending.map((p) => p.target)];
     const ordered = waves.flat();
     if (ordered.length !== pending.length || pending.some((p) => !ordered.includes(p.target))) {
-      throw new Error(`${step.name}: its roll order (${ordered.join(', ')}) does not name each target with changes (${pending.map((p) => p.target).join(', ')}) once`);
+      throw new Error(
+        `${step.name}: its roll order (${ordered.join(', ')}) does not name each target with changes (${pending.map((p) => p.target).join(', ')}) once`,
+      );
     }
     let stoppedAt: string[] = [];
     for (const [index, wave] of waves.entries()) {
       const planned = wave.map((target) => pending.find((p) => p.target === target)!);
       if (stoppedAt.length > 0) {
-        for (const next of planned) results.push(resultFactory(step, next.target, performance.now())('skipped', { ...summarise(next.changes), error: `not changed: the roll stopped at ${stoppedAt.join(', ')}` }));
+        for (const next of planned)
+          results.push(
+            resultFactory(
+              step,
+              next.target,
+              performance.now(),
+            )('skipped', { ...summarise(next.changes), error: `not changed: the roll stopped at ${stoppedAt.join(', ')}` }),
+          );
         continue;
       }
       const applied = await Promise.all(planned.map((next) => this.#applyPlanned(step, next)));
@@ -171,71 +292,70 @@ export class Runner {
   }
 
   /**
-   * While `run` runs: on a terminal the waiting hosts' summary under the phase, refreshed every
-   * second; otherwise a timestamped line each time a host's state changes (a log reads them in order).
+   * One phase that establishes something the run goes on from (a fact): `run` says what to show (a
+   * line, or results) and hands back its value; undefined when the phase failed or did not run.
    */
-  async #showingProgress<T>(task: { output?: string }, run: () => Promise<T>): Promise<T> {
-    const onTerminal = this.options.renderer === 'default';
-    const show = () => {
-      const summary = this.progress.summary();
-      if (summary) task.output = summary;
-    };
-    const timer = onTerminal ? setInterval(show, 1_000) : undefined;
-    const stop = onTerminal ? () => undefined : this.progress.onChange((host, what) => (task.output = `${new Date().toISOString().slice(11, 19)} ${host}: ${what}`));
-    try {
-      return await run();
-    } finally {
-      clearInterval(timer);
-      stop();
-      this.progress.clear();
-    }
+  async runPhaseFor<T>(title: string, run: () => Promise<{ shown: StepResult[] | string; value?: T }>): Promise<T | undefined> {
+    const outcome: { value?: T } = {};
+    await this.runPhases([
+      {
+        title,
+        run: async () => {
+          const { shown, value } = await run();
+          if (value !== undefined) outcome.value = value;
+          return shown;
+        },
+      },
+    ]);
+    return outcome.value;
   }
 
   /**
-   * Runs named phases in order with listr2 progress; a phase is usually one step. A phase may answer
-   * with a line for its title instead of results (a fact it established), or be skipped up front.
+   * Runs named phases in order; a phase is usually one step. A phase may answer with a line for its
+   * title instead of results (a fact it established), or be skipped. Each phase's start and end are
+   * emitted for whoever shows the run; an exception in a phase fails that phase, and the next ones run.
    */
   async runPhases(phases: Phase[]): Promise<void> {
-    const tasks: ListrTask[] = phases.map((phase) => ({
-      title: phase.title,
-      task: async (_ctx, task) => {
-        if (this.#failedHosts.has(CONTROL_NODE)) {
-          task.skip(`${phase.title}: skipped, a step on the control node failed`);
-          return;
-        }
-        if (this.#interrupted) {
-          task.skip(`${phase.title}: skipped, interrupted (${this.#interrupted})`);
-          return;
-        }
-        if (phase.skip) {
-          task.skip(`${phase.title}: skipped, ${phase.skip}`);
-          return;
-        }
-        const started = performance.now();
-        const answer = await this.#showingProgress(task, () => phase.run()).finally(() => this.phaseTimes.push({ phase: phase.title, ms: performance.now() - started }));
-        if (typeof answer === 'string') {
-          task.title = `${phase.title}: ${answer}`;
-          return;
-        }
-        const results = answer ?? [];
-        const failed = results.filter((r) => r.status === 'failed');
-        const count = (status: StepResult['status']) => results.filter((r) => r.status === status).length;
-        const verb = this.options.dryRun ? 'would change' : 'changed';
-        const skipped = count('skipped');
-        task.title = `${phase.title}: ${results.length ? `${count('changed')} ${verb}, ${count('ok')} ok` : 'done'}${failed.length ? `, ${failed.length} failed` : ''}${skipped ? `, ${skipped} skipped` : ''}`;
-        // Errors can carry a guest's words (journal lines): shown without its terminal control sequences.
-        if (failed.length > 0) throw new Error(failed.map((r) => `[${r.host}] ${r.step}: ${forDisplay(r.error ?? '')}`).join('\n'));
-      },
-    }));
-    const listr = new Listr(tasks, {
-      exitOnError: false,
-      renderer: this.options.renderer,
-      fallbackRenderer: this.options.renderer === 'silent' ? 'silent' : 'simple',
-      rendererOptions: { collapseErrors: false },
-      // listr2 would answer SIGINT with process.exit(127) in the middle of a change; the CLIs handle
-      // signals themselves (the change in flight finishes, the recap is printed, exit 130).
-      registerSignalListeners: false,
-    });
-    await listr.run();
+    this.#emit({ type: 'phases', titles: phases.map((phase) => phase.title) });
+    for (const [index, phase] of phases.entries()) {
+      const skipped = this.#skipReason(phase);
+      if (skipped) {
+        this.#emit({ type: 'phase-ended', index, title: phase.title, outcome: { kind: 'skipped', reason: skipped } });
+        continue;
+      }
+      this.#emit({ type: 'phase-started', index, title: phase.title });
+      const started = performance.now();
+      const outcome = await this.#phaseOutcome(phase);
+      this.progress.clear();
+      this.#emit({ type: 'phase-ended', index, title: phase.title, outcome, ms: performance.now() - started });
+    }
+    await this.#view.settled();
+  }
+
+  #skipReason(phase: Phase): string | undefined {
+    if (this.#failedHosts.has(CONTROL_NODE)) return 'a step on the control node failed';
+    if (this.#interrupted) return `interrupted (${this.#interrupted})`;
+    return phase.skip ?? phase.skipIf?.();
+  }
+
+  /** The phase run: its title line, and its failures (each with its host and step) to show under it. */
+  async #phaseOutcome(phase: Phase): Promise<PhaseOutcome> {
+    let answer: StepResult[] | string | undefined;
+    try {
+      answer = await phase.run();
+    } catch (error) {
+      return { kind: 'failed', line: phase.title, error: describeError(error) };
+    }
+    if (typeof answer === 'string') return { kind: 'done', line: `${phase.title}: ${answer}` };
+    const results = answer ?? [];
+    const failed = results.filter((r) => r.status === 'failed');
+    const count = (status: StepResult['status']) => results.filter((r) => r.status === status).length;
+    const verb = this.options.dryRun ? 'would change' : 'changed';
+    const skipped = count('skipped');
+    const line = `${phase.title}: ${results.length ? `${count('changed')} ${verb}, ${count('ok')} ok` : 'done'}${failed.length ? `, ${failed.length} failed` : ''}${skipped ? `, ${skipped} skipped` : ''}`;
+    // Errors can carry a guest's words (journal lines): shown without its terminal control sequences.
+    if (failed.length > 0)
+      return { kind: 'failed', line, error: failed.map((r) => `[${r.host}] ${r.step}: ${forDisplay(r.error ?? '')}`).join('\n') };
+    return { kind: 'done', line };
   }
 }

@@ -21,6 +21,9 @@ export function silenceKnownWarnings(): void {
   process.removeAllListeners('warning');
   process.on('warning', (warning: Error & { code?: string }) => {
     // A warning's message may quote what a peer sent (a TLS name, a header): made safe to print.
-    if (!isKnownNoise(warning)) process.stderr.write(forDisplay(`(node:${process.pid}) ${warning.code ? `[${warning.code}] ` : ''}${warning.name}: ${warning.message}`) + '\n');
+    if (!isKnownNoise(warning))
+      process.stderr.write(
+        `${forDisplay(`(node:${process.pid}) ${warning.code ? `[${warning.code}] ` : ''}${warning.name}: ${warning.message}`)}\n`,
+      );
   });
 }

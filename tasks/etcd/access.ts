@@ -103,7 +103,8 @@ export interface AccessChange {
 export class AccessRefusal extends Error {}
 
 const sortedUnion = (...lists: readonly (readonly string[])[]) => [...new Set(lists.flat())].sort();
-const sameSet = (a: readonly string[], b: readonly string[]) => a.length === b.length && sortedUnion(a).join('\0') === sortedUnion(b).join('\0');
+const sameSet = (a: readonly string[], b: readonly string[]) =>
+  a.length === b.length && sortedUnion(a).join('\0') === sortedUnion(b).join('\0');
 const sameRecord = (a: ManagedNames, b: ManagedNames) => sameSet(a.users, b.users) && sameSet(a.roles, b.roles);
 
 type Kind = 'user' | 'role';
@@ -122,7 +123,12 @@ interface Departures {
 }
 
 /** Pure: what becomes of the users (or roles) no longer wanted that either record names. */
-export function departures(wanted: readonly string[], exists: (name: string) => boolean, inEtcd: readonly string[], inStateDir: readonly string[]): Departures {
+export function departures(
+  wanted: readonly string[],
+  exists: (name: string) => boolean,
+  inEtcd: readonly string[],
+  inStateDir: readonly string[],
+): Departures {
   const result: Departures = { agreed: [], onlyInEtcd: [], onlyInStateDir: [], gone: [] };
   for (const name of sortedUnion(inEtcd, inStateDir).filter((name) => !wanted.includes(name))) {
     if (!exists(name)) result.gone.push(name);
@@ -183,7 +189,10 @@ export function planAccess(wanted: WantedAccess, live: LiveAccess, stateRecord: 
     stateDir: { users: sortedUnion(stateRecord.users, wantedUsers), roles: sortedUnion(stateRecord.roles, wantedRoles) },
   };
   if (!sameRecord(widened.etcd, live.managed) || !sameRecord(widened.stateDir, stateRecord)) {
-    changes.push({ summary: `record the users and roles the tool manages in ${MANAGED_KEY} and the state directory (${STATE_RECORD})`, action: { kind: 'record-managed', ...widened } });
+    changes.push({
+      summary: `record the users and roles the tool manages in ${MANAGED_KEY} and the state directory (${STATE_RECORD})`,
+      action: { kind: 'record-managed', ...widened },
+    });
   }
 
   for (const role of wantedRoles) {
@@ -194,10 +203,18 @@ export function planAccess(wanted: WantedAccess, live: LiveAccess, stateRecord: 
     const wantRanges = new Set(want.map(rangeOf));
     // A range whose type changes is granted again (etcd replaces it); one no longer wanted is revoked.
     for (const permission of have ?? []) {
-      if (!wantRanges.has(rangeOf(permission))) changes.push({ summary: `revoke ${describePermission(permission)} from role ${role}`, action: { kind: 'revoke-permission', role, permission } });
+      if (!wantRanges.has(rangeOf(permission)))
+        changes.push({
+          summary: `revoke ${describePermission(permission)} from role ${role}`,
+          action: { kind: 'revoke-permission', role, permission },
+        });
     }
     for (const permission of want) {
-      if (!haveIds.has(identityOf(permission))) changes.push({ summary: `grant ${describePermission(permission)} to role ${role}`, action: { kind: 'grant-permission', role, permission } });
+      if (!haveIds.has(identityOf(permission)))
+        changes.push({
+          summary: `grant ${describePermission(permission)} to role ${role}`,
+          action: { kind: 'grant-permission', role, permission },
+        });
     }
   }
 
@@ -206,29 +223,47 @@ export function planAccess(wanted: WantedAccess, live: LiveAccess, stateRecord: 
     const have = live.users.get(user);
     const password = wanted.certificateMode ? undefined : settings.password;
     if (!have) {
-      changes.push({ summary: `create user ${user} (${password ? 'password from the inventory, sent over TLS only' : `no password: its client certificate CN=${user} logs it in`})`, action: { kind: 'add-user', user, ...(password ? { password } : {}) } });
+      changes.push({
+        summary: `create user ${user} (${password ? 'password from the inventory, sent over TLS only' : `no password: its client certificate CN=${user} logs it in`})`,
+        action: { kind: 'add-user', user, ...(password ? { password } : {}) },
+      });
     } else if (password && live.passwordsDiffer.includes(user)) {
-      changes.push({ summary: `change the password of user ${user} (to the inventory's)`, action: { kind: 'change-password', user, password } });
+      changes.push({
+        summary: `change the password of user ${user} (to the inventory's)`,
+        action: { kind: 'change-password', user, password },
+      });
     }
     const haveRoles = have?.roles ?? [];
-    for (const role of haveRoles.filter((role) => !settings.roles.includes(role)).sort()) changes.push({ summary: `revoke role ${role} from user ${user}`, action: { kind: 'revoke-role', user, role } });
-    for (const role of [...new Set(settings.roles)].filter((role) => !haveRoles.includes(role)).sort()) changes.push({ summary: `grant role ${role} to user ${user}`, action: { kind: 'grant-role', user, role } });
+    for (const role of haveRoles.filter((role) => !settings.roles.includes(role)).sort())
+      changes.push({ summary: `revoke role ${role} from user ${user}`, action: { kind: 'revoke-role', user, role } });
+    for (const role of [...new Set(settings.roles)].filter((role) => !haveRoles.includes(role)).sort())
+      changes.push({ summary: `grant role ${role} to user ${user}`, action: { kind: 'grant-role', user, role } });
   }
 
   // Users before roles: a deleted role is revoked from every user, and a managed user may still hold it.
   // Only what both records name is deleted; a disagreement is accessWarnings', and left alone.
   const departing = departuresOf(wanted, live, stateRecord);
-  for (const user of departing.user.agreed) changes.push({ summary: `delete user ${user} (no longer in the inventory)`, action: { kind: 'delete-user', user } });
-  for (const role of departing.role.agreed) changes.push({ summary: `delete role ${role} (no longer in the inventory)`, action: { kind: 'delete-role', role } });
+  for (const user of departing.user.agreed)
+    changes.push({ summary: `delete user ${user} (no longer in the inventory)`, action: { kind: 'delete-user', user } });
+  for (const role of departing.role.agreed)
+    changes.push({ summary: `delete role ${role} (no longer in the inventory)`, action: { kind: 'delete-role', role } });
   // Narrowed last, once what left the inventory is gone from etcd. The state directory keeps the names
   // only it has that etcd still holds: its word that the tool made them stands until an operator settles it.
   const narrowed = {
     etcd: { users: wantedUsers, roles: wantedRoles },
-    stateDir: { users: sortedUnion(wantedUsers, departing.user.onlyInStateDir), roles: sortedUnion(wantedRoles, departing.role.onlyInStateDir) },
+    stateDir: {
+      users: sortedUnion(wantedUsers, departing.user.onlyInStateDir),
+      roles: sortedUnion(wantedRoles, departing.role.onlyInStateDir),
+    },
   };
   if (!sameRecord(narrowed.etcd, widened.etcd) || !sameRecord(narrowed.stateDir, widened.stateDir)) {
-    const forgotten = KINDS.flatMap((kind) => [...departing[kind].agreed, ...departing[kind].gone, ...departing[kind].onlyInEtcd].sort().map((name) => `${kind} ${name}`));
-    changes.push({ summary: `forget ${forgotten.join(', ')} in ${MANAGED_KEY} and the state directory (${STATE_RECORD})`, action: { kind: 'record-managed', ...narrowed } });
+    const forgotten = KINDS.flatMap((kind) =>
+      [...departing[kind].agreed, ...departing[kind].gone, ...departing[kind].onlyInEtcd].sort().map((name) => `${kind} ${name}`),
+    );
+    changes.push({
+      summary: `forget ${forgotten.join(', ')} in ${MANAGED_KEY} and the state directory (${STATE_RECORD})`,
+      action: { kind: 'record-managed', ...narrowed },
+    });
   }
   return changes;
 }
@@ -239,7 +274,8 @@ export function planAccess(wanted: WantedAccess, live: LiveAccess, stateRecord: 
  */
 export function parseManaged(value: string | null | undefined, where = MANAGED_KEY): ManagedNames {
   if (value === null || value === undefined) return { users: [], roles: [] };
-  const list = (field: unknown) => (Array.isArray(field) && field.every((item) => typeof item === 'string') ? (field as string[]) : undefined);
+  const list = (field: unknown) =>
+    Array.isArray(field) && field.every((item) => typeof item === 'string') ? (field as string[]) : undefined;
   let record: unknown;
   try {
     record = JSON.parse(value);
@@ -249,7 +285,10 @@ export function parseManaged(value: string | null | undefined, where = MANAGED_K
   const fields = (typeof record === 'object' && record !== null ? record : {}) as { users?: unknown; roles?: unknown };
   const users = list(fields.users);
   const roles = list(fields.roles);
-  if (!users || !roles) throw new Error(`${where} is not {"users": [...], "roles": [...]}; restore it, or delete it (the users and roles the tool made are then no longer recognised as its own)`);
+  if (!users || !roles)
+    throw new Error(
+      `${where} is not {"users": [...], "roles": [...]}; restore it, or delete it (the users and roles the tool made are then no longer recognised as its own)`,
+    );
   return { users, roles };
 }
 

@@ -99,7 +99,9 @@ export class EtcdClients {
       hosts: [`https://${host}:${port}`],
       credentials: {
         rootCertificate: Buffer.from(identity.caCert),
-        ...(identity.cert && identity.key ? { certChain: Buffer.from(identity.cert), privateKey: Buffer.from(revealSecret(identity.key)) } : {}),
+        ...(identity.cert && identity.key
+          ? { certChain: Buffer.from(identity.cert), privateKey: Buffer.from(revealSecret(identity.key)) }
+          : {}),
       },
       ...(identity.user ? { auth: { username: identity.user.name, password: revealSecret(identity.user.password) } } : {}),
       // The callers poll and decide themselves; the library's retries and circuit breaker would hide the last error.
@@ -133,7 +135,11 @@ export class EtcdClients {
 }
 
 /** Asks the members in order until one answers: for cluster-wide questions and calls any member can take. */
-export async function firstAnswering<T>(clients: EtcdClients, members: readonly Member[], ask: (client: Etcd3, member: Member) => Promise<T>): Promise<{ member: Member; client: Etcd3; answer: T }> {
+export async function firstAnswering<T>(
+  clients: EtcdClients,
+  members: readonly Member[],
+  ask: (client: Etcd3, member: Member) => Promise<T>,
+): Promise<{ member: Member; client: Etcd3; answer: T }> {
   const failures: string[] = [];
   for (const member of members) {
     try {

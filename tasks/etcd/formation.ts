@@ -33,8 +33,15 @@ export function readFormation(stateDir: string): FormationRecord | undefined {
     parsed = undefined;
   }
   const domains = parsed?.domains;
-  if (typeof parsed?.recorded !== 'string' || typeof domains !== 'object' || domains === null || !Object.values(domains).every((uuid) => typeof uuid === 'string')) {
-    throw new Error(`${formationPath(stateDir)} is damaged; restore it from a copy of the state directory, or delete it if this cluster has never formed (the tool then decides from etcd alone)`);
+  if (
+    typeof parsed?.recorded !== 'string' ||
+    typeof domains !== 'object' ||
+    domains === null ||
+    !Object.values(domains).every((uuid) => typeof uuid === 'string')
+  ) {
+    throw new Error(
+      `${formationPath(stateDir)} is damaged; restore it from a copy of the state directory, or delete it if this cluster has never formed (the tool then decides from etcd alone)`,
+    );
   }
   return { recorded: parsed.recorded, domains };
 }
@@ -49,7 +56,11 @@ export function writeFormation(stateDir: string, domains: Record<string, string>
  * whose domain was not seen (a hypervisor that did not answer) what it said. Members whose domain is
  * gone, and members no longer in the inventory, are dropped.
  */
-export function formationToRecord(record: FormationRecord | undefined, members: readonly string[], seen: SeenDomains): Record<string, string> {
+export function formationToRecord(
+  record: FormationRecord | undefined,
+  members: readonly string[],
+  seen: SeenDomains,
+): Record<string, string> {
   const domains: Record<string, string> = {};
   for (const member of members) {
     const now = seen.get(member);
@@ -84,10 +95,16 @@ export function formationWithoutAnswer(isInitializing: boolean, record: Formatio
   const unseen = recorded.filter(([member]) => live.has(member) && live.get(member) === undefined).map(([member]) => member);
   const when = record.recorded.slice(0, 10);
   if (still.length > 0) {
-    return { formed: true, why: `no member answers, but ${still.join(', ')} ${still.length === 1 ? 'is a VM' : 'are VMs'} of the cluster recorded as formed on ${when} (formed.json): members stay existing` };
+    return {
+      formed: true,
+      why: `no member answers, but ${still.join(', ')} ${still.length === 1 ? 'is a VM' : 'are VMs'} of the cluster recorded as formed on ${when} (formed.json): members stay existing`,
+    };
   }
   if (unseen.length > 0) {
-    return { formed: true, why: `no member answers, and the VMs of ${unseen.join(', ')} cannot be seen; the cluster was recorded as formed on ${when} (formed.json): members stay existing` };
+    return {
+      formed: true,
+      why: `no member answers, and the VMs of ${unseen.join(', ')} cannot be seen; the cluster was recorded as formed on ${when} (formed.json): members stay existing`,
+    };
   }
   return { formed: false, why: `not formed yet: none of the VMs of the cluster recorded on ${when} is left, so members start as new` };
 }

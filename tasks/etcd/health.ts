@@ -12,7 +12,9 @@ import { liveMember, type LiveMember } from './membership.ts';
 export type Health = { healthy: true; leader: string; alarms: string[] } | { healthy: false; reason: string };
 
 /** etcd lists each active alarm among a member's status errors as "memberID:<id> alarm:NOSPACE". */
-export const alarmsIn = (errors: readonly string[]): string[] => [...new Set(errors.flatMap((error) => /alarm:([A-Z]+)/.exec(error)?.[1] ?? []))];
+export const alarmsIn = (errors: readonly string[]): string[] => [
+  ...new Set(errors.flatMap((error) => /alarm:([A-Z]+)/.exec(error)?.[1] ?? [])),
+];
 
 export async function memberHealth(inventory: Inventory, clients: EtcdClients, member: Member): Promise<Health> {
   try {
@@ -21,7 +23,10 @@ export async function memberHealth(inventory: Inventory, clients: EtcdClients, m
     if (!status.leader || status.leader === '0') return { healthy: false, reason: 'no leader elected yet' };
     const problems: string[] = [];
     // Voting members only: a learner joining (and not promoted yet) is the membership steps' business.
-    const names = list.members.filter((m) => !m.isLearner).map((m) => m.name || `(unstarted ${m.peerURLs.join(',')})`).sort();
+    const names = list.members
+      .filter((m) => !m.isLearner)
+      .map((m) => m.name || `(unstarted ${m.peerURLs.join(',')})`)
+      .sort();
     const wanted = inventory.members.map((m) => m.name).sort();
     if (names.join(',') !== wanted.join(',')) problems.push(`member list is ${names.join(', ')}, inventory has ${wanted.join(', ')}`);
     for (const m of list.members) {
@@ -29,7 +34,9 @@ export async function memberHealth(inventory: Inventory, clients: EtcdClients, m
       if (plain.length > 0) problems.push(`${m.name} advertises non-TLS URLs ${plain.join(', ')}`);
     }
     const leader = list.members.find((m) => m.ID === status.leader)?.name ?? status.leader;
-    return problems.length > 0 ? { healthy: false, reason: problems.join('; ') } : { healthy: true, leader, alarms: alarmsIn(status.errors) };
+    return problems.length > 0
+      ? { healthy: false, reason: problems.join('; ') }
+      : { healthy: true, leader, alarms: alarmsIn(status.errors) };
   } catch (error) {
     return { healthy: false, reason: describeEtcdError(error, member) };
   }
@@ -38,7 +45,8 @@ export async function memberHealth(inventory: Inventory, clients: EtcdClients, m
 /** gRPC's "14 UNAVAILABLE: No connection established. Last error: …" says little to an operator. */
 function describeEtcdError(error: unknown, member: Member): string {
   const message = error instanceof Error ? error.message.split('\n')[0]! : String(error);
-  if (/UNAVAILABLE|ECONNREFUSED|EHOSTUNREACH|socket disconnected/i.test(message)) return `etcd not reachable at ${member.etcdIp} (${message.replace(/^\d+ UNAVAILABLE: /, '').slice(0, 160)})`;
+  if (/UNAVAILABLE|ECONNREFUSED|EHOSTUNREACH|socket disconnected/i.test(message))
+    return `etcd not reachable at ${member.etcdIp} (${message.replace(/^\d+ UNAVAILABLE: /, '').slice(0, 160)})`;
   return message;
 }
 
@@ -46,7 +54,13 @@ function describeEtcdError(error: unknown, member: Member): string {
  * Polls until healthy; on timeout the error names the member, the last answer and where to look.
  * Each answer goes to `onAnswer` (the run's progress: what the member waits on).
  */
-export async function waitForHealth(inventory: Inventory, clients: EtcdClients, member: Member, timeoutMs: number, onAnswer?: (health: Health) => void): Promise<Health> {
+export async function waitForHealth(
+  inventory: Inventory,
+  clients: EtcdClients,
+  member: Member,
+  timeoutMs: number,
+  onAnswer?: (health: Health) => void,
+): Promise<Health> {
   const started = Date.now();
   let last: Health = { healthy: false, reason: 'not asked yet' };
   while (Date.now() - started < timeoutMs) {
@@ -56,26 +70,38 @@ export async function waitForHealth(inventory: Inventory, clients: EtcdClients, 
     // A dead hypervisor connection looks like a member that is down: no answer would ever come through it.
     const unreachable = clients.unreachable(member);
     if (unreachable !== undefined) throw new Error(`etcd on ${member.name} cannot be asked: ${unreachable}`);
-    await new Promise((resolve) => setTimeout(resolve, 2_000));
+    await new Promise((resolve) => setTimeout(resolve, HEALTH_POLL_MS));
   }
-  throw new Error(
-    `etcd on ${member.name} (${member.etcdIp}) not healthy after ${Math.round(timeoutMs / 1000)} s; last answer: ${last.healthy ? 'healthy' : last.reason}. ` +
-      `Look at its console (virsh -c ${member.hypervisor.libvirt_uri} console ${member.name} on hypervisor ${member.hypervisor.name}) ` +
-      `and, once it boots, journalctl -u etcd -u cloud-final; cluster.health_timeout sets the wait.`,
-  );
+  throw new Error(healthFailure(member, timeoutMs, last.healthy ? 'healthy' : last.reason));
 }
+
+/** Between two health questions to a member that is not healthy yet. */
+export const HEALTH_POLL_MS = 2_000;
+
+/** A member not healthy by its deadline: its last answer, and where to look. */
+export const healthFailure = (member: Member, waitedMs: number, lastAnswer: string): string =>
+  `etcd on ${member.name} (${member.etcdIp}) not healthy after ${Math.round(waitedMs / 1000)} s; last answer: ${lastAnswer}. ` +
+  `Look at its console (virsh -c ${member.hypervisor.libvirt_uri} console ${member.name} on hypervisor ${member.hypervisor.name}) ` +
+  `and, once it boots, journalctl -u etcd -u cloud-final; cluster.health_timeout sets the wait.`;
 
 /** How long a member's etcd has to answer before it counts as down: a live member answers a status in tens of milliseconds. */
 const ANSWER_PROBE_MS = 5_000;
 
 /** The member's status if its etcd answers now, undefined when it does not answer in time. */
 async function statusNow(clients: EtcdClients, member: Member): Promise<{ leader: string } | undefined> {
-  const asked = clients.for(member).then((client) => client.maintenance.status({})).then((status) => status, () => undefined);
+  const asked = clients
+    .for(member)
+    .then((client) => client.maintenance.status({}))
+    .then(
+      (status) => status,
+      () => undefined,
+    );
   return Promise.race([asked, delay(ANSWER_PROBE_MS, undefined, { ref: false })]);
 }
 
 /** Does the member's etcd answer a status request now (with or without a leader)? */
-export const etcdAnswers = async (clients: EtcdClients, member: Member): Promise<boolean> => (await statusNow(clients, member)) !== undefined;
+export const etcdAnswers = async (clients: EtcdClients, member: Member): Promise<boolean> =>
+  (await statusNow(clients, member)) !== undefined;
 
 /** Does the member's etcd answer now, with a leader? No answer in time is no. */
 export async function hasLeaderNow(clients: EtcdClients, member: Member): Promise<boolean> {

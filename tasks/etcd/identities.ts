@@ -24,15 +24,29 @@ export interface ClientIdentities {
 export function clientIdentities(inventory: Inventory, store: PkiStore): ClientIdentities {
   const caCert = () => caOf(inventory, store.read('ca')).public ?? '';
   const rootCertificate = (): ClientIdentity => {
-    const pair = inventory.pki.rootClient ?? { certificate: store.read('client/root').public ?? '', key: new Secret(store.read('client/root').privateKey ?? '') };
+    const pair = inventory.pki.rootClient ?? {
+      certificate: store.read('client/root').public ?? '',
+      key: new Secret(store.read('client/root').privateKey ?? ''),
+    };
     return { label: 'root certificate', caCert: caCert(), cert: pair.certificate, key: pair.key };
   };
   const memberCertificate = (m: Member): ClientIdentity =>
     m.suppliedTls
       ? { label: `${m.name} certificate`, caCert: m.suppliedTls.caCert, cert: m.suppliedTls.serverCert, key: m.suppliedTls.serverKey }
-      : { label: `${m.name} certificate`, caCert: caCert(), cert: store.read(`member/${m.name}`).public ?? '', key: new Secret(store.read(`member/${m.name}`).privateKey ?? '') };
-  if (inventory.etcd.client_cert_auth) return { health: rootCertificate, beforeAuth: rootCertificate, root: rootCertificate, nonUser: memberCertificate };
+      : {
+          label: `${m.name} certificate`,
+          caCert: caCert(),
+          cert: store.read(`member/${m.name}`).public ?? '',
+          key: new Secret(store.read(`member/${m.name}`).privateKey ?? ''),
+        };
+  if (inventory.etcd.client_cert_auth)
+    return { health: rootCertificate, beforeAuth: rootCertificate, root: rootCertificate, nonUser: memberCertificate };
   const anonymous = (): ClientIdentity => ({ label: 'anonymous', caCert: caCert() });
   const rootPassword = inventory.members.find((m) => m.bootstrapsAuth)?.rootPassword ?? new Secret('');
-  return { health: anonymous, beforeAuth: anonymous, root: () => ({ label: 'root password', caCert: caCert(), user: { name: 'root', password: rootPassword } }), nonUser: anonymous };
+  return {
+    health: anonymous,
+    beforeAuth: anonymous,
+    root: () => ({ label: 'root password', caCert: caCert(), user: { name: 'root', password: rootPassword } }),
+    nonUser: anonymous,
+  };
 }

@@ -22,7 +22,12 @@ export type DefragAction = { kind: 'defragment'; before: DatabaseFacts };
 export function planDefrag(facts: DatabaseFacts, minFree: number): Change<DefragAction>[] {
   const free = facts.dbSize - facts.dbSizeInUse;
   if (free < minFree) return [];
-  return [{ summary: `defragment: database ${formatBytes(facts.dbSize)}, ${formatBytes(free)} of it free (threshold etcd.defrag_min_free ${formatBytes(minFree)})`, action: { kind: 'defragment', before: facts } }];
+  return [
+    {
+      summary: `defragment: database ${formatBytes(facts.dbSize)}, ${formatBytes(free)} of it free (threshold etcd.defrag_min_free ${formatBytes(minFree)})`,
+      action: { kind: 'defragment', before: facts },
+    },
+  ];
 }
 
 export interface CompactionFacts {
@@ -37,7 +42,12 @@ export type CompactAction = { kind: 'compact'; revision: number };
 /** Compact the history up to the revision seen at the start; a later run (or etcd's auto-compaction) takes what came after. */
 export function planCompact(facts: CompactionFacts): Change<CompactAction>[] {
   if (facts.compacted || facts.target <= 1) return [];
-  return [{ summary: `compact the key-value history up to revision ${facts.target} (older revisions of keys are dropped; current values stay)`, action: { kind: 'compact', revision: facts.target } }];
+  return [
+    {
+      summary: `compact the key-value history up to revision ${facts.target} (older revisions of keys are dropped; current values stay)`,
+      action: { kind: 'compact', revision: facts.target },
+    },
+  ];
 }
 
 export interface AlarmFacts {
@@ -73,5 +83,10 @@ export function planDisarm(facts: AlarmFacts): Change<DisarmAction>[] {
         'Free space first (maintain.ts --compact --defrag, after deleting what is not needed), or raise etcd.space_quota and deploy.',
     );
   }
-  return [{ summary: `disarm NOSPACE (raised by ${nospace.map((a) => a.member).join(', ')}): every database is under ${formatBytes(limit)}`, action: { kind: 'disarm' } }];
+  return [
+    {
+      summary: `disarm NOSPACE (raised by ${nospace.map((a) => a.member).join(', ')}): every database is under ${formatBytes(limit)}`,
+      action: { kind: 'disarm' },
+    },
+  ];
 }

@@ -19,7 +19,12 @@ export interface LiveMember {
 }
 
 /** etcd's answer for one member (etcd3's `IMember`), as the plans read it. */
-export const liveMember = (m: { ID: string; name: string; peerURLs: string[]; isLearner?: boolean }): LiveMember => ({ id: m.ID, name: m.name, peerURLs: m.peerURLs, isLearner: Boolean(m.isLearner) });
+export const liveMember = (m: { ID: string; name: string; peerURLs: string[]; isLearner?: boolean }): LiveMember => ({
+  id: m.ID,
+  name: m.name,
+  peerURLs: m.peerURLs,
+  isLearner: Boolean(m.isLearner),
+});
 
 /** Where a joining member stands: not added yet, added as a learner but not started, started as a learner. */
 export type JoinStage = 'to-add' | 'added' | 'learning';
@@ -64,7 +69,8 @@ export interface MembershipOptions {
 
 export class MembershipRefusal extends Error {}
 
-const describe = (live: LiveMember) => `${live.name || '(not started)'} (ID ${BigInt(live.id).toString(16)}, ${live.peerURLs.join(', ')}${live.isLearner ? ', learner' : ''})`;
+const describe = (live: LiveMember) =>
+  `${live.name || '(not started)'} (ID ${BigInt(live.id).toString(16)}, ${live.peerURLs.join(', ')}${live.isLearner ? ', learner' : ''})`;
 
 /**
  * Why a member is to be replaced, if it is. A replacement an earlier run began is finished whatever etcd
@@ -90,10 +96,12 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
     const live = list.find((candidate) => candidate.peerURLs.includes(url));
     const namesake = list.find((candidate) => candidate.name === member.name);
     if (namesake && namesake !== live) {
-      problems.push(`etcd has a member named ${member.name} at ${namesake.peerURLs.join(', ')}, but the inventory puts ${member.name} at ${url}: a member's address is not changed in place (remove it with etcdctl member remove ${BigInt(namesake.id).toString(16)} and run again to add it back)`);
+      problems.push(
+        `etcd has a member named ${member.name} at ${namesake.peerURLs.join(', ')}, but the inventory puts ${member.name} at ${url}: a member's address is not changed in place (remove it with etcdctl member remove ${BigInt(namesake.id).toString(16)} and run again to add it back)`,
+      );
       continue;
     }
-    if (live && live.name && live.name !== member.name) {
+    if (live?.name && live.name !== member.name) {
       problems.push(`etcd's member at ${url} is named ${live.name}, but the inventory names ${member.name} there`);
       continue;
     }
@@ -120,10 +128,18 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
   }
   // etcd accepts one learner at a time: a second joiner waits for the first to be promoted.
   const learners = list.filter((live) => live.isLearner);
-  if (learners.length > 1) problems.push(`etcd has ${learners.length} learners (${learners.map(describe).join('; ')}); it allows one at a time`);
-  if (replacedVoters > 0 && voting.length === 0) problems.push(`every voting member is to be replaced (${replacements.map((r) => `${r.member.name}: ${r.why}`).join('; ')}): the cluster would be gone; restore it from a snapshot instead`);
-  else if (voting.length === 0 && joiners.length > 0) problems.push('no member of the inventory is a voting member of the cluster etcd answers for: this is another cluster, or its members all changed address');
-  if (problems.length > 0) throw new MembershipRefusal(`the cluster's members do not match the inventory: ${problems.join('; ')}. Nothing was changed.`);
+  if (learners.length > 1)
+    problems.push(`etcd has ${learners.length} learners (${learners.map(describe).join('; ')}); it allows one at a time`);
+  if (replacedVoters > 0 && voting.length === 0)
+    problems.push(
+      `every voting member is to be replaced (${replacements.map((r) => `${r.member.name}: ${r.why}`).join('; ')}): the cluster would be gone; restore it from a snapshot instead`,
+    );
+  else if (voting.length === 0 && joiners.length > 0)
+    problems.push(
+      'no member of the inventory is a voting member of the cluster etcd answers for: this is another cluster, or its members all changed address',
+    );
+  if (problems.length > 0)
+    throw new MembershipRefusal(`the cluster's members do not match the inventory: ${problems.join('; ')}. Nothing was changed.`);
   // A half-joined learner (a run stopped after adding it) goes first: etcd will not add another before it is promoted.
   joiners.sort((a, b) => Number(a.stage === 'to-add') - Number(b.stage === 'to-add'));
   return { voting, joiners, leavers, replacements };

@@ -33,7 +33,9 @@ export function rollOrder(candidates: readonly RollCandidate[], leader: string |
 
 /** The waves of a roll; asks etcd for the leader only when a member is to be restarted. */
 export async function rollWaves(inventory: Inventory, clients: EtcdClients, candidates: readonly RollCandidate[]): Promise<string[][]> {
-  const leader = candidates.some((candidate) => candidate.kind === 'restarts') ? await currentLeader(inventory, clients, inventory.members) : undefined;
+  const leader = candidates.some((candidate) => candidate.kind === 'restarts')
+    ? await currentLeader(inventory, clients, inventory.members)
+    : undefined;
   return rollOrder(candidates, leader);
 }
 
@@ -66,7 +68,9 @@ export async function ensureQuorumWithout(inventory: Inventory, clients: EtcdCli
   const healthy = answers.filter(({ health }) => health.healthy).length;
   const needed = healthyOthersNeeded(inventory.members.length);
   if (healthy < needed) {
-    const unhealthy = answers.filter(({ health }) => !health.healthy).map(({ other, health }) => `${other.name} (${health.healthy ? '' : health.reason})`);
+    const unhealthy = answers
+      .filter(({ health }) => !health.healthy)
+      .map(({ other, health }) => `${other.name} (${health.healthy ? '' : health.reason})`);
     throw new QuorumError(
       `refusing to take etcd on ${member.name} down: only ${healthy} of the other ${others.length} members are healthy and ${needed} must be (a quorum of ${inventory.members.length} is ${quorumOf(inventory.members.length)}); ` +
         `unhealthy: ${unhealthy.join(', ')}. Bring those back first (the next run starts a stopped etcd), then run again.`,

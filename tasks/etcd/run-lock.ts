@@ -37,7 +37,12 @@ export interface RunLockHolder {
   command: string;
 }
 
-export const thisRun = (command: string): RunLockHolder => ({ host: hostname(), pid: process.pid, since: new Date().toISOString(), command });
+export const thisRun = (command: string): RunLockHolder => ({
+  host: hostname(),
+  pid: process.pid,
+  since: new Date().toISOString(),
+  command,
+});
 
 export const holderRecord = (holder: RunLockHolder): string => JSON.stringify(holder);
 
@@ -45,7 +50,8 @@ export function parseHolderRecord(text: string): RunLockHolder | undefined {
   try {
     const record = JSON.parse(text) as Partial<RunLockHolder>;
     const { host, pid, since, command } = record;
-    if (typeof host === 'string' && typeof pid === 'number' && typeof since === 'string' && typeof command === 'string') return { host, pid, since, command };
+    if (typeof host === 'string' && typeof pid === 'number' && typeof since === 'string' && typeof command === 'string')
+      return { host, pid, since, command };
   } catch {
     // Not a holder: the refusal says so.
   }
@@ -59,7 +65,10 @@ export type LockAnswer =
   | { created: false; value: string; lease: string }
   | { failed: unknown };
 
-export type LockDecision = { kind: 'acquired' } | { kind: 'refused'; holder: RunLockHolder | undefined; message: string } | { kind: 'local-only'; why: string };
+export type LockDecision =
+  | { kind: 'acquired' }
+  | { kind: 'refused'; holder: RunLockHolder | undefined; message: string }
+  | { kind: 'local-only'; why: string };
 
 /** An error's first line, or each distinct one of a Promise.any's errors. */
 function firstLines(error: unknown): string[] {
@@ -71,7 +80,8 @@ function firstLines(error: unknown): string[] {
 function whyUnanswered(error: unknown): string {
   const lines = firstLines(error);
   // Password mode before the auth step: root cannot log in yet (certificate mode needs no login).
-  if (lines.some((line) => /authentication is not enabled/i.test(line))) return 'etcd has no authentication enabled yet, so root cannot take its lock';
+  if (lines.some((line) => /authentication is not enabled/i.test(line)))
+    return 'etcd has no authentication enabled yet, so root cannot take its lock';
   const said = lines.join('; ').slice(0, 300);
   // etcd's own refusals (a wrong root password, a permission) carry its prefix: it answered, and said no.
   if (lines.some((line) => line.includes('etcdserver:'))) return `etcd answers but would not take the lock (${said})`;
@@ -80,10 +90,19 @@ function whyUnanswered(error: unknown): string {
 
 function refusal(key: string, value: string, lease: string, ttlS: number): LockDecision {
   const holder = parseHolderRecord(value);
-  const who = holder ? `${forDisplay(holder.command)} by PID ${holder.pid} on ${forDisplay(holder.host)} since ${forDisplay(holder.since)}` : `a holder this version cannot read (${forDisplay(value).slice(0, 200)})`;
+  const who = holder
+    ? `${forDisplay(holder.command)} by PID ${holder.pid} on ${forDisplay(holder.host)} since ${forDisplay(holder.since)}`
+    : `a holder this version cannot read (${forDisplay(value).slice(0, 200)})`;
   // A key with no lease was not made by a run: it never expires by itself.
-  const gone = lease === '0' ? `the key has no lease and never expires: if no run is going, remove it (etcdctl del ${key})` : `if that run is gone, the lock expires by itself within ${ttlS} s`;
-  return { kind: 'refused', holder, message: `another run holds the cluster's run lock in etcd (${key}): ${who}. Wait for it to finish; ${gone}.` };
+  const gone =
+    lease === '0'
+      ? `the key has no lease and never expires: if no run is going, remove it (etcdctl del ${key})`
+      : `if that run is gone, the lock expires by itself within ${ttlS} s`;
+  return {
+    kind: 'refused',
+    holder,
+    message: `another run holds the cluster's run lock in etcd (${key}): ${who}. Wait for it to finish; ${gone}.`,
+  };
 }
 
 /** The decision from etcd's answer: held, refused naming the holder, or only the local lock file. */
@@ -217,7 +236,8 @@ export class HeldRunLock {
       }
     }
     if (this.#released) return;
-    if (Date.now() - this.#renewedAt >= this.options.ttlS * 1000) return this.#lose(`no member renewed its lease for ${this.options.ttlS} s`);
+    if (Date.now() - this.#renewedAt >= this.options.ttlS * 1000)
+      return this.#lose(`no member renewed its lease for ${this.options.ttlS} s`);
     // Sooner than usual: the lease has less than a TTL left.
     this.#schedule(1_000);
   }
@@ -290,14 +310,17 @@ async function createOrRead(client: Etcd3, key: string, value: string, leaseId: 
 /** The key is held, on a lease, by a run of this host whose process is gone. */
 function heldByDeadRunHere(answer: { value: string; lease: string }): boolean {
   const holder = parseHolderRecord(answer.value);
-  return answer.lease !== '0' && holder !== undefined && holder.host === hostname() && holder.pid !== process.pid && !processExists(holder.pid);
+  return (
+    answer.lease !== '0' && holder !== undefined && holder.host === hostname() && holder.pid !== process.pid && !processExists(holder.pid)
+  );
 }
 
 /** Whether root's identity can be presented at all: a CA to verify members with, and a certificate where one is used. */
 const hasCredentials = (identity: ClientIdentity): boolean => identity.caCert !== '' && identity.cert !== '';
 
 /** Revokes a lease, within `ms`; a failure is left to the lease's TTL. */
-const revokeQuietly = (client: Etcd3, leaseId: string, ms: number): Promise<unknown> => within(ms, 'lease revoke', client.leaseClient.leaseRevoke({ ID: leaseId })).catch(() => undefined);
+const revokeQuietly = (client: Etcd3, leaseId: string, ms: number): Promise<unknown> =>
+  within(ms, 'lease revoke', client.leaseClient.leaseRevoke({ ID: leaseId })).catch(() => undefined);
 
 /**
  * Takes the cluster's run lock: held (kept alive until release), refused (another run holds it), or
@@ -308,7 +331,8 @@ export async function acquireClusterRunLock(options: ClusterRunLockOptions): Pro
   const answerMs = options.answerMs ?? ANSWER_MS;
   const key = runLockKey(options.cluster);
   // A first deploy has no certificates to ask etcd with yet (the pki step makes them), nor an etcd to ask.
-  if (!hasCredentials(options.identity())) return { kind: 'local-only', why: 'no CA or root certificate in the state directory yet (a first deploy): etcd cannot be asked' };
+  if (!hasCredentials(options.identity()))
+    return { kind: 'local-only', why: 'no CA or root certificate in the state directory yet (a first deploy): etcd cannot be asked' };
   const clients = new LockClients(new EtcdClients(options.connections, options.clientPort, options.identity));
   let granted: { client: Etcd3; leaseId: string } | undefined;
   let answer: LockAnswer;
@@ -324,7 +348,16 @@ export async function acquireClusterRunLock(options: ClusterRunLockOptions): Pro
       answer = await within(answerMs, 'lock transaction', createOrRead(client, key, holderRecord(options.holder), granted.leaseId));
     }
     if ('created' in answer && answer.created) {
-      return { kind: 'acquired', lock: new HeldRunLock(key, granted.leaseId, clients, { members: options.members, ttlS, answerMs, onLost: options.onLost }, { answering: index, renewedAt: grantSent }) };
+      return {
+        kind: 'acquired',
+        lock: new HeldRunLock(
+          key,
+          granted.leaseId,
+          clients,
+          { members: options.members, ttlS, answerMs, onLost: options.onLost },
+          { answering: index, renewedAt: grantSent },
+        ),
+      };
     }
   } catch (error) {
     answer = { failed: error };

@@ -10,4 +10,5 @@ const TRANSIENT = /leader changed|no leader|not leader|UNAVAILABLE|DEADLINE_EXCE
 export const isTransient = (error: unknown): boolean => error instanceof Error && TRANSIENT.test(error.message);
 
 /** Runs `call` again while it fails transiently, for at most `windowMs`; any other error is thrown at once. */
-export const retryTransient = <T>(call: () => Promise<T>, windowMs = 60_000, pauseMs = 1_000): Promise<T> => retryWhile(call, isTransient, { windowMs, pauseMs });
+export const retryTransient = <T>(call: () => Promise<T>, windowMs = 60_000, pauseMs = 1_000): Promise<T> =>
+  retryWhile(call, isTransient, { windowMs, pauseMs });

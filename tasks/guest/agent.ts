@@ -45,7 +45,9 @@ export function ownedBy(reply: VirshReply, id: string): AgentAnswer | 'ours' {
 export function startedPid(reply: VirshReply): number | AgentAnswer {
   if (!reply.ok) return failure(reply);
   const pid = /"pid":\s*(\d+)/.exec(reply.output)?.[1];
-  return pid === undefined ? { ok: false, reason: `the agent did not say which process it started: ${forDisplay(reply.output.slice(0, 80))}` } : Number(pid);
+  return pid === undefined
+    ? { ok: false, reason: `the agent did not say which process it started: ${forDisplay(reply.output.slice(0, 80))}` }
+    : Number(pid);
 }
 
 /** A guest-exec-status reply: still running, or the script's answer (its output, or why there is none). */
@@ -61,13 +63,24 @@ export function finished(reply: VirshReply): AgentAnswer | 'running' {
   if (!result.exited) return 'running';
   if (result['out-truncated']) return { ok: false, reason: "the agent cut the script's output short" };
   if (result.exitcode !== 0) {
-    const stderr = forDisplay(Buffer.from(result['err-data'] ?? '', 'base64').toString('utf8').trim().split('\n')[0] ?? '');
+    const stderr = forDisplay(
+      Buffer.from(result['err-data'] ?? '', 'base64')
+        .toString('utf8')
+        .trim()
+        .split('\n')[0] ?? '',
+    );
     return { ok: false, reason: `the script exited with ${result.exitcode ?? `signal ${result.signal}`}${stderr ? `: ${stderr}` : ''}` };
   }
   return { ok: true, output: Buffer.from(result['out-data'] ?? '', 'base64').toString('utf8') };
 }
 
-const agentCommand = (domain: string, execute: string, args: Record<string, unknown>): string[] => ['qemu-agent-command', '--timeout', REPLY_TIMEOUT_SECONDS, domain, JSON.stringify({ execute, arguments: args })];
+const agentCommand = (domain: string, execute: string, args: Record<string, unknown>): string[] => [
+  'qemu-agent-command',
+  '--timeout',
+  REPLY_TIMEOUT_SECONDS,
+  domain,
+  JSON.stringify({ execute, arguments: args }),
+];
 
 /**
  * Runs each request's script in its domain, all at once, and collects the answers in request order:
@@ -75,16 +88,34 @@ const agentCommand = (domain: string, execute: string, args: Record<string, unkn
  * cluster's VM that has a member's name), then the scripts start, then their status is asked every
  * POLL_MS until each has exited or `timeoutMs` has passed.
  */
-export async function askThroughAgents(virsh: VirshAsker, requests: readonly AgentRequest[], owner: { namespace: string; id: string }, timeoutMs: number): Promise<AgentAnswer[]> {
+export async function askThroughAgents(
+  virsh: VirshAsker,
+  requests: readonly AgentRequest[],
+  owner: { namespace: string; id: string },
+  timeoutMs: number,
+): Promise<AgentAnswer[]> {
   const deadline = Date.now() + timeoutMs;
   const answers: (AgentAnswer | undefined)[] = requests.map(() => undefined);
-  const marks = await virsh.ask(requests.map(({ domain }) => ['metadata', '--uri', owner.namespace, '--domain', domain]), { urgent: true });
-  const ours = requests.flatMap((request, i) => {
+  const marks = await virsh.ask(
+    requests.map(({ domain }) => ['metadata', '--uri', owner.namespace, '--domain', domain]),
+    { urgent: true },
+  );
+  const ours = requests.flatMap((_request, i) => {
     const verdict = ownedBy(marks[i]!, owner.id);
     if (verdict !== 'ours') answers[i] = verdict;
     return verdict === 'ours' ? [i] : [];
   });
-  const starts = await virsh.ask(ours.map((i) => agentCommand(requests[i]!.domain, 'guest-exec', { path: '/bin/sh', arg: ['-s'], 'input-data': Buffer.from(requests[i]!.script).toString('base64'), 'capture-output': true })), { urgent: true });
+  const starts = await virsh.ask(
+    ours.map((i) =>
+      agentCommand(requests[i]!.domain, 'guest-exec', {
+        path: '/bin/sh',
+        arg: ['-s'],
+        'input-data': Buffer.from(requests[i]!.script).toString('base64'),
+        'capture-output': true,
+      }),
+    ),
+    { urgent: true },
+  );
   let running = ours.flatMap((i, n) => {
     const pid = startedPid(starts[n]!);
     if (typeof pid !== 'number') answers[i] = pid;
@@ -96,7 +127,10 @@ export async function askThroughAgents(virsh: VirshAsker, requests: readonly Age
       break;
     }
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
-    const statuses = await virsh.ask(running.map(({ i, pid }) => agentCommand(requests[i]!.domain, 'guest-exec-status', { pid })), { urgent: true });
+    const statuses = await virsh.ask(
+      running.map(({ i, pid }) => agentCommand(requests[i]!.domain, 'guest-exec-status', { pid })),
+      { urgent: true },
+    );
     running = running.filter(({ i }, n) => {
       const outcome = finished(statuses[n]!);
       if (outcome !== 'running') answers[i] = outcome;
@@ -121,13 +155,26 @@ const saysNoSuchFile = (reply: VirshReply): boolean => !reply.ok && /No such fil
  * that answers never sees a boot before cloud-init has written its status. Only domains carrying
  * this cluster's mark are asked.
  */
-export async function lookAtBoots(virsh: VirshAsker, domains: readonly string[], owner: { namespace: string; id: string }, resultPath: string, statusPath: string): Promise<BootLook[]> {
-  const marks = await virsh.ask(domains.map((domain) => ['metadata', '--uri', owner.namespace, '--domain', domain]), { urgent: true });
+export async function lookAtBoots(
+  virsh: VirshAsker,
+  domains: readonly string[],
+  owner: { namespace: string; id: string },
+  resultPath: string,
+  statusPath: string,
+): Promise<BootLook[]> {
+  const marks = await virsh.ask(
+    domains.map((domain) => ['metadata', '--uri', owner.namespace, '--domain', domain]),
+    { urgent: true },
+  );
   const looks: (BootLook | undefined)[] = domains.map((_, i) => {
     const verdict = ownedBy(marks[i]!, owner.id);
     return verdict === 'ours' ? undefined : { unanswered: verdict.ok ? 'no answer' : verdict.reason };
   });
-  const open = (indices: number[], path: string) => virsh.ask(indices.map((i) => agentCommand(domains[i]!, 'guest-file-open', { path, mode: 'r' })), { urgent: true });
+  const open = (indices: number[], path: string) =>
+    virsh.ask(
+      indices.map((i) => agentCommand(domains[i]!, 'guest-file-open', { path, mode: 'r' })),
+      { urgent: true },
+    );
   const closes: string[][] = [];
   const opened = (domain: string, reply: VirshReply): boolean => {
     const handle = /"return":\s*(\d+)/.exec(reply.output)?.[1];

@@ -73,7 +73,10 @@ export async function waitForBoot(watch: BootWatch, timing: BootWaitTiming): Pro
     if (fatal !== undefined) throw new BootWaitFailed(fatal);
     if (connected && !agentAnswered) return { ended: false, via: 'ssh' };
     if (now() >= deadline) {
-      if (timing.windowMs > 0) throw new BootWaitFailed(`its boot did not end within ${Math.round(timing.windowMs / 1000)} s (guest agent: ${agentSays}; SSH: ${sshSays})`);
+      if (timing.windowMs > 0)
+        throw new BootWaitFailed(
+          `its boot did not end within ${Math.round(timing.windowMs / 1000)} s (guest agent: ${agentSays}; SSH: ${sshSays})`,
+        );
       if (agentAnswered) return { ended: false, via: 'agent' };
       throw new BootWaitFailed(`neither its guest agent nor SSH answers (guest agent: ${agentSays}; SSH: ${sshSays})`);
     }

@@ -63,7 +63,8 @@ export interface GuestQuestions {
 const MARK = '@@etcd-kvm@@';
 const section = (name: string) => `echo ${quote(`${MARK} ${name}`)}`;
 /** Prints a file with shell builtins only (no process): cloud-init's JSON results. */
-const printFile = (path: string) => `if [ -r ${quote(path)} ]; then while IFS= read -r l || [ -n "$l" ]; do printf '%s\\n' "$l"; done < ${quote(path)}; fi`;
+const printFile = (path: string) =>
+  `if [ -r ${quote(path)} ]; then while IFS= read -r l || [ -n "$l" ]; do printf '%s\\n' "$l"; done < ${quote(path)}; fi`;
 
 export const CLOUD_INIT_RESULT = '/run/cloud-init/result.json';
 export const CLOUD_INIT_STATUS = '/run/cloud-init/status.json';
@@ -155,7 +156,10 @@ function framed(output: string): Map<string, string> {
  * The probe's answer. `units` is undefined when what the files say does not settle every unit's
  * state: then unitStateScript asks systemd, and parseUnitState reads its answer (guest/probe.ts).
  */
-export function parseGuestProbe(output: string, questions: GuestQuestions): { facts: Omit<GuestFacts, 'units'>; units: Map<string, UnitFact> | undefined } {
+export function parseGuestProbe(
+  output: string,
+  questions: GuestQuestions,
+): { facts: Omit<GuestFacts, 'units'>; units: Map<string, UnitFact> | undefined } {
   const parts = framed(output);
   const digests = new Map<string, string>();
   for (const line of (parts.get('sha256') ?? '').split('\n')) {
@@ -173,7 +177,12 @@ export function parseGuestProbe(output: string, questions: GuestQuestions): { fa
     times.set(path, Number(match[3]));
     if (!asked.has(path)) continue;
     // A path that stat sees but sha256sum cannot read (a directory in its place) has no digest.
-    files.set(path, { mode: Number.parseInt(match[1]!, 8), owner: match[2]!, mtime: Math.floor(Number(match[3])), digest: digests.get(path) ?? '' });
+    files.set(path, {
+      mode: Number.parseInt(match[1]!, 8),
+      owner: match[2]!,
+      mtime: Math.floor(Number(match[3])),
+      digest: digests.get(path) ?? '',
+    });
   }
   const environments = new Map<string, Map<string, string>>();
   for (const unit of questions.environmentUnits) {
@@ -200,17 +209,34 @@ export function parseGuestProbe(output: string, questions: GuestQuestions): { fa
  * Every unit's state from files, or undefined unless each one runs, is enabled, has an invocation
  * time, and no managed unit file is newer than systemd's last reload (then NeedDaemonReload is no).
  */
-export function unitsFromFiles(text: string, times: ReadonlyMap<string, number>, questions: GuestQuestions): Map<string, UnitFact> | undefined {
+export function unitsFromFiles(
+  text: string,
+  times: ReadonlyMap<string, number>,
+  questions: GuestQuestions,
+): Map<string, UnitFact> | undefined {
   const reloaded = times.get(SYSTEMD_RELOADED);
   if (reloaded === undefined) return undefined;
   if (questions.paths.some((path) => path.startsWith('/etc/systemd/system/') && (times.get(path) ?? 0) >= reloaded)) return undefined;
-  const seen = new Map(text.split('\n').map((line) => line.split(' ')).filter((words) => words.length === 3).map(([unit, pid, enabled]) => [unit!, { running: /^\d+$/.test(pid!), enabled: enabled === 'enabled' }]));
+  const seen = new Map(
+    text
+      .split('\n')
+      .map((line) => line.split(' '))
+      .filter((words) => words.length === 3)
+      .map(([unit, pid, enabled]) => [unit!, { running: /^\d+$/.test(pid!), enabled: enabled === 'enabled' }]),
+  );
   const units = new Map<string, UnitFact>();
   for (const unit of questions.units) {
     const started = times.get(invocationOf(unit));
     const state = seen.get(unit);
     if (!state?.running || !state.enabled || started === undefined) return undefined;
-    units.set(unit, { loaded: true, enabled: 'enabled', active: 'active', sub: 'running', startedAt: Math.floor(started), needsDaemonReload: false });
+    units.set(unit, {
+      loaded: true,
+      enabled: 'enabled',
+      active: 'active',
+      sub: 'running',
+      startedAt: Math.floor(started),
+      needsDaemonReload: false,
+    });
   }
   return units;
 }
@@ -254,7 +280,11 @@ export function parseCloudInit(resultJson: string, statusJson: string): CloudIni
     try {
       const v1 = (JSON.parse(json) as { v1?: Record<string, unknown> }).v1 ?? {};
       const direct = Array.isArray(v1.errors) ? (v1.errors as unknown[]) : [];
-      const staged = Object.values(v1).flatMap((stage) => (stage && typeof stage === 'object' && Array.isArray((stage as { errors?: unknown }).errors) ? ((stage as { errors: unknown[] }).errors) : []));
+      const staged = Object.values(v1).flatMap((stage) =>
+        stage && typeof stage === 'object' && Array.isArray((stage as { errors?: unknown }).errors)
+          ? (stage as { errors: unknown[] }).errors
+          : [],
+      );
       return [...direct, ...staged].map(String);
     } catch {
       return [];

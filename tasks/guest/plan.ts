@@ -62,7 +62,11 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
     // A secret's content is never shown, before or after: the summary says what changes.
     const diff = (before: string) => (file.secret ? {} : { diff: { label, before, after: file.display } });
     if (!fact) {
-      changes.push({ summary: `create ${file.path} (${octal(file.mode)} ${file.owner}${file.secret ? ', secret: content not shown' : ''})`, ...diff(''), action: { kind: 'write', file } });
+      changes.push({
+        summary: `create ${file.path} (${octal(file.mode)} ${file.owner}${file.secret ? ', secret: content not shown' : ''})`,
+        ...diff(''),
+        action: { kind: 'write', file },
+      });
       changedPaths.add(file.path);
       continue;
     }
@@ -71,7 +75,11 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
     if (fact.owner !== file.owner) wrong.push(`owner ${fact.owner} → ${file.owner}`);
     if (fact.digest !== sha256(file.content)) {
       const notes = [...wrong, ...(file.secret ? ['secret: content not shown'] : [])];
-      changes.push({ summary: `update ${file.path}${notes.length ? ` (${notes.join(', ')})` : ''}`, ...(context.currentContent ? diff(context.currentContent.get(file.path) ?? '') : {}), action: { kind: 'write', file } });
+      changes.push({
+        summary: `update ${file.path}${notes.length ? ` (${notes.join(', ')})` : ''}`,
+        ...(context.currentContent ? diff(context.currentContent.get(file.path) ?? '') : {}),
+        action: { kind: 'write', file },
+      });
       changedPaths.add(file.path);
     } else if (wrong.length > 0) {
       changes.push({ summary: `fix ${file.path}: ${wrong.join(', ')}`, action: { kind: 'attributes', file } });
@@ -84,14 +92,27 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
     changes.push({ summary: 'reload systemd (unit files changed)', action: { kind: 'daemon-reload' } });
   }
   for (const { service, fact } of units) {
-    if (!fact?.enabled.startsWith('enabled')) changes.push({ summary: `enable ${service.unit}${fact?.enabled ? ` (was ${fact.enabled})` : ''}`, action: { kind: 'enable', unit: service.unit } });
+    if (!fact?.enabled.startsWith('enabled'))
+      changes.push({
+        summary: `enable ${service.unit}${fact?.enabled ? ` (was ${fact.enabled})` : ''}`,
+        action: { kind: 'enable', unit: service.unit },
+      });
     if (!fact || !RUNNING.has(fact.active) || fact.sub === 'auto-restart') {
-      const configChanged = desired.files.some((file) => changedPaths.has(file.path) && (file.notify === service.unit || file.path === service.environment?.path));
-      changes.push({ summary: `start ${service.unit} (was ${fact ? [fact.active, fact.sub].filter(Boolean).join('/') : 'unknown'})`, action: { kind: 'start', service, configChanged } });
+      const configChanged = desired.files.some(
+        (file) => changedPaths.has(file.path) && (file.notify === service.unit || file.path === service.environment?.path),
+      );
+      changes.push({
+        summary: `start ${service.unit} (was ${fact ? [fact.active, fact.sub].filter(Boolean).join('/') : 'unknown'})`,
+        action: { kind: 'start', service, configChanged },
+      });
       continue;
     }
     const why = staleness(service, desired, facts, changedPaths);
-    if (why) changes.push({ summary: `${service.onChange} ${service.unit}${service.rolling ? ' (one member at a time)' : ''}: ${why}`, action: { kind: 'restart', service, why } });
+    if (why)
+      changes.push({
+        summary: `${service.onChange} ${service.unit}${service.rolling ? ' (one member at a time)' : ''}: ${why}`,
+        action: { kind: 'restart', service, why },
+      });
   }
   return changes;
 }
@@ -102,7 +123,8 @@ function staleness(service: GuestService, desired: DesiredGuest, facts: GuestFac
   const started = facts.units.get(service.unit)?.startedAt;
   for (const file of desired.files.filter((f) => f.notify === service.unit)) {
     if (changedPaths.has(file.path)) reasons.push(`${file.path} changes`);
-    else if (started !== undefined && (facts.files.get(file.path)?.mtime ?? 0) > started) reasons.push(`${file.path} changed after it started`);
+    else if (started !== undefined && (facts.files.get(file.path)?.mtime ?? 0) > started)
+      reasons.push(`${file.path} changed after it started`);
   }
   if (service.environment) {
     const running = facts.environments.get(service.unit);
@@ -112,7 +134,10 @@ function staleness(service: GuestService, desired: DesiredGuest, facts: GuestFac
       const wanted = parseEnvironmentFile(file.content);
       // A variable dropped from the file (ETCD_TRUSTED_CA_FILE in password mode) still runs until a restart.
       const families = new Set([...wanted.keys()].map((key) => key.split('_')[0]));
-      const keys = new Set([...wanted.keys(), ...[...running.keys()].filter((key) => families.has(key.split('_')[0]) && key.includes('_'))]);
+      const keys = new Set([
+        ...wanted.keys(),
+        ...[...running.keys()].filter((key) => families.has(key.split('_')[0]) && key.includes('_')),
+      ]);
       const differing = [...keys].filter((key) => !ignored.has(key) && running.get(key) !== wanted.get(key));
       if (differing.length > 0) reasons.push(`running with other ${differing.join(', ')}`);
     }
@@ -122,7 +147,9 @@ function staleness(service: GuestService, desired: DesiredGuest, facts: GuestFac
 
 /** Where a member's plan stands in a roll: only what it does to a rolling service (etcd) counts. */
 export function rollKindOf(changes: readonly GuestChange[]): RollKind {
-  const rolling = changes.flatMap(({ action }) => ((action.kind === 'restart' || action.kind === 'start') && action.service.rolling ? [action.kind] : []));
+  const rolling = changes.flatMap(({ action }) =>
+    (action.kind === 'restart' || action.kind === 'start') && action.service.rolling ? [action.kind] : [],
+  );
   if (rolling.includes('restart')) return 'restarts';
   return rolling.includes('start') ? 'starts' : 'keeps-running';
 }

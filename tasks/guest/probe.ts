@@ -1,3 +1,4 @@
+import type { FactCache } from '../core/facts.ts';
 import type { Member } from '../inventory/model.ts';
 import { membersByHypervisor } from '../inventory/placement.ts';
 import { saysDomainMissing } from '../libvirt/virsh.ts';
@@ -6,13 +7,28 @@ import type { VirshSessions } from '../libvirt/session.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
 import { askThroughAgents, lookAtBoots, type AgentAnswer, type BootLook } from './agent.ts';
-import { CLOUD_INIT_RESULT, CLOUD_INIT_STATUS, guestProbeScript, parseGuestProbe, parseUnitState, unitStateScript, type GuestFacts, type GuestQuestions } from './facts.ts';
+import {
+  CLOUD_INIT_RESULT,
+  CLOUD_INIT_STATUS,
+  guestProbeScript,
+  parseGuestProbe,
+  parseUnitState,
+  unitStateScript,
+  type GuestFacts,
+  type GuestQuestions,
+} from './facts.ts';
+
+/** The kind of fact a guest's answers are, in the run's fact cache (steps/registry.ts says which changes make them stale). */
+const GUEST = 'guest';
 
 /** A script run as root inside a member, read-only; its output. */
 type RunScript = (script: string) => Promise<string>;
 
 // The script on stdin: sudo logs one short command line instead of the whole script on every run.
-const overSsh = (ssh: SshConnection): RunScript => (script) => ssh.run(['sudo', 'sh', '-s'], { stdin: script, describe: 'guest probe', timeoutMs: 60_000 });
+const overSsh =
+  (ssh: SshConnection): RunScript =>
+  (script) =>
+    ssh.run(['sudo', 'sh', '-s'], { stdin: script, describe: 'guest probe', timeoutMs: 60_000 });
 
 /** Long enough for three emulated guests probed at once on a busy host (one probe: ~0.5 s idle). */
 const AGENT_PROBE_TIMEOUT_MS = 30_000;
@@ -21,17 +37,16 @@ const AGENT_PROBE_TIMEOUT_MS = 30_000;
  * Asks members for their guest facts: through the QEMU guest agent, over the run's virsh session on
  * each hypervisor, all its members at once (guest/agent.ts), and over SSH to a member whose agent
  * does not answer (an image without qemu-guest-agent, a domain defined before the tool added the
- * agent's channel). The pipeline starts every member's probe early, while other steps work; the
- * guest step takes each answer once — unless an earlier step changed that member (a restarted VM),
- * when it asks again. Re-checks after an apply always ask again.
+ * agent's channel). The deploy starts every member's probe early, while other steps work, and keeps
+ * the answer in the run's fact cache; the guest step takes it once, unless a step changed the member's
+ * guest since (a restarted VM, a restore: the runner drops the answer then). Re-checks ask again.
  */
 export class GuestProbe {
-  /** Each member's early answer, with what it asked (a step that wants other questions asks itself). */
-  readonly #early = new Map<string, { asked: string; facts: Promise<GuestFacts | undefined> }>();
   /** Why a member's agent did not answer in this run (SSH was asked instead): --profile says it. */
   readonly agentFailures = new Map<string, string>();
 
   constructor(
+    readonly facts: FactCache,
     readonly connections: MemberConnections,
     readonly sessions: VirshSessions,
     /** This cluster's ID (read after the pki step makes it): the agent is asked only inside domains marked with it. */
@@ -43,12 +58,19 @@ export class GuestProbe {
    * and waits, itself). A member with an early answer, or one on its way, is not asked again.
    */
   prefetch(members: readonly Member[], questionsOf: (member: Member) => GuestQuestions): void {
-    for (const hosted of membersByHypervisor(members.filter((member) => !this.#early.has(member.name))).values()) {
+    for (const hosted of membersByHypervisor(members.filter((member) => !this.facts.has(member.name, GUEST))).values()) {
       const asked = hosted.map((member) => ({ member, questions: questionsOf(member) }));
       const answers = this.#runInAgents(asked.map(({ member, questions }) => ({ member, script: guestProbeScript(questions) })));
       asked.forEach(({ member, questions }, i) => {
-        const facts = answers.then((all) => this.#factsFrom(all[i]!, member, questions, async (script) => overSsh(await this.connections.get(member))(script)));
-        this.#early.set(member.name, { asked: JSON.stringify(questions), facts: facts.catch(() => undefined) });
+        const facts = answers.then((all) =>
+          this.#factsFrom(all[i]!, member, questions, async (script) => overSsh(await this.connections.get(member))(script)),
+        );
+        this.facts.put(
+          member.name,
+          GUEST,
+          JSON.stringify(questions),
+          facts.catch(() => undefined),
+        );
       });
     }
   }
@@ -57,7 +79,9 @@ export class GuestProbe {
   async askNow(member: Member, questions: GuestQuestions, connect: () => Promise<SshConnection>): Promise<GuestFacts> {
     const ssh: RunScript = async (script) => overSsh(await connect())(script);
     const [answer] = await this.#runInAgents([{ member, script: guestProbeScript(questions) }]);
-    return (await this.#factsFrom(answer!, member, questions, ssh)) ?? this.#complete(await ssh(guestProbeScript(questions)), questions, ssh);
+    return (
+      (await this.#factsFrom(answer!, member, questions, ssh)) ?? this.#complete(await ssh(guestProbeScript(questions)), questions, ssh)
+    );
   }
 
   /** One look at the member's boot through its agent, which starts no process in the guest (guest/boot.ts). */
@@ -65,7 +89,13 @@ export class GuestProbe {
     const id = this.clusterId();
     if (id === undefined) return { unanswered: 'the cluster has no ID yet: no domain can carry its mark' };
     try {
-      const [look] = await lookAtBoots(await this.sessions.get(member.hypervisor), [member.name], { namespace: OWNER_NAMESPACE, id }, CLOUD_INIT_RESULT, CLOUD_INIT_STATUS);
+      const [look] = await lookAtBoots(
+        await this.sessions.get(member.hypervisor),
+        [member.name],
+        { namespace: OWNER_NAMESPACE, id },
+        CLOUD_INIT_RESULT,
+        CLOUD_INIT_STATUS,
+      );
       return look!;
     } catch (error) {
       return { unanswered: (error as Error).message };
@@ -106,21 +136,21 @@ export class GuestProbe {
     const id = this.clusterId();
     if (id === undefined) return requests.map(() => ({ ok: false, reason: 'the cluster has no ID yet: no domain can carry its mark' }));
     try {
-      return await askThroughAgents(await this.sessions.get(hypervisor), requests.map(({ member, script }) => ({ domain: member.name, script })), { namespace: OWNER_NAMESPACE, id }, AGENT_PROBE_TIMEOUT_MS);
+      return await askThroughAgents(
+        await this.sessions.get(hypervisor),
+        requests.map(({ member, script }) => ({ domain: member.name, script })),
+        { namespace: OWNER_NAMESPACE, id },
+        AGENT_PROBE_TIMEOUT_MS,
+      );
     } catch (error) {
       return requests.map(() => ({ ok: false, reason: (error as Error).message }));
     }
   }
 
-  /** The early answer, once, if there is one, to the same questions, and it is still worth using. */
-  async takeEarly(member: Member, questions: GuestQuestions, stillValid: boolean): Promise<GuestFacts | undefined> {
-    const early = this.#early.get(member.name);
-    this.#early.delete(member.name);
-    return stillValid && early?.asked === JSON.stringify(questions) ? early.facts : undefined;
-  }
-
-  /** A member this run changed outside the guest step (a departure): its early answer is stale. */
-  forget(member: Member): void {
-    this.#early.delete(member.name);
+  /** The early answer to the same questions, once, if the fact cache still has it; any other early answer goes with it. */
+  async takeEarly(member: Member, questions: GuestQuestions): Promise<GuestFacts | undefined> {
+    const early = this.facts.take<GuestFacts | undefined>(member.name, GUEST, JSON.stringify(questions));
+    this.facts.invalidate(member.name, [GUEST]);
+    return early;
   }
 }

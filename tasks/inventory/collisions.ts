@@ -25,9 +25,22 @@ const describe = (pool: string, name: string) => (isFile(name) ? `file ${name}` 
 function ownVolumes(member: Member): OwnVolume[] {
   const { os, data, pool, cloudInit } = member.volumes;
   return [
-    'existing' in os ? { member, role: 'OS disk', pool, name: os.existing, field: 'volume_id' } : { member, role: 'OS disk', pool, name: os.name },
-    ...(data ? ['existing' in data ? { member, role: 'data disk', pool, name: data.existing, field: 'data_volume_id' } as const : { member, role: 'data disk', pool, name: data.name } as const] : []),
-    { member, role: 'seed ISO', ...cloudInit, ...(cloudInit.name === `${member.name}-cloud-init.iso` ? {} : { field: 'cloud_init_volume_name' as const }) },
+    'existing' in os
+      ? { member, role: 'OS disk', pool, name: os.existing, field: 'volume_id' }
+      : { member, role: 'OS disk', pool, name: os.name },
+    ...(data
+      ? [
+          'existing' in data
+            ? ({ member, role: 'data disk', pool, name: data.existing, field: 'data_volume_id' } as const)
+            : ({ member, role: 'data disk', pool, name: data.name } as const),
+        ]
+      : []),
+    {
+      member,
+      role: 'seed ISO',
+      ...cloudInit,
+      ...(cloudInit.name === `${member.name}-cloud-init.iso` ? {} : { field: 'cloud_init_volume_name' as const }),
+    },
   ];
 }
 
@@ -36,9 +49,17 @@ function collision(volume: OwnVolume, taken: string): Problem {
   const where = `names ${describe(pool, name)} on hypervisor ${member.hypervisor.name}, which is ${taken}`;
   const path = ['members', member.index, volume.field ?? 'name'];
   if (volume.role === 'seed ISO') {
-    return { path, message: `${where}: the tool deletes and rewrites a seed ISO whenever it changes`, hint: `give each member a seed ISO name of its own (the default is ${member.name}-cloud-init.iso); never set it under defaults` };
+    return {
+      path,
+      message: `${where}: the tool deletes and rewrites a seed ISO whenever it changes`,
+      hint: `give each member a seed ISO name of its own (the default is ${member.name}-cloud-init.iso); never set it under defaults`,
+    };
   }
-  return { path, message: `${where}: one volume would be two disks, written by both`, hint: `give each disk a volume of its own${volume.field ? `; never set ${volume.field} under defaults` : ''}` };
+  return {
+    path,
+    message: `${where}: one volume would be two disks, written by both`,
+    hint: `give each disk a volume of its own${volume.field ? `; never set ${volume.field} under defaults` : ''}`,
+  };
 }
 
 /**
@@ -89,7 +110,13 @@ function interfacePath(member: Member, i: number): (string | number)[] {
  * a hash can meet an explicit MAC, or, rarely, another derived one. Two explicit ones are uniqueAddresses'.
  */
 export function derivedMacCollisions(cluster: string, members: readonly Member[]): Problem[] {
-  const nics = members.flatMap((member) => member.interfaces.map((nic, i) => ({ mac: nic.mac, path: interfacePath(member, i), derived: nic.mac === derivedMac(cluster, member.name, i) })));
+  const nics = members.flatMap((member) =>
+    member.interfaces.map((nic, i) => ({
+      mac: nic.mac,
+      path: interfacePath(member, i),
+      derived: nic.mac === derivedMac(cluster, member.name, i),
+    })),
+  );
   const seen = new Map(nics.filter((nic) => !nic.derived).map((nic) => [nic.mac, nic.path]));
   return nics
     .filter((nic) => nic.derived)
@@ -99,7 +126,13 @@ export function derivedMacCollisions(cluster: string, members: readonly Member[]
         seen.set(nic.mac, nic.path);
         return [];
       }
-      return [{ path: nic.path, message: `its derived MAC ${nic.mac} is already used at ${earlier.join('.')}`, hint: 'set mac: on this interface to an address of its own' }];
+      return [
+        {
+          path: nic.path,
+          message: `its derived MAC ${nic.mac} is already used at ${earlier.join('.')}`,
+          hint: 'set mac: on this interface to an address of its own',
+        },
+      ];
     });
 }
 
@@ -111,12 +144,23 @@ export function derivedMacCollisions(cluster: string, members: readonly Member[]
 export function sameHostHypervisors(hypervisors: readonly Hypervisor[]): Problem[] {
   const seen = new Map<string, string>();
   return hypervisors.flatMap((hypervisor): Problem[] => {
-    const key = JSON.stringify([hypervisor.address.toLowerCase(), hypervisor.port, hypervisor.libvirt_uri, hypervisor.jump.map((hop) => [hop.address.toLowerCase(), hop.port])]);
+    const key = JSON.stringify([
+      hypervisor.address.toLowerCase(),
+      hypervisor.port,
+      hypervisor.libvirt_uri,
+      hypervisor.jump.map((hop) => [hop.address.toLowerCase(), hop.port]),
+    ]);
     const earlier = seen.get(key);
     if (!earlier) {
       seen.set(key, hypervisor.name);
       return [];
     }
-    return [{ path: ['hypervisors', hypervisor.name, 'address'], message: `reaches the libvirt of hypervisor ${earlier} (${hypervisor.address}:${hypervisor.port}, ${hypervisor.libvirt_uri})`, hint: 'one host is one hypervisor: list all its members under one name' }];
+    return [
+      {
+        path: ['hypervisors', hypervisor.name, 'address'],
+        message: `reaches the libvirt of hypervisor ${earlier} (${hypervisor.address}:${hypervisor.port}, ${hypervisor.libvirt_uri})`,
+        hint: 'one host is one hypervisor: list all its members under one name',
+      },
+    ];
   });
 }

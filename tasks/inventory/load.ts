@@ -57,7 +57,9 @@ function readYaml(path: string): unknown {
     // The yaml library refuses more than 100 alias expansions (a "billion laughs" document) here.
     return document.toJS({ maxAliasCount: 100 });
   } catch (error) {
-    throw new InputError(`inventory ${path} cannot be read as data`, [`${(error as Error).message.split('\n')[0]}: an alias is expanded too often; write the values out`]);
+    throw new InputError(`inventory ${path} cannot be read as data`, [
+      `${(error as Error).message.split('\n')[0]}: an alias is expanded too often; write the values out`,
+    ]);
   }
 }
 
@@ -67,13 +69,22 @@ function readSshConfig(setting: string | false | undefined, baseDir: string, pro
   const path = setting === undefined ? join(homedir(), '.ssh', 'config') : resolve(baseDir, expandHome(setting));
   const text = readIfExists(path);
   if (text === undefined) {
-    if (setting !== undefined) problems.push({ path: ['ssh_config'], message: `cannot read ${path}`, hint: 'give the path of an ssh_config file, or false not to read one' });
+    if (setting !== undefined)
+      problems.push({
+        path: ['ssh_config'],
+        message: `cannot read ${path}`,
+        hint: 'give the path of an ssh_config file, or false not to read one',
+      });
     return undefined;
   }
   try {
     return parseSshConfig(text);
   } catch (error) {
-    problems.push({ path: ['ssh_config'], message: `${path} cannot be read as an ssh_config: ${(error as Error).message.split('\n')[0]}`, hint: 'fix the file, or set ssh_config: false' });
+    problems.push({
+      path: ['ssh_config'],
+      message: `${path} cannot be read as an ssh_config: ${(error as Error).message.split('\n')[0]}`,
+      hint: 'fix the file, or set ssh_config: false',
+    });
     return undefined;
   }
 }
@@ -91,7 +102,12 @@ interface SshLoginInput {
  * A host's SSH login: the inventory's values (paths relative to it), then the ssh_config entry of its
  * address (HostName replaces an alias), then the defaults.
  */
-export function sshHostOf(name: string, given: SshLoginInput, config: SshConfigFile | undefined, baseDir: string): SshHost & { proxyJump: string[] } {
+export function sshHostOf(
+  name: string,
+  given: SshLoginInput,
+  config: SshConfigFile | undefined,
+  baseDir: string,
+): SshHost & { proxyJump: string[] } {
   const found = config ? lookUpHost(config, given.address) : {};
   const inventoryPath = (path: string) => resolve(baseDir, expandHome(path));
   return {
@@ -100,7 +116,8 @@ export function sshHostOf(name: string, given: SshLoginInput, config: SshConfigF
     port: given.port ?? found.port ?? 22,
     user: given.user ?? found.user ?? 'root',
     private_key: given.private_key !== undefined ? (given.private_key ? inventoryPath(given.private_key) : '') : (found.identityFile ?? ''),
-    known_hosts: given.known_hosts !== undefined ? inventoryPath(given.known_hosts) : (found.knownHosts ?? inventoryPath('~/.ssh/known_hosts')),
+    known_hosts:
+      given.known_hosts !== undefined ? inventoryPath(given.known_hosts) : (found.knownHosts ?? inventoryPath('~/.ssh/known_hosts')),
     trust_on_first_use: given.trust_on_first_use,
     proxyJump: found.proxyJump ?? [],
   };
@@ -127,14 +144,22 @@ function pemOrFile(value: string, baseDir: string, path: Path, problems: Problem
   // Text around a PEM block ("Bag Attributes" from openssl pkcs12) or anything on several lines is no
   // path: and it may be a private key, so it is never echoed.
   if (value.includes('-----BEGIN') || value.includes('\n')) {
-    problems.push({ path, message: 'is neither PEM text starting with -----BEGIN nor a file path (the value is not shown: it may be a key)', hint: 'remove the lines before -----BEGIN (openssl pkcs12 writes "Bag Attributes" there), or give the path of a PEM file' });
+    problems.push({
+      path,
+      message: 'is neither PEM text starting with -----BEGIN nor a file path (the value is not shown: it may be a key)',
+      hint: 'remove the lines before -----BEGIN (openssl pkcs12 writes "Bag Attributes" there), or give the path of a PEM file',
+    });
     return '';
   }
   const file = resolve(baseDir, expandHome(value));
   try {
     return readFileSync(file, 'utf8');
   } catch {
-    problems.push({ path, message: `cannot read ${file}`, hint: 'give PEM text inline or a readable file path (relative to the inventory)' });
+    problems.push({
+      path,
+      message: `cannot read ${file}`,
+      hint: 'give PEM text inline or a readable file path (relative to the inventory)',
+    });
     return '';
   }
 }
@@ -148,7 +173,11 @@ function publicKeyOf(value: string, baseDir: string, path: Path, problems: Probl
   const file = resolve(baseDir, expandHome(trimmed));
   const content = readIfExists(file)?.trim();
   if (content === undefined || !OPENSSH_PUBLIC_KEY.test(content)) {
-    problems.push({ path, message: content === undefined ? `cannot read ${file}` : `${file} is not an OpenSSH public key`, hint: 'give a key line like "ssh-ed25519 AAAA… me@host" or the path of a .pub file' });
+    problems.push({
+      path,
+      message: content === undefined ? `cannot read ${file}` : `${file} is not an OpenSSH public key`,
+      hint: 'give a key line like "ssh-ed25519 AAAA… me@host" or the path of a .pub file',
+    });
     return '';
   }
   return content;
@@ -156,7 +185,9 @@ function publicKeyOf(value: string, baseDir: string, path: Path, problems: Probl
 
 function buildInterfaces(clusterName: string, member: MemberInput): MemberInterface[] {
   const networks = member.libvirt_networks.map((nic) => ({
-    source: nic.network_name ? { kind: 'network' as const, networkName: nic.network_name } : { kind: 'network-id' as const, networkId: nic.network_id },
+    source: nic.network_name
+      ? { kind: 'network' as const, networkName: nic.network_name }
+      : { kind: 'network-id' as const, networkId: nic.network_id },
     ip: nic.ip,
     prefixLength: nic.prefix_length,
     mac: nic.mac,
@@ -174,7 +205,14 @@ function buildInterfaces(clusterName: string, member: MemberInput): MemberInterf
   return [...networks, ...macvtaps].map((nic, i) => ({ ...nic, mac: nic.mac ?? derivedMac(clusterName, member.name, i) }));
 }
 
-function buildMember(doc: ParsedDocument, hypervisors: Hypervisor[], member: MemberInput, index: number, baseDir: string, problems: Problem[]): Member {
+function buildMember(
+  doc: ParsedDocument,
+  hypervisors: Hypervisor[],
+  member: MemberInput,
+  index: number,
+  baseDir: string,
+  problems: Problem[],
+): Member {
   const hypervisor = hypervisors.find((h) => h.name === member.hypervisor) ?? hypervisors[0]!;
   const pool = member.volume_pool || hypervisor.pool;
   const path = ['members', index];
@@ -193,7 +231,11 @@ function buildMember(doc: ParsedDocument, hypervisors: Hypervisor[], member: Mem
       pool,
       os: member.volume_id
         ? { existing: member.volume_id }
-        : { name: `${member.name}-os.qcow2`, base: member.base_image!, ...(member.os_volume_size_gib ? { sizeGib: member.os_volume_size_gib } : {}) },
+        : {
+            name: `${member.name}-os.qcow2`,
+            base: member.base_image!,
+            ...(member.os_volume_size_gib ? { sizeGib: member.os_volume_size_gib } : {}),
+          },
       ...(member.data_volume_id
         ? { data: { existing: member.data_volume_id } }
         : member.data_volume_size_gib > 0
@@ -201,7 +243,12 @@ function buildMember(doc: ParsedDocument, hypervisors: Hypervisor[], member: Mem
           : {}),
       cloudInit: { pool: member.cloud_init_volume_pool || pool, name: member.cloud_init_volume_name || `${member.name}-cloud-init.iso` },
     },
-    admin: { user: member.ssh_admin_user, publicKey: publicKeyOf(member.ssh_admin_public_key, baseDir, [...path, 'ssh_admin_public_key'], problems), password: member.admin_user_password, passwordHash: member.admin_user_password_hash },
+    admin: {
+      user: member.ssh_admin_user,
+      publicKey: publicKeyOf(member.ssh_admin_public_key, baseDir, [...path, 'ssh_admin_public_key'], problems),
+      password: member.admin_user_password,
+      passwordHash: member.admin_user_password_hash,
+    },
     bootstrapsAuth: member.authentication_bootstrap.bootstrap,
     rootPassword: member.authentication_bootstrap.root_password,
     ...(tlsSet
@@ -224,15 +271,24 @@ function servicesWithPems(member: MemberInput, baseDir: string, path: Path, prob
   const { chrony, fluentbit, fluentbit_dynamic_config: dynamic, vault_agent: vault } = member;
   return {
     chrony,
-    fluentbit: { ...fluentbit, forward: { ...fluentbit.forward, ca_cert: pem(fluentbit.forward.ca_cert, 'fluentbit', 'forward', 'ca_cert') } },
+    fluentbit: {
+      ...fluentbit,
+      forward: { ...fluentbit.forward, ca_cert: pem(fluentbit.forward.ca_cert, 'fluentbit', 'forward', 'ca_cert') },
+    },
     fluentbit_dynamic_config: {
       ...dynamic,
       etcd: {
         ...dynamic.etcd,
         ca_certificate: pem(dynamic.etcd.ca_certificate, 'fluentbit_dynamic_config', 'etcd', 'ca_certificate'),
-        client: { ...dynamic.etcd.client, certificate: pem(dynamic.etcd.client.certificate, 'fluentbit_dynamic_config', 'etcd', 'client', 'certificate') },
+        client: {
+          ...dynamic.etcd.client,
+          certificate: pem(dynamic.etcd.client.certificate, 'fluentbit_dynamic_config', 'etcd', 'client', 'certificate'),
+        },
       },
-      git: { ...dynamic.git, trusted_gpg_keys: dynamic.git.trusted_gpg_keys.map((key, k) => pem(key, 'fluentbit_dynamic_config', 'git', 'trusted_gpg_keys', k)) },
+      git: {
+        ...dynamic.git,
+        trusted_gpg_keys: dynamic.git.trusted_gpg_keys.map((key, k) => pem(key, 'fluentbit_dynamic_config', 'git', 'trusted_gpg_keys', k)),
+      },
     },
     vault_agent: { ...vault, vault_ca_cert: pem(vault.vault_ca_cert, 'vault_agent', 'vault_ca_cert') },
   };
@@ -241,10 +297,18 @@ function servicesWithPems(member: MemberInput, baseDir: string, path: Path, prob
 /** The cluster's restore settings: every member's are equal (a rule), so the first member's, with its CA read. */
 function restoreOf(members: readonly MemberInput[], baseDir: string, problems: Problem[]): RestoreSettings {
   const restore = members[0]!.restore;
-  return { ...restore, s3: { ...restore.s3, ca_cert: pemOrFile(restore.s3.ca_cert, baseDir, ['members', 0, 'restore', 's3', 'ca_cert'], problems) } };
+  return {
+    ...restore,
+    s3: { ...restore.s3, ca_cert: pemOrFile(restore.s3.ca_cert, baseDir, ['members', 0, 'restore', 's3', 'ca_cert'], problems) },
+  };
 }
 
-function pemPair(pair: { certificate: string; key: string } | undefined, baseDir: string, path: Path, problems: Problem[]): PemPair | undefined {
+function pemPair(
+  pair: { certificate: string; key: string } | undefined,
+  baseDir: string,
+  path: Path,
+  problems: Problem[],
+): PemPair | undefined {
   if (!pair) return undefined;
   return {
     certificate: pemOrFile(pair.certificate, baseDir, [...path, 'certificate'], problems),
@@ -274,7 +338,9 @@ export function loadInventory(inventoryPath: string): Inventory {
   if (!top.success) {
     problems.push(...problemsFromZod(top.error.issues, [], (p) => keysAt(documentSchema, p)));
   }
-  const rawMembers = Array.isArray((raw as { members?: unknown })?.members) ? ((raw as { members: unknown[] }).members as Record<string, unknown>[]) : [];
+  const rawMembers = Array.isArray((raw as { members?: unknown })?.members)
+    ? ((raw as { members: unknown[] }).members as Record<string, unknown>[])
+    : [];
   const memberNames = rawMembers.map((member) => (typeof member?.name === 'string' ? member.name : undefined));
 
   const rawDefaults = top.success ? top.data.defaults : {};
@@ -298,16 +364,21 @@ export function loadInventory(inventoryPath: string): Inventory {
   if (problems.length > 0) fail(path, problems, memberNames);
 
   const sshConfig = readSshConfig(doc.ssh_config, baseDir, problems);
-  const hypervisors = Object.entries(doc.hypervisors).map(([name, { jump, address, port, user, private_key, known_hosts, trust_on_first_use, ...settings }]): Hypervisor => {
-    const login = sshHostOf(name, { address, port, user, private_key, known_hosts, trust_on_first_use }, sshConfig, baseDir);
-    // The inventory's jump list wins; without one, the ssh_config's ProxyJump for the hypervisor's address.
-    const hops = jump.length > 0 ? jump.map((bastion) => sshHostOf(bastion, doc.bastions[bastion]!, sshConfig, baseDir)) : login.proxyJump.map((hop) => {
-      const { host, ...given } = parseJumpHop(hop);
-      return sshHostOf(host, { address: host, ...given, trust_on_first_use: false }, sshConfig, baseDir);
-    });
-    const { proxyJump: _, ...host } = login;
-    return { ...settings, ...host, jump: hops.map(({ proxyJump: __, ...bastion }) => bastion) };
-  });
+  const hypervisors = Object.entries(doc.hypervisors).map(
+    ([name, { jump, address, port, user, private_key, known_hosts, trust_on_first_use, ...settings }]): Hypervisor => {
+      const login = sshHostOf(name, { address, port, user, private_key, known_hosts, trust_on_first_use }, sshConfig, baseDir);
+      // The inventory's jump list wins; without one, the ssh_config's ProxyJump for the hypervisor's address.
+      const hops =
+        jump.length > 0
+          ? jump.map((bastion) => sshHostOf(bastion, doc.bastions[bastion]!, sshConfig, baseDir))
+          : login.proxyJump.map((hop) => {
+              const { host, ...given } = parseJumpHop(hop);
+              return sshHostOf(host, { address: host, ...given, trust_on_first_use: false }, sshConfig, baseDir);
+            });
+      const { proxyJump: _, ...host } = login;
+      return { ...settings, ...host, jump: hops.map(({ proxyJump: __, ...bastion }) => bastion) };
+    },
+  );
   const built = members.map((member, i) => buildMember(doc, hypervisors, member, i, baseDir, problems));
   const { ca, root_client, intermediate_ca, ...pkiSettings } = doc.pki;
   const intermediateCa = pemPair(intermediate_ca, baseDir, ['pki', 'intermediate_ca'], problems);
@@ -320,7 +391,14 @@ export function loadInventory(inventoryPath: string): Inventory {
       ...pkiSettings,
       ca: pemPair(ca, baseDir, ['pki', 'ca'], problems),
       rootClient: pemPair(root_client, baseDir, ['pki', 'root_client'], problems),
-      ...(intermediateCa && intermediate_ca ? { intermediateCa: { ...intermediateCa, chain: pemOrFile(intermediate_ca.chain, baseDir, ['pki', 'intermediate_ca', 'chain'], problems) } } : {}),
+      ...(intermediateCa && intermediate_ca
+        ? {
+            intermediateCa: {
+              ...intermediateCa,
+              chain: pemOrFile(intermediate_ca.chain, baseDir, ['pki', 'intermediate_ca', 'chain'], problems),
+            },
+          }
+        : {}),
     },
     hypervisors,
     members: built.filter((_, i) => members[i]!.state === 'present'),
@@ -333,4 +411,3 @@ export function loadInventory(inventoryPath: string): Inventory {
   if (problems.length > 0) fail(path, problems, memberNames);
   return inventory;
 }
-

@@ -100,7 +100,11 @@ export interface Inventory {
   stateDir: string;
   cluster: ClusterSettings;
   etcd: EtcdSettings;
-  pki: Omit<PkiSettings, 'ca' | 'root_client' | 'intermediate_ca'> & { ca?: PemPair; rootClient?: PemPair; intermediateCa?: PemPair & { chain: string } };
+  pki: Omit<PkiSettings, 'ca' | 'root_client' | 'intermediate_ca'> & {
+    ca?: PemPair;
+    rootClient?: PemPair;
+    intermediateCa?: PemPair & { chain: string };
+  };
   hypervisors: Hypervisor[];
   /** The members the cluster is to have (`state: present`), in the inventory's order. */
   members: Member[];

@@ -1,4 +1,13 @@
-import type { BastionInput, ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings, RoleInput, UserInput } from './schema.ts';
+import type {
+  BastionInput,
+  ClusterSettings,
+  EtcdSettings,
+  HypervisorInput,
+  MemberInput,
+  PkiSettings,
+  RoleInput,
+  UserInput,
+} from './schema.ts';
 import type { Problem } from './problems.ts';
 import { CONTROL_NODE } from '../core/step.ts';
 import { isIPv4, isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
@@ -49,7 +58,11 @@ function duplicates<T>(items: { value: T; path: (string | number)[] }[], describ
   for (const item of items) {
     const earlier = firstSeen.get(item.value);
     if (earlier) {
-      problems.push({ path: item.path, message: `${describe(item.value)} is already used at ${earlier.join('.')}`, hint: 'each must be unique in the cluster' });
+      problems.push({
+        path: item.path,
+        message: `${describe(item.value)} is already used at ${earlier.join('.')}`,
+        hint: 'each must be unique in the cluster',
+      });
     } else {
       firstSeen.set(item.value, item.path);
     }
@@ -66,7 +79,10 @@ const uniqueNames: Rule = (doc) =>
 const uniqueAddresses: Rule = (doc) => {
   const nics = doc.members.flatMap(interfacesOf);
   return [
-    ...duplicates(nics.map((nic) => ({ value: nic.ip, path: [...nic.path, 'ip'] })), (ip) => `IP ${ip}`),
+    ...duplicates(
+      nics.map((nic) => ({ value: nic.ip, path: [...nic.path, 'ip'] })),
+      (ip) => `IP ${ip}`,
+    ),
     ...duplicates(
       nics.filter((nic) => nic.mac).map((nic) => ({ value: nic.mac!, path: [...nic.path, 'mac'] })),
       (mac) => `MAC ${mac}`,
@@ -82,13 +98,24 @@ const uniqueAddresses: Rule = (doc) => {
 const addressesAreNotTaken: Rule = (doc) => {
   const nics = doc.members.flatMap(interfacesOf);
   const taken = new Map<string, string>();
-  for (const [kind, hosts] of [['hypervisor', doc.hypervisors], ['bastion', doc.bastions]] as const) {
+  for (const [kind, hosts] of [
+    ['hypervisor', doc.hypervisors],
+    ['bastion', doc.bastions],
+  ] as const) {
     for (const [name, host] of Object.entries(hosts)) if (isIPv4(host.address)) taken.set(host.address, `the address of ${kind} ${name}`);
   }
   return nics.flatMap((nic): Problem[] => {
     const gatewayOf = nics.find((other) => other !== nic && other.gateway === nic.ip);
     const owner = gatewayOf ? `the gateway of ${gatewayOf.path.join('.')}` : taken.get(nic.ip);
-    return owner ? [{ path: [...nic.path, 'ip'], message: `${nic.ip} is ${owner}`, hint: 'two hosts with one address reach neither reliably: give the member an address of its own' }] : [];
+    return owner
+      ? [
+          {
+            path: [...nic.path, 'ip'],
+            message: `${nic.ip} is ${owner}`,
+            hint: 'two hosts with one address reach neither reliably: give the member an address of its own',
+          },
+        ]
+      : [];
   });
 };
 
@@ -96,13 +123,21 @@ const addressesInsidePrefix: Rule = (doc) =>
   doc.members.flatMap(interfacesOf).flatMap((nic): Problem[] => {
     const problems: Problem[] = [];
     if (isNetworkOrBroadcast(nic.ip, nic.prefix_length)) {
-      problems.push({ path: [...nic.path, 'ip'], message: `${nic.ip} is the network or broadcast address of its /${nic.prefix_length}`, hint: 'pick a host address' });
+      problems.push({
+        path: [...nic.path, 'ip'],
+        message: `${nic.ip} is the network or broadcast address of its /${nic.prefix_length}`,
+        hint: 'pick a host address',
+      });
     }
     if (nic.gateway) {
       if (!sameSubnet(nic.ip, nic.gateway, nic.prefix_length)) {
-        problems.push({ path: [...nic.path, 'gateway'], message: `${nic.gateway} is outside ${nic.ip}/${nic.prefix_length}`, hint: 'the gateway must be on the interface\'s own subnet' });
+        problems.push({
+          path: [...nic.path, 'gateway'],
+          message: `${nic.gateway} is outside ${nic.ip}/${nic.prefix_length}`,
+          hint: "the gateway must be on the interface's own subnet",
+        });
       } else if (nic.gateway === nic.ip) {
-        problems.push({ path: [...nic.path, 'gateway'], message: 'is the interface\'s own address' });
+        problems.push({ path: [...nic.path, 'gateway'], message: "is the interface's own address" });
       }
     }
     return problems;
@@ -112,7 +147,13 @@ const addressesInsidePrefix: Rule = (doc) =>
 const memberIsNotTheControlNode: Rule = (doc) =>
   doc.members.flatMap((member, i): Problem[] =>
     member.name === CONTROL_NODE
-      ? [{ path: ['members', i, 'name'], message: `'${CONTROL_NODE}' is the name the tool gives the machine it runs on: the member's steps and failures would be taken for the control node's`, hint: 'give the member another name' }]
+      ? [
+          {
+            path: ['members', i, 'name'],
+            message: `'${CONTROL_NODE}' is the name the tool gives the machine it runs on: the member's steps and failures would be taken for the control node's`,
+            hint: 'give the member another name',
+          },
+        ]
       : [],
   );
 
@@ -120,7 +161,13 @@ const memberIsNotTheControlNode: Rule = (doc) =>
 const adminIsNoServiceAccount: Rule = (doc) =>
   doc.members.flatMap((member, i): Problem[] =>
     GUEST_SERVICE_ACCOUNTS.includes(member.ssh_admin_user)
-      ? [{ path: ['members', i, 'ssh_admin_user'], message: `${member.ssh_admin_user} is an account of the guest's own (services run as ${GUEST_SERVICE_ACCOUNTS.filter((name) => name !== 'root').join(', ')}; root logins are disabled)`, hint: 'cloud-init would make the admin and that account one user: give the admin a name of its own, such as ubuntu or ops' }]
+      ? [
+          {
+            path: ['members', i, 'ssh_admin_user'],
+            message: `${member.ssh_admin_user} is an account of the guest's own (services run as ${GUEST_SERVICE_ACCOUNTS.filter((name) => name !== 'root').join(', ')}; root logins are disabled)`,
+            hint: 'cloud-init would make the admin and that account one user: give the admin a name of its own, such as ubuntu or ops',
+          },
+        ]
       : [],
   );
 
@@ -136,7 +183,15 @@ const extraDomainsAreNoMemberNames: Rule = (doc) => {
   }
   return doc.pki.extra_domains.flatMap((domain, k): Problem[] => {
     const owner = owners.get(domain.toLowerCase());
-    return owner ? [{ path: ['pki', 'extra_domains', k], message: `${domain} is ${owner}: every member's certificate would carry it, so any member could pass as that one`, hint: "extra_domains are names every member answers to (a load balancer's, a round-robin DNS name); a member's own names are already in its own certificate" }] : [];
+    return owner
+      ? [
+          {
+            path: ['pki', 'extra_domains', k],
+            message: `${domain} is ${owner}: every member's certificate would carry it, so any member could pass as that one`,
+            hint: "extra_domains are names every member answers to (a load balancer's, a round-robin DNS name); a member's own names are already in its own certificate",
+          },
+        ]
+      : [];
   });
 };
 
@@ -154,10 +209,32 @@ const userNamesAreTheirOwn: Rule = (doc) => {
     const earlier = seen.get(folded);
     seen.set(folded, earlier ?? user);
     const reserved = RESERVED_USER_NAMES[folded];
-    if (reserved) return [{ path, message: `is reserved, whatever its case: ${reserved}`, hint: 'give application users names of their own' }];
-    if (folded.startsWith(TOOL_NAME_PREFIX)) return [{ path, message: `starts with ${TOOL_NAME_PREFIX}, whatever its case: the tool names its own identities so (its members' peer certificates carry CN=${TOOL_NAME_PREFIX}-peer)`, hint: 'give application users names of their own' }];
-    if (members.has(folded)) return [{ path, message: `is the name of member ${folded}: members' certificates carry CN=${folded}, and etcd takes a client certificate's CN for the user`, hint: 'give application users names no member has' }];
-    if (earlier) return [{ path, message: `differs from user ${earlier} only in case: their files (pki/clients/NAME.crt, a bundle's NAME.crt) are one file where names ignore case`, hint: 'give users names that differ in more than case' }];
+    if (reserved)
+      return [{ path, message: `is reserved, whatever its case: ${reserved}`, hint: 'give application users names of their own' }];
+    if (folded.startsWith(TOOL_NAME_PREFIX))
+      return [
+        {
+          path,
+          message: `starts with ${TOOL_NAME_PREFIX}, whatever its case: the tool names its own identities so (its members' peer certificates carry CN=${TOOL_NAME_PREFIX}-peer)`,
+          hint: 'give application users names of their own',
+        },
+      ];
+    if (members.has(folded))
+      return [
+        {
+          path,
+          message: `is the name of member ${folded}: members' certificates carry CN=${folded}, and etcd takes a client certificate's CN for the user`,
+          hint: 'give application users names no member has',
+        },
+      ];
+    if (earlier)
+      return [
+        {
+          path,
+          message: `differs from user ${earlier} only in case: their files (pki/clients/NAME.crt, a bundle's NAME.crt) are one file where names ignore case`,
+          hint: 'give users names that differ in more than case',
+        },
+      ];
     return [];
   });
 };
@@ -173,7 +250,13 @@ const everyMemberHasAnInterface: Rule = (doc) =>
 const macvtapMembersReachedDirectly: Rule = (doc) =>
   doc.members.flatMap((member, i): Problem[] =>
     member.libvirt_networks.length === 0 && member.macvtap_interfaces.length > 0 && member.reach_via === 'hypervisor'
-      ? [{ path: ['members', i, 'reach_via'], message: "is 'hypervisor', but etcd listens on a macvtap interface, which its own hypervisor cannot reach", hint: "set reach_via: direct and run the tool from a machine on the macvtap network (not the hypervisor)" }]
+      ? [
+          {
+            path: ['members', i, 'reach_via'],
+            message: "is 'hypervisor', but etcd listens on a macvtap interface, which its own hypervisor cannot reach",
+            hint: 'set reach_via: direct and run the tool from a machine on the macvtap network (not the hypervisor)',
+          },
+        ]
       : [],
   );
 
@@ -182,20 +265,33 @@ const networkByNameXorId: Rule = (doc) =>
     member.libvirt_networks.flatMap((nic, j): Problem[] => {
       const path = ['members', i, 'libvirt_networks', j];
       if (nic.network_name && nic.network_id) return [{ path, message: 'sets both network_name and network_id', hint: 'keep exactly one' }];
-      if (!nic.network_name && !nic.network_id) return [{ path, message: 'sets neither network_name nor network_id', hint: 'name the libvirt network to attach to' }];
+      if (!nic.network_name && !nic.network_id)
+        return [{ path, message: 'sets neither network_name nor network_id', hint: 'name the libvirt network to attach to' }];
       return [];
     }),
   );
 
 const somePresentMember: Rule = (doc) =>
   doc.members.length > 0 && doc.members.every((member) => member.state === 'absent')
-    ? [{ path: ['members'], message: 'marks every member state: absent', hint: 'a cluster keeps at least one member; to take it all down, use lab:down or virsh, not the deploy' }]
+    ? [
+        {
+          path: ['members'],
+          message: 'marks every member state: absent',
+          hint: 'a cluster keeps at least one member; to take it all down, use lab:down or virsh, not the deploy',
+        },
+      ]
     : [];
 
 const bootstrapMemberPresent: Rule = (doc) =>
   doc.members.flatMap((member, i): Problem[] =>
     member.state === 'absent' && member.authentication_bootstrap.bootstrap
-      ? [{ path: ['members', i, 'authentication_bootstrap', 'bootstrap'], message: 'is true on a member marked state: absent', hint: 'move authentication_bootstrap to a member that stays (auth is already on; the flag only names who checks it)' }]
+      ? [
+          {
+            path: ['members', i, 'authentication_bootstrap', 'bootstrap'],
+            message: 'is true on a member marked state: absent',
+            hint: 'move authentication_bootstrap to a member that stays (auth is already on; the flag only names who checks it)',
+          },
+        ]
       : [],
   );
 
@@ -203,7 +299,13 @@ const exactlyOneBootstrapMember: Rule = (doc) => {
   const bootstrappers = doc.members.flatMap((member, i) => (member.authentication_bootstrap.bootstrap ? [i] : []));
   if (!doc.cluster.is_initializing) return [];
   if (bootstrappers.length === 0) {
-    return [{ path: ['members'], message: 'no member has authentication_bootstrap.bootstrap: true', hint: 'a new cluster needs exactly one member that creates the root user and enables auth' }];
+    return [
+      {
+        path: ['members'],
+        message: 'no member has authentication_bootstrap.bootstrap: true',
+        hint: 'a new cluster needs exactly one member that creates the root user and enables auth',
+      },
+    ];
   }
   return bootstrappers.slice(1).map((i) => ({
     path: ['members', i, 'authentication_bootstrap', 'bootstrap'],
@@ -215,13 +317,25 @@ const exactlyOneBootstrapMember: Rule = (doc) => {
 const oneAdminPassword: Rule = (doc) =>
   doc.members.flatMap((member, i): Problem[] =>
     !member.admin_user_password.isEmpty && !member.admin_user_password_hash.isEmpty
-      ? [{ path: ['members', i, 'admin_user_password_hash'], message: 'cannot be given with admin_user_password', hint: 'keep the hash and remove admin_user_password: the plain one is written as it is into the seed ISO' }]
+      ? [
+          {
+            path: ['members', i, 'admin_user_password_hash'],
+            message: 'cannot be given with admin_user_password',
+            hint: 'keep the hash and remove admin_user_password: the plain one is written as it is into the seed ISO',
+          },
+        ]
       : [],
   );
 
 const grpcGatewayNeedsPasswordMode: Rule = (doc) =>
   doc.etcd.grpc_gateway_enabled && doc.etcd.client_cert_auth
-    ? [{ path: ['etcd', 'grpc_gateway_enabled'], message: 'requires client_cert_auth: false', hint: 'the legacy REST gateway cannot present client certificates' }]
+    ? [
+        {
+          path: ['etcd', 'grpc_gateway_enabled'],
+          message: 'requires client_cert_auth: false',
+          hint: 'the legacy REST gateway cannot present client certificates',
+        },
+      ]
     : [];
 
 const rootPasswordInPasswordMode: Rule = (doc) =>
@@ -229,14 +343,28 @@ const rootPasswordInPasswordMode: Rule = (doc) =>
     ? []
     : doc.members.flatMap((member, i): Problem[] =>
         member.authentication_bootstrap.bootstrap && member.authentication_bootstrap.root_password.isEmpty
-          ? [{ path: ['members', i, 'authentication_bootstrap', 'root_password'], message: 'is required when etcd.client_cert_auth is false', hint: 'password mode creates the root user with this password' }]
+          ? [
+              {
+                path: ['members', i, 'authentication_bootstrap', 'root_password'],
+                message: 'is required when etcd.client_cert_auth is false',
+                hint: 'password mode creates the root user with this password',
+              },
+            ]
           : [],
       );
 
 const usersHoldDefinedRoles: Rule = (doc) =>
   Object.entries(doc.users).flatMap(([user, settings]) =>
     settings.roles.flatMap((role, i): Problem[] =>
-      role in doc.roles ? [] : [{ path: ['users', user, 'roles', i], message: `names role ${role}, which roles: does not define`, hint: `define it under roles: (roles are ${Object.keys(doc.roles).join(', ') || 'none yet'})` }],
+      role in doc.roles
+        ? []
+        : [
+            {
+              path: ['users', user, 'roles', i],
+              message: `names role ${role}, which roles: does not define`,
+              hint: `define it under roles: (roles are ${Object.keys(doc.roles).join(', ') || 'none yet'})`,
+            },
+          ],
     ),
   );
 
@@ -247,14 +375,17 @@ const usersHoldDefinedRoles: Rule = (doc) =>
 const permissionsAvoidToolKeys: Rule = (doc) =>
   Object.entries(doc.roles).flatMap(([role, settings]) =>
     settings.permissions.flatMap((permission, j): Problem[] => {
-      const [field, value] = permission.prefix !== undefined ? (['prefix', permission.prefix] as const) : (['key', permission.key ?? ''] as const);
+      const [field, value] =
+        permission.prefix !== undefined ? (['prefix', permission.prefix] as const) : (['key', permission.key ?? ''] as const);
       const key = Buffer.from(value);
       if (!reachesToolKeys(key, field === 'prefix' ? prefixEnd(key) : Buffer.alloc(0))) return [];
-      return [{
-        path: ['roles', role, 'permissions', j, field],
-        message: `${field} ${JSON.stringify(value)} reaches the tool's own keys under ${TOOL_KEY_PREFIX} (among them its record of the users and roles it manages)`,
-        hint: `keep application keys outside ${TOOL_KEY_PREFIX}, e.g. a prefix such as /app1/: a role that can write the record could make the tool delete users`,
-      }];
+      return [
+        {
+          path: ['roles', role, 'permissions', j, field],
+          message: `${field} ${JSON.stringify(value)} reaches the tool's own keys under ${TOOL_KEY_PREFIX} (among them its record of the users and roles it manages)`,
+          hint: `keep application keys outside ${TOOL_KEY_PREFIX}, e.g. a prefix such as /app1/: a role that can write the record could make the tool delete users`,
+        },
+      ];
     }),
   );
 
@@ -262,10 +393,22 @@ const permissionsAvoidToolKeys: Rule = (doc) =>
 const userPasswordsFitTheMode: Rule = (doc) =>
   Object.entries(doc.users).flatMap(([user, settings]): Problem[] => {
     if (doc.etcd.client_cert_auth && !settings.password.isEmpty) {
-      return [{ path: ['users', user, 'password'], message: 'is not used when etcd.client_cert_auth is true', hint: `the user logs in with its client certificate (CN=${user}), issued by the tool: remove the password` }];
+      return [
+        {
+          path: ['users', user, 'password'],
+          message: 'is not used when etcd.client_cert_auth is true',
+          hint: `the user logs in with its client certificate (CN=${user}), issued by the tool: remove the password`,
+        },
+      ];
     }
     if (!doc.etcd.client_cert_auth && settings.password.isEmpty) {
-      return [{ path: ['users', user, 'password'], message: 'is required when etcd.client_cert_auth is false', hint: 'password mode: the user logs in with this password' }];
+      return [
+        {
+          path: ['users', user, 'password'],
+          message: 'is required when etcd.client_cert_auth is false',
+          hint: 'password mode: the user logs in with this password',
+        },
+      ];
     }
     return [];
   });
@@ -273,10 +416,21 @@ const userPasswordsFitTheMode: Rule = (doc) =>
 const oneSourceOfSigning: Rule = (doc) => {
   if (!doc.pki.intermediate_ca) return [];
   const problems: Problem[] = [];
-  if (doc.pki.ca) problems.push({ path: ['pki', 'ca'], message: 'cannot be given with pki.intermediate_ca', hint: "the operator's intermediate signs, and the last certificate of intermediate_ca.chain is the root members and clients trust" });
-  if (doc.pki.intermediate) problems.push({ path: ['pki', 'intermediate'], message: 'cannot be true with pki.intermediate_ca', hint: 'pki.intermediate makes an intermediate; pki.intermediate_ca is one the operator brings' });
+  if (doc.pki.ca)
+    problems.push({
+      path: ['pki', 'ca'],
+      message: 'cannot be given with pki.intermediate_ca',
+      hint: "the operator's intermediate signs, and the last certificate of intermediate_ca.chain is the root members and clients trust",
+    });
+  if (doc.pki.intermediate)
+    problems.push({
+      path: ['pki', 'intermediate'],
+      message: 'cannot be true with pki.intermediate_ca',
+      hint: 'pki.intermediate makes an intermediate; pki.intermediate_ca is one the operator brings',
+    });
   for (const field of ['certificate', 'key', 'chain'] as const) {
-    if (doc.pki.intermediate_ca[field] === '') problems.push({ path: ['pki', 'intermediate_ca', field], message: 'is required', hint: 'PEM text or a file path' });
+    if (doc.pki.intermediate_ca[field] === '')
+      problems.push({ path: ['pki', 'intermediate_ca', field], message: 'is required', hint: 'PEM text or a file path' });
   }
   return problems;
 };
@@ -284,8 +438,22 @@ const oneSourceOfSigning: Rule = (doc) => {
 const jumpsNameBastions: Rule = (doc) =>
   Object.entries(doc.hypervisors).flatMap(([hypervisor, settings]) =>
     settings.jump.flatMap((bastion, i): Problem[] => {
-      if (!(bastion in doc.bastions)) return [{ path: ['hypervisors', hypervisor, 'jump', i], message: `names bastion ${bastion}, which bastions: does not define`, hint: `define it under bastions: (bastions are ${Object.keys(doc.bastions).join(', ') || 'none yet'})` }];
-      if (settings.jump.indexOf(bastion) !== i) return [{ path: ['hypervisors', hypervisor, 'jump', i], message: `names bastion ${bastion} twice`, hint: 'each jump host once, in the order they are passed through' }];
+      if (!(bastion in doc.bastions))
+        return [
+          {
+            path: ['hypervisors', hypervisor, 'jump', i],
+            message: `names bastion ${bastion}, which bastions: does not define`,
+            hint: `define it under bastions: (bastions are ${Object.keys(doc.bastions).join(', ') || 'none yet'})`,
+          },
+        ];
+      if (settings.jump.indexOf(bastion) !== i)
+        return [
+          {
+            path: ['hypervisors', hypervisor, 'jump', i],
+            message: `names bastion ${bastion} twice`,
+            hint: 'each jump host once, in the order they are passed through',
+          },
+        ];
       return [];
     }),
   );
@@ -299,9 +467,16 @@ const initialMembersMatch: Rule = (doc) => {
     const member = byName.get(entry.name);
     const path = ['cluster', 'initial_members', i];
     if (!member) {
-      problems.push({ path: [...path, 'name'], message: `'${entry.name}' is not a member of this inventory`, hint: 'initial_members must list the members below, or be left out to derive it' });
+      problems.push({
+        path: [...path, 'name'],
+        message: `'${entry.name}' is not a member of this inventory`,
+        hint: 'initial_members must list the members below, or be left out to derive it',
+      });
     } else if (firstIp(member) !== entry.ip) {
-      problems.push({ path: [...path, 'ip'], message: `${entry.ip} differs from ${entry.name}'s first interface address ${firstIp(member)}` });
+      problems.push({
+        path: [...path, 'ip'],
+        message: `${entry.ip} differs from ${entry.name}'s first interface address ${firstIp(member)}`,
+      });
     }
   });
   const listedNames = new Set(listed.map((entry) => entry.name));
@@ -317,27 +492,59 @@ const hypervisorExists: Rule = (doc) => {
   const names = Object.keys(doc.hypervisors);
   return doc.members.flatMap((member, i): Problem[] => {
     if (member.hypervisor === undefined) {
-      return names.length === 1 ? [] : [{ path: ['members', i, 'hypervisor'], message: 'is required when the inventory has several hypervisors', hint: `one of: ${names.join(', ')}` }];
+      return names.length === 1
+        ? []
+        : [
+            {
+              path: ['members', i, 'hypervisor'],
+              message: 'is required when the inventory has several hypervisors',
+              hint: `one of: ${names.join(', ')}`,
+            },
+          ];
     }
-    return names.includes(member.hypervisor) ? [] : [{ path: ['members', i, 'hypervisor'], message: `'${member.hypervisor}' is not defined under hypervisors`, hint: `one of: ${names.join(', ') || '(none defined)'}` }];
+    return names.includes(member.hypervisor)
+      ? []
+      : [
+          {
+            path: ['members', i, 'hypervisor'],
+            message: `'${member.hypervisor}' is not defined under hypervisors`,
+            hint: `one of: ${names.join(', ') || '(none defined)'}`,
+          },
+        ];
   });
 };
 
 const osVolumeSource: Rule = (doc) =>
   doc.members.flatMap((member, i): Problem[] =>
     !member.volume_id && !member.base_image
-      ? [{ path: ['members', i, 'base_image'], message: 'is required when volume_id is not set', hint: 'name the pool and volume of the OS image the member\'s disk is layered on' }]
+      ? [
+          {
+            path: ['members', i, 'base_image'],
+            message: 'is required when volume_id is not set',
+            hint: "name the pool and volume of the OS image the member's disk is layered on",
+          },
+        ]
       : [],
   );
 
 const suppliedTlsIsComplete: Rule = (doc) =>
   doc.members.flatMap((member, i): Problem[] => {
     const set = [member.tls.ca_cert, member.tls.server_cert, member.tls.server_key].filter(Boolean).length;
-    return set === 0 || set === 3 ? [] : [{ path: ['members', i, 'tls'], message: 'sets only some of ca_cert, server_cert, server_key', hint: 'give all three, or none to have the tool issue them' }];
+    return set === 0 || set === 3
+      ? []
+      : [
+          {
+            path: ['members', i, 'tls'],
+            message: 'sets only some of ca_cert, server_cert, server_key',
+            hint: 'give all three, or none to have the tool issue them',
+          },
+        ];
   });
 
 const distinctPorts: Rule = (doc) =>
-  doc.etcd.client_port === doc.etcd.peer_port ? [{ path: ['etcd', 'peer_port'], message: `equals client_port (${doc.etcd.client_port})` }] : [];
+  doc.etcd.client_port === doc.etcd.peer_port
+    ? [{ path: ['etcd', 'peer_port'], message: `equals client_port (${doc.etcd.client_port})` }]
+    : [];
 
 /** A required setting of an enabled feature: [path below the member, is it missing?, hint]. */
 type Requirement = [path: (string | number)[], missing: boolean, hint: string];
@@ -345,7 +552,12 @@ type Requirement = [path: (string | number)[], missing: boolean, hint: string];
 function requirementsOf(member: MemberInput): Requirement[] {
   const { chrony, fluentbit, vault_agent: vault, restore } = member;
   const requirements: Requirement[] = [];
-  if (chrony.enabled) requirements.push([['chrony', 'servers'], chrony.servers.length + chrony.pools.length === 0, 'list at least one server or pool (url and options)']);
+  if (chrony.enabled)
+    requirements.push([
+      ['chrony', 'servers'],
+      chrony.servers.length + chrony.pools.length === 0,
+      'list at least one server or pool (url and options)',
+    ]);
   if (fluentbit.enabled) {
     const forward = fluentbit.forward;
     requirements.push(
@@ -374,7 +586,11 @@ function requirementsOf(member: MemberInput): Requirement[] {
         [[...below, 'repo'], git.repo === '', 'the SSH URL of the repository holding the configuration'],
         [[...below, 'ref'], git.ref === '', 'the branch or tag to follow'],
         [[...below, 'auth', 'client_ssh_key'], git.auth.client_ssh_key.isEmpty, 'the private key the updater clones with'],
-        [[...below, 'auth', 'server_ssh_fingerprint'], git.auth.server_ssh_fingerprint === '', "the git server's host key (a known_hosts line), so the clone cannot be redirected"],
+        [
+          [...below, 'auth', 'server_ssh_fingerprint'],
+          git.auth.server_ssh_fingerprint === '',
+          "the git server's host key (a known_hosts line), so the clone cannot be redirected",
+        ],
       );
     }
   }
@@ -416,24 +632,73 @@ const dynamicConfigCredentialsAreSound: Rule = (doc) =>
     const hasPassword = client.username !== '' || !client.password.isEmpty;
     if (vaultPath !== '') {
       const problems: Problem[] = [];
-      if (!member.vault_agent.enabled) problems.push({ path: [...path, 'vault_agent_secret_path'], message: 'needs vault_agent.enabled: true', hint: 'Vault agent renders the credentials from this secret' });
-      if (!client.key.isEmpty || !client.password.isEmpty) problems.push({ path: [...path, 'client'], message: 'holds a key or password although vault_agent_secret_path is set', hint: 'the credentials come from Vault: leave client.key and client.password empty (set client.certificate only to choose certificate auth)' });
+      if (!member.vault_agent.enabled)
+        problems.push({
+          path: [...path, 'vault_agent_secret_path'],
+          message: 'needs vault_agent.enabled: true',
+          hint: 'Vault agent renders the credentials from this secret',
+        });
+      if (!client.key.isEmpty || !client.password.isEmpty)
+        problems.push({
+          path: [...path, 'client'],
+          message: 'holds a key or password although vault_agent_secret_path is set',
+          hint: 'the credentials come from Vault: leave client.key and client.password empty (set client.certificate only to choose certificate auth)',
+        });
       return problems;
     }
-    if (hasCertificate && hasPassword) return [{ path: [...path, 'client'], message: 'sets both a certificate and a username/password', hint: 'the updater authenticates one way: keep certificate and key, or username and password' }];
+    if (hasCertificate && hasPassword)
+      return [
+        {
+          path: [...path, 'client'],
+          message: 'sets both a certificate and a username/password',
+          hint: 'the updater authenticates one way: keep certificate and key, or username and password',
+        },
+      ];
     if (hasCertificate) {
       return [
-        ...(client.certificate === '' ? [{ path: [...path, 'client', 'certificate'], message: 'is missing while client.key is set', hint: 'the client certificate (PEM or a path)' }] : []),
-        ...(client.key.isEmpty ? [{ path: [...path, 'client', 'key'], message: 'is missing while client.certificate is set', hint: 'the private key of the client certificate' }] : []),
+        ...(client.certificate === ''
+          ? [
+              {
+                path: [...path, 'client', 'certificate'],
+                message: 'is missing while client.key is set',
+                hint: 'the client certificate (PEM or a path)',
+              },
+            ]
+          : []),
+        ...(client.key.isEmpty
+          ? [
+              {
+                path: [...path, 'client', 'key'],
+                message: 'is missing while client.certificate is set',
+                hint: 'the private key of the client certificate',
+              },
+            ]
+          : []),
       ];
     }
     if (hasPassword) {
       return [
-        ...(client.username === '' ? [{ path: [...path, 'client', 'username'], message: 'is missing while client.password is set', hint: 'the etcd user the updater reads the prefix as' }] : []),
-        ...(client.password.isEmpty ? [{ path: [...path, 'client', 'password'], message: 'is missing while client.username is set', hint: "that user's password" }] : []),
+        ...(client.username === ''
+          ? [
+              {
+                path: [...path, 'client', 'username'],
+                message: 'is missing while client.password is set',
+                hint: 'the etcd user the updater reads the prefix as',
+              },
+            ]
+          : []),
+        ...(client.password.isEmpty
+          ? [{ path: [...path, 'client', 'password'], message: 'is missing while client.username is set', hint: "that user's password" }]
+          : []),
       ];
     }
-    return [{ path: [...path, 'client'], message: 'has no credentials', hint: 'give certificate and key, username and password, or vault_agent_secret_path' }];
+    return [
+      {
+        path: [...path, 'client'],
+        message: 'has no credentials',
+        hint: 'give certificate and key, username and password, or vault_agent_secret_path',
+      },
+    ];
   });
 
 const RFC3339_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
@@ -444,10 +709,26 @@ const restoreSettingsAreSound: Rule = (doc) =>
     if (!restore.enabled) return [];
     const problems: Problem[] = [];
     const path = ['members', i, 'restore'];
-    if (!doc.cluster.is_initializing) problems.push({ path: [...path, 'enabled'], message: 'requires cluster.is_initializing: true', hint: 'a restore founds a new cluster from the snapshot; an existing cluster keeps its data' });
-    if (restore.backup_timestamp && !RFC3339_UTC.test(restore.backup_timestamp)) problems.push({ path: [...path, 'backup_timestamp'], message: `${JSON.stringify(restore.backup_timestamp)} is not an RFC 3339 UTC timestamp`, hint: 'as in the object name, e.g. 2026-11-21T10:00:00Z; leave empty for the latest' });
-    if (!restore.encryption_key.isEmpty && !/^[0-9a-fA-F]{64}$/.test(restore.encryption_key.reveal())) problems.push({ path: [...path, 'encryption_key'], message: 'is not 32 bytes of hex (64 hex digits)', hint: "etcd-backup's master key format" });
-    if (restore.s3.endpoint && !/^https?:\/\//.test(restore.s3.endpoint)) problems.push({ path: [...path, 's3', 'endpoint'], message: 'is not an http(s) URL', hint: 'e.g. https://s3.example.org' });
+    if (!doc.cluster.is_initializing)
+      problems.push({
+        path: [...path, 'enabled'],
+        message: 'requires cluster.is_initializing: true',
+        hint: 'a restore founds a new cluster from the snapshot; an existing cluster keeps its data',
+      });
+    if (restore.backup_timestamp && !RFC3339_UTC.test(restore.backup_timestamp))
+      problems.push({
+        path: [...path, 'backup_timestamp'],
+        message: `${JSON.stringify(restore.backup_timestamp)} is not an RFC 3339 UTC timestamp`,
+        hint: 'as in the object name, e.g. 2026-11-21T10:00:00Z; leave empty for the latest',
+      });
+    if (!restore.encryption_key.isEmpty && !/^[0-9a-fA-F]{64}$/.test(restore.encryption_key.reveal()))
+      problems.push({
+        path: [...path, 'encryption_key'],
+        message: 'is not 32 bytes of hex (64 hex digits)',
+        hint: "etcd-backup's master key format",
+      });
+    if (restore.s3.endpoint && !/^https?:\/\//.test(restore.s3.endpoint))
+      problems.push({ path: [...path, 's3', 'endpoint'], message: 'is not an http(s) URL', hint: 'e.g. https://s3.example.org' });
     return problems;
   });
 
@@ -457,19 +738,38 @@ const restoreIsClusterWide: Rule = (doc) => {
   if (restoring.length === 0) return [];
   const settingsOf = (member: MemberInput) => {
     const { s3, encryption_key: key, backup_timestamp: timestamp } = member.restore;
-    return JSON.stringify([s3.endpoint, s3.bucket, s3.object_prefix, s3.region, s3.access_key.reveal(), s3.secret_key.reveal(), s3.ca_cert, key.reveal(), timestamp]);
+    return JSON.stringify([
+      s3.endpoint,
+      s3.bucket,
+      s3.object_prefix,
+      s3.region,
+      s3.access_key.reveal(),
+      s3.secret_key.reveal(),
+      s3.ca_cert,
+      key.reveal(),
+      timestamp,
+    ]);
   };
   const first = settingsOf(restoring[0]!);
   const hint = 'all members restore from the same snapshot: set restore once under defaults';
   return doc.members.flatMap((member, i): Problem[] => {
-    if (!member.restore.enabled) return [{ path: ['members', i, 'restore', 'enabled'], message: 'is false while other members restore', hint }];
-    return settingsOf(member) === first ? [] : [{ path: ['members', i, 'restore'], message: `differs from ${restoring[0]!.name}'s restore settings`, hint }];
+    if (!member.restore.enabled)
+      return [{ path: ['members', i, 'restore', 'enabled'], message: 'is false while other members restore', hint }];
+    return settingsOf(member) === first
+      ? []
+      : [{ path: ['members', i, 'restore'], message: `differs from ${restoring[0]!.name}'s restore settings`, hint }];
   });
 };
 
 const installNeedsReleaseVersion: Rule = (doc) =>
   doc.members.some((member) => member.install_dependencies) && !/^v\d+\.\d+\.\d+$/.test(doc.etcd.version)
-    ? [{ path: ['etcd', 'version'], message: `${JSON.stringify(doc.etcd.version)} is not an etcd release tag`, hint: 'install_dependencies downloads that release: use a tag like v3.4.18' }]
+    ? [
+        {
+          path: ['etcd', 'version'],
+          message: `${JSON.stringify(doc.etcd.version)} is not an etcd release tag`,
+          hint: 'install_dependencies downloads that release: use a tag like v3.4.18',
+        },
+      ]
     : [];
 
 export const RULES: readonly Rule[] = [

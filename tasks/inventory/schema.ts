@@ -20,12 +20,43 @@ const ONE_LINE_MESSAGE = 'must be one line without control characters (a newline
 const line = z.string().regex(ONE_LINE, ONE_LINE_MESSAGE);
 
 /** Directories a data directory must never be: the tool makes it etcd's, mode 0700. */
-const SYSTEM_DIRECTORIES = new Set(['/', '/bin', '/boot', '/dev', '/etc', '/home', '/lib', '/lib64', '/opt', '/proc', '/root', '/run', '/sbin', '/srv', '/sys', '/tmp', '/usr', '/var', '/var/lib', '/var/log']);
+const SYSTEM_DIRECTORIES = new Set([
+  '/',
+  '/bin',
+  '/boot',
+  '/dev',
+  '/etc',
+  '/home',
+  '/lib',
+  '/lib64',
+  '/opt',
+  '/proc',
+  '/root',
+  '/run',
+  '/sbin',
+  '/srv',
+  '/sys',
+  '/tmp',
+  '/usr',
+  '/var',
+  '/var/lib',
+  '/var/log',
+]);
 
 const dataDirectory = line
   .startsWith('/', 'must be an absolute path')
-  .refine((path) => path === '/' || (posix.normalize(path) === path && !path.endsWith('/')), (path) => ({ message: `must be a normalised path (no //, ., .. or trailing /): did you mean ${posix.normalize(path).replace(/(.)\/$/, '$1')}?` }))
-  .refine((path) => !SYSTEM_DIRECTORIES.has(path), (path) => ({ message: `${path} is a system directory; etcd's data directory is made etcd's own (mode 0700): use a directory of its own such as /var/lib/etcd` }));
+  .refine(
+    (path) => path === '/' || (posix.normalize(path) === path && !path.endsWith('/')),
+    (path) => ({
+      message: `must be a normalised path (no //, ., .. or trailing /): did you mean ${posix.normalize(path).replace(/(.)\/$/, '$1')}?`,
+    }),
+  )
+  .refine(
+    (path) => !SYSTEM_DIRECTORIES.has(path),
+    (path) => ({
+      message: `${path} is a system directory; etcd's data directory is made etcd's own (mode 0700): use a directory of its own such as /var/lib/etcd`,
+    }),
+  );
 
 const GIB = 1024 * 1024 * 1024;
 /** etcd's documented maximum backend quota. */
@@ -43,7 +74,9 @@ const mac = z
   .string()
   .regex(MAC_PATTERN, 'must be a MAC address like 52:54:00:12:34:56')
   // The low bit of the first octet marks a group address (multicast, ff:ff:ff:ff:ff:ff): every host listens to it.
-  .refine((value) => !MAC_PATTERN.test(value) || (Number.parseInt(value.slice(0, 2), 16) & 1) === 0, { message: 'is a multicast (group) address, which every host on the network receives; a NIC needs a unicast one like 52:54:00:12:34:56' })
+  .refine((value) => !MAC_PATTERN.test(value) || (Number.parseInt(value.slice(0, 2), 16) & 1) === 0, {
+    message: 'is a multicast (group) address, which every host on the network receives; a NIC needs a unicast one like 52:54:00:12:34:56',
+  })
   .transform((value) => value.toLowerCase());
 
 /** Terraform passed prefix_length as a string; accept "24" as well as 24. */
@@ -57,9 +90,18 @@ const optionalSecret = secret.default('');
  * ($y$), what `mkpasswd -m sha-512` or `mkpasswd -m yescrypt` print. Kept a secret all the same: a
  * hash can be attacked offline, so it is masked wherever a value is shown.
  */
-const CRYPT_HASH = /^(\$6\$(rounds=\d{1,9}\$)?[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}|\$y\$[./0-9A-Za-z]+\$[./0-9A-Za-z]+\$[./0-9A-Za-z]{43})$/;
+const CRYPT_HASH =
+  /^(\$6\$(rounds=\d{1,9}\$)?[./0-9A-Za-z]{1,16}\$[./0-9A-Za-z]{86}|\$y\$[./0-9A-Za-z]+\$[./0-9A-Za-z]+\$[./0-9A-Za-z]{43})$/;
 const cryptHash = z
-  .union([z.literal(''), z.string().regex(CRYPT_HASH, 'must be a crypt(3) hash, $6$… (SHA-512) or $y$… (yescrypt), as mkpasswd -m sha-512 prints it (the value is not shown)')])
+  .union([
+    z.literal(''),
+    z
+      .string()
+      .regex(
+        CRYPT_HASH,
+        'must be a crypt(3) hash, $6$… (SHA-512) or $y$… (yescrypt), as mkpasswd -m sha-512 prints it (the value is not shown)',
+      ),
+  ])
   .default('')
   .transform((value) => new Secret(value));
 
@@ -68,191 +110,358 @@ const pemOrPath = z.string().default('');
 
 const libvirtNetwork = z
   .object({
-    network_name: line.default(''),
+    network_name: line.default('').describe("The libvirt network's name on the member's hypervisor; give it or `network_id`, not both."),
     // libvirt's network UUID (virsh net-uuid), resolved to the network's name on the hypervisor.
-    network_id: z.union([z.string().uuid('is a libvirt network UUID (virsh net-uuid NAME), e.g. 1b4e28ba-2fa1-11d2-883f-0016d3cca427'), z.literal('')]).default(''),
-    ip: ipv4,
-    mac: mac.optional(),
-    prefix_length: prefixLength.default(24),
-    gateway: z.union([ipv4, z.literal('')]).default(''),
-    dns_servers: z.array(ipv4).default([]),
+    network_id: z
+      .union([z.string().uuid('is a libvirt network UUID (virsh net-uuid NAME), e.g. 1b4e28ba-2fa1-11d2-883f-0016d3cca427'), z.literal('')])
+      .default('')
+      .describe(
+        "The libvirt network's UUID, as `virsh net-uuid` prints it; the `networks` step resolves it to the network's name on the " +
+          "member's hypervisor before rendering (an unknown UUID fails that member; `--render-only` leaves the UUID in place). Give it " +
+          'or `network_name`, not both.',
+      ),
+    ip: ipv4.describe("The member's IPv4 address on this network: a host address of its prefix, unique in the inventory."),
+    mac: mac.optional().describe("The NIC's MAC address; derived from the cluster, member and interface when left out."),
+    prefix_length: prefixLength.default(24).describe('The network prefix length of `ip` (1–32); "24" is accepted as well as 24.'),
+    gateway: z
+      .union([ipv4, z.literal('')])
+      .default('')
+      .describe('The default route through this interface: an address inside the prefix; empty for none.'),
+    dns_servers: z.array(ipv4).default([]).describe("DNS servers set for this interface in the member's network configuration."),
   })
   .strict();
 
 const macvtapInterface = z
   .object({
-    interface: line.min(1, 'names the host network interface the macvtap device attaches to'),
-    ip: ipv4,
-    mac: mac.optional(),
-    prefix_length: prefixLength,
-    gateway: z.union([ipv4, z.literal('')]).default(''),
-    dns_servers: z.array(ipv4).default([]),
+    interface: line
+      .min(1, 'names the host network interface the macvtap device attaches to')
+      .describe("The hypervisor's network device the macvtap NIC attaches to (bridge mode)."),
+    ip: ipv4.describe("The member's IPv4 address on this segment: a host address of its prefix, unique in the inventory."),
+    mac: mac.optional().describe("The NIC's MAC address; derived from the cluster, member and interface when left out."),
+    prefix_length: prefixLength.describe('The network prefix length of `ip` (1–32); required here.'),
+    gateway: z
+      .union([ipv4, z.literal('')])
+      .default('')
+      .describe('The default route through this interface: an address inside the prefix; empty for none.'),
+    dns_servers: z.array(ipv4).default([]).describe("DNS servers set for this interface in the member's network configuration."),
   })
   .strict();
 
 const authenticationBootstrap = z
   .object({
-    bootstrap: z.boolean().default(false),
-    root_password: optionalSecret,
+    bootstrap: z
+      .boolean()
+      .default(false)
+      .describe(
+        'This member creates role and user root and enables authentication; exactly one member must while `cluster.is_initializing` is ' +
+          'true.',
+      ),
+    root_password: optionalSecret.describe(
+      "root's password in password mode (`etcd.client_cert_auth: false`), where it is required; sent to etcd only inside the gRPC " +
+        'request over TLS.',
+    ),
   })
   .strict()
-  .default({});
+  .default({})
+  .describe("Which member bootstraps authentication (root role and user, `auth enable`), and root's password in password mode.");
 
 const tls = z
   .object({
-    ca_cert: pemOrPath,
-    server_cert: pemOrPath,
-    server_key: pemOrPath,
+    ca_cert: pemOrPath.describe('The CA that signed `server_cert`, PEM text or a file path relative to the inventory.'),
+    server_cert: pemOrPath.describe("The member's certificate (server and peer), PEM text or a file path."),
+    server_key: pemOrPath.describe("The certificate's private key, PEM text or a file path."),
   })
   .strict()
-  .default({});
+  .default({})
+  .describe('An operator-supplied certificate for this member instead of one the tool issues: all three fields or none.');
 
 const restore = z
   .object({
-    enabled: z.boolean().default(false),
+    enabled: z
+      .boolean()
+      .default(false)
+      .describe("New members restore an etcd-backup snapshot before etcd's first start; needs `cluster.is_initializing: true`."),
     s3: z
       .object({
-        endpoint: line.default(''),
-        bucket: line.default(''),
-        object_prefix: line.default(''),
-        region: line.default(''),
-        access_key: optionalSecret,
-        secret_key: optionalSecret,
-        ca_cert: pemOrPath,
+        endpoint: line.default('').describe('The S3 endpoint URL (`https://…` or `http://…`); required when restoring.'),
+        bucket: line.default('').describe('The bucket holding the snapshots; required when restoring.'),
+        object_prefix: line
+          .default('')
+          .describe('Snapshots are the objects `<object_prefix>-<RFC 3339 UTC>.dump`; required when restoring.'),
+        region: line.default('').describe('The S3 region; empty means `us-east-1`.'),
+        access_key: optionalSecret.describe('The S3 access key; required when restoring.'),
+        secret_key: optionalSecret.describe('The S3 secret key; required when restoring.'),
+        ca_cert: pemOrPath.describe("The CA of the endpoint's certificate, PEM text or a file path; empty: the system's CAs."),
       })
       .strict()
-      .default({}),
-    encryption_key: optionalSecret,
-    backup_timestamp: line.default(''),
+      .default({})
+      .describe('Where the snapshots are: the bucket `backup` uploads to and a restore downloads from (path-style requests).'),
+    encryption_key: optionalSecret.describe("etcd-backup's master key, 64 hex digits (32 bytes); empty: snapshots are not encrypted."),
+    backup_timestamp: line.default('').describe('Restore the snapshot taken at this RFC 3339 time; empty: the latest.'),
   })
   .strict()
-  .default({});
+  .default({})
+  .describe(
+    'Restore from an etcd-backup snapshot in S3 when the cluster is founded: the same on every member (set it under `defaults`). The ' +
+      'control node downloads the snapshot and pushes it to each member; `backup` writes to the same place.',
+  );
 
-const ntpSource = z.object({ url: line.min(1), options: z.array(line).default([]) }).strict();
+const ntpSource = z
+  .object({
+    url: line.min(1).describe('The host name or address of the time source.'),
+    options: z.array(line).default([]).describe('chrony options written after it on its line, e.g. `iburst`.'),
+  })
+  .strict();
 
 const chrony = z
   .object({
-    enabled: z.boolean().default(false),
-    servers: z.array(ntpSource).default([]),
-    pools: z.array(ntpSource).default([]),
+    enabled: z
+      .boolean()
+      .default(false)
+      .describe("Run chrony with these sources in place of the image's; needs at least one server or pool."),
+    servers: z.array(ntpSource).default([]).describe('`server` lines of chrony.conf.'),
+    pools: z.array(ntpSource).default([]).describe('`pool` lines of chrony.conf.'),
     makestep: z
-      .object({ threshold: z.number().nonnegative().max(86_400, 'is in seconds; at most a day').default(0), limit: z.number().int().min(-1).max(1_000_000).default(0) })
+      .object({
+        threshold: z
+          .number()
+          .nonnegative()
+          .max(86_400, 'is in seconds; at most a day')
+          .default(0)
+          .describe('Step the clock when it is off by more than this many seconds; 0 writes no `makestep` line.'),
+        limit: z
+          .number()
+          .int()
+          .min(-1)
+          .max(1_000_000)
+          .default(0)
+          .describe("How many of chrony's first clock updates may step it (-1: any)."),
+      })
       .strict()
-      .default({}),
+      .default({})
+      .describe("chrony's `makestep`: step a large offset at start-up instead of slewing it."),
   })
   .strict()
-  .default({});
+  .default({})
+  .describe("chrony's time sources: `/etc/chrony/chrony.conf`, kept on every run.");
 
 const fluentbit = z
   .object({
-    enabled: z.boolean().default(false),
-    etcd_tag: line.default(''),
-    node_exporter_tag: line.default(''),
+    enabled: z
+      .boolean()
+      .default(false)
+      .describe(
+        'Run fluent-bit, forwarding the journal of etcd and of the node exporter; every field below but `forward.ca_cert` is then ' +
+          'required.',
+      ),
+    etcd_tag: line.default('').describe("The tag of etcd's log records."),
+    node_exporter_tag: line.default('').describe("The tag of the node exporter's log records."),
     forward: z
       .object({
-        domain: line.default(''),
-        port: z.number().int().min(0).max(65535).default(0),
-        hostname: line.default(''),
-        shared_key: optionalSecret,
-        ca_cert: pemOrPath,
+        domain: line.default('').describe('The fluentd / fluent-bit server the logs are forwarded to.'),
+        port: z.number().int().min(0).max(65535).default(0).describe("That server's forward port (24224 by convention)."),
+        hostname: line.default('').describe('The host name this member presents to the server (`self_hostname`).'),
+        shared_key: optionalSecret.describe("The forward protocol's shared key."),
+        ca_cert: pemOrPath.describe("The CA of the server's certificate, PEM text or a file path; empty: the system's CAs."),
       })
       .strict()
-      .default({}),
+      .default({})
+      .describe('The forward output: over TLS, the server verified, with a shared key.'),
   })
   .strict()
-  .default({});
+  .default({})
+  .describe('fluent-bit forwarding logs over TLS; configuration `/etc/fluent-bit/etcd-kvm.yaml` (0600).');
 
 const fluentbitDynamicConfig = z
   .object({
-    enabled: z.boolean().default(false),
-    source: z.enum(['etcd', 'git']).default('etcd'),
+    enabled: z
+      .boolean()
+      .default(false)
+      .describe(
+        'Keep `/etc/fluent-bit/dynamic` in sync with `source` and have fluent-bit run its `index.conf` with hot reload; needs ' +
+          '`fluentbit.enabled`.',
+      ),
+    source: z
+      .enum(['etcd', 'git'])
+      .default('etcd')
+      .describe('Where the configuration comes from: an etcd key prefix (watched) or a git ref (every minute).'),
     etcd: z
       .object({
-        key_prefix: line.default(''),
-        endpoints: z.array(line).default([]),
-        ca_certificate: pemOrPath,
+        key_prefix: line
+          .default('')
+          .describe('The etcd key prefix the configuration files are stored under; required with `source: etcd`.'),
+        endpoints: z
+          .array(line)
+          .default([])
+          .describe('The etcd endpoints (host:port) holding the configuration; required with `source: etcd`.'),
+        ca_certificate: pemOrPath.describe(
+          "The CA of those etcd servers' certificates, PEM text or a file path; required with `source: etcd`.",
+        ),
         client: z
           .object({
-            certificate: pemOrPath,
-            key: optionalSecret,
-            username: line.default(''),
-            password: optionalSecret,
+            certificate: pemOrPath.describe(
+              'A client certificate, PEM text or a file path (certificate auth; with Vault it only chooses certificate auth).',
+            ),
+            key: optionalSecret.describe("The client certificate's private key (PEM text)."),
+            username: line.default('').describe('A username (password auth).'),
+            password: optionalSecret.describe("The username's password."),
           })
           .strict()
-          .default({}),
-        vault_agent_secret_path: line.default(''),
+          .default({})
+          .describe(
+            "The updater's etcd credentials: a certificate and key, or a username and password; exactly one kind, unless they come " +
+              'from Vault.',
+          ),
+        vault_agent_secret_path: line
+          .default('')
+          .describe(
+            'A Vault KV v2 secret holding `certificate` and `key`, or `username` and `password`: Vault agent renders the credentials ' +
+              'and restarts the updater on renewal; needs `vault_agent.enabled`.',
+          ),
       })
       .strict()
-      .default({}),
+      .default({})
+      .describe('The etcd source.'),
     git: z
       .object({
-        repo: line.default(''),
-        ref: line.default(''),
-        path: line.default(''),
-        trusted_gpg_keys: z.array(z.string()).default([]),
+        repo: line.default('').describe('The SSH URL of the repository; required with `source: git`.'),
+        ref: line.default('').describe('The branch or tag to follow; required with `source: git`.'),
+        path: line.default('').describe('The directory inside the repository to sync.'),
+        trusted_gpg_keys: z
+          .array(z.string())
+          .default([])
+          .describe('Armored public keys (text or file paths) a commit must be signed by; with none, unsigned commits are accepted.'),
         auth: z
           .object({
-            client_ssh_key: optionalSecret,
-            server_ssh_fingerprint: line.default(''),
+            client_ssh_key: optionalSecret.describe('The private key the updater clones with; required with `source: git`.'),
+            server_ssh_fingerprint: line
+              .default('')
+              .describe("The git server's host key as a known_hosts line; required with `source: git`."),
           })
           .strict()
-          .default({}),
+          .default({})
+          .describe('How the updater logs into the git server, and how it knows the server.'),
       })
       .strict()
-      .default({}),
+      .default({})
+      .describe('The git source.'),
   })
   .strict()
-  .default({});
+  .default({})
+  .describe(
+    "fluent-bit's dynamic configuration: an updater (user `fluent-bit-updater`) syncs it and reloads fluent-bit; the static pipeline " +
+      'stays at `/etc/fluent-bit/etcd-kvm.yaml`.',
+  );
 
 const vaultAgent = z
   .object({
-    enabled: z.boolean().default(false),
+    enabled: z.boolean().default(false).describe('Run Vault agent with AppRole auto-auth; the token lands in `/run/vault-agent/token`.'),
     auth_method: z
       .object({
-        config: z.object({ role_id: optionalSecret, secret_id: optionalSecret }).strict().default({}),
+        config: z
+          .object({
+            role_id: optionalSecret.describe('The AppRole role_id; required when enabled.'),
+            secret_id: optionalSecret.describe('The AppRole secret_id; required when enabled.'),
+          })
+          .strict()
+          .default({})
+          .describe("The AppRole's ids, in files only the vault user reads."),
       })
       .strict()
-      .default({}),
-    vault_address: line.default(''),
-    vault_ca_cert: pemOrPath,
+      .default({})
+      .describe('The auto-auth method (AppRole).'),
+    vault_address: line.default('').describe('The https address of the Vault server; required when enabled.'),
+    vault_ca_cert: pemOrPath.describe("The CA of Vault's certificate, PEM text or a file path; empty: the system's CAs."),
   })
   .strict()
-  .default({});
+  .default({})
+  .describe('Vault agent in the guest (AppRole auto-auth).');
 
-const volumeRef = z.object({ pool: line.min(1), volume: line.min(1) }).strict();
+const volumeRef = z
+  .object({
+    pool: line.min(1).describe('The storage pool holding the image.'),
+    volume: line.min(1).describe("The image's volume name in that pool."),
+  })
+  .strict();
 
 /** Every per-member setting; `defaults` accepts any subset of these. */
 export const memberFields = {
-  hypervisor: line.optional(),
-  vcpus: z.number().int().min(1).max(256, 'at most 256 (libvirt and QEMU limits are around there)').default(2),
-  memory: z.number().int().min(256, 'is in MiB; etcd needs at least 256').max(4 * 1024 * 1024, 'is in MiB; at most 4 TiB').default(8192),
-  domain: line.default(''),
-  volume_id: line.default(''),
-  volume_pool: line.default(''),
-  base_image: volumeRef.optional(),
-  os_volume_size_gib: z.number().int().min(1).max(65_536, 'is in GiB; at most 64 TiB').optional(),
-  data_volume_id: line.default(''),
-  data_volume_size_gib: z.number().int().min(0).max(65_536, 'is in GiB; at most 64 TiB').default(0),
-  libvirt_networks: z.array(libvirtNetwork).default([]),
-  macvtap_interfaces: z.array(macvtapInterface).default([]),
-  cloud_init_volume_pool: line.default(''),
-  cloud_init_volume_name: line.default(''),
+  hypervisor: line.optional().describe('The key under `hypervisors` this member runs on; may be left out when there is only one.'),
+  vcpus: z.number().int().min(1).max(256, 'at most 256 (libvirt and QEMU limits are around there)').default(2).describe('Virtual CPUs.'),
+  memory: z
+    .number()
+    .int()
+    .min(256, 'is in MiB; etcd needs at least 256')
+    .max(4 * 1024 * 1024, 'is in MiB; at most 4 TiB')
+    .default(8192)
+    .describe('Memory in MiB.'),
+  domain: line.default('').describe('DNS domain: adds the FQDN to the hostname and to the certificate.'),
+  volume_id: line
+    .default('')
+    .describe('An existing OS volume (name in the pool, or absolute path); empty: the tool creates `<name>-os.qcow2` on `base_image`.'),
+  volume_pool: line.default('').describe("The pool of the member's volumes; empty: the hypervisor's `pool`."),
+  base_image: volumeRef.optional().describe("The OS image the member's disk is a qcow2 overlay on; required without `volume_id`."),
+  os_volume_size_gib: z
+    .number()
+    .int()
+    .min(1)
+    .max(65_536, 'is in GiB; at most 64 TiB')
+    .optional()
+    .describe("Size of the created OS disk in GiB; left out: the image's size."),
+  data_volume_id: line.default('').describe("An existing data volume, mounted on etcd's data directory."),
+  data_volume_size_gib: z
+    .number()
+    .int()
+    .min(0)
+    .max(65_536, 'is in GiB; at most 64 TiB')
+    .default(0)
+    .describe('Size in GiB of a data volume the tool creates (`<name>-data.qcow2`, ext4 labelled `etcd-data`); 0: none.'),
+  libvirt_networks: z
+    .array(libvirtNetwork)
+    .default([])
+    .describe("NICs on libvirt networks. etcd listens on the member's first interface (libvirt networks before macvtap)."),
+  macvtap_interfaces: z
+    .array(macvtapInterface)
+    .default([])
+    .describe(
+      "macvtap NICs (`type='direct'`, bridge mode). The hypervisor cannot reach its own macvtap guests: a member whose etcd listens " +
+        'on macvtap needs `reach_via: direct`.',
+    ),
+  cloud_init_volume_pool: line.default('').describe('The pool of the cloud-init seed ISO; empty: `volume_pool`.'),
+  cloud_init_volume_name: line
+    .default('')
+    .describe(
+      "The seed ISO's volume name; empty: `<name>-cloud-init.iso`. The member's alone (not another member's seed, a disk or the base " +
+        'image): the tool rewrites it.',
+    ),
   // A Linux user name (useradd's default rule): it lands in sudoers and /etc/passwd, where anything else could add rules.
   ssh_admin_user: z
     .string()
-    .regex(/^[a-z_][a-z0-9_-]{0,31}$/, 'must be a Linux user name: lowercase letters, digits, "_" or "-", starting with a letter or "_", at most 32 characters')
-    .default('ubuntu'),
+    .regex(
+      /^[a-z_][a-z0-9_-]{0,31}$/,
+      'must be a Linux user name: lowercase letters, digits, "_" or "-", starting with a letter or "_", at most 32 characters',
+    )
+    .default('ubuntu')
+    .describe("The sudo user created in the guest, with `ssh_admin_public_key` and the tool's own key."),
   /**
    * The admin user's console password (never an SSH one: ssh_pwauth is off), in plain text. It is
    * written as it is into the seed ISO (cloud-init's chpasswd), which stays attached to the VM:
    * whoever can read that volume on the hypervisor, or the guest's cdrom as root, reads the password.
    * Prefer admin_user_password_hash; give at most one of the two.
    */
-  admin_user_password: optionalSecret,
+  admin_user_password: optionalSecret.describe(
+    "The admin user's console password (`virsh console`), never an SSH one. It lands in the seed ISO in plain text, and the ISO " +
+      'stays attached: prefer `admin_user_password_hash`.',
+  ),
   /** The admin user's console password as a crypt(3) hash ($6$… or $y$…): only the hash reaches the seed ISO (cloud-init's hashed_passwd). */
-  admin_user_password_hash: cryptHash,
+  admin_user_password_hash: cryptHash.describe(
+    "The console password as a crypt(3) hash (`$6$…` or `$y$…`, e.g. from `mkpasswd -m sha-512`), cloud-init's `hashed_passwd`; not " +
+      'with `admin_user_password`.',
+  ),
   /** An OpenSSH public key line, or a path to a .pub file; the tool's own key is authorised either way. */
-  ssh_admin_public_key: line.default(''),
+  ssh_admin_public_key: line
+    .default('')
+    .describe("An OpenSSH public key line or a `.pub` file's path, authorised for the admin user; the tool's own key is authorised too."),
   authentication_bootstrap: authenticationBootstrap,
   tls,
   restore,
@@ -260,16 +469,35 @@ export const memberFields = {
   fluentbit,
   fluentbit_dynamic_config: fluentbitDynamicConfig,
   vault_agent: vaultAgent,
-  install_dependencies: z.boolean().default(true),
+  install_dependencies: z
+    .boolean()
+    .default(true)
+    .describe(
+      'true: at first boot the guest installs etcd (`etcd.version`) and the node exporter from their upstream releases (checked against ' +
+        "their checksum files) and fluent-bit / Vault from their vendors' apt repositories, pinned; needs internet access. false: the " +
+        'image has them.',
+    ),
   /** How the tool reaches the member's etcd: through its hypervisor (SSH forwarding) or directly. */
-  reach_via: z.enum(['hypervisor', 'direct']).default('hypervisor'),
+  reach_via: z
+    .enum(['hypervisor', 'direct'])
+    .default('hypervisor')
+    .describe(
+      "How the tool reaches the member's etcd: `hypervisor`, a port forward on the hypervisor's SSH connection (libvirt NAT or " +
+        'isolated networks), or `direct` (the control node routes to the member).',
+    ),
 };
 
 export const memberSchema = z
   .object({
-    name,
+    name: name.describe('The VM name, hostname and etcd member name (a DNS label).'),
     /** `absent`: the member is to leave the cluster (Ansible's idiom): removed from etcd, its VM shut down and undefined, its volumes kept. */
-    state: z.enum(['present', 'absent']).default('present'),
+    state: z
+      .enum(['present', 'absent'])
+      .default('present')
+      .describe(
+        '`absent`: the member leaves the cluster (removed from etcd, its VM undefined, its volumes kept); its entry stays until it has ' +
+          'left.',
+      ),
     ...memberFields,
   })
   .strict();
@@ -281,12 +509,22 @@ export const memberDefaultsSchema = z.object(memberFields).partial().strict();
  * ssh-agent and ~/.ssh/known_hosts; given here, they win over the file.
  */
 const sshLogin = {
-  address: line.min(1),
-  port: z.number().int().min(1).max(65535).optional(),
-  user: line.min(1).optional(),
-  private_key: line.optional(),
-  known_hosts: line.optional(),
-  trust_on_first_use: z.boolean().default(false),
+  address: line.min(1).describe('The SSH address, or a `Host` alias of the ssh_config (its `HostName` is then connected to).'),
+  port: z.number().int().min(1).max(65535).optional().describe("The SSH port; left out: the ssh_config's `Port`, else 22."),
+  user: line.min(1).optional().describe("The SSH user; left out: the ssh_config's `User`, else root."),
+  private_key: line
+    .optional()
+    .describe(
+      "The SSH private key file (relative to the inventory); left out: the ssh_config's first `IdentityFile`, else ssh-agent; an empty " +
+        'string: ssh-agent.',
+    ),
+  known_hosts: line
+    .optional()
+    .describe(
+      "The known_hosts file the host key is checked against; left out: the ssh_config's first `UserKnownHostsFile`, else " +
+        '`~/.ssh/known_hosts`.',
+    ),
+  trust_on_first_use: z.boolean().default(false).describe('Accept and record an unknown host key (a changed one is always refused).'),
 };
 
 /** A jump host on the way to hypervisors (ssh's ProxyJump): only SSH, nothing runs on it. */
@@ -296,69 +534,188 @@ export const hypervisorSchema = z
   .object({
     ...sshLogin,
     /** Bastions to go through, in order (as ssh -J first,second): names under `bastions`; without, ssh_config's ProxyJump. */
-    jump: z.array(name).default([]),
-    libvirt_uri: line.default('qemu:///system'),
-    domain_type: z.enum(['kvm', 'qemu']).default('kvm'),
-    tcg_tb_cache_mib: z.number().int().min(0).max(65_536, 'is in MiB; at most 64 GiB').default(0),
-    pool: line.min(1).default('default'),
+    jump: z
+      .array(name)
+      .default([])
+      .describe(
+        "Bastions to pass through, in order (as `ssh -J a,b`): names under `bastions`; empty: the ssh_config's `ProxyJump`, else none.",
+      ),
+    libvirt_uri: line.default('qemu:///system').describe('The libvirt connection URI on the host.'),
+    domain_type: z
+      .enum(['kvm', 'qemu'])
+      .default('kvm')
+      .describe('`kvm`, or `qemu` (software emulation, TCG) where the CPU has no vmx/svm.'),
+    tcg_tb_cache_mib: z
+      .number()
+      .int()
+      .min(0)
+      .max(65_536, 'is in MiB; at most 64 GiB')
+      .default(0)
+      .describe("The TCG translation cache size in MiB with `domain_type: qemu`; 0: QEMU's default."),
+    pool: line.min(1).default('default').describe("The storage pool for the members' volumes."),
   })
   .strict();
 
 export const etcdSchema = z
   .object({
     // The latest 3.4 patch release: 3.4.25 and earlier carry CVE-2023-32082 (LeaseTimeToLive leaks key names to a user without read access).
-    version: line.default('v3.4.37'),
-    auto_compaction_mode: z.enum(['revision', 'periodic']).default('revision'),
-    auto_compaction_retention: z.coerce.string().regex(ONE_LINE, ONE_LINE_MESSAGE).default('1000'),
-    space_quota: z.number().int().min(16 * 1024 * 1024, 'is in bytes; at least 16 MiB').max(MAX_QUOTA_BYTES, `is in bytes; etcd's documented maximum is 8 GiB (${MAX_QUOTA_BYTES})`).default(MAX_QUOTA_BYTES),
+    version: line.default('v3.4.37').describe('The etcd release (a tag `vX.Y.Z`) installed when `install_dependencies` is true.'),
+    auto_compaction_mode: z.enum(['revision', 'periodic']).default('revision').describe("etcd's `auto-compaction-mode`."),
+    auto_compaction_retention: z.coerce
+      .string()
+      .regex(ONE_LINE, ONE_LINE_MESSAGE)
+      .default('1000')
+      .describe('Revisions (or, in periodic mode, a duration) kept by auto compaction; a number is taken as its text.'),
+    space_quota: z
+      .number()
+      .int()
+      .min(16 * 1024 * 1024, 'is in bytes; at least 16 MiB')
+      .max(MAX_QUOTA_BYTES, `is in bytes; etcd's documented maximum is 8 GiB (${MAX_QUOTA_BYTES})`)
+      .default(MAX_QUOTA_BYTES)
+      .describe("etcd's `quota-backend-bytes`, in bytes (16 MiB to 8 GiB, etcd's documented maximum)."),
     /** maintain.ts --defrag skips a member whose database has less free space than this (bytes). */
-    defrag_min_free: z.number().int().min(1024 * 1024, 'is in bytes; at least 1 MiB (a defragmented database keeps some free pages)').max(MAX_QUOTA_BYTES).default(32 * 1024 * 1024),
-    grpc_gateway_enabled: z.boolean().default(false),
-    client_cert_auth: z.boolean().default(true),
-    client_port: z.number().int().min(1).max(65535).default(2379),
-    peer_port: z.number().int().min(1).max(65535).default(2380),
-    listen_localhost: z.boolean().default(true),
-    data_dir: dataDirectory.default('/var/lib/etcd'),
+    defrag_min_free: z
+      .number()
+      .int()
+      .min(1024 * 1024, 'is in bytes; at least 1 MiB (a defragmented database keeps some free pages)')
+      .max(MAX_QUOTA_BYTES)
+      .default(32 * 1024 * 1024)
+      .describe('`maintain --defrag` skips a member whose database has less free space than this many bytes.'),
+    grpc_gateway_enabled: z
+      .boolean()
+      .default(false)
+      .describe("etcd's REST gateway (explicitly off otherwise); needs `client_cert_auth: false`."),
+    client_cert_auth: z
+      .boolean()
+      .default(true)
+      .describe('Clients authenticate with certificates (true) or with a user and password (false: password mode).'),
+    client_port: z.number().int().min(1).max(65535).default(2379).describe("etcd's client port."),
+    peer_port: z.number().int().min(1).max(65535).default(2380).describe("etcd's peer port; not the client port."),
+    listen_localhost: z.boolean().default(true).describe('Also listen on `https://127.0.0.1:<client_port>` inside the member.'),
+    data_dir: dataDirectory
+      .default('/var/lib/etcd')
+      .describe("etcd's data directory in the guest: absolute, normalised, never a system directory (it is made etcd's, mode 0700)."),
   })
   .strict()
-  .default({});
+  .default({})
+  .describe("etcd's settings, the same for every member (the seed module's `etcd` variable, plus ports).");
 
 export const clusterSchema = z
   .object({
-    name,
-    is_initializing: z.boolean().default(true),
-    initial_token: line.min(1),
-    initial_members: z.array(z.object({ ip: ipv4, name: line }).strict()).default([]),
-    state_dir: line.default(''),
+    name: name.describe("The cluster's name (a DNS label): it names the state directory and the CA, and marks the cluster's domains."),
+    is_initializing: z
+      .boolean()
+      .default(true)
+      .describe(
+        'The cluster is being created: members start with `initial-cluster-state: new` until it has formed, and exactly one member must ' +
+          'bootstrap authentication.',
+      ),
+    initial_token: line.min(1).describe("etcd's `initial-cluster-token`, unique per cluster."),
+    initial_members: z
+      .array(
+        z
+          .object({
+            ip: ipv4.describe("The member's first-interface IPv4 address."),
+            name: line.describe("The member's name."),
+          })
+          .strict(),
+      )
+      .default([])
+      .describe(
+        'The initial cluster as `{name, ip}` pairs; empty: derived from the members. Given, it must match the members and their ' +
+          'first-interface addresses.',
+      ),
+    state_dir: line
+      .default('')
+      .describe('Where certificates, keys and run records are kept; empty: `.etcd-kvm/<name>` beside the inventory.'),
     /** Seconds to wait for every member to report healthy; measured under emulation: 3 VMs ~140 s from start. */
-    health_timeout: z.number().int().positive().max(86_400, 'is in seconds; at most a day').default(600),
+    health_timeout: z
+      .number()
+      .int()
+      .positive()
+      .max(86_400, 'is in seconds; at most a day')
+      .default(600)
+      .describe(
+        'Seconds to wait for members to be healthy: after a start, for a first boot to end, and per member in a rolling restart (a ' +
+          'member not back by then stops the roll).',
+      ),
   })
-  .strict();
+  .strict()
+  .describe("The cluster's identity and how long to wait for it.");
 
 export const pkiSchema = z
   .object({
-    organization: line.default('etcd-kvm'),
-    validity_period: z.number().int().positive().max(MAX_VALIDITY_HOURS, `is in hours; at most ${MAX_VALIDITY_HOURS} (1000 years)`).default(100 * 365 * 24),
-    early_renewal_period: z.number().int().nonnegative().max(MAX_VALIDITY_HOURS, `is in hours; at most ${MAX_VALIDITY_HOURS}`).default(365 * 24),
-    key_length: z.union([z.literal(2048), z.literal(3072), z.literal(4096)]).default(2048),
-    extra_domains: z.array(line).default([]),
+    organization: line.default('etcd-kvm').describe('O= of the generated certificates.'),
+    validity_period: z
+      .number()
+      .int()
+      .positive()
+      .max(MAX_VALIDITY_HOURS, `is in hours; at most ${MAX_VALIDITY_HOURS} (1000 years)`)
+      .default(100 * 365 * 24)
+      .describe('Hours a generated certificate is valid (876000: 100 years).'),
+    early_renewal_period: z
+      .number()
+      .int()
+      .nonnegative()
+      .max(MAX_VALIDITY_HOURS, `is in hours; at most ${MAX_VALIDITY_HOURS}`)
+      .default(365 * 24)
+      .describe('Hours before expiry at which a certificate is issued again (8760: a year).'),
+    key_length: z
+      .union([z.literal(2048), z.literal(3072), z.literal(4096)])
+      .default(2048)
+      .describe('RSA key size of generated keys.'),
+    extra_domains: z.array(line).default([]).describe('Extra DNS names in every member certificate.'),
     /**
      * A two-tier PKI: the CA (the members' and clients' trust anchor) signs only an intermediate CA,
      * which signs members and clients; certificates carry the intermediate after them. The CA's key
      * can then be kept offline.
      */
-    intermediate: z.boolean().default(false),
+    intermediate: z
+      .boolean()
+      .default(false)
+      .describe(
+        'Two tiers: the CA signs only an intermediate CA (path length 0, `pki/intermediate.crt`), which signs members and clients; the ' +
+          "CA's key can then be kept offline.",
+      ),
     /**
      * The operator's own intermediate CA, which then signs members and clients: its certificate and key,
      * and `chain`, the certificates above it up to and including the root (the members' and clients'
      * trust anchor), which the tool never needs the key of.
      */
-    intermediate_ca: z.object({ certificate: pemOrPath, key: pemOrPath, chain: pemOrPath }).strict().optional(),
-    ca: z.object({ certificate: pemOrPath, key: pemOrPath }).strict().optional(),
-    root_client: z.object({ certificate: pemOrPath, key: pemOrPath }).strict().optional(),
+    intermediate_ca: z
+      .object({
+        certificate: pemOrPath.describe("The intermediate CA's certificate, PEM text or a file path."),
+        key: pemOrPath.describe("The intermediate CA's private key, PEM text or a file path."),
+        chain: pemOrPath.describe(
+          'The certificates above the intermediate up to and including the self-signed root, PEM text or a file path.',
+        ),
+      })
+      .strict()
+      .optional()
+      .describe(
+        "The operator's own intermediate CA signs members and clients; members and clients trust the root at the end of `chain`, whose " +
+          'key is never needed. Not with `ca` or `intermediate`.',
+      ),
+    ca: z
+      .object({
+        certificate: pemOrPath.describe("The CA's certificate, PEM text or a file path."),
+        key: pemOrPath.describe("The CA's private key, PEM text or a file path; it is not copied."),
+      })
+      .strict()
+      .optional()
+      .describe("The operator's own CA instead of a generated one."),
+    root_client: z
+      .object({
+        certificate: pemOrPath.describe('The root client certificate, PEM text or a file path.'),
+        key: pemOrPath.describe('Its private key, PEM text or a file path.'),
+      })
+      .strict()
+      .optional()
+      .describe("The operator's own root client certificate instead of a generated one."),
   })
   .strict()
-  .default({});
+  .default({})
+  .describe("The certificates the tool issues (the seed module's `certificate` and `ca` variables).");
 
 /**
  * Names of etcd users and roles the tool manages: also a certificate's CN and a file name in the state
@@ -366,26 +723,40 @@ export const pkiSchema = z
  */
 const accessName = z
   .string()
-  .regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/, 'must be letters, digits, ".", "_" or "-", starting with a letter or digit, at most 64 characters')
-  .refine((value) => value !== 'root', { message: 'root is the user and role the tool bootstraps authentication with; give application users and roles names of their own' });
+  .regex(
+    /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/,
+    'must be letters, digits, ".", "_" or "-", starting with a letter or digit, at most 64 characters',
+  )
+  .refine((value) => value !== 'root', {
+    message: 'root is the user and role the tool bootstraps authentication with; give application users and roles names of their own',
+  });
 
 /** One permission of a role: on one key, or on every key under a prefix. */
 const permission = z
   .object({
-    key: line.min(1).optional(),
-    prefix: line.min(1).optional(),
-    access: z.enum(['read', 'write', 'readwrite']),
+    key: line.min(1).optional().describe('One key; give `key` or `prefix`, not both.'),
+    prefix: line.min(1).optional().describe('Every key under this prefix (as `etcdctl --prefix`).'),
+    access: z.enum(['read', 'write', 'readwrite']).describe('What the role may do there.'),
   })
   .strict()
-  .refine((value) => (value.key === undefined) !== (value.prefix === undefined), { message: 'gives exactly one of key (one key) or prefix (every key under it)' });
+  .refine((value) => (value.key === undefined) !== (value.prefix === undefined), {
+    message: 'gives exactly one of key (one key) or prefix (every key under it)',
+  });
 
-export const roleSchema = z.object({ permissions: z.array(permission).default([]) }).strict();
+export const roleSchema = z
+  .object({
+    permissions: z
+      .array(permission)
+      .default([])
+      .describe("The role's permissions; one reaching the tool's own keys under `etcd-kvm/` is refused."),
+  })
+  .strict();
 
 export const userSchema = z
   .object({
-    roles: z.array(accessName).default([]),
+    roles: z.array(accessName).default([]).describe("The user's roles: names under `roles`."),
     /** Password mode only: the user's password, sent to etcd inside the gRPC request. */
-    password: optionalSecret,
+    password: optionalSecret.describe("The user's password: password mode only, and required there; sent to etcd inside the gRPC request."),
   })
   .strict();
 
@@ -395,15 +766,35 @@ export const documentSchema = z
     cluster: clusterSchema,
     etcd: etcdSchema,
     pki: pkiSchema,
-    hypervisors: z.record(name, hypervisorSchema),
-    bastions: z.record(name, bastionSchema).default({}),
+    hypervisors: z.record(name, hypervisorSchema).describe('The KVM hosts, by name: how the tool logs into each over SSH and its libvirt.'),
+    bastions: z
+      .record(name, bastionSchema)
+      .default({})
+      .describe('Jump hosts on the way to hypervisors, by name; hypervisors name them in `jump`. Only SSH passes through them.'),
     /** The ssh_config to read hosts from: a path, or false; by default ~/.ssh/config where it exists. */
-    ssh_config: z.union([z.literal(false), line.min(1)]).optional(),
+    ssh_config: z
+      .union([z.literal(false), line.min(1)])
+      .optional()
+      .describe(
+        "The ssh_config file to look the inventory's hosts up in (`HostName`, `Port`, `User`, `IdentityFile`, `UserKnownHostsFile`, " +
+          "`ProxyJump`), or false for none; left out: `~/.ssh/config` where it exists. The inventory's values always win.",
+      ),
     /** Application roles and users: the auth step's `users` part creates, changes and removes the ones the tool made. */
-    roles: z.record(accessName, roleSchema).default({}),
-    users: z.record(accessName, userSchema).default({}),
-    defaults: z.record(z.unknown()).default({}),
-    members: z.array(z.record(z.unknown())).min(1, 'lists at least one member'),
+    roles: z
+      .record(accessName, roleSchema)
+      .default({})
+      .describe('Application roles, by name: the `users` step creates, changes and removes the ones the tool made.'),
+    users: z
+      .record(accessName, userSchema)
+      .default({})
+      .describe(
+        "Application users, by name: the `users` step creates, changes and removes the ones the tool made; `root` is the tool's own.",
+      ),
+    defaults: z
+      .record(z.unknown())
+      .default({})
+      .describe('Any member field but `name` and `state`, for every member; a field set on a member replaces the default as a whole.'),
+    members: z.array(z.record(z.unknown())).min(1, 'lists at least one member').describe("The cluster's members, one VM each."),
   })
   .strict();
 

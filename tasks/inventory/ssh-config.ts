@@ -67,7 +67,14 @@ export function lookUpHost(config: SshConfigFile, host: string): SshConfigEntry 
     ...(user ? { user } : {}),
     ...(identityFile ? { identityFile: configPath(identityFile) } : {}),
     ...(knownHosts ? { knownHosts: configPath(knownHosts) } : {}),
-    ...(proxyJump && proxyJump.toLowerCase() !== 'none' ? { proxyJump: proxyJump.split(',').map((hop) => hop.trim()).filter(Boolean) } : {}),
+    ...(proxyJump && proxyJump.toLowerCase() !== 'none'
+      ? {
+          proxyJump: proxyJump
+            .split(',')
+            .map((hop) => hop.trim())
+            .filter(Boolean),
+        }
+      : {}),
   };
 }
 

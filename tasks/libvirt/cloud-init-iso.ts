@@ -34,12 +34,16 @@ export async function buildCloudInitIso(rendered: readonly RenderedFile[]): Prom
       utimesSync(join(root, name), 0, 0);
     }
     utimesSync(root, 0, 0);
-    const { stdout: bytes } = await execFileAsync('xorriso', ['-as', 'mkisofs', '-quiet', '-output', '-', '-volid', 'cidata', '-joliet', '-rock', root], {
-      encoding: 'buffer',
-      // The ISO goes into the seed image: the image's cap bounds it too.
-      maxBuffer: SEED_IMAGE_CAP.bytes,
-      env: { ...process.env, SOURCE_DATE_EPOCH: '0' },
-    });
+    const { stdout: bytes } = await execFileAsync(
+      'xorriso',
+      ['-as', 'mkisofs', '-quiet', '-output', '-', '-volid', 'cidata', '-joliet', '-rock', root],
+      {
+        encoding: 'buffer',
+        // The ISO goes into the seed image: the image's cap bounds it too.
+        maxBuffer: SEED_IMAGE_CAP.bytes,
+        env: { ...process.env, SOURCE_DATE_EPOCH: '0' },
+      },
+    );
     return { bytes, sha256: digestOf(bytes) };
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') {
@@ -131,7 +135,12 @@ export function seedIso(rendered: readonly RenderedFile[]): Promise<CloudInitIso
 }
 
 export function rememberSeedDigest(cacheFile: string, rendered: readonly RenderedFile[], iso: CloudInitIso, image: Buffer): void {
-  const memo: SeedMemo = { inputs: seedInputs(rendered), sha256: iso.sha256, size: iso.bytes.length, image: { size: image.length, sha256: digestOf(image) } };
+  const memo: SeedMemo = {
+    inputs: seedInputs(rendered),
+    sha256: iso.sha256,
+    size: iso.bytes.length,
+    image: { size: image.length, sha256: digestOf(image) },
+  };
   writeFileAtomic(cacheFile, `${JSON.stringify(memo)}\n`, PRIVATE_FILE_MODE);
 }
 

@@ -11,7 +11,14 @@ import { XMLBuilder, XMLParser } from 'fast-xml-parser';
 type XmlNode = { [key: string]: XmlValue[] | string };
 type XmlValue = XmlNode | string;
 
-const options = { ignoreAttributes: false, attributeNamePrefix: '@', textNodeName: '#text', parseTagValue: false, parseAttributeValue: false, trimValues: true };
+const options = {
+  ignoreAttributes: false,
+  attributeNamePrefix: '@',
+  textNodeName: '#text',
+  parseTagValue: false,
+  parseAttributeValue: false,
+  trimValues: true,
+};
 const parser = new XMLParser({ ...options, isArray: (_name, _path, _leaf, isAttribute) => !isAttribute });
 const builder = new XMLBuilder({ ...options, format: true, indentBy: '  ', suppressEmptyNode: true });
 
@@ -68,7 +75,7 @@ function distance(wanted: XmlValue, projected: XmlValue | undefined): number {
   for (const [key, value] of Object.entries(wanted)) {
     const other = projected[key];
     if (typeof value === 'string') count += other === value ? 0 : 1;
-    else value.forEach((child, i) => (count += distance(child, Array.isArray(other) ? other[i] : undefined)));
+    else for (const [i, child] of value.entries()) count += distance(child, Array.isArray(other) ? other[i] : undefined);
   }
   return count;
 }

@@ -29,13 +29,25 @@ const volumesMissing = (facts: DiskFacts): string[] =>
 
 /** Unreadable answers (a missing pool, an error) are not evidence: the member is kept. */
 const unreadable = (facts: DiskFacts): string[] =>
-  [facts.os, facts.data].flatMap((answer) => (answer && answer.code !== 0 && missingObject(answer) !== 'volume' ? [answer.output.trim().split('\n').at(-1)!.replace(/^error: /, '')] : []));
+  [facts.os, facts.data].flatMap((answer) =>
+    answer && answer.code !== 0 && missingObject(answer) !== 'volume'
+      ? [
+          answer.output
+            .trim()
+            .split('\n')
+            .at(-1)!
+            .replace(/^error: /, ''),
+        ]
+      : [],
+  );
 
 export async function judgeDisks(facts: DiskFacts): Promise<DiskVerdict> {
   const missing = volumesMissing(facts);
   if (missing.length === 0) return { gone: false };
   const unknown = unreadable(facts);
-  if (unknown.length > 0) return { gone: false, why: `${missing.join(' and ')}, but libvirt could not say about the rest (${unknown.join('; ')})` };
-  if (await facts.etcdAnswers()) return { gone: false, why: `${missing.join(' and ')}, but its etcd still answers (the VM may hold the deleted file open)` };
+  if (unknown.length > 0)
+    return { gone: false, why: `${missing.join(' and ')}, but libvirt could not say about the rest (${unknown.join('; ')})` };
+  if (await facts.etcdAnswers())
+    return { gone: false, why: `${missing.join(' and ')}, but its etcd still answers (the VM may hold the deleted file open)` };
   return { gone: true, why: `${missing.join(' and ')} and its etcd does not answer` };
 }

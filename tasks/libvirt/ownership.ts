@@ -31,7 +31,13 @@ export type Ownership =
 export function parseOwnerMark(output: string): { cluster: string; id: string } | undefined {
   const element = output.match(/<[\w.-]*:?owner\b[^>]*>/)?.[0];
   if (!element) return undefined;
-  const attribute = (name: string) => element.match(new RegExp(`\\b${name}="([^"]*)"`))?.[1]?.replace(/&quot;/g, '"').replace(/&lt;/g, '<').replace(/&gt;/g, '>').replace(/&amp;/g, '&');
+  const attribute = (name: string) =>
+    element
+      .match(new RegExp(`\\b${name}="([^"]*)"`))?.[1]
+      ?.replace(/&quot;/g, '"')
+      .replace(/&lt;/g, '<')
+      .replace(/&gt;/g, '>')
+      .replace(/&amp;/g, '&');
   const cluster = attribute('cluster');
   const id = attribute('id');
   return cluster !== undefined && id !== undefined ? { cluster, id } : undefined;
@@ -43,7 +49,12 @@ const isMissing = (answer: ProbeAnswer) => answer.code !== 0 && saysDomainMissin
  * The verdict on a member's domain, from its answers. `adopt` (the --adopt flag) takes an unmarked
  * domain on purpose; a domain another cluster marked is never taken (its owner may still run it).
  */
-export function judgeOwnership(member: string, answers: Record<'mark' | 'title' | 'state', ProbeAnswer>, us: ClusterIdentity, adopt: boolean): Ownership {
+export function judgeOwnership(
+  member: string,
+  answers: Record<'mark' | 'title' | 'state', ProbeAnswer>,
+  us: ClusterIdentity,
+  adopt: boolean,
+): Ownership {
   if (isMissing(answers.state)) return { kind: 'absent' };
   if (answers.state.code !== 0) throw new Error(`cannot read the state of domain ${member}: ${answers.state.output.trim().split('\n')[0]}`);
   // Active states, where a live change applies too (libvirt refuses --live on an inactive domain).
@@ -63,13 +74,14 @@ export function judgeOwnership(member: string, answers: Record<'mark' | 'title' 
     };
   }
   const title = answers.title.code === 0 ? answers.title.output.trim() : '';
-  if (us.adoptsUnmarked && title === domainTitle(member, us.cluster)) return { kind: 'to-mark', running, why: 'made for this cluster before domains were marked' };
+  if (us.adoptsUnmarked && title === domainTitle(member, us.cluster))
+    return { kind: 'to-mark', running, why: 'made for this cluster before domains were marked' };
   if (adopt) return { kind: 'to-mark', running, why: 'adopted (--adopt)' };
   const made = /^etcd member .+ of cluster (.+)$/.exec(title);
   return {
     kind: 'refused',
     reason:
       `domain ${member} exists without this tool's mark${made ? ` (titled for cluster ${made[1]})` : ''}; nothing of it or its volumes is touched. ` +
-      'If it is this cluster\'s member, run with --adopt to mark it as this cluster\'s; otherwise give this cluster other member names',
+      "If it is this cluster's member, run with --adopt to mark it as this cluster's; otherwise give this cluster other member names",
   };
 }

@@ -130,7 +130,10 @@ export class FrameReader {
 
   /** The answer whose end marker begins at `at` of `rest` (below 0: in the carry, whose bytes are the kept answer's last). */
   #finish(rest: Buffer, at: number, seq: number): VirshReply {
-    const answer = at >= 0 ? Buffer.concat([...this.#pieces, rest.subarray(0, at)]) : Buffer.concat(this.#pieces, this.#bytes).subarray(0, this.#bytes + at);
+    const answer =
+      at >= 0
+        ? Buffer.concat([...this.#pieces, rest.subarray(0, at)])
+        : Buffer.concat(this.#pieces, this.#bytes).subarray(0, this.#bytes + at);
     if (answer.length > this.cap.bytes) throw new CapExceededError(this.describe(seq), this.cap);
     const text = answer.toString('utf8');
     // As in a batch: the marker's newline before, one blank line after the command's own output.
@@ -164,7 +167,11 @@ export class VirshSession implements VirshAsker {
     /** The most one answer may hold; past it the session ends (what follows in the stream is the rest of that answer). */
     answerCap: Cap = VIRSH_ANSWER_CAP,
   ) {
-    this.#reader = new FrameReader(this.#mark, answerCap, (seq) => `${label}: virsh's answer to ${this.#waiting.get(seq)?.command ?? `ask ${seq}`}`);
+    this.#reader = new FrameReader(
+      this.#mark,
+      answerCap,
+      (seq) => `${label}: virsh's answer to ${this.#waiting.get(seq)?.command ?? `ask ${seq}`}`,
+    );
     channel.on('data', (chunk: Buffer) => {
       let replies: { seq: number; reply: VirshReply }[];
       try {
@@ -209,9 +216,14 @@ export class VirshSession implements VirshAsker {
     if (!batch) return;
     this.#busy = true;
     const replies = Promise.all(
-      batch.lines.map(({ seq, command }) => new Promise<VirshReply>((resolve, reject) => this.#waiting.set(seq, { command, resolve, reject }))),
+      batch.lines.map(
+        ({ seq, command }) => new Promise<VirshReply>((resolve, reject) => this.#waiting.set(seq, { command, resolve, reject })),
+      ),
     );
-    const timer = setTimeout(() => this.#end(new Error(`${this.label}: virsh did not answer within ${this.askTimeoutMs / 1000} s`)), this.askTimeoutMs);
+    const timer = setTimeout(
+      () => this.#end(new Error(`${this.label}: virsh did not answer within ${this.askTimeoutMs / 1000} s`)),
+      this.askTimeoutMs,
+    );
     this.#reader.expect(batch.lines.map(({ seq }) => seq));
     this.channel.write(batch.lines.map(({ line }) => line).join(''));
     replies.then(batch.done, batch.done).finally(() => {
@@ -267,7 +279,11 @@ export class VirshSessions {
   }
 
   close(): void {
-    for (const session of this.#sessions.values()) void session.then((opened) => opened.close(), () => undefined);
+    for (const session of this.#sessions.values())
+      void session.then(
+        (opened) => opened.close(),
+        () => undefined,
+      );
     this.#sessions.clear();
   }
 }

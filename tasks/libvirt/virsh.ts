@@ -61,7 +61,10 @@ export class Virsh {
     const piped = names.filter((name) => 'shell' in (questions[name] as Question));
     const fromVirsh = this.#askVirsh(batched.map((name) => [name, questions[name] as readonly string[]] as const));
     // One exec for all of them: every exec costs the hypervisor's sshd a session (~0.15 s on the lab).
-    const fromPipes = piped.length === 0 ? Promise.resolve({}) : this.#runPipelines(piped.map((name) => [name, (questions[name] as { shell: string }).shell] as const));
+    const fromPipes =
+      piped.length === 0
+        ? Promise.resolve({})
+        : this.#runPipelines(piped.map((name) => [name, (questions[name] as { shell: string }).shell] as const));
     return Object.fromEntries(
       names.map((name) => [
         name,
@@ -74,7 +77,9 @@ export class Virsh {
   }
 
   async #runPipelines(pipelines: readonly (readonly [string, string])[]): Promise<Record<string, ProbeAnswer>> {
-    const script = pipelines.map(([name, shell]) => `printf '%s\\n' ${MARK}${name}; ${shell} 2>&1; printf '\\n%s %s\\n' ${MARK}rc $?`).join('\n');
+    const script = pipelines
+      .map(([name, shell]) => `printf '%s\\n' ${MARK}${name}; ${shell} 2>&1; printf '\\n%s %s\\n' ${MARK}rc $?`)
+      .join('\n');
     return parsePiped((await this.ssh.exec(['sh', '-c', script])).stdout);
   }
 
@@ -82,14 +87,19 @@ export class Virsh {
     if (asked.length === 0) return {};
     if (this.session) {
       // In small batches: an urgent ask (a guest agent's) waits for one of them at most, not for all.
-      const chunks = Array.from({ length: Math.ceil(asked.length / SESSION_BATCH) }, (_, i) => asked.slice(i * SESSION_BATCH, (i + 1) * SESSION_BATCH));
+      const chunks = Array.from({ length: Math.ceil(asked.length / SESSION_BATCH) }, (_, i) =>
+        asked.slice(i * SESSION_BATCH, (i + 1) * SESSION_BATCH),
+      );
       const replies = (await Promise.all(chunks.map((chunk) => this.session!.ask(chunk.map(([, args]) => args))))).flat();
       return Object.fromEntries(asked.map(([name], i) => [name, { code: replies[i]!.ok ? 0 : 1, output: replies[i]!.output }]));
     }
     const result = await this.ssh.exec(['sh', '-c', `${commandLine(['virsh', '-c', this.uri, virshBatch(asked)])} 2>&1`]);
     const { answers } = parseVirshBatch(result.stdout);
     for (const [name] of asked) {
-      if (!answers[name]) throw new Error(`probe on ${this.ssh.target.label} gave no answer for ${name}: ${result.stderr.trim() || result.stdout.trim().split('\n')[0] || `exit ${result.code}`}`);
+      if (!answers[name])
+        throw new Error(
+          `probe on ${this.ssh.target.label} gave no answer for ${name}: ${result.stderr.trim() || result.stdout.trim().split('\n')[0] || `exit ${result.code}`}`,
+        );
     }
     return answers;
   }

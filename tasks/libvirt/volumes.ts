@@ -11,8 +11,16 @@ export function volumeState(answer: ProbeAnswer, what: string): VolumeState {
     return { exists: true, capacityBytes: capacity ? Number(capacity) : 0 };
   }
   if (isNotFound(answer, 'volume')) return { exists: false };
-  const said = answer.output.trim().split('\n').map((line) => line.replace(/^error: /, '')).join(': ') || `virsh exit ${answer.code}`;
-  const hint = missingObject(answer) === 'pool' ? ' (the pool is missing on that hypervisor, so whether the volume exists is unknown: check volume_pool; virsh pool-list --all lists the pools)' : '';
+  const said =
+    answer.output
+      .trim()
+      .split('\n')
+      .map((line) => line.replace(/^error: /, ''))
+      .join(': ') || `virsh exit ${answer.code}`;
+  const hint =
+    missingObject(answer) === 'pool'
+      ? ' (the pool is missing on that hypervisor, so whether the volume exists is unknown: check volume_pool; virsh pool-list --all lists the pools)'
+      : '';
   throw new Error(`cannot read ${what}: ${said}${hint}`);
 }
 

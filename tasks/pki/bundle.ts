@@ -38,17 +38,29 @@ export function clientBundle(inventory: Inventory, store: PkiStore, user: string
   ];
   const files: BundleFile[] = [{ name: 'ca.crt', content: caCert, mode: 0o644 }];
   if (inventory.etcd.client_cert_auth) {
-    const pair = user === 'root' && inventory.pki.rootClient ? { public: inventory.pki.rootClient.certificate, privateKey: inventory.pki.rootClient.key.reveal() } : store.read(`client/${user}`);
+    const pair =
+      user === 'root' && inventory.pki.rootClient
+        ? { public: inventory.pki.rootClient.certificate, privateKey: inventory.pki.rootClient.key.reveal() }
+        : store.read(`client/${user}`);
     if (!pair.public || !pair.privateKey || !keyMatchesCertificate(pair.public, pair.privateKey) || !chainLeadsTo(pair.public, caCert)) {
-      throw new InputError(`the state directory has no valid certificate for user ${user} yet: run the deploy first (its pki step issues it)`);
+      throw new InputError(
+        `the state directory has no valid certificate for user ${user} yet: run the deploy first (its pki step issues it)`,
+      );
     }
-    files.push({ name: `${user}.crt`, content: pair.public, mode: 0o644 }, { name: `${user}.key`, content: new Secret(pair.privateKey), mode: 0o600 });
+    files.push(
+      { name: `${user}.crt`, content: pair.public, mode: 0o644 },
+      { name: `${user}.key`, content: new Secret(pair.privateKey), mode: 0o600 },
+    );
     env.push(['ETCDCTL_CERT', `${dir}/${user}.crt`], ['ETCDCTL_KEY', `${dir}/${user}.key`]);
   } else {
     // etcdctl prompts for the password when ETCDCTL_USER carries no ":password".
     env.push(['ETCDCTL_USER', user]);
   }
   const lines = env.map(([name, value]) => `${name}=${quote(value)}\n`).join('');
-  files.push({ name: 'etcdctl.env', content: `# etcdctl as ${user} on cluster ${inventory.cluster.name}: set -a; . ${quote(`${dir}/etcdctl.env`)}; set +a\n${lines}`, mode: 0o644 });
+  files.push({
+    name: 'etcdctl.env',
+    content: `# etcdctl as ${user} on cluster ${inventory.cluster.name}: set -a; . ${quote(`${dir}/etcdctl.env`)}; set +a\n${lines}`,
+    mode: 0o644,
+  });
   return files;
 }

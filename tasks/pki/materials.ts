@@ -1,6 +1,6 @@
 import { readIfExists } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
-import type { Inventory, Member } from '../inventory/model.ts';
+import type { Inventory } from '../inventory/model.ts';
 import { readIdentity, type ClusterIdentity } from './identity.ts';
 import type { MaterialId } from './store.ts';
 import { applicationUsers, caOf, identityOf, membersDeployedBefore, type PkiFacts } from './plan.ts';
@@ -39,7 +39,19 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
   const knownHosts = readIfExists(store.knownHostsPath);
   const identity = readIdentity(store.stateDir, inventory.cluster.name);
   const peerTrust = readPeerTrust(store.stateDir);
-  return { ca: store.read('ca'), intermediate: store.read('intermediate'), peerCa: store.read('peer-ca'), ...(peerTrust ? { peerTrust } : {}), leaves, clientNames: store.clientNames(), plainKeys: store.cipher ? store.plainKeyFiles() : [], adminSsh: store.read('ssh/admin'), hostKeys, ...(knownHosts !== undefined ? { knownHosts } : {}), ...(identity ? { identity } : {}) };
+  return {
+    ca: store.read('ca'),
+    intermediate: store.read('intermediate'),
+    peerCa: store.read('peer-ca'),
+    ...(peerTrust ? { peerTrust } : {}),
+    leaves,
+    clientNames: store.clientNames(),
+    plainKeys: store.cipher ? store.plainKeyFiles() : [],
+    adminSsh: store.read('ssh/admin'),
+    hostKeys,
+    ...(knownHosts !== undefined ? { knownHosts } : {}),
+    ...(identity ? { identity } : {}),
+  };
 }
 
 export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMaterials {
@@ -55,7 +67,8 @@ export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMateria
   const members = new Map<string, MemberTls>();
   for (const member of inventory.members) {
     const host = facts.hostKeys.get(member.name);
-    const sshHostKey = host?.public && host.privateKey ? { sshHostKey: { privateKey: new Secret(host.privateKey), publicLine: host.public.trim() } } : {};
+    const sshHostKey =
+      host?.public && host.privateKey ? { sshHostKey: { privateKey: new Secret(host.privateKey), publicLine: host.public.trim() } } : {};
     if (member.suppliedTls) {
       const supplied = { cert: member.suppliedTls.serverCert, key: member.suppliedTls.serverKey };
       members.set(member.name, { caCert: member.suppliedTls.caCert, ...supplied, peer: { ...peerTrust, ...supplied }, ...sshHostKey });
@@ -103,6 +116,14 @@ function peerBundle(inventory: Inventory, facts: PkiFacts, caCert: string | unde
 export function identityFrom(inventory: Inventory, store: PkiStore): ClusterIdentity {
   const identity = readIdentity(store.stateDir, inventory.cluster.name);
   if (identity) return identity;
-  const certificates: MaterialId[] = ['ca', 'client/root', ...inventory.members.map((member): MaterialId => `member/${member.name}`), ...applicationUsers(inventory).map((user): MaterialId => `client/${user}`)];
-  return { cluster: inventory.cluster.name, adoptsUnmarked: certificates.some((id) => readIfExists(store.pathsOf(id).public) !== undefined) };
+  const certificates: MaterialId[] = [
+    'ca',
+    'client/root',
+    ...inventory.members.map((member): MaterialId => `member/${member.name}`),
+    ...applicationUsers(inventory).map((user): MaterialId => `client/${user}`),
+  ];
+  return {
+    cluster: inventory.cluster.name,
+    adoptsUnmarked: certificates.some((id) => readIfExists(store.pathsOf(id).public) !== undefined),
+  };
 }

@@ -34,7 +34,10 @@ export function readPeerTrust(stateDir: string): PeerTrustStage | undefined {
   } catch {
     stage = undefined;
   }
-  if (!(PEER_STAGES as readonly unknown[]).includes(stage)) throw new Error(`${join(stateDir, RECORD)} is damaged: its stage must be one of ${PEER_STAGES.join(', ')}; restore it from where the state directory came from`);
+  if (!(PEER_STAGES as readonly unknown[]).includes(stage))
+    throw new Error(
+      `${join(stateDir, RECORD)} is damaged: its stage must be one of ${PEER_STAGES.join(', ')}; restore it from where the state directory came from`,
+    );
   return stage as PeerTrustStage;
 }
 
@@ -46,7 +49,8 @@ export function writePeerTrust(stateDir: string, stage: PeerTrustStage): void {
  * The stage members are rendered for: the recorded one; without a record (a dry-run before the pki
  * step made it), the first stage when members were deployed before (their certificates exist), else peer-only.
  */
-export const peerStageOf = (recorded: PeerTrustStage | undefined, membersDeployedBefore: boolean): PeerTrustStage => recorded ?? (membersDeployedBefore ? 'trust-both' : 'peer-only');
+export const peerStageOf = (recorded: PeerTrustStage | undefined, membersDeployedBefore: boolean): PeerTrustStage =>
+  recorded ?? (membersDeployedBefore ? 'trust-both' : 'peer-only');
 
 /** What each stage means, for the run's output. */
 export const PEER_STAGE_DOC: Record<PeerTrustStage, string> = {

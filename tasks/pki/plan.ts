@@ -3,7 +3,16 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClusterIdentity } from './identity.ts';
 import type { MaterialId, StoredPair } from './store.ts';
 import { PEER_COMMON_NAME, type PeerTrustStage } from './peer-trust.ts';
-import { BACKDATE_MS, certificatesIn, chainLeadsTo, inspectCertificate, isSignedBy, keyMatchesCertificate, type CertificateProfile, type SubjectAltNames } from './x509.ts';
+import {
+  BACKDATE_MS,
+  certificatesIn,
+  chainLeadsTo,
+  inspectCertificate,
+  isSignedBy,
+  keyMatchesCertificate,
+  type CertificateProfile,
+  type SubjectAltNames,
+} from './x509.ts';
 
 /** A certificate the cluster needs, as a function of the inventory. */
 export interface WantedCertificate {
@@ -52,7 +61,8 @@ export const deployedBeforeMarks = (facts: PkiFacts): boolean =>
   !facts.identity && (facts.ca.public !== undefined || [...facts.leaves.values()].some((pair) => pair.public !== undefined));
 
 /** The cluster's identity: the stored one, or the one the pki step makes in this run (without its ID in a dry-run). */
-export const identityOf = (inventory: Inventory, facts: PkiFacts): ClusterIdentity => facts.identity ?? { cluster: inventory.cluster.name, adoptsUnmarked: deployedBeforeMarks(facts) };
+export const identityOf = (inventory: Inventory, facts: PkiFacts): ClusterIdentity =>
+  facts.identity ?? { cluster: inventory.cluster.name, adoptsUnmarked: deployedBeforeMarks(facts) };
 
 /** One known_hosts line per member: all its addresses and its name, with its host key. */
 export function knownHostsOf(inventory: Inventory, hostKeys: ReadonlyMap<string, StoredPair>): string {
@@ -81,7 +91,14 @@ export const applicationUsers = (inventory: Inventory): string[] => Object.keys(
 
 /** Each member's peer certificate, signed by the peer CA: one common name for all, so etcd can admit that name alone. */
 export const wantedPeerCertificates = (inventory: Inventory): WantedCertificate[] =>
-  inventory.members.filter((member) => !member.suppliedTls).map((member) => ({ id: `peer/${member.name}`, commonName: PEER_COMMON_NAME, profile: 'server-and-client', sans: memberSans(inventory, member) }));
+  inventory.members
+    .filter((member) => !member.suppliedTls)
+    .map((member) => ({
+      id: `peer/${member.name}`,
+      commonName: PEER_COMMON_NAME,
+      profile: 'server-and-client',
+      sans: memberSans(inventory, member),
+    }));
 
 /** Were members deployed before this state directory had a peer CA (their certificates exist, or the operator supplies them)? */
 export const membersDeployedBefore = (inventory: Inventory, facts: PkiFacts): boolean =>
@@ -90,11 +107,24 @@ export const membersDeployedBefore = (inventory: Inventory, facts: PkiFacts): bo
 export function wantedCertificates(inventory: Inventory): WantedCertificate[] {
   const members = inventory.members
     .filter((member) => !member.suppliedTls)
-    .map((member): WantedCertificate => ({ id: `member/${member.name}`, commonName: member.name, profile: 'server-and-client', sans: memberSans(inventory, member) }));
+    .map(
+      (member): WantedCertificate => ({
+        id: `member/${member.name}`,
+        commonName: member.name,
+        profile: 'server-and-client',
+        sans: memberSans(inventory, member),
+      }),
+    );
   // CN=root maps a client certificate to etcd's root user when client-cert-auth is on.
-  const root: WantedCertificate[] = inventory.pki.rootClient ? [] : [{ id: 'client/root', commonName: 'root', profile: 'client', sans: { dns: [], ips: [] } }];
+  const root: WantedCertificate[] = inventory.pki.rootClient
+    ? []
+    : [{ id: 'client/root', commonName: 'root', profile: 'client', sans: { dns: [], ips: [] } }];
   // Certificate mode: each application user logs in with a certificate whose CN is its name.
-  const users = inventory.etcd.client_cert_auth ? applicationUsers(inventory).map((user): WantedCertificate => ({ id: `client/${user}`, commonName: user, profile: 'client', sans: { dns: [], ips: [] } })) : [];
+  const users = inventory.etcd.client_cert_auth
+    ? applicationUsers(inventory).map(
+        (user): WantedCertificate => ({ id: `client/${user}`, commonName: user, profile: 'client', sans: { dns: [], ips: [] } }),
+      )
+    : [];
   return [...members, ...root, ...users];
 }
 
@@ -112,24 +142,32 @@ export function caOf(inventory: Inventory, storedCa: StoredPair): StoredPair {
 
 /** What a leaf's file carries after the leaf, so whoever presents it sends the chain up to the trusted CA. */
 export function chainAfterLeaf(inventory: Inventory, intermediate: StoredPair): string {
-  if (inventory.pki.intermediateCa) return [inventory.pki.intermediateCa.certificate, ...certificatesIn(inventory.pki.intermediateCa.chain).slice(0, -1)].join('');
+  if (inventory.pki.intermediateCa)
+    return [inventory.pki.intermediateCa.certificate, ...certificatesIn(inventory.pki.intermediateCa.chain).slice(0, -1)].join('');
   return inventory.pki.intermediate ? (intermediate.public ?? '') : '';
 }
 
 /** Refusals for the operator's intermediate: it must be a CA with its own key, leading to a self-signed root. */
 function checkOperatorIntermediate(given: { certificate: string; key: { reveal(): string }; chain: string }, now: Date): void {
-  if (!keyMatchesCertificate(given.certificate, given.key.reveal())) throw new PkiRefusal('pki.intermediate_ca.key does not belong to pki.intermediate_ca.certificate; give the intermediate\'s own key');
+  if (!keyMatchesCertificate(given.certificate, given.key.reveal()))
+    throw new PkiRefusal("pki.intermediate_ca.key does not belong to pki.intermediate_ca.certificate; give the intermediate's own key");
   const facts = inspectCertificate(given.certificate);
   if (!facts.isCA) throw new PkiRefusal('pki.intermediate_ca.certificate is not a CA certificate (basicConstraints CA:TRUE)');
-  if (facts.notAfter.getTime() < now.getTime()) throw new PkiRefusal(`pki.intermediate_ca.certificate expired ${facts.notAfter.toISOString()}`);
+  if (facts.notAfter.getTime() < now.getTime())
+    throw new PkiRefusal(`pki.intermediate_ca.certificate expired ${facts.notAfter.toISOString()}`);
   const chain = certificatesIn(given.chain);
   const root = chain.at(-1);
-  if (!root || !isSignedBy(root, root)) throw new PkiRefusal('pki.intermediate_ca.chain must end with the self-signed root CA that members and clients are to trust');
-  if (!chainLeadsTo([given.certificate, ...chain.slice(0, -1)].join(''), root)) throw new PkiRefusal('pki.intermediate_ca.certificate does not lead to the root through pki.intermediate_ca.chain (each certificate signed by the next)');
+  if (!root || !isSignedBy(root, root))
+    throw new PkiRefusal('pki.intermediate_ca.chain must end with the self-signed root CA that members and clients are to trust');
+  if (!chainLeadsTo([given.certificate, ...chain.slice(0, -1)].join(''), root))
+    throw new PkiRefusal(
+      'pki.intermediate_ca.certificate does not lead to the root through pki.intermediate_ca.chain (each certificate signed by the next)',
+    );
 }
 
 /** The CA's private key is not in the state directory (kept offline): only an intermediate can sign then. */
-export const rootKeyOffline = (inventory: Inventory, facts: PkiFacts): boolean => !inventory.pki.ca && facts.ca.public !== undefined && facts.ca.privateKey === undefined;
+export const rootKeyOffline = (inventory: Inventory, facts: PkiFacts): boolean =>
+  !inventory.pki.ca && facts.ca.public !== undefined && facts.ca.privateKey === undefined;
 
 /** Why the intermediate CA must be issued (again), or undefined when it can go on signing. */
 function intermediateReason(stored: StoredPair, caPem: string, renewBeforeHours: number, now: Date): string | undefined {
@@ -138,7 +176,8 @@ function intermediateReason(stored: StoredPair, caPem: string, renewBeforeHours:
   if (!keyMatchesCertificate(stored.public, stored.privateKey)) return 'its private key does not match';
   if (!isSignedBy(stored.public, caPem)) return 'not signed by the current CA';
   const notAfter = inspectCertificate(stored.public).notAfter;
-  if ((notAfter.getTime() - now.getTime()) / 3_600_000 < renewBeforeHours) return `it expires ${notAfter.toISOString()}, inside the renewal period`;
+  if ((notAfter.getTime() - now.getTime()) / 3_600_000 < renewBeforeHours)
+    return `it expires ${notAfter.toISOString()}, inside the renewal period`;
   return undefined;
 }
 
@@ -147,7 +186,14 @@ function describeSans(sans: SubjectAltNames): string {
 }
 
 /** Why an existing certificate must be re-issued, or undefined when it is still good. */
-function reissueReason(wanted: WantedCertificate, stored: StoredPair, caPem: string | undefined, renewBeforeHours: number, now: Date, renewIssuedBefore: Date | undefined): string | undefined {
+function reissueReason(
+  wanted: WantedCertificate,
+  stored: StoredPair,
+  caPem: string | undefined,
+  renewBeforeHours: number,
+  now: Date,
+  renewIssuedBefore: Date | undefined,
+): string | undefined {
   if (!stored.public) return 'missing';
   if (!stored.privateKey) return 'its private key is missing';
   if (!keyMatchesCertificate(stored.public, stored.privateKey)) return 'its private key does not match';
@@ -158,7 +204,8 @@ function reissueReason(wanted: WantedCertificate, stored: StoredPair, caPem: str
   const hoursLeft = (facts.notAfter.getTime() - now.getTime()) / 3_600_000;
   if (hoursLeft < renewBeforeHours) return `it expires ${facts.notAfter.toISOString()}, inside the renewal period`;
   // Issued before this run started (notBefore is backdated): renewed once per run that asks, and the re-check sees the new one.
-  if (renewIssuedBefore && facts.notBefore.getTime() + BACKDATE_MS < renewIssuedBefore.getTime()) return 'renewal asked for (--renew-certs)';
+  if (renewIssuedBefore && facts.notBefore.getTime() + BACKDATE_MS < renewIssuedBefore.getTime())
+    return 'renewal asked for (--renew-certs)';
   return undefined;
 }
 
@@ -172,90 +219,162 @@ export interface PkiPlanOptions {
   renewIssuedBefore?: Date;
 }
 
-export function planPki(inventory: Inventory, facts: PkiFacts, { now = new Date(), renewIssuedBefore }: PkiPlanOptions = {}): Change<PkiAction>[] {
-  const changes: Change<PkiAction>[] = [];
+export function planPki(
+  inventory: Inventory,
+  facts: PkiFacts,
+  { now = new Date(), renewIssuedBefore }: PkiPlanOptions = {},
+): Change<PkiAction>[] {
   const wanted = wantedCertificates(inventory);
   const ca = caOf(inventory, facts.ca);
-  let caPem = ca.public;
-  const operatorIntermediate = inventory.pki.intermediateCa;
-  if (operatorIntermediate) checkOperatorIntermediate(operatorIntermediate, now);
+  refuseGivenCas(inventory, now);
+  const caChanges = inventory.pki.ca || inventory.pki.intermediateCa ? [] : planOwnCa(inventory, facts, ca, now);
+  // No CA yet (caChanges creates it): whatever signs is new in this run.
+  const { signer, changes: signerChanges } = planSigner(inventory, facts, ca.public, now);
+  return [
+    ...caChanges,
+    ...signerChanges,
+    ...planLeaves(inventory, facts, wanted, signer, now, renewIssuedBefore),
+    ...planPeerCa(inventory, facts, now, renewIssuedBefore),
+    ...planSshKeys(inventory, facts),
+    ...planRetiredClients(inventory, facts, wanted),
+    ...planStateDirectory(facts),
+  ];
+}
 
+/** Refusals for the CAs the operator gives (pki.ca, pki.intermediate_ca): each with its own key. */
+function refuseGivenCas(inventory: Inventory, now: Date): void {
+  if (inventory.pki.intermediateCa) checkOperatorIntermediate(inventory.pki.intermediateCa, now);
   if (inventory.pki.ca && !keyMatchesCertificate(inventory.pki.ca.certificate, inventory.pki.ca.key.reveal())) {
-    throw new PkiRefusal('pki.ca.key does not belong to pki.ca.certificate; give the CA\'s own key');
+    throw new PkiRefusal("pki.ca.key does not belong to pki.ca.certificate; give the CA's own key");
   }
-  const intermediateUsable = inventory.pki.intermediate && caPem !== undefined && intermediateReason(facts.intermediate, caPem, inventory.pki.early_renewal_period, now) === undefined;
-  if (!inventory.pki.ca && !operatorIntermediate) {
-    // With an intermediate that can sign, the CA's key may be kept offline (the step warns).
-    if (ca.public && !ca.privateKey && !intermediateUsable) {
+}
+
+/**
+ * The tool's own CA (neither pki.ca nor pki.intermediate_ca given): created when there is none and
+ * nothing it signed exists; refused wherever going on would replace it silently.
+ */
+function planOwnCa(inventory: Inventory, facts: PkiFacts, ca: StoredPair, now: Date): Change<PkiAction>[] {
+  const renewBefore = inventory.pki.early_renewal_period;
+  // Why the intermediate must be issued (pki.intermediate and a CA only): undefined while it can sign.
+  const intermediateDue =
+    inventory.pki.intermediate && ca.public !== undefined ? intermediateReason(facts.intermediate, ca.public, renewBefore, now) : undefined;
+  // With an intermediate that can sign, the CA's key may be kept offline (the step warns).
+  if (ca.public && !ca.privateKey && !(inventory.pki.intermediate && intermediateDue === undefined)) {
+    throw new PkiRefusal(
+      inventory.pki.intermediate
+        ? `the intermediate CA must be issued (${facts.intermediate.public ? intermediateDue : 'missing'}), ` +
+            "and only the CA can sign it, but pki/ca.key is not in the state directory: put the CA's key back for this run"
+        : 'ca.crt exists but ca.key is missing; restore the key into the state directory (the CA is never replaced silently)',
+    );
+  }
+  if (ca.public && ca.privateKey && !keyMatchesCertificate(ca.public, ca.privateKey)) {
+    throw new PkiRefusal(
+      'pki/ca.key does not belong to pki/ca.crt (two runs at once, or a file copied from elsewhere?); ' +
+        "restore the pair that signed the members' certificates",
+    );
+  }
+  if (!ca.public) {
+    const signedLeaves = [...facts.leaves.entries()].filter(([, pair]) => pair.public).map(([id]) => id);
+    if (signedLeaves.length > 0) {
       throw new PkiRefusal(
-        inventory.pki.intermediate
-          ? `the intermediate CA must be issued (${facts.intermediate.public ? intermediateReason(facts.intermediate, caPem!, inventory.pki.early_renewal_period, now) : 'missing'}), and only the CA can sign it, but pki/ca.key is not in the state directory: put the CA's key back for this run`
-          : 'ca.crt exists but ca.key is missing; restore the key into the state directory (the CA is never replaced silently)',
+        `the CA is missing from the state directory but certificates it signed exist (${signedLeaves.join(', ')}); ` +
+          'restore pki/ca.crt and pki/ca.key, or delete the whole pki directory to start a new trust root deliberately',
       );
     }
-    if (ca.public && ca.privateKey && !keyMatchesCertificate(ca.public, ca.privateKey)) {
-      throw new PkiRefusal('pki/ca.key does not belong to pki/ca.crt (two runs at once, or a file copied from elsewhere?); restore the pair that signed the members\' certificates');
-    }
-    if (!ca.public) {
-      const signedLeaves = [...facts.leaves.entries()].filter(([, pair]) => pair.public).map(([id]) => id);
-      if (signedLeaves.length > 0) {
-        throw new PkiRefusal(
-          `the CA is missing from the state directory but certificates it signed exist (${signedLeaves.join(', ')}); ` +
-            'restore pki/ca.crt and pki/ca.key, or delete the whole pki directory to start a new trust root deliberately',
-        );
-      }
-      changes.push({ summary: 'create cluster CA', action: { kind: 'create-ca' } });
-      caPem = undefined;
-    } else {
-      const caFacts = inspectCertificate(ca.public);
-      if (caFacts.notAfter.getTime() < now.getTime()) {
-        throw new PkiRefusal(`the CA expired ${caFacts.notAfter.toISOString()}; rotating a CA is a deliberate operation: see "Rotating the CA" in the README`);
-      }
-    }
+    return [{ summary: 'create cluster CA', action: { kind: 'create-ca' } }];
   }
-
-  // What signs members and clients: the CA itself, or its intermediate (issued again when it must be).
-  let signerPem = caPem;
-  let signerIsNew = caPem === undefined ? 'the CA is new' : undefined;
-  if (operatorIntermediate) signerPem = operatorIntermediate.certificate;
-  else if (inventory.pki.intermediate) {
-    const reason = caPem === undefined ? 'the CA is new' : intermediateReason(facts.intermediate, caPem, inventory.pki.early_renewal_period, now);
-    if (reason !== undefined) {
-      changes.push({ summary: `issue the intermediate CA (${reason})`, action: { kind: 'issue-intermediate' } });
-      signerIsNew = 'the intermediate CA is new';
-      signerPem = undefined;
-    } else signerPem = facts.intermediate.public;
+  const { notAfter } = inspectCertificate(ca.public);
+  if (notAfter.getTime() < now.getTime()) {
+    throw new PkiRefusal(
+      `the CA expired ${notAfter.toISOString()}; rotating a CA is a deliberate operation: see "Rotating the CA" in the README`,
+    );
   }
+  return [];
+}
 
-  for (const certificate of wanted) {
+/** What signs members and clients: its certificate, or — issued in this run — why it is new. */
+type Signer = { pem: string } | { isNew: string };
+
+/** The signer: the operator's intermediate, the tool's intermediate (issued again when it must be), or the CA itself. */
+function planSigner(
+  inventory: Inventory,
+  facts: PkiFacts,
+  caPem: string | undefined,
+  now: Date,
+): { signer: Signer; changes: Change<PkiAction>[] } {
+  if (inventory.pki.intermediateCa) return { signer: { pem: inventory.pki.intermediateCa.certificate }, changes: [] };
+  if (!inventory.pki.intermediate) return { signer: caPem === undefined ? { isNew: 'the CA is new' } : { pem: caPem }, changes: [] };
+  const reason =
+    caPem === undefined ? 'the CA is new' : intermediateReason(facts.intermediate, caPem, inventory.pki.early_renewal_period, now);
+  // No reason to issue it: the stored intermediate has its certificate.
+  if (reason === undefined) return { signer: { pem: facts.intermediate.public! }, changes: [] };
+  const issue: Change<PkiAction> = { summary: `issue the intermediate CA (${reason})`, action: { kind: 'issue-intermediate' } };
+  return { signer: { isNew: 'the intermediate CA is new' }, changes: [issue] };
+}
+
+/** Members' and clients' certificates issued (again) where missing, no longer good, or signed by a signer issued now. */
+function planLeaves(
+  inventory: Inventory,
+  facts: PkiFacts,
+  wanted: readonly WantedCertificate[],
+  signer: Signer,
+  now: Date,
+  renewIssuedBefore: Date | undefined,
+): Change<PkiAction>[] {
+  return wanted.flatMap((certificate): Change<PkiAction>[] => {
     const stored = facts.leaves.get(certificate.id) ?? {};
-    const reason = signerPem === undefined ? (stored.public ? signerIsNew : 'missing') : reissueReason(certificate, stored, signerPem, inventory.pki.early_renewal_period, now, renewIssuedBefore);
-    if (reason === undefined) continue;
+    const reason =
+      'isNew' in signer
+        ? stored.public
+          ? signer.isNew
+          : 'missing'
+        : reissueReason(certificate, stored, signer.pem, inventory.pki.early_renewal_period, now, renewIssuedBefore);
+    if (reason === undefined) return [];
     const before = stored.public ? describeSans(inspectCertificate(stored.public).sans) : '';
-    changes.push({
-      summary: `issue certificate ${certificate.id} (${reason})`,
-      ...(certificate.profile === 'client' ? {} : { diff: { label: `${certificate.id} subject alt names`, before, after: describeSans(certificate.sans) } }),
-      action: { kind: 'issue', certificate },
-    });
-  }
+    const diff = { label: `${certificate.id} subject alt names`, before, after: describeSans(certificate.sans) };
+    // A client certificate carries no names or addresses: nothing to show.
+    const shown = certificate.profile === 'client' ? {} : { diff };
+    return [{ summary: `issue certificate ${certificate.id} (${reason})`, ...shown, action: { kind: 'issue', certificate } }];
+  });
+}
 
-  changes.push(...planPeerCa(inventory, facts, now, renewIssuedBefore));
-
+/** The tool's SSH key, each member's host key, and the known_hosts file that pins them. */
+function planSshKeys(inventory: Inventory, facts: PkiFacts): Change<PkiAction>[] {
+  const changes: Change<PkiAction>[] = [];
   if (!facts.adminSsh.public || !facts.adminSsh.privateKey) {
     changes.push({ summary: 'create the SSH key the tool logs into members with', action: { kind: 'ssh-key', id: 'ssh/admin' } });
   }
-  const missingHostKeys = inventory.members.filter((member) => !facts.hostKeys.get(member.name)?.public || !facts.hostKeys.get(member.name)?.privateKey);
-  for (const member of missingHostKeys) changes.push({ summary: `create the SSH host key of ${member.name}`, action: { kind: 'ssh-host-key', member: member.name } });
+  const missingHostKeys = inventory.members.filter(
+    (member) => !facts.hostKeys.get(member.name)?.public || !facts.hostKeys.get(member.name)?.privateKey,
+  );
+  for (const member of missingHostKeys)
+    changes.push({ summary: `create the SSH host key of ${member.name}`, action: { kind: 'ssh-host-key', member: member.name } });
   if (missingHostKeys.length > 0 || facts.knownHosts !== knownHostsOf(inventory, facts.hostKeys)) {
-    changes.push({ summary: 'write ssh/known_hosts pinning the members\' host keys', action: { kind: 'known-hosts' } });
+    changes.push({ summary: "write ssh/known_hosts pinning the members' host keys", action: { kind: 'known-hosts' } });
   }
-  // A user removed from the inventory (or password mode) has no certificate the tool keeps.
+  return changes;
+}
+
+/** A user removed from the inventory (or password mode) has no certificate the tool keeps. */
+function planRetiredClients(inventory: Inventory, facts: PkiFacts, wanted: readonly WantedCertificate[]): Change<PkiAction>[] {
   const wantedClients = new Set(wanted.map((certificate) => certificate.id));
-  for (const name of facts.clientNames) {
-    const id = `client/${name}` as const;
-    if (name !== 'root' && !wantedClients.has(id)) changes.push({ summary: `delete certificate ${id} and its key (no such user in the inventory${inventory.etcd.client_cert_auth ? '' : ' in certificate mode'})`, action: { kind: 'retire-client', id } });
+  const why = `no such user in the inventory${inventory.etcd.client_cert_auth ? '' : ' in certificate mode'}`;
+  return facts.clientNames
+    .map((name) => `client/${name}` as const)
+    .filter((id) => id !== 'client/root' && !wantedClients.has(id))
+    .map((id) => ({ summary: `delete certificate ${id} and its key (${why})`, action: { kind: 'retire-client', id } }));
+}
+
+/** The state directory's own: private keys a stopped conversion left unencrypted, and the cluster's ID. */
+function planStateDirectory(facts: PkiFacts): Change<PkiAction>[] {
+  const changes: Change<PkiAction>[] = [];
+  if (facts.plainKeys.length > 0) {
+    const files = `${facts.plainKeys.length} private key file(s)`;
+    changes.push({
+      summary: `encrypt ${files} left unencrypted in the encrypted state directory (${facts.plainKeys.join(', ')})`,
+      action: { kind: 'seal-keys' },
+    });
   }
-  if (facts.plainKeys.length > 0) changes.push({ summary: `encrypt ${facts.plainKeys.length} private key file(s) left unencrypted in the encrypted state directory (${facts.plainKeys.join(', ')})`, action: { kind: 'seal-keys' } });
   if (!facts.identity) {
     const deployedBefore = deployedBeforeMarks(facts);
     changes.push({
@@ -273,22 +392,39 @@ function planPeerCa(inventory: Inventory, facts: PkiFacts, now: Date, renewIssue
   let peerCaPem = peerCa.public;
   if (!peerCa.public) {
     const peerSigned = [...facts.leaves.entries()].filter(([id, pair]) => id.startsWith('peer/') && pair.public).map(([id]) => id);
-    if (peerSigned.length > 0) throw new PkiRefusal(`the peer CA is missing from the state directory but certificates it signed exist (${peerSigned.join(', ')}); restore pki/peer-ca.crt and pki/peer-ca.key`);
+    if (peerSigned.length > 0)
+      throw new PkiRefusal(
+        `the peer CA is missing from the state directory but certificates it signed exist (${peerSigned.join(', ')}); restore pki/peer-ca.crt and pki/peer-ca.key`,
+      );
     const firstStage = facts.peerTrust ?? (membersDeployedBefore(inventory, facts) ? 'trust-both' : 'peer-only');
-    const how = firstStage === 'peer-only' ? 'members trust it alone on the peer port' : 'members deployed before move to it one stage at a time';
-    changes.push({ summary: `create the peer CA, which signs members' peer certificates only (${how})`, action: { kind: 'create-peer-ca', firstStage } });
+    const how =
+      firstStage === 'peer-only' ? 'members trust it alone on the peer port' : 'members deployed before move to it one stage at a time';
+    changes.push({
+      summary: `create the peer CA, which signs members' peer certificates only (${how})`,
+      action: { kind: 'create-peer-ca', firstStage },
+    });
     peerCaPem = undefined;
   } else if (!peerCa.privateKey) {
-    throw new PkiRefusal('pki/peer-ca.crt exists but pki/peer-ca.key is missing; restore the key into the state directory (the peer CA is never replaced silently)');
+    throw new PkiRefusal(
+      'pki/peer-ca.crt exists but pki/peer-ca.key is missing; restore the key into the state directory (the peer CA is never replaced silently)',
+    );
   } else if (!keyMatchesCertificate(peerCa.public, peerCa.privateKey)) {
-    throw new PkiRefusal('pki/peer-ca.key does not belong to pki/peer-ca.crt; restore the pair that signed the members\' peer certificates');
+    throw new PkiRefusal("pki/peer-ca.key does not belong to pki/peer-ca.crt; restore the pair that signed the members' peer certificates");
   } else if (inspectCertificate(peerCa.public).notAfter.getTime() < now.getTime()) {
-    throw new PkiRefusal(`the peer CA expired ${inspectCertificate(peerCa.public).notAfter.toISOString()}; rotating a CA is a deliberate operation: see "Rotating the CA" in the README`);
+    throw new PkiRefusal(
+      `the peer CA expired ${inspectCertificate(peerCa.public).notAfter.toISOString()}; rotating a CA is a deliberate operation: see "Rotating the CA" in the README`,
+    );
   }
   for (const certificate of wantedPeerCertificates(inventory)) {
     const stored = facts.leaves.get(certificate.id) ?? {};
-    const reason = peerCaPem === undefined ? (stored.public ? 'the peer CA is new' : 'missing') : reissueReason(certificate, stored, peerCaPem, inventory.pki.early_renewal_period, now, renewIssuedBefore);
-    if (reason !== undefined) changes.push({ summary: `issue certificate ${certificate.id} (${reason})`, action: { kind: 'issue', certificate } });
+    const reason =
+      peerCaPem === undefined
+        ? stored.public
+          ? 'the peer CA is new'
+          : 'missing'
+        : reissueReason(certificate, stored, peerCaPem, inventory.pki.early_renewal_period, now, renewIssuedBefore);
+    if (reason !== undefined)
+      changes.push({ summary: `issue certificate ${certificate.id} (${reason})`, action: { kind: 'issue', certificate } });
   }
   return changes;
 }

@@ -27,7 +27,10 @@ interface Primitives {
 }
 let primitives: Promise<Primitives> | undefined;
 const loadPrimitives = () =>
-  (primitives ??= Promise.all([import('@noble/ciphers/chacha'), import('@noble/hashes/scrypt')]).then(([chacha, hashes]) => ({ aead: chacha.xchacha20poly1305, scrypt: hashes.scrypt })));
+  (primitives ??= Promise.all([import('@noble/ciphers/chacha'), import('@noble/hashes/scrypt')]).then(([chacha, hashes]) => ({
+    aead: chacha.xchacha20poly1305,
+    scrypt: hashes.scrypt,
+  })));
 
 export const ENCRYPTION_RECORD = 'state-encryption.json';
 const SEALED_PREFIX = 'etcd-kvm-sealed:v1:';
@@ -65,10 +68,14 @@ export function kdfProblem(kdf: Pick<Kdf, 'N' | 'r' | 'p' | 'salt'>): string | u
   if (!Number.isInteger(Math.log2(N))) return `N=${N} is not a power of two`;
   // noble's own measure of the memory scrypt takes.
   const memory = 128 * r * (N + p);
-  if (memory > KDF_BOUNDS.maxMemoryBytes) return `too costly: N=${N}, r=${r}, p=${p} needs ${Math.round(memory / 2 ** 20)} MiB (at most ${KDF_BOUNDS.maxMemoryBytes / 2 ** 20})`;
-  if (N * r * p > KDF_BOUNDS.maxWork) return `too costly: N·r·p = 2^${Math.log2(N * r * p).toFixed(1)} (at most 2^${Math.log2(KDF_BOUNDS.maxWork)}, 16 times what this tool makes)`;
-  if (N < KDF_BOUNDS.minN || N * r * p < KDF_BOUNDS.minWork) return `too weak: N=${N}, r=${r}, p=${p} (at least N=2^${Math.log2(KDF_BOUNDS.minN)} and N·r·p = 2^${Math.log2(KDF_BOUNDS.minWork)}, what this tool makes)`;
-  if (typeof kdf.salt !== 'string' || Buffer.from(kdf.salt, 'base64').length < KDF_BOUNDS.minSaltBytes) return `too weak: the salt is shorter than ${KDF_BOUNDS.minSaltBytes} bytes`;
+  if (memory > KDF_BOUNDS.maxMemoryBytes)
+    return `too costly: N=${N}, r=${r}, p=${p} needs ${Math.round(memory / 2 ** 20)} MiB (at most ${KDF_BOUNDS.maxMemoryBytes / 2 ** 20})`;
+  if (N * r * p > KDF_BOUNDS.maxWork)
+    return `too costly: N·r·p = 2^${Math.log2(N * r * p).toFixed(1)} (at most 2^${Math.log2(KDF_BOUNDS.maxWork)}, 16 times what this tool makes)`;
+  if (N < KDF_BOUNDS.minN || N * r * p < KDF_BOUNDS.minWork)
+    return `too weak: N=${N}, r=${r}, p=${p} (at least N=2^${Math.log2(KDF_BOUNDS.minN)} and N·r·p = 2^${Math.log2(KDF_BOUNDS.minWork)}, what this tool makes)`;
+  if (typeof kdf.salt !== 'string' || Buffer.from(kdf.salt, 'base64').length < KDF_BOUNDS.minSaltBytes)
+    return `too weak: the salt is shorter than ${KDF_BOUNDS.minSaltBytes} bytes`;
   return undefined;
 }
 
@@ -90,12 +97,27 @@ export class StateCipher {
 
   static async #derive(passphrase: Secret, kdf: Kdf): Promise<StateCipher> {
     const { aead, scrypt } = await loadPrimitives();
-    return new StateCipher(scrypt(passphrase.reveal(), Buffer.from(kdf.salt, 'base64'), { N: kdf.N, r: kdf.r, p: kdf.p, dkLen: 32, maxmem: KDF_BOUNDS.maxMemoryBytes }), aead, kdf, false);
+    return new StateCipher(
+      scrypt(passphrase.reveal(), Buffer.from(kdf.salt, 'base64'), {
+        N: kdf.N,
+        r: kdf.r,
+        p: kdf.p,
+        dkLen: 32,
+        maxmem: KDF_BOUNDS.maxMemoryBytes,
+      }),
+      aead,
+      kdf,
+      false,
+    );
   }
 
   /** A new passphrase: a new salt, and the record that opens it again, saying a conversion is under way. */
   static async create(passphrase: Secret): Promise<{ cipher: StateCipher; record: string }> {
-    const derived = await StateCipher.#derive(passphrase, { name: 'scrypt', ...KDF_CREATED, salt: randomBytes(KDF_BOUNDS.minSaltBytes).toString('base64') });
+    const derived = await StateCipher.#derive(passphrase, {
+      name: 'scrypt',
+      ...KDF_CREATED,
+      salt: randomBytes(KDF_BOUNDS.minSaltBytes).toString('base64'),
+    });
     const cipher = derived.converted(true);
     return { cipher, record: cipher.record() };
   }
@@ -107,7 +129,12 @@ export class StateCipher {
 
   /** The record that opens this key again, with the marker when a conversion is under way. */
   record(): string {
-    const record: EncryptionRecord = { version: 1, kdf: this.#kdf, check: this.seal(CHECK_TEXT, CHECK_LABEL), ...(this.converting ? { converting: this.seal(CONVERTING_TEXT, CONVERTING_LABEL) } : {}) };
+    const record: EncryptionRecord = {
+      version: 1,
+      kdf: this.#kdf,
+      check: this.seal(CHECK_TEXT, CHECK_LABEL),
+      ...(this.converting ? { converting: this.seal(CONVERTING_TEXT, CONVERTING_LABEL) } : {}),
+    };
     return `${JSON.stringify(record, null, 2)}\n`;
   }
 
@@ -122,8 +149,17 @@ export class StateCipher {
     }
     // Checked before deriving: the record is not authenticated, and its costs are the derivation's.
     const problem = kdfProblem(record.kdf);
-    if (problem) throw new InputError(`${where}/${ENCRYPTION_RECORD}: its scrypt parameters are refused (${problem}); restore the record from where the directory came from`);
-    const cipher = await StateCipher.#derive(passphrase, { name: 'scrypt', N: record.kdf.N, r: record.kdf.r, p: record.kdf.p, salt: record.kdf.salt });
+    if (problem)
+      throw new InputError(
+        `${where}/${ENCRYPTION_RECORD}: its scrypt parameters are refused (${problem}); restore the record from where the directory came from`,
+      );
+    const cipher = await StateCipher.#derive(passphrase, {
+      name: 'scrypt',
+      N: record.kdf.N,
+      r: record.kdf.r,
+      p: record.kdf.p,
+      salt: record.kdf.salt,
+    });
     if (cipher.#opens(record.check, CHECK_LABEL, CHECK_TEXT)) {
       // A marker that does not open (removed, or copied from elsewhere) counts as none: the stricter reading.
       return cipher.converted(record.converting !== undefined && cipher.#opens(record.converting, CONVERTING_LABEL, CONVERTING_TEXT));
@@ -149,7 +185,9 @@ export class StateCipher {
   open(text: string, label: string): string {
     const bytes = Buffer.from(text.slice(SEALED_PREFIX.length).trim(), 'base64');
     try {
-      return Buffer.from(this.#aead(this.#key, bytes.subarray(0, NONCE_BYTES), Buffer.from(label)).decrypt(bytes.subarray(NONCE_BYTES))).toString();
+      return Buffer.from(
+        this.#aead(this.#key, bytes.subarray(0, NONCE_BYTES), Buffer.from(label)).decrypt(bytes.subarray(NONCE_BYTES)),
+      ).toString();
     } catch {
       throw new Error(`${label} does not open with this state directory's key (changed, or moved from another file)`);
     }

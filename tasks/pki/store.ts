@@ -5,7 +5,15 @@ import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } fr
 import { ENCRYPTION_RECORD, isSealed, unlockStateDirectory, writeEncryptionRecord, type StateCipher } from './state-encryption.ts';
 
 /** A certificate or SSH identity the tool keeps: its id names its files under the state directory. */
-export type MaterialId = 'ca' | 'intermediate' | 'peer-ca' | `member/${string}` | `peer/${string}` | `client/${string}` | 'ssh/admin' | `ssh-host/${string}`;
+export type MaterialId =
+  | 'ca'
+  | 'intermediate'
+  | 'peer-ca'
+  | `member/${string}`
+  | `peer/${string}`
+  | `client/${string}`
+  | 'ssh/admin'
+  | `ssh-host/${string}`;
 
 export interface StoredPair {
   /** Certificate PEM, or the OpenSSH public key line for SSH identities. */
@@ -15,7 +23,8 @@ export interface StoredPair {
 
 function filesOf(id: MaterialId): { public: string; privateKey: string } {
   if (id === 'ssh/admin') return { public: 'ssh/admin.pub', privateKey: 'ssh/admin.key' };
-  if (id.startsWith('ssh-host/')) return { public: `ssh/hosts/${id.slice('ssh-host/'.length)}.pub`, privateKey: `ssh/hosts/${id.slice('ssh-host/'.length)}.key` };
+  if (id.startsWith('ssh-host/'))
+    return { public: `ssh/hosts/${id.slice('ssh-host/'.length)}.pub`, privateKey: `ssh/hosts/${id.slice('ssh-host/'.length)}.key` };
   const [kind, name] = id === 'ca' || id === 'intermediate' || id === 'peer-ca' ? ['', id] : id.split('/');
   const dir = kind === 'member' ? 'pki/members' : kind === 'peer' ? 'pki/peers' : kind === 'client' ? 'pki/clients' : 'pki';
   return { public: `${dir}/${name}.crt`, privateKey: `${dir}/${name}.key` };
@@ -29,7 +38,11 @@ function keyFilesUnder(root: string, dir: string): string[] {
   } catch {
     return [];
   }
-  return entries.flatMap((entry) => (entry.isDirectory() ? keyFilesUnder(root, join(dir, entry.name)) : entry.name.endsWith('.key') ? [join(dir, entry.name)] : [])).sort();
+  return entries
+    .flatMap((entry) =>
+      entry.isDirectory() ? keyFilesUnder(root, join(dir, entry.name)) : entry.name.endsWith('.key') ? [join(dir, entry.name)] : [],
+    )
+    .sort();
 }
 
 /**
@@ -71,7 +84,10 @@ export class PkiStore {
   #refusePlain(files: readonly string[]): InputError {
     return new InputError(
       `${files.map((file) => join(this.stateDir, file)).join(', ')}: not encrypted, in a state directory whose every private key is sealed (no conversion under way); refused, as anyone able to write the directory could have put it there`,
-      [`if you put it there, seal it: npx tsx tasks/state.ts -i <inventory> --encrypt`, 'otherwise restore the sealed file from where the directory came from'],
+      [
+        `if you put it there, seal it: npx tsx tasks/state.ts -i <inventory> --encrypt`,
+        'otherwise restore the sealed file from where the directory came from',
+      ],
     );
   }
 
@@ -93,7 +109,10 @@ export class PkiStore {
       if (this.#allSealed) throw this.#refusePlain([file]);
       return stored;
     }
-    if (!this.cipher) throw new Error(`${join(this.stateDir, file)} is encrypted, but the state directory has no ${ENCRYPTION_RECORD} (restore it from where the directory came from)`);
+    if (!this.cipher)
+      throw new Error(
+        `${join(this.stateDir, file)} is encrypted, but the state directory has no ${ENCRYPTION_RECORD} (restore it from where the directory came from)`,
+      );
     return this.cipher.open(stored, file);
   }
 
@@ -102,7 +121,9 @@ export class PkiStore {
    * directory, those a conversion under way has not reached yet; refused (exit 2) where every key is sealed.
    */
   plainKeyFiles(): string[] {
-    const plain = [...keyFilesUnder(this.stateDir, 'pki'), ...keyFilesUnder(this.stateDir, 'ssh')].filter((file) => !isSealed(readIfExists(join(this.stateDir, file)) ?? ''));
+    const plain = [...keyFilesUnder(this.stateDir, 'pki'), ...keyFilesUnder(this.stateDir, 'ssh')].filter(
+      (file) => !isSealed(readIfExists(join(this.stateDir, file)) ?? ''),
+    );
     if (plain.length > 0 && this.#allSealed) throw this.#refusePlain(plain);
     return plain;
   }
@@ -113,14 +134,18 @@ export class PkiStore {
    * conversion is under way from before the first file to after the last one sealed. Returns the files rewritten.
    */
   convertKeys(to: 'sealed' | 'plain'): string[] {
-    if (!this.#cipher) throw new Error('converting keys needs the state directory\'s passphrase');
+    if (!this.#cipher) throw new Error("converting keys needs the state directory's passphrase");
     if (to === 'plain') this.#recordConverting(true);
     const cipher = this.#cipher;
     const converted: string[] = [];
     for (const file of [...keyFilesUnder(this.stateDir, 'pki'), ...keyFilesUnder(this.stateDir, 'ssh')]) {
       const stored = readIfExists(join(this.stateDir, file)) ?? '';
       if (isSealed(stored) === (to === 'sealed')) continue;
-      writeFileAtomic(join(this.stateDir, file), to === 'sealed' ? cipher.seal(stored, file) : cipher.open(stored, file), PRIVATE_FILE_MODE);
+      writeFileAtomic(
+        join(this.stateDir, file),
+        to === 'sealed' ? cipher.seal(stored, file) : cipher.open(stored, file),
+        PRIVATE_FILE_MODE,
+      );
       converted.push(file);
     }
     if (to === 'sealed') this.#recordConverting(false);

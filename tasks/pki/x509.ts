@@ -101,7 +101,14 @@ export function inspectCertificate(pem: string): CertificateFacts {
     else if (entry.startsWith('IP Address:')) sans.ips.push(entry.slice(11));
   }
   const commonName = /(?:^|\n)CN=([^\n]*)/.exec(cert.subject)?.[1] ?? '';
-  return { commonName, sans, notBefore: new Date(cert.validFrom), notAfter: new Date(cert.validTo), isCA: cert.ca, serial: cert.serialNumber };
+  return {
+    commonName,
+    sans,
+    notBefore: new Date(cert.validFrom),
+    notAfter: new Date(cert.validTo),
+    isCA: cert.ca,
+    serial: cert.serialNumber,
+  };
 }
 
 export function isSignedBy(certPem: string, caPem: string): boolean {
@@ -111,7 +118,8 @@ export function isSignedBy(certPem: string, caPem: string): boolean {
 }
 
 /** Each certificate of a PEM bundle, in order, as PEM text ending in a newline. */
-export const certificatesIn = (pem: string): string[] => (pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? []).map((block) => `${block}\n`);
+export const certificatesIn = (pem: string): string[] =>
+  (pem.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? []).map((block) => `${block}\n`);
 
 /** A certificate followed by the intermediates that lead to `caPem`, each signed by the next. */
 export function chainLeadsTo(chainPem: string, caPem: string): boolean {

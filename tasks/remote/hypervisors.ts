@@ -29,7 +29,10 @@ const targetOf = (kind: 'bastion' | 'hypervisor', host: SshHost): Hop['target'] 
 /** Pure: the connections to open, in order, to reach a hypervisor; the last is the hypervisor's own. */
 export function hopsTo(hypervisor: Hypervisor): Hop[] {
   const path: string[] = [];
-  return [...hypervisor.jump.map((bastion) => ({ kind: 'bastion' as const, host: bastion })), { kind: 'hypervisor' as const, host: hypervisor }].map(({ kind, host }) => {
+  return [
+    ...hypervisor.jump.map((bastion) => ({ kind: 'bastion' as const, host: bastion })),
+    { kind: 'hypervisor' as const, host: hypervisor },
+  ].map(({ kind, host }) => {
     path.push(host.name);
     return { key: path.join(' > '), target: targetOf(kind, host) };
   });
@@ -56,7 +59,11 @@ export class HypervisorConnections {
       // The hypervisor's own failure says where it is once; a bastion's names the bastion.
       const own = `${whereOf(hops.at(-1)!.target)}: `;
       const { user, address, port } = hypervisor;
-      this.unreachable.set(hypervisor.name, { at: `${user}@${address}:${port}`, reason: error.message, ...(error.message.startsWith(own) ? { detail: error.message.slice(own.length) } : {}) });
+      this.unreachable.set(hypervisor.name, {
+        at: `${user}@${address}:${port}`,
+        reason: error.message,
+        ...(error.message.startsWith(own) ? { detail: error.message.slice(own.length) } : {}),
+      });
       throw error;
     });
   }

@@ -59,20 +59,35 @@ export type HostKeyVerdict = { ok: true; recorded?: boolean } | { ok: false; rea
  * Decides whether a presented host key is acceptable. Unknown host: refused unless trust-on-first-use,
  * in which case the key is appended to the file. Known host with a different key: always refused.
  */
-export function verifyHostKey(knownHostsPath: string, host: string, port: number, presented: Buffer, trustOnFirstUse: boolean): HostKeyVerdict {
+export function verifyHostKey(
+  knownHostsPath: string,
+  host: string,
+  port: number,
+  presented: Buffer,
+  trustOnFirstUse: boolean,
+): HostKeyVerdict {
   const text = readIfExists(knownHostsPath) ?? '';
   const pattern = hostPattern(host, port);
   // Before anything else: a revoked key is refused even where a line also pins it, and never recorded.
   if (revokedKeys(text).some((key) => key.blob.equals(presented))) {
-    return { ok: false, reason: `${pattern} presented the host key ${fingerprintOf(presented)}, which ${knownHostsPath} marks @revoked: refused (a revoked key is never accepted, nor recorded)` };
+    return {
+      ok: false,
+      reason: `${pattern} presented the host key ${fingerprintOf(presented)}, which ${knownHostsPath} marks @revoked: refused (a revoked key is never accepted, nor recorded)`,
+    };
   }
   const known = knownKeysFor(text, host, port);
   if (known.some((key) => key.blob.equals(presented))) return { ok: true };
   if (known.length > 0) {
-    return { ok: false, reason: `the host key of ${pattern} CHANGED: it does not match ${knownHostsPath}; if the host was really reinstalled, remove its line there and run again` };
+    return {
+      ok: false,
+      reason: `the host key of ${pattern} CHANGED: it does not match ${knownHostsPath}; if the host was really reinstalled, remove its line there and run again`,
+    };
   }
   if (!trustOnFirstUse) {
-    return { ok: false, reason: `${pattern} is not in ${knownHostsPath}; add its key (ssh-keyscan -p ${port} ${host} >> ${knownHostsPath}) or set trust_on_first_use: true` };
+    return {
+      ok: false,
+      reason: `${pattern} is not in ${knownHostsPath}; add its key (ssh-keyscan -p ${port} ${host} >> ${knownHostsPath}) or set trust_on_first_use: true`,
+    };
   }
   const type = presented.subarray(4, 4 + presented.readUInt32BE(0)).toString();
   appendFileSync(knownHostsPath, `${pattern} ${type} ${presented.toString('base64')}\n`, { mode: 0o600 });

@@ -44,11 +44,13 @@ export class MemberConnections {
   }
 
   /**
-   * The member's SSH, tried again every 2 s while it boots, for at most `windowMs`; `once` (a dry-run)
-   * asks once. A hypervisor that cannot be reached ends the wait at once: that is no booting member.
+   * The member's SSH, tried again every 2 s while it boots, for at most `windowMs`; a window of 0 (a
+   * dry-run's patience) asks once. A hypervisor that cannot be reached ends the wait at once: that is
+   * no booting member.
    */
-  reach(member: Member, { windowMs, once }: { windowMs: number; once: boolean }): Promise<SshConnection> {
-    return retryWhile(() => this.get(member), (error) => !once && !(error instanceof HypervisorUnreachable), { windowMs, pauseMs: BOOTING_RETRY_MS });
+  reach(member: Member, { windowMs }: { windowMs: number }): Promise<SshConnection> {
+    const booting = (error: unknown) => windowMs > 0 && !(error instanceof HypervisorUnreachable);
+    return retryWhile(() => this.get(member), booting, { windowMs, pauseMs: BOOTING_RETRY_MS });
   }
 
   async #forward(member: Member): Promise<Duplex> {

@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { connect as tcpConnect, type Socket } from 'node:net';
 import { Readable, type Duplex } from 'node:stream';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
-import { CapExceededError, CappedChunks, commandInBrief, SSH_STDERR_CAP, SSH_STDOUT_CAP } from '../core/limits.ts';
+import { type CapExceededError, CappedChunks, commandInBrief, SSH_STDERR_CAP, SSH_STDOUT_CAP } from '../core/limits.ts';
 import { commandLine } from '../core/shell.ts';
 import { verifyHostKey } from './known-hosts.ts';
 
@@ -50,7 +50,8 @@ export interface ExecResult {
 export class SshError extends Error {}
 
 /** How a connection names its host in every message: "hypervisor lab (root@127.0.0.1:2222)". */
-export const whereOf = (target: Pick<SshTarget, 'label' | 'user' | 'host' | 'port'>): string => `${target.label} (${target.user}@${target.host}:${target.port})`;
+export const whereOf = (target: Pick<SshTarget, 'label' | 'user' | 'host' | 'port'>): string =>
+  `${target.label} (${target.user}@${target.host}:${target.port})`;
 
 /** A counting semaphore: bounds concurrent channels on one connection. */
 class Slots {
@@ -205,10 +206,19 @@ export class SshConnection {
                 // No exit status and no signal: the connection went away under the command (sshd killed,
                 // the network cut). Said as such, naming the host, rather than as a failed command.
                 if ((code === undefined || code === null) && !signal) {
-                  reject(new SshError(`${this.target.label}: the SSH connection was lost while ${argv[0]} ran; the command may or may not have finished (the next run checks again)`));
+                  reject(
+                    new SshError(
+                      `${this.target.label}: the SSH connection was lost while ${argv[0]} ran; the command may or may not have finished (the next run checks again)`,
+                    ),
+                  );
                   return;
                 }
-                resolve({ command, code: code ?? -1, stdout: stdout.toBuffer().toString('utf8'), stderr: stderr.toBuffer().toString('utf8') });
+                resolve({
+                  command,
+                  code: code ?? -1,
+                  stdout: stdout.toBuffer().toString('utf8'),
+                  stderr: stderr.toBuffer().toString('utf8'),
+                });
               });
               // A stream (a snapshot of gigabytes) is piped with backpressure; its error fails the command.
               if (options.stdin instanceof Readable) {
@@ -259,7 +269,9 @@ export class SshConnection {
   #start(argv: readonly string[], started: (channel: ClientChannel) => void, notStarted: (error: SshError) => void): void {
     const refused = (error: Error) => notStarted(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${error.message}`));
     try {
-      this.client.exec(commandLine(argv), (error: Error | undefined, channel: ClientChannel) => (error ? refused(error) : started(channel)));
+      this.client.exec(commandLine(argv), (error: Error | undefined, channel: ClientChannel) =>
+        error ? refused(error) : started(channel),
+      );
     } catch (error) {
       // ssh2 throws "Not connected" when the connection has already gone.
       refused(error as Error);

@@ -87,7 +87,12 @@ export function renderUserData(input: CloudInitInput): string {
     no_ssh_fingerprints: true,
     ssh: { emit_keys_to_console: false },
     // The host key the tool generated and pinned in its known_hosts; no others are generated.
-    ...(tls.sshHostKey ? { ssh_deletekeys: true, ssh_keys: { ecdsa_private: writeSecret(tls.sshHostKey.privateKey), ecdsa_public: tls.sshHostKey.publicLine } } : {}),
+    ...(tls.sshHostKey
+      ? {
+          ssh_deletekeys: true,
+          ssh_keys: { ecdsa_private: writeSecret(tls.sshHostKey.privateKey), ecdsa_public: tls.sshHostKey.publicLine },
+        }
+      : {}),
     users: [
       {
         name: member.admin.user,
@@ -102,7 +107,9 @@ export function renderUserData(input: CloudInitInput): string {
       ...fragments.flatMap((fragment) => fragment.users ?? []),
     ],
     // The console password never enables SSH password logins (ssh_pwauth is false).
-    ...(hasPassword ? { chpasswd: { expire: false, users: [{ name: member.admin.user, password: writeSecret(member.admin.password), type: 'text' }] } } : {}),
+    ...(hasPassword
+      ? { chpasswd: { expire: false, users: [{ name: member.admin.user, password: writeSecret(member.admin.password), type: 'text' }] } }
+      : {}),
     ...Object.assign({}, ...fragments.map((fragment) => fragment.modules ?? {})),
     // notify is the guest step's business, not a cloud-init key.
     write_files: fragments.flatMap((fragment) => fragment.writeFiles ?? []).map(({ notify: _notify, ...file }) => file),

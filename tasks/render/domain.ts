@@ -13,7 +13,8 @@ const escapeAttribute = (value: string) => value.replace(/&/g, '&amp;').replace(
 export const domainTitle = (member: string, cluster: string) => `etcd member ${member} of cluster ${cluster}`;
 
 /** The mark's element, as `virsh metadata --set` takes it (namespace and prefix given separately). */
-export const ownerElement = (identity: ClusterIdentity): string => `<owner cluster="${escapeAttribute(identity.cluster)}" id="${escapeAttribute(identity.id ?? 'new')}"/>`;
+export const ownerElement = (identity: ClusterIdentity): string =>
+  `<owner cluster="${escapeAttribute(identity.cluster)}" id="${escapeAttribute(identity.id ?? 'new')}"/>`;
 
 type DiskSource = { kind: 'volume'; pool: string; volume: string } | { kind: 'file'; file: string };
 
@@ -33,10 +34,16 @@ function existingSource(existing: string, pool: string): DiskSource {
 
 export function domainDisks(member: Member): DomainDisk[] {
   const { volumes } = member;
-  const os = 'existing' in volumes.os ? existingSource(volumes.os.existing, volumes.pool) : { kind: 'volume' as const, pool: volumes.pool, volume: volumes.os.name };
+  const os =
+    'existing' in volumes.os
+      ? existingSource(volumes.os.existing, volumes.pool)
+      : { kind: 'volume' as const, pool: volumes.pool, volume: volumes.os.name };
   const disks: DomainDisk[] = [{ device: 'disk', format: 'qcow2', source: os, target: 'vda', bus: 'virtio', readonly: false }];
   if (volumes.data) {
-    const data = 'existing' in volumes.data ? existingSource(volumes.data.existing, volumes.pool) : { kind: 'volume' as const, pool: volumes.pool, volume: volumes.data.name };
+    const data =
+      'existing' in volumes.data
+        ? existingSource(volumes.data.existing, volumes.pool)
+        : { kind: 'volume' as const, pool: volumes.pool, volume: volumes.data.name };
     disks.push({ device: 'disk', format: 'qcow2', source: data, target: 'vdb', bus: 'virtio', readonly: false });
   }
   disks.push({
@@ -61,7 +68,11 @@ export function renderDomainXml(identity: ClusterIdentity, member: Member, netwo
     source:
       nic.source.kind === 'macvtap'
         ? { kind: 'macvtap', device: nic.source.device }
-        : { kind: 'network', network: nic.source.kind === 'network' ? nic.source.networkName : (networkNames.get(nic.source.networkId) ?? nic.source.networkId) },
+        : {
+            kind: 'network',
+            network:
+              nic.source.kind === 'network' ? nic.source.networkName : (networkNames.get(nic.source.networkId) ?? nic.source.networkId),
+          },
   }));
   return renderTemplate('domain.xml.ejs', {
     name: member.name,

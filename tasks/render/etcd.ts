@@ -23,7 +23,12 @@ export type InitialClusterState = 'new' | 'existing';
  * etcd's settings for one member as ETCD_* variables, in a fixed order.
  * `initialClusterState` is decided by the caller: 'new' only for a cluster that has not formed yet.
  */
-export function etcdEnvironment(inventory: Inventory, member: Member, initialClusterState: InitialClusterState, peerAllowedCn?: string): [string, string][] {
+export function etcdEnvironment(
+  inventory: Inventory,
+  member: Member,
+  initialClusterState: InitialClusterState,
+  peerAllowedCn?: string,
+): [string, string][] {
   const { etcd } = inventory;
   const clientUrls = [clientUrl(inventory, member)];
   const loopback = `https://127.0.0.1:${etcd.client_port}`;
@@ -64,7 +69,11 @@ function environmentValue(value: string): string {
 }
 
 export function renderEnvironmentFile(variables: [string, string][]): string {
-  return ['# Managed by etcd-kvm: etcd reads these ETCD_* variables (etcd --help lists each flag).', ...variables.map(([key, value]) => `${key}=${environmentValue(value)}`), ''].join('\n');
+  return [
+    '# Managed by etcd-kvm: etcd reads these ETCD_* variables (etcd --help lists each flag).',
+    ...variables.map(([key, value]) => `${key}=${environmentValue(value)}`),
+    '',
+  ].join('\n');
 }
 
 /** Parses an EnvironmentFile as rendered above (used by tests and by drift checks). */

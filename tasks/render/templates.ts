@@ -10,7 +10,12 @@ export function renderTemplate(name: string, data: object): string {
   let template = cache.get(name);
   if (!template) {
     const path = `${TEMPLATE_DIR}${name}`;
-    template = ejs.compile(readFileSync(path, 'utf8'), { filename: path, strict: true, localsName: 'it', destructuredLocals: Object.keys(data) });
+    template = ejs.compile(readFileSync(path, 'utf8'), {
+      filename: path,
+      strict: true,
+      localsName: 'it',
+      destructuredLocals: Object.keys(data),
+    });
     cache.set(name, template);
   }
   return template(data);

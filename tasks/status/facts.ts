@@ -113,7 +113,13 @@ async function servedCertificate(clients: EtcdClients, member: Member, identity:
   return { notAfter: new Date(peer.valid_to) };
 }
 
-export async function gatherStatus(inventory: Inventory, clients: EtcdClients, connections: HypervisorConnections, identity: ClientIdentity, caNotAfter?: Date): Promise<StatusFacts> {
+export async function gatherStatus(
+  inventory: Inventory,
+  clients: EtcdClients,
+  connections: HypervisorConnections,
+  identity: ClientIdentity,
+  caNotAfter?: Date,
+): Promise<StatusFacts> {
   const members = inventory.members;
   const at = new Date();
   const [vms, perMember] = await Promise.all([
@@ -135,7 +141,10 @@ export async function gatherStatus(inventory: Inventory, clients: EtcdClients, c
   for (const member of answering) {
     try {
       const client = await clients.for(member);
-      const [list, alarm] = await Promise.all([client.cluster.memberList({}), client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' })]);
+      const [list, alarm] = await Promise.all([
+        client.cluster.memberList({}),
+        client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' }),
+      ]);
       memberList = list.members.map((m) => ({ ...liveMember(m), id: hexId(m.ID) }));
       alarms = alarm.alarms.map((a) => ({ memberId: hexId(a.memberID), alarm: String(a.alarm).toUpperCase() }));
       break;
@@ -144,7 +153,12 @@ export async function gatherStatus(inventory: Inventory, clients: EtcdClients, c
     }
   }
   return {
-    members: members.map((member, index) => ({ name: member.name, hypervisor: member.hypervisor.name, vm: vms.get(member.name) ?? 'unknown', ...perMember[index]! })),
+    members: members.map((member, index) => ({
+      name: member.name,
+      hypervisor: member.hypervisor.name,
+      vm: vms.get(member.name) ?? 'unknown',
+      ...perMember[index]!,
+    })),
     memberList,
     alarms,
     ...(caNotAfter ? { caNotAfter } : {}),

@@ -53,7 +53,8 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
   const leaderId = leaders.size === 1 ? [...leaders][0]! : undefined;
   if (leaders.size > 1) problems.push(`members disagree on the leader (${[...leaders].join(', ')})`);
   else if (answered.length > 0 && !leaderId) problems.push('no leader');
-  const nameOfId = (id: string) => list?.find((m) => m.id === id)?.name || facts.members.find((m) => !('error' in m.etcd) && m.etcd.id === id)?.name;
+  const nameOfId = (id: string) =>
+    list?.find((m) => m.id === id)?.name || facts.members.find((m) => !('error' in m.etcd) && m.etcd.id === id)?.name;
 
   const members: MemberRow[] = facts.members.map((member) => {
     const etcd: EtcdMemberFacts | undefined = 'error' in member.etcd ? undefined : member.etcd;
@@ -63,7 +64,10 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
     const learner = Boolean(etcd?.isLearner || listed?.isLearner);
     if (learner) problems.push(`${member.name}: still a learner (not promoted to a voting member)`);
     const alarms = etcd ? facts.alarms.filter((a) => a.memberId === etcd.id).map((a) => a.alarm) : [];
-    for (const alarm of alarms) problems.push(`${member.name}: alarm ${alarm}${alarm === 'NOSPACE' ? ' (writes refused: compact, defragment, then maintain.ts --disarm)' : ''}`);
+    for (const alarm of alarms)
+      problems.push(
+        `${member.name}: alarm ${alarm}${alarm === 'NOSPACE' ? ' (writes refused: compact, defragment, then maintain.ts --disarm)' : ''}`,
+      );
     // etcd repeats every active alarm among each member's errors ("memberID:… alarm:NOSPACE"): shown once above.
     for (const error of (etcd?.errors ?? []).filter((e) => !/^memberID:\d+ alarm:/.test(e))) problems.push(`${member.name}: ${error}`);
     let certificateExpires: string | null = null;
@@ -74,7 +78,8 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
       certificateExpires = member.servedCertificate.notAfter.toISOString();
       const days = (member.servedCertificate.notAfter.getTime() - facts.at.getTime()) / DAY_MS;
       if (days < 0) problems.push(`${member.name}: its certificate expired ${certificateExpires}`);
-      else if (days < CERTIFICATE_WARNING_DAYS) warnings.push(`${member.name}: its certificate expires in ${Math.floor(days)} days (${certificateExpires}): deploy --renew-certs`);
+      else if (days < CERTIFICATE_WARNING_DAYS)
+        warnings.push(`${member.name}: its certificate expires in ${Math.floor(days)} days (${certificateExpires}): deploy --renew-certs`);
     }
     const role: Role = !etcd ? 'unknown' : learner ? 'learner' : etcd.id === leaderId ? 'leader' : 'follower';
     return {
@@ -96,28 +101,54 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
   });
 
   const unknownMembers = (list ?? []).filter((m) => !inventoryNames.includes(m.name));
-  for (const m of unknownMembers) problems.push(`etcd lists member ${m.name || `(unstarted, ${m.peerURLs.join(',')})`} (${m.id}), which the inventory does not have`);
+  for (const m of unknownMembers)
+    problems.push(`etcd lists member ${m.name || `(unstarted, ${m.peerURLs.join(',')})`} (${m.id}), which the inventory does not have`);
   for (const name of inventoryNames) {
     if (list && !list.some((m) => m.name === name)) {
       problems.push(`${name} is in the inventory but not in etcd's member list`);
     }
   }
   // Alarms raised by members the inventory does not name are still the cluster's alarms.
-  for (const alarm of facts.alarms.filter((a) => !members.some((m) => m.id === a.memberId))) problems.push(`member ${alarm.memberId}: alarm ${alarm.alarm}`);
+  for (const alarm of facts.alarms.filter((a) => !members.some((m) => m.id === a.memberId)))
+    problems.push(`member ${alarm.memberId}: alarm ${alarm.alarm}`);
 
   let caExpires: string | null = null;
   if (facts.caNotAfter) {
     caExpires = facts.caNotAfter.toISOString();
     const days = (facts.caNotAfter.getTime() - facts.at.getTime()) / DAY_MS;
-    if (days < CERTIFICATE_WARNING_DAYS) warnings.push(`the CA expires in ${Math.floor(days)} days (${caExpires}): see "Rotating the CA" in the README`);
+    if (days < CERTIFICATE_WARNING_DAYS)
+      warnings.push(`the CA expires in ${Math.floor(days)} days (${caExpires}): see "Rotating the CA" in the README`);
   }
-  return { at: facts.at.toISOString(), healthy: problems.length === 0, leader: (leaderId && nameOfId(leaderId)) ?? null, members, unknownMembers, caExpires, problems, warnings };
+  return {
+    at: facts.at.toISOString(),
+    healthy: problems.length === 0,
+    leader: (leaderId && nameOfId(leaderId)) ?? null,
+    members,
+    unknownMembers,
+    caExpires,
+    problems,
+    warnings,
+  };
 }
 
 const size = (bytes: number | null) => (bytes === null ? '-' : formatBytes(bytes));
 
 export function formatStatusTable(report: StatusReport): string {
-  const header = ['MEMBER', 'HYPERVISOR', 'VM', 'ID', 'ROLE', 'TERM', 'REVISION', 'APPLIED', 'DB SIZE', 'IN USE', 'VERSION', 'ALARMS', 'CERT EXPIRES'];
+  const header = [
+    'MEMBER',
+    'HYPERVISOR',
+    'VM',
+    'ID',
+    'ROLE',
+    'TERM',
+    'REVISION',
+    'APPLIED',
+    'DB SIZE',
+    'IN USE',
+    'VERSION',
+    'ALARMS',
+    'CERT EXPIRES',
+  ];
   const rows = report.members.map((m) => [
     m.name,
     m.hypervisor,
@@ -134,7 +165,11 @@ export function formatStatusTable(report: StatusReport): string {
     m.certificateExpires?.slice(0, 10) ?? '-',
   ]);
   const widths = header.map((title, column) => Math.max(title.length, ...rows.map((row) => row[column]!.length)));
-  const line = (cells: string[]) => cells.map((cell, column) => cell.padEnd(widths[column]!)).join('  ').trimEnd();
+  const line = (cells: string[]) =>
+    cells
+      .map((cell, column) => cell.padEnd(widths[column]!))
+      .join('  ')
+      .trimEnd();
   const lines = [line(header), ...rows.map(line)];
   for (const problem of report.problems) lines.push(`problem: ${problem}`);
   for (const warning of report.warnings) lines.push(`warning: ${warning}`);

@@ -1,4 +1,4 @@
-import type { Step } from '../core/step.ts';
+import type { Patience, Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import type { ClientIdentities } from '../etcd/identities.ts';
@@ -17,7 +17,7 @@ import { ignoreIf, notFound } from '../etcd/answers.ts';
  */
 
 interface AuthState {
-  /** Set when etcd could not be asked (dry-run before the cluster exists): everything is planned. */
+  /** Why etcd is not healthy, in a dry-run (a run fails instead): everything is planned for once it is. */
   unreachable?: string;
   rootRole: boolean;
   rootUser: boolean;
@@ -27,13 +27,20 @@ interface AuthState {
 
 type AuthAction = 'role' | 'user' | 'grant' | 'enable';
 
+/** Nothing of the bootstrap done yet: what a dry-run plans for while etcd cannot be asked. */
+const NOTHING_YET = { rootRole: false, rootUser: false, rootUserHasRole: false, authEnabled: false };
+
 /** Whether etcd has authentication on, asked as no user (the answer differs between etcd 3.4 and 3.5). */
 export async function authEnabled(clients: EtcdClients, member: Member, identities: ClientIdentities): Promise<boolean> {
   const nonUser = await clients.for(member, identities.nonUser(member));
   try {
     return (await nonUser.auth.authStatus()).enabled;
   } catch (error) {
-    if (!(error instanceof Error) || !/unimplemented|unknown service|not implemented|user name is empty|user name not found|permission denied/i.test(error.message)) throw error;
+    if (
+      !(error instanceof Error) ||
+      !/unimplemented|unknown service|not implemented|user name is empty|user name not found|permission denied/i.test(error.message)
+    )
+      throw error;
   }
   // etcd 3.4 has no AuthStatus: read as no user (the member's own certificate, CN=<member>, or
   // anonymous in password mode). Without auth that works; with auth it is rejected.
@@ -41,29 +48,54 @@ export async function authEnabled(clients: EtcdClients, member: Member, identiti
     await nonUser.get('etcd-kvm/auth-probe').string();
     return false;
   } catch (error) {
-    if (error instanceof Error && /(user name not found|permission denied|invalid auth token|user name is empty)/i.test(error.message)) return true;
+    if (error instanceof Error && /(user name not found|permission denied|invalid auth token|user name is empty)/i.test(error.message))
+      return true;
     throw error;
   }
 }
 
-export function authStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, identities: ClientIdentities, dryRun: boolean): Step<AuthState, AuthAction> {
+/**
+ * Why the member's etcd cannot be asked yet, as the runner's patience has it: a run has waited for
+ * health before this step and fails here (thrown); a dry-run, before the cluster exists, plans for later.
+ * Undefined when it is healthy.
+ */
+export async function notHealthy(
+  inventory: Inventory,
+  clients: EtcdClients,
+  member: Member,
+  patience: Patience,
+): Promise<string | undefined> {
+  const health = await memberHealth(inventory, clients, member);
+  return health.healthy ? undefined : patience.notReady(new Error(health.reason));
+}
+
+export function authStep(
+  inventory: Inventory,
+  members: readonly Member[],
+  clients: EtcdClients,
+  identities: ClientIdentities,
+): Step<AuthState, AuthAction> {
   const bootstrap = members.filter((member) => member.bootstrapsAuth);
   const { targets, memberNamed } = memberTargets(bootstrap);
   return {
     name: 'auth',
     targets,
-    async check(name) {
+    async check(name, patience) {
       const member = memberNamed(name);
-      if (dryRun) {
-        const health = await memberHealth(inventory, clients, member);
-        if (!health.healthy) return { unreachable: health.reason, rootRole: false, rootUser: false, rootUserHasRole: false, authEnabled: false };
-      }
+      const unhealthy = await notHealthy(inventory, clients, member, patience);
+      if (unhealthy !== undefined) return { unreachable: unhealthy, ...NOTHING_YET };
       const enabled = await retryTransient(() => authEnabled(clients, member, identities));
       const root = await clients.for(member, enabled ? identities.root() : identities.beforeAuth());
       const [role, user] = await retryTransient(() =>
         Promise.all([
-          root.auth.roleGet({ role: 'root' }).then(() => true, (error) => (notFound(error) ? false : Promise.reject(error))),
-          root.auth.userGet({ name: 'root' }).then((answer) => answer.roles, (error) => (notFound(error) ? undefined : Promise.reject(error))),
+          root.auth.roleGet({ role: 'root' }).then(
+            () => true,
+            (error) => (notFound(error) ? false : Promise.reject(error)),
+          ),
+          root.auth.userGet({ name: 'root' }).then(
+            (answer) => answer.roles,
+            (error) => (notFound(error) ? undefined : Promise.reject(error)),
+          ),
         ]),
       );
       return { rootRole: role, rootUser: user !== undefined, rootUserHasRole: user?.includes('root') ?? false, authEnabled: enabled };
@@ -73,7 +105,11 @@ export function authStep(inventory: Inventory, members: readonly Member[], clien
       const changes: { summary: string; action: AuthAction }[] = [];
       const pending = state.unreachable ? ' (once etcd is healthy)' : '';
       if (!state.rootRole) changes.push({ summary: `create role root${pending}`, action: 'role' });
-      if (!state.rootUser) changes.push({ summary: `create user root (${passwordMode ? 'password from the inventory, sent over TLS only' : 'no password: the client certificate CN=root authenticates'})${pending}`, action: 'user' });
+      if (!state.rootUser)
+        changes.push({
+          summary: `create user root (${passwordMode ? 'password from the inventory, sent over TLS only' : 'no password: the client certificate CN=root authenticates'})${pending}`,
+          action: 'user',
+        });
       if (!state.rootUserHasRole) changes.push({ summary: `grant role root to user root${pending}`, action: 'grant' });
       if (!state.authEnabled) changes.push({ summary: `enable authentication${pending}`, action: 'enable' });
       return changes;
@@ -88,7 +124,9 @@ export function authStep(inventory: Inventory, members: readonly Member[], clien
         await retryTransient(async () => {
           if (action === 'role') await root.auth.roleAdd({ name: 'root' }).catch(ignoreIf(/role name already exists/i));
           if (action === 'user') {
-            const user = member.rootPassword.isEmpty ? { name: 'root', password: '', options: { no_password: true } } : { name: 'root', password: revealSecret(member.rootPassword) };
+            const user = member.rootPassword.isEmpty
+              ? { name: 'root', password: '', options: { no_password: true } }
+              : { name: 'root', password: revealSecret(member.rootPassword) };
             await root.auth.userAdd(user).catch(ignoreIf(/user name already exists/i));
           }
           if (action === 'grant') await root.auth.userGrantRole({ user: 'root', role: 'root' });

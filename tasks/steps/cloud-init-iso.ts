@@ -29,11 +29,18 @@ export function seedQuestions(member: Member): Record<'info' | 'digest', Questio
   const { pool, name: volume } = member.volumes.cloudInit;
   return {
     info: volInfo(pool, volume),
-    digest: { shell: `${commandLine(virshArgv(member.hypervisor.libvirt_uri, ['vol-download', '--pool', pool, volume, '/dev/stdout']))} | sha256sum` },
+    digest: {
+      shell: `${commandLine(virshArgv(member.hypervisor.libvirt_uri, ['vol-download', '--pool', pool, volume, '/dev/stdout']))} | sha256sum`,
+    },
   };
 }
 
-export function cloudInitIsoStep(stateDir: string, members: readonly Member[], rendered: ReadonlyMap<string, RenderedFile[]>, context: RemoteContext): Step<SeedState, null> {
+export function cloudInitIsoStep(
+  stateDir: string,
+  members: readonly Member[],
+  rendered: ReadonlyMap<string, RenderedFile[]>,
+  context: RemoteContext,
+): Step<SeedState, null> {
   const { targets, memberNamed } = memberTargets(members);
   const filesOf = (name: string) => rendered.get(name) ?? [];
   const memoOf = (name: string) => join(stateDir, 'seeds', `${name}.json`);
@@ -64,7 +71,8 @@ export function cloudInitIsoStep(stateDir: string, members: readonly Member[], r
       const { pool, name: volume } = member.volumes.cloudInit;
       // The size the check planned for: the ISO is reproducible, so the one built now is the one it digested.
       const image = seedImage(iso, state.wanted.imageSize);
-      if (!state.volume.exists) await virsh.run(['vol-create-as', '--pool', pool, '--name', volume, '--capacity', `${image.length}`, '--format', 'raw']);
+      if (!state.volume.exists)
+        await virsh.run(['vol-create-as', '--pool', pool, '--name', volume, '--capacity', `${image.length}`, '--format', 'raw']);
       // A larger image grows the file as it is written (vol-resize would need the write lock QEMU holds on an attached seed).
       await virsh.run(['vol-upload', '--pool', pool, volume, '/dev/stdin'], { stdin: image });
       rememberSeedDigest(memoOf(name), filesOf(name), iso, image);

@@ -35,7 +35,10 @@ function withUuidOf(liveXml: string | undefined, renderedXml: string): string {
   return uuid ? renderedXml.replace(/(<name>[^<]*<\/name>)/, `$1\n  <uuid>${uuid}</uuid>`) : renderedXml;
 }
 
-export const domainQuestions = (member: Member): Record<'xml' | 'info', Question> => ({ xml: ['dumpxml', '--inactive', member.name], info: ['dominfo', member.name] });
+export const domainQuestions = (member: Member): Record<'xml' | 'info', Question> => ({
+  xml: ['dumpxml', '--inactive', member.name],
+  info: ['dominfo', member.name],
+});
 
 export interface DomainsOptions {
   inventory: Inventory;
@@ -80,21 +83,39 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
       const wanted = renderedXml(name);
       const changes: Change<DomainAction>[] = [];
       if (state.liveXml === undefined) {
-        changes.push({ summary: `define domain ${name}`, diff: { label: `${name}/domain.xml`, before: '', after: canonicalDomainXml(wanted) }, action: 'define' });
+        changes.push({
+          summary: `define domain ${name}`,
+          diff: { label: `${name}/domain.xml`, before: '', after: canonicalDomainXml(wanted) },
+          action: 'define',
+        });
       } else {
         const comparison = compareDomainXml(wanted, state.liveXml);
         if (!comparison.same) {
-          changes.push({ summary: `redefine domain ${name}`, diff: { label: `${name}/domain.xml`, before: comparison.live, after: comparison.wanted }, action: 'define' });
-          if (state.running) changes.push({ summary: `restart ${name} to apply its new definition (one member at a time, waiting for cluster health)`, action: 'restart' });
+          changes.push({
+            summary: `redefine domain ${name}`,
+            diff: { label: `${name}/domain.xml`, before: comparison.live, after: comparison.wanted },
+            action: 'define',
+          });
+          if (state.running)
+            changes.push({
+              summary: `restart ${name} to apply its new definition (one member at a time, waiting for cluster health)`,
+              action: 'restart',
+            });
         }
       }
-      if (!state.running) changes.push({ summary: state.state === 'undefined' ? `start ${name}` : `start ${name} (was ${state.state})`, action: 'start' });
+      if (!state.running)
+        changes.push({ summary: state.state === 'undefined' ? `start ${name}` : `start ${name} (was ${state.state})`, action: 'start' });
       if (!state.autostart) changes.push({ summary: `enable autostart of ${name}`, action: 'autostart' });
       return changes;
     },
     async rollingOrder(pending) {
-      const kindOf = (changes: readonly Change<DomainAction>[]): RollKind => (changes.some((c) => c.action === 'restart') ? 'restarts' : changes.some((c) => c.action === 'start') ? 'starts' : 'keeps-running');
-      return rollWaves(inventory, clients, pending.map(({ target, changes }) => ({ target, kind: kindOf(changes) })));
+      const kindOf = (changes: readonly Change<DomainAction>[]): RollKind =>
+        changes.some((c) => c.action === 'restart') ? 'restarts' : changes.some((c) => c.action === 'start') ? 'starts' : 'keeps-running';
+      return rollWaves(
+        inventory,
+        clients,
+        pending.map(({ target, changes }) => ({ target, kind: kindOf(changes) })),
+      );
     },
     async apply(changes, name, state) {
       const member = memberNamed(name);

@@ -1,5 +1,13 @@
-import { CONTROL_NODE, type Step } from '../core/step.ts';
-import { formationToRecord, formationWithoutAnswer, readFormation, writeFormation, type FormationRecord, type FormationVerdict, type SeenDomains } from '../etcd/formation.ts';
+import { CONTROL_NODE, type Fact, type Step } from '../core/step.ts';
+import {
+  formationToRecord,
+  formationWithoutAnswer,
+  readFormation,
+  writeFormation,
+  type FormationRecord,
+  type FormationVerdict,
+  type SeenDomains,
+} from '../etcd/formation.ts';
 
 /** The record now, and the members' domains as seen in this run. */
 export interface FormationState {
@@ -7,12 +15,20 @@ export interface FormationState {
   seen: SeenDomains;
 }
 
-const sameDomains = (a: Record<string, string>, b: Record<string, string>) => Object.keys(a).length === Object.keys(b).length && Object.entries(a).every(([member, uuid]) => b[member] === uuid);
+const sameDomains = (a: Record<string, string>, b: Record<string, string>) =>
+  Object.keys(a).length === Object.keys(b).length && Object.entries(a).every(([member, uuid]) => b[member] === uuid);
 
-/** Set when no member answered etcd's formed-cluster probe: the step then decides from the record and changes nothing. */
-export interface Unanswered {
-  isInitializing: boolean;
-  decided(verdict: FormationVerdict): void;
+/**
+ * When no member's etcd answered: has the cluster formed all the same? Decided from formed.json and
+ * the members' VMs as libvirt has them (etcd/formation.ts); a damaged record fails it, and with it
+ * the run, before anything is rendered.
+ */
+export function formationFact(stateDir: string, isInitializing: boolean, domainUuids: () => Promise<SeenDomains>): Fact<FormationVerdict> {
+  return {
+    name: 'formation',
+    targets: [CONTROL_NODE],
+    ask: async () => formationWithoutAnswer(isInitializing, readFormation(stateDir), await domainUuids()),
+  };
 }
 
 /**
@@ -22,7 +38,11 @@ export interface Unanswered {
  * reads the record to decide whether the cluster has formed all the same, and changes nothing. A
  * damaged record fails it, and with it the run, before anything is rendered.
  */
-export function formationStep(stateDir: string, members: readonly string[], domainUuids: () => Promise<SeenDomains>, unanswered?: Unanswered): Step<FormationState, Record<string, string>> {
+export function formationStep(
+  stateDir: string,
+  members: readonly string[],
+  domainUuids: () => Promise<SeenDomains>,
+): Step<FormationState, Record<string, string>> {
   return {
     name: 'formation',
     targets: [CONTROL_NODE],
@@ -30,10 +50,6 @@ export function formationStep(stateDir: string, members: readonly string[], doma
       return { record: readFormation(stateDir), seen: await domainUuids() };
     },
     plan({ record, seen }) {
-      if (unanswered) {
-        unanswered.decided(formationWithoutAnswer(unanswered.isInitializing, record, seen));
-        return [];
-      }
       const domains = formationToRecord(record, members, seen);
       if (record !== undefined && sameDomains(record.domains, domains)) return [];
       if (Object.keys(domains).length === 0) return [];

@@ -1,10 +1,10 @@
 import type { Progress } from '../core/progress.ts';
-import type { Change, Step } from '../core/step.ts';
+import type { Change, Patience, Step } from '../core/step.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
 import { ensureQuorumWithout, rollWaves } from '../etcd/roll.ts';
 import { waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
-import { GuestProbe } from '../guest/probe.ts';
+import type { GuestProbe } from '../guest/probe.ts';
 import { driftedContent, planGuest, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { BOOTING_RETRY_MS, HypervisorUnreachable, type MemberConnections } from '../remote/members.ts';
@@ -31,13 +31,14 @@ export interface GuestStepOptions {
   members: readonly Member[];
   desired: ReadonlyMap<string, DesiredGuest>;
   ssh: MemberConnections;
+  /** Its early answers are dropped by the run's fact cache when a step restarts the VM or restores etcd. */
   probe: GuestProbe;
-  /** Did an earlier step of this run start or restart the member's VM (then an early answer and its connection are stale)? */
-  changedEarlier: (name: string) => boolean;
   clients: EtcdClients;
   clusterFormed: boolean;
-  dryRun: boolean;
-  /** Does the run show its changes' diffs (--diff, a dry-run)? Only then is a drifted file's current text read: one more exec per member. */
+  /**
+   * Does the run show its changes' diffs (--diff, a dry-run)? Only then is a drifted file's current
+   * text read: one more exec per member.
+   */
   diffs: boolean;
   /** Where the step says what a member waits on (its first boot). */
   progress?: Progress;
@@ -49,158 +50,215 @@ const CONTENT_MARK = '@@etcd-kvm-file@@';
 /** Between two looks at a booting member through its agent: the end of its boot is seen within this. */
 const BOOT_POLL_MS = 500;
 
+/** A service made to run what its files say. */
+type StartAction = Extract<GuestAction, { kind: 'restart' | 'start' }>;
+
 /** A dry-run that cannot see inside a member yet: the whole guest is converged once it can. */
 type GuestStepAction = GuestAction | { kind: 'after-boot' };
 
+/** What the guest step's parts share: its options, and what is derived from them once per run. */
+interface GuestContext extends GuestStepOptions {
+  memberNamed(name: string): Member;
+  /** cluster.health_timeout: how long a booting member, a restart and etcd's health are waited for. */
+  timeoutMs: number;
+}
+
 export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStepAction> {
-  const { inventory, members, desired, ssh: connections, probe: prober, changedEarlier, clients, clusterFormed, dryRun, diffs, progress } = options;
-  const { targets, memberNamed } = memberTargets(members);
-  const timeoutMs = inventory.cluster.health_timeout * 1000;
-  const reconnected = new Set<string>();
-  const desiredOf = (name: string): DesiredGuest => {
-    const found = desired.get(name);
-    if (!found) throw new Error(`nothing rendered for ${name}`);
-    return found;
-  };
-  const questionsOf = (name: string): GuestQuestions => guestQuestions(desiredOf(name));
-
-  /** The member's SSH, waiting while it boots (up to cluster.health_timeout); a dry-run asks once. */
-  const reach = (member: Member): Promise<SshConnection> => connections.reach(member, { windowMs: timeoutMs, once: dryRun });
-
-  // Through the guest agent when it answers, over this SSH connection otherwise.
-  const probe = (ssh: SshConnection, name: string): Promise<GuestFacts> => prober.askNow(memberNamed(name), questionsOf(name), async () => ssh);
-
-  /** The member's boot, watched through its agent and, until the agent answers, SSH (guest/boot.ts). */
-  const bootWatch = (member: Member): BootWatch => ({
-    look: () => prober.lookAtBoot(member),
-    connect: () =>
-      connections.get(member).then(
-        () => ({ connected: true as const }),
-        (error: Error) => ({ connected: false as const, reason: error.message, fatal: error instanceof HypervisorUnreachable }),
-      ),
-  });
-
-  /** Current text of drifted files that hold no secret, for the diff: one more exec, only when something drifted and diffs are shown. */
-  async function currentContent(connect: () => Promise<SshConnection>, name: string, facts: GuestFacts): Promise<Map<string, string> | undefined> {
-    if (!diffs) return undefined;
-    const paths = driftedContent(desiredOf(name), facts).filter((file) => !file.secret && facts.files.has(file.path)).map((file) => file.path);
-    if (paths.length === 0) return new Map();
-    const output = await (await connect()).run(['sudo', 'sh', '-c', `for f; do echo "${CONTENT_MARK} $f"; cat -- "$f"; done`, 'sh', ...paths], { describe: 'read drifted files' });
-    const contents = new Map<string, string>();
-    for (const chunk of output.split(`${CONTENT_MARK} `).slice(1)) {
-      const newline = chunk.indexOf('\n');
-      contents.set(chunk.slice(0, newline), chunk.slice(newline + 1));
-    }
-    return contents;
-  }
-
-  async function restartRolling(member: Member, ssh: SshConnection, action: Extract<GuestAction, { kind: 'restart' | 'start' }>): Promise<void> {
-    if (action.kind === 'restart') await ensureQuorumWithout(inventory, clients, member);
-    const verb = startVerb(action);
-    const unit = action.service.unit;
-    const deadline = Date.now() + timeoutMs;
-    try {
-      // Blocks until the old process has stopped and the new one is ready (Type=notify: etcd has joined
-      // its cluster) or failed; only then can a health answer be the new process's.
-      await ssh.run(['sudo', 'systemctl', verb, unit], { timeoutMs, describe: `systemctl ${verb} ${unit}` });
-      await waitForHealth(inventory, clients, member, Math.max(deadline - Date.now(), HEALTH_AFTER_START_MS));
-    } catch (error) {
-      const journal = await ssh.exec(['sudo', 'journalctl', '-u', unit, '-n', '5', '--no-pager', '-o', 'cat']).catch(() => undefined);
-      const tail = journal?.stdout.trim().split('\n').slice(-3).join(' | ');
-      throw new Error(
-        `etcd on ${member.name} did not come back after its ${verb}: ${(error as Error).message}${tail ? ` Last lines of ${unit}: ${tail}.` : ''} ` +
-          `The roll stops here: the members after ${member.name} keep running their current configuration. Look at journalctl -u ${unit} on ${member.name}, fix it, and run again.`,
-      );
-    }
-  }
-
+  const { targets, memberNamed } = memberTargets(options.members);
+  const guest: GuestContext = { ...options, memberNamed, timeoutMs: options.inventory.cluster.health_timeout * 1000 };
+  const { inventory, clients, clusterFormed } = options;
   return {
     name: 'guest',
     targets,
-    async check(name) {
-      const member = memberNamed(name);
-      const restarted = changedEarlier(name);
-      const early = await prober.takeEarly(member, questionsOf(name), !restarted);
-      // Connected before an earlier step restarted the VM: that connection is gone (once; the re-check keeps the new one).
-      if (restarted && !reconnected.has(name)) {
-        connections.forget(member);
-        reconnected.add(name);
-      }
-      // The early answer (through the guest agent) is enough unless the boot still runs or a drifted
-      // file's text is wanted for the diff: no SSH into the member for a run that changes nothing.
-      if (early && early.cloudInit.state !== 'running') return { kind: 'probed', facts: early, currentContent: await currentContent(() => reach(member), name, early) };
-      let boot: BootWait;
-      try {
-        const onWaiting = () => progress?.update(name, 'booting: waiting for its boot to end (guest agent, SSH)');
-        boot = await waitForBoot(bootWatch(member), { windowMs: dryRun ? 0 : timeoutMs, pollMs: BOOT_POLL_MS, retryMs: BOOTING_RETRY_MS, onWaiting });
-      } catch (error) {
-        if (!dryRun || !(error instanceof BootWaitFailed)) throw error;
-        return { kind: 'unreachable', reason: error.message };
-      }
-      let facts: GuestFacts;
-      if (boot.ended === 'agent') {
-        // A cluster forming in this run gets its final etcd.env over SSH once it has formed: the
-        // handshake (seconds of a freshly booted guest's CPU) is made now, while the steps before that wait on etcd.
-        if (!clusterFormed && !dryRun) void connections.get(member).catch(() => undefined);
-        facts = await prober.askNow(member, questionsOf(name), () => reach(member));
-      } else if (boot.via === 'agent') {
-        return { kind: 'booting' };
-      } else {
-        // An image without the guest agent: the rest of the wait is over SSH.
-        const ssh = await reach(member);
-        facts = await probe(ssh, name);
-        if (facts.cloudInit.state === 'running') {
-          if (dryRun) return { kind: 'booting' };
-          progress?.update(name, 'SSH up, first boot running (cloud-init)');
-          await ssh.exec(['sudo', 'sh', '-c', waitForCloudInit()], { timeoutMs });
-          facts = await probe(ssh, name);
-        }
-      }
-      progress?.done(name);
-      return { kind: 'probed', facts, currentContent: await currentContent(() => reach(member), name, facts) };
-    },
+    check: (name, patience) => checkGuest(guest, name, patience),
     plan(state, name) {
-      if (state.kind === 'unreachable') return [{ summary: `converge the guest once it can be reached (now: ${state.reason})`, action: { kind: 'after-boot' } }];
-      if (state.kind === 'booting') return [{ summary: 'converge the guest once its first boot has finished (cloud-init is still running)', action: { kind: 'after-boot' } }];
-      return planGuest(desiredOf(name), state.facts, { clusterFormed, currentContent: state.currentContent });
+      const afterBoot = (summary: string) => [{ summary, action: { kind: 'after-boot' as const } }];
+      if (state.kind === 'unreachable') return afterBoot(`converge the guest once it can be reached (now: ${state.reason})`);
+      if (state.kind === 'booting') return afterBoot('converge the guest once its first boot has finished (cloud-init is still running)');
+      return planGuest(desiredOf(guest, name), state.facts, { clusterFormed, currentContent: state.currentContent });
     },
     warnings(state) {
       if (state.kind !== 'probed' || state.facts.cloudInit.state !== 'error') return [];
-      return [`cloud-init's first boot ended in error in module(s) ${state.facts.cloudInit.modules.join(', ')}: see /var/log/cloud-init.log in the guest; the guest step converges the files and services all the same`];
+      return [
+        `cloud-init's first boot ended in error in module(s) ${state.facts.cloudInit.modules.join(', ')}: ` +
+          'see /var/log/cloud-init.log in the guest; the guest step converges the files and services all the same',
+      ];
     },
     rollingOrder(pending) {
-      const guestChanges = (changes: readonly Change<GuestStepAction>[]) => changes.filter((change): change is GuestChange => change.action.kind !== 'after-boot');
-      return rollWaves(inventory, clients, pending.map(({ target, changes }) => ({ target, kind: rollKindOf(guestChanges(changes)) })));
+      const guestChanges = (changes: readonly Change<GuestStepAction>[]) =>
+        changes.filter((change): change is GuestChange => change.action.kind !== 'after-boot');
+      return rollWaves(
+        inventory,
+        clients,
+        pending.map(({ target, changes }) => ({ target, kind: rollKindOf(guestChanges(changes)) })),
+      );
     },
     async apply(changes, name) {
       const member = memberNamed(name);
-      const ssh = await reach(member);
-      for (const { action } of changes) {
-        if (action.kind === 'after-boot') throw new Error('the guest could not be probed: nothing to apply');
-        if (action.kind === 'write' || action.kind === 'attributes') {
-          const { file } = action;
-          const mode = file.mode.toString(8).padStart(4, '0');
-          if (action.kind === 'write') {
-            // Over stdin into a private temporary file, then renamed: never a half-written file, never a secret in argv.
-            const script = 'set -e; umask 077; mkdir -p -- "${1%/*}"; t="$1.etcd-kvm-new"; cat > "$t"; chown -- "$2" "$t"; chmod -- "$3" "$t"; mv -f -- "$t" "$1"';
-            await ssh.run(['sudo', 'sh', '-c', script, 'sh', file.path, file.owner, mode], { stdin: file.content, describe: `write ${file.path}` });
-          } else {
-            await ssh.run(['sudo', 'sh', '-c', 'chown -- "$2" "$1" && chmod -- "$3" "$1"', 'sh', file.path, file.owner, mode]);
-          }
-        }
-        if (action.kind === 'daemon-reload') await ssh.run(['sudo', 'systemctl', 'daemon-reload']);
-        if (action.kind === 'enable') await ssh.run(['sudo', 'systemctl', 'enable', action.unit]);
-        if (action.kind === 'start' || action.kind === 'restart') {
-          if (action.service.rolling) await restartRolling(member, ssh, action);
-          else await ssh.run(['sudo', 'systemctl', startVerb(action), action.service.unit]);
-        }
-      }
+      const ssh = await guest.ssh.reach(member, { windowMs: guest.timeoutMs });
+      for (const { action } of changes) await applyGuestAction(guest, member, ssh, action);
     },
   };
 }
 
+function desiredOf(guest: GuestContext, name: string): DesiredGuest {
+  const found = guest.desired.get(name);
+  if (!found) throw new Error(`nothing rendered for ${name}`);
+  return found;
+}
+
+const questionsOf = (guest: GuestContext, name: string): GuestQuestions => guestQuestions(desiredOf(guest, name));
+
+/**
+ * The member's facts, after waiting for its boot to end (a dry-run's patience looks once: a member
+ * still booting is converged once it has booted). The early answer, through the guest agent, is
+ * enough unless the boot still runs.
+ */
+async function checkGuest(guest: GuestContext, name: string, patience: Patience): Promise<GuestState> {
+  const member = guest.memberNamed(name);
+  const windowMs = patience.windowMs(guest.timeoutMs);
+  const reach = () => guest.ssh.reach(member, { windowMs });
+  const early = await guest.probe.takeEarly(member, questionsOf(guest, name));
+  // No SSH into the member for a run that changes nothing, unless a drifted file's text is wanted for the diff.
+  if (early && early.cloudInit.state !== 'running') {
+    return { kind: 'probed', facts: early, currentContent: await readDriftedContent(guest, reach, name, early) };
+  }
+  const boot = await waitForBootEnd(guest, member, patience);
+  if ('kind' in boot) return boot;
+  const facts = await factsAfterBoot(guest, member, boot, windowMs);
+  if (facts === 'booting') return { kind: 'booting' };
+  guest.progress?.done(name);
+  return { kind: 'probed', facts, currentContent: await readDriftedContent(guest, reach, name, facts) };
+}
+
+/** The member's boot waited for within the patience's window; a boot not over by then is the patience's to judge. */
+async function waitForBootEnd(guest: GuestContext, member: Member, patience: Patience): Promise<BootWait | GuestState> {
+  const onWaiting = () => guest.progress?.update(member.name, 'booting: waiting for its boot to end (guest agent, SSH)');
+  try {
+    const timing = { windowMs: patience.windowMs(guest.timeoutMs), pollMs: BOOT_POLL_MS, retryMs: BOOTING_RETRY_MS, onWaiting };
+    return await waitForBoot(bootWatch(guest, member), timing);
+  } catch (error) {
+    if (!(error instanceof BootWaitFailed)) throw error;
+    return { kind: 'unreachable', reason: patience.notReady(error) };
+  }
+}
+
+/** The member's boot, watched through its agent and, until the agent answers, SSH (guest/boot.ts). */
+function bootWatch(guest: GuestContext, member: Member): BootWatch {
+  return {
+    look: () => guest.probe.lookAtBoot(member),
+    connect: () =>
+      guest.ssh.get(member).then(
+        () => ({ connected: true as const }),
+        (error: Error) => ({ connected: false as const, reason: error.message, fatal: error instanceof HypervisorUnreachable }),
+      ),
+  };
+}
+
+/**
+ * The facts of a member whose boot wait ended: through its agent once the boot is over; over SSH for
+ * an image without the agent, waiting there for cloud-init within `windowMs`. 'booting' when the
+ * boot is still running and there is no window to wait in (a dry-run).
+ */
+async function factsAfterBoot(guest: GuestContext, member: Member, boot: BootWait, windowMs: number): Promise<GuestFacts | 'booting'> {
+  const { name } = member;
+  const reach = () => guest.ssh.reach(member, { windowMs });
+  if (boot.ended === 'agent') {
+    // A cluster forming in this run gets its final etcd.env over SSH once it has formed: the handshake
+    // (seconds of a freshly booted guest's CPU) is made now, while the steps before that wait on etcd.
+    // Only with a window to wait in: a dry-run looks once and applies nothing, so it would not use it.
+    if (!guest.clusterFormed && windowMs > 0) void guest.ssh.get(member).catch(() => undefined);
+    return guest.probe.askNow(member, questionsOf(guest, name), reach);
+  }
+  if (boot.via === 'agent') return 'booting';
+  // An image without the guest agent: the rest of the wait is over SSH.
+  const ssh = await reach();
+  // Through the guest agent when it answers, over this SSH connection otherwise.
+  const probe = () => guest.probe.askNow(member, questionsOf(guest, name), async () => ssh);
+  const facts = await probe();
+  if (facts.cloudInit.state !== 'running') return facts;
+  if (windowMs === 0) return 'booting';
+  guest.progress?.update(name, 'SSH up, first boot running (cloud-init)');
+  await ssh.exec(['sudo', 'sh', '-c', waitForCloudInit()], { timeoutMs: guest.timeoutMs });
+  return probe();
+}
+
+/** Current text of drifted files that hold no secret, for the diff: one more exec, only when something drifted and diffs are shown. */
+async function readDriftedContent(
+  guest: GuestContext,
+  connect: () => Promise<SshConnection>,
+  name: string,
+  facts: GuestFacts,
+): Promise<Map<string, string> | undefined> {
+  if (!guest.diffs) return undefined;
+  const drifted = driftedContent(desiredOf(guest, name), facts);
+  const paths = drifted.filter((file) => !file.secret && facts.files.has(file.path)).map((file) => file.path);
+  if (paths.length === 0) return new Map();
+  const print = `for f; do echo "${CONTENT_MARK} $f"; cat -- "$f"; done`;
+  const output = await (await connect()).run(['sudo', 'sh', '-c', print, 'sh', ...paths], { describe: 'read drifted files' });
+  const contents = new Map<string, string>();
+  for (const chunk of output.split(`${CONTENT_MARK} `).slice(1)) {
+    const newline = chunk.indexOf('\n');
+    contents.set(chunk.slice(0, newline), chunk.slice(newline + 1));
+  }
+  return contents;
+}
+
+/** One change over the member's SSH. */
+async function applyGuestAction(guest: GuestContext, member: Member, ssh: SshConnection, action: GuestStepAction): Promise<void> {
+  if (action.kind === 'after-boot') throw new Error('the guest could not be probed: nothing to apply');
+  if (action.kind === 'write' || action.kind === 'attributes') await writeGuestFile(ssh, action);
+  if (action.kind === 'daemon-reload') await ssh.run(['sudo', 'systemctl', 'daemon-reload']);
+  if (action.kind === 'enable') await ssh.run(['sudo', 'systemctl', 'enable', action.unit]);
+  if (action.kind === 'start' || action.kind === 'restart') {
+    if (action.service.rolling) await restartRolling(guest, member, ssh, action);
+    else await ssh.run(['sudo', 'systemctl', startVerb(action), action.service.unit]);
+  }
+}
+
+/** A file's content (with its owner and mode), or only its owner and mode. */
+async function writeGuestFile(ssh: SshConnection, action: Extract<GuestAction, { kind: 'write' | 'attributes' }>): Promise<void> {
+  const { file } = action;
+  const mode = file.mode.toString(8).padStart(4, '0');
+  if (action.kind === 'write') {
+    // Over stdin into a private temporary file, then renamed: never a half-written file, never a secret in argv.
+    const script = [
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: shell parameter expansions, run by sh in the guest.
+      'set -e; umask 077; mkdir -p -- "${1%/*}"; t="$1.etcd-kvm-new"; cat > "$t"',
+      'chown -- "$2" "$t"; chmod -- "$3" "$t"; mv -f -- "$t" "$1"',
+    ].join('; ');
+    await ssh.run(['sudo', 'sh', '-c', script, 'sh', file.path, file.owner, mode], { stdin: file.content, describe: `write ${file.path}` });
+  } else {
+    await ssh.run(['sudo', 'sh', '-c', 'chown -- "$2" "$1" && chmod -- "$3" "$1"', 'sh', file.path, file.owner, mode]);
+  }
+}
+
+/** A rolling service (etcd) started or restarted, then waited for until healthy; a failure stops the roll, saying where to look. */
+async function restartRolling(guest: GuestContext, member: Member, ssh: SshConnection, action: StartAction): Promise<void> {
+  const { inventory, clients, timeoutMs } = guest;
+  if (action.kind === 'restart') await ensureQuorumWithout(inventory, clients, member);
+  const verb = startVerb(action);
+  const unit = action.service.unit;
+  const deadline = Date.now() + timeoutMs;
+  try {
+    // Blocks until the old process has stopped and the new one is ready (Type=notify: etcd has joined
+    // its cluster) or failed; only then can a health answer be the new process's.
+    await ssh.run(['sudo', 'systemctl', verb, unit], { timeoutMs, describe: `systemctl ${verb} ${unit}` });
+    await waitForHealth(inventory, clients, member, Math.max(deadline - Date.now(), HEALTH_AFTER_START_MS));
+  } catch (error) {
+    const journal = await ssh.exec(['sudo', 'journalctl', '-u', unit, '-n', '5', '--no-pager', '-o', 'cat']).catch(() => undefined);
+    const tail = journal?.stdout.trim().split('\n').slice(-3).join(' | ');
+    throw new Error(
+      `etcd on ${member.name} did not come back after its ${verb}: ${(error as Error).message}` +
+        `${tail ? ` Last lines of ${unit}: ${tail}.` : ''} ` +
+        `The roll stops here: the members after ${member.name} keep running their current configuration. ` +
+        `Look at journalctl -u ${unit} on ${member.name}, fix it, and run again.`,
+    );
+  }
+}
+
 /** The systemctl verb that makes a service run what its files say (see GuestAction 'start'). */
-function startVerb(action: Extract<GuestAction, { kind: 'restart' | 'start' }>): string {
+function startVerb(action: StartAction): string {
   if (action.kind === 'restart') return action.service.onChange;
   return action.configChanged ? 'restart' : 'start';
 }

@@ -1,36 +1,39 @@
-import type { Progress } from '../core/progress.ts';
-import type { Step } from '../core/step.ts';
+import type { Wait } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
-import { memberHealth, waitForHealth, type Health } from '../etcd/health.ts';
+import { HEALTH_POLL_MS, healthFailure, memberHealth, type Health } from '../etcd/health.ts';
 import { memberTargets } from './member-targets.ts';
 
+/** An active alarm is worth knowing; NOSPACE says what to do. */
+export const alarmWarnings = (alarms: readonly string[]): string[] =>
+  alarms.includes('NOSPACE')
+    ? [
+        'etcd reports an active NOSPACE alarm: the cluster refuses writes. Delete what is not needed, then maintain.ts --compact --defrag --disarm (or raise etcd.space_quota)',
+      ]
+    : alarms.map((alarm) => `etcd reports an active ${alarm} alarm`);
+
 /**
- * Waits until every member reports healthy over TLS with the inventory's member list. Read-only: it is
- * `ok` or it fails with the member, its last answer and where to look. A dry-run asks once and reports
- * the wait it would do.
+ * A wait: every member healthy over TLS with the inventory's member list, within
+ * cluster.health_timeout. Failed at the deadline with the member, its last answer and where to look;
+ * a member whose hypervisor connection is dead fails at once (no answer could come through it).
  */
-export function healthStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, dryRun: boolean, progress?: Progress): Step<Health, null> {
+export function healthWait(inventory: Inventory, members: readonly Member[], clients: EtcdClients): Wait<Health> {
   const { targets, memberNamed } = memberTargets(members);
   return {
     name: 'health',
     targets,
-    async check(name) {
+    deadlineMs: inventory.cluster.health_timeout * 1000,
+    pollMs: HEALTH_POLL_MS,
+    async look(name) {
       const member = memberNamed(name);
-      if (dryRun) return memberHealth(inventory, clients, member);
-      const health = await waitForHealth(inventory, clients, member, inventory.cluster.health_timeout * 1000, (answer) => progress?.update(name, answer.healthy ? 'healthy' : `waiting for etcd: ${answer.reason}`));
-      progress?.done(name);
-      return health;
+      const health = await memberHealth(inventory, clients, member);
+      if (health.healthy) return { ready: true, seen: health, warnings: alarmWarnings(health.alarms) };
+      const unreachable = clients.unreachable(member);
+      if (unreachable !== undefined) return { ready: false, reason: `etcd on ${name} cannot be asked: ${unreachable}`, final: true };
+      return { ready: false, reason: health.reason };
     },
-    warnings(health) {
-      if (!health.healthy || !health.alarms.includes('NOSPACE')) return health.healthy ? health.alarms.map((alarm) => `etcd reports an active ${alarm} alarm`) : [];
-      return ['etcd reports an active NOSPACE alarm: the cluster refuses writes. Delete what is not needed, then maintain.ts --compact --defrag --disarm (or raise etcd.space_quota)'];
-    },
-    plan(health) {
-      return health.healthy ? [] : [{ summary: `wait for etcd to become healthy (now: ${health.reason})`, action: null }];
-    },
-    async apply() {
-      // Nothing to change: check() already waited.
-    },
+    pending: (reason) => `wait for etcd to become healthy (now: ${reason})`,
+    waiting: (reason) => `waiting for etcd: ${reason}`,
+    failure: (name, reason) => healthFailure(memberNamed(name), inventory.cluster.health_timeout * 1000, reason),
   };
 }

@@ -63,7 +63,9 @@ async function settle(inventory: Inventory, clients: EtcdClients, client: Etcd3)
       }
     }
     await delay(BACKEND_COMMIT_MS);
-    const reading = (await Promise.all(inventory.members.map(async (member) => (await clients.for(member)).maintenance.status({})))).map((s) => s.dbSizeInUse).join(',');
+    const reading = (await Promise.all(inventory.members.map(async (member) => (await clients.for(member)).maintenance.status({}))))
+      .map((s) => s.dbSizeInUse)
+      .join(',');
     if (reading === previous) return;
     if (Date.now() > deadline) throw new Error(`the database sizes in use still change 30 s after the compaction (${reading})`);
     previous = reading;
@@ -83,7 +85,11 @@ const LOCK_REVISIONS_WALKED = 32;
  */
 async function newestRevisionNotALock(client: Etcd3, from: number): Promise<number> {
   const locksAt = async (revision: number) => {
-    const answer = await client.kv.range({ key: Buffer.from(RUN_LOCK_PREFIX), range_end: prefixEnd(Buffer.from(RUN_LOCK_PREFIX)), revision: String(revision) });
+    const answer = await client.kv.range({
+      key: Buffer.from(RUN_LOCK_PREFIX),
+      range_end: prefixEnd(Buffer.from(RUN_LOCK_PREFIX)),
+      revision: String(revision),
+    });
     return new Map(answer.kvs.map((kv) => [kv.key.toString(), kv.mod_revision]));
   };
   let revision = from;
@@ -120,7 +126,8 @@ export function compactStep(inventory: Inventory, clients: EtcdClients): Step<Co
     plan: (facts) => planCompact(facts),
     async apply(changes) {
       const { client } = await anyAnswering(inventory, clients);
-      for (const { action } of changes) await client.kv.compact({ revision: String(action.revision), physical: true }, { deadline: Date.now() + DEFRAG_TIMEOUT_MS });
+      for (const { action } of changes)
+        await client.kv.compact({ revision: String(action.revision), physical: true }, { deadline: Date.now() + DEFRAG_TIMEOUT_MS });
       await settle(inventory, clients, client);
     },
   };
@@ -141,7 +148,12 @@ export function defragStep(inventory: Inventory, clients: EtcdClients, record: D
     check: (name) => sizes(memberNamed(name)),
     plan: (facts) => planDefrag(facts, inventory.etcd.defrag_min_free),
     // One member at a time, followers first, the leader last: a member being defragmented answers nothing.
-    rollingOrder: (pending) => rollWaves(inventory, clients, pending.map(({ target }) => ({ target, kind: 'restarts' }))),
+    rollingOrder: (pending) =>
+      rollWaves(
+        inventory,
+        clients,
+        pending.map(({ target }) => ({ target, kind: 'restarts' })),
+      ),
     async apply(changes, name) {
       const member = memberNamed(name);
       for (const { action } of changes) {
@@ -160,7 +172,10 @@ export function disarmStep(inventory: Inventory, clients: EtcdClients): Step<Ala
     targets: [CONTROL_NODE],
     async check() {
       const { client } = await anyAnswering(inventory, clients);
-      const [list, answer] = await Promise.all([client.cluster.memberList({}), client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' })]);
+      const [list, answer] = await Promise.all([
+        client.cluster.memberList({}),
+        client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' }),
+      ]);
       const nameOf = (id: string) => list.members.find((m) => m.ID === id)?.name || id;
       const dbSizes = new Map<string, number | undefined>();
       await Promise.all(
@@ -191,11 +206,16 @@ export function healthyClusterStep(inventory: Inventory, clients: EtcdClients): 
     name: 'healthy',
     targets: [CONTROL_NODE],
     async check() {
-      const answers = await Promise.all(inventory.members.map(async (member) => ({ member, health: await memberHealth(inventory, clients, member) })));
+      const answers = await Promise.all(
+        inventory.members.map(async (member) => ({ member, health: await memberHealth(inventory, clients, member) })),
+      );
       return answers.flatMap(({ member, health }) => (health.healthy ? [] : [`${member.name}: ${health.reason}`]));
     },
     plan(unhealthy) {
-      if (unhealthy.length > 0) throw new MaintenanceRefusal(`maintenance runs only on a healthy cluster; not healthy: ${unhealthy.join('; ')}. Run the deploy to repair it, then again.`);
+      if (unhealthy.length > 0)
+        throw new MaintenanceRefusal(
+          `maintenance runs only on a healthy cluster; not healthy: ${unhealthy.join('; ')}. Run the deploy to repair it, then again.`,
+        );
       return [];
     },
     async apply() {

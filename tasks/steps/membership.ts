@@ -41,16 +41,26 @@ async function liveMembers(clients: EtcdClients, voting: readonly Member[]): Pro
 async function joinFacts(inventory: Inventory, clients: EtcdClients, voting: readonly Member[], joiner: Member): Promise<JoinFacts> {
   const [list, health] = await Promise.all([
     liveMembers(clients, voting),
-    Promise.all(voting.map(async (member) => ({ member, health: await memberHealth({ ...inventory, members: [...voting] }, clients, member) }))),
+    Promise.all(
+      voting.map(async (member) => ({ member, health: await memberHealth({ ...inventory, members: [...voting] }, clients, member) })),
+    ),
   ]);
   const live = list.find((m) => m.peerURLs.includes(peerUrl(inventory, joiner)));
-  return { ...(live ? { live } : {}), unhealthy: health.flatMap(({ member, health: h }) => (h.healthy ? [] : [`${member.name} (${h.reason})`])) };
+  return {
+    ...(live ? { live } : {}),
+    unhealthy: health.flatMap(({ member, health: h }) => (h.healthy ? [] : [`${member.name} (${h.reason})`])),
+  };
 }
 
 type AddAction = { kind: 'add-learner'; peerUrl: string };
 
 /** `voting`: the cluster's voting members before this joiner (the inventory's members etcd already has). */
-export function addLearnerStep(inventory: Inventory, clients: EtcdClients, voting: readonly Member[], joiner: Member): Step<JoinFacts, AddAction> {
+export function addLearnerStep(
+  inventory: Inventory,
+  clients: EtcdClients,
+  voting: readonly Member[],
+  joiner: Member,
+): Step<JoinFacts, AddAction> {
   const url = peerUrl(inventory, joiner);
   return {
     name: 'add',
@@ -59,9 +69,16 @@ export function addLearnerStep(inventory: Inventory, clients: EtcdClients, votin
     plan(facts) {
       if (facts.live) return [];
       if (facts.unhealthy.length > 0) {
-        throw new MembershipRefusal(`refusing to add ${joiner.name}: the cluster must be healthy with a leader first; not healthy: ${facts.unhealthy.join(', ')}. Nothing was changed.`);
+        throw new MembershipRefusal(
+          `refusing to add ${joiner.name}: the cluster must be healthy with a leader first; not healthy: ${facts.unhealthy.join(', ')}. Nothing was changed.`,
+        );
       }
-      return [{ summary: `add ${joiner.name} to the cluster as a learner (peer URL ${url}); it is promoted once its VM has started and caught up`, action: { kind: 'add-learner', peerUrl: url } }];
+      return [
+        {
+          summary: `add ${joiner.name} to the cluster as a learner (peer URL ${url}); it is promoted once its VM has started and caught up`,
+          action: { kind: 'add-learner', peerUrl: url },
+        },
+      ];
     },
     async apply(changes) {
       for (const { action } of changes) {
@@ -73,16 +90,34 @@ export function addLearnerStep(inventory: Inventory, clients: EtcdClients, votin
 
 type PromoteAction = { kind: 'promote'; id: string };
 
-export function promoteStep(inventory: Inventory, clients: EtcdClients, voting: readonly Member[], joiner: Member, timeoutMs: number): Step<JoinFacts, PromoteAction> {
+export function promoteStep(
+  inventory: Inventory,
+  clients: EtcdClients,
+  voting: readonly Member[],
+  joiner: Member,
+  timeoutMs: number,
+): Step<JoinFacts, PromoteAction> {
   return {
     name: 'promote',
     targets: [joiner.name],
     check: () => joinFacts(inventory, clients, voting, joiner),
     plan(facts) {
       // Not added yet: what a dry-run sees (a real run adds it first, or skips this member when adding failed).
-      if (!facts.live) return [{ summary: `promote ${joiner.name} to a voting member once it has been added, has started and has caught up`, action: { kind: 'promote', id: '' } }];
+      if (!facts.live)
+        return [
+          {
+            summary: `promote ${joiner.name} to a voting member once it has been added, has started and has caught up`,
+            action: { kind: 'promote', id: '' },
+          },
+        ];
       if (!facts.live.isLearner) return [];
-      if (!facts.live.name) return [{ summary: `promote ${joiner.name} to a voting member once it has started and caught up (it has not started yet)`, action: { kind: 'promote', id: facts.live.id } }];
+      if (!facts.live.name)
+        return [
+          {
+            summary: `promote ${joiner.name} to a voting member once it has started and caught up (it has not started yet)`,
+            action: { kind: 'promote', id: facts.live.id },
+          },
+        ];
       return [{ summary: `promote ${joiner.name} from learner to voting member`, action: { kind: 'promote', id: facts.live.id } }];
     },
     async apply(changes) {
@@ -96,7 +131,9 @@ export function promoteStep(inventory: Inventory, clients: EtcdClients, voting: 
           } catch (error) {
             const message = (error as Error).message;
             if (!NOT_IN_SYNC.test(message) || Date.now() > deadline) {
-              throw new Error(`promoting ${joiner.name} failed: ${message.split('\n')[0]}${NOT_IN_SYNC.test(message) ? ` (still behind the leader after ${Math.round(timeoutMs / 1000)} s; cluster.health_timeout sets the wait)` : ''}`);
+              throw new Error(
+                `promoting ${joiner.name} failed: ${message.split('\n')[0]}${NOT_IN_SYNC.test(message) ? ` (still behind the leader after ${Math.round(timeoutMs / 1000)} s; cluster.health_timeout sets the wait)` : ''}`,
+              );
             }
             await delay(PROMOTE_RETRY_MS);
           }
@@ -120,7 +157,13 @@ export const REPLACING_NAMESPACE = 'urn:etcd-kvm:replacing:1';
 const REPLACING_PREFIX = 'etcd-kvm';
 
 /** The question, asked in the member's batched probe like the owner's mark. */
-export const replacingQuestion = (member: Pick<Member, 'name'>): Question => ['metadata', '--domain', member.name, '--uri', REPLACING_NAMESPACE];
+export const replacingQuestion = (member: Pick<Member, 'name'>): Question => [
+  'metadata',
+  '--domain',
+  member.name,
+  '--uri',
+  REPLACING_NAMESPACE,
+];
 
 /**
  * virsh's arguments that mark the domain: in its persistent definition and, while it runs, live too
@@ -129,7 +172,19 @@ export const replacingQuestion = (member: Pick<Member, 'name'>): Question => ['m
  */
 export function markReplacingArgs(member: Pick<Member, 'name'>, memberId: string | undefined, active: boolean): string[] {
   const id = memberId ? ` member-id="${BigInt(memberId).toString(16)}"` : '';
-  return ['metadata', '--domain', member.name, '--uri', REPLACING_NAMESPACE, '--key', REPLACING_PREFIX, '--set', `<replacing${id}/>`, '--config', ...(active ? ['--live'] : [])];
+  return [
+    'metadata',
+    '--domain',
+    member.name,
+    '--uri',
+    REPLACING_NAMESPACE,
+    '--key',
+    REPLACING_PREFIX,
+    '--set',
+    `<replacing${id}/>`,
+    '--config',
+    ...(active ? ['--live'] : []),
+  ];
 }
 
 /** Does the answer to replacingQuestion carry the mark? No domain, or no such metadata, is no mark; any other failure is not an answer. */
@@ -204,12 +259,18 @@ function quorumRefusal(facts: DepartFacts, live: LiveMember): string | undefined
   }
   if (live.isLearner) return undefined;
   const healthyNow = facts.healthy.length + (facts.itselfHealthy ? 1 : 0);
-  if (healthyNow < quorumOf(after + 1)) return `only ${healthyNow} of the cluster's ${after + 1} voting members are healthy, and committing the removal needs ${quorumOf(after + 1)}`;
+  if (healthyNow < quorumOf(after + 1))
+    return `only ${healthyNow} of the cluster's ${after + 1} voting members are healthy, and committing the removal needs ${quorumOf(after + 1)}`;
   return undefined;
 }
 
 /** The health of the voting members around the removal, and whether the member itself is healthy. */
-async function votersHealth(inventory: Inventory, clients: EtcdClients, member: Member, voters: VotingSets): Promise<Pick<DepartFacts, 'healthy' | 'unhealthy' | 'itselfHealthy'>> {
+async function votersHealth(
+  inventory: Inventory,
+  clients: EtcdClients,
+  member: Member,
+  voters: VotingSets,
+): Promise<Pick<DepartFacts, 'healthy' | 'unhealthy' | 'itselfHealthy'>> {
   // Healthy means its member list is exactly the voting members etcd has now.
   const cluster = { ...inventory, members: voters.now };
   const ask = async (m: Member) => ({ member: m, health: await memberHealth(cluster, clients, m) });
@@ -221,6 +282,17 @@ async function votersHealth(inventory: Inventory, clients: EtcdClients, member: 
     unhealthy: after.flatMap(({ member: m, health }) => (health.healthy ? [] : [`${m.name} (${health.reason})`])),
     itselfHealthy: itself?.health.healthy ?? false,
   };
+}
+
+/** Who departs, how, and who else: what a departure is judged against. */
+export interface DepartOptions {
+  departure: Departure;
+  member: Member;
+  staying: readonly Member[];
+  alsoDeparting: readonly Member[];
+  /** In a dry-run, the departures planned before this one: counted as gone (see votingSets). */
+  assumedRemoved?: readonly Member[];
+  owner: { identity: ClusterIdentity; adopt: ReadonlySet<string> };
 }
 
 /**
@@ -235,92 +307,20 @@ export function departStep(
   inventory: Inventory,
   clients: EtcdClients,
   remote: RemoteContext,
-  how: {
-    departure: Departure;
-    member: Member;
-    staying: readonly Member[];
-    alsoDeparting: readonly Member[];
-    /** In a dry-run, the departures planned before this one: counted as gone (see votingSets). */
-    assumedRemoved?: readonly Member[];
-    owner: { identity: ClusterIdentity; adopt: ReadonlySet<string> };
-  },
+  how: DepartOptions,
 ): Step<DepartFacts, DepartAction> {
-  const { departure, member, staying, owner } = how;
-  const volumes = volumesOf(member);
-  const where = `VM ${member.name} on ${member.hypervisor.name}`;
-
-  /** Leadership moved away if the member leads, then the removal, or a refusal. */
-  const removal = (facts: DepartFacts, live: LiveMember): Change<DepartAction>[] => {
-    const refusal = quorumRefusal(facts, live);
-    if (refusal) {
-      throw new MembershipRefusal(`refusing to remove ${member.name}: ${refusal}${facts.unhealthy.length ? ` (not healthy: ${facts.unhealthy.join(', ')})` : ''}. Nothing was changed.`);
-    }
-    const changes: Change<DepartAction>[] = [];
-    if (facts.leaderId === live.id) {
-      // To a member that stays where one is healthy: a departing one would only have to hand it on again.
-      const to = facts.healthy.find((m) => staying.some((s) => s.name === m.name)) ?? facts.healthy[0]!;
-      changes.push({ summary: `move leadership from ${member.name} to ${to.name} first`, action: { kind: 'move-leader', to } });
-    }
-    const why = departure === 'replace' ? '; it joins again empty and takes its data from the cluster' : '';
-    changes.push({ summary: `remove ${member.name} from the cluster (member ID ${BigInt(live.id).toString(16)}${live.isLearner ? ', a learner' : ''})${why}`, action: { kind: 'remove', id: live.id } });
-    return changes;
-  };
-
-  /** A leaver's VM goes; its volumes stay. */
-  const leaveVm = (facts: DepartFacts): Change<DepartAction>[] => {
-    if (facts.vm === 'absent') return [];
-    const kept = facts.volumes.length ? `; its volumes stay (${facts.volumes.join(', ')}: virsh vol-delete removes them)` : '';
-    return [{ summary: `${facts.vm === 'shut off' ? '' : 'stop and '}undefine ${where}${kept}`, action: { kind: 'undefine', running: facts.vm !== 'shut off' } }];
-  };
-
-  /**
-   * A replacement, in the order that keeps a record of it until nothing of the old member is left:
-   * with a domain, marked first and undefined last; without one, only etcd's listing (with its disks
-   * gone) says so, and the disks go before the removal.
-   */
-  const replacement = (facts: DepartFacts, removing: Change<DepartAction>[]): Change<DepartAction>[] => {
-    const existing = volumes.filter((v) => facts.volumes.includes(`${v.pool}/${v.name}`));
-    const theirs = existing.filter((v) => !v.ours);
-    if (theirs.length > 0) {
-      throw new MembershipRefusal(`refusing to replace ${member.name}: its volume(s) ${theirs.map((v) => `${v.pool}/${v.name}`).join(', ')} are the operator's (volume_id / data_volume_id); a replacement needs them empty: recreate them yourself. Nothing was changed.`);
-    }
-    const deletion: Change<DepartAction>[] = existing.length
-      ? [{ summary: `delete ${member.name}'s volumes ${existing.map((v) => `${v.pool}/${v.name}`).join(', ')} (the old member's disks are never reused)`, action: { kind: 'delete-volumes', volumes: existing.map(({ pool, name }) => ({ pool, name })) } }]
-      : [];
-    if (facts.vm === 'absent') return [...deletion, ...removing];
-    const active = facts.ownership.kind === 'ours' || facts.ownership.kind === 'to-mark' ? facts.ownership.running : false;
-    const mark: Change<DepartAction>[] = facts.markedReplacing
-      ? []
-      : [{ summary: `mark domain ${member.name} as being replaced (libvirt metadata): a run stopped from here on finishes the replacement`, action: { kind: 'mark-replacing', active, ...(facts.live ? { memberId: facts.live.id } : {}) } }];
-    const stop: Change<DepartAction>[] = facts.vm === 'shut off' ? [] : [{ summary: `stop ${where}`, action: { kind: 'stop' } }];
-    return [...mark, ...removing, ...stop, ...deletion, { summary: `undefine ${where} (its being-replaced mark goes with it)`, action: { kind: 'undefine', running: false } }];
-  };
-
+  const { departure, member } = how;
   return {
     name: departure,
     targets: [member.name],
-    async check() {
-      const [{ answer: list, member: asked }, answers] = await Promise.all([
-        firstAnswering(clients, staying, (client) => client.cluster.memberList({})),
-        remote.probe<string>(member, { ...ownerQuestions(member), replacing: replacingQuestion(member), ...Object.fromEntries(volumes.map((v, i) => [`volume${i}`, volInfo(v.pool, v.name)])) }),
-      ]);
-      const status = await (await clients.for(asked)).maintenance.status({});
-      const listed = list.members.map(liveMember);
-      const live = listed.find((m) => m.peerURLs.includes(peerUrl(inventory, member)));
-      return {
-        ...(live ? { live } : {}),
-        ...(status.leader && status.leader !== '0' ? { leaderId: status.leader } : {}),
-        ...(await votersHealth(inventory, clients, member, votingSets(inventory, listed, member, how))),
-        vm: answers.state!.code === 0 ? answers.state!.output.trim() : 'absent',
-        ownership: judgeOwnership(member.name, { mark: answers.mark!, title: answers.title!, state: answers.state! }, owner.identity, owner.adopt.has(member.name)),
-        markedReplacing: isMarkedReplacing(member.name, answers.replacing!),
-        volumes: volumes.filter((_, i) => answers[`volume${i}`]?.code === 0).map((v) => `${v.pool}/${v.name}`),
-      };
-    },
+    check: () => departFacts(inventory, clients, remote, how),
     plan(facts) {
-      if (facts.ownership.kind === 'refused') throw new MembershipRefusal(`refusing to ${departure === 'leave' ? 'remove' : 'replace'} ${member.name}: ${facts.ownership.reason}. Nothing was changed.`);
-      const removing = facts.live ? removal(facts, facts.live) : [];
-      return departure === 'leave' ? [...removing, ...leaveVm(facts)] : replacement(facts, removing);
+      if (facts.ownership.kind === 'refused') {
+        const verb = departure === 'leave' ? 'remove' : 'replace';
+        throw new MembershipRefusal(`refusing to ${verb} ${member.name}: ${facts.ownership.reason}. Nothing was changed.`);
+      }
+      const removing = facts.live ? removal(how, facts, facts.live) : [];
+      return departure === 'leave' ? [...removing, ...leaveVm(member, facts)] : replacement(member, facts, removing);
     },
     async apply(changes) {
       for (const { action } of changes) {
@@ -329,13 +329,113 @@ export function departStep(
           const target = await (await clients.for(action.to)).maintenance.status({});
           await (await clients.for(member)).maintenance.moveLeader({ targetID: target.header.member_id });
         } else if (action.kind === 'remove') {
-          await firstAnswering(clients, staying, (client) => client.cluster.memberRemove({ ID: action.id }));
+          await firstAnswering(clients, how.staying, (client) => client.cluster.memberRemove({ ID: action.id }));
         } else {
           await applyToVm(await remote.virshFor(member), member, action);
         }
       }
     },
   };
+}
+
+/** etcd's list and leader (from a member that stays), the voters' health, and the member's domain and volumes (one probe). */
+async function departFacts(inventory: Inventory, clients: EtcdClients, remote: RemoteContext, how: DepartOptions): Promise<DepartFacts> {
+  const { member, staying, owner } = how;
+  const volumes = volumesOf(member);
+  const volumeQuestions = Object.fromEntries(volumes.map((v, i) => [`volume${i}`, volInfo(v.pool, v.name)]));
+  const questions = { ...ownerQuestions(member), replacing: replacingQuestion(member), ...volumeQuestions };
+  const [{ answer: list, member: asked }, answers] = await Promise.all([
+    firstAnswering(clients, staying, (client) => client.cluster.memberList({})),
+    remote.probe<string>(member, questions),
+  ]);
+  const status = await (await clients.for(asked)).maintenance.status({});
+  const listed = list.members.map(liveMember);
+  const live = listed.find((m) => m.peerURLs.includes(peerUrl(inventory, member)));
+  return {
+    ...(live ? { live } : {}),
+    ...(status.leader && status.leader !== '0' ? { leaderId: status.leader } : {}),
+    ...(await votersHealth(inventory, clients, member, votingSets(inventory, listed, member, how))),
+    vm: answers.state!.code === 0 ? answers.state!.output.trim() : 'absent',
+    ownership: judgeOwnership(
+      member.name,
+      { mark: answers.mark!, title: answers.title!, state: answers.state! },
+      owner.identity,
+      owner.adopt.has(member.name),
+    ),
+    markedReplacing: isMarkedReplacing(member.name, answers.replacing!),
+    volumes: volumes.filter((_, i) => answers[`volume${i}`]?.code === 0).map((v) => `${v.pool}/${v.name}`),
+  };
+}
+
+const vmOf = (member: Member): string => `VM ${member.name} on ${member.hypervisor.name}`;
+
+/** Leadership moved away if the member leads, then the removal, or a refusal. */
+function removal({ departure, member, staying }: DepartOptions, facts: DepartFacts, live: LiveMember): Change<DepartAction>[] {
+  const refusal = quorumRefusal(facts, live);
+  if (refusal) {
+    const unhealthy = facts.unhealthy.length ? ` (not healthy: ${facts.unhealthy.join(', ')})` : '';
+    throw new MembershipRefusal(`refusing to remove ${member.name}: ${refusal}${unhealthy}. Nothing was changed.`);
+  }
+  const changes: Change<DepartAction>[] = [];
+  if (facts.leaderId === live.id) {
+    // To a member that stays where one is healthy: a departing one would only have to hand it on again.
+    const to = facts.healthy.find((m) => staying.some((s) => s.name === m.name)) ?? facts.healthy[0]!;
+    changes.push({ summary: `move leadership from ${member.name} to ${to.name} first`, action: { kind: 'move-leader', to } });
+  }
+  const why = departure === 'replace' ? '; it joins again empty and takes its data from the cluster' : '';
+  const id = `member ID ${BigInt(live.id).toString(16)}${live.isLearner ? ', a learner' : ''}`;
+  changes.push({ summary: `remove ${member.name} from the cluster (${id})${why}`, action: { kind: 'remove', id: live.id } });
+  return changes;
+}
+
+/** A leaver's VM goes; its volumes stay. */
+function leaveVm(member: Member, facts: DepartFacts): Change<DepartAction>[] {
+  if (facts.vm === 'absent') return [];
+  const kept = facts.volumes.length ? `; its volumes stay (${facts.volumes.join(', ')}: virsh vol-delete removes them)` : '';
+  const running = facts.vm !== 'shut off';
+  return [{ summary: `${running ? 'stop and ' : ''}undefine ${vmOf(member)}${kept}`, action: { kind: 'undefine', running } }];
+}
+
+/**
+ * A replacement, in the order that keeps a record of it until nothing of the old member is left:
+ * with a domain, marked first and undefined last; without one, only etcd's listing (with its disks
+ * gone) says so, and the disks go before the removal.
+ */
+function replacement(member: Member, facts: DepartFacts, removing: Change<DepartAction>[]): Change<DepartAction>[] {
+  const deletion = volumeDeletion(member, facts);
+  if (facts.vm === 'absent') return [...deletion, ...removing];
+  const active = facts.ownership.kind === 'ours' || facts.ownership.kind === 'to-mark' ? facts.ownership.running : false;
+  const mark: Change<DepartAction>[] = facts.markedReplacing
+    ? []
+    : [
+        {
+          summary: `mark domain ${member.name} as being replaced (libvirt metadata): a run stopped from here on finishes the replacement`,
+          action: { kind: 'mark-replacing', active, ...(facts.live ? { memberId: facts.live.id } : {}) },
+        },
+      ];
+  const stop: Change<DepartAction>[] = facts.vm === 'shut off' ? [] : [{ summary: `stop ${vmOf(member)}`, action: { kind: 'stop' } }];
+  const undefine: Change<DepartAction> = {
+    summary: `undefine ${vmOf(member)} (its being-replaced mark goes with it)`,
+    action: { kind: 'undefine', running: false },
+  };
+  return [...mark, ...removing, ...stop, ...deletion, undefine];
+}
+
+/** A replaced member's volumes that exist, deleted (the tool's own only: the operator's are refused). */
+function volumeDeletion(member: Member, facts: DepartFacts): Change<DepartAction>[] {
+  const existing = volumesOf(member).filter((v) => facts.volumes.includes(`${v.pool}/${v.name}`));
+  const named = (volumes: readonly Volume[]) => volumes.map((v) => `${v.pool}/${v.name}`).join(', ');
+  const theirs = existing.filter((v) => !v.ours);
+  if (theirs.length > 0) {
+    throw new MembershipRefusal(
+      `refusing to replace ${member.name}: its volume(s) ${named(theirs)} are the operator's (volume_id / data_volume_id); ` +
+        'a replacement needs them empty: recreate them yourself. Nothing was changed.',
+    );
+  }
+  if (existing.length === 0) return [];
+  const volumes = existing.map(({ pool, name }) => ({ pool, name }));
+  const summary = `delete ${member.name}'s volumes ${named(existing)} (the old member's disks are never reused)`;
+  return [{ summary, action: { kind: 'delete-volumes', volumes } }];
 }
 
 /** libvirt's part of a departure. */
@@ -361,11 +461,25 @@ async function applyToVm(virsh: Virsh, member: Member, action: Exclude<DepartAct
  * domain runs (libvirt's answer, left for the steps that ask it too) and whether its etcd answers with
  * a leader. Asked once, before the departures' order is fixed; each departure asks again for itself.
  */
-export async function departingHealth(clients: EtcdClients, remote: RemoteContext, departing: readonly Member[]): Promise<Map<string, KnownHealth>> {
+export async function departingHealth(
+  clients: EtcdClients,
+  remote: RemoteContext,
+  departing: readonly Member[],
+): Promise<Map<string, KnownHealth>> {
   const known = await Promise.all(
     departing.map(async (member) => {
-      const state = await remote.probe(member, { state: ownerQuestions(member).state }, { keep: true }).then(({ state: answer }) => answer, () => undefined);
-      const domainRunning = state === undefined ? undefined : state.code === 0 ? state.output.trim() === 'running' : saysDomainMissing(state.output) ? false : undefined;
+      const state = await remote.probe(member, { state: ownerQuestions(member).state }).then(
+        ({ state: answer }) => answer,
+        () => undefined,
+      );
+      const domainRunning =
+        state === undefined
+          ? undefined
+          : state.code === 0
+            ? state.output.trim() === 'running'
+            : saysDomainMissing(state.output)
+              ? false
+              : undefined;
       // Not asked of a VM known not to run: the answer would take the whole wait.
       const etcdHasLeader = domainRunning === false ? undefined : await hasLeaderNow(clients, member);
       return [member.name, knownHealth({ domainRunning, etcdHasLeader })] as const;
@@ -373,4 +487,3 @@ export async function departingHealth(clients: EtcdClients, remote: RemoteContex
   );
   return new Map(known);
 }
-

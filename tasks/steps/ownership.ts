@@ -12,7 +12,11 @@ import { memberTargets } from './member-targets.ts';
  * A domain an earlier version made for this cluster (or one adopted with --adopt) gets the mark, in
  * its persistent definition and, while it runs, live: no restart.
  */
-export function ownershipStep(members: readonly Member[], context: RemoteContext, { identity, adopt }: { identity: ClusterIdentity; adopt: ReadonlySet<string> }): Step<Ownership, 'mark'> {
+export function ownershipStep(
+  members: readonly Member[],
+  context: RemoteContext,
+  { identity, adopt }: { identity: ClusterIdentity; adopt: ReadonlySet<string> },
+): Step<Ownership, 'mark'> {
   const { targets, memberNamed } = memberTargets(members);
   return {
     name: 'owner',
@@ -24,12 +28,29 @@ export function ownershipStep(members: readonly Member[], context: RemoteContext
     plan(ownership, name) {
       if (ownership.kind === 'refused') throw new Error(`refusing to touch ${name}: ${ownership.reason}`);
       if (ownership.kind !== 'to-mark') return [];
-      return [{ summary: `mark domain ${name} as cluster ${identity.cluster}'s (${ownership.why}; ${ownership.running ? 'live and persistent, ' : ''}no restart)`, action: 'mark' }];
+      return [
+        {
+          summary: `mark domain ${name} as cluster ${identity.cluster}'s (${ownership.why}; ${ownership.running ? 'live and persistent, ' : ''}no restart)`,
+          action: 'mark',
+        },
+      ];
     },
     async apply(_changes, name, ownership) {
       const running = ownership.kind === 'to-mark' && ownership.running;
       const virsh = await context.virshFor(memberNamed(name));
-      await virsh.run(['metadata', '--domain', name, '--uri', OWNER_NAMESPACE, '--key', OWNER_PREFIX, '--set', ownerElement(identity), '--config', ...(running ? ['--live'] : [])]);
+      await virsh.run([
+        'metadata',
+        '--domain',
+        name,
+        '--uri',
+        OWNER_NAMESPACE,
+        '--key',
+        OWNER_PREFIX,
+        '--set',
+        ownerElement(identity),
+        '--config',
+        ...(running ? ['--live'] : []),
+      ]);
     },
   };
 }
@@ -39,7 +60,11 @@ export function ownershipStep(members: readonly Member[], context: RemoteContext
  * cluster as its own, until every member's domain carries the mark: then it stops, so a domain made
  * later under such a title is refused like any other unmarked one.
  */
-export function adoptionStep(stateDir: string, cluster: string, everyDomainMarked: () => boolean): Step<{ adoptsUnmarked: boolean }, 'stop'> {
+export function adoptionStep(
+  stateDir: string,
+  cluster: string,
+  everyDomainMarked: () => boolean,
+): Step<{ adoptsUnmarked: boolean }, 'stop'> {
   return {
     name: 'adoption',
     targets: [CONTROL_NODE],
@@ -48,7 +73,12 @@ export function adoptionStep(stateDir: string, cluster: string, everyDomainMarke
     },
     plan({ adoptsUnmarked }) {
       if (!adoptsUnmarked || !everyDomainMarked()) return [];
-      return [{ summary: `stop taking unmarked domains titled for cluster ${cluster} as its own (cluster-id.json): every member's domain carries the mark now`, action: 'stop' }];
+      return [
+        {
+          summary: `stop taking unmarked domains titled for cluster ${cluster} as its own (cluster-id.json): every member's domain carries the mark now`,
+          action: 'stop',
+        },
+      ];
     },
     async apply() {
       stopAdoptingUnmarked(stateDir);

@@ -4,9 +4,19 @@ import { writeNewIdentity } from '../pki/identity.ts';
 import { writePeerTrust } from '../pki/peer-trust.ts';
 import { generateRsaKey, generateSshKey } from '../pki/keys.ts';
 import { readFacts } from '../pki/materials.ts';
-import { caOf, chainAfterLeaf, knownHostsOf, planPki, PkiRefusal, rootKeyOffline, type PkiAction, type PkiFacts } from '../pki/plan.ts';
+import {
+  caOf,
+  chainAfterLeaf,
+  knownHostsOf,
+  planPki,
+  PkiRefusal,
+  rootKeyOffline,
+  type PkiAction,
+  type PkiFacts,
+  type WantedCertificate,
+} from '../pki/plan.ts';
 import { PUBLIC_FILE_MODE, writeFileAtomic } from '../core/files.ts';
-import type { PkiStore } from '../pki/store.ts';
+import type { PkiStore, StoredPair } from '../pki/store.ts';
 import { inspectCertificate, issueCertificate } from '../pki/x509.ts';
 
 /**
@@ -16,8 +26,6 @@ import { inspectCertificate, issueCertificate } from '../pki/x509.ts';
  * etcdctl, the tool) sends the chain up to the CA that members and clients trust.
  */
 export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore?: Date): Step<PkiFacts, PkiAction> {
-  const validityHours = inventory.pki.validity_period;
-  const organization = inventory.pki.organization;
   return {
     name: 'pki',
     targets: [CONTROL_NODE],
@@ -36,77 +44,135 @@ export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore
     warnings(facts) {
       if (!inventory.pki.intermediate || !rootKeyOffline(inventory, facts) || !facts.intermediate.public) return [];
       const until = inspectCertificate(facts.intermediate.public).notAfter.toISOString();
-      return [`the CA's key is offline (pki/ca.key is not in the state directory): the intermediate CA signs alone, until ${until}; put the key back for a run before then to renew it`];
+      return [
+        `the CA's key is offline (pki/ca.key is not in the state directory): the intermediate CA signs alone, until ${until}; ` +
+          'put the key back for a run before then to renew it',
+      ];
     },
-    async apply(changes: Change<PkiAction>[], _target, facts) {
-      const actions = changes.map((change) => change.action);
-      const issues = actions.flatMap((action) => (action.kind === 'issue' ? [action.certificate] : []));
-      const createCa = actions.some((action) => action.kind === 'create-ca');
-      const issueIntermediate = actions.some((action) => action.kind === 'issue-intermediate');
-      // Every key at once, on libuv's thread pool (RSA generation dominates); signing is quick and sequential.
-      const hostKeyMembers = actions.flatMap((action) => (action.kind === 'ssh-host-key' ? [action.member] : []));
-      const createPeerCa = actions.find((action) => action.kind === 'create-peer-ca');
-      const [caKey, peerCaKey, intermediateKey, leafKeys, sshKey, hostKeys] = await Promise.all([
-        createCa ? generateRsaKey(inventory.pki.key_length) : undefined,
-        createPeerCa ? generateRsaKey(inventory.pki.key_length) : undefined,
-        issueIntermediate ? generateRsaKey(inventory.pki.key_length) : undefined,
-        Promise.all(issues.map(() => generateRsaKey(inventory.pki.key_length))),
-        actions.some((action) => action.kind === 'ssh-key') ? generateSshKey(`etcd-kvm@${inventory.cluster.name}`) : undefined,
-        Promise.all(hostKeyMembers.map((member) => generateSshKey(`${member} host key`))),
-      ]);
-      let ca = caOf(inventory, facts.ca);
-      if (caKey) {
-        const certificate = issueCertificate({
-          commonName: `${inventory.cluster.name} etcd CA`,
-          organization,
-          profile: 'ca',
-          sans: { dns: [], ips: [] },
-          validityHours,
-          subjectKeyPem: caKey,
-        });
-        store.write('ca', { public: certificate, privateKey: caKey });
-        ca = { public: certificate, privateKey: caKey };
-      }
-      const operatorIntermediate = inventory.pki.intermediateCa;
-      let signer = operatorIntermediate ? { public: operatorIntermediate.certificate, privateKey: operatorIntermediate.key.reveal() } : inventory.pki.intermediate ? facts.intermediate : ca;
-      if (intermediateKey) {
-        const certificate = issueCertificate({
-          commonName: `${inventory.cluster.name} etcd intermediate CA`,
-          organization,
-          profile: 'intermediate-ca',
-          sans: { dns: [], ips: [] },
-          validityHours,
-          subjectKeyPem: intermediateKey,
-          issuer: { certificatePem: ca.public!, keyPem: ca.privateKey! },
-        });
-        store.write('intermediate', { public: certificate, privateKey: intermediateKey });
-        signer = { public: certificate, privateKey: intermediateKey };
-      }
-      let peerCa = facts.peerCa;
-      if (peerCaKey && createPeerCa) {
-        const certificate = issueCertificate({ commonName: `${inventory.cluster.name} etcd peer CA`, organization, profile: 'ca', sans: { dns: [], ips: [] }, validityHours, subjectKeyPem: peerCaKey });
-        store.write('peer-ca', { public: certificate, privateKey: peerCaKey });
-        peerCa = { public: certificate, privateKey: peerCaKey };
-        // Recorded with the CA: the stage members start from, which later runs move on (see peer-trust.ts).
-        if (!facts.peerTrust) writePeerTrust(store.stateDir, createPeerCa.firstStage);
-      }
-      const issuer = { certificatePem: signer.public!, keyPem: signer.privateKey! };
-      const chain = chainAfterLeaf(inventory, signer);
-      issues.forEach((wanted, i) => {
-        const key = leafKeys[i]!;
-        // A peer certificate is signed by the peer CA alone, with no chain: members trust that CA directly.
-        const peer = wanted.id.startsWith('peer/');
-        const certificate = issueCertificate({ commonName: wanted.commonName, organization, profile: wanted.profile, sans: wanted.sans, validityHours, subjectKeyPem: key, issuer: peer ? { certificatePem: peerCa.public!, keyPem: peerCa.privateKey! } : issuer });
-        store.write(wanted.id, { public: `${certificate}${peer ? '' : chain}`, privateKey: key });
-      });
-      if (sshKey) store.write('ssh/admin', { public: `${sshKey.publicLine}\n`, privateKey: sshKey.privatePem });
-      hostKeyMembers.forEach((member, i) => store.write(`ssh-host/${member}`, { public: `${hostKeys[i]!.publicLine}\n`, privateKey: hostKeys[i]!.privatePem }));
-      for (const action of actions) if (action.kind === 'retire-client') store.remove(action.id);
-      if (actions.some((action) => action.kind === 'seal-keys')) store.convertKeys('sealed');
-      for (const action of actions) if (action.kind === 'cluster-id') writeNewIdentity(store.stateDir, action.adoptsUnmarked);
-      if (actions.some((action) => action.kind === 'known-hosts')) {
-        writeFileAtomic(store.knownHostsPath, knownHostsOf(inventory, readFacts(inventory, store).hostKeys), PUBLIC_FILE_MODE);
-      }
-    },
+    apply: (changes: Change<PkiAction>[], _target, facts) =>
+      applyPki(
+        inventory,
+        store,
+        changes.map((change) => change.action),
+        facts,
+      ),
   };
+}
+
+type PeerCaAction = Extract<PkiAction, { kind: 'create-peer-ca' }>;
+type IssuerPair = Required<StoredPair>;
+
+/** The plan's actions carried out: keys first, then the CAs, the leaves they sign, the SSH keys and the records. */
+async function applyPki(inventory: Inventory, store: PkiStore, actions: PkiAction[], facts: PkiFacts): Promise<void> {
+  const issues = actions.flatMap((action) => (action.kind === 'issue' ? [action.certificate] : []));
+  const hostKeyMembers = actions.flatMap((action) => (action.kind === 'ssh-host-key' ? [action.member] : []));
+  const createPeerCa = actions.find((action): action is PeerCaAction => action.kind === 'create-peer-ca');
+  const keys = await generateKeys(inventory, actions, issues.length, hostKeyMembers);
+  const ca = keys.ca ? issueCa(inventory, store, keys.ca) : caOf(inventory, facts.ca);
+  const signer = keys.intermediate ? issueIntermediate(inventory, store, keys.intermediate, ca) : currentSigner(inventory, facts, ca);
+  const peerCa = keys.peerCa && createPeerCa ? issuePeerCa(inventory, store, keys.peerCa, createPeerCa, facts) : facts.peerCa;
+  issueLeaves(inventory, store, issues, keys.leaves, signer, peerCa);
+  if (keys.ssh) store.write('ssh/admin', { public: `${keys.ssh.publicLine}\n`, privateKey: keys.ssh.privatePem });
+  hostKeyMembers.forEach((member, i) => {
+    const { publicLine, privatePem } = keys.hostKeys[i]!;
+    store.write(`ssh-host/${member}`, { public: `${publicLine}\n`, privateKey: privatePem });
+  });
+  keepRecords(inventory, store, actions);
+}
+
+/** Every key the actions need, at once on libuv's thread pool (RSA generation dominates); signing is quick and sequential after. */
+async function generateKeys(inventory: Inventory, actions: readonly PkiAction[], leaves: number, hostKeyMembers: readonly string[]) {
+  const bits = inventory.pki.key_length;
+  const wants = (kind: PkiAction['kind']) => actions.some((action) => action.kind === kind);
+  const rsaIf = (wanted: boolean) => (wanted ? generateRsaKey(bits) : undefined);
+  const [ca, peerCa, intermediate, leafKeys, ssh, hostKeys] = await Promise.all([
+    rsaIf(wants('create-ca')),
+    rsaIf(wants('create-peer-ca')),
+    rsaIf(wants('issue-intermediate')),
+    Promise.all(Array.from({ length: leaves }, () => generateRsaKey(bits))),
+    wants('ssh-key') ? generateSshKey(`etcd-kvm@${inventory.cluster.name}`) : undefined,
+    Promise.all(hostKeyMembers.map((member) => generateSshKey(`${member} host key`))),
+  ]);
+  return { ca, peerCa, intermediate, leaves: leafKeys, ssh, hostKeys };
+}
+
+/** What every certificate of the cluster carries from the inventory. */
+const certificateBase = (inventory: Inventory) => ({
+  organization: inventory.pki.organization,
+  validityHours: inventory.pki.validity_period,
+  sans: { dns: [], ips: [] },
+});
+
+function issueCa(inventory: Inventory, store: PkiStore, key: string): IssuerPair {
+  const commonName = `${inventory.cluster.name} etcd CA`;
+  const certificate = issueCertificate({ ...certificateBase(inventory), commonName, profile: 'ca', subjectKeyPem: key });
+  store.write('ca', { public: certificate, privateKey: key });
+  return { public: certificate, privateKey: key };
+}
+
+/** What signs members and clients when no intermediate is issued now: the operator's intermediate, the stored one, or the CA. */
+function currentSigner(inventory: Inventory, facts: PkiFacts, ca: StoredPair): StoredPair {
+  const operatorIntermediate = inventory.pki.intermediateCa;
+  if (operatorIntermediate) return { public: operatorIntermediate.certificate, privateKey: operatorIntermediate.key.reveal() };
+  return inventory.pki.intermediate ? facts.intermediate : ca;
+}
+
+function issueIntermediate(inventory: Inventory, store: PkiStore, key: string, ca: StoredPair): IssuerPair {
+  const certificate = issueCertificate({
+    ...certificateBase(inventory),
+    commonName: `${inventory.cluster.name} etcd intermediate CA`,
+    profile: 'intermediate-ca',
+    subjectKeyPem: key,
+    issuer: { certificatePem: ca.public!, keyPem: ca.privateKey! },
+  });
+  store.write('intermediate', { public: certificate, privateKey: key });
+  return { public: certificate, privateKey: key };
+}
+
+function issuePeerCa(inventory: Inventory, store: PkiStore, key: string, action: PeerCaAction, facts: PkiFacts): IssuerPair {
+  const commonName = `${inventory.cluster.name} etcd peer CA`;
+  const certificate = issueCertificate({ ...certificateBase(inventory), commonName, profile: 'ca', subjectKeyPem: key });
+  store.write('peer-ca', { public: certificate, privateKey: key });
+  // Recorded with the CA: the stage members start from, which later runs move on (see peer-trust.ts).
+  if (!facts.peerTrust) writePeerTrust(store.stateDir, action.firstStage);
+  return { public: certificate, privateKey: key };
+}
+
+/** Each wanted leaf with its new key: a member's or client's by `signer` (with the chain after it), a peer's by the peer CA. */
+function issueLeaves(
+  inventory: Inventory,
+  store: PkiStore,
+  wanted: readonly WantedCertificate[],
+  keys: readonly string[],
+  signer: StoredPair,
+  peerCa: StoredPair,
+): void {
+  const issuer = { certificatePem: signer.public!, keyPem: signer.privateKey! };
+  const chain = chainAfterLeaf(inventory, signer);
+  const { organization, validityHours } = certificateBase(inventory);
+  wanted.forEach((leaf, i) => {
+    const key = keys[i]!;
+    // A peer certificate is signed by the peer CA alone, with no chain: members trust that CA directly.
+    const peer = leaf.id.startsWith('peer/');
+    const certificate = issueCertificate({
+      commonName: leaf.commonName,
+      organization,
+      profile: leaf.profile,
+      sans: leaf.sans,
+      validityHours,
+      subjectKeyPem: key,
+      issuer: peer ? { certificatePem: peerCa.public!, keyPem: peerCa.privateKey! } : issuer,
+    });
+    store.write(leaf.id, { public: `${certificate}${peer ? '' : chain}`, privateKey: key });
+  });
+}
+
+/** The state directory's bookkeeping: retired client certificates, sealed keys, the cluster's ID, known_hosts from the stored keys. */
+function keepRecords(inventory: Inventory, store: PkiStore, actions: readonly PkiAction[]): void {
+  for (const action of actions) if (action.kind === 'retire-client') store.remove(action.id);
+  if (actions.some((action) => action.kind === 'seal-keys')) store.convertKeys('sealed');
+  for (const action of actions) if (action.kind === 'cluster-id') writeNewIdentity(store.stateDir, action.adoptsUnmarked);
+  if (actions.some((action) => action.kind === 'known-hosts')) {
+    writeFileAtomic(store.knownHostsPath, knownHostsOf(inventory, readFacts(inventory, store).hostKeys), PUBLIC_FILE_MODE);
+  }
 }

@@ -17,60 +17,80 @@ import { memberTargets } from './member-targets.ts';
  */
 
 interface RestoreState {
-  /** Why the member could not be asked (dry-run while it boots). */
+  /** Why the member could not be asked, in a dry-run while it boots (a run waits, then fails instead). */
   unreachable?: string;
   restored: boolean;
   snapshot?: string;
 }
 
-export function restoreStep(inventory: Inventory, members: readonly Member[], connections: MemberConnections, source: SnapshotSource, dryRun: boolean): Step<RestoreState, 'restore'> {
+export function restoreStep(
+  inventory: Inventory,
+  members: readonly Member[],
+  connections: MemberConnections,
+  source: SnapshotSource,
+): Step<RestoreState, 'restore'> {
   const { targets, memberNamed } = memberTargets(inventory.restore.enabled ? members : []);
   const dataDir = inventory.etcd.data_dir;
-
-  /** The member's SSH, waiting while it boots (up to cluster.health_timeout); dry-run asks once. */
-  const reach = (member: Member): Promise<SshConnection> => connections.reach(member, { windowMs: inventory.cluster.health_timeout * 1000, once: dryRun });
+  /** How long a booting member's SSH is waited for: cluster.health_timeout (a dry-run's patience asks once). */
+  const timeoutMs = inventory.cluster.health_timeout * 1000;
 
   return {
     name: 'restore',
     targets,
-    async check(name) {
+    async check(name, patience) {
       const member = memberNamed(name);
       let ssh: SshConnection;
       try {
-        ssh = await reach(member);
+        ssh = await connections.reach(member, { windowMs: patience.windowMs(timeoutMs) });
       } catch (error) {
-        if (!dryRun) throw error;
-        return { unreachable: (error as Error).message, restored: false, snapshot: await source.choose() };
+        return { unreachable: patience.notReady(error), restored: false, snapshot: await source.choose() };
       }
       const hasData = async () => (await ssh.exec(['sudo', 'test', '-d', `${dataDir}/member`])).code === 0;
       if (await hasData()) return { restored: true };
       // Not yet: cloud-init may still be mounting the data disk and writing the unit; ask again after it.
-      await ssh.exec(['sudo', 'sh', '-c', waitForCloudInit()], { timeoutMs: inventory.cluster.health_timeout * 1000 });
+      await ssh.exec(['sudo', 'sh', '-c', waitForCloudInit()], { timeoutMs });
       return (await hasData()) ? { restored: true } : { restored: false, snapshot: await source.choose() };
     },
     plan(state, name) {
       if (state.restored) return [];
       const later = state.unreachable ? ' (once the member has booted)' : '';
-      return [{ summary: `restore ${name}'s data directory from ${state.snapshot} in ${source.bucket.where}, then start etcd${later}`, action: 'restore' }];
+      return [
+        {
+          summary: `restore ${name}'s data directory from ${state.snapshot} in ${source.bucket.where}, then start etcd${later}`,
+          action: 'restore',
+        },
+      ];
     },
     async apply(_changes, name) {
       const member = memberNamed(name);
       const snapshot = await source.open();
-      const ssh = await reach(member);
+      const ssh = await connections.reach(member, { windowMs: timeoutMs });
       const file = '/var/tmp/etcd-kvm-restore.db';
       const scratch = `${dataDir}/.etcd-kvm-restore`;
       // Over stdin, into a file only root reads: the snapshot is the cluster's data.
       // Streamed from the control node's copy; as long as the guest's disk takes it (the run's health_timeout).
-      await ssh.run(['sudo', 'sh', '-c', 'umask 077 && cat > "$1"', 'sh', file], { stdin: snapshot, describe: 'snapshot upload', timeoutMs: inventory.cluster.health_timeout * 1000 });
+      const upload = { stdin: snapshot, describe: 'snapshot upload', timeoutMs };
+      await ssh.run(['sudo', 'sh', '-c', 'umask 077 && cat > "$1"', 'sh', file], upload);
       await ssh.run(['sudo', 'rm', '-rf', scratch]);
       await ssh.run(
         [
-          'sudo', 'env', 'ETCDCTL_API=3', `${etcdBinaryDir(member)}/etcdctl`, 'snapshot', 'restore', file,
-          '--name', member.name,
-          '--initial-cluster', inventory.members.map((m) => `${m.name}=${peerUrl(inventory, m)}`).join(','),
-          '--initial-cluster-token', inventory.cluster.initial_token,
-          '--initial-advertise-peer-urls', peerUrl(inventory, member),
-          '--data-dir', scratch,
+          'sudo',
+          'env',
+          'ETCDCTL_API=3',
+          `${etcdBinaryDir(member)}/etcdctl`,
+          'snapshot',
+          'restore',
+          file,
+          '--name',
+          member.name,
+          '--initial-cluster',
+          inventory.members.map((m) => `${m.name}=${peerUrl(inventory, m)}`).join(','),
+          '--initial-cluster-token',
+          inventory.cluster.initial_token,
+          '--initial-advertise-peer-urls',
+          peerUrl(inventory, member),
+          '--data-dir',
+          scratch,
         ],
         { describe: 'etcdctl snapshot restore' },
       );

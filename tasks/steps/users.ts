@@ -6,11 +6,23 @@ import { revealSecret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import type { ClientIdentities } from '../etcd/identities.ts';
-import { memberHealth } from '../etcd/health.ts';
 import { retryTransient } from '../etcd/transient.ts';
 import { ignoreIf } from '../etcd/answers.ts';
-import { accessWarnings, AccessRefusal, formatManaged, MANAGED_KEY, parseManaged, planAccess, STATE_RECORD, type AccessAction, type LiveAccess, type ManagedNames, type Permission, type WantedAccess } from '../etcd/access.ts';
-import { authEnabled } from './auth.ts';
+import {
+  accessWarnings,
+  AccessRefusal,
+  formatManaged,
+  MANAGED_KEY,
+  parseManaged,
+  planAccess,
+  STATE_RECORD,
+  type AccessAction,
+  type LiveAccess,
+  type ManagedNames,
+  type Permission,
+  type WantedAccess,
+} from '../etcd/access.ts';
+import { authEnabled, notHealthy } from './auth.ts';
 import { memberTargets } from './member-targets.ts';
 
 /**
@@ -21,7 +33,7 @@ import { memberTargets } from './member-targets.ts';
  */
 
 interface UsersState {
-  /** Set when etcd could not be asked (dry-run before the cluster exists): everything is planned. */
+  /** Why etcd is not healthy, in a dry-run (a run fails instead): everything is planned for once it is. */
   unreachable?: string;
   live: LiveAccess;
   /** The state directory's record of the users and roles the tool made (STATE_RECORD). */
@@ -36,23 +48,41 @@ export function readStateRecord(stateDir: string): ManagedNames {
   return parseManaged(readIfExists(path), path);
 }
 
-const rejectedPassword = (error: unknown) => error instanceof Error && /authentication failed|invalid user ID or password/i.test(error.message);
+const rejectedPassword = (error: unknown) =>
+  error instanceof Error && /authentication failed|invalid user ID or password/i.test(error.message);
 
 const EMPTY: LiveAccess = { users: new Map(), roles: new Map(), managed: { users: [], roles: [] }, passwordsDiffer: [] };
 
 async function readAccess(client: Etcd3, inventory: Inventory): Promise<LiveAccess> {
-  const [userList, roleList, managedValue] = await Promise.all([client.auth.userList({}), client.auth.roleList({}), client.get(MANAGED_KEY).string()]);
+  const [userList, roleList, managedValue] = await Promise.all([
+    client.auth.userList({}),
+    client.auth.roleList({}),
+    client.get(MANAGED_KEY).string(),
+  ]);
   const managed = parseManaged(managedValue);
   // Only the users and roles the inventory names or the tool made: nobody else's are read.
-  const ofInterest = (names: readonly string[], listed: readonly string[], wanted: readonly string[]) => [...new Set([...wanted, ...names])].filter((name) => listed.includes(name));
+  const ofInterest = (names: readonly string[], listed: readonly string[], wanted: readonly string[]) =>
+    [...new Set([...wanted, ...names])].filter((name) => listed.includes(name));
   const roleNames = ofInterest(managed.roles, roleList.roles, Object.keys(inventory.roles));
   const userNames = ofInterest(managed.users, userList.users, Object.keys(inventory.users));
   const [roles, users] = await Promise.all([
-    Promise.all(roleNames.map(async (role) => [role, (await client.auth.roleGet({ role })).perm.map((p): Permission => ({ permType: p.permType, key: Buffer.from(p.key), rangeEnd: Buffer.from(p.range_end) }))] as const)),
+    Promise.all(
+      roleNames.map(
+        async (role) =>
+          [
+            role,
+            (await client.auth.roleGet({ role })).perm.map(
+              (p): Permission => ({ permType: p.permType, key: Buffer.from(p.key), rangeEnd: Buffer.from(p.range_end) }),
+            ),
+          ] as const,
+      ),
+    ),
     Promise.all(userNames.map(async (name) => [name, { roles: (await client.auth.userGet({ name })).roles }] as const)),
   ]);
   // Password mode: whether etcd accepts each managed user's inventory password (etcd keeps only a hash).
-  const checked = inventory.etcd.client_cert_auth ? [] : userNames.filter((name) => managed.users.includes(name) && name in inventory.users);
+  const checked = inventory.etcd.client_cert_auth
+    ? []
+    : userNames.filter((name) => managed.users.includes(name) && name in inventory.users);
   const differ = await Promise.all(
     checked.map((name) =>
       client.auth.authenticate({ name, password: revealSecret(inventory.users[name]!.password) }).then(
@@ -74,13 +104,20 @@ async function applyAction(client: Etcd3, stateDir: string, action: AccessAction
       await client.auth.roleAdd({ name: action.role }).catch(ignoreIf(/role name already exists/i));
       return;
     case 'grant-permission':
-      await client.auth.roleGrantPermission({ name: action.role, perm: { permType: action.permission.permType, key: action.permission.key, range_end: action.permission.rangeEnd } });
+      await client.auth.roleGrantPermission({
+        name: action.role,
+        perm: { permType: action.permission.permType, key: action.permission.key, range_end: action.permission.rangeEnd },
+      });
       return;
     case 'revoke-permission':
-      await client.auth.roleRevokePermission({ role: action.role, key: action.permission.key, range_end: action.permission.rangeEnd }).catch(ignoreIf(/permission is not granted/i));
+      await client.auth
+        .roleRevokePermission({ role: action.role, key: action.permission.key, range_end: action.permission.rangeEnd })
+        .catch(ignoreIf(/permission is not granted/i));
       return;
     case 'add-user': {
-      const user = action.password ? { name: action.user, password: revealSecret(action.password) } : { name: action.user, password: '', options: { no_password: true } };
+      const user = action.password
+        ? { name: action.user, password: revealSecret(action.password) }
+        : { name: action.user, password: '', options: { no_password: true } };
       await client.auth.userAdd(user).catch(ignoreIf(/user name already exists/i));
       return;
     }
@@ -102,21 +139,28 @@ async function applyAction(client: Etcd3, stateDir: string, action: AccessAction
   }
 }
 
-export function usersStep(inventory: Inventory, members: readonly Member[], clients: EtcdClients, identities: ClientIdentities, dryRun: boolean): Step<UsersState, AccessAction> {
+export function usersStep(
+  inventory: Inventory,
+  members: readonly Member[],
+  clients: EtcdClients,
+  identities: ClientIdentities,
+): Step<UsersState, AccessAction> {
   const { targets, memberNamed } = memberTargets(members.filter((member) => member.bootstrapsAuth));
   // Before the auth step has run (a dry-run of a new cluster), root does not exist yet.
-  const asRoot = async (member: Member) => clients.for(member, (await retryTransient(() => authEnabled(clients, member, identities))) ? identities.root() : identities.beforeAuth());
+  const asRoot = async (member: Member) =>
+    clients.for(
+      member,
+      (await retryTransient(() => authEnabled(clients, member, identities))) ? identities.root() : identities.beforeAuth(),
+    );
   const wanted: WantedAccess = { roles: inventory.roles, users: inventory.users, certificateMode: inventory.etcd.client_cert_auth };
   return {
     name: 'users',
     targets,
-    async check(name) {
+    async check(name, patience) {
       const member = memberNamed(name);
       const stateRecord = readStateRecord(inventory.stateDir);
-      if (dryRun) {
-        const health = await memberHealth(inventory, clients, member);
-        if (!health.healthy) return { unreachable: health.reason, live: EMPTY, stateRecord };
-      }
+      const unhealthy = await notHealthy(inventory, clients, member, patience);
+      if (unhealthy !== undefined) return { unreachable: unhealthy, live: EMPTY, stateRecord };
       const client = await asRoot(member);
       return { live: await retryTransient(() => readAccess(client, inventory)), stateRecord };
     },

@@ -28,18 +28,25 @@ export function volumeQuestions(member: Member): Partial<Record<VolumeQuestion, 
   return {
     os: volInfo(pool, 'existing' in os ? os.existing : os.name),
     ...(data ? { data: volInfo(pool, 'existing' in data ? data.existing : data.name) } : {}),
-    ...('base' in os ? { basePath: ['vol-path', '--pool', os.base.pool, os.base.volume], baseInfo: volInfo(os.base.pool, os.base.volume) } : {}),
+    ...('base' in os
+      ? { basePath: ['vol-path', '--pool', os.base.pool, os.base.volume], baseInfo: volInfo(os.base.pool, os.base.volume) }
+      : {}),
   };
 }
 
 async function probe(context: RemoteContext, member: Member): Promise<VolumesState> {
   const { os, data, pool } = member.volumes;
-  const answers: Partial<Record<VolumeQuestion, ProbeAnswer>> = await context.probe(member, volumeQuestions(member) as Record<VolumeQuestion, Question>);
+  const answers: Partial<Record<VolumeQuestion, ProbeAnswer>> = await context.probe(
+    member,
+    volumeQuestions(member) as Record<VolumeQuestion, Question>,
+  );
   const state: VolumesState = { os: volumeState(answers.os!, `volume ${pool}/${'existing' in os ? os.existing : os.name}`) };
   if (data && answers.data) state.data = volumeState(answers.data, `data volume of ${member.name}`);
   if ('base' in os && answers.baseInfo && answers.basePath) {
     const base = volumeState(answers.baseInfo, `base image ${os.base.pool}/${os.base.volume}`);
-    state.base = base.exists ? { path: answers.basePath.output.trim(), capacityBytes: base.capacityBytes } : { missing: `${os.base.pool}/${os.base.volume}` };
+    state.base = base.exists
+      ? { path: answers.basePath.output.trim(), capacityBytes: base.capacityBytes }
+      : { missing: `${os.base.pool}/${os.base.volume}` };
   }
   return state;
 }
@@ -64,7 +71,16 @@ export function volumesStep(
   let disksAtStart: Promise<Map<string, DiskSeen>> | undefined;
   const membersWithDisks = () =>
     (disksAtStart ??= Promise.all(
-      inventory.members.map(async (member) => [member.name, await probe(context, member).then((state): DiskSeen => (state.os.exists ? 'yes' : 'no'), (): DiskSeen => 'unknown')] as const),
+      inventory.members.map(
+        async (member) =>
+          [
+            member.name,
+            await probe(context, member).then(
+              (state): DiskSeen => (state.os.exists ? 'yes' : 'no'),
+              (): DiskSeen => 'unknown',
+            ),
+          ] as const,
+      ),
     ).then((entries) => new Map<string, DiskSeen>(entries)));
   return {
     name: 'volumes',
@@ -81,7 +97,10 @@ export function volumesStep(
       const { os, data, pool } = member.volumes;
       const changes: Change<VolumeAction>[] = [];
       if (!state.os.exists) {
-        if ('existing' in os) throw new Error(`volume_id ${os.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}; create it or drop volume_id to let the tool make an overlay on base_image`);
+        if ('existing' in os)
+          throw new Error(
+            `volume_id ${os.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}; create it or drop volume_id to let the tool make an overlay on base_image`,
+          );
         if (!joining && (!inventory.cluster.is_initializing || state.othersWithDisks.length > 0)) {
           throw new Error(
             `refusing to create a new OS disk for ${name}: the cluster already exists (${state.othersWithDisks.length > 0 ? `other members have their disks: ${state.othersWithDisks.join(', ')}` : 'cluster.is_initializing is false'}), ` +
@@ -90,7 +109,9 @@ export function volumesStep(
           );
         }
         if (!state.base || 'missing' in state.base) {
-          throw new Error(`base image ${state.base && 'missing' in state.base ? state.base.missing : '?'} not found on hypervisor ${member.hypervisor.name}; upload it (for the local lab: npm run lab:up)`);
+          throw new Error(
+            `base image ${state.base && 'missing' in state.base ? state.base.missing : '?'} not found on hypervisor ${member.hypervisor.name}; upload it (for the local lab: npm run lab:up)`,
+          );
         }
         const capacityBytes = Math.max(os.sizeGib ? os.sizeGib * GIB : 0, state.base.capacityBytes);
         changes.push({
@@ -99,7 +120,8 @@ export function volumesStep(
         });
       }
       if (data && state.data && !state.data.exists) {
-        if ('existing' in data) throw new Error(`data_volume_id ${data.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}`);
+        if ('existing' in data)
+          throw new Error(`data_volume_id ${data.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}`);
         if (!joining && formed) {
           throw new Error(
             `refusing to create a new data disk for ${name}: the cluster has formed, so ${pool}/${data.name} held this member's etcd data, and etcd would start on an empty one. ` +
@@ -116,8 +138,20 @@ export function volumesStep(
     async apply(changes, name) {
       const virsh = await context.virshFor(memberNamed(name));
       for (const { action } of changes) {
-        const common = ['vol-create-as', '--pool', action.pool, '--name', action.name, '--capacity', `${action.capacityBytes}`, '--format', 'qcow2'];
-        await virsh.run(action.kind === 'overlay' ? [...common, '--backing-vol', action.basePath, '--backing-vol-format', 'qcow2'] : common);
+        const common = [
+          'vol-create-as',
+          '--pool',
+          action.pool,
+          '--name',
+          action.name,
+          '--capacity',
+          `${action.capacityBytes}`,
+          '--format',
+          'qcow2',
+        ];
+        await virsh.run(
+          action.kind === 'overlay' ? [...common, '--backing-vol', action.basePath, '--backing-vol-format', 'qcow2'] : common,
+        );
       }
     },
   };

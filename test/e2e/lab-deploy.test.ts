@@ -6,7 +6,22 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { run } from '../helpers/exec.ts';
 import type { StatusReport } from '../../tasks/status/report.ts';
-import { deploy, deployInBackground, endpoint, etcdctl, inLab, lab, LAB_INVENTORY, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
+import {
+  deploy,
+  deployInBackground,
+  endpoint,
+  etcdctl,
+  inLab,
+  lab,
+  LAB_INVENTORY,
+  LAB_STATE,
+  MEMBER_IPS,
+  memberSsh,
+  NAMESPACE,
+  rootIdentity,
+  virsh,
+  type DeployRun,
+} from '../helpers/lab.ts';
 
 /**
  * The whole thing, for real: the local lab (libvirtd + QEMU in a network namespace), three Debian VMs
@@ -27,7 +42,25 @@ function deployed(t: { log: (...values: unknown[]) => void }, args: string[] = [
   return result;
 }
 
-const changed = (result: DeployRun) => result.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}: ${r.status} ${r.changes.map((c) => c.summary).join('; ')}`);
+/** What `deploy --list-phases` says a run with these arguments takes now: the phases that run, in order. */
+function listedPhases(t: { log: (...values: unknown[]) => void; is: ExecutionContext['is'] }, args: string[]): string[] {
+  const path = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'plan.json');
+  const listed = deployed(t, [...args, '--list-phases'], path);
+  t.is(listed.status, 0, listed.output.slice(-2000));
+  const { plan } = JSON.parse(readFileSync(path, 'utf8')) as { plan: { phase: string; runs: boolean }[] };
+  return plan.filter((phase) => phase.runs).map((phase) => phase.phase);
+}
+
+/** The phases a run took after pki and the gather stage's facts, from its --json report. */
+const phasesRun = (reportPath: string): string[] =>
+  (JSON.parse(readFileSync(reportPath, 'utf8')) as { timing: { phases: { phase: string }[] } }).timing.phases
+    .map(({ phase }) => phase)
+    .filter((phase) => !['pki', 'cluster', 'networks'].includes(phase));
+
+const changed = (result: DeployRun) =>
+  result.report.results
+    .filter((r) => r.status !== 'ok')
+    .map((r) => `${r.host}/${r.step}: ${r.status} ${r.changes.map((c) => c.summary).join('; ')}`);
 
 test.before((t) => {
   // Whatever an earlier (maybe killed) run left: start from an empty lab and fresh state.
@@ -79,16 +112,51 @@ test.serial('clients without a certificate, with another CA, or without a user a
 
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-ca-'));
   const openssl = (args: string[]) => t.is(run('openssl', args).status, 0);
-  openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=rogue-ca', '-keyout', join(dir, 'ca.key'), '-out', join(dir, 'ca.crt'), '-days', '1']);
+  openssl([
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-subj',
+    '/CN=rogue-ca',
+    '-keyout',
+    join(dir, 'ca.key'),
+    '-out',
+    join(dir, 'ca.crt'),
+    '-days',
+    '1',
+  ]);
   openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=root', '-keyout', join(dir, 'root.key'), '-out', join(dir, 'root.csr')]);
-  openssl(['x509', '-req', '-in', join(dir, 'root.csr'), '-CA', join(dir, 'ca.crt'), '-CAkey', join(dir, 'ca.key'), '-CAcreateserial', '-out', join(dir, 'root.crt'), '-days', '1']);
-  const rogue = etcdctl([endpoint('etcd-1')], { caCert: rootIdentity.caCert, cert: join(dir, 'root.crt'), key: join(dir, 'root.key') }, ['get', 'e2e/greeting']);
+  openssl([
+    'x509',
+    '-req',
+    '-in',
+    join(dir, 'root.csr'),
+    '-CA',
+    join(dir, 'ca.crt'),
+    '-CAkey',
+    join(dir, 'ca.key'),
+    '-CAcreateserial',
+    '-out',
+    join(dir, 'root.crt'),
+    '-days',
+    '1',
+  ]);
+  const rogue = etcdctl([endpoint('etcd-1')], { caCert: rootIdentity.caCert, cert: join(dir, 'root.crt'), key: join(dir, 'root.key') }, [
+    'get',
+    'e2e/greeting',
+  ]);
   t.not(rogue.status, 0);
   t.false(rogue.stdout.includes('hello'));
   rmSync(dir, { recursive: true, force: true });
 
   // A valid certificate whose CN is no etcd user (the member's own) is denied: auth is on.
-  const asMember = etcdctl([endpoint('etcd-1')], { caCert: rootIdentity.caCert, cert: join(LAB_STATE, 'pki/members/etcd-1.crt'), key: join(LAB_STATE, 'pki/members/etcd-1.key') }, ['get', 'e2e/greeting']);
+  const asMember = etcdctl(
+    [endpoint('etcd-1')],
+    { caCert: rootIdentity.caCert, cert: join(LAB_STATE, 'pki/members/etcd-1.crt'), key: join(LAB_STATE, 'pki/members/etcd-1.key') },
+    ['get', 'e2e/greeting'],
+  );
   t.not(asMember.status, 0);
   t.regex(asMember.stderr, /permission denied|user name not found/);
   t.regex(etcdctl([endpoint('etcd-1')], rootIdentity, ['user', 'get', 'root']).stdout, /Roles: root/);
@@ -96,18 +164,38 @@ test.serial('clients without a certificate, with another CA, or without a user a
 
 /** A TLS request to a member's peer port with a client certificate: the HTTP code, '000' when the handshake failed. */
 const peerPortAnswer = (member: keyof typeof MEMBER_IPS, cert: string, key: string, serverCa = join(LAB_STATE, 'pki/peer-ca.crt')) =>
-  inLab('curl', ['--silent', '--show-error', '--http1.1', '--max-time', '10', '--cacert', serverCa, '--cert', cert, '--key', key, '-o', '/dev/null', '-w', '%{http_code}', `https://${MEMBER_IPS[member]}:2380/members`]);
+  inLab('curl', [
+    '--silent',
+    '--show-error',
+    '--http1.1',
+    '--max-time',
+    '10',
+    '--cacert',
+    serverCa,
+    '--cert',
+    cert,
+    '--key',
+    key,
+    '-o',
+    '/dev/null',
+    '-w',
+    '%{http_code}',
+    `https://${MEMBER_IPS[member]}:2380/members`,
+  ]);
 
-test.serial("the peer port admits members only: the root client certificate fails the TLS handshake on every member, and the members talk", (t) => {
-  for (const member of MEMBERS) {
-    const answer = peerPortAnswer(member, rootIdentity.cert!, rootIdentity.key!);
-    t.is(answer.stdout, '000', `${member}: root's certificate must not reach /members on the peer port`);
-    t.regex(answer.stderr, /alert|certificate|SSL/i, member);
-    t.is(runningValue(member, 'ETCD_PEER_CERT_ALLOWED_CN'), 'etcd-kvm-peer', member);
-  }
-  const health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
-  t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 3);
-});
+test.serial(
+  'the peer port admits members only: the root client certificate fails the TLS handshake on every member, and the members talk',
+  (t) => {
+    for (const member of MEMBERS) {
+      const answer = peerPortAnswer(member, rootIdentity.cert!, rootIdentity.key!);
+      t.is(answer.stdout, '000', `${member}: root's certificate must not reach /members on the peer port`);
+      t.regex(answer.stderr, /alert|certificate|SSL/i, member);
+      t.is(runningValue(member, 'ETCD_PEER_CERT_ALLOWED_CN'), 'etcd-kvm-peer', member);
+    }
+    const health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
+    t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 3);
+  },
+);
 
 test.serial('each VM serves the SSH host key the tool generated and pinned: ssh through the hypervisor with strict checking', (t) => {
   for (const member of MEMBERS) {
@@ -119,9 +207,19 @@ test.serial('each VM serves the SSH host key the tool generated and pinned: ssh 
 
 test.serial("etcd's data is on the data disk, chrony uses the inventory's sources, the node exporter answers", (t) => {
   for (const member of MEMBERS) {
-    const mount = memberSsh(member, 'findmnt -n -o SOURCE,FSTYPE,LABEL /var/lib/etcd && sudo test -d /var/lib/etcd/member && stat -c %U:%a /var/lib/etcd');
+    const mount = memberSsh(
+      member,
+      'findmnt -n -o SOURCE,FSTYPE,LABEL /var/lib/etcd && sudo test -d /var/lib/etcd/member && stat -c %U:%a /var/lib/etcd',
+    );
     t.is(mount.status, 0, mount.stderr);
-    t.deepEqual(mount.stdout.trim().split('\n').map((line) => line.trim().split(/\s+/).join(' ')), ['/dev/vdb ext4 etcd-data', 'etcd:700'], member);
+    t.deepEqual(
+      mount.stdout
+        .trim()
+        .split('\n')
+        .map((line) => line.trim().split(/\s+/).join(' ')),
+      ['/dev/vdb ext4 etcd-data', 'etcd:700'],
+      member,
+    );
 
     // The lab has no time server: the configured sources are listed, unreachable.
     const sources = memberSsh(member, 'chronyc -n sources');
@@ -136,23 +234,37 @@ test.serial("etcd's data is on the data disk, chrony uses the inventory's source
   }
 });
 
-test.serial('a second run changes nothing, and a dry-run after it plans nothing; every guest answered through its agent', (t) => {
-  const second = deployed(t, ['--profile']);
-  t.is(second.status, 0);
-  // The guest agent answered for every member: no member's facts fell back to SSH.
-  t.regex(second.output, /^PROFILE/m);
-  t.notRegex(second.output, /not through the guest agent/);
-  // Every step on every host it acts on, each exactly once: the pipeline ran whole, nothing was skipped.
-  const perMember = ['render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health'];
-  t.deepEqual(
-    second.report.results.map((r) => `${r.step}@${r.host}`).sort(),
-    ['pki@localhost', 'members@localhost', 'formation@localhost', 'auth@etcd-1', 'users@etcd-1', ...perMember.flatMap((step) => MEMBERS.map((member) => `${step}@${member}`))].sort(),
-  );
-  t.deepEqual(changed(second), []);
-  const dry = deployed(t, ['--dry-run']);
-  t.is(dry.status, 0);
-  t.deepEqual(changed(dry), []);
-});
+test.serial(
+  'a second run changes nothing, and a dry-run after it plans nothing; every guest answered through its agent; --list-phases said the phases it took',
+  (t) => {
+    const listed = listedPhases(t, []);
+    const report = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json');
+    const second = deployed(t, ['--profile'], report);
+    t.is(second.status, 0);
+    t.deepEqual(phasesRun(report), listed);
+    t.deepEqual(listed, ['render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health', 'auth', 'users']);
+    // The guest agent answered for every member: no member's facts fell back to SSH.
+    t.regex(second.output, /^PROFILE/m);
+    t.notRegex(second.output, /not through the guest agent/);
+    // Every step on every host it acts on, each exactly once: the pipeline ran whole, nothing was skipped.
+    const perMember = ['render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health'];
+    t.deepEqual(
+      second.report.results.map((r) => `${r.step}@${r.host}`).sort(),
+      [
+        'pki@localhost',
+        'members@localhost',
+        'formation@localhost',
+        'auth@etcd-1',
+        'users@etcd-1',
+        ...perMember.flatMap((step) => MEMBERS.map((member) => `${step}@${member}`)),
+      ].sort(),
+    );
+    t.deepEqual(changed(second), []);
+    const dry = deployed(t, ['--dry-run']);
+    t.is(dry.status, 0);
+    t.deepEqual(changed(dry), []);
+  },
+);
 
 test.serial('ten consecutive runs on a converged cluster: changed=0 every time', (t) => {
   const times: number[] = [];
@@ -179,18 +291,33 @@ function status(t: ExecutionContext): { status: number; report: StatusReport; ta
 function etcdctlJson<T>(args: string[]): T {
   const result = etcdctl(ALL, rootIdentity, [...args, '-w', 'json']);
   if (result.status !== 0) throw new Error(result.stderr);
-  const exact = result.stdout.replace(/"(ID|member_id|cluster_id|leader)":(\d+)/g, (_, key: string, id: string) => `"${key}":"${BigInt(id).toString(16)}"`);
+  const exact = result.stdout.replace(
+    /"(ID|member_id|cluster_id|leader)":(\d+)/g,
+    (_, key: string, id: string) => `"${key}":"${BigInt(id).toString(16)}"`,
+  );
   return JSON.parse(exact) as T;
 }
 
-interface EndpointStatus { Status: { header: { member_id: string; revision: number }; leader: string; isLearner?: boolean } }
-interface MemberList { members: { ID: string; name: string; isLearner?: boolean }[] }
+interface EndpointStatus {
+  Status: { header: { member_id: string; revision: number }; leader: string; isLearner?: boolean };
+}
+interface MemberList {
+  members: { ID: string; name: string; isLearner?: boolean }[];
+}
 
 test.serial("status agrees with etcdctl's endpoint status and member list taken around it: IDs, leader, learners, revision", (t) => {
   // What status must agree on; raft indexes move even in a quiet cluster, these do not.
   const take = () => ({
-    endpoints: etcdctlJson<EndpointStatus[]>(['endpoint', 'status', '--cluster']).map(({ Status: s }) => ({ Status: { header: { member_id: s.header.member_id, revision: s.header.revision }, leader: s.leader, isLearner: Boolean(s.isLearner) } })),
-    list: { members: etcdctlJson<MemberList>(['member', 'list']).members.map((m) => ({ ID: m.ID, name: m.name, isLearner: Boolean(m.isLearner) })) },
+    endpoints: etcdctlJson<EndpointStatus[]>(['endpoint', 'status', '--cluster']).map(({ Status: s }) => ({
+      Status: { header: { member_id: s.header.member_id, revision: s.header.revision }, leader: s.leader, isLearner: Boolean(s.isLearner) },
+    })),
+    list: {
+      members: etcdctlJson<MemberList>(['member', 'list']).members.map((m) => ({
+        ID: m.ID,
+        name: m.name,
+        isLearner: Boolean(m.isLearner),
+      })),
+    },
   });
   const before = take();
   const { status: code, report, table } = status(t);
@@ -221,8 +348,14 @@ test.serial('drift: a destroyed member VM is started again and the data survives
   const down = status(t);
   t.is(down.status, 1);
   t.false(down.report.healthy);
-  t.like(down.report.members.find((m) => m.name === 'etcd-2'), { vm: 'shut off', role: 'unknown' });
-  t.true(down.report.problems.some((p) => p.startsWith('etcd-2: etcd does not answer')), down.report.problems.join(' | '));
+  t.like(
+    down.report.members.find((m) => m.name === 'etcd-2'),
+    { vm: 'shut off', role: 'unknown' },
+  );
+  t.true(
+    down.report.problems.some((p) => p.startsWith('etcd-2: etcd does not answer')),
+    down.report.problems.join(' | '),
+  );
   t.regex(down.table, /\ncluster: DEGRADED \(\d+ problems?\), 2 of 3 members voting/);
   const result = deployed(t);
   t.is(result.status, 0);
@@ -252,192 +385,265 @@ const markOf = (member: string) => virsh(['metadata', '--domain', member, '--uri
 /** QEMU's domain ID: a new one means the VM was started again. */
 const domainId = (member: string) => virsh(['domid', member]).stdout.trim();
 
-test.serial("a second cluster whose members share etcd-1..3's names is refused on every member; the first cluster's domains, seeds and data are untouched", (t) => {
-  const intruder = variant('intruder', (yaml) => yaml.replace(/^  name: lab$/m, '  name: intruder').replace('initial_token: etcd-kvm-lab', 'initial_token: intruder'));
-  const looked = () =>
-    MEMBERS.map((member) => ({
-      member,
-      xml: virsh(['dumpxml', '--inactive', member]).stdout,
-      id: domainId(member),
-      seed: run('sh', ['-c', 'virsh -q -c qemu:///system vol-download --pool etcd-lab "$1" /dev/stdout | sha256sum', 'sh', `${member}-cloud-init.iso`]).stdout,
-      volumes: virsh(['vol-list', '--pool', 'etcd-lab']).stdout,
-    }));
-  try {
-    const before = looked();
-    for (const { member, xml } of before) t.regex(xml, /<etcd-kvm:owner xmlns:etcd-kvm="urn:etcd-kvm:owner:1" cluster="lab" id="[0-9a-f-]{36}"\/>/, member);
-    const result = deployed(t, ['-i', intruder], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
-    t.is(result.status, 1);
-    for (const member of MEMBERS) {
-      t.regex(result.output, new RegExp(`${member}:[\\s\\S]*owner: FAILED: refusing to touch ${member}: domain ${member} belongs to cluster lab \\(id [0-9a-f-]{36}\\), not to this one \\(intruder`));
-      // Nothing on the hypervisor changed for it: every libvirt step after the owner's skipped.
-      t.deepEqual(result.report.results.filter((r) => r.host === member && r.status === 'changed').map((r) => r.step), ['render'], member);
+test.serial(
+  "a second cluster whose members share etcd-1..3's names is refused on every member; the first cluster's domains, seeds and data are untouched",
+  (t) => {
+    const intruder = variant('intruder', (yaml) =>
+      yaml.replace(/^ {2}name: lab$/m, '  name: intruder').replace('initial_token: etcd-kvm-lab', 'initial_token: intruder'),
+    );
+    const looked = () =>
+      MEMBERS.map((member) => ({
+        member,
+        xml: virsh(['dumpxml', '--inactive', member]).stdout,
+        id: domainId(member),
+        seed: run('sh', [
+          '-c',
+          'virsh -q -c qemu:///system vol-download --pool etcd-lab "$1" /dev/stdout | sha256sum',
+          'sh',
+          `${member}-cloud-init.iso`,
+        ]).stdout,
+        volumes: virsh(['vol-list', '--pool', 'etcd-lab']).stdout,
+      }));
+    try {
+      const before = looked();
+      for (const { member, xml } of before)
+        t.regex(xml, /<etcd-kvm:owner xmlns:etcd-kvm="urn:etcd-kvm:owner:1" cluster="lab" id="[0-9a-f-]{36}"\/>/, member);
+      const result = deployed(t, ['-i', intruder], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
+      t.is(result.status, 1);
+      for (const member of MEMBERS) {
+        t.regex(
+          result.output,
+          new RegExp(
+            `${member}:[\\s\\S]*owner: FAILED: refusing to touch ${member}: domain ${member} belongs to cluster lab \\(id [0-9a-f-]{36}\\), not to this one \\(intruder`,
+          ),
+        );
+        // Nothing on the hypervisor changed for it: every libvirt step after the owner's skipped.
+        t.deepEqual(
+          result.report.results.filter((r) => r.host === member && r.status === 'changed').map((r) => r.step),
+          ['render'],
+          member,
+        );
+      }
+      t.deepEqual(looked(), before);
+      t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/greeting']).stdout.trim(), 'hello from etcd-1');
+    } finally {
+      rmSync(intruder, { force: true });
+      rmSync('inventories/.etcd-kvm/intruder', { recursive: true, force: true });
     }
-    t.deepEqual(looked(), before);
-    t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/greeting']).stdout.trim(), 'hello from etcd-1');
-  } finally {
-    rmSync(intruder, { force: true });
-    rmSync('inventories/.etcd-kvm/intruder', { recursive: true, force: true });
-  }
-});
+  },
+);
 
-test.serial('a domain without the mark is refused until --adopt names it; a cluster deployed before marks gets them; marking restarts nothing', (t) => {
-  const ids = Object.fromEntries(MEMBERS.map((member) => [member, domainId(member)]));
-  // One mark gone (as if defined by hand): refused on that member alone, until --adopt.
-  t.is(virsh(['metadata', '--domain', 'etcd-2', '--uri', OWNER_NS, '--remove', '--config', '--live']).status, 0);
-  const refused = deployed(t);
-  t.is(refused.status, 1);
-  t.regex(refused.output, /owner: FAILED: refusing to touch etcd-2: domain etcd-2 exists without this tool's mark \(titled for cluster lab\); nothing of it or its volumes is touched\. If it is this cluster's member, run with --adopt/);
-  t.deepEqual(refused.report.results.filter((r) => r.status === 'failed').map((r) => `${r.host}/${r.step}`), ['etcd-2/owner']);
-  const adopted = deployed(t, ['--adopt', 'etcd-2']);
-  t.is(adopted.status, 0);
-  t.deepEqual(changed(adopted), ["etcd-2/owner: changed mark domain etcd-2 as cluster lab's (adopted (--adopt); live and persistent, no restart)"]);
-  t.is(markOf('etcd-2'), markOf('etcd-1'));
+test.serial(
+  'a domain without the mark is refused until --adopt names it; a cluster deployed before marks gets them; marking restarts nothing',
+  (t) => {
+    const ids = Object.fromEntries(MEMBERS.map((member) => [member, domainId(member)]));
+    // One mark gone (as if defined by hand): refused on that member alone, until --adopt.
+    t.is(virsh(['metadata', '--domain', 'etcd-2', '--uri', OWNER_NS, '--remove', '--config', '--live']).status, 0);
+    const refused = deployed(t);
+    t.is(refused.status, 1);
+    t.regex(
+      refused.output,
+      /owner: FAILED: refusing to touch etcd-2: domain etcd-2 exists without this tool's mark \(titled for cluster lab\); nothing of it or its volumes is touched\. If it is this cluster's member, run with --adopt/,
+    );
+    t.deepEqual(
+      refused.report.results.filter((r) => r.status === 'failed').map((r) => `${r.host}/${r.step}`),
+      ['etcd-2/owner'],
+    );
+    const adopted = deployed(t, ['--adopt', 'etcd-2']);
+    t.is(adopted.status, 0);
+    t.deepEqual(changed(adopted), [
+      "etcd-2/owner: changed mark domain etcd-2 as cluster lab's (adopted (--adopt); live and persistent, no restart)",
+    ]);
+    t.is(markOf('etcd-2'), markOf('etcd-1'));
 
-  // A cluster deployed before domains were marked: no marks, no cluster-id.json, a state directory with its CA.
-  for (const member of MEMBERS) t.is(virsh(['metadata', '--domain', member, '--uri', OWNER_NS, '--remove', '--config', '--live']).status, 0);
-  rmSync(join(LAB_STATE, 'cluster-id.json'));
-  const migrated = deployed(t);
-  t.is(migrated.status, 0);
-  const id = (JSON.parse(readFileSync(join(LAB_STATE, 'cluster-id.json'), 'utf8')) as { id: string }).id;
-  for (const member of MEMBERS) {
-    t.is(markOf(member), `<owner cluster="lab" id="${id}"/>`);
-    t.regex(virsh(['dumpxml', '--inactive', member]).stdout, new RegExp(`cluster="lab" id="${id}"`), `${member}: in its persistent definition too`);
-  }
-  t.deepEqual(
-    changed(migrated).filter((line) => !line.includes('/render:')),
-    [
-      "localhost/pki: changed create the cluster's ID (cluster-id.json), which marks its domains as its own; domains an earlier version made for this cluster get the mark",
-      ...MEMBERS.map((member) => `${member}/owner: changed mark domain ${member} as cluster lab's (made for this cluster before domains were marked; live and persistent, no restart)`),
-      "localhost/adoption: changed stop taking unmarked domains titled for cluster lab as its own (cluster-id.json): every member's domain carries the mark now",
-    ],
-  );
-  t.false((JSON.parse(readFileSync(join(LAB_STATE, 'cluster-id.json'), 'utf8')) as { adoptsUnmarked: boolean }).adoptsUnmarked);
-  t.deepEqual(Object.fromEntries(MEMBERS.map((member) => [member, domainId(member)])), ids, 'no VM was started again');
-  t.deepEqual(changed(deployed(t)), []);
-});
+    // A cluster deployed before domains were marked: no marks, no cluster-id.json, a state directory with its CA.
+    for (const member of MEMBERS)
+      t.is(virsh(['metadata', '--domain', member, '--uri', OWNER_NS, '--remove', '--config', '--live']).status, 0);
+    rmSync(join(LAB_STATE, 'cluster-id.json'));
+    const migrated = deployed(t);
+    t.is(migrated.status, 0);
+    const id = (JSON.parse(readFileSync(join(LAB_STATE, 'cluster-id.json'), 'utf8')) as { id: string }).id;
+    for (const member of MEMBERS) {
+      t.is(markOf(member), `<owner cluster="lab" id="${id}"/>`);
+      t.regex(
+        virsh(['dumpxml', '--inactive', member]).stdout,
+        new RegExp(`cluster="lab" id="${id}"`),
+        `${member}: in its persistent definition too`,
+      );
+    }
+    t.deepEqual(
+      changed(migrated).filter((line) => !line.includes('/render:')),
+      [
+        "localhost/pki: changed create the cluster's ID (cluster-id.json), which marks its domains as its own; domains an earlier version made for this cluster get the mark",
+        ...MEMBERS.map(
+          (member) =>
+            `${member}/owner: changed mark domain ${member} as cluster lab's (made for this cluster before domains were marked; live and persistent, no restart)`,
+        ),
+        "localhost/adoption: changed stop taking unmarked domains titled for cluster lab as its own (cluster-id.json): every member's domain carries the mark now",
+      ],
+    );
+    t.false((JSON.parse(readFileSync(join(LAB_STATE, 'cluster-id.json'), 'utf8')) as { adoptsUnmarked: boolean }).adoptsUnmarked);
+    t.deepEqual(Object.fromEntries(MEMBERS.map((member) => [member, domainId(member)])), ids, 'no VM was started again');
+    t.deepEqual(changed(deployed(t)), []);
+  },
+);
 
-test.serial('a member attached by network_id: resolved on the hypervisor to the same network, nothing changes; an unknown UUID fails that member alone', (t) => {
-  const uuid = virsh(['net-uuid', 'etcd-lab']).stdout.trim();
-  t.regex(uuid, /^[0-9a-f-]{36}$/);
-  const attach = (id: string) => (yaml: string) => yaml.replace(/(- name: etcd-1\n {4}libvirt_networks:\n {6}- )network_name: etcd-lab/, `$1network_id: ${id}`);
-  const byId = variant('network-id', attach(uuid));
-  const unknownId = variant('network-id-unknown', attach('1b4e28ba-2fa1-11d2-883f-0016d3cca427'));
-  try {
-    const resolved = deployed(t, ['-i', byId]);
-    t.is(resolved.status, 0);
-    t.regex(resolved.output, /networks: 0 changed, 1 ok/);
-    t.deepEqual(changed(resolved), [], 'the domain renders with the network\'s name: the same definition');
-    const unknown = deployed(t, ['-i', unknownId]);
-    t.is(unknown.status, 1);
-    t.regex(unknown.output, /networks: FAILED: network_id 1b4e28ba-2fa1-11d2-883f-0016d3cca427 names no libvirt network on hypervisor lab/);
-    t.deepEqual(unknown.report.results.filter((r) => r.status === 'failed').map((r) => `${r.host}/${r.step}`), ['etcd-1/networks']);
-    t.deepEqual(unknown.report.results.filter((r) => r.status === 'changed').map((r) => `${r.host}/${r.step}`), []);
-  } finally {
-    rmSync(byId, { force: true });
-    rmSync(unknownId, { force: true });
-  }
-});
+test.serial(
+  'a member attached by network_id: resolved on the hypervisor to the same network, nothing changes; an unknown UUID fails that member alone',
+  (t) => {
+    const uuid = virsh(['net-uuid', 'etcd-lab']).stdout.trim();
+    t.regex(uuid, /^[0-9a-f-]{36}$/);
+    const attach = (id: string) => (yaml: string) =>
+      yaml.replace(/(- name: etcd-1\n {4}libvirt_networks:\n {6}- )network_name: etcd-lab/, `$1network_id: ${id}`);
+    const byId = variant('network-id', attach(uuid));
+    const unknownId = variant('network-id-unknown', attach('1b4e28ba-2fa1-11d2-883f-0016d3cca427'));
+    try {
+      const resolved = deployed(t, ['-i', byId]);
+      t.is(resolved.status, 0);
+      t.regex(resolved.output, /networks: 0 changed, 1 ok/);
+      t.deepEqual(changed(resolved), [], "the domain renders with the network's name: the same definition");
+      const unknown = deployed(t, ['-i', unknownId]);
+      t.is(unknown.status, 1);
+      t.regex(
+        unknown.output,
+        /networks: FAILED: network_id 1b4e28ba-2fa1-11d2-883f-0016d3cca427 names no libvirt network on hypervisor lab/,
+      );
+      t.deepEqual(
+        unknown.report.results.filter((r) => r.status === 'failed').map((r) => `${r.host}/${r.step}`),
+        ['etcd-1/networks'],
+      );
+      t.deepEqual(
+        unknown.report.results.filter((r) => r.status === 'changed').map((r) => `${r.host}/${r.step}`),
+        [],
+      );
+    } finally {
+      rmSync(byId, { force: true });
+      rmSync(unknownId, { force: true });
+    }
+  },
+);
 
 // Application users and their client bundles.
 
 /** etcdctl as an operator's client machine runs it: only the bundle's etcdctl.env, inside the lab namespace. */
-const asBundle = (dir: string, args: string[]) => inLab('sh', ['-c', `set -a; . ${dir}/etcdctl.env; set +a; exec etcdctl --dial-timeout=5s --command-timeout=10s "$@"`, 'etcdctl', ...args]);
+const asBundle = (dir: string, args: string[]) =>
+  inLab('sh', [
+    '-c',
+    `set -a; . ${dir}/etcdctl.env; set +a; exec etcdctl --dial-timeout=5s --command-timeout=10s "$@"`,
+    'etcdctl',
+    ...args,
+  ]);
 
-test.serial('an application user: its bundle writes and reads under /app1/ only, a narrower permission applies on the next run, removed from the inventory it is gone; a user made by hand is left alone', (t) => {
-  const users = (access: string) => (yaml: string) => `${yaml}\nroles:\n  app1-rw:\n    permissions:\n      - prefix: /app1/\n        access: ${access}\nusers:\n  app1:\n    roles: [app1-rw]\n`;
-  const readwrite = variant('users-rw', users('readwrite'));
-  const readOnly = variant('users-r', users('read'));
-  const bundle = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-bundle-'));
-  try {
-    t.is(etcdctl(ALL, rootIdentity, ['user', 'add', 'handmade:handmade-pw']).status, 0);
-    const created = deployed(t, ['-i', readwrite]);
-    t.is(created.status, 0);
-    t.deepEqual(created.report.results.filter((r) => r.step === 'users').flatMap((r) => r.changes.map((c) => c.summary)), [
-      'record the users and roles the tool manages in etcd-kvm/managed-access and the state directory (managed-access.json)',
-      'create role app1-rw',
-      'grant readwrite prefix "/app1/" to role app1-rw',
-      'create user app1 (no password: its client certificate CN=app1 logs it in)',
-      'grant role app1-rw to user app1',
-    ]);
-    const written = run(process.execPath, ['--import', 'tsx', 'tasks/client.ts', '-i', readwrite, '--user', 'app1', '--out', bundle]);
-    t.is(written.status, 0, written.stderr);
-    t.is(statSync(join(bundle, 'app1.key')).mode & 0o777, 0o600);
+test.serial(
+  'an application user: its bundle writes and reads under /app1/ only, a narrower permission applies on the next run, removed from the inventory it is gone; a user made by hand is left alone',
+  (t) => {
+    const users = (access: string) => (yaml: string) =>
+      `${yaml}\nroles:\n  app1-rw:\n    permissions:\n      - prefix: /app1/\n        access: ${access}\nusers:\n  app1:\n    roles: [app1-rw]\n`;
+    const readwrite = variant('users-rw', users('readwrite'));
+    const readOnly = variant('users-r', users('read'));
+    const bundle = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-bundle-'));
+    try {
+      t.is(etcdctl(ALL, rootIdentity, ['user', 'add', 'handmade:handmade-pw']).status, 0);
+      const created = deployed(t, ['-i', readwrite]);
+      t.is(created.status, 0);
+      t.deepEqual(
+        created.report.results.filter((r) => r.step === 'users').flatMap((r) => r.changes.map((c) => c.summary)),
+        [
+          'record the users and roles the tool manages in etcd-kvm/managed-access and the state directory (managed-access.json)',
+          'create role app1-rw',
+          'grant readwrite prefix "/app1/" to role app1-rw',
+          'create user app1 (no password: its client certificate CN=app1 logs it in)',
+          'grant role app1-rw to user app1',
+        ],
+      );
+      const written = run(process.execPath, ['--import', 'tsx', 'tasks/client.ts', '-i', readwrite, '--user', 'app1', '--out', bundle]);
+      t.is(written.status, 0, written.stderr);
+      t.is(statSync(join(bundle, 'app1.key')).mode & 0o777, 0o600);
 
-    t.is(asBundle(bundle, ['put', '/app1/greeting', 'hello app1']).status, 0);
-    t.is(asBundle(bundle, ['get', '--print-value-only', '/app1/greeting']).stdout.trim(), 'hello app1');
-    t.regex(asBundle(bundle, ['put', '/app2/greeting', 'no']).stderr, /permission denied/);
-    t.regex(asBundle(bundle, ['get', 'e2e/greeting']).stderr, /permission denied/);
-    t.regex(asBundle(bundle, ['user', 'list']).stderr, /permission denied/);
-    t.deepEqual(changed(deployed(t, ['-i', readwrite])), []);
+      t.is(asBundle(bundle, ['put', '/app1/greeting', 'hello app1']).status, 0);
+      t.is(asBundle(bundle, ['get', '--print-value-only', '/app1/greeting']).stdout.trim(), 'hello app1');
+      t.regex(asBundle(bundle, ['put', '/app2/greeting', 'no']).stderr, /permission denied/);
+      t.regex(asBundle(bundle, ['get', 'e2e/greeting']).stderr, /permission denied/);
+      t.regex(asBundle(bundle, ['user', 'list']).stderr, /permission denied/);
+      t.deepEqual(changed(deployed(t, ['-i', readwrite])), []);
 
-    const narrowed = deployed(t, ['-i', readOnly]);
-    t.is(narrowed.status, 0);
-    t.deepEqual(changed(narrowed), ['etcd-1/users: changed grant read prefix "/app1/" to role app1-rw']);
-    t.is(asBundle(bundle, ['get', '--print-value-only', '/app1/greeting']).stdout.trim(), 'hello app1');
-    t.regex(asBundle(bundle, ['put', '/app1/greeting', 'changed']).stderr, /permission denied/);
+      const narrowed = deployed(t, ['-i', readOnly]);
+      t.is(narrowed.status, 0);
+      t.deepEqual(changed(narrowed), ['etcd-1/users: changed grant read prefix "/app1/" to role app1-rw']);
+      t.is(asBundle(bundle, ['get', '--print-value-only', '/app1/greeting']).stdout.trim(), 'hello app1');
+      t.regex(asBundle(bundle, ['put', '/app1/greeting', 'changed']).stderr, /permission denied/);
 
-    // The lab's own inventory has no users: app1 and its role leave etcd, its certificate the state directory.
-    const removed = deployed(t);
-    t.is(removed.status, 0);
-    t.deepEqual(changed(removed), [
-      'localhost/pki: changed delete certificate client/app1 and its key (no such user in the inventory)',
-      'etcd-1/users: changed delete user app1 (no longer in the inventory); delete role app1-rw (no longer in the inventory); forget user app1, role app1-rw in etcd-kvm/managed-access and the state directory (managed-access.json)',
-    ]);
-    t.deepEqual(etcdctl(ALL, rootIdentity, ['user', 'list']).stdout.trim().split('\n').sort(), ['handmade', 'root']);
-    t.deepEqual(etcdctl(ALL, rootIdentity, ['role', 'list']).stdout.trim().split('\n'), ['root']);
-    t.false(existsSync(join(LAB_STATE, 'pki/clients/app1.key')));
-    t.not(asBundle(bundle, ['get', '/app1/greeting']).status, 0, 'the removed user is refused');
-  } finally {
-    rmSync(readwrite, { force: true });
-    rmSync(readOnly, { force: true });
-    rmSync(bundle, { recursive: true, force: true });
-    etcdctl(ALL, rootIdentity, ['user', 'delete', 'handmade']);
-    etcdctl(ALL, rootIdentity, ['del', '--prefix', '/app1/']);
-  }
-});
-
-test.serial('encrypted state on the lab: deploys work with the passphrase and change nothing, no key is in the clear, a wrong passphrase is exit 2 with nothing changed', (t) => {
-  const env = (passphrase: string) => ({ ...process.env, ETCD_KVM_PASSPHRASE: passphrase });
-  const state = (flag: string) => run(process.execPath, ['--import', 'tsx', 'tasks/state.ts', '-i', 'inventories/lab.yaml', flag], { env: env('lab-e2e-passphrase') });
-  const files = () => {
-    const all = new Map<string, string>();
-    const walk = (sub: string) => {
-      for (const entry of readdirSync(join(LAB_STATE, sub), { withFileTypes: true })) {
-        if (entry.isDirectory()) walk(join(sub, entry.name));
-        else if (entry.name.endsWith('.key') || entry.name.endsWith('.crt')) all.set(join(sub, entry.name), readFileSync(join(LAB_STATE, sub, entry.name), 'utf8'));
-      }
-    };
-    walk('');
-    return all;
-  };
-  const plain = files();
-  const encrypted = state('--encrypt');
-  t.is(encrypted.status, 0, encrypted.stderr);
-  try {
-    t.is(run('grep', ['-rl', 'PRIVATE KEY', LAB_STATE]).stdout, '');
-    for (const passphraseRun of [1, 2]) {
-      const result = runWith(t, env('lab-e2e-passphrase'));
-      t.is(result.status, 0, `run ${passphraseRun}`);
-      t.deepEqual(changed(result), [], `run ${passphraseRun}`);
+      // The lab's own inventory has no users: app1 and its role leave etcd, its certificate the state directory.
+      const removed = deployed(t);
+      t.is(removed.status, 0);
+      t.deepEqual(changed(removed), [
+        'localhost/pki: changed delete certificate client/app1 and its key (no such user in the inventory)',
+        'etcd-1/users: changed delete user app1 (no longer in the inventory); delete role app1-rw (no longer in the inventory); forget user app1, role app1-rw in etcd-kvm/managed-access and the state directory (managed-access.json)',
+      ]);
+      t.deepEqual(etcdctl(ALL, rootIdentity, ['user', 'list']).stdout.trim().split('\n').sort(), ['handmade', 'root']);
+      t.deepEqual(etcdctl(ALL, rootIdentity, ['role', 'list']).stdout.trim().split('\n'), ['root']);
+      t.false(existsSync(join(LAB_STATE, 'pki/clients/app1.key')));
+      t.not(asBundle(bundle, ['get', '/app1/greeting']).status, 0, 'the removed user is refused');
+    } finally {
+      rmSync(readwrite, { force: true });
+      rmSync(readOnly, { force: true });
+      rmSync(bundle, { recursive: true, force: true });
+      etcdctl(ALL, rootIdentity, ['user', 'delete', 'handmade']);
+      etcdctl(ALL, rootIdentity, ['del', '--prefix', '/app1/']);
     }
-    const sealed = files();
-    const wrong = runWith(t, env('wrong-passphrase'));
-    t.is(wrong.status, 2);
-    t.regex(wrong.output, /wrong passphrase for the state directory/);
-    t.deepEqual(files(), sealed);
-  } finally {
-    const decrypted = state('--decrypt');
-    t.is(decrypted.status, 0, decrypted.stderr);
-  }
-  t.deepEqual(files(), plain, 'decrypted, every key and certificate is as before');
-});
+  },
+);
+
+test.serial(
+  'encrypted state on the lab: deploys work with the passphrase and change nothing, no key is in the clear, a wrong passphrase is exit 2 with nothing changed',
+  (t) => {
+    const env = (passphrase: string) => ({ ...process.env, ETCD_KVM_PASSPHRASE: passphrase });
+    const state = (flag: string) =>
+      run(process.execPath, ['--import', 'tsx', 'tasks/state.ts', '-i', 'inventories/lab.yaml', flag], { env: env('lab-e2e-passphrase') });
+    const files = () => {
+      const all = new Map<string, string>();
+      const walk = (sub: string) => {
+        for (const entry of readdirSync(join(LAB_STATE, sub), { withFileTypes: true })) {
+          if (entry.isDirectory()) walk(join(sub, entry.name));
+          else if (entry.name.endsWith('.key') || entry.name.endsWith('.crt'))
+            all.set(join(sub, entry.name), readFileSync(join(LAB_STATE, sub, entry.name), 'utf8'));
+        }
+      };
+      walk('');
+      return all;
+    };
+    const plain = files();
+    const encrypted = state('--encrypt');
+    t.is(encrypted.status, 0, encrypted.stderr);
+    try {
+      t.is(run('grep', ['-rl', 'PRIVATE KEY', LAB_STATE]).stdout, '');
+      for (const passphraseRun of [1, 2]) {
+        const result = runWith(t, env('lab-e2e-passphrase'));
+        t.is(result.status, 0, `run ${passphraseRun}`);
+        t.deepEqual(changed(result), [], `run ${passphraseRun}`);
+      }
+      const sealed = files();
+      const wrong = runWith(t, env('wrong-passphrase'));
+      t.is(wrong.status, 2);
+      t.regex(wrong.output, /wrong passphrase for the state directory/);
+      t.deepEqual(files(), sealed);
+    } finally {
+      const decrypted = state('--decrypt');
+      t.is(decrypted.status, 0, decrypted.stderr);
+    }
+    t.deepEqual(files(), plain, 'decrypted, every key and certificate is as before');
+  },
+);
 
 /** A deploy of the lab inventory with this environment (the passphrase's), its output kept for the secrets check. */
 function runWith(t: { log: (...values: unknown[]) => void }, env: NodeJS.ProcessEnv): DeployRun {
   const reportPath = join(LAB_STATE, 'e2e-report-encrypted.json');
   rmSync(reportPath, { force: true });
   const started = Date.now();
-  const completed = run(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', '-i', 'inventories/lab.yaml', '--json', reportPath], { env, timeoutMs: 20 * 60_000 });
+  const completed = run(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', '-i', 'inventories/lab.yaml', '--json', reportPath], {
+    env,
+    timeoutMs: 20 * 60_000,
+  });
   const output = `${completed.stdout}\n${completed.stderr}`;
   outputs.push(output);
   t.log(`deploy (encrypted state): exit ${completed.status} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
@@ -445,67 +651,83 @@ function runWith(t: { log: (...values: unknown[]) => void }, env: NodeJS.Process
   return { ...completed, output, report };
 }
 
-test.serial('the hypervisor reached only through a bastion (a third sshd, in another namespace): a run converges through it and changes nothing; a bastion that does not answer fails every member, naming it', (t) => {
-  // 192.168.160.1 is the hypervisor's address on the macvtap segment: the root namespace has no route
-  // there, the bastion (in the segment's client namespace, exposed on 127.0.0.1:2223) has.
-  const throughBastion = (port: number) => (yaml: string) =>
-    yaml.replace('    address: 127.0.0.1\n    port: 2222\n', '    address: 192.168.160.1\n    port: 22\n    jump: [lab-edge]\n') +
-    `\nbastions:\n  lab-edge:\n    address: 127.0.0.1\n    port: ${port}\n    user: root\n    private_key: ../.etcd-kvm/lab/hypervisor/client_key\n    known_hosts: ../.etcd-kvm/lab/hypervisor/known_hosts\n`;
-  const viaBastion = variant('bastion', throughBastion(2223));
-  const bastionDown = variant('bastion-down', throughBastion(1));
-  try {
-    const converged = deployed(t, ['-i', viaBastion]);
-    t.is(converged.status, 0);
-    t.deepEqual(changed(converged), []);
-    t.true(converged.report.results.some((r) => r.step === 'guest' && r.status === 'ok'), 'the members were reached (SSH and etcd) through the chain');
-    const refused = deployed(t, ['-i', bastionDown]);
-    t.is(refused.status, 1);
-    t.regex(refused.output, /bastion lab-edge \(root@127\.0\.0\.1:1\): cannot connect/);
-    t.deepEqual(refused.report.results.filter((r) => r.status === 'failed').map((r) => `${r.host}/${r.step}`).sort(), MEMBERS.map((member) => `${member}/owner`));
-  } finally {
-    rmSync(viaBastion, { force: true });
-    rmSync(bastionDown, { force: true });
-    // The run that reached nothing took the cluster for unformed and recorded `new` renders (nothing
-    // remote changed): the lab's own run records them as they are again, for the scenarios after this one.
-    t.is(deployed(t).status, 0);
-  }
-});
+test.serial(
+  'the hypervisor reached only through a bastion (a third sshd, in another namespace): a run converges through it and changes nothing; a bastion that does not answer fails every member, naming it',
+  (t) => {
+    // 192.168.160.1 is the hypervisor's address on the macvtap segment: the root namespace has no route
+    // there, the bastion (in the segment's client namespace, exposed on 127.0.0.1:2223) has.
+    const throughBastion = (port: number) => (yaml: string) =>
+      yaml.replace('    address: 127.0.0.1\n    port: 2222\n', '    address: 192.168.160.1\n    port: 22\n    jump: [lab-edge]\n') +
+      `\nbastions:\n  lab-edge:\n    address: 127.0.0.1\n    port: ${port}\n    user: root\n    private_key: ../.etcd-kvm/lab/hypervisor/client_key\n    known_hosts: ../.etcd-kvm/lab/hypervisor/known_hosts\n`;
+    const viaBastion = variant('bastion', throughBastion(2223));
+    const bastionDown = variant('bastion-down', throughBastion(1));
+    try {
+      const converged = deployed(t, ['-i', viaBastion]);
+      t.is(converged.status, 0);
+      t.deepEqual(changed(converged), []);
+      t.true(
+        converged.report.results.some((r) => r.step === 'guest' && r.status === 'ok'),
+        'the members were reached (SSH and etcd) through the chain',
+      );
+      const refused = deployed(t, ['-i', bastionDown]);
+      t.is(refused.status, 1);
+      t.regex(refused.output, /bastion lab-edge \(root@127\.0\.0\.1:1\): cannot connect/);
+      t.deepEqual(
+        refused.report.results
+          .filter((r) => r.status === 'failed')
+          .map((r) => `${r.host}/${r.step}`)
+          .sort(),
+        MEMBERS.map((member) => `${member}/owner`),
+      );
+    } finally {
+      rmSync(viaBastion, { force: true });
+      rmSync(bastionDown, { force: true });
+      // The run that reached nothing took the cluster for unformed and recorded `new` renders (nothing
+      // remote changed): the lab's own run records them as they are again, for the scenarios after this one.
+      t.is(deployed(t).status, 0);
+    }
+  },
+);
 
-test.serial('the hypervisor named by a Host alias in an ssh_config given to the run, its ProxyJump through the bastion: the run converges and changes nothing', (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-sshcfg-'));
-  const client = resolve('.etcd-kvm/lab/hypervisor');
-  writeFileSync(
-    join(dir, 'config'),
-    [
-      'Host lab-hv-alias',
-      '  HostName 192.168.160.1',
-      '  User root',
-      `  IdentityFile ${client}/client_key`,
-      `  UserKnownHostsFile ${client}/known_hosts`,
-      '  ProxyJump lab-edge-alias',
-      'Host lab-edge-alias',
-      '  HostName 127.0.0.1',
-      '  Port 2223',
-      '  User root',
-      `  IdentityFile ${client}/client_key`,
-      `  UserKnownHostsFile ${client}/known_hosts`,
-      '',
-    ].join('\n'),
-  );
-  const login = '    address: 127.0.0.1\n    port: 2222\n    user: root\n    private_key: ../.etcd-kvm/lab/hypervisor/client_key\n    known_hosts: ../.etcd-kvm/lab/hypervisor/known_hosts\n';
-  const aliased = variant('ssh-config', (yaml) => {
-    if (!yaml.includes(login)) throw new Error('the lab inventory no longer has the expected hypervisor login lines');
-    return `${yaml.replace(login, '    address: lab-hv-alias\n')}\nssh_config: ${join(dir, 'config')}\n`;
-  });
-  try {
-    const converged = deployed(t, ['-i', aliased]);
-    t.is(converged.status, 0);
-    t.deepEqual(changed(converged), []);
-  } finally {
-    rmSync(aliased, { force: true });
-    rmSync(dir, { recursive: true, force: true });
-  }
-});
+test.serial(
+  'the hypervisor named by a Host alias in an ssh_config given to the run, its ProxyJump through the bastion: the run converges and changes nothing',
+  (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-sshcfg-'));
+    const client = resolve('.etcd-kvm/lab/hypervisor');
+    writeFileSync(
+      join(dir, 'config'),
+      [
+        'Host lab-hv-alias',
+        '  HostName 192.168.160.1',
+        '  User root',
+        `  IdentityFile ${client}/client_key`,
+        `  UserKnownHostsFile ${client}/known_hosts`,
+        '  ProxyJump lab-edge-alias',
+        'Host lab-edge-alias',
+        '  HostName 127.0.0.1',
+        '  Port 2223',
+        '  User root',
+        `  IdentityFile ${client}/client_key`,
+        `  UserKnownHostsFile ${client}/known_hosts`,
+        '',
+      ].join('\n'),
+    );
+    const login =
+      '    address: 127.0.0.1\n    port: 2222\n    user: root\n    private_key: ../.etcd-kvm/lab/hypervisor/client_key\n    known_hosts: ../.etcd-kvm/lab/hypervisor/known_hosts\n';
+    const aliased = variant('ssh-config', (yaml) => {
+      if (!yaml.includes(login)) throw new Error('the lab inventory no longer has the expected hypervisor login lines');
+      return `${yaml.replace(login, '    address: lab-hv-alias\n')}\nssh_config: ${join(dir, 'config')}\n`;
+    });
+    try {
+      const converged = deployed(t, ['-i', aliased]);
+      t.is(converged.status, 0);
+      t.deepEqual(changed(converged), []);
+    } finally {
+      rmSync(aliased, { force: true });
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
 
 // Guest convergence: what runs inside the members, converged on every run, restarts rolled.
 
@@ -521,13 +743,39 @@ function variant(name: string, edit: (yaml: string) => string): string {
 /** Runs `during` while a separate process samples every member's /health every 0.5 s; returns the samples. */
 function sampledHealth<T>(during: () => T): { result: T; samples: { at: number; healthy: string[] }[] } {
   const out = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-health-')), 'samples.jsonl');
-  const sampler = spawn('ip', ['netns', 'exec', NAMESPACE, process.execPath, '--import', 'tsx', 'test/helpers/health-sampler.ts', out, rootIdentity.caCert, rootIdentity.cert!, rootIdentity.key!, ...MEMBERS.map((m) => `${m}=${endpoint(m)}`)], { stdio: 'ignore' });
-  const samples = () => (existsSync(out) ? readFileSync(out, 'utf8').trim().split('\n').filter(Boolean).map((line) => JSON.parse(line) as { at: number; healthy: string[] }) : []);
+  const sampler = spawn(
+    'ip',
+    [
+      'netns',
+      'exec',
+      NAMESPACE,
+      process.execPath,
+      '--import',
+      'tsx',
+      'test/helpers/health-sampler.ts',
+      out,
+      rootIdentity.caCert,
+      rootIdentity.cert!,
+      rootIdentity.key!,
+      ...MEMBERS.map((m) => `${m}=${endpoint(m)}`),
+    ],
+    { stdio: 'ignore' },
+  );
+  const samples = () =>
+    existsSync(out)
+      ? readFileSync(out, 'utf8')
+          .trim()
+          .split('\n')
+          .filter(Boolean)
+          .map((line) => JSON.parse(line) as { at: number; healthy: string[] })
+      : [];
   try {
     // The sampler's own start (node, TLS to three emulated members) is not the run's doing: begin once it sees all healthy.
-    for (let waited = 0; !samples().some((sample) => sample.healthy.length === MEMBERS.length) && waited < 30_000; waited += 500) spawnSync('sleep', ['0.5']);
+    for (let waited = 0; !samples().some((sample) => sample.healthy.length === MEMBERS.length) && waited < 30_000; waited += 500)
+      spawnSync('sleep', ['0.5']);
     const first = samples().length;
-    if (first === 0 || !samples().some((sample) => sample.healthy.length === MEMBERS.length)) throw new Error('the health sampler never saw the cluster healthy before the run');
+    if (first === 0 || !samples().some((sample) => sample.healthy.length === MEMBERS.length))
+      throw new Error('the health sampler never saw the cluster healthy before the run');
     const result = during();
     return { result, samples: samples().slice(first) };
   } finally {
@@ -540,7 +788,10 @@ const runningValue = (member: keyof typeof MEMBER_IPS, variable: string) =>
   memberSsh(member, `sudo cat /proc/$(pgrep -x etcd)/environ | tr '\\0' '\\n' | sed -n 's/^${variable}=//p'`).stdout.trim();
 
 function leaderName(): string {
-  const status = JSON.parse(etcdctl(ALL, rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout) as { Endpoint: string; Status: { header: { member_id: number }; leader: number } }[];
+  const status = JSON.parse(etcdctl(ALL, rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout) as {
+    Endpoint: string;
+    Status: { header: { member_id: number }; leader: number };
+  }[];
   const leader = status.find((s) => s.Status.header.member_id === s.Status.leader);
   const ip = leader?.Endpoint.match(/\/\/([\d.]+):/)?.[1];
   const name = MEMBERS.find((m) => MEMBER_IPS[m] === ip);
@@ -550,7 +801,10 @@ function leaderName(): string {
 
 /** The guest step's roll, in order: each member with its wave. */
 const guestRoll = (result: DeployRun) =>
-  (result.report.results as { step: string; host: string; status: string; rollPosition?: number }[]).filter((r) => r.step === 'guest' && r.rollPosition).sort((a, b) => a.rollPosition! - b.rollPosition!).map((r) => r.host);
+  (result.report.results as { step: string; host: string; status: string; rollPosition?: number }[])
+    .filter((r) => r.step === 'guest' && r.rollPosition)
+    .sort((a, b) => a.rollPosition! - b.rollPosition!)
+    .map((r) => r.host);
 
 /**
  * Quorum kept: never two consecutive samples (0.5 s apart) with fewer than two healthy members. A
@@ -562,9 +816,12 @@ const guestRoll = (result: DeployRun) =>
 const quorumKept = (t: ExecutionContext, samples: { at: number; healthy: string[] }[]) => {
   t.true(samples.length >= 10, `${samples.length} samples`);
   const below = (i: number) => (samples[i]?.healthy.length ?? 2) < 2;
-  const bad = samples.filter((sample, i) => below(i));
-  if (bad.length > 0) t.log(`samples below quorum (ms into the run): ${bad.map((sample) => `${sample.at - samples[0]!.at}: [${sample.healthy.join(',')}]`).join('; ')}`);
-  const sustained = samples.filter((sample, i) => below(i) && below(i + 1));
+  const bad = samples.filter((_, i) => below(i));
+  if (bad.length > 0)
+    t.log(
+      `samples below quorum (ms into the run): ${bad.map((sample) => `${sample.at - samples[0]!.at}: [${sample.healthy.join(',')}]`).join('; ')}`,
+    );
+  const sustained = samples.filter((_, i) => below(i) && below(i + 1));
   t.deepEqual(sustained, [], 'no two consecutive samples had fewer than two healthy members');
 };
 
@@ -584,13 +841,15 @@ function stateSnapshot(dir = LAB_STATE): string[] {
 }
 
 test.serial('a dry-run that plans changes in every step writes nothing anywhere in the state directory', (t) => {
-  const changedSettings = variant('dry-run', (yaml) => yaml.replace('space_quota: 536870912', 'space_quota: 536870912\n  auto_compaction_retention: "778"'));
+  const changedSettings = variant('dry-run', (yaml) =>
+    yaml.replace('space_quota: 536870912', 'space_quota: 536870912\n  auto_compaction_retention: "778"'),
+  );
   try {
     const before = stateSnapshot();
     // The report goes elsewhere: the state directory is what is watched.
     const dry = deployed(t, ['-i', changedSettings, '--dry-run'], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
     t.is(dry.status, 0);
-    t.regex(changed(dry).join("\n"), /cloud-init: changed rewrite cloud-init ISO etcd-lab\/etcd-\d-cloud-init\.iso in place/);
+    t.regex(changed(dry).join('\n'), /cloud-init: changed rewrite cloud-init ISO etcd-lab\/etcd-\d-cloud-init\.iso in place/);
     t.regex(changed(dry).join('\n'), /guest: changed update \/etc\/etcd\/etcd\.env; restart etcd\.service/);
     t.deepEqual(stateSnapshot(), before);
   } finally {
@@ -620,42 +879,59 @@ test.serial('two deploys started together on one state directory: one runs, the 
   t.false(existsSync(lockFile), 'released at the end');
 });
 
-test.serial("two operators' clones of the state directory deploy one change at once: the cluster's lock in etcd lets exactly one change anything, the other is refused naming it", async (t) => {
-  // Each clone: an inventory in its own directory (the hypervisor key paths resolve to the lab's), its own copy of the state directory.
-  const clones = ['a', 'b'].map((name) => {
-    const dir = join('inventories', `.e2e-clone-${name}`);
-    rmSync(dir, { recursive: true, force: true });
-    cpSync(LAB_STATE, join(dir, '.etcd-kvm', 'lab'), { recursive: true });
-    rmSync(join(dir, '.etcd-kvm', 'lab', 'run.lock'), { force: true });
-    // The hypervisor's client key and known_hosts are the lab's, named by absolute path from the clone's directory.
-    const yaml = readFileSync(LAB_INVENTORY, 'utf8').replace('      threshold: 1\n', '      threshold: 2\n').replaceAll('../.etcd-kvm/lab/hypervisor/', `${resolve('.etcd-kvm/lab/hypervisor')}/`);
-    writeFileSync(join(dir, 'lab.yaml'), yaml);
-    return { dir, inventory: join(dir, 'lab.yaml'), state: join(dir, '.etcd-kvm', 'lab') };
-  });
-  try {
-    const before = clones.map((clone) => stateSnapshot(clone.state));
-    const runs = await Promise.all(clones.map((clone) => deployInBackground(['-i', clone.inventory])));
-    for (const [i, run] of runs.entries()) t.log(`clone ${i}: exit ${run.status}\n${run.output.trim().split('\n').slice(-6).join('\n')}`);
-    const refused = runs.filter((run) => run.status === 1 && /another run holds the cluster's run lock in etcd \(etcd-kvm\/run-lock\/lab\): deploy .* by PID \d+ on \S+ since /.test(run.output));
-    const ran = runs.filter((run) => run.status === 0);
-    t.is(refused.length, 1, 'exactly one run is refused');
-    t.is(ran.length, 1, 'exactly one run goes on');
-    const loser = runs.indexOf(refused[0]!);
-    t.deepEqual(stateSnapshot(clones[loser]!.state), before[loser], "the refused run's state directory is untouched");
-    t.notRegex(refused[0]!.output, /guest: /, 'the refused run reached no phase');
-    t.regex(ran[0]!.output, /restart chrony/);
-    for (const member of MEMBERS) t.is(memberSsh(member, 'grep -c "^makestep 2 3$" /etc/chrony/chrony.conf').stdout.trim(), '1', member);
-    t.is(etcdctl(ALL, rootIdentity, ['get', '--prefix', '--keys-only', 'etcd-kvm/run-lock/']).stdout.trim(), '', 'the lock is released with the run');
-  } finally {
-    for (const clone of clones) rmSync(clone.dir, { recursive: true, force: true });
-  }
-  // Back to the lab's own settings (the lab's state directory did not see the clone's run).
-  t.is(deployed(t).status, 0);
-  t.deepEqual(changed(deployed(t)), []);
-});
+test.serial(
+  "two operators' clones of the state directory deploy one change at once: the cluster's lock in etcd lets exactly one change anything, the other is refused naming it",
+  async (t) => {
+    // Each clone: an inventory in its own directory (the hypervisor key paths resolve to the lab's), its own copy of the state directory.
+    const clones = ['a', 'b'].map((name) => {
+      const dir = join('inventories', `.e2e-clone-${name}`);
+      rmSync(dir, { recursive: true, force: true });
+      cpSync(LAB_STATE, join(dir, '.etcd-kvm', 'lab'), { recursive: true });
+      rmSync(join(dir, '.etcd-kvm', 'lab', 'run.lock'), { force: true });
+      // The hypervisor's client key and known_hosts are the lab's, named by absolute path from the clone's directory.
+      const yaml = readFileSync(LAB_INVENTORY, 'utf8')
+        .replace('      threshold: 1\n', '      threshold: 2\n')
+        .replaceAll('../.etcd-kvm/lab/hypervisor/', `${resolve('.etcd-kvm/lab/hypervisor')}/`);
+      writeFileSync(join(dir, 'lab.yaml'), yaml);
+      return { dir, inventory: join(dir, 'lab.yaml'), state: join(dir, '.etcd-kvm', 'lab') };
+    });
+    try {
+      const before = clones.map((clone) => stateSnapshot(clone.state));
+      const runs = await Promise.all(clones.map((clone) => deployInBackground(['-i', clone.inventory])));
+      for (const [i, run] of runs.entries()) t.log(`clone ${i}: exit ${run.status}\n${run.output.trim().split('\n').slice(-6).join('\n')}`);
+      const refused = runs.filter(
+        (run) =>
+          run.status === 1 &&
+          /another run holds the cluster's run lock in etcd \(etcd-kvm\/run-lock\/lab\): deploy .* by PID \d+ on \S+ since /.test(
+            run.output,
+          ),
+      );
+      const ran = runs.filter((run) => run.status === 0);
+      t.is(refused.length, 1, 'exactly one run is refused');
+      t.is(ran.length, 1, 'exactly one run goes on');
+      const loser = runs.indexOf(refused[0]!);
+      t.deepEqual(stateSnapshot(clones[loser]!.state), before[loser], "the refused run's state directory is untouched");
+      t.notRegex(refused[0]!.output, /guest: /, 'the refused run reached no phase');
+      t.regex(ran[0]!.output, /restart chrony/);
+      for (const member of MEMBERS) t.is(memberSsh(member, 'grep -c "^makestep 2 3$" /etc/chrony/chrony.conf').stdout.trim(), '1', member);
+      t.is(
+        etcdctl(ALL, rootIdentity, ['get', '--prefix', '--keys-only', 'etcd-kvm/run-lock/']).stdout.trim(),
+        '',
+        'the lock is released with the run',
+      );
+    } finally {
+      for (const clone of clones) rmSync(clone.dir, { recursive: true, force: true });
+    }
+    // Back to the lab's own settings (the lab's state directory did not see the clone's run).
+    t.is(deployed(t).status, 0);
+    t.deepEqual(changed(deployed(t)), []);
+  },
+);
 
 test.serial('a changed guest setting reaches every running etcd in one run, rolled followers first, never below quorum', (t) => {
-  const retention = variant('retention', (yaml) => yaml.replace('space_quota: 536870912', 'space_quota: 536870912\n  auto_compaction_retention: "777"'));
+  const retention = variant('retention', (yaml) =>
+    yaml.replace('space_quota: 536870912', 'space_quota: 536870912\n  auto_compaction_retention: "777"'),
+  );
   try {
     for (let i = 0; i < 5; i++) t.is(etcdctl(ALL, rootIdentity, ['put', `e2e/roll/${i}`, `value ${i}`]).status, 0);
     const leader = leaderName();
@@ -666,7 +942,8 @@ test.serial('a changed guest setting reaches every running etcd in one run, roll
     t.is(order.length, 3);
     t.is(order.at(-1), leader, `the leader (${leader}) restarts last: ${order.join(', ')}`);
     for (const member of MEMBERS) t.is(runningValue(member, 'ETCD_AUTO_COMPACTION_RETENTION'), '777', member);
-    for (let i = 0; i < 5; i++) t.is(etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--print-value-only', `e2e/roll/${i}`]).stdout.trim(), `value ${i}`);
+    for (let i = 0; i < 5; i++)
+      t.is(etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--print-value-only', `e2e/roll/${i}`]).stdout.trim(), `value ${i}`);
     t.deepEqual(changed(deployed(t, ['-i', retention])), []);
   } finally {
     rmSync(retention, { force: true });
@@ -676,65 +953,89 @@ test.serial('a changed guest setting reaches every running etcd in one run, roll
   t.is(runningValue('etcd-1', 'ETCD_AUTO_COMPACTION_RETENTION'), '1000');
 });
 
-test.serial('a cluster deployed before the peer CA moves to it in one run, stage by stage, never below quorum; the next run changes nothing', (t) => {
-  // As an earlier version left it: the peer port on the cluster CA and the server certificate, no peer CA in the state directory.
-  const legacy = [
-    "sed -i -e 's#^ETCD_PEER_CERT_FILE=.*#ETCD_PEER_CERT_FILE=/etc/etcd/tls/server.crt#' -e 's#^ETCD_PEER_KEY_FILE=.*#ETCD_PEER_KEY_FILE=/etc/etcd/tls/server.key#'",
-    "-e 's#^ETCD_PEER_TRUSTED_CA_FILE=.*#ETCD_PEER_TRUSTED_CA_FILE=/etc/etcd/tls/ca.crt#' -e '/^ETCD_PEER_CERT_ALLOWED_CN=/d' /etc/etcd/etcd.env",
-    '&& rm -f /etc/etcd/tls/peer-ca.crt /etc/etcd/tls/peer.crt /etc/etcd/tls/peer.key',
-  ].join(' ');
-  for (const member of MEMBERS) t.is(memberSsh(member, `sudo systemctl stop etcd && sudo sh -c "${legacy}"`).status, 0, member);
-  for (const member of MEMBERS) t.is(memberSsh(member, 'sudo systemctl start --no-block etcd').status, 0, member);
-  for (const path of ['pki/peer-ca.crt', 'pki/peer-ca.key', 'pki/peers', 'pki/peer-trust.json']) rmSync(join(LAB_STATE, path), { recursive: true, force: true });
-  let health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
-  for (let waited = 0; (health.stdout + health.stderr).match(/is healthy/g)?.length !== 3 && waited < 120; waited += 2) {
-    spawnSync('sleep', ['2']);
-    health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
-  }
-  t.is(runningValue('etcd-2', 'ETCD_PEER_TRUSTED_CA_FILE'), '/etc/etcd/tls/ca.crt', 'the legacy layout runs');
-  t.is(peerPortAnswer('etcd-2', rootIdentity.cert!, rootIdentity.key!, rootIdentity.caCert).stdout, '200', "before the move, root's client certificate passes the peer port (the finding)");
-  for (let i = 0; i < 5; i++) t.is(etcdctl(ALL, rootIdentity, ['put', `e2e/peer/${i}`, `value ${i}`]).status, 0);
-  const dry = deployed(t, ['--dry-run'], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
-  t.is(dry.status, 0);
-  t.regex(dry.output, /peer trust: members run trust-both after this pass; the run then moves them on to present-peer, then peer-only, each rolled once every member runs the stage before/);
+test.serial(
+  'a cluster deployed before the peer CA moves to it in one run, stage by stage, never below quorum; the next run changes nothing',
+  (t) => {
+    // As an earlier version left it: the peer port on the cluster CA and the server certificate, no peer CA in the state directory.
+    const legacy = [
+      "sed -i -e 's#^ETCD_PEER_CERT_FILE=.*#ETCD_PEER_CERT_FILE=/etc/etcd/tls/server.crt#' -e 's#^ETCD_PEER_KEY_FILE=.*#ETCD_PEER_KEY_FILE=/etc/etcd/tls/server.key#'",
+      "-e 's#^ETCD_PEER_TRUSTED_CA_FILE=.*#ETCD_PEER_TRUSTED_CA_FILE=/etc/etcd/tls/ca.crt#' -e '/^ETCD_PEER_CERT_ALLOWED_CN=/d' /etc/etcd/etcd.env",
+      '&& rm -f /etc/etcd/tls/peer-ca.crt /etc/etcd/tls/peer.crt /etc/etcd/tls/peer.key',
+    ].join(' ');
+    for (const member of MEMBERS) t.is(memberSsh(member, `sudo systemctl stop etcd && sudo sh -c "${legacy}"`).status, 0, member);
+    for (const member of MEMBERS) t.is(memberSsh(member, 'sudo systemctl start --no-block etcd').status, 0, member);
+    for (const path of ['pki/peer-ca.crt', 'pki/peer-ca.key', 'pki/peers', 'pki/peer-trust.json'])
+      rmSync(join(LAB_STATE, path), { recursive: true, force: true });
+    let health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
+    for (let waited = 0; (health.stdout + health.stderr).match(/is healthy/g)?.length !== 3 && waited < 120; waited += 2) {
+      spawnSync('sleep', ['2']);
+      health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
+    }
+    t.is(runningValue('etcd-2', 'ETCD_PEER_TRUSTED_CA_FILE'), '/etc/etcd/tls/ca.crt', 'the legacy layout runs');
+    t.is(
+      peerPortAnswer('etcd-2', rootIdentity.cert!, rootIdentity.key!, rootIdentity.caCert).stdout,
+      '200',
+      "before the move, root's client certificate passes the peer port (the finding)",
+    );
+    for (let i = 0; i < 5; i++) t.is(etcdctl(ALL, rootIdentity, ['put', `e2e/peer/${i}`, `value ${i}`]).status, 0);
+    const dry = deployed(t, ['--dry-run'], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
+    t.is(dry.status, 0);
+    t.regex(
+      dry.output,
+      /peer trust: members run trust-both after this pass; the run then moves them on to present-peer, then peer-only, each rolled once every member runs the stage before/,
+    );
 
-  const { result, samples } = sampledHealth(() => deployed(t));
-  t.is(result.status, 0);
-  quorumKept(t, samples);
-  t.regex(result.output, /create the peer CA, which signs members' peer certificates only \(members deployed before move to it one stage at a time\)/);
-  t.regex(result.output, /peer trust: every member runs the stage before; now present-peer/);
-  t.regex(result.output, /peer trust: every member runs the stage before; now peer-only/);
-  t.deepEqual(JSON.parse(readFileSync(join(LAB_STATE, 'pki/peer-trust.json'), 'utf8')), { stage: 'peer-only' });
-  for (const member of MEMBERS) {
-    t.is(runningValue(member, 'ETCD_PEER_TRUSTED_CA_FILE'), '/etc/etcd/tls/peer-ca.crt', member);
-    t.is(runningValue(member, 'ETCD_PEER_CERT_ALLOWED_CN'), 'etcd-kvm-peer', member);
-    t.is(peerPortAnswer(member, rootIdentity.cert!, rootIdentity.key!).stdout, '000', member);
-  }
-  for (let i = 0; i < 5; i++) t.is(etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--print-value-only', `e2e/peer/${i}`]).stdout.trim(), `value ${i}`);
-  t.deepEqual(changed(deployed(t)), []);
-});
+    const { result, samples } = sampledHealth(() => deployed(t));
+    t.is(result.status, 0);
+    quorumKept(t, samples);
+    t.regex(
+      result.output,
+      /create the peer CA, which signs members' peer certificates only \(members deployed before move to it one stage at a time\)/,
+    );
+    t.regex(result.output, /peer trust: every member runs the stage before; now present-peer/);
+    t.regex(result.output, /peer trust: every member runs the stage before; now peer-only/);
+    t.deepEqual(JSON.parse(readFileSync(join(LAB_STATE, 'pki/peer-trust.json'), 'utf8')), { stage: 'peer-only' });
+    for (const member of MEMBERS) {
+      t.is(runningValue(member, 'ETCD_PEER_TRUSTED_CA_FILE'), '/etc/etcd/tls/peer-ca.crt', member);
+      t.is(runningValue(member, 'ETCD_PEER_CERT_ALLOWED_CN'), 'etcd-kvm-peer', member);
+      t.is(peerPortAnswer(member, rootIdentity.cert!, rootIdentity.key!).stdout, '000', member);
+    }
+    for (let i = 0; i < 5; i++)
+      t.is(etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--print-value-only', `e2e/peer/${i}`]).stdout.trim(), `value ${i}`);
+    t.deepEqual(changed(deployed(t)), []);
+  },
+);
 
-test.serial('a mistyped volume_pool on two members destroys nothing: those members stop there, saying what libvirt answered; no member is removed or undefined', (t) => {
-  const typo = variant('pool-typo', (yaml) => yaml.replace(/(  - name: etcd-[23]\n)/g, '$1    volume_pool: etcd-lab-typo\n'));
-  try {
-    const ids = () => etcdctlJson<{ members: { ID: number; name: string; isLearner?: boolean }[] }>(['member', 'list']).members.map((m) => `${m.name}:${m.ID}:${m.isLearner ? 'learner' : 'voting'}`).sort();
-    const before = ids();
-    const domains = virsh(['list', '--all', '--uuid']).stdout.trim().split('\n').sort();
-    const result = deployed(t, ['-i', typo]);
-    t.is(result.status, 1);
-    t.regex(result.output, /\[etcd-2\] volumes: .*no storage pool with matching name 'etcd-lab-typo'.*check volume_pool/);
-    t.regex(result.output, /\[etcd-3\] volumes: .*no storage pool with matching name 'etcd-lab-typo'/);
-    t.deepEqual(result.report.results.filter((r) => ['replace', 'leave'].includes(r.step)), []);
-    t.deepEqual(ids(), before, 'the same three voting members');
-    t.deepEqual(virsh(['list', '--all', '--uuid']).stdout.trim().split('\n').sort(), domains, 'every domain is still defined');
-    for (const member of MEMBERS) t.is(virsh(['domstate', member]).stdout.trim(), 'running', member);
-  } finally {
-    rmSync(typo, { force: true });
-  }
-  // The state directory recorded what the mistyped run rendered for etcd-2 and etcd-3; the lab's own inventory renders it back, nothing else.
-  t.deepEqual(changed(deployed(t)), ['etcd-2/render: changed update domain.xml', 'etcd-3/render: changed update domain.xml']);
-  t.deepEqual(changed(deployed(t)), []);
-});
+test.serial(
+  'a mistyped volume_pool on two members destroys nothing: those members stop there, saying what libvirt answered; no member is removed or undefined',
+  (t) => {
+    const typo = variant('pool-typo', (yaml) => yaml.replace(/( {2}- name: etcd-[23]\n)/g, '$1    volume_pool: etcd-lab-typo\n'));
+    try {
+      const ids = () =>
+        etcdctlJson<{ members: { ID: number; name: string; isLearner?: boolean }[] }>(['member', 'list'])
+          .members.map((m) => `${m.name}:${m.ID}:${m.isLearner ? 'learner' : 'voting'}`)
+          .sort();
+      const before = ids();
+      const domains = virsh(['list', '--all', '--uuid']).stdout.trim().split('\n').sort();
+      const result = deployed(t, ['-i', typo]);
+      t.is(result.status, 1);
+      t.regex(result.output, /\[etcd-2\] volumes: .*no storage pool with matching name 'etcd-lab-typo'.*check volume_pool/);
+      t.regex(result.output, /\[etcd-3\] volumes: .*no storage pool with matching name 'etcd-lab-typo'/);
+      t.deepEqual(
+        result.report.results.filter((r) => ['replace', 'leave'].includes(r.step)),
+        [],
+      );
+      t.deepEqual(ids(), before, 'the same three voting members');
+      t.deepEqual(virsh(['list', '--all', '--uuid']).stdout.trim().split('\n').sort(), domains, 'every domain is still defined');
+      for (const member of MEMBERS) t.is(virsh(['domstate', member]).stdout.trim(), 'running', member);
+    } finally {
+      rmSync(typo, { force: true });
+    }
+    // The state directory recorded what the mistyped run rendered for etcd-2 and etcd-3; the lab's own inventory renders it back, nothing else.
+    t.deepEqual(changed(deployed(t)), ['etcd-2/render: changed update domain.xml', 'etcd-3/render: changed update domain.xml']);
+    t.deepEqual(changed(deployed(t)), []);
+  },
+);
 
 test.serial('drift inside the members is repaired by one run, each with its exact change', (t) => {
   t.is(memberSsh('etcd-1', 'sudo systemctl stop etcd').status, 0);
@@ -750,35 +1051,65 @@ test.serial('drift inside the members is repaired by one run, each with its exac
   t.regex(result.output, /-# edited by hand/);
   t.is(memberSsh('etcd-1', 'systemctl is-active etcd').stdout.trim(), 'active');
   t.is(memberSsh('etcd-2', 'grep -c "edited by hand" /etc/etcd/etcd.env').stdout.trim(), '0');
-  t.is(memberSsh('etcd-3', 'sudo stat -c %a:%U /etc/etcd/tls/server.key && test -s /etc/etcd/tls/ca.crt && echo ca').stdout.trim(), '400:etcd\nca');
+  t.is(
+    memberSsh('etcd-3', 'sudo stat -c %a:%U /etc/etcd/tls/server.key && test -s /etc/etcd/tls/ca.crt && echo ca').stdout.trim(),
+    '400:etcd\nca',
+  );
   const health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
   t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 3);
   t.deepEqual(changed(deployed(t)), []);
 });
 
-test.serial('every etcd stopped at once (after a power cut): one run starts them again, members stay existing (the VMs the cluster formed on, from formed.json), nothing else changes', (t) => {
-  const formed = JSON.parse(readFileSync(join(LAB_STATE, 'formed.json'), 'utf8')) as { domains: Record<string, string> };
-  t.deepEqual(formed.domains, Object.fromEntries(MEMBERS.map((member) => [member, virsh(['domuuid', member]).stdout.trim()])), 'formed.json names the domains the cluster runs on');
-  t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/outage', 'before']).status, 0);
-  for (const member of MEMBERS) t.is(memberSsh(member, 'sudo systemctl stop etcd').status, 0);
-  const result = deployed(t);
-  t.is(result.status, 0);
-  // Without the record, is_initializing: true made this run render `new` into every seed and etcd.env, then `existing` again.
-  t.regex(result.output, /cluster: no member answers, but etcd-1, etcd-2, etcd-3 are VMs of the cluster recorded as formed on \d{4}-\d\d-\d\d \(formed\.json\): members stay existing/);
-  t.deepEqual(changed(result).sort(), MEMBERS.map((member) => `${member}/guest: changed start etcd.service (was inactive/dead)`));
-  for (const member of MEMBERS) t.is(memberSsh(member, 'grep ^ETCD_INITIAL_CLUSTER_STATE= /etc/etcd/etcd.env').stdout.trim(), 'ETCD_INITIAL_CLUSTER_STATE=existing', member);
-  const health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
-  t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 3);
-  t.is(etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--print-value-only', 'e2e/outage']).stdout.trim(), 'before');
-  t.deepEqual(changed(deployed(t)), []);
-});
+test.serial(
+  'every etcd stopped at once (after a power cut): one run starts them again, members stay existing (the VMs the cluster formed on, from formed.json), nothing else changes',
+  (t) => {
+    const formed = JSON.parse(readFileSync(join(LAB_STATE, 'formed.json'), 'utf8')) as { domains: Record<string, string> };
+    t.deepEqual(
+      formed.domains,
+      Object.fromEntries(MEMBERS.map((member) => [member, virsh(['domuuid', member]).stdout.trim()])),
+      'formed.json names the domains the cluster runs on',
+    );
+    t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/outage', 'before']).status, 0);
+    for (const member of MEMBERS) t.is(memberSsh(member, 'sudo systemctl stop etcd').status, 0);
+    const result = deployed(t);
+    t.is(result.status, 0);
+    // Without the record, is_initializing: true made this run render `new` into every seed and etcd.env, then `existing` again.
+    t.regex(
+      result.output,
+      /cluster: no member answers, but etcd-1, etcd-2, etcd-3 are VMs of the cluster recorded as formed on \d{4}-\d\d-\d\d \(formed\.json\): members stay existing/,
+    );
+    t.deepEqual(
+      changed(result).sort(),
+      MEMBERS.map((member) => `${member}/guest: changed start etcd.service (was inactive/dead)`),
+    );
+    for (const member of MEMBERS)
+      t.is(
+        memberSsh(member, 'grep ^ETCD_INITIAL_CLUSTER_STATE= /etc/etcd/etcd.env').stdout.trim(),
+        'ETCD_INITIAL_CLUSTER_STATE=existing',
+        member,
+      );
+    const health = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
+    t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 3);
+    t.is(etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--print-value-only', 'e2e/outage']).stdout.trim(), 'before');
+    t.deepEqual(changed(deployed(t)), []);
+  },
+);
 
 test.serial('--renew-certs: every member serves a new certificate without losing quorum; the new root certificate works', (t) => {
   const served = () =>
-    Object.fromEntries(MEMBERS.map((member) => {
-      const handshake = inLab('sh', ['-c', `echo | openssl s_client -connect ${MEMBER_IPS[member]}:2379 -CAfile "$1" -cert "$2" -key "$3" 2>/dev/null | openssl x509 -noout -serial`, 'sh', rootIdentity.caCert, rootIdentity.cert!, rootIdentity.key!]);
-      return [member, handshake.stdout.trim()];
-    }));
+    Object.fromEntries(
+      MEMBERS.map((member) => {
+        const handshake = inLab('sh', [
+          '-c',
+          `echo | openssl s_client -connect ${MEMBER_IPS[member]}:2379 -CAfile "$1" -cert "$2" -key "$3" 2>/dev/null | openssl x509 -noout -serial`,
+          'sh',
+          rootIdentity.caCert,
+          rootIdentity.cert!,
+          rootIdentity.key!,
+        ]);
+        return [member, handshake.stdout.trim()];
+      }),
+    );
   const before = served();
   for (const serial of Object.values(before)) t.regex(serial, /^serial=[0-9A-F]+$/);
   const rootBefore = readFileSync(rootIdentity.cert!, 'utf8');
@@ -790,7 +1121,11 @@ test.serial('--renew-certs: every member serves a new certificate without losing
   const after = served();
   for (const member of MEMBERS) {
     t.not(after[member], before[member], member);
-    t.is(after[member], run('openssl', ['x509', '-noout', '-serial', '-in', join(LAB_STATE, `pki/members/${member}.crt`)]).stdout.trim(), member);
+    t.is(
+      after[member],
+      run('openssl', ['x509', '-noout', '-serial', '-in', join(LAB_STATE, `pki/members/${member}.crt`)]).stdout.trim(),
+      member,
+    );
   }
   t.not(readFileSync(rootIdentity.cert!, 'utf8'), rootBefore);
   t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/renewal']).stdout.trim(), 'written before the renewal');
@@ -799,46 +1134,62 @@ test.serial('--renew-certs: every member serves a new certificate without losing
 
 /** maintain.ts with its arguments; its output is kept with the deploys' (no key material in any of them). */
 function maintained(t: ExecutionContext, args: string[]): { status: number; output: string } {
-  const result = run(process.execPath, ['--import', 'tsx', 'tasks/maintain.ts', '-i', 'inventories/lab.yaml', ...args], { timeoutMs: 10 * 60_000 });
+  const result = run(process.execPath, ['--import', 'tsx', 'tasks/maintain.ts', '-i', 'inventories/lab.yaml', ...args], {
+    timeoutMs: 10 * 60_000,
+  });
   const output = result.stdout + result.stderr;
   outputs.push(output);
   t.log(`maintain ${args.join(' ')}: exit ${result.status}\n${output.trim().split('\n').slice(-12).join('\n')}`);
   return { status: result.status, output };
 }
 
-const dbSizes = () => new Map(etcdctlJson<{ Endpoint: string; Status: { dbSize: number } }[]>(['endpoint', 'status']).map((e) => [e.Endpoint, e.Status.dbSize]));
+const dbSizes = () =>
+  new Map(
+    etcdctlJson<{ Endpoint: string; Status: { dbSize: number } }[]>(['endpoint', 'status']).map((e) => [e.Endpoint, e.Status.dbSize]),
+  );
 
-test.serial('maintain --compact --defrag: after data written and deleted, every database shrinks, one member at a time, the leader last', (t) => {
-  t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', 'e2e/kept', 'through maintenance']).status, 0);
-  const value = 'x'.repeat(100 * 1024);
-  for (let i = 0; i < 60; i++) t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', `e2e/fill/${i}`, value]).status, 0);
-  t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['del', '--prefix', 'e2e/fill/']).status, 0);
-  const before = dbSizes();
-  for (const size of before.values()) t.true(size > 5 * 1024 * 1024, `${size}`);
+test.serial(
+  'maintain --compact --defrag: after data written and deleted, every database shrinks, one member at a time, the leader last',
+  (t) => {
+    t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', 'e2e/kept', 'through maintenance']).status, 0);
+    const value = 'x'.repeat(100 * 1024);
+    for (let i = 0; i < 60; i++) t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', `e2e/fill/${i}`, value]).status, 0);
+    t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['del', '--prefix', 'e2e/fill/']).status, 0);
+    const before = dbSizes();
+    for (const size of before.values()) t.true(size > 5 * 1024 * 1024, `${size}`);
 
-  // The dry-run compacts nothing, so it plans the compaction and no defragmentation yet; it changes nothing.
-  const dry = maintained(t, ['--compact', '--defrag', '--dry-run']);
-  t.is(dry.status, 0);
-  t.regex(dry.output, /localhost:\n {2}compact: would compact the key-value history up to revision \d+/);
-  t.deepEqual(dbSizes(), before);
+    // The dry-run compacts nothing, so it plans the compaction and no defragmentation yet; it changes nothing.
+    const dry = maintained(t, ['--compact', '--defrag', '--dry-run']);
+    t.is(dry.status, 0);
+    t.regex(dry.output, /localhost:\n {2}compact: would compact the key-value history up to revision \d+/);
+    t.deepEqual(dbSizes(), before);
 
-  const leader = leaderName();
-  const real = maintained(t, ['--compact', '--defrag']);
-  t.is(real.status, 0);
-  const after = dbSizes();
-  for (const [member, size] of after) t.true(size < before.get(member)! / 4, `${member}: ${before.get(member)} -> ${size}`);
-  // Each member in a wave of its own, the leader in the last.
-  const waves = [...real.output.matchAll(/^(etcd-\d):\n {2}defrag \(roll (\d) of 3\)/gm)].map((m) => [m[1]!, Number(m[2])] as const);
-  t.deepEqual(waves.map(([, wave]) => wave).sort(), [1, 2, 3]);
-  t.is(waves.find(([member]) => member === leader)?.[1], 3);
-  t.regex(real.output, /database sizes \(before -> after\):\n(  etcd-\d: [\d.]+ MiB -> \d+ KiB \(in use \d+ KiB\)\n){3}/);
-  // Nothing left to do: a second run changes nothing.
-  t.regex(maintained(t, ['--compact', '--defrag']).output, /localhost\s+ok=2\s+changed=0[\s\S]*etcd-3\s+ok=1\s+changed=0/);
-  t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/kept']).stdout.trim(), 'through maintenance');
-});
+    const leader = leaderName();
+    const real = maintained(t, ['--compact', '--defrag']);
+    t.is(real.status, 0);
+    const after = dbSizes();
+    for (const [member, size] of after) t.true(size < before.get(member)! / 4, `${member}: ${before.get(member)} -> ${size}`);
+    // Each member in a wave of its own, the leader in the last.
+    const waves = [...real.output.matchAll(/^(etcd-\d):\n {2}defrag \(roll (\d) of 3\)/gm)].map((m) => [m[1]!, Number(m[2])] as const);
+    t.deepEqual(waves.map(([, wave]) => wave).sort(), [1, 2, 3]);
+    t.is(waves.find(([member]) => member === leader)?.[1], 3);
+    t.regex(real.output, /database sizes \(before -> after\):\n( {2}etcd-\d: [\d.]+ MiB -> \d+ KiB \(in use \d+ KiB\)\n){3}/);
+    // Nothing left to do: a second run changes nothing.
+    t.regex(maintained(t, ['--compact', '--defrag']).output, /localhost\s+ok=2\s+changed=0[\s\S]*etcd-3\s+ok=1\s+changed=0/);
+    t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/kept']).stdout.trim(), 'through maintenance');
+  },
+);
 
 test.serial('a NOSPACE alarm: status shows it and exits 1, writes are refused, maintain --disarm clears it and writes work again', (t) => {
-  const raised = inLab(process.execPath, ['--import', 'tsx', 'test/helpers/raise-alarm.ts', endpoint('etcd-2'), rootIdentity.caCert, rootIdentity.cert!, rootIdentity.key!]);
+  const raised = inLab(process.execPath, [
+    '--import',
+    'tsx',
+    'test/helpers/raise-alarm.ts',
+    endpoint('etcd-2'),
+    rootIdentity.caCert,
+    rootIdentity.cert!,
+    rootIdentity.key!,
+  ]);
   t.is(raised.status, 0, raised.stderr);
   try {
     const degraded = status(t);
@@ -867,14 +1218,21 @@ test.serial('a NOSPACE alarm: status shows it and exits 1, writes are refused, m
 test.serial('a roll that fails stops at that member, exits 1 naming it, and the members after it keep running their configuration', (t) => {
   const leader = leaderName();
   const victim = MEMBERS.find((member) => member !== leader)!;
-  const quota = variant('failing-roll', (yaml) => yaml.replace('space_quota: 536870912', 'space_quota: 402653184').replace('is_initializing: true', 'is_initializing: true\n  health_timeout: 60'));
+  const quota = variant('failing-roll', (yaml) =>
+    yaml
+      .replace('space_quota: 536870912', 'space_quota: 402653184')
+      .replace('is_initializing: true', 'is_initializing: true\n  health_timeout: 60'),
+  );
   t.is(memberSsh(victim, 'sudo mv /usr/bin/etcd /usr/bin/etcd.off').status, 0);
   try {
     const result = deployed(t, ['-i', quota]);
     t.is(result.status, 1);
     const guest = (host: string) => result.report.results.find((r) => r.step === 'guest' && r.host === host)!;
     t.is(guest(victim).status, 'failed');
-    t.regex(result.output, new RegExp(`\\[${victim}\\] guest: etcd on ${victim} did not come back after its restart: .*The roll stops here`));
+    t.regex(
+      result.output,
+      new RegExp(`\\[${victim}\\] guest: etcd on ${victim} did not come back after its restart: .*The roll stops here`),
+    );
     for (const other of MEMBERS.filter((member) => member !== victim)) {
       t.is(guest(other).status, 'skipped', other);
       t.is(runningValue(other, 'ETCD_QUOTA_BACKEND_BYTES'), '536870912', `${other} still runs the old quota`);
@@ -904,82 +1262,148 @@ function grownInventory(): string {
 
 /** A deploy in the background (the writer and the membership poller keep running meanwhile); resolves with its exit and output. */
 
-test.serial('grow 3 → 4: a run killed (-9) right after adding the learner is finished by the next; learner, then voting; a writer never loses an acknowledged key', async (t) => {
-  const grown = grownInventory();
-  // What etcd says of etcd-4, once a second, for the whole operation.
-  const seen: string[] = [];
-  let polling = true;
-  const poller = (async () => {
-    while (polling) {
-      const list = await new Promise<string>((resolve) => {
-        const child = spawn('ip', ['netns', 'exec', NAMESPACE, 'etcdctl', '--dial-timeout=3s', '--command-timeout=5s', `--endpoints=${ALL.join(',')}`, '--cacert', rootIdentity.caCert, '--cert', rootIdentity.cert!, '--key', rootIdentity.key!, 'member', 'list', '-w', 'json'], { stdio: ['ignore', 'pipe', 'ignore'] });
-        let out = '';
-        child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
-        child.on('close', () => resolve(out));
-      });
-      try {
-        const fourth = (JSON.parse(list) as { members: { name?: string; peerURLs: string[]; isLearner?: boolean }[] }).members.find((m) => m.peerURLs.includes('https://192.168.150.14:2380'));
-        const state = !fourth ? 'absent' : fourth.isLearner ? (fourth.name ? 'learner' : 'learner (not started)') : 'voting';
-        if (seen.at(-1) !== state) seen.push(state);
-      } catch {
-        // A member list that could not be read (a member restarting): the next sample tells.
+test.serial(
+  'grow 3 → 4: a run killed (-9) right after adding the learner is finished by the next; learner, then voting; a writer never loses an acknowledged key',
+  async (t) => {
+    const grown = grownInventory();
+    // What etcd says of etcd-4, once a second, for the whole operation.
+    const seen: string[] = [];
+    let polling = true;
+    const poller = (async () => {
+      while (polling) {
+        const list = await new Promise<string>((resolve) => {
+          const child = spawn(
+            'ip',
+            [
+              'netns',
+              'exec',
+              NAMESPACE,
+              'etcdctl',
+              '--dial-timeout=3s',
+              '--command-timeout=5s',
+              `--endpoints=${ALL.join(',')}`,
+              '--cacert',
+              rootIdentity.caCert,
+              '--cert',
+              rootIdentity.cert!,
+              '--key',
+              rootIdentity.key!,
+              'member',
+              'list',
+              '-w',
+              'json',
+            ],
+            { stdio: ['ignore', 'pipe', 'ignore'] },
+          );
+          let out = '';
+          child.stdout!.on('data', (chunk: Buffer) => (out += chunk.toString()));
+          child.on('close', () => resolve(out));
+        });
+        try {
+          const fourth = (JSON.parse(list) as { members: { name?: string; peerURLs: string[]; isLearner?: boolean }[] }).members.find((m) =>
+            m.peerURLs.includes('https://192.168.150.14:2380'),
+          );
+          const state = !fourth ? 'absent' : fourth.isLearner ? (fourth.name ? 'learner' : 'learner (not started)') : 'voting';
+          if (seen.at(-1) !== state) seen.push(state);
+        } catch {
+          // A member list that could not be read (a member restarting): the next sample tells.
+        }
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
       }
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
-    }
-  })();
-  let acked: string[] = [];
-  try {
-    // The plan first: a dry-run names the join and changes nothing.
-    const dry = deployed(t, ['-i', grown, '--dry-run']);
-    t.is(dry.status, 0);
-    t.regex(dry.output, /etcd-4:\n {2}add: would add etcd-4 to the cluster as a learner/);
-    t.is(JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout).members.length, 3);
+    })();
+    let acked: string[] = [];
+    try {
+      // The plan first: a dry-run names the join and changes nothing.
+      const dry = deployed(t, ['-i', grown, '--dry-run']);
+      t.is(dry.status, 0);
+      t.regex(dry.output, /etcd-4:\n {2}add: would add etcd-4 to the cluster as a learner/);
+      t.is(JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout).members.length, 3);
 
-    acked = await withWriter(t, 'e2e/grow/', ALL, async () => {
-      // Killed the moment the learner is in: etcd has it, no VM runs it.
-      const killed = await deployInBackground(['-i', grown], (output, child) => {
-        if (/✔ join etcd-4: 1 changed/.test(output)) child.kill('SIGKILL');
+      acked = await withWriter(t, 'e2e/grow/', ALL, async () => {
+        // Killed the moment the learner is in: etcd has it, no VM runs it.
+        const killed = await deployInBackground(['-i', grown], (output, child) => {
+          if (/✔ join etcd-4: 1 changed/.test(output)) child.kill('SIGKILL');
+        });
+        outputs.push(killed.output);
+        t.is(killed.signal, 'SIGKILL', killed.output.slice(-2000));
+        const afterKill = JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout) as {
+          members: { name?: string; isLearner?: boolean; peerURLs: string[] }[];
+        };
+        t.like(
+          afterKill.members.find((m) => m.peerURLs.includes('https://192.168.150.14:2380')),
+          { isLearner: true },
+        );
+
+        // What the run will do, printed first; then the run does exactly that.
+        const listed = listedPhases(t, ['-i', grown]);
+        t.deepEqual(
+          listed.filter((phase) => /^(join|promote|formed)/.test(phase)),
+          ['join etcd-4', 'promote etcd-4', 'formed'],
+        );
+        const report = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json');
+        const resumed = await deployInBackground(['-i', grown, '--json', report]);
+        outputs.push(resumed.output);
+        t.deepEqual(phasesRun(report), listed);
+        t.log(resumed.output.slice(-3000));
+        t.is(resumed.status, 0);
+        t.regex(resumed.output, /to join one after another: etcd-4 \(added, resumed\)/);
+        t.regex(resumed.output, /etcd-4:\n(?: {2}.*\n)* {2}promote: promote etcd-4 from learner to voting member/);
       });
-      outputs.push(killed.output);
-      t.is(killed.signal, 'SIGKILL', killed.output.slice(-2000));
-      const afterKill = JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout) as { members: { name?: string; isLearner?: boolean; peerURLs: string[] }[] };
-      t.like(afterKill.members.find((m) => m.peerURLs.includes('https://192.168.150.14:2380')), { isLearner: true });
+    } finally {
+      polling = false;
+      await poller;
+    }
+    t.log(`etcd-4 as etcd listed it: ${seen.join(' → ')}`);
+    t.is(seen.at(-1), 'voting');
+    t.true(seen.includes('learner (not started)') && seen.indexOf('learner (not started)') < seen.indexOf('voting'), seen.join(' → '));
 
-      const resumed = await deployInBackground(['-i', grown]);
-      outputs.push(resumed.output);
-      t.log(resumed.output.slice(-3000));
-      t.is(resumed.status, 0);
-      t.regex(resumed.output, /to join one after another: etcd-4 \(added, resumed\)/);
-      t.regex(resumed.output, /etcd-4:\n(?: {2}.*\n)* {2}promote: promote etcd-4 from learner to voting member/);
-    });
-  } finally {
-    polling = false;
-    await poller;
-  }
-  t.log(`etcd-4 as etcd listed it: ${seen.join(' → ')}`);
-  t.is(seen.at(-1), 'voting');
-  t.true(seen.includes('learner (not started)') && seen.indexOf('learner (not started)') < seen.indexOf('voting'), seen.join(' → '));
+    const list = JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout) as {
+      members: { name: string; isLearner?: boolean }[];
+    };
+    t.deepEqual(list.members.map((m) => `${m.name}${m.isLearner ? ' (learner)' : ''}`).sort(), ['etcd-1', 'etcd-2', 'etcd-3', 'etcd-4']);
+    const fourEndpoints = [...ALL, 'https://192.168.150.14:2379'];
+    t.is((etcdctl(fourEndpoints, rootIdentity, ['endpoint', 'health']).stderr.match(/is healthy/g) ?? []).length, 4);
+    // Every write the writer saw acknowledged is there, read through the new member.
+    t.true(acked.length > 50, `${acked.length} writes acknowledged`);
+    const stored = new Set(
+      etcdctl(['https://192.168.150.14:2379'], rootIdentity, ['get', '--prefix', 'e2e/grow/', '--print-value-only'])
+        .stdout.trim()
+        .split('\n'),
+    );
+    t.deepEqual(
+      acked.filter((n) => !stored.has(n)),
+      [],
+    );
 
-  const list = JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout) as { members: { name: string; isLearner?: boolean }[] };
-  t.deepEqual(list.members.map((m) => `${m.name}${m.isLearner ? ' (learner)' : ''}`).sort(), ['etcd-1', 'etcd-2', 'etcd-3', 'etcd-4']);
-  const fourEndpoints = [...ALL, 'https://192.168.150.14:2379'];
-  t.is((etcdctl(fourEndpoints, rootIdentity, ['endpoint', 'health']).stderr.match(/is healthy/g) ?? []).length, 4);
-  // Every write the writer saw acknowledged is there, read through the new member.
-  t.true(acked.length > 50, `${acked.length} writes acknowledged`);
-  const stored = new Set(etcdctl(['https://192.168.150.14:2379'], rootIdentity, ['get', '--prefix', 'e2e/grow/', '--print-value-only']).stdout.trim().split('\n'));
-  t.deepEqual(acked.filter((n) => !stored.has(n)), []);
-
-  // Converged: the same inventory again changes nothing.
-  const again = deployed(t, ['-i', grown]);
-  t.is(again.status, 0);
-  t.deepEqual(changed(again), []);
-});
+    // Converged: the same inventory again changes nothing.
+    const again = deployed(t, ['-i', grown]);
+    t.is(again.status, 0);
+    t.deepEqual(changed(again), []);
+  },
+);
 
 /** Writes through every endpoint given while `during` runs; every acknowledged key must be readable after. */
 async function withWriter(t: ExecutionContext, prefix: string, endpoints: string[], during: () => Promise<void>): Promise<string[]> {
   const acks: string[] = [];
   const errors: string[] = [];
-  const writer = spawn('ip', ['netns', 'exec', NAMESPACE, process.execPath, '--import', 'tsx', 'test/helpers/writer.ts', prefix, rootIdentity.caCert, rootIdentity.cert!, rootIdentity.key!, ...endpoints], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const writer = spawn(
+    'ip',
+    [
+      'netns',
+      'exec',
+      NAMESPACE,
+      process.execPath,
+      '--import',
+      'tsx',
+      'test/helpers/writer.ts',
+      prefix,
+      rootIdentity.caCert,
+      rootIdentity.cert!,
+      rootIdentity.key!,
+      ...endpoints,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
   writer.stdout!.on('data', (chunk: Buffer) => acks.push(chunk.toString()));
   writer.stderr!.on('data', (chunk: Buffer) => errors.push(chunk.toString()));
   try {
@@ -988,84 +1412,143 @@ async function withWriter(t: ExecutionContext, prefix: string, endpoints: string
     writer.kill('SIGTERM');
     await new Promise((resolve) => writer.on('close', resolve));
   }
-  const acked = acks.join('').split('\n').flatMap((line) => /^ack (\d+)$/.exec(line)?.[1] ?? []);
-  t.log(`writer: ${acked.length} writes acknowledged, ${errors.join('').trim().split('\n').filter(Boolean).length} errors retried elsewhere`);
+  const acked = acks
+    .join('')
+    .split('\n')
+    .flatMap((line) => /^ack (\d+)$/.exec(line)?.[1] ?? []);
+  t.log(
+    `writer: ${acked.length} writes acknowledged, ${errors.join('').trim().split('\n').filter(Boolean).length} errors retried elsewhere`,
+  );
   return acked;
 }
 
-test.serial('shrink 4 → 3 removing the current leader: leadership moved first, the member removed, its VM undefined and its volumes kept; a writer loses nothing', async (t) => {
-  const fourth = 'https://192.168.150.14:2379';
-  const list = () => JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout.replace(/"ID":(\d+)/g, '"ID":"$1"')) as { members: { ID: string; name: string; isLearner?: boolean }[] };
-  const id4 = list().members.find((m) => m.name === 'etcd-4')!.ID;
-  // etcd-4 leads: moved there by etcdctl (which finds the current leader among the endpoints), unless it already does.
-  const leaderId = () => (JSON.parse(etcdctl([fourth], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout.replace(/"(member_id|leader)":(\d+)/g, '"$1":"$2"')) as { Status: { leader: string } }[])[0]!.Status.leader;
-  if (leaderId() !== id4) {
-    const moved = etcdctl([...ALL, fourth], rootIdentity, ['move-leader', BigInt(id4).toString(16)]);
-    t.is(moved.status, 0, moved.stderr);
-  }
-  const leaderNow = JSON.parse(etcdctl([fourth], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout.replace(/"(member_id|leader)":(\d+)/g, '"$1":"$2"')) as { Status: { leader: string } }[];
-  t.is(leaderNow[0]!.Status.leader, id4);
+test.serial(
+  'shrink 4 → 3 removing the current leader: leadership moved first, the member removed, its VM undefined and its volumes kept; a writer loses nothing',
+  async (t) => {
+    const fourth = 'https://192.168.150.14:2379';
+    const list = () =>
+      JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout.replace(/"ID":(\d+)/g, '"ID":"$1"')) as {
+        members: { ID: string; name: string; isLearner?: boolean }[];
+      };
+    const id4 = list().members.find((m) => m.name === 'etcd-4')!.ID;
+    // etcd-4 leads: moved there by etcdctl (which finds the current leader among the endpoints), unless it already does.
+    const leaderId = () =>
+      (
+        JSON.parse(
+          etcdctl([fourth], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout.replace(/"(member_id|leader)":(\d+)/g, '"$1":"$2"'),
+        ) as { Status: { leader: string } }[]
+      )[0]!.Status.leader;
+    if (leaderId() !== id4) {
+      const moved = etcdctl([...ALL, fourth], rootIdentity, ['move-leader', BigInt(id4).toString(16)]);
+      t.is(moved.status, 0, moved.stderr);
+    }
+    const leaderNow = JSON.parse(
+      etcdctl([fourth], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout.replace(/"(member_id|leader)":(\d+)/g, '"$1":"$2"'),
+    ) as { Status: { leader: string } }[];
+    t.is(leaderNow[0]!.Status.leader, id4);
 
-  const path = 'inventories/.e2e-shrunk.yaml';
-  writeFileSync(path, readFileSync(grownInventory(), 'utf8').replace(/(- name: etcd-4\n)/, '$1    state: absent\n'));
-  // The plan, in order, and nothing done.
-  const dry = deployed(t, ['-i', path, '--dry-run']);
-  t.is(dry.status, 0);
-  t.regex(dry.output, /etcd-4:\n {2}leave: would move leadership from etcd-4 to etcd-\d first\n {2}leave: would remove etcd-4 from the cluster \(member ID [0-9a-f]+\)\n {2}leave: would stop and undefine VM etcd-4 on lab/);
-  t.is(list().members.length, 4);
-  t.is(leaderId(), id4);
-  let result: Awaited<ReturnType<typeof deployInBackground>> | undefined;
-  const acked = await withWriter(t, 'e2e/shrink/', ALL, async () => {
-    result = await deployInBackground(['-i', path]);
-  });
-  outputs.push(result!.output);
-  t.log(result!.output.slice(-2500));
-  t.is(result!.status, 0);
-  t.regex(result!.output, /etcd-4:\n {2}leave: move leadership from etcd-4 to etcd-\d first\n {2}leave: remove etcd-4 from the cluster \(member ID [0-9a-f]+\)\n {2}leave: stop and undefine VM etcd-4 on lab; its volumes stay \(etcd-lab\/etcd-4-data\.qcow2, etcd-lab\/etcd-4-os\.qcow2: virsh vol-delete removes them\)/);
-  t.deepEqual(list().members.map((m) => m.name).sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
-  t.not(virsh(['dominfo', 'etcd-4']).status, 0);
-  t.is(virsh(['vol-info', '--pool', 'etcd-lab', 'etcd-4-data.qcow2']).status, 0);
-  t.is((etcdctl(ALL, rootIdentity, ['endpoint', 'health']).stderr.match(/is healthy/g) ?? []).length, 3);
-  t.true(acked.length > 10, `${acked.length}`);
-  const stored = new Set(etcdctl(ALL, rootIdentity, ['get', '--prefix', 'e2e/shrink/', '--print-value-only']).stdout.trim().split('\n'));
-  t.deepEqual(acked.filter((n) => !stored.has(n)), []);
+    const path = 'inventories/.e2e-shrunk.yaml';
+    writeFileSync(path, readFileSync(grownInventory(), 'utf8').replace(/(- name: etcd-4\n)/, '$1    state: absent\n'));
+    // The plan, in order, and nothing done.
+    const dry = deployed(t, ['-i', path, '--dry-run']);
+    t.is(dry.status, 0);
+    t.regex(
+      dry.output,
+      /etcd-4:\n {2}leave: would move leadership from etcd-4 to etcd-\d first\n {2}leave: would remove etcd-4 from the cluster \(member ID [0-9a-f]+\)\n {2}leave: would stop and undefine VM etcd-4 on lab/,
+    );
+    t.is(list().members.length, 4);
+    t.is(leaderId(), id4);
+    const listed = listedPhases(t, ['-i', path]);
+    t.is(listed[0], 'leave etcd-4');
+    const report = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json');
+    let result: Awaited<ReturnType<typeof deployInBackground>> | undefined;
+    const acked = await withWriter(t, 'e2e/shrink/', ALL, async () => {
+      result = await deployInBackground(['-i', path, '--json', report]);
+    });
+    outputs.push(result!.output);
+    t.deepEqual(phasesRun(report), listed);
+    t.log(result!.output.slice(-2500));
+    t.is(result!.status, 0);
+    t.regex(
+      result!.output,
+      /etcd-4:\n {2}leave: move leadership from etcd-4 to etcd-\d first\n {2}leave: remove etcd-4 from the cluster \(member ID [0-9a-f]+\)\n {2}leave: stop and undefine VM etcd-4 on lab; its volumes stay \(etcd-lab\/etcd-4-data\.qcow2, etcd-lab\/etcd-4-os\.qcow2: virsh vol-delete removes them\)/,
+    );
+    t.deepEqual(
+      list()
+        .members.map((m) => m.name)
+        .sort(),
+      ['etcd-1', 'etcd-2', 'etcd-3'],
+    );
+    t.not(virsh(['dominfo', 'etcd-4']).status, 0);
+    t.is(virsh(['vol-info', '--pool', 'etcd-lab', 'etcd-4-data.qcow2']).status, 0);
+    t.is((etcdctl(ALL, rootIdentity, ['endpoint', 'health']).stderr.match(/is healthy/g) ?? []).length, 3);
+    t.true(acked.length > 10, `${acked.length}`);
+    const stored = new Set(etcdctl(ALL, rootIdentity, ['get', '--prefix', 'e2e/shrink/', '--print-value-only']).stdout.trim().split('\n'));
+    t.deepEqual(
+      acked.filter((n) => !stored.has(n)),
+      [],
+    );
 
-  // Back to the lab's own inventory (etcd-4's entry gone): converged, nothing to change.
-  const again = deployed(t);
-  t.is(again.status, 0);
-  t.deepEqual(changed(again), []);
-  rmSync(path, { force: true });
-  rmSync('inventories/.e2e-grown.yaml', { force: true });
-  for (const volume of ['etcd-4-os.qcow2', 'etcd-4-data.qcow2', 'etcd-4-cloud-init.iso']) virsh(['vol-delete', '--pool', 'etcd-lab', volume]);
-});
+    // Back to the lab's own inventory (etcd-4's entry gone): converged, nothing to change.
+    const again = deployed(t);
+    t.is(again.status, 0);
+    t.deepEqual(changed(again), []);
+    rmSync(path, { force: true });
+    rmSync('inventories/.e2e-grown.yaml', { force: true });
+    for (const volume of ['etcd-4-os.qcow2', 'etcd-4-data.qcow2', 'etcd-4-cloud-init.iso'])
+      virsh(['vol-delete', '--pool', 'etcd-lab', volume]);
+  },
+);
 
-test.serial('replace: etcd-2 destroyed and its OS and data volumes deleted with virsh; one run brings back three healthy voting members, its data from the cluster', async (t) => {
-  t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/before-replace', 'kept']).status, 0);
-  t.is(virsh(['destroy', 'etcd-2']).status, 0);
-  for (const volume of ['etcd-2-os.qcow2', 'etcd-2-data.qcow2']) t.is(virsh(['vol-delete', '--pool', 'etcd-lab', volume]).status, 0);
-  const dry = deployed(t, ['--dry-run']);
-  t.regex(dry.output, /etcd-2:\n {2}replace: would mark domain etcd-2 as being replaced[^\n]*\n {2}replace: would remove etcd-2 from the cluster \(member ID [0-9a-f]+\); it joins again empty and takes its data from the cluster\n {2}replace: would undefine VM etcd-2 on lab/);
-  let result: Awaited<ReturnType<typeof deployInBackground>> | undefined;
-  const healthy = ALL.filter((e) => e !== endpoint('etcd-2'));
-  const acked = await withWriter(t, 'e2e/replace/', healthy, async () => {
-    result = await deployInBackground(['-i', 'inventories/lab.yaml']);
-  });
-  outputs.push(result!.output);
-  t.log(result!.output.slice(-3000));
-  t.is(result!.status, 0);
-  t.regex(result!.output, /cluster: formed \(leader etcd-\d\): members join as existing; to join one after another: etcd-2/);
-  t.regex(result!.output, /promote: promote etcd-2 from learner to voting member/);
-  const list = JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout) as { members: { name: string; isLearner?: boolean }[] };
-  t.deepEqual(list.members.map((m) => `${m.name}${m.isLearner ? ' (learner)' : ''}`).sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
-  t.is((etcdctl(ALL, rootIdentity, ['endpoint', 'health']).stderr.match(/is healthy/g) ?? []).length, 3);
-  // Its data came from the cluster: what was written before and during, read through etcd-2 itself.
-  t.is(etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--print-value-only', 'e2e/before-replace']).stdout.trim(), 'kept');
-  const stored = new Set(etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--prefix', 'e2e/replace/', '--print-value-only']).stdout.trim().split('\n'));
-  t.deepEqual(acked.filter((n) => !stored.has(n)), []);
-  const again = deployed(t);
-  t.is(again.status, 0);
-  t.deepEqual(changed(again), []);
-});
+test.serial(
+  'replace: etcd-2 destroyed and its OS and data volumes deleted with virsh; one run brings back three healthy voting members, its data from the cluster',
+  async (t) => {
+    t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/before-replace', 'kept']).status, 0);
+    t.is(virsh(['destroy', 'etcd-2']).status, 0);
+    for (const volume of ['etcd-2-os.qcow2', 'etcd-2-data.qcow2']) t.is(virsh(['vol-delete', '--pool', 'etcd-lab', volume]).status, 0);
+    const dry = deployed(t, ['--dry-run']);
+    t.regex(
+      dry.output,
+      /etcd-2:\n {2}replace: would mark domain etcd-2 as being replaced[^\n]*\n {2}replace: would remove etcd-2 from the cluster \(member ID [0-9a-f]+\); it joins again empty and takes its data from the cluster\n {2}replace: would undefine VM etcd-2 on lab/,
+    );
+    const listed = listedPhases(t, []);
+    t.deepEqual(
+      listed.filter((phase) => /^(replace|join|promote|formed)/.test(phase)),
+      ['replace etcd-2', 'join etcd-2', 'promote etcd-2', 'formed'],
+    );
+    const report = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json');
+    let result: Awaited<ReturnType<typeof deployInBackground>> | undefined;
+    const healthy = ALL.filter((e) => e !== endpoint('etcd-2'));
+    const acked = await withWriter(t, 'e2e/replace/', healthy, async () => {
+      result = await deployInBackground(['-i', 'inventories/lab.yaml', '--json', report]);
+    });
+    outputs.push(result!.output);
+    t.deepEqual(phasesRun(report), listed);
+    t.log(result!.output.slice(-3000));
+    t.is(result!.status, 0);
+    t.regex(result!.output, /cluster: formed \(leader etcd-\d\): members join as existing; to join one after another: etcd-2/);
+    t.regex(result!.output, /promote: promote etcd-2 from learner to voting member/);
+    const list = JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout) as {
+      members: { name: string; isLearner?: boolean }[];
+    };
+    t.deepEqual(list.members.map((m) => `${m.name}${m.isLearner ? ' (learner)' : ''}`).sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
+    t.is((etcdctl(ALL, rootIdentity, ['endpoint', 'health']).stderr.match(/is healthy/g) ?? []).length, 3);
+    // Its data came from the cluster: what was written before and during, read through etcd-2 itself.
+    t.is(etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--print-value-only', 'e2e/before-replace']).stdout.trim(), 'kept');
+    const stored = new Set(
+      etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--prefix', 'e2e/replace/', '--print-value-only'])
+        .stdout.trim()
+        .split('\n'),
+    );
+    t.deepEqual(
+      acked.filter((n) => !stored.has(n)),
+      [],
+    );
+    const again = deployed(t);
+    t.is(again.status, 0);
+    t.deepEqual(changed(again), []);
+  },
+);
 
 // Last of the scenarios that change the cluster: it leaves etcd-2 with more memory than the lab inventory gives it.
 test.serial('drift: more memory in the inventory redefines the domain and restarts the member, then waits for health', (t) => {
@@ -1078,7 +1561,10 @@ test.serial('drift: more memory in the inventory redefines the domain and restar
   try {
     const result = deployed(t, ['-i', resized, '--limit', 'etcd-2']);
     t.is(result.status, 0);
-    t.deepEqual(changed(result).map((line) => line.replace(/: changed .*/, '')), ['etcd-2/render', 'etcd-2/domain']);
+    t.deepEqual(
+      changed(result).map((line) => line.replace(/: changed .*/, '')),
+      ['etcd-2/render', 'etcd-2/domain'],
+    );
     t.regex(changed(result).join('\n'), /redefine domain etcd-2; restart etcd-2 to apply its new definition/);
     t.regex(virsh(['dominfo', 'etcd-2']).stdout, /Max memory:\s+1179648 KiB/);
     t.regex(virsh(['domstate', 'etcd-2']).stdout, /running/);
@@ -1094,13 +1580,29 @@ test.serial('drift: more memory in the inventory redefines the domain and restar
 test.serial('no run printed private key material or a key file line, and keys are 0600', (t) => {
   const all = outputs.join('\n');
   t.false(all.includes('PRIVATE KEY'));
-  const keysIn = (dir: string) => readdirSync(join(LAB_STATE, dir)).filter((f) => f.endsWith('.key')).map((f) => `${dir}/${f}`);
-  const keyFiles = ['pki/ca.key', 'pki/peer-ca.key', 'pki/clients/root.key', 'ssh/admin.key', ...keysIn('pki/members'), ...keysIn('pki/peers'), ...keysIn('ssh/hosts')];
+  const keysIn = (dir: string) =>
+    readdirSync(join(LAB_STATE, dir))
+      .filter((f) => f.endsWith('.key'))
+      .map((f) => `${dir}/${f}`);
+  const keyFiles = [
+    'pki/ca.key',
+    'pki/peer-ca.key',
+    'pki/clients/root.key',
+    'ssh/admin.key',
+    ...keysIn('pki/members'),
+    ...keysIn('pki/peers'),
+    ...keysIn('ssh/hosts'),
+  ];
   for (const file of keyFiles) {
     const path = join(LAB_STATE, file);
     t.true(existsSync(path), file);
     t.is(statSync(path).mode & 0o777, 0o600, file);
-    const lines = readFileSync(path, 'utf8').split('\n').filter((line) => line.length > 20 && !line.startsWith('-----'));
-    t.false(lines.some((line) => all.includes(line)), `a line of ${file} was printed`);
+    const lines = readFileSync(path, 'utf8')
+      .split('\n')
+      .filter((line) => line.length > 20 && !line.startsWith('-----'));
+    t.false(
+      lines.some((line) => all.includes(line)),
+      `a line of ${file} was printed`,
+    );
   }
 });

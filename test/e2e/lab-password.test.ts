@@ -42,40 +42,43 @@ test.after.always(() => {
 /** Processes of this inventory's deploys still alive (none may be left behind by an interrupted run). */
 const leftover = () => spawnSync('pgrep', ['-f', `tasks/deploy.ts -i ${INVENTORY}`], { encoding: 'utf8' }).stdout.trim();
 
-test.serial('a cold deploy stopped four times (kill -9 after the volumes, kill -9 as the domains are defined, SIGINT during the first boot, kill -9 in the health wait) is finished by the next run', async (t) => {
-  const stopAt = async (point: RegExp, signal: NodeJS.Signals, label: string) => {
-    let sent = false;
-    const started = Date.now();
-    const stopped = await deployInBackground(['-i', INVENTORY], (output, child) => {
-      if (!sent && point.test(output)) {
-        sent = true;
-        child.kill(signal);
-      }
-    });
-    t.log(`${label}: ${signal} -> exit ${stopped.status ?? stopped.signal} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
-    t.true(sent, `${label}: the run reached the point`);
-    t.is(leftover(), '', `${label}: no process of the run is left`);
-    return stopped;
-  };
-  const volumes = () => virsh(['vol-list', '--pool', 'etcd-lab']).stdout;
-  const domains = () => virsh(['list', '--all', '--name']).stdout.trim().split('\n').filter(Boolean).sort();
+test.serial(
+  'a cold deploy stopped four times (kill -9 after the volumes, kill -9 as the domains are defined, SIGINT during the first boot, kill -9 in the health wait) is finished by the next run',
+  async (t) => {
+    const stopAt = async (point: RegExp, signal: NodeJS.Signals, label: string) => {
+      let sent = false;
+      const started = Date.now();
+      const stopped = await deployInBackground(['-i', INVENTORY], (output, child) => {
+        if (!sent && point.test(output)) {
+          sent = true;
+          child.kill(signal);
+        }
+      });
+      t.log(`${label}: ${signal} -> exit ${stopped.status ?? stopped.signal} after ${((Date.now() - started) / 1000).toFixed(1)} s`);
+      t.true(sent, `${label}: the run reached the point`);
+      t.is(leftover(), '', `${label}: no process of the run is left`);
+      return stopped;
+    };
+    const volumes = () => virsh(['vol-list', '--pool', 'etcd-lab']).stdout;
+    const domains = () => virsh(['list', '--all', '--name']).stdout.trim().split('\n').filter(Boolean).sort();
 
-  const first = await stopAt(/✔ volumes: 3 changed/, 'SIGKILL', 'after the volumes');
-  t.is(first.signal, 'SIGKILL');
-  for (const member of Object.keys(MEMBER_IPS)) t.regex(volumes(), new RegExp(`${member}-os\\.qcow2`));
+    const first = await stopAt(/✔ volumes: 3 changed/, 'SIGKILL', 'after the volumes');
+    t.is(first.signal, 'SIGKILL');
+    for (const member of Object.keys(MEMBER_IPS)) t.regex(volumes(), new RegExp(`${member}-os\\.qcow2`));
 
-  const second = await stopAt(/❯ domain/, 'SIGKILL', 'as the domains are defined');
-  t.regex(second.output, /lock: took over the lock of a run that is gone/);
+    const second = await stopAt(/❯ domain/, 'SIGKILL', 'as the domains are defined');
+    t.regex(second.output, /lock: took over the lock of a run that is gone/);
 
-  const third = await stopAt(/❯ guest/, 'SIGINT', 'during the first boot');
-  // The wait in flight ends as it would; nothing after it starts; the recap is printed.
-  t.is(third.status, 130);
-  t.regex(third.output, /RECAP in [\d.]+ s/);
-  t.regex(third.output, /health: skipped, interrupted/);
-  t.deepEqual(domains(), ['etcd-1', 'etcd-2', 'etcd-3']);
+    const third = await stopAt(/❯ guest/, 'SIGINT', 'during the first boot');
+    // The wait in flight ends as it would; nothing after it starts; the recap is printed.
+    t.is(third.status, 130);
+    t.regex(third.output, /RECAP in [\d.]+ s/);
+    t.regex(third.output, /health: skipped, interrupted/);
+    t.deepEqual(domains(), ['etcd-1', 'etcd-2', 'etcd-3']);
 
-  await stopAt(/❯ health/, 'SIGKILL', 'in the health wait');
-});
+    await stopAt(/❯ health/, 'SIGKILL', 'in the health wait');
+  },
+);
 
 test.serial('a password-mode cluster: root by password, anonymous refused, the REST gateway answers, a re-run changes nothing', (t) => {
   // The run that finishes the interrupted cold deploy above (or, run alone, the cold deploy itself).
@@ -87,7 +90,11 @@ test.serial('a password-mode cluster: root by password, anonymous refused, the R
   // password (bcrypt in an emulated guest): such transient answers are asked again, as the tool does.
   const root = (args: string[], at = ALL) => {
     let result = etcdctl(at, CA, ['--user', `root:${ROOT_PASSWORD}`, ...args]);
-    for (let attempt = 1; attempt < 5 && result.status !== 0 && /leader changed|deadline exceeded|timed out|no leader/i.test(result.stderr); attempt++) {
+    for (
+      let attempt = 1;
+      attempt < 5 && result.status !== 0 && /leader changed|deadline exceeded|timed out|no leader/i.test(result.stderr);
+      attempt++
+    ) {
       t.log(`etcdctl ${args[0]} at ${at.join(',')}: transient, asked again: ${result.stderr.trim().split('\n').at(-1)}`);
       result = etcdctl(at, CA, ['--user', `root:${ROOT_PASSWORD}`, ...args]);
     }
@@ -105,7 +112,18 @@ test.serial('a password-mode cluster: root by password, anonymous refused, the R
 
   // grpc_gateway_enabled: the JSON/REST endpoints, with a token from /v3/auth/authenticate.
   const rest = (path: string, body: unknown, headers: string[] = []) =>
-    inLab('curl', ['--silent', '--show-error', '--max-time', '10', '--cacert', CA.caCert, ...headers.flatMap((h) => ['-H', h]), '-d', JSON.stringify(body), `${endpoint('etcd-2')}${path}`]);
+    inLab('curl', [
+      '--silent',
+      '--show-error',
+      '--max-time',
+      '10',
+      '--cacert',
+      CA.caCert,
+      ...headers.flatMap((h) => ['-H', h]),
+      '-d',
+      JSON.stringify(body),
+      `${endpoint('etcd-2')}${path}`,
+    ]);
   const token = (JSON.parse(rest('/v3/auth/authenticate', { name: 'root', password: ROOT_PASSWORD }).stdout) as { token?: string }).token;
   t.truthy(token);
   const key = Buffer.from('e2e/password').toString('base64');
@@ -115,5 +133,8 @@ test.serial('a password-mode cluster: root by password, anonymous refused, the R
 
   const second = deployed(t);
   t.is(second.status, 0);
-  t.deepEqual(second.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`), []);
+  t.deepEqual(
+    second.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`),
+    [],
+  );
 });

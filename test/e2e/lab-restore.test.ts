@@ -39,11 +39,19 @@ function deployed(t: { log: (...values: unknown[]) => void }): DeployRun {
 }
 
 test.before(async (t) => {
-  s3 = spawn(process.execPath, ['--import', 'tsx', 'test/helpers/s3-server.ts', s3Dir, 'etcd-backups'], { stdio: ['ignore', 'pipe', 'inherit'] });
+  s3 = spawn(process.execPath, ['--import', 'tsx', 'test/helpers/s3-server.ts', s3Dir, 'etcd-backups'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
   const [firstLine] = (await once(s3.stdout!, 'data')) as [Buffer];
   const port = Number(firstLine.toString().trim());
   // s3rver's built-in account.
-  s3Settings = { endpoint: `http://127.0.0.1:${port}`, bucket: 'etcd-backups', object_prefix: 'lab', access_key: 'S3RVER', secret_key: 'S3RVER' };
+  s3Settings = {
+    endpoint: `http://127.0.0.1:${port}`,
+    bucket: 'etcd-backups',
+    object_prefix: 'lab',
+    access_key: 'S3RVER',
+    secret_key: 'S3RVER',
+  };
   lab('down');
   rmSync(LAB_STATE, { recursive: true, force: true });
   const up = lab('up');
@@ -65,9 +73,18 @@ test.serial('backup (encrypted) → teardown → deploy with restore.enabled bri
 
   const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY], { timeoutMs: 5 * 60_000 });
   t.is(backup.status, 0, backup.stderr);
-  t.regex(backup.stdout, /^backed up \d+ bytes from etcd-\d to s3 bucket etcd-backups at http:\/\/127\.0\.0\.1:\d+ as lab-\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\.dump \(encrypted\)$/m);
+  t.regex(
+    backup.stdout,
+    /^backed up \d+ bytes from etcd-\d to s3 bucket etcd-backups at http:\/\/127\.0\.0\.1:\d+ as lab-\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\.dump \(encrypted\)$/m,
+  );
   t.false(backup.stdout.includes(MASTER_KEY) || backup.stderr.includes(MASTER_KEY));
-  const bucket = new SnapshotBucket({ ...s3Settings, region: '', ca_cert: '', access_key: new Secret('S3RVER'), secret_key: new Secret('S3RVER') } as never);
+  const bucket = new SnapshotBucket({
+    ...s3Settings,
+    region: '',
+    ca_cert: '',
+    access_key: new Secret('S3RVER'),
+    secret_key: new Secret('S3RVER'),
+  } as never);
   const objects = await bucket.list('lab-');
   bucket.close();
   t.is(objects.length, 2, objects.join(', '));
@@ -87,24 +104,49 @@ test.serial('backup (encrypted) → teardown → deploy with restore.enabled bri
   t.deepEqual(restoreSteps.map((r) => `${r.host} ${r.status}`).sort(), ['etcd-1 changed', 'etcd-2 changed', 'etcd-3 changed']);
   t.regex(restoreSteps[0]!.changes[0]!.summary, /^restore etcd-\d's data directory from lab-.*\.dump in s3 bucket etcd-backups/);
 
-  for (const i of [1, 2, 3]) t.is(etcdctl([endpoint(`etcd-${i}` as keyof typeof MEMBER_IPS)], rootIdentity, ['get', '--print-value-only', `e2e/restore/${i}`]).stdout.trim(), `value ${i}`);
+  for (const i of [1, 2, 3])
+    t.is(
+      etcdctl([endpoint(`etcd-${i}` as keyof typeof MEMBER_IPS)], rootIdentity, [
+        'get',
+        '--print-value-only',
+        `e2e/restore/${i}`,
+      ]).stdout.trim(),
+      `value ${i}`,
+    );
   const list = etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']);
-  t.deepEqual((JSON.parse(list.stdout) as { members: { name: string }[] }).members.map((m) => m.name).sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
+  t.deepEqual((JSON.parse(list.stdout) as { members: { name: string }[] }).members.map((m) => m.name).sort(), [
+    'etcd-1',
+    'etcd-2',
+    'etcd-3',
+  ]);
   // The restored cluster is writable and auth is still on (from the snapshot).
   t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/after-restore', 'yes']).status, 0);
-  const asMember = etcdctl([endpoint('etcd-1')], { caCert: rootIdentity.caCert, cert: join(LAB_STATE, 'pki/members/etcd-1.crt'), key: join(LAB_STATE, 'pki/members/etcd-1.key') }, ['get', 'e2e/restore/1']);
+  const asMember = etcdctl(
+    [endpoint('etcd-1')],
+    { caCert: rootIdentity.caCert, cert: join(LAB_STATE, 'pki/members/etcd-1.crt'), key: join(LAB_STATE, 'pki/members/etcd-1.key') },
+    ['get', 'e2e/restore/1'],
+  );
   t.not(asMember.status, 0);
 
   // Restored data is never restored again.
   const again = deployed(t);
   t.is(again.status, 0);
-  t.deepEqual(again.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`), []);
+  t.deepEqual(
+    again.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`),
+    [],
+  );
   t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/after-restore']).stdout.trim(), 'yes');
 });
 
 test.serial('backup --keep 2: two more backups of the restored cluster leave the two newest, each with its key', async (t) => {
   const listing = async () => {
-    const bucket = new SnapshotBucket({ ...s3Settings, region: '', ca_cert: '', access_key: new Secret('S3RVER'), secret_key: new Secret('S3RVER') } as never);
+    const bucket = new SnapshotBucket({
+      ...s3Settings,
+      region: '',
+      ca_cert: '',
+      access_key: new Secret('S3RVER'),
+      secret_key: new Secret('S3RVER'),
+    } as never);
     try {
       return (await bucket.list('lab-')).sort();
     } finally {
@@ -120,7 +162,12 @@ test.serial('backup --keep 2: two more backups of the restored cluster leave the
     const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY, '--keep', '2'], { timeoutMs: 5 * 60_000 });
     t.is(backup.status, 0, backup.stderr);
     made.push(/ as (lab-\S+\.dump) /.exec(backup.stdout)![1]!);
-    t.regex(backup.stdout, round === 1 ? /\nkept 2 snapshot\(s\) .*; deleted 0 object\(s\)$/m : /\nkept 2 snapshot\(s\) .*; deleted 2 object\(s\): lab-\S+\.dump, lab-\S+\.key$/m);
+    t.regex(
+      backup.stdout,
+      round === 1
+        ? /\nkept 2 snapshot\(s\) .*; deleted 0 object\(s\)$/m
+        : /\nkept 2 snapshot\(s\) .*; deleted 2 object\(s\): lab-\S+\.dump, lab-\S+\.key$/m,
+    );
   }
   const after = await listing();
   t.deepEqual(after, made.flatMap((dump) => [dump, dump.replace(/\.dump$/, '.key')]).sort());

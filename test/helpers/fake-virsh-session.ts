@@ -22,15 +22,15 @@ export class FakeVirshSession extends Duplex {
 
   override _write(chunk: Buffer, _encoding: BufferEncoding, done: (error?: Error | null) => void): void {
     this.#pending += chunk.toString('utf8');
-    let newline: number;
-    while ((newline = this.#pending.indexOf('\n')) >= 0) {
+    for (let newline = this.#pending.indexOf('\n'); newline >= 0; newline = this.#pending.indexOf('\n')) {
       const line = this.#pending.slice(0, newline);
       this.#pending = this.#pending.slice(newline + 1);
       this.lines.push(line);
       if (!this.answering) continue;
       let output = `${line}\n`;
       // As virsh without -q: a blank line after each command's output.
-      for (const command of splitCommands(line)) output += command[0] === 'echo' ? `${command.slice(1).join(' ')}\n` : `${this.run(command)}\n`;
+      for (const command of splitCommands(line))
+        output += command[0] === 'echo' ? `${command.slice(1).join(' ')}\n` : `${this.run(command)}\n`;
       // Answered a moment later, in two pieces (a reader must not expect whole replies per chunk), one line after the other.
       this.#answered = this.#answered.then(async () => {
         await new Promise(setImmediate);

@@ -16,7 +16,13 @@ if (!out || !caPath || !certPath || !keyPath || members.length === 0) {
   process.exit(2);
 }
 // One kept-alive TLS connection per member: a handshake every 0.5 s would load the emulated guests themselves.
-const agent = new Agent({ keepAlive: true, maxSockets: 1, ca: readFileSync(caPath), cert: readFileSync(certPath), key: readFileSync(keyPath) });
+const agent = new Agent({
+  keepAlive: true,
+  maxSockets: 1,
+  ca: readFileSync(caPath),
+  cert: readFileSync(certPath),
+  key: readFileSync(keyPath),
+});
 const MAX_MS = 20 * 60_000;
 const started = Date.now();
 
@@ -37,10 +43,12 @@ let stopping = false;
 process.on('SIGTERM', () => (stopping = true));
 while (!stopping && Date.now() - started < MAX_MS) {
   const at = Date.now();
-  const answers = await Promise.all(members.map(async (entry) => {
-    const [name, url] = entry.split('=') as [string, string];
-    return (await healthy(url)) ? name : undefined;
-  }));
+  const answers = await Promise.all(
+    members.map(async (entry) => {
+      const [name, url] = entry.split('=') as [string, string];
+      return (await healthy(url)) ? name : undefined;
+    }),
+  );
   appendFileSync(out, `${JSON.stringify({ at, healthy: answers.filter(Boolean) })}\n`);
   await new Promise((resolve) => setTimeout(resolve, Math.max(0, 500 - (Date.now() - at))));
 }

@@ -40,14 +40,18 @@ export interface DeployRun extends Completed {
 export const CLIENT_NAMESPACE = 'etcd-kvm-lab-client';
 
 /** A command inside a network namespace, or as it is when none is given. */
-const within = (namespace: string | undefined, program: string, args: string[]): [string, string[]] => (namespace ? ['ip', ['netns', 'exec', namespace, program, ...args]] : [program, args]);
+const within = (namespace: string | undefined, program: string, args: string[]): [string, string[]] =>
+  namespace ? ['ip', ['netns', 'exec', namespace, program, ...args]] : [program, args];
 
 /** One deploy of the lab inventory, as an operator runs it (from the root namespace, or another), with its --json report. */
 export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-report.json'), namespace?: string): DeployRun {
   const inventory = args.includes('-i') ? [] : ['-i', LAB_INVENTORY];
   // A report left by an earlier run must not stand in for this one's.
   rmSync(reportPath, { force: true });
-  const completed = run(...within(namespace, process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...inventory, '--json', reportPath, ...args]), { timeoutMs: 20 * 60_000 });
+  const completed = run(
+    ...within(namespace, process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...inventory, '--json', reportPath, ...args]),
+    { timeoutMs: 20 * 60_000 },
+  );
   let report: DeployRun['report'] = { results: [] };
   try {
     report = JSON.parse(readFileSync(reportPath, 'utf8')) as DeployRun['report'];
@@ -58,7 +62,10 @@ export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-re
 }
 
 /** A deploy in its own process, its output handed to `onOutput` as it comes (to stop it at a point of the run). */
-export function deployInBackground(args: string[], onOutput?: (text: string, child: ReturnType<typeof spawn>) => void): Promise<{ status: number | null; signal: NodeJS.Signals | null; output: string }> {
+export function deployInBackground(
+  args: string[],
+  onOutput?: (text: string, child: ReturnType<typeof spawn>) => void,
+): Promise<{ status: number | null; signal: NodeJS.Signals | null; output: string }> {
   const child = spawn(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   const take = (chunk: Buffer) => {
@@ -106,8 +113,15 @@ export const rootIdentity: Identity = {
 
 /** etcdctl 3.4 inside the lab namespace (or another), where the member addresses exist. */
 export function etcdctl(endpoints: string[], identity: Identity, args: string[], namespace = NAMESPACE): Completed {
-  const tls = ['--cacert', identity.caCert, ...(identity.cert ? ['--cert', identity.cert] : []), ...(identity.key ? ['--key', identity.key] : [])];
-  return run(...within(namespace, 'etcdctl', ['--dial-timeout=5s', '--command-timeout=10s', `--endpoints=${endpoints.join(',')}`, ...tls, ...args]));
+  const tls = [
+    '--cacert',
+    identity.caCert,
+    ...(identity.cert ? ['--cert', identity.cert] : []),
+    ...(identity.key ? ['--key', identity.key] : []),
+  ];
+  return run(
+    ...within(namespace, 'etcdctl', ['--dial-timeout=5s', '--command-timeout=10s', `--endpoints=${endpoints.join(',')}`, ...tls, ...args]),
+  );
 }
 
 export const endpoint = (member: keyof typeof MEMBER_IPS) => `https://${MEMBER_IPS[member]}:2379`;
@@ -117,8 +131,18 @@ export function memberSsh(member: keyof typeof MEMBER_IPS, command: string): Com
   const hypervisor = '.etcd-kvm/lab/hypervisor';
   const proxy = `ssh -i ${hypervisor}/client_key -o UserKnownHostsFile=${hypervisor}/known_hosts -o StrictHostKeyChecking=yes -p 2222 -W %h:%p root@127.0.0.1`;
   return run('ssh', [
-    '-o', 'BatchMode=yes', '-o', 'StrictHostKeyChecking=yes', '-o', `UserKnownHostsFile=${join(LAB_STATE, 'ssh/known_hosts')}`,
-    '-o', `ProxyCommand=${proxy}`, '-i', join(LAB_STATE, 'ssh/admin.key'), `admin@${MEMBER_IPS[member]}`, command,
+    '-o',
+    'BatchMode=yes',
+    '-o',
+    'StrictHostKeyChecking=yes',
+    '-o',
+    `UserKnownHostsFile=${join(LAB_STATE, 'ssh/known_hosts')}`,
+    '-o',
+    `ProxyCommand=${proxy}`,
+    '-i',
+    join(LAB_STATE, 'ssh/admin.key'),
+    `admin@${MEMBER_IPS[member]}`,
+    command,
   ]);
 }
 

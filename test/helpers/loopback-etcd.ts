@@ -29,7 +29,11 @@ export interface LoopbackMember {
  * only the data directory and the files the environment names move out of guest paths (into a
  * temporary directory); every other ETCD_* variable is used exactly as rendered.
  */
-export function startRenderedMembers(inventory: Inventory, rendered: Map<string, RenderedFile[]>, processes: Processes): { work: string; members: Map<string, LoopbackMember> } {
+export function startRenderedMembers(
+  inventory: Inventory,
+  rendered: Map<string, RenderedFile[]>,
+  processes: Processes,
+): { work: string; members: Map<string, LoopbackMember> } {
   const work = mkdtempSync(join(tmpdir(), 'etcd-kvm-etcd-'));
   const members = new Map<string, LoopbackMember>();
   for (const member of inventory.members) {
@@ -44,7 +48,10 @@ export function startRenderedMembers(inventory: Inventory, rendered: Map<string,
       writeFileSync(path, files.get(guestPath)!.content, { mode: 0o600 });
       env.set(key, path);
     }
-    const process_ = processes.start('etcd', [], { env: { PATH: process.env.PATH, ...Object.fromEntries(env) }, logFile: join(dir, 'etcd.log') });
+    const process_ = processes.start('etcd', [], {
+      env: { PATH: process.env.PATH, ...Object.fromEntries(env) },
+      logFile: join(dir, 'etcd.log'),
+    });
     members.set(member.name, { rendered: asRendered, process: process_ });
   }
   return { work, members };

@@ -8,7 +8,10 @@ import { Etcd3 } from 'etcd3';
  */
 const [endpoint, ca, cert, key] = process.argv.slice(2);
 if (!endpoint || !ca || !cert || !key) throw new Error('usage: raise-alarm.ts ENDPOINT CA CERT KEY');
-const client = new Etcd3({ hosts: [endpoint], credentials: { rootCertificate: readFileSync(ca), certChain: readFileSync(cert), privateKey: readFileSync(key) } });
+const client = new Etcd3({
+  hosts: [endpoint],
+  credentials: { rootCertificate: readFileSync(ca), certChain: readFileSync(cert), privateKey: readFileSync(key) },
+});
 try {
   const status = await client.maintenance.status({});
   await client.maintenance.alarm({ action: 'Activate', memberID: status.header.member_id, alarm: 'Nospace' });

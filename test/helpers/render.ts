@@ -11,7 +11,9 @@ import type { DesiredGuest } from '../../tasks/render/guest/desired.ts';
 import { pkiStep } from '../../tasks/steps/pki.ts';
 
 /** Issues the PKI into a fresh state directory and renders every member: what a deploy would upload. */
-export async function renderWithPki(inventory: Inventory): Promise<{ inventory: Inventory; rendered: Map<string, RenderedFile[]>; guests: Map<string, DesiredGuest> }> {
+export async function renderWithPki(
+  inventory: Inventory,
+): Promise<{ inventory: Inventory; rendered: Map<string, RenderedFile[]>; guests: Map<string, DesiredGuest> }> {
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-render-'));
   const withState = { ...inventory, stateDir };
   const store = new PkiStore(stateDir);

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { connect } from 'node:net';
 import { run } from './exec.ts';
-import { Processes } from './processes.ts';
+import type { Processes } from './processes.ts';
 
 /** A real OpenSSH server on 127.0.0.1 with its own host key and one authorised client key. */
 export interface TestSshd {
@@ -41,13 +41,30 @@ export async function startSshd(processes: Processes, port: number): Promise<Tes
   processes.start(
     '/usr/sbin/sshd',
     [
-      '-D', '-e', '-f', '/dev/null',
-      '-o', `Port=${port}`, '-o', 'ListenAddress=127.0.0.1',
-      '-o', `HostKey=${join(dir, 'host_key')}`,
-      '-o', `AuthorizedKeysFile=${join(dir, 'authorized_keys')}`,
-      '-o', `PidFile=${join(dir, 'sshd.pid')}`,
-      '-o', 'StrictModes=no', '-o', 'UsePAM=no', '-o', 'PasswordAuthentication=no',
-      '-o', `AllowUsers=${userInfo().username}`, '-o', 'PermitRootLogin=prohibit-password',
+      '-D',
+      '-e',
+      '-f',
+      '/dev/null',
+      '-o',
+      `Port=${port}`,
+      '-o',
+      'ListenAddress=127.0.0.1',
+      '-o',
+      `HostKey=${join(dir, 'host_key')}`,
+      '-o',
+      `AuthorizedKeysFile=${join(dir, 'authorized_keys')}`,
+      '-o',
+      `PidFile=${join(dir, 'sshd.pid')}`,
+      '-o',
+      'StrictModes=no',
+      '-o',
+      'UsePAM=no',
+      '-o',
+      'PasswordAuthentication=no',
+      '-o',
+      `AllowUsers=${userInfo().username}`,
+      '-o',
+      'PermitRootLogin=prohibit-password',
     ],
     { env: process.env, logFile: join(dir, 'sshd.log') },
   );

@@ -13,7 +13,15 @@ const [prefix, ca, cert, key, ...endpoints] = process.argv.slice(2);
 if (!prefix || !ca || !cert || !key || endpoints.length === 0) throw new Error('usage: writer.ts PREFIX CA CERT KEY ENDPOINT...');
 const credentials = { rootCertificate: readFileSync(ca), certChain: readFileSync(cert), privateKey: readFileSync(key) };
 // One client per member, none retrying on its own: the loop below moves to the next member itself.
-const clients = endpoints.map((host) => new Etcd3({ hosts: [host], credentials, faultHandling: { host: () => noop, global: noop }, defaultCallOptions: () => ({ deadline: Date.now() + 3_000 }) }));
+const clients = endpoints.map(
+  (host) =>
+    new Etcd3({
+      hosts: [host],
+      credentials,
+      faultHandling: { host: () => noop, global: noop },
+      defaultCallOptions: () => ({ deadline: Date.now() + 3_000 }),
+    }),
+);
 let stopping = false;
 process.on('SIGTERM', () => (stopping = true));
 let at = 0;

@@ -21,7 +21,10 @@ const UNREACHABLE = /\[etcd-1\] owner: hypervisor lab \(root@127\.0\.0\.1:1\): c
 
 function labCopy(): { dir: string; inventory: string } {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-cli-'));
-  const doc = parse(readFileSync('inventories/lab.yaml', 'utf8')) as { defaults: Record<string, unknown>; hypervisors: { lab: Record<string, unknown> } };
+  const doc = parse(readFileSync('inventories/lab.yaml', 'utf8')) as {
+    defaults: Record<string, unknown>;
+    hypervisors: { lab: Record<string, unknown> };
+  };
   doc.defaults.admin_user_password = ADMIN_PASSWORD;
   doc.hypervisors.lab.port = UNREACHABLE_PORT;
   const inventory = join(dir, 'lab.yaml');
@@ -37,8 +40,13 @@ function assertNoSecrets(t: { false: (value: boolean, message?: string) => void 
   for (const keyFile of ['pki/ca.key', 'pki/members/etcd-1.key', 'pki/clients/root.key', 'ssh/admin.key']) {
     const path = join(stateDir, keyFile);
     if (!existsSync(path)) continue;
-    const body = readFileSync(path, 'utf8').split('\n').filter((line) => line && !line.startsWith('-----'));
-    t.false(body.some((line) => output.includes(line)), `no line of ${keyFile}`);
+    const body = readFileSync(path, 'utf8')
+      .split('\n')
+      .filter((line) => line && !line.startsWith('-----'));
+    t.false(
+      body.some((line) => output.includes(line)),
+      `no line of ${keyFile}`,
+    );
   }
 }
 
@@ -89,7 +97,10 @@ test('--render-only writes every file (secrets 0600), then a dry-run sees no cha
   t.regex(apply.stdout, /localhost +ok=2 {2}changed=0/);
   t.regex(apply.stdout, /cluster: not formed yet: members start as new/);
   assertNoSecrets(t, apply.stdout + apply.stderr, stateDir);
-  const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as { dryRun: boolean; results: { step: string; host: string; status: string }[] };
+  const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as {
+    dryRun: boolean;
+    results: { step: string; host: string; status: string }[];
+  };
   t.true(report.dryRun);
   t.deepEqual(report.results.find((r) => r.step === 'pki')?.status, 'ok');
   t.is(report.results.filter((r) => r.step === 'render' && r.status === 'changed').length, 3);
@@ -105,9 +116,15 @@ test('encrypted state: --encrypt seals every key, later runs work only with the 
     delete env.ETCD_KVM_PASSPHRASE_FILE;
     return passphrase === undefined ? env : { ...env, ETCD_KVM_PASSPHRASE: passphrase };
   };
-  const tool = (script: string, args: string[], passphrase?: string) => run(process.execPath, ['--import', 'tsx', `tasks/${script}.ts`, '-i', inventory, ...args], { env: withPassphrase(passphrase) });
+  const tool = (script: string, args: string[], passphrase?: string) =>
+    run(process.execPath, ['--import', 'tsx', `tasks/${script}.ts`, '-i', inventory, ...args], { env: withPassphrase(passphrase) });
   t.is(tool('deploy', ['--render-only', join(dir, 'rendered')]).status, 0);
-  const keyFiles = () => [['pki'], ['pki', 'members'], ['pki', 'peers'], ['pki', 'clients'], ['ssh'], ['ssh', 'hosts']].flatMap((sub) => readdirSync(join(stateDir, ...sub)).filter((f) => f.endsWith('.key')).map((f) => join(...sub, f)));
+  const keyFiles = () =>
+    [['pki'], ['pki', 'members'], ['pki', 'peers'], ['pki', 'clients'], ['ssh'], ['ssh', 'hosts']].flatMap((sub) =>
+      readdirSync(join(stateDir, ...sub))
+        .filter((f) => f.endsWith('.key'))
+        .map((f) => join(...sub, f)),
+    );
   const snapshot = () => new Map(keyFiles().map((file) => [file, readFileSync(join(stateDir, file), 'utf8')]));
   const plain = snapshot();
   // CA, peer CA, 3 members, 3 members' peer keys, root, the tool's SSH key, 3 host keys.
@@ -127,7 +144,10 @@ test('encrypted state: --encrypt seals every key, later runs work only with the 
   t.false(existsSync(join(dir, 'rendered-again')));
   const missing = tool('client', ['--user', 'root', '--out', join(dir, 'bundle')]);
   t.is(missing.status, 2);
-  t.regex(missing.stderr, /is encrypted: give its passphrase in ETCD_KVM_PASSPHRASE, a file named by ETCD_KVM_PASSPHRASE_FILE, or a terminal/);
+  t.regex(
+    missing.stderr,
+    /is encrypted: give its passphrase in ETCD_KVM_PASSPHRASE, a file named by ETCD_KVM_PASSPHRASE_FILE, or a terminal/,
+  );
   t.deepEqual(snapshot(), sealed, 'nothing changed');
 
   // With the passphrase: the PKI is settled (nothing re-issued), the bundle carries the key in the clear for its user.
@@ -149,7 +169,10 @@ test('bad input exits 2 with every problem listed and no stack trace; nothing is
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-cli-'));
   const inventory = join(dir, 'bad.yaml');
   copyFileSync('inventories/lab.yaml', inventory);
-  writeFileSync(inventory, readFileSync(inventory, 'utf8').replace('vcpus: 1', 'vcpu: 1').replace('ip: 192.168.150.13', 'ip: 192.168.150.12'));
+  writeFileSync(
+    inventory,
+    readFileSync(inventory, 'utf8').replace('vcpus: 1', 'vcpu: 1').replace('ip: 192.168.150.13', 'ip: 192.168.150.12'),
+  );
   const result = deploy(['-i', inventory, '--dry-run']);
   t.is(result.status, 2);
   t.regex(result.stderr, /has 2 problems; nothing was changed/);
@@ -171,9 +194,13 @@ test('a real apply against an unreachable hypervisor fails every member with the
   t.is(result.status, 1);
   const output = result.stdout + result.stderr;
   t.regex(output, UNREACHABLE);
-  for (const member of ['etcd-1', 'etcd-2', 'etcd-3']) t.regex(output, new RegExp(`${member} +ok=0 {2}changed=1 {2}failed=1 {2}skipped=[57]`));
+  for (const member of ['etcd-1', 'etcd-2', 'etcd-3'])
+    t.regex(output, new RegExp(`${member} +ok=0 {2}changed=1 {2}failed=1 {2}skipped=[57]`));
   // The recap names the host that could not be reached and the members it failed; the placement is warned about first.
-  t.regex(output, /\nUNREACHABLE \(their members failed; the others went on\)\nhypervisor lab at root@127\.0\.0\.1:1 \(etcd-1, etcd-2, etcd-3\): cannot (connect|read private key)/);
+  t.regex(
+    output,
+    /\nUNREACHABLE \(their members failed; the others went on\)\nhypervisor lab at root@127\.0\.0\.1:1 \(etcd-1, etcd-2, etcd-3\): cannot (connect|read private key)/,
+  );
   t.regex(output, /^warning: 3 of 3 members are on hypervisor lab \(etcd-1, etcd-2, etcd-3\): losing that host loses quorum/m);
   t.false(/\n\s+at /.test(output), 'no stack trace');
   t.deepEqual(readdirSync(join(dir, '.etcd-kvm', 'lab')).sort(), ['cluster-id.json', 'pki', 'rendered', 'ssh']);
@@ -190,7 +217,7 @@ test('--limit acts on the named members only and rejects unknown names', (t) => 
   t.regex(unknown.stderr, /--limit names unknown members: etcd-9/);
 });
 
-test('SIGINT while a step waits: nothing after it starts, the recap is printed, exit 130 (not listr\'s 127, not a crash)', async (t) => {
+test("SIGINT while a step waits: nothing after it starts, the recap is printed, exit 130 (not listr's 127, not a crash)", async (t) => {
   // A "hypervisor" that accepts connections and never answers: the run waits in its SSH handshake.
   const sockets: Socket[] = [];
   const silent = createServer((socket) => sockets.push(socket));

@@ -34,7 +34,13 @@ function loopbackInventory(clientCertAuth: boolean, clientPort: number) {
   const doc = baseDocument();
   // Reached directly: the hypervisor is never asked, and its address must not be a member's.
   doc.hypervisors = { hv: { address: '127.0.0.254' } };
-  doc.etcd = { client_port: clientPort, peer_port: clientPort + 1, listen_localhost: false, client_cert_auth: clientCertAuth, grpc_gateway_enabled: !clientCertAuth };
+  doc.etcd = {
+    client_port: clientPort,
+    peer_port: clientPort + 1,
+    listen_localhost: false,
+    client_cert_auth: clientCertAuth,
+    grpc_gateway_enabled: !clientCertAuth,
+  };
   doc.members.forEach((member, i) => {
     member.libvirt_networks = [{ network_name: 'net', ip: IPS[i], prefix_length: 8 }];
     // The tool reaches loopback members directly, without a hypervisor.
@@ -62,8 +68,6 @@ async function startCluster(t: ExecutionContext, clientCertAuth: boolean, client
   return { inventory, work, peerAllowedCn: members.get('etcd-1')!.rendered.get('ETCD_PEER_CERT_ALLOWED_CN') };
 }
 
-
-
 test('a 3-member etcd cluster starts from the rendered config over TLS, and refuses clients without a certificate', async (t) => {
   const CLIENT_PORT = 42379;
   const { inventory, work, peerAllowedCn } = await startCluster(t, true, CLIENT_PORT);
@@ -71,7 +75,8 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
   const pki = join(inventory.stateDir, 'pki');
   const endpoints = IPS.map((ip) => `https://${ip}:${CLIENT_PORT}`).join(',');
   const tls = ['--cacert', join(pki, 'ca.crt'), '--cert', join(pki, 'clients/root.crt'), '--key', join(pki, 'clients/root.key')];
-  const etcdctl = (args: string[], extraTls = tls) => run('etcdctl', ['--endpoints', endpoints, '--dial-timeout', '3s', ...extraTls, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
+  const etcdctl = (args: string[], extraTls = tls) =>
+    run('etcdctl', ['--endpoints', endpoints, '--dial-timeout', '3s', ...extraTls, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
 
   // Three fresh members on loopback elect a leader in a few seconds; 60 s leaves room for a loaded CI machine.
   // Healthy means all three say so: once, an exit-0 health check right after the election had fewer
@@ -97,7 +102,9 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
   }
 
   t.is(etcdctl(['put', 'greeting', 'hello']).status, 0);
-  const got = run('etcdctl', ['--endpoints', `https://${IPS[2]}:${CLIENT_PORT}`, ...tls, 'get', 'greeting', '--print-value-only'], { env: { ...process.env, ETCDCTL_API: '3' } });
+  const got = run('etcdctl', ['--endpoints', `https://${IPS[2]}:${CLIENT_PORT}`, ...tls, 'get', 'greeting', '--print-value-only'], {
+    env: { ...process.env, ETCDCTL_API: '3' },
+  });
   t.is(got.stdout.trim(), 'hello');
 
   // client-cert-auth: a client that presents no certificate is refused at the TLS handshake.
@@ -109,7 +116,25 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
   // etcd's member list; root's client certificate, signed by the cluster CA, fails the TLS handshake.
   t.is(peerAllowedCn, 'etcd-kvm-peer');
   const peerUrl = `https://${IPS[0]}:${CLIENT_PORT + 1}/members`;
-  const curlPeer = (cert: string, key: string) => run('curl', ['--silent', '--show-error', '--http1.1', '--max-time', '10', '--cacert', join(pki, 'peer-ca.crt'), '--cert', cert, '--key', key, '-o', '/dev/null', '-w', '%{http_code}', peerUrl]);
+  const curlPeer = (cert: string, key: string) =>
+    run('curl', [
+      '--silent',
+      '--show-error',
+      '--http1.1',
+      '--max-time',
+      '10',
+      '--cacert',
+      join(pki, 'peer-ca.crt'),
+      '--cert',
+      cert,
+      '--key',
+      key,
+      '-o',
+      '/dev/null',
+      '-w',
+      '%{http_code}',
+      peerUrl,
+    ]);
   const asMember = curlPeer(join(pki, 'peers/etcd-2.crt'), join(pki, 'peers/etcd-2.key'));
   t.is(asMember.stdout, '200', asMember.stderr);
   for (const client of ['root', 'alice']) {
@@ -121,9 +146,26 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
   // A certificate from another CA is refused too.
   const stranger = join(work, 'stranger');
   mkdirSync(stranger);
-  const made = run('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=root', '-days', '1', '-keyout', join(stranger, 'root.key'), '-out', join(stranger, 'root.crt')]);
+  const made = run('openssl', [
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-subj',
+    '/CN=root',
+    '-days',
+    '1',
+    '-keyout',
+    join(stranger, 'root.key'),
+    '-out',
+    join(stranger, 'root.crt'),
+  ]);
   t.is(made.status, 0, made.stderr);
-  const foreign = etcdctl(['get', 'greeting'], ['--cacert', join(pki, 'ca.crt'), '--cert', join(stranger, 'root.crt'), '--key', join(stranger, 'root.key')]);
+  const foreign = etcdctl(
+    ['get', 'greeting'],
+    ['--cacert', join(pki, 'ca.crt'), '--cert', join(stranger, 'root.crt'), '--key', join(stranger, 'root.key')],
+  );
   t.not(foreign.status, 0);
   t.false(foreign.stdout.includes('hello'));
 });
@@ -137,17 +179,28 @@ test('password mode: health and the auth bootstrap through the etcd client, root
   try {
     for (const member of inventory.members) await waitForHealth(inventory, clients, member, 60_000);
     const runner = new Runner({ dryRun: false, renderer: 'silent' });
-    const [first] = await runner.runStep(authStep(inventory, inventory.members, clients, identities, false));
+    const [first] = await runner.runStep(authStep(inventory, inventory.members, clients, identities));
     t.is(first?.status, 'changed', first?.error);
-    t.deepEqual(first?.changes.map((change) => change.summary), ['create role root', 'create user root (password from the inventory, sent over TLS only)', 'grant role root to user root', 'enable authentication']);
-    const [second] = await runner.runStep(authStep(inventory, inventory.members, clients, identities, false));
+    t.deepEqual(
+      first?.changes.map((change) => change.summary),
+      [
+        'create role root',
+        'create user root (password from the inventory, sent over TLS only)',
+        'grant role root to user root',
+        'enable authentication',
+      ],
+    );
+    const [second] = await runner.runStep(authStep(inventory, inventory.members, clients, identities));
     t.is(second?.status, 'ok', second?.error);
   } finally {
     clients.close();
   }
 
   const ca = join(inventory.stateDir, 'pki', 'ca.crt');
-  const etcdctl = (args: string[]) => run('etcdctl', ['--endpoints', `https://${IPS[1]}:${CLIENT_PORT}`, '--dial-timeout', '3s', '--cacert', ca, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
+  const etcdctl = (args: string[]) =>
+    run('etcdctl', ['--endpoints', `https://${IPS[1]}:${CLIENT_PORT}`, '--dial-timeout', '3s', '--cacert', ca, ...args], {
+      env: { ...process.env, ETCDCTL_API: '3' },
+    });
   t.is(etcdctl(['--user', 'root:loopback-root-pw', 'put', 'greeting', 'hello']).status, 0);
   t.is(etcdctl(['--user', 'root:loopback-root-pw', 'get', 'greeting', '--print-value-only']).stdout.trim(), 'hello');
   const anonymous = etcdctl(['get', 'greeting']);
@@ -158,10 +211,23 @@ test('password mode: health and the auth bootstrap through the etcd client, root
   // The grpc-gateway (REST, JSON with base64 keys) in password mode: authenticate, then read.
   const base = `https://${IPS[2]}:${CLIENT_PORT}`;
   const curl = (path: string, body: unknown, headers: string[] = []) =>
-    run('curl', ['--silent', '--show-error', '--cacert', ca, ...headers.flatMap((h) => ['-H', h]), '-X', 'POST', '-d', JSON.stringify(body), `${base}${path}`]);
+    run('curl', [
+      '--silent',
+      '--show-error',
+      '--cacert',
+      ca,
+      ...headers.flatMap((h) => ['-H', h]),
+      '-X',
+      'POST',
+      '-d',
+      JSON.stringify(body),
+      `${base}${path}`,
+    ]);
   const auth = JSON.parse(curl('/v3/auth/authenticate', { name: 'root', password: 'loopback-root-pw' }).stdout) as { token?: string };
   t.truthy(auth.token);
-  const range = JSON.parse(curl('/v3/kv/range', { key: Buffer.from('greeting').toString('base64') }, [`Authorization: ${auth.token}`]).stdout) as { kvs?: { value: string }[] };
+  const range = JSON.parse(
+    curl('/v3/kv/range', { key: Buffer.from('greeting').toString('base64') }, [`Authorization: ${auth.token}`]).stdout,
+  ) as { kvs?: { value: string }[] };
   t.is(Buffer.from(range.kvs?.[0]?.value ?? '', 'base64').toString(), 'hello');
   const refused = curl('/v3/kv/range', { key: Buffer.from('greeting').toString('base64') });
   t.regex(refused.stdout, /user name is empty/);
@@ -173,17 +239,20 @@ test('password mode: application roles and users converge to the inventory; a us
   const identities = clientIdentities(inventory, new PkiStore(inventory.stateDir));
   const clients = new EtcdClients(new HypervisorConnections(), CLIENT_PORT, identities.health);
   const ca = join(inventory.stateDir, 'pki', 'ca.crt');
-  const etcdctl = (user: string, args: string[]) => run('etcdctl', ['--endpoints', `https://${IPS[0]}:${CLIENT_PORT}`, '--dial-timeout', '3s', '--cacert', ca, '--user', user, ...args], { env: { ...process.env, ETCDCTL_API: '3' } });
+  const etcdctl = (user: string, args: string[]) =>
+    run('etcdctl', ['--endpoints', `https://${IPS[0]}:${CLIENT_PORT}`, '--dial-timeout', '3s', '--cacert', ca, '--user', user, ...args], {
+      env: { ...process.env, ETCDCTL_API: '3' },
+    });
   const runner = new Runner({ dryRun: false, renderer: 'silent' });
   const converge = async (roles: Inventory['roles'], users: Inventory['users']) => {
-    const [result] = await runner.runStep(usersStep({ ...inventory, roles, users }, inventory.members, clients, identities, false));
+    const [result] = await runner.runStep(usersStep({ ...inventory, roles, users }, inventory.members, clients, identities));
     t.not(result?.status, 'failed', result?.error);
     return result!;
   };
   const app1 = (access: 'read' | 'readwrite') => ({ app1: { permissions: [{ prefix: '/app1/', access }] } });
   try {
     for (const member of inventory.members) await waitForHealth(inventory, clients, member, 60_000);
-    t.is((await runner.runStep(authStep(inventory, inventory.members, clients, identities, false)))[0]?.status, 'changed');
+    t.is((await runner.runStep(authStep(inventory, inventory.members, clients, identities)))[0]?.status, 'changed');
     t.is(etcdctl('root:loopback-root-pw', ['user', 'add', 'handmade:handmade-pw']).status, 0);
 
     const created = await converge(app1('readwrite'), { alice: { roles: ['app1'], password: new Secret('alice-pw-1') } });
@@ -197,17 +266,34 @@ test('password mode: application roles and users converge to the inventory; a us
 
     // A narrower permission and a new password, in one run.
     const changed = await converge(app1('read'), { alice: { roles: ['app1'], password: new Secret('alice-pw-2') } });
-    t.deepEqual(changed.changes.map((change) => change.summary), ['grant read prefix "/app1/" to role app1', "change the password of user alice (to the inventory's)"]);
+    t.deepEqual(
+      changed.changes.map((change) => change.summary),
+      ['grant read prefix "/app1/" to role app1', "change the password of user alice (to the inventory's)"],
+    );
     t.not(etcdctl('alice:alice-pw-1', ['get', '/app1/x']).status, 0);
     t.is(etcdctl('alice:alice-pw-2', ['get', '/app1/x', '--print-value-only']).stdout.trim(), 'one');
     t.regex(etcdctl('alice:alice-pw-2', ['put', '/app1/x', 'three']).stderr, /permission denied/);
 
     // Gone from the inventory: gone from etcd; the hand-made user stays, and naming it is refused.
     const removed = await converge({}, {});
-    t.deepEqual(removed.changes.map((change) => change.summary), ['delete user alice (no longer in the inventory)', 'delete role app1 (no longer in the inventory)', 'forget user alice, role app1 in etcd-kvm/managed-access and the state directory (managed-access.json)']);
+    t.deepEqual(
+      removed.changes.map((change) => change.summary),
+      [
+        'delete user alice (no longer in the inventory)',
+        'delete role app1 (no longer in the inventory)',
+        'forget user alice, role app1 in etcd-kvm/managed-access and the state directory (managed-access.json)',
+      ],
+    );
     t.deepEqual(etcdctl('root:loopback-root-pw', ['user', 'list']).stdout.trim().split('\n').sort(), ['handmade', 'root']);
     t.deepEqual(etcdctl('root:loopback-root-pw', ['role', 'list']).stdout.trim().split('\n'), ['root']);
-    const [refused] = await runner.runStep(usersStep({ ...inventory, roles: {}, users: { handmade: { roles: [], password: new Secret('other') } } }, inventory.members, clients, identities, false));
+    const [refused] = await runner.runStep(
+      usersStep(
+        { ...inventory, roles: {}, users: { handmade: { roles: [], password: new Secret('other') } } },
+        inventory.members,
+        clients,
+        identities,
+      ),
+    );
     t.is(refused?.status, 'failed');
     t.regex(refused?.error ?? '', /etcd already has user handmade, which the tool did not create/);
     t.is(etcdctl('handmade:handmade-pw', ['user', 'get', 'handmade']).status, 0, 'its password is unchanged');

@@ -58,7 +58,14 @@ test('issued certificates verify with OpenSSL and carry the specified names and 
     t.is(verified.status, 0, verified.stderr);
     const text = x509Text(cert);
     const ip = `10.10.0.1${name.slice(-1)}`;
-    for (const san of [`DNS:${name}`, `DNS:${name}.etcd.example`, 'DNS:etcd.service.internal', 'DNS:localhost', `IP Address:${ip}`, 'IP Address:127.0.0.1']) {
+    for (const san of [
+      `DNS:${name}`,
+      `DNS:${name}.etcd.example`,
+      'DNS:etcd.service.internal',
+      'DNS:localhost',
+      `IP Address:${ip}`,
+      'IP Address:127.0.0.1',
+    ]) {
       t.true(text.includes(san), `${name} lacks ${san}`);
     }
     t.regex(text, /Extended Key Usage:\s+TLS Web Server Authentication, TLS Web Client Authentication/);
@@ -87,7 +94,10 @@ test('issued certificates verify with OpenSSL and carry the specified names and 
 
   // Each member's host key is one OpenSSH reads, and known_hosts pins it under the member's IP and name.
   const knownHosts = readFileSync(join(stateDir, 'ssh', 'known_hosts'), 'utf8');
-  for (const [member, ip] of [['etcd-1', '10.10.0.11'], ['etcd-2', '10.10.0.12']] as const) {
+  for (const [member, ip] of [
+    ['etcd-1', '10.10.0.11'],
+    ['etcd-2', '10.10.0.12'],
+  ] as const) {
     const hostKey = join(stateDir, 'ssh', 'hosts', `${member}.key`);
     t.is(statSync(hostKey).mode & 0o777, 0o600);
     const derived = run('ssh-keygen', ['-y', '-f', hostKey]);
@@ -112,13 +122,26 @@ test('changing one member IP re-issues only that member certificate (and re-pins
   await applyPki(stateDir);
   const before = snapshot(stateDir);
   const result = await applyPki(stateDir, (doc) => {
-    ((doc.members[1]!.libvirt_networks as Record<string, unknown>[])[0]!).ip = '10.10.0.42';
+    (doc.members[1]!.libvirt_networks as Record<string, unknown>[])[0]!.ip = '10.10.0.42';
   });
   t.is(result.status, 'changed');
-  t.deepEqual(result.changes.map((c) => c.summary), ['issue certificate member/etcd-2 (its names or addresses changed)', 'issue certificate peer/etcd-2 (its names or addresses changed)', "write ssh/known_hosts pinning the members' host keys"]);
+  t.deepEqual(
+    result.changes.map((c) => c.summary),
+    [
+      'issue certificate member/etcd-2 (its names or addresses changed)',
+      'issue certificate peer/etcd-2 (its names or addresses changed)',
+      "write ssh/known_hosts pinning the members' host keys",
+    ],
+  );
   const after = snapshot(stateDir);
   const changed = [...after.keys()].filter((path) => after.get(path) !== before.get(path)).sort();
-  t.deepEqual(changed, ['pki/members/etcd-2.crt', 'pki/members/etcd-2.key', 'pki/peers/etcd-2.crt', 'pki/peers/etcd-2.key', 'ssh/known_hosts']);
+  t.deepEqual(changed, [
+    'pki/members/etcd-2.crt',
+    'pki/members/etcd-2.key',
+    'pki/peers/etcd-2.crt',
+    'pki/peers/etcd-2.key',
+    'ssh/known_hosts',
+  ]);
   t.true(x509Text(join(stateDir, 'pki/peers/etcd-2.crt')).includes('IP Address:10.10.0.42'));
   t.regex(after.get('ssh/known_hosts') ?? '', /^10\.10\.0\.42,etcd-2 ecdsa-sha2-nistp256 /m);
   t.true(x509Text(join(stateDir, 'pki/members/etcd-2.crt')).includes('IP Address:10.10.0.42'));
@@ -143,7 +166,10 @@ test('each application user gets a client certificate (CN = its name, clientAuth
     withUsers(doc);
     doc.users = { alice: { roles: ['app1'] } };
   });
-  t.deepEqual(removed.changes.map((c) => c.summary), ['delete certificate client/bob and its key (no such user in the inventory)']);
+  t.deepEqual(
+    removed.changes.map((c) => c.summary),
+    ['delete certificate client/bob and its key (no such user in the inventory)'],
+  );
   t.deepEqual(readdirSync(join(stateDir, 'pki/clients')).sort(), ['alice.crt', 'alice.key', 'root.crt', 'root.key']);
 });
 
@@ -159,7 +185,14 @@ test('pki.intermediate: the CA signs only the intermediate (path length 0), whic
   const pki = join(stateDir, 'pki');
   t.regex(x509Text(join(pki, 'intermediate.crt')), /CA:TRUE, pathlen:0/);
   for (const leaf of ['members/etcd-1.crt', 'members/etcd-3.crt', 'clients/root.crt', 'clients/alice.crt']) {
-    const verified = run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), '-untrusted', join(pki, 'intermediate.crt'), join(pki, leaf)]);
+    const verified = run('openssl', [
+      'verify',
+      '-CAfile',
+      join(pki, 'ca.crt'),
+      '-untrusted',
+      join(pki, 'intermediate.crt'),
+      join(pki, leaf),
+    ]);
     t.is(verified.status, 0, `${leaf}: ${verified.stderr}`);
     t.not(run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), join(pki, leaf)]).status, 0, `${leaf} is not signed by the CA itself`);
     // The leaf file carries the intermediate after the leaf: what etcd and etcdctl present.
@@ -176,18 +209,29 @@ test('pki.intermediate: the CA signs only the intermediate (path length 0), whic
   // A new member certificate is still issued, by the intermediate.
   rmSync(join(pki, 'members/etcd-2.crt'));
   t.is((await applyPki(stateDir, twoTier)).status, 'changed');
-  t.is(run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), '-untrusted', join(pki, 'intermediate.crt'), join(pki, 'members/etcd-2.crt')]).status, 0);
+  t.is(
+    run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), '-untrusted', join(pki, 'intermediate.crt'), join(pki, 'members/etcd-2.crt')])
+      .status,
+    0,
+  );
 
   // An intermediate that must be issued again needs the CA's key: refused until it is back, then every leaf follows.
   rmSync(join(pki, 'intermediate.key'));
   const refused = await applyPki(stateDir, twoTier);
   t.is(refused.status, 'failed');
-  t.regex(refused.error ?? '', /the intermediate CA must be issued \(its private key is missing\), and only the CA can sign it, but pki\/ca.key is not in the state directory/);
+  t.regex(
+    refused.error ?? '',
+    /the intermediate CA must be issued \(its private key is missing\), and only the CA can sign it, but pki\/ca.key is not in the state directory/,
+  );
   writeFileSync(join(pki, 'ca.key'), caKey, { mode: 0o600 });
   const reissued = await applyPki(stateDir, twoTier);
   t.is(reissued.status, 'changed', reissued.error);
   t.true(reissued.changes.some((c) => c.summary === 'issue certificate member/etcd-1 (the intermediate CA is new)'));
-  t.is(run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), '-untrusted', join(pki, 'intermediate.crt'), join(pki, 'clients/alice.crt')]).status, 0);
+  t.is(
+    run('openssl', ['verify', '-CAfile', join(pki, 'ca.crt'), '-untrusted', join(pki, 'intermediate.crt'), join(pki, 'clients/alice.crt')])
+      .status,
+    0,
+  );
 });
 
 test("pki.intermediate_ca: the operator's intermediate signs members and clients, leaves carry it, members and clients trust the chain's root; a broken one is refused", async (t) => {
@@ -195,18 +239,68 @@ test("pki.intermediate_ca: the operator's intermediate signs members and clients
   const openssl = (args: string[]) => t.is(run('openssl', args).status, 0, args.join(' '));
   const file = (name: string) => join(dir, name);
   writeFileSync(file('ca.ext'), 'basicConstraints=critical,CA:TRUE,pathlen:0\nkeyUsage=critical,keyCertSign,cRLSign\n');
-  openssl(['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=operator root', '-keyout', file('root.key'), '-out', file('root.crt'), '-days', '30', '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign']);
-  openssl(['req', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=operator intermediate', '-keyout', file('int.key'), '-out', file('int.csr')]);
-  openssl(['x509', '-req', '-in', file('int.csr'), '-CA', file('root.crt'), '-CAkey', file('root.key'), '-CAcreateserial', '-out', file('int.crt'), '-days', '30', '-extfile', file('ca.ext')]);
+  openssl([
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-subj',
+    '/CN=operator root',
+    '-keyout',
+    file('root.key'),
+    '-out',
+    file('root.crt'),
+    '-days',
+    '30',
+    '-addext',
+    'basicConstraints=critical,CA:TRUE',
+    '-addext',
+    'keyUsage=critical,keyCertSign,cRLSign',
+  ]);
+  openssl([
+    'req',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-subj',
+    '/CN=operator intermediate',
+    '-keyout',
+    file('int.key'),
+    '-out',
+    file('int.csr'),
+  ]);
+  openssl([
+    'x509',
+    '-req',
+    '-in',
+    file('int.csr'),
+    '-CA',
+    file('root.crt'),
+    '-CAkey',
+    file('root.key'),
+    '-CAcreateserial',
+    '-out',
+    file('int.crt'),
+    '-days',
+    '30',
+    '-extfile',
+    file('ca.ext'),
+  ]);
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
-  const given = (chain: string, key = file('int.key')) => (doc: Doc) => {
-    doc.pki = { intermediate_ca: { certificate: file('int.crt'), key, chain } };
-    // Operator CAs here live 30 days: inside the default renewal period, so renew only near the end.
-    (doc.pki as Record<string, unknown>).early_renewal_period = 24;
-  };
+  const given =
+    (chain: string, key = file('int.key')) =>
+    (doc: Doc) => {
+      doc.pki = { intermediate_ca: { certificate: file('int.crt'), key, chain } };
+      // Operator CAs here live 30 days: inside the default renewal period, so renew only near the end.
+      (doc.pki as Record<string, unknown>).early_renewal_period = 24;
+    };
   const result = await applyPki(stateDir, given(file('root.crt')));
   t.is(result.status, 'changed', result.error);
-  t.false(result.changes.some((c) => /create cluster CA|intermediate/.test(c.summary)), 'no CA of its own');
+  t.false(
+    result.changes.some((c) => /create cluster CA|intermediate/.test(c.summary)),
+    'no CA of its own',
+  );
   const pki = join(stateDir, 'pki');
   for (const leaf of ['members/etcd-1.crt', 'clients/root.crt']) {
     const verified = run('openssl', ['verify', '-CAfile', file('root.crt'), '-untrusted', file('int.crt'), join(pki, leaf)]);
@@ -215,7 +309,10 @@ test("pki.intermediate_ca: the operator's intermediate signs members and clients
   }
   // What members and clients trust is the chain's root.
   const { rendered } = await renderWithPki(inventoryIn(stateDir, given(file('root.crt'))));
-  t.is(writeFilesOf(fileOf(rendered.get('etcd-1'), 'user-data').content).get('/etc/etcd/tls/ca.crt')?.content, readFileSync(file('root.crt'), 'utf8'));
+  t.is(
+    writeFilesOf(fileOf(rendered.get('etcd-1'), 'user-data').content).get('/etc/etcd/tls/ca.crt')?.content,
+    readFileSync(file('root.crt'), 'utf8'),
+  );
   t.is((await applyPki(stateDir, given(file('root.crt')))).status, 'ok');
 
   const wrongKey = await applyPki(stateDir, given(file('root.crt'), file('root.key')));
@@ -249,7 +346,21 @@ test('a stored CA key that does not belong to the stored CA certificate is refus
 
 test('an operator-supplied CA signs the member certificates', async (t) => {
   const own = mkdtempSync(join(tmpdir(), 'etcd-kvm-ownca-'));
-  const made = run('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=operator CA', '-days', '30', '-keyout', join(own, 'ca.key'), '-out', join(own, 'ca.crt')]);
+  const made = run('openssl', [
+    'req',
+    '-x509',
+    '-newkey',
+    'rsa:2048',
+    '-nodes',
+    '-subj',
+    '/CN=operator CA',
+    '-days',
+    '30',
+    '-keyout',
+    join(own, 'ca.key'),
+    '-out',
+    join(own, 'ca.crt'),
+  ]);
   t.is(made.status, 0, made.stderr);
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
   const result = await applyPki(stateDir, (doc) => {
@@ -263,7 +374,24 @@ test('an operator-supplied CA signs the member certificates', async (t) => {
 
 test('an operator CA whose key does not match its certificate is refused', async (t) => {
   const own = mkdtempSync(join(tmpdir(), 'etcd-kvm-ownca-'));
-  t.is(run('openssl', ['req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-subj', '/CN=operator CA', '-days', '30', '-keyout', join(own, 'ca.key'), '-out', join(own, 'ca.crt')]).status, 0);
+  t.is(
+    run('openssl', [
+      'req',
+      '-x509',
+      '-newkey',
+      'rsa:2048',
+      '-nodes',
+      '-subj',
+      '/CN=operator CA',
+      '-days',
+      '30',
+      '-keyout',
+      join(own, 'ca.key'),
+      '-out',
+      join(own, 'ca.crt'),
+    ]).status,
+    0,
+  );
   t.is(run('openssl', ['genrsa', '-out', join(own, 'other.key'), '2048']).status, 0);
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
   const result = await applyPki(stateDir, (doc) => {

@@ -7,7 +7,12 @@ import { buildCloudInitIso, seedImage, seedIso } from '../../tasks/libvirt/cloud
 import { run } from '../helpers/exec.ts';
 import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
 
-const INVENTORIES = ['inventories/lab.yaml', 'inventories/examples/libvirt-network.yaml', 'inventories/examples/macvtap.yaml', 'inventories/examples/all-services.yaml'];
+const INVENTORIES = [
+  'inventories/lab.yaml',
+  'inventories/examples/libvirt-network.yaml',
+  'inventories/examples/macvtap.yaml',
+  'inventories/examples/all-services.yaml',
+];
 
 for (const path of INVENTORIES) {
   test(`${path}: every rendered file passes the real validators`, async (t) => {
@@ -39,7 +44,20 @@ for (const path of INVENTORIES) {
       // cloud-init 22.4 (Debian 12) has no schema for network-config v2; its own parser and networkd
       // renderer (the code that runs in the guest) are the validator, and the output is checked for meaning.
       const out = join(dir, `${member.name}-networkd`);
-      const converted = run('cloud-init', ['devel', 'net-convert', '-p', write('network-config'), '-k', 'yaml', '-d', out, '-D', 'debian', '-O', 'networkd']);
+      const converted = run('cloud-init', [
+        'devel',
+        'net-convert',
+        '-p',
+        write('network-config'),
+        '-k',
+        'yaml',
+        '-d',
+        out,
+        '-D',
+        'debian',
+        '-O',
+        'networkd',
+      ]);
       t.is(converted.status, 0, `${member.name} network-config: ${converted.stderr}`);
       const networkd = readFileSync(join(out, 'etc/systemd/network/10-cloud-init-nic0.network'), 'utf8');
       const nic = member.interfaces[0]!;
@@ -54,7 +72,10 @@ test('net-convert really rejects a broken network-config (the validator can fail
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-validate-'));
   const bad = join(dir, 'network-config');
   writeFileSync(bad, 'version: 2\nethernets:\n  nic0:\n    addresses: 10.0.0.5/24\n');
-  t.not(run('cloud-init', ['devel', 'net-convert', '-p', bad, '-k', 'yaml', '-d', join(dir, 'out'), '-D', 'debian', '-O', 'networkd']).status, 0);
+  t.not(
+    run('cloud-init', ['devel', 'net-convert', '-p', bad, '-k', 'yaml', '-d', join(dir, 'out'), '-D', 'debian', '-O', 'networkd']).status,
+    0,
+  );
   const badDomain = join(dir, 'domain.xml');
   writeFileSync(badDomain, "<domain type='qemu'><name>x</name><memory>1</memory><vcpu>one</vcpu></domain>");
   t.not(run('virt-xml-validate', [badDomain, 'domain']).status, 0);

@@ -12,7 +12,15 @@ import { silenceKnownWarnings } from '../../tasks/core/warnings.ts';
 import { EtcdClients, type ClientIdentity } from '../../tasks/etcd/client.ts';
 import { waitForHealth } from '../../tasks/etcd/health.ts';
 import { clientIdentities } from '../../tasks/etcd/identities.ts';
-import { acquireClusterRunLock, holderRecord, runLockKey, type Acquisition, type ClusterRunLockOptions, type HeldRunLock, type RunLockHolder } from '../../tasks/etcd/run-lock.ts';
+import {
+  acquireClusterRunLock,
+  holderRecord,
+  runLockKey,
+  type Acquisition,
+  type ClusterRunLockOptions,
+  type HeldRunLock,
+  type RunLockHolder,
+} from '../../tasks/etcd/run-lock.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
@@ -67,11 +75,25 @@ const cluster = startCluster().then(async (started) => {
 });
 test.after.always(async () => (await cluster).clients.close());
 
-const holderOf = (host: string, pid: number): RunLockHolder => ({ host, pid, since: new Date().toISOString(), command: `deploy -i ${host}.yaml` });
+const holderOf = (host: string, pid: number): RunLockHolder => ({
+  host,
+  pid,
+  since: new Date().toISOString(),
+  command: `deploy -i ${host}.yaml`,
+});
 
 async function acquire(name: string, holder: RunLockHolder, options: Partial<ClusterRunLockOptions> = {}): Promise<Acquisition> {
   const { inventory, root } = await cluster;
-  return acquireClusterRunLock({ connections: new HypervisorConnections(), clientPort: CLIENT_PORT, identity: root, members: inventory.members, cluster: name, holder, onLost: () => undefined, ...options });
+  return acquireClusterRunLock({
+    connections: new HypervisorConnections(),
+    clientPort: CLIENT_PORT,
+    identity: root,
+    members: inventory.members,
+    cluster: name,
+    holder,
+    onLost: () => undefined,
+    ...options,
+  });
 }
 
 /** The lock, if acquired; otherwise the test fails, showing what came instead. */
@@ -169,7 +191,9 @@ test('the keep-alive holds the lock past its TTL; a lease revoked from under the
 test('the keep-alive goes on through another member while the one it used is stopped (a roll restarts each member once)', async (t) => {
   const { members } = await cluster;
   const lost: string[] = [];
-  const lock = held(await acquire('roll', holderOf('operator-a.example', 7777), { ttlS: 3, answerMs: 1_000, onLost: (why) => lost.push(why) }));
+  const lock = held(
+    await acquire('roll', holderOf('operator-a.example', 7777), { ttlS: 3, answerMs: 1_000, onLost: (why) => lost.push(why) }),
+  );
   // Let a renewal pass first: the first one names the member it went through.
   await sleep(1_000);
   const first = lock.renewingThrough;
@@ -188,7 +212,16 @@ test('the keep-alive goes on through another member while the one it used is sto
 test('etcd not answering, or root unable to log in yet: the local lock only, said why', async (t) => {
   const { inventory, root } = await cluster;
   const started = Date.now();
-  const nobody = await acquireClusterRunLock({ connections: new HypervisorConnections(), clientPort: CLIENT_PORT + 10, identity: root, members: inventory.members, cluster: 'nobody', holder: holderOf('a', 1), onLost: () => undefined, answerMs: 2_000 });
+  const nobody = await acquireClusterRunLock({
+    connections: new HypervisorConnections(),
+    clientPort: CLIENT_PORT + 10,
+    identity: root,
+    members: inventory.members,
+    cluster: 'nobody',
+    holder: holderOf('a', 1),
+    onLost: () => undefined,
+    answerMs: 2_000,
+  });
   t.regex(localOnly(nobody), /^etcd does not answer \(.*(ECONNREFUSED|no answer within)/);
   t.true(Date.now() - started < 4_000);
 
@@ -220,7 +253,11 @@ test('deploy and maintain from another copy of the state directory are refused a
   const maintained = tool('maintain', ['--compact']);
   t.is(maintained.status, 1, maintained.stdout + maintained.stderr);
   t.true(lines(maintained.stderr).includes(`error: maintenance failed: ${refusal}`), maintained.stderr);
-  t.deepEqual(readdirSync(clone, { recursive: true }).sort(), before, 'nothing written to the state directory: the refusal comes before the pki step');
+  t.deepEqual(
+    readdirSync(clone, { recursive: true }).sort(),
+    before,
+    'nothing written to the state directory: the refusal comes before the pki step',
+  );
   t.is(JSON.parse((await keyOf(inventory.cluster.name))!.value).pid, 9999, 'the holder keeps its lock');
 
   t.is(await lock.release(), undefined);
@@ -257,11 +294,19 @@ test("maintain's compaction is done once: the runs' own locks (a put and a delet
 test("a lock held by a run of this host whose process is gone (killed -9) is taken over at once, as the lock file is; another host's is not", async (t) => {
   const gone = spawnSync('true').pid!;
   const lost: string[] = [];
-  const killed = held(await acquire('killed-here', { host: hostname(), pid: gone, since: new Date().toISOString(), command: 'deploy (killed)' }, { onLost: (why) => lost.push(why) }));
+  const killed = held(
+    await acquire(
+      'killed-here',
+      { host: hostname(), pid: gone, since: new Date().toISOString(), command: 'deploy (killed)' },
+      { onLost: (why) => lost.push(why) },
+    ),
+  );
   const next = held(await acquire('killed-here', holderOf(hostname(), process.pid)));
   t.is(await next.release(), undefined);
   await killed.release();
-  const elsewhere = held(await acquire('killed-elsewhere', { host: 'operator-b.example', pid: gone, since: new Date().toISOString(), command: 'deploy' }));
+  const elsewhere = held(
+    await acquire('killed-elsewhere', { host: 'operator-b.example', pid: gone, since: new Date().toISOString(), command: 'deploy' }),
+  );
   const refused = await acquire('killed-elsewhere', holderOf(hostname(), process.pid));
   t.is(refused.kind, 'refused');
   await elsewhere.release();

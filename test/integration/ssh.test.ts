@@ -25,7 +25,15 @@ test.before(async () => {
 test.after.always(() => processes.stopAll());
 
 function target(knownHosts: string, trustOnFirstUse = false): SshTarget {
-  return { label: 'hypervisor test', host: '127.0.0.1', port: sshd.port, user: userInfo().username, privateKeyPath: sshd.clientKey, knownHostsPath: knownHosts, trustOnFirstUse };
+  return {
+    label: 'hypervisor test',
+    host: '127.0.0.1',
+    port: sshd.port,
+    user: userInfo().username,
+    privateKeyPath: sshd.clientKey,
+    knownHostsPath: knownHosts,
+    trustOnFirstUse,
+  };
 }
 
 function knownHostsFile(name: string, content: string): string {
@@ -43,22 +51,35 @@ test('runs commands from argument arrays, passes stdin, reports exit codes, on o
     t.is(await connection.run(['cat'], { stdin: 'secret via stdin' }), 'secret via stdin');
     // A stream (a snapshot) goes through whole, piped with backpressure; a failing stream fails the command.
     const upload = randomBytes(8 * 1024 * 1024 + 3);
-    const streamed = await connection.run(['sha256sum'], { stdin: Readable.from((async function* () {
-      for (let offset = 0; offset < upload.length; offset += 100_000) yield upload.subarray(offset, offset + 100_000);
-    })()) });
+    const streamed = await connection.run(['sha256sum'], {
+      stdin: Readable.from(
+        (async function* () {
+          for (let offset = 0; offset < upload.length; offset += 100_000) yield upload.subarray(offset, offset + 100_000);
+        })(),
+      ),
+    });
     t.is(streamed.split(' ')[0], createHash('sha256').update(upload).digest('hex'));
-    const broken = Readable.from((async function* () {
-      yield Buffer.from('part of it');
-      throw new Error('disk read error');
-    })());
-    await t.throwsAsync(connection.run(['cat'], { stdin: broken }), { message: 'hypervisor test: the input of cat failed: disk read error' });
+    const broken = Readable.from(
+      (async function* () {
+        yield Buffer.from('part of it');
+        throw new Error('disk read error');
+      })(),
+    );
+    await t.throwsAsync(connection.run(['cat'], { stdin: broken }), {
+      message: 'hypervisor test: the input of cat failed: disk read error',
+    });
     const failed = await connection.exec(['sh', '-c', 'echo oops >&2; exit 3']);
     t.is(failed.code, 3);
     t.is(failed.stderr, 'oops\n');
-    await t.throwsAsync(connection.run(['sh', '-c', 'echo first line >&2; exit 4']), { message: 'hypervisor test: sh failed (exit 4): first line' });
+    await t.throwsAsync(connection.run(['sh', '-c', 'echo first line >&2; exit 4']), {
+      message: 'hypervisor test: sh failed (exit 4): first line',
+    });
     // More commands than channels at once: the connection queues them rather than failing.
     const many = await Promise.all(Array.from({ length: 25 }, (_, i) => connection.run(['echo', String(i)])));
-    t.deepEqual(many.map((out) => Number(out.trim())), Array.from({ length: 25 }, (_, i) => i));
+    t.deepEqual(
+      many.map((out) => Number(out.trim())),
+      Array.from({ length: 25 }, (_, i) => i),
+    );
     const started = performance.now();
     for (let i = 0; i < 20; i++) await connection.run(['true']);
     t.log(`sequential round-trip on the open connection: ${((performance.now() - started) / 20).toFixed(1)} ms per command`);
@@ -72,10 +93,11 @@ test('an interactive command answers each line as it comes, and gives its channe
   try {
     // A line-by-line shell loop: what it answers arrives before its input ends.
     const channel = await connection.interactive(['sh', '-c', 'while IFS= read -r line; do printf "got %s\\n" "$line"; done']);
-    const answer = (line: string) => new Promise<string>((resolve) => {
-      channel.once('data', (chunk: Buffer) => resolve(chunk.toString('utf8')));
-      channel.write(`${line}\n`);
-    });
+    const answer = (line: string) =>
+      new Promise<string>((resolve) => {
+        channel.once('data', (chunk: Buffer) => resolve(chunk.toString('utf8')));
+        channel.write(`${line}\n`);
+      });
     t.is(await answer("it's one"), "got it's one\n");
     t.is(await answer('two'), 'got two\n');
     // All the connection's channels but the interactive one's still run commands; once it ends, all do.
@@ -95,8 +117,13 @@ test('a command printing past a cap fails at once, naming the command and the ca
     // The command goes on after its output, reading an input that never ends: the cap does not wait for it
     // (left to its timeout, it would fail saying so). Closing the channel ends its input, and so the command.
     const endless = new Readable({ read() {} });
-    const flood = connection.exec(['sh', '-c', `head -c ${SSH_STDOUT_CAP.bytes + 1} /dev/zero; cat`], { stdin: endless, timeoutMs: 90_000 });
-    await t.throwsAsync(flood, { message: "hypervisor test: ssh exec `sh -c 'head -c 16777217 /dev/zero; cat'`: stdout exceeded 16 MiB (cap ssh-stdout)" });
+    const flood = connection.exec(['sh', '-c', `head -c ${SSH_STDOUT_CAP.bytes + 1} /dev/zero; cat`], {
+      stdin: endless,
+      timeoutMs: 90_000,
+    });
+    await t.throwsAsync(flood, {
+      message: "hypervisor test: ssh exec `sh -c 'head -c 16777217 /dev/zero; cat'`: stdout exceeded 16 MiB (cap ssh-stdout)",
+    });
     endless.destroy();
     await t.throwsAsync(connection.run(['sh', '-c', `head -c ${SSH_STDERR_CAP.bytes + 1} /dev/zero >&2; exit 1`]), {
       message: "hypervisor test: ssh exec `sh -c 'head -c 1048577 /dev/zero >&2; exit 1'`: stderr exceeded 1 MiB (cap ssh-stderr)",
@@ -119,22 +146,27 @@ test('a command asked of a connection that has gone is an error naming the host 
   await t.throwsAsync(connection.interactive(['virsh']), { message: /^hypervisor test: cannot start virsh: Not connected/ });
 });
 
-test.serial('a connection cut under a running command (its sshd session killed) is an error naming the host, and the next connection works', async (t) => {
-  const connection = await SshConnection.open(target(knownHostsFile('known_hosts_cut', sshd.knownHostsLine)));
-  try {
-    const running = connection.run(['sleep', '30']);
-    await new Promise((resolve) => setTimeout(resolve, 1_000));
-    // The listening sshd's children are the sessions: this test's connection, the only one open now.
-    const master = readFileSync(join(sshd.dir, 'sshd.pid'), 'utf8').trim();
-    t.is(run('pkill', ['-KILL', '-P', master]).status, 0);
-    await t.throwsAsync(running, { message: /^hypervisor test: the SSH connection was lost while sleep ran; the command may or may not have finished/ });
-  } finally {
-    connection.close();
-  }
-  const again = await SshConnection.open(target(knownHostsFile('known_hosts_cut', sshd.knownHostsLine)));
-  t.is(await again.run(['echo', 'back']), 'back\n');
-  again.close();
-});
+test.serial(
+  'a connection cut under a running command (its sshd session killed) is an error naming the host, and the next connection works',
+  async (t) => {
+    const connection = await SshConnection.open(target(knownHostsFile('known_hosts_cut', sshd.knownHostsLine)));
+    try {
+      const running = connection.run(['sleep', '30']);
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      // The listening sshd's children are the sessions: this test's connection, the only one open now.
+      const master = readFileSync(join(sshd.dir, 'sshd.pid'), 'utf8').trim();
+      t.is(run('pkill', ['-KILL', '-P', master]).status, 0);
+      await t.throwsAsync(running, {
+        message: /^hypervisor test: the SSH connection was lost while sleep ran; the command may or may not have finished/,
+      });
+    } finally {
+      connection.close();
+    }
+    const again = await SshConnection.open(target(knownHostsFile('known_hosts_cut', sshd.knownHostsLine)));
+    t.is(await again.run(['echo', 'back']), 'back\n');
+    again.close();
+  },
+);
 
 test('a way in that closes during the handshake (a hop whose own connection went) fails the connection, naming the host, instead of waiting for ever', async (t) => {
   t.timeout(15_000);
@@ -180,7 +212,9 @@ test('a tunnel asks for its connection for every socket: after the connection dr
 
 test('an unknown host key is refused with a hint; trust on first use records it', async (t) => {
   const empty = knownHostsFile('known_hosts_empty', '');
-  await t.throwsAsync(SshConnection.open(target(empty)), { message: /refusing to connect: \[127\.0\.0\.1\]:42222 is not in .*known_hosts_empty; add its key \(ssh-keyscan/ });
+  await t.throwsAsync(SshConnection.open(target(empty)), {
+    message: /refusing to connect: \[127\.0\.0\.1\]:42222 is not in .*known_hosts_empty; add its key \(ssh-keyscan/,
+  });
   const connection = await SshConnection.open(target(empty, true));
   connection.close();
   t.is(readFileSync(empty, 'utf8'), sshd.knownHostsLine);
@@ -189,7 +223,9 @@ test('an unknown host key is refused with a hint; trust on first use records it'
 test('a changed host key is refused even with trust on first use', async (t) => {
   const other = 'AAAAC3NzaC1lZDI1NTE5AAAAIOJw4WxdS3DqW3ZkM5U3kvpnGw0aKk1n8w5aQ1y3N6pX';
   const wrong = knownHostsFile('known_hosts_wrong', `[127.0.0.1]:${sshd.port} ssh-ed25519 ${other}\n`);
-  await t.throwsAsync(SshConnection.open(target(wrong, true)), { message: /refusing to connect: the host key of \[127\.0\.0\.1\]:42222 CHANGED/ });
+  await t.throwsAsync(SshConnection.open(target(wrong, true)), {
+    message: /refusing to connect: the host key of \[127\.0\.0\.1\]:42222 CHANGED/,
+  });
 });
 
 test('a hashed known_hosts entry is matched', async (t) => {
@@ -205,8 +241,25 @@ test('a hypervisor behind a bastion (ssh -J): commands run through the chain; ea
   const bastion = await startSshd(processes, 42223);
   const inventory = (bastionKnownHosts: string, hypervisorKnownHosts: string) => {
     const doc = baseDocument();
-    doc.bastions = { edge: { address: '127.0.0.1', port: bastion.port, user: userInfo().username, private_key: bastion.clientKey, known_hosts: bastionKnownHosts } };
-    doc.hypervisors = { hv: { address: '127.0.0.1', port: sshd.port, user: userInfo().username, private_key: sshd.clientKey, known_hosts: hypervisorKnownHosts, jump: ['edge'] } };
+    doc.bastions = {
+      edge: {
+        address: '127.0.0.1',
+        port: bastion.port,
+        user: userInfo().username,
+        private_key: bastion.clientKey,
+        known_hosts: bastionKnownHosts,
+      },
+    };
+    doc.hypervisors = {
+      hv: {
+        address: '127.0.0.1',
+        port: sshd.port,
+        user: userInfo().username,
+        private_key: sshd.clientKey,
+        known_hosts: hypervisorKnownHosts,
+        jump: ['edge'],
+      },
+    };
     return load(doc).hypervisors[0]!;
   };
   const good = inventory(knownHostsFile('kh_bastion', bastion.knownHostsLine), knownHostsFile('kh_hv', sshd.knownHostsLine));
@@ -220,9 +273,25 @@ test('a hypervisor behind a bastion (ssh -J): commands run through the chain; ea
   }
   // The bastion's key pinned as the hypervisor's (and the other way round): each hop refuses.
   const wrongBastion = new HypervisorConnections();
-  await t.throwsAsync(wrongBastion.get(inventory(knownHostsFile('kh_bastion_wrong', sshd.knownHostsLine.replace(String(sshd.port), String(bastion.port))), knownHostsFile('kh_hv2', sshd.knownHostsLine))), { message: /bastion edge/ });
+  await t.throwsAsync(
+    wrongBastion.get(
+      inventory(
+        knownHostsFile('kh_bastion_wrong', sshd.knownHostsLine.replace(String(sshd.port), String(bastion.port))),
+        knownHostsFile('kh_hv2', sshd.knownHostsLine),
+      ),
+    ),
+    { message: /bastion edge/ },
+  );
   await wrongBastion.closeAll();
   const wrongHypervisor = new HypervisorConnections();
-  await t.throwsAsync(wrongHypervisor.get(inventory(knownHostsFile('kh_bastion2', bastion.knownHostsLine), knownHostsFile('kh_hv_wrong', bastion.knownHostsLine.replace(String(bastion.port), String(sshd.port))))), { message: /hypervisor hv/ });
+  await t.throwsAsync(
+    wrongHypervisor.get(
+      inventory(
+        knownHostsFile('kh_bastion2', bastion.knownHostsLine),
+        knownHostsFile('kh_hv_wrong', bastion.knownHostsLine.replace(String(bastion.port), String(sshd.port))),
+      ),
+    ),
+    { message: /hypervisor hv/ },
+  );
   await wrongHypervisor.closeAll();
 });

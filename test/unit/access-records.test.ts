@@ -8,11 +8,21 @@ import { planAccess, type LiveAccess, type ManagedNames, type WantedAccess } fro
  * name it; otherwise it is left alone. Tables: the two records and etcd's users in, the plan out.
  */
 
-const wanted: WantedAccess = { roles: { app1: { permissions: [] } }, users: { alice: { roles: [], password: new Secret('') } }, certificateMode: true };
+const wanted: WantedAccess = {
+  roles: { app1: { permissions: [] } },
+  users: { alice: { roles: [], password: new Secret('') } },
+  certificateMode: true,
+};
 /** etcd has alice and app1 (the tool's), bob and ops (made by hand, or by the tool: the records say). */
 const live = (managed: ManagedNames): LiveAccess => ({
-  users: new Map([['alice', { roles: [] }], ['bob', { roles: [] }]]),
-  roles: new Map([['app1', []], ['ops', []]]),
+  users: new Map([
+    ['alice', { roles: [] }],
+    ['bob', { roles: [] }],
+  ]),
+  roles: new Map([
+    ['app1', []],
+    ['ops', []],
+  ]),
   managed,
   passwordsDiffer: [],
 });
@@ -23,7 +33,10 @@ const rows: { name: string; inEtcd: ManagedNames; inStateDir: ManagedNames; acti
     name: 'both records name bob: the tool made it, and deletes it',
     inEtcd: names(['alice', 'bob']),
     inStateDir: names(['alice', 'bob']),
-    actions: [{ kind: 'delete-user', user: 'bob' }, { kind: 'record-managed', etcd: names(['alice']), stateDir: names(['alice']) }],
+    actions: [
+      { kind: 'delete-user', user: 'bob' },
+      { kind: 'record-managed', etcd: names(['alice']), stateDir: names(['alice']) },
+    ],
   },
   {
     name: "an application added bob to etcd's record: left alone, and dropped from that record",
@@ -56,13 +69,19 @@ const rows: { name: string; inEtcd: ManagedNames; inStateDir: ManagedNames; acti
     name: 'both records name role ops: deleted after the users',
     inEtcd: names(['alice'], ['app1', 'ops']),
     inStateDir: names(['alice'], ['app1', 'ops']),
-    actions: [{ kind: 'delete-role', role: 'ops' }, { kind: 'record-managed', etcd: names(['alice']), stateDir: names(['alice']) }],
+    actions: [
+      { kind: 'delete-role', role: 'ops' },
+      { kind: 'record-managed', etcd: names(['alice']), stateDir: names(['alice']) },
+    ],
   },
   { name: 'the records agree on what is wanted: nothing to do', inEtcd: names(['alice']), inStateDir: names(['alice']), actions: [] },
 ];
 
 for (const row of rows) {
   test(`records: ${row.name}`, (t) => {
-    t.deepEqual(planAccess(wanted, live(row.inEtcd), row.inStateDir).map((change) => change.action), row.actions);
+    t.deepEqual(
+      planAccess(wanted, live(row.inEtcd), row.inStateDir).map((change) => change.action),
+      row.actions,
+    );
   });
 }

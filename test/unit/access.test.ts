@@ -1,19 +1,50 @@
 import test from 'ava';
 import { Secret } from '../../tasks/core/secret.ts';
 import { reachesToolKeys } from '../../tasks/inventory/reserved.ts';
-import { accessWarnings, AccessRefusal, departures, describePermission, MANAGED_KEY, parseManaged, permissionOf, planAccess, prefixEnd, STATE_RECORD, type LiveAccess, type ManagedNames, type WantedAccess } from '../../tasks/etcd/access.ts';
+import {
+  accessWarnings,
+  AccessRefusal,
+  departures,
+  describePermission,
+  MANAGED_KEY,
+  parseManaged,
+  permissionOf,
+  planAccess,
+  prefixEnd,
+  STATE_RECORD,
+  type LiveAccess,
+  type ManagedNames,
+  type WantedAccess,
+} from '../../tasks/etcd/access.ts';
 
 /** Application users and roles as tables: what the inventory wants and what etcd answers, in; operations, out. */
 
 const app1 = { permissions: [{ prefix: '/app1/', access: 'readwrite' as const }] };
-const wantedCert = (over: Partial<WantedAccess> = {}): WantedAccess => ({ roles: { app1: app1 }, users: { alice: { roles: ['app1'], password: new Secret('') } }, certificateMode: true, ...over });
-const live = (over: Partial<LiveAccess> = {}): LiveAccess => ({ users: new Map(), roles: new Map(), managed: { users: [], roles: [] }, passwordsDiffer: [], ...over });
+const wantedCert = (over: Partial<WantedAccess> = {}): WantedAccess => ({
+  roles: { app1: app1 },
+  users: { alice: { roles: ['app1'], password: new Secret('') } },
+  certificateMode: true,
+  ...over,
+});
+const live = (over: Partial<LiveAccess> = {}): LiveAccess => ({
+  users: new Map(),
+  roles: new Map(),
+  managed: { users: [], roles: [] },
+  passwordsDiffer: [],
+  ...over,
+});
 /** etcd's answer when the wanted state is there. */
 const converged = (over: Partial<LiveAccess> = {}) =>
-  live({ users: new Map([['alice', { roles: ['app1'] }]]), roles: new Map([['app1', [permissionOf(app1.permissions[0]!)]]]), managed: { users: ['alice'], roles: ['app1'] }, ...over });
+  live({
+    users: new Map([['alice', { roles: ['app1'] }]]),
+    roles: new Map([['app1', [permissionOf(app1.permissions[0]!)]]]),
+    managed: { users: ['alice'], roles: ['app1'] },
+    ...over,
+  });
 /** The state directory's record: by default it agrees with etcd's, as after every complete run. */
 const plan = (wanted: WantedAccess, state: LiveAccess, stateRecord: ManagedNames = state.managed) => planAccess(wanted, state, stateRecord);
-const summaries = (wanted: WantedAccess, state: LiveAccess, stateRecord?: ManagedNames) => plan(wanted, state, stateRecord).map((change) => change.summary);
+const summaries = (wanted: WantedAccess, state: LiveAccess, stateRecord?: ManagedNames) =>
+  plan(wanted, state, stateRecord).map((change) => change.summary);
 const RECORDS = `${MANAGED_KEY} and the state directory (${STATE_RECORD})`;
 
 test('a prefix is the range up to the prefix with its last byte raised, as etcdctl --prefix', (t) => {
@@ -34,7 +65,11 @@ test('absent: the managed set is recorded first, then the role, its permission, 
     'grant role app1 to user alice',
   ]);
   const record = plan(wantedCert(), live())[0]!.action;
-  t.deepEqual(record, { kind: 'record-managed', etcd: { users: ['alice'], roles: ['app1'] }, stateDir: { users: ['alice'], roles: ['app1'] } });
+  t.deepEqual(record, {
+    kind: 'record-managed',
+    etcd: { users: ['alice'], roles: ['app1'] },
+    stateDir: { users: ['alice'], roles: ['app1'] },
+  });
 });
 
 test('equal: nothing to do', (t) => {
@@ -47,12 +82,19 @@ test('drifted: a permission whose access changed is granted again, one no longer
     roles: new Map([['app1', [permissionOf({ prefix: '/app1/', access: 'readwrite' }), permissionOf({ key: '/other', access: 'write' })]]]),
     users: new Map([['alice', { roles: ['app1', 'ops'] }]]),
   });
-  t.deepEqual(summaries(wanted, state), ['revoke write key "/other" from role app1', 'grant read prefix "/app1/" to role app1', 'revoke role ops from user alice']);
+  t.deepEqual(summaries(wanted, state), [
+    'revoke write key "/other" from role app1',
+    'grant read prefix "/app1/" to role app1',
+    'revoke role ops from user alice',
+  ]);
 });
 
 test('removed from the inventory: the managed user and role are deleted, users first, and the set narrowed last', (t) => {
   const changes = plan(wantedCert({ roles: {}, users: {} }), converged());
-  t.deepEqual(changes.map((change) => change.action.kind), ['delete-user', 'delete-role', 'record-managed']);
+  t.deepEqual(
+    changes.map((change) => change.action.kind),
+    ['delete-user', 'delete-role', 'record-managed'],
+  );
   t.deepEqual(changes.at(-1)!.action, { kind: 'record-managed', etcd: { users: [], roles: [] }, stateDir: { users: [], roles: [] } });
 });
 
@@ -62,9 +104,21 @@ test('a run killed after deleting: what is already gone is only forgotten', (t) 
 });
 
 test('users and roles made by hand are never read into the plan, changed or deleted', (t) => {
-  const state = converged({ users: new Map([['alice', { roles: ['app1'] }], ['bob', { roles: ['ops'] }]]), roles: new Map([['app1', [permissionOf(app1.permissions[0]!)]], ['ops', []]]) });
+  const state = converged({
+    users: new Map([
+      ['alice', { roles: ['app1'] }],
+      ['bob', { roles: ['ops'] }],
+    ]),
+    roles: new Map([
+      ['app1', [permissionOf(app1.permissions[0]!)]],
+      ['ops', []],
+    ]),
+  });
   t.deepEqual(summaries(wantedCert(), state), []);
-  t.deepEqual(summaries(wantedCert({ roles: {}, users: {} }), state).filter((summary) => /bob|ops/.test(summary)), []);
+  t.deepEqual(
+    summaries(wantedCert({ roles: {}, users: {} }), state).filter((summary) => /bob|ops/.test(summary)),
+    [],
+  );
 });
 
 test('refused: the inventory names a user or role etcd has that the tool did not create', (t) => {
@@ -80,7 +134,10 @@ test('password mode: a new user carries its password; a managed user whose passw
   t.deepEqual(added.action, { kind: 'add-user', user: 'alice', password });
   t.is(added.summary, 'create user alice (password from the inventory, sent over TLS only)');
   const changed = plan(wanted, converged({ passwordsDiffer: ['alice'] }));
-  t.deepEqual(changed.map((change) => change.summary), ['change the password of user alice (to the inventory\'s)']);
+  t.deepEqual(
+    changed.map((change) => change.summary),
+    ["change the password of user alice (to the inventory's)"],
+  );
   t.false(JSON.stringify(changed).includes('s3cret-pass'));
   t.deepEqual(summaries(wanted, converged()), []);
 });
@@ -88,7 +145,8 @@ test('password mode: a new user carries its password; a managed user whose passw
 test('the managed set is read strictly: anything else is an error, never an empty set', (t) => {
   t.deepEqual(parseManaged(null), { users: [], roles: [] });
   t.deepEqual(parseManaged('{"users":["a"],"roles":["r"]}'), { users: ['a'], roles: ['r'] });
-  for (const bad of ['not json', '[]', '{"users":"a","roles":[]}', '{"users":[1],"roles":[]}', 'null']) t.throws(() => parseManaged(bad), { message: /is not \{"users"/ }, bad);
+  for (const bad of ['not json', '[]', '{"users":"a","roles":[]}', '{"users":[1],"roles":[]}', 'null'])
+    t.throws(() => parseManaged(bad), { message: /is not \{"users"/ }, bad);
 });
 
 const rangeRows: { name: string; key: string | Buffer; rangeEnd: string | Buffer; reaches: boolean }[] = [
@@ -99,7 +157,7 @@ const rangeRows: { name: string; key: string | Buffer; rangeEnd: string | Buffer
   { name: '["a", "etcd-kvm/"): the end is not in the range', key: 'a', rangeEnd: 'etcd-kvm/', reaches: false },
   { name: '["etcd-kvm/z", "zz")', key: 'etcd-kvm/z', rangeEnd: 'zz', reaches: true },
   { name: 'from "etcd-kvm0" on', key: 'etcd-kvm0', rangeEnd: Buffer.from([0]), reaches: false },
-  { name: 'the managed record\'s key alone', key: MANAGED_KEY, rangeEnd: Buffer.alloc(0), reaches: true },
+  { name: "the managed record's key alone", key: MANAGED_KEY, rangeEnd: Buffer.alloc(0), reaches: true },
   { name: 'the key "etcd-kvm" alone', key: 'etcd-kvm', rangeEnd: Buffer.alloc(0), reaches: false },
 ];
 for (const row of rangeRows) {
@@ -109,13 +167,44 @@ for (const row of rangeRows) {
 }
 
 const exists = (name: string) => name !== 'gone';
-const departureRows: { name: string; wanted: string[]; inEtcd: string[]; inStateDir: string[]; expected: ReturnType<typeof departures> }[] = [
-  { name: 'named by both records', wanted: [], inEtcd: ['bob'], inStateDir: ['bob'], expected: { agreed: ['bob'], onlyInEtcd: [], onlyInStateDir: [], gone: [] } },
-  { name: "named by etcd's record only", wanted: [], inEtcd: ['bob'], inStateDir: [], expected: { agreed: [], onlyInEtcd: ['bob'], onlyInStateDir: [], gone: [] } },
-  { name: "named by the state directory's only", wanted: [], inEtcd: [], inStateDir: ['bob'], expected: { agreed: [], onlyInEtcd: [], onlyInStateDir: ['bob'], gone: [] } },
-  { name: 'no longer in etcd, whoever names it', wanted: [], inEtcd: ['gone'], inStateDir: [], expected: { agreed: [], onlyInEtcd: [], onlyInStateDir: [], gone: ['gone'] } },
-  { name: 'still wanted', wanted: ['bob'], inEtcd: ['bob'], inStateDir: [], expected: { agreed: [], onlyInEtcd: [], onlyInStateDir: [], gone: [] } },
-];
+const departureRows: { name: string; wanted: string[]; inEtcd: string[]; inStateDir: string[]; expected: ReturnType<typeof departures> }[] =
+  [
+    {
+      name: 'named by both records',
+      wanted: [],
+      inEtcd: ['bob'],
+      inStateDir: ['bob'],
+      expected: { agreed: ['bob'], onlyInEtcd: [], onlyInStateDir: [], gone: [] },
+    },
+    {
+      name: "named by etcd's record only",
+      wanted: [],
+      inEtcd: ['bob'],
+      inStateDir: [],
+      expected: { agreed: [], onlyInEtcd: ['bob'], onlyInStateDir: [], gone: [] },
+    },
+    {
+      name: "named by the state directory's only",
+      wanted: [],
+      inEtcd: [],
+      inStateDir: ['bob'],
+      expected: { agreed: [], onlyInEtcd: [], onlyInStateDir: ['bob'], gone: [] },
+    },
+    {
+      name: 'no longer in etcd, whoever names it',
+      wanted: [],
+      inEtcd: ['gone'],
+      inStateDir: [],
+      expected: { agreed: [], onlyInEtcd: [], onlyInStateDir: [], gone: ['gone'] },
+    },
+    {
+      name: 'still wanted',
+      wanted: ['bob'],
+      inEtcd: ['bob'],
+      inStateDir: [],
+      expected: { agreed: [], onlyInEtcd: [], onlyInStateDir: [], gone: [] },
+    },
+  ];
 for (const row of departureRows) {
   test(`a name out of the inventory, ${row.name}`, (t) => {
     t.deepEqual(departures(row.wanted, exists, row.inEtcd, row.inStateDir), row.expected);
@@ -123,7 +212,14 @@ for (const row of departureRows) {
 }
 
 test('a disagreement between the records is said, with what to do; agreement says nothing', (t) => {
-  const state = converged({ users: new Map([['alice', { roles: ['app1'] }], ['bob', { roles: [] }], ['carol', { roles: [] }]]), managed: { users: ['alice', 'bob'], roles: ['app1'] } });
+  const state = converged({
+    users: new Map([
+      ['alice', { roles: ['app1'] }],
+      ['bob', { roles: [] }],
+      ['carol', { roles: [] }],
+    ]),
+    managed: { users: ['alice', 'bob'], roles: ['app1'] },
+  });
   t.deepEqual(accessWarnings(wantedCert(), state, { users: ['alice', 'carol'], roles: ['app1'] }), [
     `user bob is named in ${MANAGED_KEY} but not in the state directory's record (${STATE_RECORD}), so the tool cannot tell it made it: left alone (not deleted) and dropped from ${MANAGED_KEY}. If the tool made it before this record existed, delete it with etcdctl user delete bob; if not, something that can write ${MANAGED_KEY} added it (check the roles granted by hand)`,
     `user carol is in the state directory's record (${STATE_RECORD}) but missing from ${MANAGED_KEY}: left alone (not deleted). Delete it with etcdctl user delete carol if it is to go (the tool then forgets it), or put its name back in ${MANAGED_KEY}`,

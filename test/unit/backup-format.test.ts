@@ -30,7 +30,8 @@ function libsodiumBackup(snapshot: Uint8Array, masterKey: Uint8Array) {
   };
   const dataKey = sodium.crypto_aead_xchacha20poly1305_ietf_keygen();
   const chunks: Buffer[] = [];
-  for (let offset = 0; offset < snapshot.length; offset += 1024 * 1024) chunks.push(sealWith(dataKey, snapshot.subarray(offset, offset + 1024 * 1024)));
+  for (let offset = 0; offset < snapshot.length; offset += 1024 * 1024)
+    chunks.push(sealWith(dataKey, snapshot.subarray(offset, offset + 1024 * 1024)));
   return { dump: Buffer.concat(chunks), key: sealWith(masterKey, dataKey) };
 }
 
@@ -50,7 +51,8 @@ async function collect(stream: AsyncIterable<Uint8Array>): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 
-const decrypt = async (dump: Uint8Array, sealedKey: Uint8Array, master: Uint8Array, pieceBytes = 65_536) => collect(openStream(piecesOf(dump, pieceBytes), openDataKey(sealedKey, master)));
+const decrypt = async (dump: Uint8Array, sealedKey: Uint8Array, master: Uint8Array, pieceBytes = 65_536) =>
+  collect(openStream(piecesOf(dump, pieceBytes), openDataKey(sealedKey, master)));
 
 test.before(async () => {
   await sodium.ready;
@@ -62,7 +64,10 @@ test('a libsodium-sealed backup of several chunks decrypts to the snapshot, what
   t.is(fixture.dump.length, snapshot.length + 3 * (24 + 16));
   t.is(sealedSize(snapshot.length), fixture.dump.length);
   for (const pieceBytes of [7_777, CHUNK_BYTES, 3 * CHUNK_BYTES]) {
-    t.true((await decrypt(fixture.dump, fixture.key, masterKeyFromHex(MASTER_HEX), pieceBytes)).equals(snapshot), `pieces of ${pieceBytes}`);
+    t.true(
+      (await decrypt(fixture.dump, fixture.key, masterKeyFromHex(MASTER_HEX), pieceBytes)).equals(snapshot),
+      `pieces of ${pieceBytes}`,
+    );
   }
 });
 
@@ -71,7 +76,11 @@ test('rechunk cuts a stream into exact pieces whatever it is made of', async (t)
   for (const pieceBytes of [1, 999, 1000, 1001, 20_000]) {
     const chunks: Buffer[] = [];
     for await (const chunk of rechunk(piecesOf(bytes, pieceBytes), 1000)) chunks.push(chunk);
-    t.deepEqual(chunks.map((c) => c.length), Array(10).fill(1000), `pieces of ${pieceBytes}`);
+    t.deepEqual(
+      chunks.map((c) => c.length),
+      Array(10).fill(1000),
+      `pieces of ${pieceBytes}`,
+    );
     t.true(Buffer.concat(chunks).equals(bytes));
   }
   const tail: number[] = [];
@@ -85,7 +94,8 @@ test('what we seal, libsodium opens with the format description', async (t) => {
   const { dataKey: ourKey, sealedKey } = newDataKey(master);
   const ours = { key: sealedKey, dump: await collect(sealStream(piecesOf(snapshot, 50_000), ourKey)) };
   t.is(ours.dump.length, sealedSize(snapshot.length));
-  const open = (key: Uint8Array, sealed: Uint8Array) => sodium.crypto_aead_xchacha20poly1305_ietf_decrypt(null, sealed.subarray(24), null, sealed.subarray(0, 24), key);
+  const open = (key: Uint8Array, sealed: Uint8Array) =>
+    sodium.crypto_aead_xchacha20poly1305_ietf_decrypt(null, sealed.subarray(24), null, sealed.subarray(0, 24), key);
   const dataKey = open(master, ours.key);
   t.is(dataKey.length, 32);
   const first = open(dataKey, ours.dump.subarray(0, 24 + CHUNK_BYTES + 16));
@@ -95,10 +105,16 @@ test('what we seal, libsodium opens with the format description', async (t) => {
 
 test('a wrong master key or a damaged chunk is an error that says so', async (t) => {
   const fixture = libsodiumBackup(randomBytes(CHUNK_BYTES + 1000), masterKeyFromHex(MASTER_HEX));
-  await t.throwsAsync(() => decrypt(fixture.dump, fixture.key, masterKeyFromHex('00'.repeat(32))), { instanceOf: BackupFormatError, message: /the .key object does not decrypt/ });
+  await t.throwsAsync(() => decrypt(fixture.dump, fixture.key, masterKeyFromHex('00'.repeat(32))), {
+    instanceOf: BackupFormatError,
+    message: /the .key object does not decrypt/,
+  });
   const damaged = Buffer.from(fixture.dump);
   damaged[CHUNK_BYTES + 100] = damaged[CHUNK_BYTES + 100]! ^ 1;
-  await t.throwsAsync(() => decrypt(damaged, fixture.key, masterKeyFromHex(MASTER_HEX)), { instanceOf: BackupFormatError, message: /chunk 1 of the snapshot does not decrypt/ });
+  await t.throwsAsync(() => decrypt(damaged, fixture.key, masterKeyFromHex(MASTER_HEX)), {
+    instanceOf: BackupFormatError,
+    message: /chunk 1 of the snapshot does not decrypt/,
+  });
 });
 
 test('the latest dump is chosen unless a timestamp names one; other objects are ignored', (t) => {
@@ -128,13 +144,21 @@ test('retention: the N newest snapshots stay; older ones go with their keys, dum
     'lab-notes.txt',
     'other-2026-11-01T10:00:00Z.dump',
   ];
-  t.deepEqual(retention(names, 'lab', 2), { kept: ['lab-2026-11-21T10:00:00Z.dump', 'lab-2026-11-22T10:00:00Z.dump'], deleted: ['lab-2026-11-20T10:00:00Z.dump', 'lab-2026-11-20T10:00:00Z.key'] });
-  t.deepEqual(retention(names, 'lab', 1).deleted, ['lab-2026-11-20T10:00:00Z.dump', 'lab-2026-11-20T10:00:00Z.key', 'lab-2026-11-21T10:00:00Z.dump']);
+  t.deepEqual(retention(names, 'lab', 2), {
+    kept: ['lab-2026-11-21T10:00:00Z.dump', 'lab-2026-11-22T10:00:00Z.dump'],
+    deleted: ['lab-2026-11-20T10:00:00Z.dump', 'lab-2026-11-20T10:00:00Z.key'],
+  });
+  t.deepEqual(retention(names, 'lab', 1).deleted, [
+    'lab-2026-11-20T10:00:00Z.dump',
+    'lab-2026-11-20T10:00:00Z.key',
+    'lab-2026-11-21T10:00:00Z.dump',
+  ]);
   t.deepEqual(retention(names, 'lab', 3).deleted, []);
   t.deepEqual(retention(names, 'lab', 10).deleted, []);
   t.deepEqual(retention([], 'lab', 1), { kept: [], deleted: [] });
 });
 
 test('retention: keep 0 (or not a whole number) is refused: the newest snapshot is never deleted', (t) => {
-  for (const keep of [0, -1, 1.5, Number.NaN]) t.throws(() => retention(['lab-2026-11-22T10:00:00Z.dump'], 'lab', keep), { instanceOf: RangeError });
+  for (const keep of [0, -1, 1.5, Number.NaN])
+    t.throws(() => retention(['lab-2026-11-22T10:00:00Z.dump'], 'lab', keep), { instanceOf: RangeError });
 });

@@ -26,7 +26,12 @@ const SNAPSHOTS = ['01', '02', '03', '04'].flatMap((day) => [`lab-2026-11-${day}
 test('prune: keeps the newest N with their keys, deletes the rest oldest first, dump before key', async (t) => {
   const bucket = new MemoryBucket([...SNAPSHOTS, 'labrador.txt']);
   const result = await pruneSnapshots(bucket, 'lab', 2);
-  t.deepEqual(bucket.deletes, ['lab-2026-11-01T00:00:00Z.dump', 'lab-2026-11-01T00:00:00Z.key', 'lab-2026-11-02T00:00:00Z.dump', 'lab-2026-11-02T00:00:00Z.key']);
+  t.deepEqual(bucket.deletes, [
+    'lab-2026-11-01T00:00:00Z.dump',
+    'lab-2026-11-01T00:00:00Z.key',
+    'lab-2026-11-02T00:00:00Z.dump',
+    'lab-2026-11-02T00:00:00Z.key',
+  ]);
   t.deepEqual(result.kept, ['lab-2026-11-03T00:00:00Z.dump', 'lab-2026-11-04T00:00:00Z.dump']);
   t.true(bucket.objects.includes('labrador.txt'));
   // Run again: nothing more to delete.
@@ -42,6 +47,9 @@ test('prune: a listing error deletes nothing', async (t) => {
 test('prune: a failed delete stops there and names what was already deleted', async (t) => {
   const bucket = new MemoryBucket(SNAPSHOTS, false, 'lab-2026-11-02T00:00:00Z.dump');
   const error = await t.throwsAsync(pruneSnapshots(bucket, 'lab', 1));
-  t.regex(error!.message, /^deleting lab-2026-11-02T00:00:00Z.dump failed after deleting 2 object\(s\) \(lab-2026-11-01T00:00:00Z.dump, lab-2026-11-01T00:00:00Z.key\): 403 AccessDenied$/);
+  t.regex(
+    error!.message,
+    /^deleting lab-2026-11-02T00:00:00Z.dump failed after deleting 2 object\(s\) \(lab-2026-11-01T00:00:00Z.dump, lab-2026-11-01T00:00:00Z.key\): 403 AccessDenied$/,
+  );
   t.deepEqual(bucket.deletes, ['lab-2026-11-01T00:00:00Z.dump', 'lab-2026-11-01T00:00:00Z.key']);
 });

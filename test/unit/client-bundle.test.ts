@@ -22,15 +22,23 @@ const withAlice = (passwordMode: boolean) => {
 
 /** What `set -a; . etcdctl.env` sets, for values the bundle writes (single-quoted or bare). */
 const environmentOf = (text: string) =>
-  new Map(text.split('\n').filter((line) => line && !line.startsWith('#')).map((line) => {
-    const [, name, value] = /^([A-Z_]+)=(.*)$/.exec(line)!;
-    return [name!, value!.replace(/^'(.*)'$/, '$1')] as const;
-  }));
+  new Map(
+    text
+      .split('\n')
+      .filter((line) => line && !line.startsWith('#'))
+      .map((line) => {
+        const [, name, value] = /^([A-Z_]+)=(.*)$/.exec(line)!;
+        return [name!, value!.replace(/^'(.*)'$/, '$1')] as const;
+      }),
+  );
 
 test('certificate mode: ca.crt, the user certificate (CN = the user) and its key 0600, and an etcdctl.env naming every member and the three files', async (t) => {
   const { inventory } = await renderWithPki(withAlice(false));
   const files = clientBundle(inventory, new PkiStore(inventory.stateDir), 'alice', '/tmp/bundle dir');
-  t.deepEqual(files.map((file) => `${file.name} ${file.mode.toString(8)}`), ['ca.crt 644', 'alice.crt 644', 'alice.key 600', 'etcdctl.env 644']);
+  t.deepEqual(
+    files.map((file) => `${file.name} ${file.mode.toString(8)}`),
+    ['ca.crt 644', 'alice.crt 644', 'alice.key 600', 'etcdctl.env 644'],
+  );
   const cert = files.find((file) => file.name === 'alice.crt')!.content as string;
   t.is(inspectCertificate(cert).commonName, 'alice');
   t.true(files.find((file) => file.name === 'alice.key')!.content instanceof Secret);
@@ -48,7 +56,10 @@ test('certificate mode: ca.crt, the user certificate (CN = the user) and its key
 test('password mode: no certificate, ETCDCTL_USER without the password; the password is in no file', async (t) => {
   const { inventory } = await renderWithPki(withAlice(true));
   const files = clientBundle(inventory, new PkiStore(inventory.stateDir), 'alice', '/tmp/b');
-  t.deepEqual(files.map((file) => file.name), ['ca.crt', 'etcdctl.env']);
+  t.deepEqual(
+    files.map((file) => file.name),
+    ['ca.crt', 'etcdctl.env'],
+  );
   const env = environmentOf(files[1]!.content as string);
   t.is(env.get('ETCDCTL_USER'), 'alice');
   t.false(env.has('ETCDCTL_CERT'));
@@ -57,7 +68,13 @@ test('password mode: no certificate, ETCDCTL_USER without the password; the pass
 
 test('an unknown user, or a state directory without the certificate yet, is bad input naming what to do', async (t) => {
   const { inventory } = await renderWithPki(withAlice(false));
-  t.throws(() => clientBundle(inventory, new PkiStore(inventory.stateDir), 'mallory', '/tmp/b'), { instanceOf: InputError, message: /--user mallory: the inventory has no such user; users are root, alice/ });
+  t.throws(() => clientBundle(inventory, new PkiStore(inventory.stateDir), 'mallory', '/tmp/b'), {
+    instanceOf: InputError,
+    message: /--user mallory: the inventory has no such user; users are root, alice/,
+  });
   const fresh = withAlice(false);
-  t.throws(() => clientBundle(fresh, new PkiStore('/nonexistent-state'), 'alice', '/tmp/b'), { instanceOf: InputError, message: /no CA yet: run the deploy first/ });
+  t.throws(() => clientBundle(fresh, new PkiStore('/nonexistent-state'), 'alice', '/tmp/b'), {
+    instanceOf: InputError,
+    message: /no CA yet: run the deploy first/,
+  });
 });

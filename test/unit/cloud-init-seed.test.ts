@@ -23,9 +23,16 @@ test('the image is the ISO, then zeros up to the volume; never cut below the ISO
 test("the digest comes from the memo when the files are unchanged: the ISO's own for its size, the image's for the size it was written at", async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-seed-memo-'));
   t.teardown(() => rmSync(dir, { recursive: true, force: true }));
-  const files: RenderedFile[] = ['user-data', 'meta-data', 'network-config'].map((name) => ({ name, content: `${name}\n`, display: `${name}\n`, containsSecrets: false }));
+  const files: RenderedFile[] = ['user-data', 'meta-data', 'network-config'].map((name) => ({
+    name,
+    content: `${name}\n`,
+    display: `${name}\n`,
+    containsSecrets: false,
+  }));
   const memo = join(dir, 'etcd-1.json');
-  const inputs = createHash('sha256').update(JSON.stringify(files.map((file) => [file.name, file.content]))).digest('hex');
+  const inputs = createHash('sha256')
+    .update(JSON.stringify(files.map((file) => [file.name, file.content])))
+    .digest('hex');
   const padded = Buffer.alloc(4096, 0);
   writeFileSync(memo, JSON.stringify({ inputs, sha256: 'a'.repeat(64), size: 1024, image: { size: 4096, sha256: sha(padded) } }));
   t.deepEqual(await seedDigest(memo, files, 0), { sha256: 'a'.repeat(64), size: 1024, imageSize: 1024 });

@@ -52,12 +52,32 @@ const plans: Plan[] = [
     name: 'leave, a follower: removed, VM stopped and undefined, volumes kept and named',
     departure: 'leave',
     facts: () => {},
-    changes: ['remove', 'undefine: stop and undefine VM etcd-3 on lab; its volumes stay (etcd-lab/etcd-3-os.qcow2, etcd-lab/etcd-3-data.qcow2: virsh vol-delete removes them)'],
+    changes: [
+      'remove',
+      'undefine: stop and undefine VM etcd-3 on lab; its volumes stay (etcd-lab/etcd-3-os.qcow2, etcd-lab/etcd-3-data.qcow2: virsh vol-delete removes them)',
+    ],
   },
-  { name: 'leave, the leader: leadership moved first', departure: 'leave', facts: (f) => (f.leaderId = '13'), changes: ['move-leader: move leadership from etcd-3 to etcd-1 first', 'remove', 'undefine'] },
-  { name: 'leave, already removed (a run stopped before the VM went): the VM alone', departure: 'leave', facts: (f) => delete f.live, changes: ['undefine'] },
+  {
+    name: 'leave, the leader: leadership moved first',
+    departure: 'leave',
+    facts: (f) => (f.leaderId = '13'),
+    changes: ['move-leader: move leadership from etcd-3 to etcd-1 first', 'remove', 'undefine'],
+  },
+  {
+    name: 'leave, already removed (a run stopped before the VM went): the VM alone',
+    departure: 'leave',
+    facts: (f) => delete f.live,
+    changes: ['undefine'],
+  },
   { name: 'leave, all done: nothing', departure: 'leave', facts: (f) => Object.assign(f, { live: undefined, vm: 'absent' }), changes: [] },
-  { name: 'leave, a shut-off VM: undefined without a stop', departure: 'leave', facts: (f) => Object.assign(f, { live: undefined, vm: 'shut off' }), changes: ['undefine: undefine VM etcd-3 on lab; its volumes stay (etcd-lab/etcd-3-os.qcow2, etcd-lab/etcd-3-data.qcow2: virsh vol-delete removes them)'] },
+  {
+    name: 'leave, a shut-off VM: undefined without a stop',
+    departure: 'leave',
+    facts: (f) => Object.assign(f, { live: undefined, vm: 'shut off' }),
+    changes: [
+      'undefine: undefine VM etcd-3 on lab; its volumes stay (etcd-lab/etcd-3-os.qcow2, etcd-lab/etcd-3-data.qcow2: virsh vol-delete removes them)',
+    ],
+  },
   {
     name: 'replace: the domain marked first, removed, stopped, its volumes deleted (data first), undefined last',
     departure: 'replace',
@@ -70,10 +90,30 @@ const plans: Plan[] = [
       'undefine: undefine VM etcd-3 on lab (its being-replaced mark goes with it)',
     ],
   },
-  { name: 'replace with the disks already gone: marked, removed, stopped, undefined', departure: 'replace', facts: (f) => (f.volumes = []), changes: ['mark-replacing', 'remove', 'stop', 'undefine'] },
-  { name: 'replace, a shut-off VM: no stop', departure: 'replace', facts: (f) => Object.assign(f, { vm: 'shut off', ownership: { kind: 'ours', running: false } }), changes: ['mark-replacing', 'remove', 'delete-volumes', 'undefine'] },
-  { name: 'replace resumed after the removal (the domain marked, etcd no longer lists it): the VM and its disks go', departure: 'replace', facts: (f) => Object.assign(f, { live: undefined, markedReplacing: true }), changes: ['stop', 'delete-volumes', 'undefine'] },
-  { name: 'replace resumed after the volumes went: the marked domain alone', departure: 'replace', facts: (f) => Object.assign(f, { live: undefined, markedReplacing: true, vm: 'shut off', volumes: [] }), changes: ['undefine'] },
+  {
+    name: 'replace with the disks already gone: marked, removed, stopped, undefined',
+    departure: 'replace',
+    facts: (f) => (f.volumes = []),
+    changes: ['mark-replacing', 'remove', 'stop', 'undefine'],
+  },
+  {
+    name: 'replace, a shut-off VM: no stop',
+    departure: 'replace',
+    facts: (f) => Object.assign(f, { vm: 'shut off', ownership: { kind: 'ours', running: false } }),
+    changes: ['mark-replacing', 'remove', 'delete-volumes', 'undefine'],
+  },
+  {
+    name: 'replace resumed after the removal (the domain marked, etcd no longer lists it): the VM and its disks go',
+    departure: 'replace',
+    facts: (f) => Object.assign(f, { live: undefined, markedReplacing: true }),
+    changes: ['stop', 'delete-volumes', 'undefine'],
+  },
+  {
+    name: 'replace resumed after the volumes went: the marked domain alone',
+    departure: 'replace',
+    facts: (f) => Object.assign(f, { live: undefined, markedReplacing: true, vm: 'shut off', volumes: [] }),
+    changes: ['undefine'],
+  },
   {
     name: 'replace of a member etcd no longer lists whose domain is not marked (--replace after a removal by hand): marked before anything goes',
     departure: 'replace',
@@ -86,8 +126,18 @@ const plans: Plan[] = [
     facts: (f) => Object.assign(f, { vm: 'absent', ownership: { kind: 'absent' } }),
     changes: ['delete-volumes', 'remove'],
   },
-  { name: 'replace of a member that never was (no domain, no volumes, not in etcd): nothing', departure: 'replace', facts: (f) => Object.assign(f, { live: undefined, vm: 'absent', ownership: { kind: 'absent' }, volumes: [] }), changes: [] },
-  { name: "a VM made before marks existed: replaced as this cluster's", departure: 'replace', facts: (f) => (f.ownership = { kind: 'to-mark', running: true, why: 'made for this cluster before domains were marked' }), changes: ['mark-replacing', 'remove', 'stop', 'delete-volumes', 'undefine'] },
+  {
+    name: 'replace of a member that never was (no domain, no volumes, not in etcd): nothing',
+    departure: 'replace',
+    facts: (f) => Object.assign(f, { live: undefined, vm: 'absent', ownership: { kind: 'absent' }, volumes: [] }),
+    changes: [],
+  },
+  {
+    name: "a VM made before marks existed: replaced as this cluster's",
+    departure: 'replace',
+    facts: (f) => (f.ownership = { kind: 'to-mark', running: true, why: 'made for this cluster before domains were marked' }),
+    changes: ['mark-replacing', 'remove', 'stop', 'delete-volumes', 'undefine'],
+  },
   // Three members, etcd-3 down, etcd-2 and etcd-3 both departing: etcd-3 first keeps the quorum throughout.
   {
     name: 'etcd-3 down and departing with etcd-2: etcd-3 first leaves etcd-1 and etcd-2, both healthy',
@@ -110,10 +160,16 @@ const plans: Plan[] = [
     facts: (f) => Object.assign(f, { leaderId: '13', healthy: [two, one] }),
     changes: ['move-leader: move leadership from etcd-3 to etcd-1 first', 'remove', 'undefine'],
   },
-  { name: 'a learner (not started) is removed whatever its own health: it has no vote', departure: 'leave', facts: (f) => Object.assign(f, { live: { ...base().live!, isLearner: true, name: '' }, itselfHealthy: false }), changes: ['remove: remove etcd-3 from the cluster (member ID d, a learner)', 'undefine'] },
+  {
+    name: 'a learner (not started) is removed whatever its own health: it has no vote',
+    departure: 'leave',
+    facts: (f) => Object.assign(f, { live: { ...base().live!, isLearner: true, name: '' }, itselfHealthy: false }),
+    changes: ['remove: remove etcd-3 from the cluster (member ID d, a learner)', 'undefine'],
+  },
 ];
 
-const describeChanges = (changes: { summary: string; action: { kind: string } }[], expected: string[]) => changes.map((c, i) => (expected[i]?.includes(':') ? `${c.action.kind}: ${c.summary}` : c.action.kind));
+const describeChanges = (changes: { summary: string; action: { kind: string } }[], expected: string[]) =>
+  changes.map((c, i) => (expected[i]?.includes(':') ? `${c.action.kind}: ${c.summary}` : c.action.kind));
 
 for (const row of plans) {
   test(`depart: ${row.name}`, (t) => {
@@ -136,9 +192,15 @@ const refusals: Refusal[] = [
     name: 'a member that stays is unhealthy and the rest are no quorum',
     departure: 'leave',
     facts: (f) => Object.assign(f, { healthy: [one], unhealthy: [NOT_REACHABLE(two)] }),
-    refused: /^refusing to remove etcd-3: right after it, only 1 of the 2 voting members etcd would have left are healthy, and they need 2 for a quorum \(not healthy: etcd-2 \(etcd not reachable at 192\.168\.150\.12\)\)\. Nothing was changed\.$/,
+    refused:
+      /^refusing to remove etcd-3: right after it, only 1 of the 2 voting members etcd would have left are healthy, and they need 2 for a quorum \(not healthy: etcd-2 \(etcd not reachable at 192\.168\.150\.12\)\)\. Nothing was changed\.$/,
   },
-  { name: 'no leader', departure: 'leave', facts: (f) => delete f.leaderId, refused: /^refusing to remove etcd-3: the cluster has no leader\. Nothing was changed\.$/ },
+  {
+    name: 'no leader',
+    departure: 'leave',
+    facts: (f) => delete f.leaderId,
+    refused: /^refusing to remove etcd-3: the cluster has no leader\. Nothing was changed\.$/,
+  },
   // Finding: the quorum was counted over the members that stay, so etcd-2 (healthy) could go first and
   // leave {etcd-1, etcd-3} with one of two up: no quorum, and etcd-3's removal could never commit.
   {
@@ -146,7 +208,8 @@ const refusals: Refusal[] = [
     departure: 'leave',
     who: { member: two, staying: [one], alsoDeparting: [two, three] },
     facts: (f) => Object.assign(f, { live: LIVE_TWO, healthy: [one], unhealthy: [NOT_REACHABLE(three)] }),
-    refused: /^refusing to remove etcd-2: right after it, only 1 of the 2 voting members etcd would have left are healthy, and they need 2 for a quorum \(not healthy: etcd-3 \(etcd not reachable at 192\.168\.150\.13\)\)\. Nothing was changed\.$/,
+    refused:
+      /^refusing to remove etcd-2: right after it, only 1 of the 2 voting members etcd would have left are healthy, and they need 2 for a quorum \(not healthy: etcd-3 \(etcd not reachable at 192\.168\.150\.13\)\)\. Nothing was changed\.$/,
   },
   {
     name: 'the same with --replace etcd-2,etcd-3',
@@ -160,7 +223,8 @@ const refusals: Refusal[] = [
     departure: 'leave',
     who: { member: two, staying: [one], alsoDeparting: [two] },
     facts: (f) => Object.assign(f, { live: LIVE_TWO, healthy: [one], itselfHealthy: false }),
-    refused: /^refusing to remove etcd-2: only 1 of the cluster's 2 voting members are healthy, and committing the removal needs 2\. Nothing was changed\.$/,
+    refused:
+      /^refusing to remove etcd-2: only 1 of the cluster's 2 voting members are healthy, and committing the removal needs 2\. Nothing was changed\.$/,
   },
   {
     name: "another cluster's VM under the name: refused before etcd or libvirt is touched",
@@ -174,7 +238,10 @@ for (const row of refusals) {
   test(`depart refused: ${row.name}`, (t) => {
     const facts = base();
     row.facts(facts);
-    t.throws(() => step(row.departure, row.who).plan(facts, row.who?.member.name ?? 'etcd-3'), { instanceOf: MembershipRefusal, message: row.refused });
+    t.throws(() => step(row.departure, row.who).plan(facts, row.who?.member.name ?? 'etcd-3'), {
+      instanceOf: MembershipRefusal,
+      message: row.refused,
+    });
   });
 }
 
@@ -182,11 +249,15 @@ test("depart: a replacement refuses to delete the operator's own volumes", (t) =
   const theirs = { ...three, volumes: { ...three.volumes, os: { existing: 'golden-etcd-3.qcow2' } } };
   const facts = { ...base(), volumes: ['etcd-lab/golden-etcd-3.qcow2'] };
   const replace = departStep(lab, unused, unused, { departure: 'replace', member: theirs, staying: [one, two], alsoDeparting: [], owner });
-  t.throws(() => replace.plan(facts, 'etcd-3'), { instanceOf: MembershipRefusal, message: /its volume\(s\) etcd-lab\/golden-etcd-3\.qcow2 are the operator's/ });
+  t.throws(() => replace.plan(facts, 'etcd-3'), {
+    instanceOf: MembershipRefusal,
+    message: /its volume\(s\) etcd-lab\/golden-etcd-3\.qcow2 are the operator's/,
+  });
 });
 
 test('depart: the being-replaced mark is written live too only while the VM runs (libvirt refuses --live otherwise)', (t) => {
-  const mark = (running: boolean) => step('replace').plan({ ...base(), vm: running ? 'running' : 'shut off', ownership: { kind: 'ours', running } }, 'etcd-3')[0]!.action;
+  const mark = (running: boolean) =>
+    step('replace').plan({ ...base(), vm: running ? 'running' : 'shut off', ownership: { kind: 'ours', running } }, 'etcd-3')[0]!.action;
   t.deepEqual(mark(true), { kind: 'mark-replacing', active: true, memberId: '13' });
   t.deepEqual(mark(false), { kind: 'mark-replacing', active: false, memberId: '13' });
 });

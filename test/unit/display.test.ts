@@ -49,7 +49,14 @@ test('forDisplay leaves no control character but newline and tab, whatever it is
 
 // The printing edges: every place guest text reaches the operator goes through forDisplay.
 
-const result = (host: string, extra: Partial<StepResult>): StepResult => ({ step: 'guest', host, status: 'ok', changes: [], durationMs: 1, ...extra });
+const result = (host: string, extra: Partial<StepResult>): StepResult => ({
+  step: 'guest',
+  host,
+  status: 'ok',
+  changes: [],
+  durationMs: 1,
+  ...extra,
+});
 
 test('the report shows what guests said without their control sequences: warnings (cloud-init module names) and errors (journal lines)', (t) => {
   const text = formatChanges(
@@ -59,8 +66,24 @@ test('the report shows what guests said without their control sequences: warning
     ],
     { dryRun: false, diffs: false },
   );
-  t.is(text, ['etcd-1:', "  guest: WARNING: cloud-init's first boot ended in error in module(s) locale", 'etcd-2:', '  guest: FAILED: etcd did not start: started etcdok | fatal'].join('\n'));
-  t.is(formatUnreachable([{ hypervisor: 'lab', members: ['etcd-1'], at: 'root@192.0.2.1:22', reason: 'x', detail: `cannot connect: ${ESC}[31mrefused` }]), ['UNREACHABLE (their members failed; the others went on)', 'hypervisor lab at root@192.0.2.1:22 (etcd-1): cannot connect: refused'].join('\n'));
+  t.is(
+    text,
+    [
+      'etcd-1:',
+      "  guest: WARNING: cloud-init's first boot ended in error in module(s) locale",
+      'etcd-2:',
+      '  guest: FAILED: etcd did not start: started etcdok | fatal',
+    ].join('\n'),
+  );
+  t.is(
+    formatUnreachable([
+      { hypervisor: 'lab', members: ['etcd-1'], at: 'root@192.0.2.1:22', reason: 'x', detail: `cannot connect: ${ESC}[31mrefused` },
+    ]),
+    [
+      'UNREACHABLE (their members failed; the others went on)',
+      'hypervisor lab at root@192.0.2.1:22 (etcd-1): cannot connect: refused',
+    ].join('\n'),
+  );
 });
 
 test('progress shows what a host waits on without control sequences, in the summary and to listeners', (t) => {
@@ -74,10 +97,19 @@ test('progress shows what a host waits on without control sequences, in the summ
 
 test("the guest agent's reasons (they carry what the guest said) come without control sequences", (t) => {
   const stderr = Buffer.from(`${ESC}[2J${ESC}[Hcannot read${ESC}]0;x${'\u0007'} /etc/x\nsecond line`).toString('base64');
-  t.deepEqual(finished({ ok: true, output: `{"return": {"exited": true, "exitcode": 1, "err-data": "${stderr}"}}` }), { ok: false, reason: 'the script exited with 1: cannot read /etc/x' });
-  t.deepEqual(finished({ ok: false, output: `error: Guest agent is not responding: ${ESC}[31mbusy\r` }), { ok: false, reason: 'Guest agent is not responding: busy' });
+  t.deepEqual(finished({ ok: true, output: `{"return": {"exited": true, "exitcode": 1, "err-data": "${stderr}"}}` }), {
+    ok: false,
+    reason: 'the script exited with 1: cannot read /etc/x',
+  });
+  t.deepEqual(finished({ ok: false, output: `error: Guest agent is not responding: ${ESC}[31mbusy\r` }), {
+    ok: false,
+    reason: 'Guest agent is not responding: busy',
+  });
   t.deepEqual(finished({ ok: true, output: `${ESC}[5m{not json` }), { ok: false, reason: "the agent's reply is not JSON: {not json" });
-  t.deepEqual(startedPid({ ok: true, output: `${ESC}c{"return": {}}` }), { ok: false, reason: 'the agent did not say which process it started: {"return": {}}' });
+  t.deepEqual(startedPid({ ok: true, output: `${ESC}c{"return": {}}` }), {
+    ok: false,
+    reason: 'the agent did not say which process it started: {"return": {}}',
+  });
 });
 
 test('a Node warning is printed without control sequences', (t) => {

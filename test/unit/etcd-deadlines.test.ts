@@ -27,8 +27,23 @@ interface SilentMember {
 async function silentMember(): Promise<SilentMember> {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-silent-'));
   const made = run('openssl', [
-    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=etcd-1',
-    '-addext', 'subjectAltName=DNS:etcd-1,IP:127.0.0.1', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-days',
+    '1',
+    '-subj',
+    '/CN=etcd-1',
+    '-addext',
+    'subjectAltName=DNS:etcd-1,IP:127.0.0.1',
+    '-keyout',
+    join(dir, 'key.pem'),
+    '-out',
+    join(dir, 'cert.pem'),
   ]);
   if (made.status !== 0) throw new Error(made.stderr);
   const caCert = readFileSync(join(dir, 'cert.pem'), 'utf8');
@@ -43,7 +58,10 @@ async function silentMember(): Promise<SilentMember> {
 test('a member that takes a call and never answers fails it at its deadline: a question, a snapshot stream; a call with a deadline of its own keeps it', async (t) => {
   const member = await silentMember();
   const inventoryMember = { ...load(baseDocument()).members[0]!, reach: 'direct' as const, etcdIp: '127.0.0.1' };
-  const clients = new EtcdClients(new HypervisorConnections(), member.port, () => ({ label: 'anonymous', caCert: member.caCert }), { unaryMs: 1_000, streamMs: 2_000 });
+  const clients = new EtcdClients(new HypervisorConnections(), member.port, () => ({ label: 'anonymous', caCert: member.caCert }), {
+    unaryMs: 1_000,
+    streamMs: 2_000,
+  });
   t.teardown(() => {
     clients.close();
     member.server.close();

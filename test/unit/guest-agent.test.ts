@@ -45,11 +45,16 @@ function fakeLibvirt(): { session: VirshSession; calls: string[] } {
 
 test("every domain runs its own script; one without the agent fails alone, with libvirt's words", async (t) => {
   const { session, calls } = fakeLibvirt();
-  const answers = await askThroughAgents(session, [
-    { domain: 'etcd-1', script: "echo one 'quoted'" },
-    { domain: 'no-channel', script: 'echo two' },
-    { domain: 'etcd-3', script: 'echo three' },
-  ], OWNER, 10_000);
+  const answers = await askThroughAgents(
+    session,
+    [
+      { domain: 'etcd-1', script: "echo one 'quoted'" },
+      { domain: 'no-channel', script: 'echo two' },
+      { domain: 'etcd-3', script: 'echo three' },
+    ],
+    OWNER,
+    10_000,
+  );
   t.deepEqual(answers, [
     { ok: true, output: "ECHO ONE 'QUOTED'" },
     { ok: false, reason: 'argument unsupported: QEMU guest agent is not configured' },
@@ -57,15 +62,26 @@ test("every domain runs its own script; one without the agent fails alone, with 
   ]);
   // Every script started before any is polled: they run at the same time.
   const firstPoll = calls.findIndex((call) => call.endsWith('guest-exec-status'));
-  t.deepEqual(calls.slice(0, firstPoll).filter((call) => call.endsWith(' guest-exec')).sort(), ['etcd-1 guest-exec', 'etcd-3 guest-exec', 'no-channel guest-exec']);
+  t.deepEqual(
+    calls
+      .slice(0, firstPoll)
+      .filter((call) => call.endsWith(' guest-exec'))
+      .sort(),
+    ['etcd-1 guest-exec', 'etcd-3 guest-exec', 'no-channel guest-exec'],
+  );
 });
 
 test("nothing runs inside a domain without this cluster's mark (another cluster's VM with a member's name), or one that is gone", async (t) => {
   const { session, calls } = fakeLibvirt();
-  const answers = await askThroughAgents(session, [
-    { domain: 'foreign', script: 'echo one' },
-    { domain: 'gone', script: 'echo two' },
-  ], OWNER, 10_000);
+  const answers = await askThroughAgents(
+    session,
+    [
+      { domain: 'foreign', script: 'echo one' },
+      { domain: 'gone', script: 'echo two' },
+    ],
+    OWNER,
+    10_000,
+  );
   t.deepEqual(answers, [
     { ok: false, reason: "not marked as this cluster's domain (owner id 1234)" },
     { ok: false, reason: "failed to get domain 'gone'" },
@@ -76,10 +92,15 @@ test("nothing runs inside a domain without this cluster's mark (another cluster'
 test('a script that exits non-zero, or never finishes, is no answer (the caller asks over SSH instead)', async (t) => {
   const { session } = fakeLibvirt();
   const started = Date.now();
-  const answers = await askThroughAgents(session, [
-    { domain: 'fails', script: 'exit 3' },
-    { domain: 'hangs', script: 'sleep 100' },
-  ], OWNER, 1_000);
+  const answers = await askThroughAgents(
+    session,
+    [
+      { domain: 'fails', script: 'exit 3' },
+      { domain: 'hangs', script: 'sleep 100' },
+    ],
+    OWNER,
+    1_000,
+  );
   t.deepEqual(answers, [
     { ok: false, reason: 'the script exited with 3: sudo: nope' },
     { ok: false, reason: 'no answer within 1 s' },
@@ -90,7 +111,13 @@ test('a script that exits non-zero, or never finishes, is no answer (the caller 
 
 test('a status reply that is not JSON, or an output cut short, is no answer', (t) => {
   t.deepEqual(finished({ ok: true, output: 'not json' }), { ok: false, reason: "the agent's reply is not JSON: not json" });
-  t.deepEqual(finished({ ok: true, output: '{"return": {"exitcode": 0, "out-data": "aGk=", "out-truncated": true, "exited": true}}' }), { ok: false, reason: "the agent cut the script's output short" });
-  t.deepEqual(finished({ ok: true, output: '{"return": {"exitcode": 0, "out-data": "aGk=", "exited": true}}' }), { ok: true, output: 'hi' });
+  t.deepEqual(finished({ ok: true, output: '{"return": {"exitcode": 0, "out-data": "aGk=", "out-truncated": true, "exited": true}}' }), {
+    ok: false,
+    reason: "the agent cut the script's output short",
+  });
+  t.deepEqual(finished({ ok: true, output: '{"return": {"exitcode": 0, "out-data": "aGk=", "exited": true}}' }), {
+    ok: true,
+    output: 'hi',
+  });
   t.is(finished({ ok: true, output: '{"return": {"exited": false}}' }), 'running');
 });

@@ -18,7 +18,8 @@ function fakeAgents(files: Record<string, string[] | 'no-agent' | 'foreign'>): {
   const calls: string[] = [];
   let handle = 1000;
   const fake = new FakeVirshSession((args) => {
-    if (args[0] === 'metadata') return files[args[4]!] === 'foreign' ? '<owner cluster="other" id="9999"/>\n' : '<owner cluster="lab" id="1234"/>\n';
+    if (args[0] === 'metadata')
+      return files[args[4]!] === 'foreign' ? '<owner cluster="other" id="9999"/>\n' : '<owner cluster="lab" id="1234"/>\n';
     const [, , , domain, json] = args as [string, string, string, string, string];
     const { execute, arguments: given } = JSON.parse(json) as { execute: string; arguments: { path?: string; handle?: number } };
     calls.push(`${domain} ${execute} ${given.path ?? given.handle}`);
@@ -32,7 +33,13 @@ function fakeAgents(files: Record<string, string[] | 'no-agent' | 'foreign'>): {
 }
 
 test("a look through the agent: cloud-init's result there, only its status, neither, no agent yet, not ours", async (t) => {
-  const { session, calls } = fakeAgents({ done: [STATUS, RESULT], booting: [STATUS], 'no-cloud-init': [], starting: 'no-agent', foreign: 'foreign' });
+  const { session, calls } = fakeAgents({
+    done: [STATUS, RESULT],
+    booting: [STATUS],
+    'no-cloud-init': [],
+    starting: 'no-agent',
+    foreign: 'foreign',
+  });
   const looks = await lookAtBoots(session, ['done', 'booting', 'no-cloud-init', 'starting', 'foreign'], OWNER, RESULT, STATUS);
   t.deepEqual(looks, [
     'ended',
@@ -43,7 +50,10 @@ test("a look through the agent: cloud-init's result there, only its status, neit
   ]);
   // Nothing is opened in another cluster's domain; every handle opened is closed again.
   t.false(calls.some((call) => call.startsWith('foreign')));
-  t.deepEqual(calls.filter((call) => call.includes('guest-file-close')).sort(), ['booting guest-file-close 1001', 'done guest-file-close 1000']);
+  t.deepEqual(calls.filter((call) => call.includes('guest-file-close')).sort(), [
+    'booting guest-file-close 1001',
+    'done guest-file-close 1000',
+  ]);
 });
 
 /** A scripted member: what the agent says at each look, when (simulated ms) its SSH first connects, and the calls made. */
@@ -61,7 +71,10 @@ function scripted(looks: (now: number) => BootLook, sshUpAt: number, fatal = fal
       return clock >= sshUpAt ? { connected: true } : { connected: false, reason: 'connection refused', fatal: false };
     },
   };
-  const timing = (windowMs: number) => ({ windowMs, pollMs: 500, retryMs: 2_000, now: () => clock, sleep: async (ms: number) => void (clock += ms) });
+  const sleep = async (ms: number) => {
+    clock += ms;
+  };
+  const timing = (windowMs: number) => ({ windowMs, pollMs: 500, retryMs: 2_000, now: () => clock, sleep });
   return { watch, timing, calls };
 }
 
@@ -71,14 +84,20 @@ test('the agent answers first: SSH is not tried again, and the wait ends when th
   const { watch, timing, calls } = scripted((now) => (now < 3_000 ? silent : now < 6_000 ? 'running' : 'ended'), 4_000);
   t.deepEqual(await waitForBoot(watch, timing(60_000)), { ended: 'agent' });
   // SSH tried at 0 and 2 s after that failed (refused); from 3000 on the agent answers and SSH is left alone, although it is up at 4000.
-  t.deepEqual(calls.filter((call) => call.endsWith('ssh')), ['0 ssh', '2500 ssh']);
+  t.deepEqual(
+    calls.filter((call) => call.endsWith('ssh')),
+    ['0 ssh', '2500 ssh'],
+  );
   t.is(calls.at(-1), '6000 look');
 });
 
 test('an image without the agent: the wait goes on over SSH once it connects', async (t) => {
   const { watch, timing, calls } = scripted(() => silent, 5_000);
   t.deepEqual(await waitForBoot(watch, timing(60_000)), { ended: false, via: 'ssh' });
-  t.deepEqual(calls.filter((call) => call.endsWith('ssh')), ['0 ssh', '2500 ssh', '5000 ssh']);
+  t.deepEqual(
+    calls.filter((call) => call.endsWith('ssh')),
+    ['0 ssh', '2500 ssh', '5000 ssh'],
+  );
 });
 
 test('a boot that does not end in the window fails with what the agent and SSH said last', async (t) => {
@@ -101,5 +120,7 @@ test('a dry-run looks once: ended, still booting, SSH only, or neither', async (
   const sshOnly = scripted(() => silent, 0);
   t.deepEqual(await waitForBoot(sshOnly.watch, sshOnly.timing(0)), { ended: false, via: 'ssh' });
   const neither = scripted(() => silent, Infinity);
-  await t.throwsAsync(waitForBoot(neither.watch, neither.timing(0)), { message: 'neither its guest agent nor SSH answers (guest agent: QEMU guest agent is not connected; SSH: connection refused)' });
+  await t.throwsAsync(waitForBoot(neither.watch, neither.timing(0)), {
+    message: 'neither its guest agent nor SSH answers (guest agent: QEMU guest agent is not connected; SSH: connection refused)',
+  });
 });

@@ -41,7 +41,13 @@ const expected: Record<string, { files: Held[]; services: string[] }> = {
       ['/etc/fluent-bit/forward-ca.crt', 0o644, 'root:root', false, 'fluent-bit.service'],
       ['/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf', 0o644, 'root:root', false, 'fluent-bit.service'],
       // Private to the updater, but no secret in it: its credentials come from Vault agent.
-      ['/etc/fluent-bit-config-updater/config.yml', 0o400, 'fluent-bit-updater:fluent-bit-updater', false, 'fluent-bit-config-updater.service'],
+      [
+        '/etc/fluent-bit-config-updater/config.yml',
+        0o400,
+        'fluent-bit-updater:fluent-bit-updater',
+        false,
+        'fluent-bit-config-updater.service',
+      ],
       ['/etc/fluent-bit-config-updater/etcd/ca.crt', 0o644, 'root:root', false, 'fluent-bit-config-updater.service'],
       ['/etc/vault-agent.d/fluent-bit-config-updater.json', 0o644, 'root:root', false, 'vault-agent.service'],
       ['/usr/local/bin/reload-fluent-bit-configs', 0o755, 'root:root', false],
@@ -52,7 +58,14 @@ const expected: Record<string, { files: Held[]; services: string[] }> = {
       ['/etc/vault-agent.d/secret-id', 0o400, 'vault:vault', true, 'vault-agent.service'],
       ['/etc/systemd/system/vault-agent.service', 0o644, 'root:root', false, 'vault-agent.service'],
     ],
-    services: ['etcd.service', 'prometheus-node-exporter.service', 'chrony.service', 'fluent-bit.service', 'fluent-bit-config-updater.service', 'vault-agent.service'],
+    services: [
+      'etcd.service',
+      'prometheus-node-exporter.service',
+      'chrony.service',
+      'fluent-bit.service',
+      'fluent-bit-config-updater.service',
+      'vault-agent.service',
+    ],
   },
 };
 
@@ -66,26 +79,47 @@ for (const [path, wanted] of Object.entries(expected)) {
       const guest = guests.get(member.name)!;
       // The guest step's files, in order, as they must be; the display form masks exactly the secrets.
       t.deepEqual(
-        guest.files.map((file): Held => (file.notify ? [file.path, file.mode, file.owner, file.display !== file.content, file.notify] : [file.path, file.mode, file.owner, file.display !== file.content])),
+        guest.files.map(
+          (file): Held =>
+            file.notify
+              ? [file.path, file.mode, file.owner, file.display !== file.content, file.notify]
+              : [file.path, file.mode, file.owner, file.display !== file.content],
+        ),
         wanted.files,
         member.name,
       );
-      t.deepEqual(guest.files.map((file) => file.secret), wanted.files.map(([, , , secret]) => secret), `${member.name}: secrets`);
+      t.deepEqual(
+        guest.files.map((file) => file.secret),
+        wanted.files.map(([, , , secret]) => secret),
+        `${member.name}: secrets`,
+      );
       // cloud-init's write_files, from the parsed user-data: the same paths, modes and owners, and no notify key.
       t.deepEqual(
-        [...written.values()].map((file) => [file.path, Number.parseInt(file.permissions!, 8), file.owner ?? 'root:root', 'notify' in file]),
+        [...written.values()].map((file) => [
+          file.path,
+          Number.parseInt(file.permissions!, 8),
+          file.owner ?? 'root:root',
+          'notify' in file,
+        ]),
         wanted.files.map(([path, mode, owner]) => [path, mode, owner, false]),
         `${member.name}: write_files`,
       );
       // By content: what cloud-init writes at first boot is what the guest step converges to.
       for (const file of guest.files) t.is(written.get(file.path)?.content, file.content, file.path);
-      t.deepEqual(guest.services.map((service) => service.unit), wanted.services, `${member.name}: services`);
+      t.deepEqual(
+        guest.services.map((service) => service.unit),
+        wanted.services,
+        `${member.name}: services`,
+      );
       const runcmd = (parse(userData, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map((argv) => argv.join(' '));
       for (const service of guest.services) {
         const enable = runcmd.indexOf(`sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh ${service.unit}`);
         const configured = guest.files.some((file) => file.notify === service.unit);
         const start = runcmd.indexOf(`systemctl ${configured ? 'restart' : 'start'} ${service.unit}`);
-        t.true(enable >= 0 && start > enable, `${service.unit} is enabled if it is not, then ${configured ? 'restarted (its configuration was written)' : 'started'} at first boot`);
+        t.true(
+          enable >= 0 && start > enable,
+          `${service.unit} is enabled if it is not, then ${configured ? 'restarted (its configuration was written)' : 'started'} at first boot`,
+        );
         t.true(runcmd.slice(0, start).includes('systemctl daemon-reload'), `${service.unit} starts after systemd read its units`);
       }
       t.is(runcmd.filter((command) => command === 'systemctl daemon-reload').length, 1, 'systemd reloads once');
@@ -96,7 +130,9 @@ for (const [path, wanted] of Object.entries(expected)) {
 test('etcd starts at first boot last, after its data directory is prepared, and restarts one member at a time', async (t) => {
   const { inventory, rendered, guests } = await renderWithPki(loadInventory('inventories/lab.yaml'));
   const member = inventory.members[0]!;
-  const runcmd = (parse(fileOf(rendered.get(member.name), 'user-data').content, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map((argv) => argv.join(' '));
+  const runcmd = (parse(fileOf(rendered.get(member.name), 'user-data').content, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map(
+    (argv) => argv.join(' '),
+  );
   t.true(runcmd.indexOf('install -d -o etcd -g etcd -m 0700 /var/lib/etcd') < runcmd.indexOf('systemctl restart etcd.service'));
   t.true(runcmd.includes('systemctl restart etcd.service'));
   // Last: its start returns once the cluster has formed, and the first boot the deploy waits for ends with it.
@@ -105,7 +141,11 @@ test('etcd starts at first boot last, after its data directory is prepared, and 
   const etcd = guests.get(member.name)!.services.find((service) => service.unit === 'etcd.service')!;
   t.true(etcd.rolling);
   t.deepEqual(etcd.environment?.path, '/etc/etcd/etcd.env');
-  const notified = guests.get(member.name)!.files.filter((file) => file.notify === 'etcd.service').map((file) => file.path).sort();
+  const notified = guests
+    .get(member.name)!
+    .files.filter((file) => file.notify === 'etcd.service')
+    .map((file) => file.path)
+    .sort();
   // Certificates and keys are re-read by etcd per connection: replacing them restarts nothing. The CA bundles are read at start.
   t.deepEqual(notified, ['/etc/etcd/tls/ca.crt', '/etc/etcd/tls/peer-ca.crt', '/etc/systemd/system/etcd.service']);
 });

@@ -3,7 +3,17 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { guestProbeScript, parseCloudInit, parseGuestProbe, parseUnitState, ProbeOutputError, unitsFromFiles, unitStateScript, waitForCloudInit, type GuestQuestions } from '../../tasks/guest/facts.ts';
+import {
+  guestProbeScript,
+  parseCloudInit,
+  parseGuestProbe,
+  parseUnitState,
+  ProbeOutputError,
+  unitsFromFiles,
+  unitStateScript,
+  waitForCloudInit,
+  type GuestQuestions,
+} from '../../tasks/guest/facts.ts';
 
 /** The guest probe's parser, on an answer recorded from a lab member, and the script run by the real sh. */
 
@@ -20,12 +30,22 @@ test('a recorded lab answer: every file with digest, mode, owner and time; units
   t.true(key.mtime > 1_700_000_000);
   t.is(facts.files.get('/etc/etcd/etcd.env')!.mode, 0o644);
   // Every unit runs, is enabled, and no unit file changed since systemd's last reload: the files settle it.
-  t.deepEqual(units?.get('etcd.service'), { loaded: true, enabled: 'enabled', active: 'active', sub: 'running', startedAt: 1795431331, needsDaemonReload: false });
+  t.deepEqual(units?.get('etcd.service'), {
+    loaded: true,
+    enabled: 'enabled',
+    active: 'active',
+    sub: 'running',
+    startedAt: 1795431331,
+    needsDaemonReload: false,
+  });
   t.deepEqual([...units!.keys()].sort(), [...questions.units].sort());
   const environment = facts.environments.get('etcd.service')!;
   t.is(environment.get('ETCD_NAME'), 'etcd-1');
   t.is(environment.get('ETCD_QUOTA_BACKEND_BYTES'), '536870912');
-  t.is(environment.get('ETCD_INITIAL_CLUSTER'), 'etcd-1=https://192.168.150.11:2380,etcd-2=https://192.168.150.12:2380,etcd-3=https://192.168.150.13:2380');
+  t.is(
+    environment.get('ETCD_INITIAL_CLUSTER'),
+    'etcd-1=https://192.168.150.11:2380,etcd-2=https://192.168.150.12:2380,etcd-3=https://192.168.150.13:2380',
+  );
   t.true(facts.dataDirInitialized);
   t.deepEqual(facts.cloudInit, { state: 'done' });
 });
@@ -37,7 +57,14 @@ test('an answer cut short is an error, never facts about a member with nothing',
 
 test("systemd's own answer, recorded from a lab member, when the files do not settle the units", (t) => {
   const units = parseUnitState(readFileSync('test/fixtures/guest-units-lab-etcd-2.txt', 'utf8'));
-  t.deepEqual(units.get('etcd.service'), { loaded: true, enabled: 'enabled', active: 'active', sub: 'running', startedAt: 1795431333, needsDaemonReload: false });
+  t.deepEqual(units.get('etcd.service'), {
+    loaded: true,
+    enabled: 'enabled',
+    active: 'active',
+    sub: 'running',
+    startedAt: 1795431333,
+    needsDaemonReload: false,
+  });
   t.deepEqual([...units.keys()], ['etcd.service', 'prometheus-node-exporter.service', 'chrony.service']);
   t.regex(unitStateScript(['etcd.service']), /^systemctl show .* -- etcd\.service 2>\/dev\/null$/m);
 });
@@ -45,11 +72,28 @@ test("systemd's own answer, recorded from a lab member, when the files do not se
 /** What the files say, as the probe prints it; each row changes one thing from a member where all is well. */
 const RELOADED = '/run/systemd/generator';
 const UNIT_FILE = '/etc/systemd/system/etcd.service';
-const settled = { units: 'etcd.service 543 enabled\nchrony.service 540 enabled', times: { [RELOADED]: 1000.5, [UNIT_FILE]: 900.25, '/run/systemd/units/invocation:etcd.service': 1001.9, '/run/systemd/units/invocation:chrony.service': 999.1 } };
-const unitQuestions: GuestQuestions = { paths: [UNIT_FILE, '/etc/etcd/etcd.env'], units: ['etcd.service', 'chrony.service'], environmentUnits: [], dataDir: '/var/lib/etcd' };
+const settled = {
+  units: 'etcd.service 543 enabled\nchrony.service 540 enabled',
+  times: {
+    [RELOADED]: 1000.5,
+    [UNIT_FILE]: 900.25,
+    '/run/systemd/units/invocation:etcd.service': 1001.9,
+    '/run/systemd/units/invocation:chrony.service': 999.1,
+  },
+};
+const unitQuestions: GuestQuestions = {
+  paths: [UNIT_FILE, '/etc/etcd/etcd.env'],
+  units: ['etcd.service', 'chrony.service'],
+  environmentUnits: [],
+  dataDir: '/var/lib/etcd',
+};
 const rows: [string, { units?: string; times?: Record<string, number | undefined> }, 'settled' | 'ask systemd'][] = [
   ['all run, enabled, no unit file newer than the reload', {}, 'settled'],
-  ['a unit has no process (stopped, failed, waiting to restart)', { units: 'etcd.service - enabled\nchrony.service 540 enabled' }, 'ask systemd'],
+  [
+    'a unit has no process (stopped, failed, waiting to restart)',
+    { units: 'etcd.service - enabled\nchrony.service 540 enabled' },
+    'ask systemd',
+  ],
   ['a unit is not enabled, or masked', { units: 'etcd.service 543 -\nchrony.service 540 enabled' }, 'ask systemd'],
   ['a unit the probe did not report', { units: 'etcd.service 543 enabled' }, 'ask systemd'],
   ['a unit file written after the last reload (a run killed before its daemon-reload)', { times: { [UNIT_FILE]: 1000.7 } }, 'ask systemd'],
@@ -60,10 +104,20 @@ const rows: [string, { units?: string; times?: Record<string, number | undefined
 ];
 for (const [name, change, expected] of rows) {
   test(`units from files: ${name} → ${expected}`, (t) => {
-    const times = new Map(Object.entries({ ...settled.times, ...change.times }).filter((entry): entry is [string, number] => entry[1] !== undefined));
+    const times = new Map(
+      Object.entries({ ...settled.times, ...change.times }).filter((entry): entry is [string, number] => entry[1] !== undefined),
+    );
     const units = unitsFromFiles(change.units ?? settled.units, times, unitQuestions);
     t.is(units === undefined ? 'ask systemd' : 'settled', expected);
-    if (units) t.deepEqual(units.get('etcd.service'), { loaded: true, enabled: 'enabled', active: 'active', sub: 'running', startedAt: 1001, needsDaemonReload: false });
+    if (units)
+      t.deepEqual(units.get('etcd.service'), {
+        loaded: true,
+        enabled: 'enabled',
+        active: 'active',
+        sub: 'running',
+        startedAt: 1001,
+        needsDaemonReload: false,
+      });
   });
 }
 
@@ -80,7 +134,12 @@ test('cloud-init: running without result.json, done, or error naming the failed 
 test('the probe script, run by the real sh on this machine, reports absent files and directories as absent', (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-probe-'));
   writeFileSync(join(dir, 'a file'), 'hello\n', { mode: 0o640 });
-  const local: GuestQuestions = { paths: [join(dir, 'a file'), join(dir, 'missing'), join(dir, "it's")], units: ['etcd-kvm-no-such.service'], environmentUnits: [], dataDir: dir };
+  const local: GuestQuestions = {
+    paths: [join(dir, 'a file'), join(dir, 'missing'), join(dir, "it's")],
+    units: ['etcd-kvm-no-such.service'],
+    environmentUnits: [],
+    dataDir: dir,
+  };
   const result = spawnSync('sh', ['-s'], { input: guestProbeScript(local), encoding: 'utf8' });
   t.is(result.status, 0, result.stderr);
   const { facts, units } = parseGuestProbe(result.stdout, local);

@@ -11,7 +11,15 @@ const KEY = '/etc/etcd/tls/server.key';
 const CHRONY = '/etc/chrony/chrony.conf';
 const STARTED = 1_000;
 
-const file = (path: string, content: string, extra: Partial<ManagedFile> = {}): ManagedFile => ({ path, mode: 0o644, owner: 'root:root', content, display: content, secret: false, ...extra });
+const file = (path: string, content: string, extra: Partial<ManagedFile> = {}): ManagedFile => ({
+  path,
+  mode: 0o644,
+  owner: 'root:root',
+  content,
+  display: content,
+  secret: false,
+  ...extra,
+});
 
 const desired: DesiredGuest = {
   files: [
@@ -27,15 +35,32 @@ const desired: DesiredGuest = {
   dataDir: '/var/lib/etcd',
 };
 
-const RUNNING_ENV = new Map([['ETCD_NAME', 'etcd-1'], ['ETCD_QUOTA_BACKEND_BYTES', '100'], ['ETCD_INITIAL_CLUSTER_STATE', 'new'], ['PATH', '/usr/bin']]);
+const RUNNING_ENV = new Map([
+  ['ETCD_NAME', 'etcd-1'],
+  ['ETCD_QUOTA_BACKEND_BYTES', '100'],
+  ['ETCD_INITIAL_CLUSTER_STATE', 'new'],
+  ['PATH', '/usr/bin'],
+]);
 
 /** Facts of a member that holds exactly what is desired, everything started after its files were written. */
 function converged(): GuestFacts {
-  const files = new Map<string, FileFact>(desired.files.map((f) => [f.path, { digest: sha256(f.content), mode: f.mode, owner: f.owner, mtime: STARTED - 10 }]));
-  const unit = (): UnitFact => ({ loaded: true, enabled: 'enabled', active: 'active', sub: 'running', startedAt: STARTED, needsDaemonReload: false });
+  const files = new Map<string, FileFact>(
+    desired.files.map((f) => [f.path, { digest: sha256(f.content), mode: f.mode, owner: f.owner, mtime: STARTED - 10 }]),
+  );
+  const unit = (): UnitFact => ({
+    loaded: true,
+    enabled: 'enabled',
+    active: 'active',
+    sub: 'running',
+    startedAt: STARTED,
+    needsDaemonReload: false,
+  });
   return {
     files,
-    units: new Map([['etcd.service', unit()], ['chrony.service', unit()]]),
+    units: new Map([
+      ['etcd.service', unit()],
+      ['chrony.service', unit()],
+    ]),
     environments: new Map([['etcd.service', new Map(RUNNING_ENV)]]),
     dataDirInitialized: true,
     cloudInit: { state: 'done' },
@@ -63,7 +88,10 @@ const cases: Case[] = [
   {
     name: 'absent file: created; its service restarted (the file changes)',
     facts: (f) => f.files.delete(CHRONY),
-    changes: [['write', `create ${CHRONY} (0644 root:root)`], ['restart', `restart chrony.service: ${CHRONY} changes`]],
+    changes: [
+      ['write', `create ${CHRONY} (0644 root:root)`],
+      ['restart', `restart chrony.service: ${CHRONY} changes`],
+    ],
   },
   {
     name: 'different content of the environment: written; etcd restarted (rolling) because it runs other values',
@@ -71,7 +99,10 @@ const cases: Case[] = [
       f.files.get(ENV)!.digest = sha256('ETCD_QUOTA_BACKEND_BYTES=50\n');
       f.environments.get('etcd.service')!.set('ETCD_QUOTA_BACKEND_BYTES', '50');
     },
-    changes: [['write', `update ${ENV}`], ['restart', 'restart etcd.service (one member at a time): running with other ETCD_QUOTA_BACKEND_BYTES']],
+    changes: [
+      ['write', `update ${ENV}`],
+      ['restart', 'restart etcd.service (one member at a time): running with other ETCD_QUOTA_BACKEND_BYTES'],
+    ],
   },
   {
     name: 'environment file written by a run killed before its restart: the restart alone',
@@ -91,7 +122,11 @@ const cases: Case[] = [
   {
     name: 'unit file changed: written, systemd reloaded, etcd restarted',
     facts: (f) => (f.files.get(UNIT)!.digest = sha256('old')),
-    changes: [['write', `update ${UNIT}`], ['daemon-reload', 'reload systemd (unit files changed)'], ['restart', `restart etcd.service (one member at a time): ${UNIT} changes`]],
+    changes: [
+      ['write', `update ${UNIT}`],
+      ['daemon-reload', 'reload systemd (unit files changed)'],
+      ['restart', `restart etcd.service (one member at a time): ${UNIT} changes`],
+    ],
   },
   {
     name: 'systemd has not read a unit file yet (a killed run): reload',
@@ -141,7 +176,10 @@ const cases: Case[] = [
   {
     name: 'unknown unit: enabled and started',
     facts: (f) => f.units.delete('chrony.service'),
-    changes: [['enable', 'enable chrony.service'], ['start', 'start chrony.service (was unknown)']],
+    changes: [
+      ['enable', 'enable chrony.service'],
+      ['start', 'start chrony.service (was unknown)'],
+    ],
   },
 ];
 
@@ -150,7 +188,10 @@ for (const row of cases) {
     const facts = converged();
     row.facts(facts);
     const changes = planGuest(desired, facts, { ...context, currentContent: row.current ?? new Map() });
-    t.deepEqual(changes.map((change) => [change.action.kind, change.summary]), row.changes);
+    t.deepEqual(
+      changes.map((change) => [change.action.kind, change.summary]),
+      row.changes,
+    );
   });
 }
 

@@ -30,14 +30,25 @@ function userDataOf(doc: Doc) {
   const inventory = load(doc);
   const files = renderMember({ inventory, pki, initialClusterState: 'new' }, inventory.members[0]!);
   const userData = fileOf(files, 'user-data');
-  return { config: parse(userData.content, { version: '1.1' }), writes: writeFilesOf(userData.content), display: userData.display, content: userData.content };
+  return {
+    config: parse(userData.content, { version: '1.1' }),
+    writes: writeFilesOf(userData.content),
+    display: userData.display,
+    content: userData.content,
+  };
 }
 
 const FLUENTBIT = {
   enabled: true,
   etcd_tag: 'etcd.lab',
   node_exporter_tag: 'node-exporter.lab',
-  forward: { domain: 'logs.example.org', port: 24224, hostname: 'etcd-lab', shared_key: 'fb-shared-secret', ca_cert: '-----BEGIN CERTIFICATE-----\nFWD\n-----END CERTIFICATE-----\n' },
+  forward: {
+    domain: 'logs.example.org',
+    port: 24224,
+    hostname: 'etcd-lab',
+    shared_key: 'fb-shared-secret',
+    ca_cert: '-----BEGIN CERTIFICATE-----\nFWD\n-----END CERTIFICATE-----\n',
+  },
 };
 const VAULT = {
   enabled: true,
@@ -83,7 +94,12 @@ test('chrony: the inventory servers and pools with their options, makestep, chro
 
 test('node exporter: enabled on every member; the upstream binary gets a unit of the same name', (t) => {
   const packaged = userDataOf(withDefaults({}));
-  t.true(packaged.config.runcmd.some((command: string[]) => command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh prometheus-node-exporter.service`));
+  t.true(
+    packaged.config.runcmd.some(
+      (command: string[]) =>
+        command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh prometheus-node-exporter.service`,
+    ),
+  );
   // Debian's package already runs it with its own configuration: started, not restarted.
   t.true(packaged.config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl start prometheus-node-exporter.service'));
   t.false(packaged.writes.has('/etc/systemd/system/prometheus-node-exporter.service'));
@@ -119,8 +135,15 @@ test('fluent-bit: journal inputs tagged for etcd and the node exporter, forward 
     },
   ]);
   t.is(writes.get('/etc/fluent-bit/forward-ca.crt')!.content, FLUENTBIT.forward.ca_cert);
-  t.regex(writes.get('/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf')!.content, /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit -c \/etc\/fluent-bit\/etcd-kvm.yaml$/m);
-  t.true(config.runcmd.some((command: string[]) => command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh fluent-bit.service`));
+  t.regex(
+    writes.get('/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf')!.content,
+    /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit -c \/etc\/fluent-bit\/etcd-kvm.yaml$/m,
+  );
+  t.true(
+    config.runcmd.some(
+      (command: string[]) => command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh fluent-bit.service`,
+    ),
+  );
   t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl restart fluent-bit.service'));
   t.false(display.includes('fb-shared-secret'));
 });
@@ -142,7 +165,10 @@ const DYNAMIC_GIT = {
     repo: 'git@git.example.org:ops/fluent-bit.git',
     ref: 'main',
     path: 'lab',
-    trusted_gpg_keys: ['-----BEGIN PGP PUBLIC KEY BLOCK-----\nKEY-A\n-----END PGP PUBLIC KEY BLOCK-----\n', '-----BEGIN PGP PUBLIC KEY BLOCK-----\nKEY-B\n-----END PGP PUBLIC KEY BLOCK-----\n'],
+    trusted_gpg_keys: [
+      '-----BEGIN PGP PUBLIC KEY BLOCK-----\nKEY-A\n-----END PGP PUBLIC KEY BLOCK-----\n',
+      '-----BEGIN PGP PUBLIC KEY BLOCK-----\nKEY-B\n-----END PGP PUBLIC KEY BLOCK-----\n',
+    ],
     auth: { client_ssh_key: 'git-deploy-key', server_ssh_fingerprint: 'git.example.org ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGitServerKey' },
   },
 };
@@ -163,14 +189,22 @@ test('fluent-bit dynamic config from etcd: the watcher syncs the prefix with a c
       request_timeout: '60s',
       retry_interval: '4s',
       retries: 15,
-      auth: { ca_cert: '/etc/fluent-bit-config-updater/etcd/ca.crt', client_cert: '/etc/fluent-bit-config-updater/etcd/client.crt', client_key: '/etc/fluent-bit-config-updater/etcd/client.key' },
+      auth: {
+        ca_cert: '/etc/fluent-bit-config-updater/etcd/ca.crt',
+        client_cert: '/etc/fluent-bit-config-updater/etcd/client.crt',
+        client_key: '/etc/fluent-bit-config-updater/etcd/client.key',
+      },
     },
     notification_command: ['/usr/local/bin/reload-fluent-bit-configs'],
     notification_command_retries: 30,
   });
   t.is(writes.get('/etc/fluent-bit-config-updater/etcd/ca.crt')!.content, DYNAMIC_ETCD.etcd.ca_certificate);
   t.is(writes.get('/etc/fluent-bit-config-updater/etcd/client.crt')!.content, DYNAMIC_ETCD.etcd.client.certificate);
-  t.like(writes.get('/etc/fluent-bit-config-updater/etcd/client.key'), { permissions: '0400', owner: UPDATER_OWNER, content: 'updater-client-key' });
+  t.like(writes.get('/etc/fluent-bit-config-updater/etcd/client.key'), {
+    permissions: '0400',
+    owner: UPDATER_OWNER,
+    content: 'updater-client-key',
+  });
   t.false(writes.has('/etc/fluent-bit-config-updater/etcd/password.yml'));
   t.false(display.includes('updater-client-key'));
 
@@ -181,8 +215,14 @@ test('fluent-bit dynamic config from etcd: the watcher syncs the prefix with a c
   t.regex(unit, /^Environment=CONFS_AUTO_UPDATER_CONFIG_FILE=\/etc\/fluent-bit-config-updater\/config.yml$/m);
   t.regex(unit, /^ExecStart=\/usr\/local\/bin\/fluent-bit-config-updater$/m);
   t.regex(unit, /^StartLimitIntervalSec=0$/m, 'retried until etcd answers, however long that takes');
-  t.like(writes.get('/etc/sudoers.d/etcd-kvm-fluent-bit-updater'), { permissions: '0440', content: '# Managed by etcd-kvm.\nfluent-bit-updater ALL=(root) NOPASSWD: /usr/bin/systemctl reload fluent-bit.service\n' });
-  t.regex(writes.get('/usr/local/bin/reload-fluent-bit-configs')!.content, /^  exec sudo --non-interactive \/usr\/bin\/systemctl reload fluent-bit.service$/m);
+  t.like(writes.get('/etc/sudoers.d/etcd-kvm-fluent-bit-updater'), {
+    permissions: '0440',
+    content: '# Managed by etcd-kvm.\nfluent-bit-updater ALL=(root) NOPASSWD: /usr/bin/systemctl reload fluent-bit.service\n',
+  });
+  t.regex(
+    writes.get('/usr/local/bin/reload-fluent-bit-configs')!.content,
+    /^ {2}exec sudo --non-interactive \/usr\/bin\/systemctl reload fluent-bit.service$/m,
+  );
 
   const dropIn = writes.get('/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf')!.content;
   t.regex(dropIn, /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit --enable-hot-reload -c \/etc\/fluent-bit\/dynamic\/index.conf$/m);
@@ -194,12 +234,17 @@ test('fluent-bit dynamic config from etcd: the watcher syncs the prefix with a c
   // Without dynamic configuration none of it is there and fluent-bit runs the static pipeline.
   const plain = userDataOf(withDefaults({ fluentbit: FLUENTBIT }));
   t.false([...plain.writes.keys()].some((path) => path.includes('fluent-bit-config-updater')));
-  t.regex(plain.writes.get('/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf')!.content, /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit -c \/etc\/fluent-bit\/etcd-kvm.yaml$/m);
+  t.regex(
+    plain.writes.get('/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf')!.content,
+    /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit -c \/etc\/fluent-bit\/etcd-kvm.yaml$/m,
+  );
 });
 
 test('fluent-bit dynamic config from etcd with a password: a YAML credentials file only the updater reads', (t) => {
   const client = { username: 'fluent-bit', password: 'pw: with # yaml' };
-  const { writes, content } = userDataOf(withDefaults({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: { ...DYNAMIC_ETCD, etcd: { ...DYNAMIC_ETCD.etcd, client } } }));
+  const { writes, content } = userDataOf(
+    withDefaults({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: { ...DYNAMIC_ETCD, etcd: { ...DYNAMIC_ETCD.etcd, client } } }),
+  );
   const password = writes.get('/etc/fluent-bit-config-updater/etcd/password.yml')!;
   t.like(password, { permissions: '0400', owner: UPDATER_OWNER });
   t.deepEqual(parse(password.content), client);
@@ -212,7 +257,14 @@ test('fluent-bit dynamic config from etcd with a password: a YAML credentials fi
 });
 
 test('fluent-bit dynamic config with credentials from Vault: agent templates render them for the updater and restart it', (t) => {
-  const dynamic = { ...DYNAMIC_ETCD, etcd: { ...DYNAMIC_ETCD.etcd, client: { certificate: DYNAMIC_ETCD.etcd.client.certificate }, vault_agent_secret_path: 'kv/data/etcd/fluent-bit' } };
+  const dynamic = {
+    ...DYNAMIC_ETCD,
+    etcd: {
+      ...DYNAMIC_ETCD.etcd,
+      client: { certificate: DYNAMIC_ETCD.etcd.client.certificate },
+      vault_agent_secret_path: 'kv/data/etcd/fluent-bit',
+    },
+  };
   const { config, writes } = userDataOf(withDefaults({ fluentbit: FLUENTBIT, vault_agent: VAULT, fluentbit_dynamic_config: dynamic }));
   t.deepEqual(parse(writes.get('/etc/fluent-bit-config-updater/config.yml')!.content).etcd_client.auth, {
     ca_cert: '/etc/fluent-bit-config-updater/etcd/ca.crt',
@@ -222,20 +274,41 @@ test('fluent-bit dynamic config with credentials from Vault: agent templates ren
   const restart = { command: ['sudo', '--non-interactive', '/usr/bin/systemctl', 'restart', 'fluent-bit-config-updater.service'] };
   t.deepEqual(JSON.parse(writes.get('/etc/vault-agent.d/fluent-bit-config-updater.json')!.content), {
     template: [
-      { destination: '/etc/fluent-bit-config-updater/vault/client.crt', perms: '0640', contents: '{{ with secret "kv/data/etcd/fluent-bit" }}{{ .Data.data.certificate }}{{ end }}\n' },
-      { destination: '/etc/fluent-bit-config-updater/vault/client.key', perms: '0640', contents: '{{ with secret "kv/data/etcd/fluent-bit" }}{{ .Data.data.key }}{{ end }}\n', exec: restart },
+      {
+        destination: '/etc/fluent-bit-config-updater/vault/client.crt',
+        perms: '0640',
+        contents: '{{ with secret "kv/data/etcd/fluent-bit" }}{{ .Data.data.certificate }}{{ end }}\n',
+      },
+      {
+        destination: '/etc/fluent-bit-config-updater/vault/client.key',
+        perms: '0640',
+        contents: '{{ with secret "kv/data/etcd/fluent-bit" }}{{ .Data.data.key }}{{ end }}\n',
+        exec: restart,
+      },
     ],
   });
   // Vault writes into a setgid directory of the updater's group; it may restart the updater, nothing else.
   t.true(runs(config, 'install -d -o vault -g fluent-bit-updater -m 2750 /etc/fluent-bit-config-updater/vault'));
-  t.regex(writes.get('/etc/sudoers.d/etcd-kvm-fluent-bit-updater')!.content, /^vault ALL=\(root\) NOPASSWD: \/usr\/bin\/systemctl restart fluent-bit-config-updater.service$/m);
+  t.regex(
+    writes.get('/etc/sudoers.d/etcd-kvm-fluent-bit-updater')!.content,
+    /^vault ALL=\(root\) NOPASSWD: \/usr\/bin\/systemctl restart fluent-bit-config-updater.service$/m,
+  );
   t.false(writes.has('/etc/fluent-bit-config-updater/etcd/client.key'));
   t.false(writes.has('/etc/fluent-bit-config-updater/etcd/client.crt'));
 
-  const byPassword = userDataOf(withDefaults({ fluentbit: FLUENTBIT, vault_agent: VAULT, fluentbit_dynamic_config: { ...dynamic, etcd: { ...dynamic.etcd, client: {} } } }));
+  const byPassword = userDataOf(
+    withDefaults({
+      fluentbit: FLUENTBIT,
+      vault_agent: VAULT,
+      fluentbit_dynamic_config: { ...dynamic, etcd: { ...dynamic.etcd, client: {} } },
+    }),
+  );
   const [template] = JSON.parse(byPassword.writes.get('/etc/vault-agent.d/fluent-bit-config-updater.json')!.content).template;
   t.is(template.destination, '/etc/fluent-bit-config-updater/vault/password.yml');
-  t.is(template.contents, '{{ with secret "kv/data/etcd/fluent-bit" }}username: {{ .Data.data.username }}\npassword: {{ .Data.data.password }}\n{{ end }}');
+  t.is(
+    template.contents,
+    '{{ with secret "kv/data/etcd/fluent-bit" }}username: {{ .Data.data.username }}\npassword: {{ .Data.data.password }}\n{{ end }}',
+  );
 });
 
 test('fluent-bit dynamic config from git: gitsync every minute, deploy key only the updater reads, pinned server key, trusted GPG keys', (t) => {
@@ -247,14 +320,24 @@ test('fluent-bit dynamic config from git: gitsync every minute, deploy key only 
       repo: 'git@git.example.org:ops/fluent-bit.git',
       ref: 'main',
       path: 'lab',
-      auth: { ssh_key: '/etc/fluent-bit-config-updater/git/client_ssh_key', known_key: '/etc/fluent-bit-config-updater/git/server_ssh_fingerprint' },
+      auth: {
+        ssh_key: '/etc/fluent-bit-config-updater/git/client_ssh_key',
+        known_key: '/etc/fluent-bit-config-updater/git/server_ssh_fingerprint',
+      },
       accepted_signatures: '/etc/fluent-bit-config-updater/git/trusted_gpg_keys',
     },
     notification_command: ['/usr/local/bin/reload-fluent-bit-configs'],
     notification_command_retries: 30,
   });
-  t.like(writes.get('/etc/fluent-bit-config-updater/git/client_ssh_key'), { permissions: '0400', owner: UPDATER_OWNER, content: 'git-deploy-key' });
-  t.is(writes.get('/etc/fluent-bit-config-updater/git/server_ssh_fingerprint')!.content, `${DYNAMIC_GIT.git.auth.server_ssh_fingerprint}\n`);
+  t.like(writes.get('/etc/fluent-bit-config-updater/git/client_ssh_key'), {
+    permissions: '0400',
+    owner: UPDATER_OWNER,
+    content: 'git-deploy-key',
+  });
+  t.is(
+    writes.get('/etc/fluent-bit-config-updater/git/server_ssh_fingerprint')!.content,
+    `${DYNAMIC_GIT.git.auth.server_ssh_fingerprint}\n`,
+  );
   t.is(writes.get('/etc/fluent-bit-config-updater/git/trusted_gpg_keys/key0.asc')!.content, DYNAMIC_GIT.git.trusted_gpg_keys[0]!);
   t.is(writes.get('/etc/fluent-bit-config-updater/git/trusted_gpg_keys/key1.asc')!.content, DYNAMIC_GIT.git.trusted_gpg_keys[1]!);
   const service = writes.get('/etc/systemd/system/fluent-bit-config-updater.service')!.content;
@@ -265,20 +348,46 @@ test('fluent-bit dynamic config from git: gitsync every minute, deploy key only 
   t.true(runs(config, 'systemctl restart fluent-bit-config-updater.timer'));
   t.false(display.includes('git-deploy-key'));
   // No trusted keys: unsigned commits are accepted, as in the module, and no key directory is configured.
-  const unsigned = userDataOf(withDefaults({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: { ...DYNAMIC_GIT, git: { ...DYNAMIC_GIT.git, trusted_gpg_keys: [] } } }));
+  const unsigned = userDataOf(
+    withDefaults({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: { ...DYNAMIC_GIT, git: { ...DYNAMIC_GIT.git, trusted_gpg_keys: [] } } }),
+  );
   t.is(parse(unsigned.writes.get('/etc/fluent-bit-config-updater/config.yml')!.content).git.accepted_signatures, undefined);
 });
 
 test('install_dependencies with dynamic configuration: the updater release is fetched and checked against its sums', (t) => {
-  const etcdSource = userDataOf(withDefaults({ install_dependencies: true, fluentbit: FLUENTBIT, fluentbit_dynamic_config: DYNAMIC_ETCD }, (doc) => (doc.etcd = { version: 'v3.5.17' })));
+  const etcdSource = userDataOf(
+    withDefaults(
+      { install_dependencies: true, fluentbit: FLUENTBIT, fluentbit_dynamic_config: DYNAMIC_ETCD },
+      (doc) => (doc.etcd = { version: 'v3.5.17' }),
+    ),
+  );
   const script = etcdSource.writes.get('/usr/local/sbin/etcd-kvm-install-upstream')!.content;
-  t.true(script.includes('https://github.com/Ferlab-Ste-Justine/configurations-auto-updater/releases/download/v0.5.0/configurations-auto-updater_0.5.0_linux_amd64.tar.gz'));
-  t.true(script.includes('https://github.com/Ferlab-Ste-Justine/configurations-auto-updater/releases/download/v0.5.0/configurations-auto-updater_0.5.0_SHA256SUMS'));
+  t.true(
+    script.includes(
+      'https://github.com/Ferlab-Ste-Justine/configurations-auto-updater/releases/download/v0.5.0/configurations-auto-updater_0.5.0_linux_amd64.tar.gz',
+    ),
+  );
+  t.true(
+    script.includes(
+      'https://github.com/Ferlab-Ste-Justine/configurations-auto-updater/releases/download/v0.5.0/configurations-auto-updater_0.5.0_SHA256SUMS',
+    ),
+  );
   t.true(script.includes('verify updater.sha256sums configurations-auto-updater_0.5.0_linux_amd64.tar.gz'));
   t.regex(script, /^install -m 0755 "\$work\/configurations-auto-updater" \/usr\/local\/bin\/fluent-bit-config-updater$/m);
-  const gitSource = userDataOf(withDefaults({ install_dependencies: true, fluentbit: FLUENTBIT, fluentbit_dynamic_config: DYNAMIC_GIT }, (doc) => (doc.etcd = { version: 'v3.5.17' })));
-  t.true(gitSource.writes.get('/usr/local/sbin/etcd-kvm-install-upstream')!.content.includes('/Ferlab-Ste-Justine/gitsync/releases/download/v0.1.0/gitsync_0.1.0_linux_amd64.tar.gz'));
-  const without = userDataOf(withDefaults({ install_dependencies: true, fluentbit: FLUENTBIT }, (doc) => (doc.etcd = { version: 'v3.5.17' })));
+  const gitSource = userDataOf(
+    withDefaults(
+      { install_dependencies: true, fluentbit: FLUENTBIT, fluentbit_dynamic_config: DYNAMIC_GIT },
+      (doc) => (doc.etcd = { version: 'v3.5.17' }),
+    ),
+  );
+  t.true(
+    gitSource.writes
+      .get('/usr/local/sbin/etcd-kvm-install-upstream')!
+      .content.includes('/Ferlab-Ste-Justine/gitsync/releases/download/v0.1.0/gitsync_0.1.0_linux_amd64.tar.gz'),
+  );
+  const without = userDataOf(
+    withDefaults({ install_dependencies: true, fluentbit: FLUENTBIT }, (doc) => (doc.etcd = { version: 'v3.5.17' })),
+  );
   t.false(without.writes.get('/usr/local/sbin/etcd-kvm-install-upstream')!.content.includes('Ferlab'));
 });
 
@@ -287,21 +396,60 @@ test('vault agent: AppRole auto-auth from files only the vault user reads, addre
   const agent = JSON.parse(writes.get('/etc/vault-agent.d/agent.json')!.content);
   t.deepEqual(agent.vault, { address: 'https://vault.example.org:8200', ca_cert: '/etc/vault-agent.d/vault-ca.crt' });
   t.deepEqual(agent.auto_auth.method, [
-    { type: 'approle', config: { role_id_file_path: '/etc/vault-agent.d/role-id', secret_id_file_path: '/etc/vault-agent.d/secret-id', remove_secret_id_file_after_reading: false } },
+    {
+      type: 'approle',
+      config: {
+        role_id_file_path: '/etc/vault-agent.d/role-id',
+        secret_id_file_path: '/etc/vault-agent.d/secret-id',
+        remove_secret_id_file_after_reading: false,
+      },
+    },
   ]);
   t.deepEqual(agent.auto_auth.sink, [{ type: 'file', config: { path: '/run/vault-agent/token', mode: 0o640 } }]);
-  t.deepEqual(writes.get('/etc/vault-agent.d/role-id'), { path: '/etc/vault-agent.d/role-id', permissions: '0400', owner: 'vault:vault', defer: true, content: 'role-id-secret' });
-  t.deepEqual(writes.get('/etc/vault-agent.d/secret-id'), { path: '/etc/vault-agent.d/secret-id', permissions: '0400', owner: 'vault:vault', defer: true, content: 'secret-id-secret' });
+  t.deepEqual(writes.get('/etc/vault-agent.d/role-id'), {
+    path: '/etc/vault-agent.d/role-id',
+    permissions: '0400',
+    owner: 'vault:vault',
+    defer: true,
+    content: 'role-id-secret',
+  });
+  t.deepEqual(writes.get('/etc/vault-agent.d/secret-id'), {
+    path: '/etc/vault-agent.d/secret-id',
+    permissions: '0400',
+    owner: 'vault:vault',
+    defer: true,
+    content: 'secret-id-secret',
+  });
   t.is(writes.get('/etc/vault-agent.d/vault-ca.crt')!.content, VAULT.vault_ca_cert);
-  t.regex(writes.get('/etc/systemd/system/vault-agent.service')!.content, /^ExecStart=\/usr\/bin\/vault agent -config=\/etc\/vault-agent.d$/m);
-  t.true(config.runcmd.some((command: string[]) => command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh vault-agent.service`));
+  t.regex(
+    writes.get('/etc/systemd/system/vault-agent.service')!.content,
+    /^ExecStart=\/usr\/bin\/vault agent -config=\/etc\/vault-agent.d$/m,
+  );
+  t.true(
+    config.runcmd.some(
+      (command: string[]) =>
+        command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh vault-agent.service`,
+    ),
+  );
   t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl restart vault-agent.service'));
   t.false(display.includes('role-id-secret') || display.includes('secret-id-secret'));
 });
 
 test('install_dependencies: pinned upstream etcd and node exporter checked against their release sums, vendor apt repos for enabled services', (t) => {
-  const { config, writes } = userDataOf(withDefaults({ install_dependencies: true, fluentbit: FLUENTBIT, vault_agent: VAULT, chrony: CHRONY }, (doc) => (doc.etcd = { version: 'v3.5.17' })));
-  t.deepEqual(config.users.slice(1).map((user: { name: string; system: boolean }) => [user.name, user.system]), [['etcd', true], ['prometheus', true], ['vault', true]]);
+  const { config, writes } = userDataOf(
+    withDefaults(
+      { install_dependencies: true, fluentbit: FLUENTBIT, vault_agent: VAULT, chrony: CHRONY },
+      (doc) => (doc.etcd = { version: 'v3.5.17' }),
+    ),
+  );
+  t.deepEqual(
+    config.users.slice(1).map((user: { name: string; system: boolean }) => [user.name, user.system]),
+    [
+      ['etcd', true],
+      ['prometheus', true],
+      ['vault', true],
+    ],
+  );
   t.deepEqual(config.packages, ['curl', 'ca-certificates', 'qemu-guest-agent', 'chrony']);
   const installer = writes.get('/usr/local/sbin/etcd-kvm-install-upstream')!;
   t.is(installer.permissions, '0755');
@@ -320,10 +468,12 @@ test('install_dependencies: pinned upstream etcd and node exporter checked again
 });
 
 test('password mode: clients are not asked for certificates; restore mode: etcd waits for a restored data dir', (t) => {
-  const password = userDataOf(withDefaults({}, (doc) => {
-    doc.etcd = { client_cert_auth: false };
-    doc.members[0]!.authentication_bootstrap = { bootstrap: true, root_password: 'pw' };
-  }));
+  const password = userDataOf(
+    withDefaults({}, (doc) => {
+      doc.etcd = { client_cert_auth: false };
+      doc.members[0]!.authentication_bootstrap = { bootstrap: true, root_password: 'pw' };
+    }),
+  );
   const env = parseEnvironmentFile(password.writes.get('/etc/etcd/etcd.env')!.content);
   t.is(env.get('ETCD_CLIENT_CERT_AUTH'), 'false');
   t.false(env.has('ETCD_TRUSTED_CA_FILE'));
@@ -332,7 +482,13 @@ test('password mode: clients are not asked for certificates; restore mode: etcd 
   t.false(password.content.includes('pw\n'), 'the root password is not written into the guest');
 
   // Distinctive values: a one-letter key would be found anywhere, and its absence would prove nothing.
-  const s3 = { endpoint: 'http://127.0.0.1:9000', bucket: 'b', object_prefix: 'etcd', access_key: 'AKIA-E2E-ACCESS-KEY', secret_key: 'S3-SECRET-KEY-NEVER-IN-A-GUEST' };
+  const s3 = {
+    endpoint: 'http://127.0.0.1:9000',
+    bucket: 'b',
+    object_prefix: 'etcd',
+    access_key: 'AKIA-E2E-ACCESS-KEY',
+    secret_key: 'S3-SECRET-KEY-NEVER-IN-A-GUEST',
+  };
   const restoring = userDataOf(withDefaults({ restore: { enabled: true, s3 } }));
   t.regex(restoring.writes.get('/etc/systemd/system/etcd.service')!.content, /^ConditionPathExists=\/var\/lib\/etcd\/member$/m);
   // S3 credentials never reach the guest: the tool fetches the snapshot itself.
@@ -342,7 +498,9 @@ test('password mode: clients are not asked for certificates; restore mode: etcd 
 test('secrets in the guest are never in a world-readable file', (t) => {
   const secrets = ['KEY-PEM', 'fb-shared-secret', 'role-id-secret', 'secret-id-secret', 'updater-client-key', 'git-deploy-key'];
   for (const dynamic of [DYNAMIC_ETCD, DYNAMIC_GIT]) {
-    const { writes } = userDataOf(withDefaults({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: dynamic, vault_agent: VAULT, install_dependencies: true }));
+    const { writes } = userDataOf(
+      withDefaults({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: dynamic, vault_agent: VAULT, install_dependencies: true }),
+    );
     for (const file of writes.values()) {
       const holdsSecret = secrets.some((secret) => file.content.includes(secret));
       if (holdsSecret) t.true(['0400', '0600'].includes(file.permissions ?? ''), `${file.path} is ${file.permissions}`);
@@ -351,24 +509,52 @@ test('secrets in the guest are never in a world-readable file', (t) => {
 });
 
 test('invalid combinations of the optional features are reported with their paths', (t) => {
-  t.deepEqual(problemsOf(withDefaults({ chrony: { enabled: true } })).filter((p) => p.startsWith('members[0]')), [
-    'members[0].chrony.servers (member etcd-1): is required by the enabled feature — list at least one server or pool (url and options)',
-  ]);
   t.deepEqual(
-    problemsOf(withDefaults({ fluentbit: { enabled: true, forward: { domain: 'logs' } } })).filter((p) => p.startsWith('members[0]')).map((p) => p.split(' ')[0]),
-    ['members[0].fluentbit.forward.port', 'members[0].fluentbit.forward.hostname', 'members[0].fluentbit.forward.shared_key', 'members[0].fluentbit.etcd_tag', 'members[0].fluentbit.node_exporter_tag'],
+    problemsOf(withDefaults({ chrony: { enabled: true } })).filter((p) => p.startsWith('members[0]')),
+    ['members[0].chrony.servers (member etcd-1): is required by the enabled feature — list at least one server or pool (url and options)'],
   );
   t.deepEqual(
-    problemsOf(withDefaults({ vault_agent: { enabled: true } })).filter((p) => p.startsWith('members[0]')).map((p) => p.split(' ')[0]),
-    ['members[0].vault_agent.vault_address', 'members[0].vault_agent.auth_method.config.role_id', 'members[0].vault_agent.auth_method.config.secret_id'],
+    problemsOf(withDefaults({ fluentbit: { enabled: true, forward: { domain: 'logs' } } }))
+      .filter((p) => p.startsWith('members[0]'))
+      .map((p) => p.split(' ')[0]),
+    [
+      'members[0].fluentbit.forward.port',
+      'members[0].fluentbit.forward.hostname',
+      'members[0].fluentbit.forward.shared_key',
+      'members[0].fluentbit.etcd_tag',
+      'members[0].fluentbit.node_exporter_tag',
+    ],
   );
   t.deepEqual(
-    problemsOf(withDefaults({ restore: { enabled: true } })).filter((p) => p.startsWith('members[0]')).map((p) => p.split(' ')[0]),
-    ['members[0].restore.s3.endpoint', 'members[0].restore.s3.bucket', 'members[0].restore.s3.object_prefix', 'members[0].restore.s3.access_key', 'members[0].restore.s3.secret_key'],
+    problemsOf(withDefaults({ vault_agent: { enabled: true } }))
+      .filter((p) => p.startsWith('members[0]'))
+      .map((p) => p.split(' ')[0]),
+    [
+      'members[0].vault_agent.vault_address',
+      'members[0].vault_agent.auth_method.config.role_id',
+      'members[0].vault_agent.auth_method.config.secret_id',
+    ],
+  );
+  t.deepEqual(
+    problemsOf(withDefaults({ restore: { enabled: true } }))
+      .filter((p) => p.startsWith('members[0]'))
+      .map((p) => p.split(' ')[0]),
+    [
+      'members[0].restore.s3.endpoint',
+      'members[0].restore.s3.bucket',
+      'members[0].restore.s3.object_prefix',
+      'members[0].restore.s3.access_key',
+      'members[0].restore.s3.secret_key',
+    ],
   );
   const s3 = { endpoint: 'http://127.0.0.1:9000', bucket: 'b', object_prefix: 'etcd', access_key: 'a', secret_key: 's' };
   t.deepEqual(
-    problemsOf(withDefaults({ restore: { enabled: true, s3, backup_timestamp: 'yesterday', encryption_key: 'abc' } }, (doc) => ((doc.cluster as Record<string, unknown>).is_initializing = false))).filter((p) => p.startsWith('members[0]')),
+    problemsOf(
+      withDefaults(
+        { restore: { enabled: true, s3, backup_timestamp: 'yesterday', encryption_key: 'abc' } },
+        (doc) => ((doc.cluster as Record<string, unknown>).is_initializing = false),
+      ),
+    ).filter((p) => p.startsWith('members[0]')),
     [
       'members[0].restore.enabled (member etcd-1): requires cluster.is_initializing: true — a restore founds a new cluster from the snapshot; an existing cluster keeps its data',
       'members[0].restore.backup_timestamp (member etcd-1): "yesterday" is not an RFC 3339 UTC timestamp — as in the object name, e.g. 2026-11-21T10:00:00Z; leave empty for the latest',
@@ -379,16 +565,25 @@ test('invalid combinations of the optional features are reported with their path
     'members[0].restore.enabled (member etcd-1): is false while other members restore — all members restore from the same snapshot: set restore once under defaults',
     'members[2].restore.enabled (member etcd-3): is false while other members restore — all members restore from the same snapshot: set restore once under defaults',
   ]);
-  t.deepEqual(problemsOf(withDefaults({ restore: { enabled: true, s3 } }, (doc) => (doc.members[2]!.restore = { enabled: true, s3: { ...s3, bucket: 'other' } }))), [
-    "members[2].restore (member etcd-3): differs from etcd-1's restore settings — all members restore from the same snapshot: set restore once under defaults",
-  ]);
+  t.deepEqual(
+    problemsOf(
+      withDefaults(
+        { restore: { enabled: true, s3 } },
+        (doc) => (doc.members[2]!.restore = { enabled: true, s3: { ...s3, bucket: 'other' } }),
+      ),
+    ),
+    [
+      "members[2].restore (member etcd-3): differs from etcd-1's restore settings — all members restore from the same snapshot: set restore once under defaults",
+    ],
+  );
   t.deepEqual(problemsOf(withDefaults({ install_dependencies: true }, (doc) => (doc.etcd = { version: 'latest' }))), [
     'etcd.version: "latest" is not an etcd release tag — install_dependencies downloads that release: use a tag like v3.4.18',
   ]);
 });
 
 test('invalid fluent-bit dynamic configurations are reported with their paths', (t) => {
-  const memberProblems = (settings: Record<string, unknown>) => problemsOf(withDefaults(settings)).filter((p) => p.startsWith('members[0]'));
+  const memberProblems = (settings: Record<string, unknown>) =>
+    problemsOf(withDefaults(settings)).filter((p) => p.startsWith('members[0]'));
   const fieldsOf = (settings: Record<string, unknown>) => memberProblems(settings).map((p) => p.split(' ')[0]);
   t.deepEqual(fieldsOf({ fluentbit_dynamic_config: { enabled: true, etcd: { client: { username: 'u', password: 'p' } } } }), [
     'members[0].fluentbit.enabled',
@@ -402,12 +597,19 @@ test('invalid fluent-bit dynamic configurations are reported with their paths', 
     'members[0].fluentbit_dynamic_config.git.auth.client_ssh_key',
     'members[0].fluentbit_dynamic_config.git.auth.server_ssh_fingerprint',
   ]);
-  const etcdWith = (client: Record<string, unknown>, vault_agent_secret_path = '') => ({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: { ...DYNAMIC_ETCD, etcd: { ...DYNAMIC_ETCD.etcd, client, vault_agent_secret_path } } });
-  t.deepEqual(memberProblems(etcdWith({})), ['members[0].fluentbit_dynamic_config.etcd.client (member etcd-1): has no credentials — give certificate and key, username and password, or vault_agent_secret_path']);
+  const etcdWith = (client: Record<string, unknown>, vault_agent_secret_path = '') => ({
+    fluentbit: FLUENTBIT,
+    fluentbit_dynamic_config: { ...DYNAMIC_ETCD, etcd: { ...DYNAMIC_ETCD.etcd, client, vault_agent_secret_path } },
+  });
+  t.deepEqual(memberProblems(etcdWith({})), [
+    'members[0].fluentbit_dynamic_config.etcd.client (member etcd-1): has no credentials — give certificate and key, username and password, or vault_agent_secret_path',
+  ]);
   t.deepEqual(memberProblems(etcdWith({ ...DYNAMIC_ETCD.etcd.client, username: 'u', password: 'p' })), [
     'members[0].fluentbit_dynamic_config.etcd.client (member etcd-1): sets both a certificate and a username/password — the updater authenticates one way: keep certificate and key, or username and password',
   ]);
-  t.deepEqual(fieldsOf(etcdWith({ certificate: DYNAMIC_ETCD.etcd.client.certificate })), ['members[0].fluentbit_dynamic_config.etcd.client.key']);
+  t.deepEqual(fieldsOf(etcdWith({ certificate: DYNAMIC_ETCD.etcd.client.certificate })), [
+    'members[0].fluentbit_dynamic_config.etcd.client.key',
+  ]);
   t.deepEqual(fieldsOf(etcdWith({ username: 'u' })), ['members[0].fluentbit_dynamic_config.etcd.client.password']);
   t.deepEqual(memberProblems(etcdWith({ key: 'k' }, 'kv/data/x')), [
     'members[0].fluentbit_dynamic_config.etcd.vault_agent_secret_path (member etcd-1): needs vault_agent.enabled: true — Vault agent renders the credentials from this secret',

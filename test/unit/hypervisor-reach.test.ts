@@ -17,14 +17,24 @@ const withBastions = (jump: string[]) => {
 
 test('no bastion: one hop, the hypervisor itself, keyed by its name', (t) => {
   const [hypervisor] = load(baseDocument()).hypervisors;
-  t.deepEqual(hopsTo(hypervisor!).map((hop) => [hop.key, hop.target.label, `${hop.target.host}:${hop.target.port}`]), [['hv', 'hypervisor hv', '127.0.0.1:22']]);
+  t.deepEqual(
+    hopsTo(hypervisor!).map((hop) => [hop.key, hop.target.label, `${hop.target.host}:${hop.target.port}`]),
+    [['hv', 'hypervisor hv', '127.0.0.1:22']],
+  );
 });
 
 test('two bastions: the first reached directly, each next hop through the one before, in the order given, each with its own user, key and known_hosts', (t) => {
   const [hypervisor] = load(withBastions(['edge', 'inner'])).hypervisors;
   const hops = hopsTo(hypervisor!);
   t.deepEqual(
-    hops.map((hop) => [hop.key, hop.target.label, `${hop.target.user}@${hop.target.host}:${hop.target.port}`, hop.target.privateKeyPath ?? '(agent)', hop.target.knownHostsPath, hop.target.trustOnFirstUse]),
+    hops.map((hop) => [
+      hop.key,
+      hop.target.label,
+      `${hop.target.user}@${hop.target.host}:${hop.target.port}`,
+      hop.target.privateKeyPath ?? '(agent)',
+      hop.target.knownHostsPath,
+      hop.target.trustOnFirstUse,
+    ]),
     [
       ['edge', 'bastion edge', 'jump@edge.example:2200', '/keys/edge', '/kh/edge', false],
       ['edge > inner', 'bastion inner', 'root@10.0.0.5:22', '(agent)', '/kh/inner', false],
@@ -44,10 +54,14 @@ test('placement: a hypervisor whose loss alone loses quorum is warned about, one
   const placed = (hosts: string[]) => {
     const doc = baseDocument();
     doc.hypervisors = Object.fromEntries([...new Set(hosts)].map((host) => [host, { address: `${host}.example` }]));
-    hosts.forEach((host, i) => (doc.members[i]!.hypervisor = host));
+    for (const [i, host] of hosts.entries()) doc.members[i]!.hypervisor = host;
     return placementWarnings(load(doc));
   };
   t.deepEqual(placed(['a', 'b', 'c']), []);
-  t.deepEqual(placed(['a', 'a', 'b']), ['2 of 3 members are on hypervisor a (etcd-1, etcd-2): losing that host loses quorum (2 needed); put at most 1 member on any one hypervisor']);
-  t.deepEqual(placed(['a', 'a', 'a']), ['3 of 3 members are on hypervisor a (etcd-1, etcd-2, etcd-3): losing that host loses quorum (2 needed); put at most 1 member on any one hypervisor']);
+  t.deepEqual(placed(['a', 'a', 'b']), [
+    '2 of 3 members are on hypervisor a (etcd-1, etcd-2): losing that host loses quorum (2 needed); put at most 1 member on any one hypervisor',
+  ]);
+  t.deepEqual(placed(['a', 'a', 'a']), [
+    '3 of 3 members are on hypervisor a (etcd-1, etcd-2, etcd-3): losing that host loses quorum (2 needed); put at most 1 member on any one hypervisor',
+  ]);
 });

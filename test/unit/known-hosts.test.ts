@@ -53,7 +53,7 @@ for (const [host, port, pinnedAs, revokedAs] of revokedCases) {
   });
 }
 
-test('a revocation names one key: the host\'s other pinned key is still accepted, and an unknown one still recorded on first use', (t) => {
+test("a revocation names one key: the host's other pinned key is still accepted, and an unknown one still recorded on first use", (t) => {
   const revoked = hostKey();
   const pinned = hostKey();
   const path = knownHosts(`@revoked * ssh-ed25519 ${revoked.toString('base64')}\n${line('192.0.2.10', pinned)}`);

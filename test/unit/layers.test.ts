@@ -3,7 +3,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 
 /**
- * The folders under tasks/ are layers, and imports point one way: down. The README's "How it works"
+ * The folders under tasks/ are layers, and imports point one way: down. docs/architecture.md's "Layers"
  * describes the same order. A file may import its own folder and the folders listed for it.
  */
 const ALLOWED: Record<string, string[]> = {
@@ -18,7 +18,10 @@ const ALLOWED: Record<string, string[]> = {
   backup: ['core', 'inventory'],
   steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup'],
   status: ['core', 'inventory', 'remote', 'libvirt', 'etcd'],
-  cli: ['core'],
+  // The deploy's stages: gather, plan, execute, over the steps.
+  deploy: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'steps'],
+  // The CLI's help lists the steps from their registry.
+  cli: ['core', 'steps'],
 };
 
 const TASKS = resolve('tasks');
@@ -37,7 +40,9 @@ const layerOf = (path: string) => {
 };
 
 test('every folder of tasks/ is a known layer', (t) => {
-  const folders = readdirSync(TASKS).filter((name) => statSync(join(TASKS, name)).isDirectory()).sort();
+  const folders = readdirSync(TASKS)
+    .filter((name) => statSync(join(TASKS, name)).isDirectory())
+    .sort();
   t.deepEqual(folders, Object.keys(ALLOWED).sort());
 });
 
@@ -49,13 +54,19 @@ test('imports between the folders of tasks/ point down the layers only', (t) => 
     for (const match of readFileSync(file, 'utf8').matchAll(/^(?:import|export)[^'"]*from '(\.[^']+)'/gm)) {
       const to = layerOf(resolve(dirname(file), match[1]!));
       if (to === undefined && !resolve(dirname(file), match[1]!).startsWith(TASKS)) continue;
-      if (to !== from && !ALLOWED[from]!.includes(to ?? '(an entry point)')) wrong.push(`${relative(TASKS, file)} imports ${match[1]} (${from} -> ${to ?? 'an entry point'})`);
+      if (to !== from && !ALLOWED[from]!.includes(to ?? '(an entry point)'))
+        wrong.push(`${relative(TASKS, file)} imports ${match[1]} (${from} -> ${to ?? 'an entry point'})`);
     }
   }
   t.deepEqual(wrong, []);
 });
 
 test('nothing after loading sees raw input: only inventory/ imports the schema', (t) => {
-  const readers = sources(TASKS).filter((file) => layerOf(file) !== 'inventory' && /from '[^']*inventory\/schema\.ts'/.test(readFileSync(file, 'utf8')));
-  t.deepEqual(readers.map((file) => relative(TASKS, file)), []);
+  const readers = sources(TASKS).filter(
+    (file) => layerOf(file) !== 'inventory' && /from '[^']*inventory\/schema\.ts'/.test(readFileSync(file, 'utf8')),
+  );
+  t.deepEqual(
+    readers.map((file) => relative(TASKS, file)),
+    [],
+  );
 });

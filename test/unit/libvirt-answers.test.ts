@@ -22,17 +22,28 @@ const LIVE = fixture('virsh-dumpxml-inactive-etcd-1.xml');
  * A connection that answers with recorded output: the virsh batch with the recording up to the
  * batch's end marker, the pipelines (`sha256sum` here) with what the recording has after it.
  */
-const replaying = (recorded: string) => ({
-  target: { label: 'hypervisor lab' },
-  exec: async (argv: string[]) => {
-    const end = recorded.indexOf('@@etcd-kvm@@\n');
-    if (argv[2]!.includes('virsh')) return { command: 'sh', code: 0, stdout: end < 0 ? recorded : recorded.slice(0, end + 13), stderr: '' };
-    return { command: 'sh', code: 0, stdout: end < 0 ? '' : recorded.slice(end + 13), stderr: '' };
-  },
-}) as unknown as SshConnection;
+const replaying = (recorded: string) =>
+  ({
+    target: { label: 'hypervisor lab' },
+    exec: async (argv: string[]) => {
+      const end = recorded.indexOf('@@etcd-kvm@@\n');
+      if (argv[2]!.includes('virsh'))
+        return { command: 'sh', code: 0, stdout: end < 0 ? recorded : recorded.slice(0, end + 13), stderr: '' };
+      return { command: 'sh', code: 0, stdout: end < 0 ? '' : recorded.slice(end + 13), stderr: '' };
+    },
+  }) as unknown as SshConnection;
 
 // What is asked does not matter to a replayed answer; only which questions are virsh commands and which pipelines.
-const QUESTIONS: Record<string, Question> = { os: ['vol-info'], data: ['vol-info'], basePath: ['vol-path'], baseInfo: ['vol-info'], info: ['dominfo'], digest: { shell: 'sha256sum' }, xml: ['dumpxml'], missing: ['dominfo'] };
+const QUESTIONS: Record<string, Question> = {
+  os: ['vol-info'],
+  data: ['vol-info'],
+  basePath: ['vol-path'],
+  baseInfo: ['vol-info'],
+  info: ['dominfo'],
+  digest: { shell: 'sha256sum' },
+  xml: ['dumpxml'],
+  missing: ['dominfo'],
+};
 
 test('the batched probe splits a recorded answer into each question: exit code and output', async (t) => {
   const answers = await new Virsh(replaying(fixture('virsh-probe-lab-etcd-1.txt')), 'qemu:///system').probe(QUESTIONS);
@@ -47,12 +58,14 @@ test('the batched probe splits a recorded answer into each question: exit code a
   t.false(isNotFound(answers.os!, 'volume'));
 });
 
-test('with a session, virsh questions go to it and pipelines to their own execs; the answers read as a batch\'s', async (t) => {
+test("with a session, virsh questions go to it and pipelines to their own execs; the answers read as a batch's", async (t) => {
   const recorded = fixture('virsh-probe-lab-etcd-1.txt');
   const batch = parseVirshBatch(recorded).answers;
   // The session answers each command with what the recorded batch answered for the question of that name.
   const session = new VirshSession(new FakeVirshSession(([, name]) => batch[name!]!.output), 'hypervisor lab');
-  const questions = Object.fromEntries(Object.entries(QUESTIONS).map(([name, question]) => [name, 'shell' in question ? question : [question[0]!, name]]));
+  const questions = Object.fromEntries(
+    Object.entries(QUESTIONS).map(([name, question]) => [name, 'shell' in question ? question : [question[0]!, name]]),
+  );
   const answers = await new Virsh(replaying(recorded), 'qemu:///system', session).probe(questions);
   t.deepEqual(Object.fromEntries(Object.entries(answers).filter(([name]) => name !== 'digest')), batch);
   t.is(answers.digest!.code, 0);
@@ -71,16 +84,23 @@ test('a volume question whose pool is missing says the pool is missing, never th
 test('a batch cut short answers nothing for certain: the first question is named', async (t) => {
   const recorded = fixture('virsh-probe-lab-etcd-1.txt');
   const cut = recorded.slice(0, recorded.indexOf('@@etcd-kvm@@xml'));
-  await t.throwsAsync(new Virsh(replaying(cut), 'qemu:///system').probe(QUESTIONS), { message: /probe on hypervisor lab gave no answer for os/ });
+  await t.throwsAsync(new Virsh(replaying(cut), 'qemu:///system').probe(QUESTIONS), {
+    message: /probe on hypervisor lab gave no answer for os/,
+  });
 });
 
 test('a batch is one virsh argument: every word quoted for sh, which virsh reads the same way', (t) => {
-  const batch = virshBatch([['title', ['desc', '--title', "it's; shutdown x"]], ['state', ['domstate', 'etcd-1']]]);
+  const batch = virshBatch([
+    ['title', ['desc', '--title', "it's; shutdown x"]],
+    ['state', ['domstate', 'etcd-1']],
+  ]);
   t.is(batch, "echo @@etcd-kvm@@title; desc --title 'it'\\''s; shutdown x'; echo @@etcd-kvm@@state; domstate etcd-1; echo @@etcd-kvm@@");
 });
 
 test('a batch command failed when it printed an error line; pipelines after the batch keep their own exit codes', (t) => {
-  const { answers, rest } = parseVirshBatch("@@etcd-kvm@@a\nrunning\n\n@@etcd-kvm@@b\nerror: failed to get domain 'x'\n\n@@etcd-kvm@@\n@@etcd-kvm@@digest\nabc  -\n\n@@etcd-kvm@@rc 0\n");
+  const { answers, rest } = parseVirshBatch(
+    "@@etcd-kvm@@a\nrunning\n\n@@etcd-kvm@@b\nerror: failed to get domain 'x'\n\n@@etcd-kvm@@\n@@etcd-kvm@@digest\nabc  -\n\n@@etcd-kvm@@rc 0\n",
+  );
   t.deepEqual(answers, { a: { code: 0, output: 'running\n' }, b: { code: 1, output: "error: failed to get domain 'x'\n" } });
   t.true(rest.startsWith('@@etcd-kvm@@digest\n'));
 });
@@ -97,7 +117,10 @@ function renderedEtcd1(edit: (yaml: string) => string = (yaml) => yaml): string 
   writeFileSync(path, edit(readFileSync('inventories/lab.yaml', 'utf8')));
   try {
     const inventory = loadInventory(path);
-    return renderDomainXml({ cluster: inventory.cluster.name, id: '5b0e7a4c-1d2e-4f3a-9b8c-7d6e5f4a3b2c', adoptsUnmarked: false }, inventory.members.find((member) => member.name === 'etcd-1')!);
+    return renderDomainXml(
+      { cluster: inventory.cluster.name, id: '5b0e7a4c-1d2e-4f3a-9b8c-7d6e5f4a3b2c', adoptsUnmarked: false },
+      inventory.members.find((member) => member.name === 'etcd-1')!,
+    );
   } finally {
     rmSync(path, { force: true });
   }
@@ -105,10 +128,34 @@ function renderedEtcd1(edit: (yaml: string) => string = (yaml) => yaml): string 
 
 const cases: { name: string; rendered?: (yaml: string) => string; live?: (xml: string) => string; same: boolean; shows?: RegExp }[] = [
   { name: 'the lab definition against what libvirt made of it (uuid, addresses, controllers, q35 → pc-q35-7.2): the same', same: true },
-  { name: 'more memory in the inventory: differs, and the diff shows both sizes', rendered: (y) => y.replace('memory: 1024', 'memory: 1152'), same: false, shows: /1179648/ },
-  { name: 'a NIC whose MAC was changed by hand: differs', live: (x) => x.replace(/<mac address='([0-9a-f:]+)'\/>/, "<mac address='52:54:00:aa:bb:cc'/>"), same: false, shows: /52:54:00:aa:bb:cc/ },
-  { name: 'a disk attached by hand, only in the live definition: differs (the description promises drift)', live: (x) => x.replace('</devices>', "<disk type='file' device='disk'><source file='/var/lib/extra.img'/><target dev='vdz' bus='virtio'/></disk></devices>"), same: false, shows: /\/var\/lib\/extra\.img/ },
-  { name: 'a device libvirt adds by itself (another controller, an input): the same', live: (x) => x.replace('</devices>', "<controller type='pci' index='9' model='pcie-root-port'/><input type='tablet' bus='usb'/></devices>"), same: true },
+  {
+    name: 'more memory in the inventory: differs, and the diff shows both sizes',
+    rendered: (y) => y.replace('memory: 1024', 'memory: 1152'),
+    same: false,
+    shows: /1179648/,
+  },
+  {
+    name: 'a NIC whose MAC was changed by hand: differs',
+    live: (x) => x.replace(/<mac address='([0-9a-f:]+)'\/>/, "<mac address='52:54:00:aa:bb:cc'/>"),
+    same: false,
+    shows: /52:54:00:aa:bb:cc/,
+  },
+  {
+    name: 'a disk attached by hand, only in the live definition: differs (the description promises drift)',
+    live: (x) =>
+      x.replace(
+        '</devices>',
+        "<disk type='file' device='disk'><source file='/var/lib/extra.img'/><target dev='vdz' bus='virtio'/></disk></devices>",
+      ),
+    same: false,
+    shows: /\/var\/lib\/extra\.img/,
+  },
+  {
+    name: 'a device libvirt adds by itself (another controller, an input): the same',
+    live: (x) =>
+      x.replace('</devices>', "<controller type='pci' index='9' model='pcie-root-port'/><input type='tablet' bus='usb'/></devices>"),
+    same: true,
+  },
 ];
 for (const row of cases) {
   test(`domain comparison: ${row.name}`, (t) => {

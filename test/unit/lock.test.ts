@@ -1,5 +1,5 @@
 import test from 'ava';
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -100,10 +100,15 @@ test('runs taking over one stale lock at the same instant: exactly one wins', as
   // spaces) so reading it takes a while: both runs judge it stale before either acts, every round.
   const dirs = Array.from({ length: 5 }, () => {
     const dir = stateDir();
-    writeFileSync(join(dir, 'run.lock'), JSON.stringify({ pid: spawnSync('true').pid!, host: hostname(), since: '2026-01-01T00:00:00.000Z' }) + ' '.repeat(20_000_000));
+    writeFileSync(
+      join(dir, 'run.lock'),
+      JSON.stringify({ pid: spawnSync('true').pid!, host: hostname(), since: '2026-01-01T00:00:00.000Z' }) + ' '.repeat(20_000_000),
+    );
     return dir;
   });
-  t.teardown(() => dirs.forEach((dir) => rmSync(dir, { recursive: true, force: true })));
+  t.teardown(() => {
+    for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+  });
   // Long enough for every child to load before the first instant.
   const startAt = Date.now() + 4000;
   const children = Array.from({ length: 2 }, () => runChild(script, startAt, dirs));
@@ -112,6 +117,9 @@ test('runs taking over one stale lock at the same instant: exactly one wins', as
   dirs.forEach((dir, round) => {
     const runs = answers.map((lines) => lines[round] ?? '(no answer)');
     t.is(runs.filter((out) => out === 'won').length, 1, `${dir}:\n${runs.join('\n')}`);
-    t.true(runs.every((out) => out === 'won' || out.startsWith('lost: ')), runs.join('\n'));
+    t.true(
+      runs.every((out) => out === 'won' || out.startsWith('lost: ')),
+      runs.join('\n'),
+    );
   });
 });

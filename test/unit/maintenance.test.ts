@@ -19,13 +19,19 @@ for (const row of defragCases) {
     t.is(changes.length, row.planned ? 1 : 0);
     if (row.planned) {
       t.deepEqual(changes[0]!.action, { kind: 'defragment', before: { dbSize: row.dbSize, dbSizeInUse: row.inUse } });
-      t.regex(changes[0]!.summary, /^defragment: database [\d.]+ MiB, [\d.]+ MiB of it free \(threshold etcd.defrag_min_free [\d.]+ MiB\)$/);
+      t.regex(
+        changes[0]!.summary,
+        /^defragment: database [\d.]+ MiB, [\d.]+ MiB of it free \(threshold etcd.defrag_min_free [\d.]+ MiB\)$/,
+      );
     }
   });
 }
 
 test('compact: history before the revision seen at the start is compacted once; a store with no history is left alone', (t) => {
-  t.deepEqual(planCompact({ target: 165, compacted: false }).map((c) => c.action), [{ kind: 'compact', revision: 165 }]);
+  t.deepEqual(
+    planCompact({ target: 165, compacted: false }).map((c) => c.action),
+    [{ kind: 'compact', revision: 165 }],
+  );
   t.deepEqual(planCompact({ target: 165, compacted: true }), []);
   t.deepEqual(planCompact({ target: 1, compacted: false }), []);
 });
@@ -44,7 +50,10 @@ test('disarm: no alarm: nothing to do, whatever the sizes', (t) => {
 
 test('disarm: NOSPACE with every database under 90 % of the quota: disarmed', (t) => {
   const changes = planDisarm(facts(NOSPACE, [10 * MiB, 89 * MiB, 5 * MiB]));
-  t.deepEqual(changes.map((c) => c.action), [{ kind: 'disarm' }]);
+  t.deepEqual(
+    changes.map((c) => c.action),
+    [{ kind: 'disarm' }],
+  );
   t.regex(changes[0]!.summary, /^disarm NOSPACE \(raised by etcd-2\)/);
 });
 
@@ -54,7 +63,10 @@ test('disarm: NOSPACE with a database still near the quota is refused, naming it
 });
 
 test('disarm: NOSPACE while a member does not answer is refused', (t) => {
-  t.throws(() => planDisarm(facts(NOSPACE, [10 * MiB, undefined, 5 * MiB])), { instanceOf: MaintenanceRefusal, message: /etcd-2 does not answer/ });
+  t.throws(() => planDisarm(facts(NOSPACE, [10 * MiB, undefined, 5 * MiB])), {
+    instanceOf: MaintenanceRefusal,
+    message: /etcd-2 does not answer/,
+  });
 });
 
 test('disarm: a CORRUPT alarm alone is never cleared here', (t) => {
@@ -62,6 +74,9 @@ test('disarm: a CORRUPT alarm alone is never cleared here', (t) => {
 });
 
 test("health: the alarms etcd lists among a member's status errors, each once", (t) => {
-  t.deepEqual(alarmsIn(['memberID:16072858736840003364 alarm:NOSPACE ', 'memberID:1 alarm:NOSPACE ', 'memberID:2 alarm:CORRUPT ']), ['NOSPACE', 'CORRUPT']);
+  t.deepEqual(alarmsIn(['memberID:16072858736840003364 alarm:NOSPACE ', 'memberID:1 alarm:NOSPACE ', 'memberID:2 alarm:CORRUPT ']), [
+    'NOSPACE',
+    'CORRUPT',
+  ]);
   t.deepEqual(alarmsIn(['some other error']), []);
 });

@@ -21,11 +21,32 @@ test('a hypervisor that cannot be reached ends the wait for a booting member at 
   } as unknown as HypervisorConnections;
   const connections = new MemberConnections(hypervisors, { privateKey: () => '', knownHostsPath: '/dev/null' });
   const started = Date.now();
-  const error = await t.throwsAsync(connections.reach(member, { windowMs: 60_000, once: false }));
+  const error = await t.throwsAsync(connections.reach(member, { windowMs: 60_000 }));
   t.true(error instanceof HypervisorUnreachable);
   t.is(error?.message, 'hypervisor lab (root@127.0.0.1:2222): cannot connect: connect ECONNREFUSED 127.0.0.1:2222');
   t.is(asked, 1, 'asked once, not for the whole window');
   t.true(Date.now() - started < 5_000);
+});
+
+test("a window of 0 (a dry-run's patience) tries a booting member's SSH once; a window tries it again", async (t) => {
+  const attempts = async (windowMs: number) => {
+    let asked = 0;
+    // The hypervisor answers; the member behind it refuses (still booting).
+    const hypervisors = {
+      get: async () => ({
+        forward: async () => {
+          asked++;
+          throw new SshError('member etcd-1: connect ECONNREFUSED 192.168.150.11:22');
+        },
+      }),
+    } as unknown as HypervisorConnections;
+    const connections = new MemberConnections(hypervisors, { privateKey: () => '', knownHostsPath: '/dev/null' });
+    const error = await t.throwsAsync(connections.reach(member, { windowMs }));
+    t.false(error instanceof HypervisorUnreachable);
+    return asked;
+  };
+  t.is(await attempts(0), 1);
+  t.is(await attempts(2_500), 2, 'tried again after 2 s, within the window');
 });
 
 test("the health wait ends at once when the member's hypervisor became unreachable (a dead tunnel looks like a member that is down)", async (t) => {
@@ -36,10 +57,13 @@ test("the health wait ends at once when the member's hypervisor became unreachab
       asked++;
       throw new Error('14 UNAVAILABLE: No connection established');
     },
-    unreachable: (of: Member) => (of.hypervisor.name === 'lab' ? 'hypervisor lab (root@127.0.0.1:2222): cannot connect: read ECONNRESET' : undefined),
+    unreachable: (of: Member) =>
+      of.hypervisor.name === 'lab' ? 'hypervisor lab (root@127.0.0.1:2222): cannot connect: read ECONNRESET' : undefined,
   } as unknown as EtcdClients;
   const started = Date.now();
-  await t.throwsAsync(waitForHealth(inventory, clients, member, 60_000), { message: 'etcd on etcd-1 cannot be asked: hypervisor lab (root@127.0.0.1:2222): cannot connect: read ECONNRESET' });
+  await t.throwsAsync(waitForHealth(inventory, clients, member, 60_000), {
+    message: 'etcd on etcd-1 cannot be asked: hypervisor lab (root@127.0.0.1:2222): cannot connect: read ECONNRESET',
+  });
   t.is(asked, 1);
   t.true(Date.now() - started < 5_000);
 });

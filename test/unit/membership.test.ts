@@ -12,7 +12,12 @@ const grown = (() => {
   return { ...lab, members: [...lab.members, fourth] };
 })();
 
-const live = (name: string, ip: string, id: string, isLearner = false): LiveMember => ({ id, name, peerURLs: [`https://${ip}:2380`], isLearner });
+const live = (name: string, ip: string, id: string, isLearner = false): LiveMember => ({
+  id,
+  name,
+  peerURLs: [`https://${ip}:2380`],
+  isLearner,
+});
 const THREE = [live('etcd-1', '192.168.150.11', '11'), live('etcd-2', '192.168.150.12', '12'), live('etcd-3', '192.168.150.13', '13')];
 
 /** The grown lab with etcd-4 marked state: absent, as an operator shrinks it back. */
@@ -35,8 +40,20 @@ interface Plan {
 }
 
 const plans: Plan[] = [
-  { name: 'every member in etcd: all voting, nobody joins', inventory: lab, list: THREE, voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: [] },
-  { name: 'a member new to the inventory: it joins, to be added', inventory: grown, list: THREE, voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4:to-add'] },
+  {
+    name: 'every member in etcd: all voting, nobody joins',
+    inventory: lab,
+    list: THREE,
+    voting: ['etcd-1', 'etcd-2', 'etcd-3'],
+    joiners: [],
+  },
+  {
+    name: 'a member new to the inventory: it joins, to be added',
+    inventory: grown,
+    list: THREE,
+    voting: ['etcd-1', 'etcd-2', 'etcd-3'],
+    joiners: ['etcd-4:to-add'],
+  },
   {
     name: 'a member new to the inventory while nothing is marked: a plain join, never a replacement',
     inventory: grown,
@@ -59,7 +76,13 @@ const plans: Plan[] = [
     voting: ['etcd-1', 'etcd-2', 'etcd-3'],
     joiners: ['etcd-4:learning'],
   },
-  { name: 'a promoted member: voting', inventory: grown, list: [...THREE, live('etcd-4', '192.168.150.14', '14')], voting: ['etcd-1', 'etcd-2', 'etcd-3', 'etcd-4'], joiners: [] },
+  {
+    name: 'a promoted member: voting',
+    inventory: grown,
+    list: [...THREE, live('etcd-4', '192.168.150.14', '14')],
+    voting: ['etcd-1', 'etcd-2', 'etcd-3', 'etcd-4'],
+    joiners: [],
+  },
   {
     name: 'a member marked absent that etcd has: it leaves, by its ID',
     inventory: shrunk,
@@ -184,16 +207,18 @@ const refusals: Refusal[] = [
     name: 'a member missing from the inventory is refused, never removed for that alone',
     inventory: lab,
     list: [...THREE, live('etcd-9', '192.168.150.19', '99')],
-    refused: /etcd has member etcd-9 \(ID 63, https:\/\/192.168.150.19:2380\), which the inventory does not have\. Leaving a member out of the inventory does not remove it; .*or mark it state: absent/,
+    refused:
+      /etcd has member etcd-9 \(ID 63, https:\/\/192.168.150.19:2380\), which the inventory does not have\. Leaving a member out of the inventory does not remove it; .*or mark it state: absent/,
   },
   {
     name: 'a member whose address changed in the inventory is refused',
     inventory: { ...lab, members: lab.members.map((m) => (m.name === 'etcd-2' ? { ...m, etcdIp: '192.168.150.22' } : m)) },
     list: THREE,
-    refused: /etcd has a member named etcd-2 at https:\/\/192.168.150.12:2380, but the inventory puts etcd-2 at https:\/\/192.168.150.22:2380/,
+    refused:
+      /etcd has a member named etcd-2 at https:\/\/192.168.150.12:2380, but the inventory puts etcd-2 at https:\/\/192.168.150.22:2380/,
   },
   {
-    name: 'another name at an inventory member\'s address is refused',
+    name: "another name at an inventory member's address is refused",
     inventory: lab,
     list: [THREE[0]!, THREE[1]!, live('other', '192.168.150.13', '13')],
     refused: /etcd's member at https:\/\/192.168.150.13:2380 is named other, but the inventory names etcd-3 there/,
@@ -214,15 +239,24 @@ for (const row of refusals) {
   });
 }
 
-test('membership: two new members join in the inventory\'s order, a half-joined one first', (t) => {
+test("membership: two new members join in the inventory's order, a half-joined one first", (t) => {
   const fifth = { ...grown.members[3]!, name: 'etcd-5', etcdIp: '192.168.150.15', index: 4 };
   const five = { ...grown, members: [...grown.members, fifth] };
-  t.deepEqual(planMembership(five, THREE).joiners.map((j) => `${j.member.name}:${j.stage}`), ['etcd-4:to-add', 'etcd-5:to-add']);
-  t.deepEqual(planMembership(five, [...THREE, live('', '192.168.150.15', '15', true)]).joiners.map((j) => `${j.member.name}:${j.stage}`), ['etcd-5:added', 'etcd-4:to-add']);
+  t.deepEqual(
+    planMembership(five, THREE).joiners.map((j) => `${j.member.name}:${j.stage}`),
+    ['etcd-4:to-add', 'etcd-5:to-add'],
+  );
+  t.deepEqual(
+    planMembership(five, [...THREE, live('', '192.168.150.15', '15', true)]).joiners.map((j) => `${j.member.name}:${j.stage}`),
+    ['etcd-5:added', 'etcd-4:to-add'],
+  );
 });
 
-test('membership: the cluster during a join is the members so far, in the inventory\'s order', (t) => {
+test("membership: the cluster during a join is the members so far, in the inventory's order", (t) => {
   const during = inventoryOf(grown, [grown.members[3]!, grown.members[0]!]);
-  t.deepEqual(during.members.map((m) => m.name), ['etcd-1', 'etcd-4']);
+  t.deepEqual(
+    during.members.map((m) => m.name),
+    ['etcd-1', 'etcd-4'],
+  );
   t.is(during.etcd, grown.etcd);
 });

@@ -1,6 +1,6 @@
 import test from 'ava';
 import type { RemoteContext } from '../../tasks/libvirt/context.ts';
-import { networkIdsOf, networksStep, type NetworkNames } from '../../tasks/steps/networks.ts';
+import { networkIdsOf, networksFact } from '../../tasks/steps/networks.ts';
 import { renderDomainXml } from '../../tasks/render/domain.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 
@@ -17,28 +17,34 @@ function inventoryWithIds() {
   return load(doc);
 }
 
-const unused = {} as RemoteContext;
+/** A hypervisor that answers `virsh net-name` with `answer`. */
+const answering = (answer: { code: number; output: string }) => ({ probe: async () => ({ n0: answer }) }) as unknown as RemoteContext;
 const cases = [
   { name: 'known: its name', answer: { code: 0, output: 'etcd-lab\n' }, names: [[LAB_NET, 'etcd-lab']] },
-  { name: 'unknown: refused, naming the UUID and the hypervisor', answer: { code: 1, output: `error: failed to get network '${UNKNOWN}'\nerror: Network not found: no network with matching uuid '${UNKNOWN}'` }, refused: new RegExp(`^network_id ${UNKNOWN} names no libvirt network on hypervisor hv`) },
-  { name: 'libvirt unreachable: an error, not a verdict', answer: { code: 1, output: 'error: failed to connect to the hypervisor' }, refused: /^cannot resolve network_id .* on hypervisor hv: error: failed to connect to the hypervisor$/ },
+  {
+    name: 'unknown: refused, naming the UUID and the hypervisor',
+    answer: {
+      code: 1,
+      output: `error: failed to get network '${UNKNOWN}'\nerror: Network not found: no network with matching uuid '${UNKNOWN}'`,
+    },
+    refused: new RegExp(`^network_id ${LAB_NET} names no libvirt network on hypervisor hv`),
+  },
+  {
+    name: 'libvirt unreachable: an error, not a verdict',
+    answer: { code: 1, output: 'error: failed to connect to the hypervisor' },
+    refused: /^cannot resolve network_id .* on hypervisor hv: error: failed to connect to the hypervisor$/,
+  },
 ];
 
 for (const row of cases) {
-  test(`networks: ${row.name}`, (t) => {
-    const inventory = inventoryWithIds();
-    const resolved: NetworkNames = new Map();
-    const step = networksStep(inventory.members, unused, resolved);
-    t.deepEqual(step.targets, ['etcd-1'], 'only members with network_id are asked');
-    const id = row.refused ? UNKNOWN : LAB_NET;
-    const facts = new Map([[id, row.answer]]);
+  test(`networks: ${row.name}`, async (t) => {
+    const fact = networksFact(inventoryWithIds().members, answering(row.answer));
+    t.deepEqual(fact.targets, ['etcd-1'], 'only members with network_id are asked');
     if (row.refused) {
-      t.throws(() => step.plan(facts, 'etcd-1'), { message: row.refused });
-      t.false(resolved.has('etcd-1'));
+      await t.throwsAsync(fact.ask('etcd-1'), { message: row.refused });
       return;
     }
-    t.deepEqual(step.plan(facts, 'etcd-1'), []);
-    t.deepEqual([...resolved.get('etcd-1')!], row.names);
+    t.deepEqual([...(await fact.ask('etcd-1'))], row.names);
   });
 }
 

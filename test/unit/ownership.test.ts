@@ -1,4 +1,5 @@
 import test from 'ava';
+import { patienceOf } from '../../tasks/core/runner.ts';
 import { XMLParser } from 'fast-xml-parser';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import { compareDomainXml } from '../../tasks/libvirt/domain-xml.ts';
@@ -37,8 +38,18 @@ interface Case {
 
 const cases: Case[] = [
   { name: 'no domain: free to define', answers: { mark: NO_DOMAIN, title: NO_DOMAIN, state: NO_DOMAIN }, verdict: 'absent' },
-  { name: 'marked with our ID: ours', answers: { mark: markOf('lab', ID), title: LEGACY_TITLE, state: ok('running') }, verdict: 'ours', running: true },
-  { name: 'marked with our ID, shut off', answers: { mark: markOf('lab', ID), title: LEGACY_TITLE, state: ok('shut off') }, verdict: 'ours', running: false },
+  {
+    name: 'marked with our ID: ours',
+    answers: { mark: markOf('lab', ID), title: LEGACY_TITLE, state: ok('running') },
+    verdict: 'ours',
+    running: true,
+  },
+  {
+    name: 'marked with our ID, shut off',
+    answers: { mark: markOf('lab', ID), title: LEGACY_TITLE, state: ok('shut off') },
+    verdict: 'ours',
+    running: false,
+  },
   {
     name: "another cluster's mark: refused, naming the owner",
     answers: { mark: markOf('shop', 'f00d'), title: ok('etcd member etcd-1 of cluster shop'), state: ok('running') },
@@ -91,7 +102,13 @@ const cases: Case[] = [
     verdict: 'refused',
     reason: /titled for cluster shop/,
   },
-  { name: 'unmarked, adopted with --adopt: marked', answers: { mark: NO_MARK, title: ok(''), state: ok('shut off') }, adopt: true, verdict: 'to-mark', running: false },
+  {
+    name: 'unmarked, adopted with --adopt: marked',
+    answers: { mark: NO_MARK, title: ok(''), state: ok('shut off') },
+    adopt: true,
+    verdict: 'to-mark',
+    running: false,
+  },
 ];
 
 for (const row of cases) {
@@ -104,14 +121,22 @@ for (const row of cases) {
 }
 
 test('ownership: an answer that is neither a mark nor "not found" is an error, not a verdict', (t) => {
-  t.throws(() => judgeOwnership('etcd-1', { mark: failed('error: Failed to connect socket'), title: ok(''), state: ok('running') }, us, false), { message: /cannot read the metadata of domain etcd-1: error: Failed to connect socket/ });
-  t.throws(() => judgeOwnership('etcd-1', { mark: NO_MARK, title: ok(''), state: failed('error: Disconnected from qemu:///system') }, us, false), { message: /cannot read the state of domain etcd-1/ });
+  t.throws(
+    () => judgeOwnership('etcd-1', { mark: failed('error: Failed to connect socket'), title: ok(''), state: ok('running') }, us, false),
+    { message: /cannot read the metadata of domain etcd-1: error: Failed to connect socket/ },
+  );
+  t.throws(
+    () => judgeOwnership('etcd-1', { mark: NO_MARK, title: ok(''), state: failed('error: Disconnected from qemu:///system') }, us, false),
+    { message: /cannot read the state of domain etcd-1/ },
+  );
 });
 
 test('the rendered domain carries the mark in its metadata, and parseOwnerMark reads back what virsh metadata --set writes', (t) => {
   const lab = loadInventory('inventories/lab.yaml');
   const xml = renderDomainXml(us, lab.members[0]!);
-  const parsed = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '' }).parse(xml) as { domain: { metadata: Record<string, Record<string, string>> } };
+  const parsed = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '' }).parse(xml) as {
+    domain: { metadata: Record<string, Record<string, string>> };
+  };
   const mark = parsed.domain.metadata['etcd-kvm:owner']!;
   t.is(mark['xmlns:etcd-kvm'], OWNER_NAMESPACE);
   t.is(mark.cluster, 'lab');
@@ -127,7 +152,7 @@ test('the mark is not part of the domain comparison: a domain marked live compar
   t.notRegex(unmarked, /metadata/);
   t.true(compareDomainXml(marked, unmarked).same);
   // The comparison still sees everything else.
-  t.false(compareDomainXml(marked, unmarked.replace('<vcpu placement=\'static\'>1</vcpu>', '<vcpu placement=\'static\'>2</vcpu>')).same);
+  t.false(compareDomainXml(marked, unmarked.replace("<vcpu placement='static'>1</vcpu>", "<vcpu placement='static'>2</vcpu>")).same);
 });
 
 test('a migrated state directory stops adopting unmarked domains once every member is marked, and only then', async (t) => {
@@ -136,12 +161,14 @@ test('a migrated state directory stops adopting unmarked domains once every memb
   const id = readIdentity(stateDir, 'lab')!.id;
   const plans = async (everyMarked: boolean) => {
     const step = adoptionStep(stateDir, 'lab', () => everyMarked);
-    return step.plan(await step.check(CONTROL_NODE), CONTROL_NODE).map((change) => change.summary);
+    return step.plan(await step.check(CONTROL_NODE, patienceOf(false)), CONTROL_NODE).map((change) => change.summary);
   };
   t.deepEqual(await plans(false), [], 'a member still unmarked (or refused): keep adopting');
-  t.deepEqual(await plans(true), ["stop taking unmarked domains titled for cluster lab as its own (cluster-id.json): every member's domain carries the mark now"]);
+  t.deepEqual(await plans(true), [
+    "stop taking unmarked domains titled for cluster lab as its own (cluster-id.json): every member's domain carries the mark now",
+  ]);
   const step = adoptionStep(stateDir, 'lab', () => true);
-  await step.apply([], CONTROL_NODE, await step.check(CONTROL_NODE));
+  await step.apply([], CONTROL_NODE, await step.check(CONTROL_NODE, patienceOf(false)));
   t.deepEqual(readIdentity(stateDir, 'lab'), { cluster: 'lab', id, adoptsUnmarked: false }, 'the same ID, adoption off');
   t.deepEqual(await plans(true), []);
 });

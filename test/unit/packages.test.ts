@@ -16,7 +16,12 @@ test('dpkg-query output: only "install ok installed" counts; removed, half-insta
 });
 
 const cases: { name: string; wanted: string[]; installed: string[]; missing: string[] }[] = [
-  { name: 'nothing installed: everything, in the order asked', wanted: ['xorriso', 'curl', 'sudo'], installed: [], missing: ['xorriso', 'curl', 'sudo'] },
+  {
+    name: 'nothing installed: everything, in the order asked',
+    wanted: ['xorriso', 'curl', 'sudo'],
+    installed: [],
+    missing: ['xorriso', 'curl', 'sudo'],
+  },
   { name: 'everything installed: nothing', wanted: ['xorriso', 'curl'], installed: ['curl', 'xorriso', 'vim'], missing: [] },
   { name: 'some installed: the rest', wanted: ['xorriso', 'curl', 'sudo'], installed: ['curl'], missing: ['xorriso', 'sudo'] },
   { name: 'a name asked twice is installed once', wanted: ['curl', 'curl', 'sudo'], installed: ['sudo'], missing: ['curl'] },

@@ -5,7 +5,14 @@ import { join } from 'node:path';
 import { Runner } from '../../tasks/core/runner.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
 import { identityFrom, materialsFrom, readFacts } from '../../tasks/pki/materials.ts';
-import { nextPeerStage, PEER_COMMON_NAME, PEER_STAGES, readPeerTrust, writePeerTrust, type PeerTrustStage } from '../../tasks/pki/peer-trust.ts';
+import {
+  nextPeerStage,
+  PEER_COMMON_NAME,
+  PEER_STAGES,
+  readPeerTrust,
+  writePeerTrust,
+  type PeerTrustStage,
+} from '../../tasks/pki/peer-trust.ts';
 import { identityOf, planPki } from '../../tasks/pki/plan.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { certificatesIn, inspectCertificate, isSignedBy } from '../../tasks/pki/x509.ts';
@@ -46,9 +53,15 @@ test('a new cluster starts with the peer CA alone: peer certificates signed by i
 test('a state directory from before the peer CA: the pki step makes it and records the first stage of the move', async (t) => {
   const { inventory, store } = await issued();
   // As an earlier version left it: member certificates, no peer CA, no record.
-  for (const path of ['pki/peer-ca.crt', 'pki/peer-ca.key', 'pki/peers', 'pki/peer-trust.json']) rmSync(join(inventory.stateDir, path), { recursive: true });
+  for (const path of ['pki/peer-ca.crt', 'pki/peer-ca.key', 'pki/peers', 'pki/peer-trust.json'])
+    rmSync(join(inventory.stateDir, path), { recursive: true });
   const summaries = planPki(inventory, readFacts(inventory, store)).map((change) => change.summary);
-  t.true(summaries.includes("create the peer CA, which signs members' peer certificates only (members deployed before move to it one stage at a time)"), summaries.join('\n'));
+  t.true(
+    summaries.includes(
+      "create the peer CA, which signs members' peer certificates only (members deployed before move to it one stage at a time)",
+    ),
+    summaries.join('\n'),
+  );
   t.true(summaries.includes('issue certificate peer/etcd-2 (missing)'));
   const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(inventory, store));
   t.is(result?.status, 'changed', result?.error);
@@ -56,7 +69,13 @@ test('a state directory from before the peer CA: the pki step makes it and recor
 });
 
 // Each stage, rendered: what the peer port trusts and presents. A stage starts only once every member runs the one before.
-const STAGES: { stage: PeerTrustStage; trustsClusterCa: boolean; presents: 'server' | 'peer'; allowedCn: string | undefined; next: PeerTrustStage | undefined }[] = [
+const STAGES: {
+  stage: PeerTrustStage;
+  trustsClusterCa: boolean;
+  presents: 'server' | 'peer';
+  allowedCn: string | undefined;
+  next: PeerTrustStage | undefined;
+}[] = [
   { stage: 'trust-both', trustsClusterCa: true, presents: 'server', allowedCn: undefined, next: 'present-peer' },
   { stage: 'present-peer', trustsClusterCa: true, presents: 'peer', allowedCn: undefined, next: 'peer-only' },
   { stage: 'peer-only', trustsClusterCa: false, presents: 'peer', allowedCn: PEER_COMMON_NAME, next: undefined },
@@ -64,7 +83,10 @@ const STAGES: { stage: PeerTrustStage; trustsClusterCa: boolean; presents: 'serv
 
 test('the stages of the move, rendered for a member', async (t) => {
   const { inventory, store } = await issued();
-  t.deepEqual(STAGES.map((row) => row.stage), [...PEER_STAGES]);
+  t.deepEqual(
+    STAGES.map((row) => row.stage),
+    [...PEER_STAGES],
+  );
   for (const row of STAGES) {
     writePeerTrust(inventory.stateDir, row.stage);
     const tls = materialsFrom(inventory, readFacts(inventory, store)).members.get('etcd-2')!;

@@ -17,11 +17,19 @@ test('progress: what each host waits on and for how long; a repeated state keeps
   t.is(progress.summary(), 'etcd-1: waiting for SSH (booting) (52 s) · etcd-2: SSH up, first boot running (cloud-init) (12 s)');
   progress.done('etcd-1');
   t.is(progress.summary(), 'etcd-2: SSH up, first boot running (cloud-init) (12 s)');
-  t.deepEqual(seen, ['etcd-1: waiting for SSH (booting)', 'etcd-2: waiting for SSH (booting)', 'etcd-2: SSH up, first boot running (cloud-init)'], 'a change is told once');
+  t.deepEqual(
+    seen,
+    ['etcd-1: waiting for SSH (booting)', 'etcd-2: waiting for SSH (booting)', 'etcd-2: SSH up, first boot running (cloud-init)'],
+    'a change is told once',
+  );
 });
 
 test('the runner forgets the waits of a phase when it ends', async (t) => {
   const runner = new Runner({ dryRun: false, renderer: 'silent' });
-  await runner.runPhases([{ title: 'health', run: async () => (runner.progress.update('etcd-1', 'waiting for etcd: no leader'), []) }]);
+  const run = async () => {
+    runner.progress.update('etcd-1', 'waiting for etcd: no leader');
+    return [];
+  };
+  await runner.runPhases([{ title: 'health', run }]);
   t.is(runner.progress.summary(), '');
 });

@@ -1,4 +1,5 @@
 import test from 'ava';
+import { patienceOf } from '../../tasks/core/runner.ts';
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -45,7 +46,10 @@ test('etcd settings: https URLs on the first interface, cluster-wide initial clu
 });
 
 test('environment file values round-trip, quoting what systemd would split', (t) => {
-  const variables: [string, string][] = [['ETCD_NAME', 'etcd-1'], ['ETCD_ODD', 'a b "c" $d\\e']];
+  const variables: [string, string][] = [
+    ['ETCD_NAME', 'etcd-1'],
+    ['ETCD_ODD', 'a b "c" $d\\e'],
+  ];
   const text = renderEnvironmentFile(variables);
   t.true(text.includes('ETCD_ODD="a b \\"c\\" \\$d\\\\e"'));
   t.deepEqual([...parseEnvironmentFile(text)], variables);
@@ -53,10 +57,19 @@ test('environment file values round-trip, quoting what systemd would split', (t)
 
 test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 0700 owned by etcd; the password only in the real file', (t) => {
   const doc = baseDocument();
-  Object.assign(doc.defaults as object, { ssh_admin_user: 'ops', admin_user_password: 'hunter2-console', ssh_admin_public_key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOp ops@desk' });
+  Object.assign(doc.defaults as object, {
+    ssh_admin_user: 'ops',
+    admin_user_password: 'hunter2-console',
+    ssh_admin_public_key: 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOp ops@desk',
+  });
   const inventory = load(doc);
   const sshHostKey = { privateKey: new Secret('HOST-KEY-PEM\n'), publicLine: 'ecdsa-sha2-nistp256 BBBB etcd-1 host key' };
-  const pki = { caCert: 'CA-PEM\n', members: new Map([['etcd-1', { caCert: 'CA-PEM\n', cert: 'CERT-PEM\n', key: new Secret('KEY-PEM\n'), sshHostKey }]]), adminSshPublicKey: 'ecdsa-sha2-nistp256 AAAA tool', identity };
+  const pki = {
+    caCert: 'CA-PEM\n',
+    members: new Map([['etcd-1', { caCert: 'CA-PEM\n', cert: 'CERT-PEM\n', key: new Secret('KEY-PEM\n'), sshHostKey }]]),
+    adminSshPublicKey: 'ecdsa-sha2-nistp256 AAAA tool',
+    identity,
+  };
   const files = renderMember({ inventory, pki, initialClusterState: 'new' }, inventory.members[0]!);
   const userData = fileOf(files, 'user-data');
   t.true(userData.content.startsWith('#cloud-config\n'));
@@ -71,12 +84,22 @@ test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 070
   t.true(config.ssh_deletekeys);
   t.deepEqual(config.ssh_keys, { ecdsa_private: 'HOST-KEY-PEM\n', ecdsa_public: 'ecdsa-sha2-nistp256 BBBB etcd-1 host key' });
   const writes = writeFilesOf(userData.content);
-  t.deepEqual(writes.get('/etc/etcd/tls/server.key'), { path: '/etc/etcd/tls/server.key', permissions: '0400', owner: 'etcd:etcd', defer: true, content: 'KEY-PEM\n' });
+  t.deepEqual(writes.get('/etc/etcd/tls/server.key'), {
+    path: '/etc/etcd/tls/server.key',
+    permissions: '0400',
+    owner: 'etcd:etcd',
+    defer: true,
+    content: 'KEY-PEM\n',
+  });
   t.is(writes.get('/etc/etcd/tls/server.crt')!.content, 'CERT-PEM\n');
   t.is(writes.get('/etc/etcd/tls/ca.crt')!.content, 'CA-PEM\n');
   t.regex(writes.get('/etc/systemd/system/etcd.service')!.content, /EnvironmentFile=\/etc\/etcd\/etcd.env\nExecStart=\/usr\/bin\/etcd/);
   t.deepEqual(config.runcmd[0], ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', '/var/lib/etcd']);
-  t.true(config.runcmd.some((command: string[]) => command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh etcd.service`));
+  t.true(
+    config.runcmd.some(
+      (command: string[]) => command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh etcd.service`,
+    ),
+  );
   t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl restart etcd.service'));
 
   // The display copy masks every secret but keeps everything else.
@@ -94,7 +117,10 @@ test('user-data with admin_user_password_hash: cloud-init gets hashed_passwd on 
   const userData = fileOf(rendered(load(doc)), 'user-data');
   const config = parse(userData.content, { version: '1.1' });
   const admin = config.users[0];
-  t.deepEqual([admin.name, admin.hashed_passwd, admin.lock_passwd, admin.passwd, admin.plain_text_passwd], ['ops', hash, false, undefined, undefined]);
+  t.deepEqual(
+    [admin.name, admin.hashed_passwd, admin.lock_passwd, admin.passwd, admin.plain_text_passwd],
+    ['ops', hash, false, undefined, undefined],
+  );
   t.is(config.chpasswd, undefined);
   t.false(config.ssh_pwauth);
   t.false(userData.display.includes(hash));
@@ -126,7 +152,14 @@ test('network-config matches NICs by MAC, quoted so YAML 1.1 cannot read an all-
 
 /** The domain XML as data: attributes as "@name", every element a list, text as "#text". */
 type Xml = { [key: string]: Xml[] | string };
-const xmlParser = new XMLParser({ ignoreAttributes: false, attributeNamePrefix: '@', textNodeName: '#text', parseTagValue: false, parseAttributeValue: false, isArray: (_name, _path, _leaf, isAttribute) => !isAttribute });
+const xmlParser = new XMLParser({
+  ignoreAttributes: false,
+  attributeNamePrefix: '@',
+  textNodeName: '#text',
+  parseTagValue: false,
+  parseAttributeValue: false,
+  isArray: (_name, _path, _leaf, isAttribute) => !isAttribute,
+});
 const domainOf = (xml: string): Xml => ((xmlParser.parse(xml) as Xml).domain as Xml[])[0]!;
 const all = (node: Xml, name: string): Xml[] => (node[name] as Xml[] | undefined) ?? [];
 const one = (node: Xml, name: string): Xml => {
@@ -139,7 +172,12 @@ const text = (node: Xml) => (typeof node === 'string' ? node : (node['#text'] as
 test('domain XML: sizes, TCG or KVM CPU, disks, cdrom on virtio-scsi, NICs, escaping', (t) => {
   const doc = baseDocument();
   doc.hypervisors = { hv: { address: '127.0.0.1', domain_type: 'qemu', tcg_tb_cache_mib: 256, pool: 'p&q' } };
-  Object.assign(doc.members[0]!, { vcpus: 2, memory: 2048, data_volume_size_gib: 5, macvtap_interfaces: [{ interface: 'ens3', ip: '10.30.0.5', prefix_length: 24, mac: '52:54:00:aa:bb:cc' }] });
+  Object.assign(doc.members[0]!, {
+    vcpus: 2,
+    memory: 2048,
+    data_volume_size_gib: 5,
+    macvtap_interfaces: [{ interface: 'ens3', ip: '10.30.0.5', prefix_length: 24, mac: '52:54:00:aa:bb:cc' }],
+  });
   const domain = domainOf(fileOf(rendered(load(doc)), 'domain.xml').content);
   t.is(domain['@type'], 'qemu');
   t.is(text(one(domain, 'name')), 'etcd-1');
@@ -149,15 +187,30 @@ test('domain XML: sizes, TCG or KVM CPU, disks, cdrom on virtio-scsi, NICs, esca
   t.is(all(domain, 'cpu').filter((cpu) => cpu['@mode'] === 'host-passthrough').length, 0, 'TCG cannot pass the host CPU through');
 
   const devices = one(domain, 'devices');
-  const disks = all(devices, 'disk').map((disk) => ({ device: disk['@device'], source: one(disk, 'source'), target: one(disk, 'target'), readonly: all(disk, 'readonly').length > 0 }));
+  const disks = all(devices, 'disk').map((disk) => ({
+    device: disk['@device'],
+    source: one(disk, 'source'),
+    target: one(disk, 'target'),
+    readonly: all(disk, 'readonly').length > 0,
+  }));
   // The pool name with & is escaped in the text and arrives intact.
-  t.deepEqual(disks.map((d) => [d.device, d.source['@pool'], d.source['@volume'], d.target['@dev'], d.target['@bus'], d.readonly]), [
-    ['disk', 'p&q', 'etcd-1-os.qcow2', 'vda', 'virtio', false],
-    ['disk', 'p&q', 'etcd-1-data.qcow2', 'vdb', 'virtio', false],
-    ['cdrom', 'p&q', 'etcd-1-cloud-init.iso', 'sda', 'scsi', true],
-  ]);
-  t.true(all(devices, 'controller').some((c) => c['@type'] === 'scsi' && c['@model'] === 'virtio-scsi'), 'the cdrom sits on virtio-scsi');
-  const nics = all(devices, 'interface').map((nic) => ({ type: nic['@type'], source: one(nic, 'source'), mac: one(nic, 'mac')['@address'] }));
+  t.deepEqual(
+    disks.map((d) => [d.device, d.source['@pool'], d.source['@volume'], d.target['@dev'], d.target['@bus'], d.readonly]),
+    [
+      ['disk', 'p&q', 'etcd-1-os.qcow2', 'vda', 'virtio', false],
+      ['disk', 'p&q', 'etcd-1-data.qcow2', 'vdb', 'virtio', false],
+      ['cdrom', 'p&q', 'etcd-1-cloud-init.iso', 'sda', 'scsi', true],
+    ],
+  );
+  t.true(
+    all(devices, 'controller').some((c) => c['@type'] === 'scsi' && c['@model'] === 'virtio-scsi'),
+    'the cdrom sits on virtio-scsi',
+  );
+  const nics = all(devices, 'interface').map((nic) => ({
+    type: nic['@type'],
+    source: one(nic, 'source'),
+    mac: one(nic, 'mac')['@address'],
+  }));
   t.is(nics.length, 2);
   t.like(nics[0], { type: 'network', source: { '@network': 'net' } });
   t.like(nics[1], { type: 'direct', source: { '@dev': 'ens3', '@mode': 'bridge' }, mac: '52:54:00:aa:bb:cc' });
@@ -172,29 +225,43 @@ test('domain XML: sizes, TCG or KVM CPU, disks, cdrom on virtio-scsi, NICs, esca
 
 test('render step: first run creates, unchanged is ok, a changed field shows a diff, a secret-only change is redacted', async (t) => {
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-rec-'));
-  const step = (inventory: Inventory) => renderedFilesStep(stateDir, renderAll(inventory, inventory.members, new PkiStore(stateDir), 'new').files);
+  const step = (inventory: Inventory) =>
+    renderedFilesStep(stateDir, renderAll(inventory, inventory.members, new PkiStore(stateDir), 'new').files);
   const doc = baseDocument();
   const first = step(load(doc));
-  const empty = await first.check('etcd-1');
-  t.deepEqual(first.plan(empty, 'etcd-1').map((c) => c.summary), ['create domain.xml', 'create user-data', 'create meta-data', 'create network-config']);
+  const empty = await first.check('etcd-1', patienceOf(false));
+  t.deepEqual(
+    first.plan(empty, 'etcd-1').map((c) => c.summary),
+    ['create domain.xml', 'create user-data', 'create meta-data', 'create network-config'],
+  );
   await first.apply(first.plan(empty, 'etcd-1'), 'etcd-1', empty);
-  t.deepEqual(first.plan(await first.check('etcd-1'), 'etcd-1'), []);
+  t.deepEqual(first.plan(await first.check('etcd-1', patienceOf(false)), 'etcd-1'), []);
 
   (doc.members[0] as Record<string, unknown>).memory = 4096;
   const bigger = step(load(doc));
-  const changes = bigger.plan(await bigger.check('etcd-1'), 'etcd-1');
-  t.deepEqual(changes.map((c) => c.summary), ['update domain.xml']);
+  const changes = bigger.plan(await bigger.check('etcd-1', patienceOf(false)), 'etcd-1');
+  t.deepEqual(
+    changes.map((c) => c.summary),
+    ['update domain.xml'],
+  );
   t.regex(changes[0]!.diff!.before, /<memory unit='KiB'>1048576<\/memory>/);
   t.regex(changes[0]!.diff!.after, /<memory unit='KiB'>4194304<\/memory>/);
-  await bigger.apply(changes, 'etcd-1', await bigger.check('etcd-1'));
+  await bigger.apply(changes, 'etcd-1', await bigger.check('etcd-1', patienceOf(false)));
 
   (doc.members[0] as Record<string, unknown>).admin_user_password = 'first';
   const withPassword = step(load(doc));
-  await withPassword.apply(withPassword.plan(await withPassword.check('etcd-1'), 'etcd-1'), 'etcd-1', await withPassword.check('etcd-1'));
+  await withPassword.apply(
+    withPassword.plan(await withPassword.check('etcd-1', patienceOf(false)), 'etcd-1'),
+    'etcd-1',
+    await withPassword.check('etcd-1', patienceOf(false)),
+  );
   (doc.members[0] as Record<string, unknown>).admin_user_password = 'second';
   const rotated = step(load(doc));
-  const secretChange = rotated.plan(await rotated.check('etcd-1'), 'etcd-1');
-  t.deepEqual(secretChange.map((c) => c.summary), ['update user-data (only secret content changed; redacted)']);
+  const secretChange = rotated.plan(await rotated.check('etcd-1', patienceOf(false)), 'etcd-1');
+  t.deepEqual(
+    secretChange.map((c) => c.summary),
+    ['update user-data (only secret content changed; redacted)'],
+  );
   t.is(secretChange[0]!.diff, undefined);
   const record = readFileSync(join(stateDir, 'rendered', 'etcd-1.json'), 'utf8');
   t.false(record.includes('first'), 'the record holds no secret');

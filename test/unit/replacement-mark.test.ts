@@ -21,7 +21,11 @@ const failed = (output: string): ProbeAnswer => ({ code: 1, output });
 const answers: { name: string; answer: ProbeAnswer; marked: boolean }[] = [
   { name: 'the mark', answer: ok('<replacing member-id="d"/>'), marked: true },
   { name: 'the mark with its prefix', answer: ok('<etcd-kvm:replacing xmlns:etcd-kvm="urn:etcd-kvm:replacing:1"/>'), marked: true },
-  { name: 'no such metadata (virsh 9.0)', answer: failed('error: metadata not found: Requested metadata element is not present'), marked: false },
+  {
+    name: 'no such metadata (virsh 9.0)',
+    answer: failed('error: metadata not found: Requested metadata element is not present'),
+    marked: false,
+  },
   { name: 'no domain (virsh 9.0)', answer: failed("error: failed to get domain 'etcd-2'"), marked: false },
 ];
 
@@ -32,7 +36,9 @@ for (const row of answers) {
 }
 
 test('replacing mark: any other failure is no answer', (t) => {
-  t.throws(() => isMarkedReplacing('etcd-2', failed('error: failed to connect to the hypervisor')), { message: /^cannot read whether domain etcd-2 is being replaced: error: failed to connect to the hypervisor$/ });
+  t.throws(() => isMarkedReplacing('etcd-2', failed('error: failed to connect to the hypervisor')), {
+    message: /^cannot read whether domain etcd-2 is being replaced: error: failed to connect to the hypervisor$/,
+  });
 });
 
 /** Runs `commands` in one virsh on the test driver; each command's answer, as the probe reads a batch (errors with the output, as Virsh asks). */
@@ -47,7 +53,13 @@ async function virshTestDriver(commands: Record<string, readonly string[]>): Pro
 const question = (member: { name: string }) => replacingQuestion(member) as readonly string[];
 
 test('replacing mark on real virsh: a running domain, marked live and persistent, reads marked live and after a stop', async (t) => {
-  const seen = await virshTestDriver({ before: question(domain), mark: markReplacingArgs(domain, '13', true), live: question(domain), destroy: ['destroy', 'test'], persistent: question(domain) });
+  const seen = await virshTestDriver({
+    before: question(domain),
+    mark: markReplacingArgs(domain, '13', true),
+    live: question(domain),
+    destroy: ['destroy', 'test'],
+    persistent: question(domain),
+  });
   t.false(isMarkedReplacing('test', seen.before!));
   t.is(seen.mark!.code, 0);
   t.true(isMarkedReplacing('test', seen.live!));
@@ -56,7 +68,14 @@ test('replacing mark on real virsh: a running domain, marked live and persistent
 });
 
 test('replacing mark on real virsh: a shut-off domain is marked in its persistent definition only (libvirt refuses --live)', async (t) => {
-  const seen = await virshTestDriver({ destroy: ['destroy', 'test'], live: markReplacingArgs(domain, '13', true), config: markReplacingArgs(domain, '13', false), read: question(domain), start: ['start', 'test'], started: question(domain) });
+  const seen = await virshTestDriver({
+    destroy: ['destroy', 'test'],
+    live: markReplacingArgs(domain, '13', true),
+    config: markReplacingArgs(domain, '13', false),
+    read: question(domain),
+    start: ['start', 'test'],
+    started: question(domain),
+  });
   t.is(seen.live!.code, 1);
   t.regex(seen.live!.output, /domain is not running/);
   t.is(seen.config!.code, 0);
@@ -65,12 +84,20 @@ test('replacing mark on real virsh: a shut-off domain is marked in its persisten
 });
 
 test('replacing mark on real virsh: gone with the domain once it is undefined', async (t) => {
-  const seen = await virshTestDriver({ mark: markReplacingArgs(domain, '13', true), destroy: ['destroy', 'test'], undefine: ['undefine', 'test'], after: question(domain) });
+  const seen = await virshTestDriver({
+    mark: markReplacingArgs(domain, '13', true),
+    destroy: ['destroy', 'test'],
+    undefine: ['undefine', 'test'],
+    after: question(domain),
+  });
   t.is(seen.undefine!.code, 0);
   t.false(isMarkedReplacing('test', seen.after!));
 });
 
 test("replacing mark on real virsh: apart from the owner's mark", async (t) => {
-  const seen = await virshTestDriver({ mark: markReplacingArgs(domain, '13', true), owner: ['metadata', '--domain', 'test', '--uri', OWNER_NAMESPACE] });
+  const seen = await virshTestDriver({
+    mark: markReplacingArgs(domain, '13', true),
+    owner: ['metadata', '--domain', 'test', '--uri', OWNER_NAMESPACE],
+  });
   t.regex(seen.owner!.output, /metadata not found/);
 });

@@ -2,12 +2,23 @@ import test from 'ava';
 import { formatChanges, formatProfile, formatRecap, formatUnreachable } from '../../tasks/core/report.ts';
 import type { StepResult } from '../../tasks/core/step.ts';
 
-const result = (host: string, extra: Partial<StepResult>): StepResult => ({ step: 'guest', host, status: 'ok', changes: [], durationMs: 1, ...extra });
+const result = (host: string, extra: Partial<StepResult>): StepResult => ({
+  step: 'guest',
+  host,
+  status: 'ok',
+  changes: [],
+  durationMs: 1,
+  ...extra,
+});
 
 test('changes of a rolling step say their wave; warnings show even on hosts that changed nothing', (t) => {
   const text = formatChanges(
     [
-      result('etcd-1', { status: 'changed', rollPosition: 2, changes: [{ summary: 'restart etcd.service (one member at a time): running with other ETCD_QUOTA_BACKEND_BYTES' }] }),
+      result('etcd-1', {
+        status: 'changed',
+        rollPosition: 2,
+        changes: [{ summary: 'restart etcd.service (one member at a time): running with other ETCD_QUOTA_BACKEND_BYTES' }],
+      }),
       result('etcd-2', { status: 'changed', rollPosition: 1, changes: [{ summary: 'update /etc/etcd/etcd.env' }] }),
       result('etcd-3', { warnings: ["cloud-init's first boot ended in error in module(s) locale"] }),
       result('etcd-4', {}),
@@ -28,7 +39,17 @@ test('changes of a rolling step say their wave; warnings show even on hosts that
 });
 
 test('a real run prints summaries; diffs only when asked (--diff), as Ansible does; the recap says how long it took', (t) => {
-  const results = [result('etcd-1', { status: 'changed', changes: [{ summary: 'update /etc/chrony/chrony.conf', diff: { label: '/etc/chrony/chrony.conf', before: 'server a\n', after: 'server b\n' } }] })];
+  const results = [
+    result('etcd-1', {
+      status: 'changed',
+      changes: [
+        {
+          summary: 'update /etc/chrony/chrony.conf',
+          diff: { label: '/etc/chrony/chrony.conf', before: 'server a\n', after: 'server b\n' },
+        },
+      ],
+    }),
+  ];
   t.is(formatChanges(results, { dryRun: false, diffs: false }), 'etcd-1:\n  guest: update /etc/chrony/chrony.conf');
   const withDiff = formatChanges(results, { dryRun: false, diffs: true });
   t.regex(withDiff, /^ {4}-server a$/m);
@@ -44,15 +65,26 @@ test('--profile: time per step and host, a step that ran twice added up, the slo
     { step: 'guest', host: 'etcd-2', status: 'ok', changes: [], durationMs: 140_300 },
     { step: 'render', host: 'etcd-1', status: 'ok', changes: [], durationMs: 15 },
   ]);
-  t.is(profile, ['PROFILE (each step on each host, slowest step first)', 'guest   etcd-1 1.63 s  etcd-2 140.30 s', 'pki     localhost 0.45 s', 'render  etcd-1 0.03 s'].join('\n'));
+  t.is(
+    profile,
+    [
+      'PROFILE (each step on each host, slowest step first)',
+      'guest   etcd-1 1.63 s  etcd-2 140.30 s',
+      'pki     localhost 0.45 s',
+      'render  etcd-1 0.03 s',
+    ].join('\n'),
+  );
 });
 
 test('--profile: the phases follow in the order they ran, with what no step shows (a phase that asks ahead)', (t) => {
-  const profile = formatProfile([{ step: 'pki', host: 'localhost', status: 'ok', changes: [], durationMs: 12 }], [
-    { phase: 'pki', ms: 15 },
-    { phase: 'cluster', ms: 1210 },
-    { phase: 'owner', ms: 1632.4 },
-  ]);
+  const profile = formatProfile(
+    [{ step: 'pki', host: 'localhost', status: 'ok', changes: [], durationMs: 12 }],
+    [
+      { phase: 'pki', ms: 15 },
+      { phase: 'cluster', ms: 1210 },
+      { phase: 'owner', ms: 1632.4 },
+    ],
+  );
   t.is(profile.split('\n').at(-1), 'phases (wall-clock, in order): pki 0.01 s, cluster 1.21 s, owner 1.63 s');
 });
 
@@ -60,8 +92,19 @@ test('the recap names each hypervisor the run could not reach, its members and w
   t.is(formatUnreachable([]), '');
   t.is(
     formatUnreachable([
-      { hypervisor: 'kvm-2', members: ['etcd-2', 'etcd-5'], at: 'root@10.0.0.2:22', reason: 'hypervisor kvm-2 (root@10.0.0.2:22): cannot connect: ETIMEDOUT', detail: 'cannot connect: ETIMEDOUT' },
-      { hypervisor: 'kvm-3', members: [], at: 'root@10.0.0.3:22', reason: 'bastion jump (ops@203.0.113.7:22): cannot connect: ECONNREFUSED' },
+      {
+        hypervisor: 'kvm-2',
+        members: ['etcd-2', 'etcd-5'],
+        at: 'root@10.0.0.2:22',
+        reason: 'hypervisor kvm-2 (root@10.0.0.2:22): cannot connect: ETIMEDOUT',
+        detail: 'cannot connect: ETIMEDOUT',
+      },
+      {
+        hypervisor: 'kvm-3',
+        members: [],
+        at: 'root@10.0.0.3:22',
+        reason: 'bastion jump (ops@203.0.113.7:22): cannot connect: ECONNREFUSED',
+      },
     ]),
     [
       'UNREACHABLE (their members failed; the others went on)',

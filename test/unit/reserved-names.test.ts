@@ -31,5 +31,8 @@ test("no user may carry the CN of the members' peer certificates", (t) => {
   t.true(PEER_COMMON_NAME.startsWith(TOOL_NAME_PREFIX));
   const doc = baseDocument();
   doc.users = { [PEER_COMMON_NAME]: {} };
-  t.deepEqual(problemsOf(doc).map((problem) => problem.split(':')[0]), [`users.${PEER_COMMON_NAME}`]);
+  t.deepEqual(
+    problemsOf(doc).map((problem) => problem.split(':')[0]),
+    [`users.${PEER_COMMON_NAME}`],
+  );
 });

@@ -8,7 +8,17 @@ import { EtcdAuthenticationFailedError, EtcdError, GRPCDeadlineExceededError, GR
 import { LockHeldError } from '../../tasks/core/lock.ts';
 import { Runner } from '../../tasks/core/runner.ts';
 import { runDeploy } from '../../tasks/pipeline.ts';
-import { acquireClusterRunLock, ClusterRunLockHeldError, decideLock, holderRecord, parseHolderRecord, runLockKey, thisRun, type LockAnswer, type LockDecision } from '../../tasks/etcd/run-lock.ts';
+import {
+  acquireClusterRunLock,
+  ClusterRunLockHeldError,
+  decideLock,
+  holderRecord,
+  parseHolderRecord,
+  runLockKey,
+  thisRun,
+  type LockAnswer,
+  type LockDecision,
+} from '../../tasks/etcd/run-lock.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
 import { run } from '../helpers/exec.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
@@ -45,7 +55,10 @@ test("the key exists on a lease: refused, naming the holder's command, host, PID
 });
 
 test('a key without a lease (put by hand) never expires: the refusal says how to remove it', (t) => {
-  t.regex(refusedBy({ created: false, value: holderRecord(holder), lease: '0' }).message, /PID 4242 on operator-b\.example.*the key has no lease and never expires: if no run is going, remove it \(etcdctl del etcd-kvm\/run-lock\/lab\)/);
+  t.regex(
+    refusedBy({ created: false, value: holderRecord(holder), lease: '0' }).message,
+    /PID 4242 on operator-b\.example.*the key has no lease and never expires: if no run is going, remove it \(etcdctl del etcd-kvm\/run-lock\/lab\)/,
+  );
 });
 
 test("a value that names no run still refuses, showing it without the terminal's control sequences", (t) => {
@@ -55,16 +68,41 @@ test("a value that names no run still refuses, showing it without the terminal's
 });
 
 test("a holder's fields are shown without control sequences: the record comes from etcd, printed on another operator's terminal", (t) => {
-  const decision = refusedBy({ created: false, value: holderRecord({ ...holder, host: 'evil\u001b]0;pwned\u0007host', command: 'deploy\r\u001b[2K' }), lease: '42' });
+  const decision = refusedBy({
+    created: false,
+    value: holderRecord({ ...holder, host: 'evil\u001b]0;pwned\u0007host', command: 'deploy\r\u001b[2K' }),
+    lease: '42',
+  });
   t.regex(decision.message, /: deploy by PID 4242 on evilhost since /);
 });
 
 const localOnly: [string, unknown, RegExp][] = [
-  ['no member answers (each member refused the connection)', new AggregateError([new GRPCUnavailableError('14 UNAVAILABLE: No connection established. Last error: connect ECONNREFUSED 127.0.0.1:2379')]), /^etcd does not answer \(14 UNAVAILABLE: No connection established.*ECONNREFUSED/],
+  [
+    'no member answers (each member refused the connection)',
+    new AggregateError([
+      new GRPCUnavailableError('14 UNAVAILABLE: No connection established. Last error: connect ECONNREFUSED 127.0.0.1:2379'),
+    ]),
+    /^etcd does not answer \(14 UNAVAILABLE: No connection established.*ECONNREFUSED/,
+  ],
   ['no member answers in time', new Error('etcd: no answer within 5 s'), /^etcd does not answer \(etcd: no answer within 5 s\)$/],
-  ['the transaction timed out', new GRPCDeadlineExceededError('4 DEADLINE_EXCEEDED: Deadline exceeded'), /^etcd does not answer \(4 DEADLINE_EXCEEDED/],
-  ['password mode before the auth step: root cannot log in yet', new AggregateError([new EtcdError('3 INVALID_ARGUMENT: etcdserver: authentication is not enabled'), new GRPCUnavailableError('14 UNAVAILABLE')]), /^etcd has no authentication enabled yet, so root cannot take its lock$/],
-  ["root's password is refused", new EtcdAuthenticationFailedError('etcdserver: authentication failed, invalid user ID or password'), /^etcd answers but would not take the lock \(etcdserver: authentication failed, invalid user ID or password\)$/],
+  [
+    'the transaction timed out',
+    new GRPCDeadlineExceededError('4 DEADLINE_EXCEEDED: Deadline exceeded'),
+    /^etcd does not answer \(4 DEADLINE_EXCEEDED/,
+  ],
+  [
+    'password mode before the auth step: root cannot log in yet',
+    new AggregateError([
+      new EtcdError('3 INVALID_ARGUMENT: etcdserver: authentication is not enabled'),
+      new GRPCUnavailableError('14 UNAVAILABLE'),
+    ]),
+    /^etcd has no authentication enabled yet, so root cannot take its lock$/,
+  ],
+  [
+    "root's password is refused",
+    new EtcdAuthenticationFailedError('etcdserver: authentication failed, invalid user ID or password'),
+    /^etcd answers but would not take the lock \(etcdserver: authentication failed, invalid user ID or password\)$/,
+  ],
 ];
 
 for (const [title, error, why] of localOnly) {
@@ -91,8 +129,23 @@ test('a refusal is a LockHeldError: the CLIs exit 1 with its message, as for the
 test.serial('a member that takes calls and never answers leaves the run to its local lock after the answer time', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-silent-'));
   const made = run('openssl', [
-    'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=etcd-1',
-    '-addext', 'subjectAltName=DNS:etcd-1,IP:127.0.0.1', '-keyout', join(dir, 'key.pem'), '-out', join(dir, 'cert.pem'),
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-days',
+    '1',
+    '-subj',
+    '/CN=etcd-1',
+    '-addext',
+    'subjectAltName=DNS:etcd-1,IP:127.0.0.1',
+    '-keyout',
+    join(dir, 'key.pem'),
+    '-out',
+    join(dir, 'cert.pem'),
   ]);
   t.is(made.status, 0, made.stderr);
   const caCert = readFileSync(join(dir, 'cert.pem'), 'utf8');
@@ -121,32 +174,40 @@ test.serial('a member that takes calls and never answers leaves the run to its l
   t.true(took < 3_000, `took ${Math.round(took)} ms`);
 });
 
-test.serial('a first deploy (no CA or root certificate yet) is the local lock only at once, without reaching for a hypervisor', async (t) => {
-  const connections = new HypervisorConnections();
-  const started = performance.now();
-  const acquired = await acquireClusterRunLock({
-    connections,
-    clientPort: 2379,
-    identity: () => ({ label: 'root certificate', caCert: '', cert: '' }),
-    members: load(baseDocument()).members,
-    cluster: 'lab',
-    holder,
-    onLost: () => t.fail('nothing was held'),
-  });
-  t.deepEqual(acquired, { kind: 'local-only', why: 'no CA or root certificate in the state directory yet (a first deploy): etcd cannot be asked' });
-  t.true(performance.now() - started < 1_000);
-  t.is(connections.unreachable.size, 0);
-});
+test.serial(
+  'a first deploy (no CA or root certificate yet) is the local lock only at once, without reaching for a hypervisor',
+  async (t) => {
+    const connections = new HypervisorConnections();
+    const started = performance.now();
+    const acquired = await acquireClusterRunLock({
+      connections,
+      clientPort: 2379,
+      identity: () => ({ label: 'root certificate', caCert: '', cert: '' }),
+      members: load(baseDocument()).members,
+      cluster: 'lab',
+      holder,
+      onLost: () => t.fail('nothing was held'),
+    });
+    t.deepEqual(acquired, {
+      kind: 'local-only',
+      why: 'no CA or root certificate in the state directory yet (a first deploy): etcd cannot be asked',
+    });
+    t.true(performance.now() - started < 1_000);
+    t.is(connections.unreachable.size, 0);
+  },
+);
 
-test("runDeploy holds the lock before its first phase: a refusal stops it before the pki step writes anything; a lock held is released when the run ends", async (t) => {
+test('runDeploy holds the lock before its first phase: a refusal stops it before the pki step writes anything; a lock held is released when the run ends', async (t) => {
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-hold-'));
   const out = mkdtempSync(join(tmpdir(), 'etcd-kvm-hold-out-'));
-  t.teardown(() => [stateDir, out].forEach((dir) => rmSync(dir, { recursive: true, force: true })));
+  t.teardown(() => {
+    for (const dir of [stateDir, out]) rmSync(dir, { recursive: true, force: true });
+  });
   const inventory = { ...load(baseDocument()), stateDir };
   // --render-only: the pki and render phases, nothing remote.
   const options = { dryRun: false, renderOnly: out };
 
-  const refused = new ClusterRunLockHeldError('another run holds the cluster\'s run lock');
+  const refused = new ClusterRunLockHeldError("another run holds the cluster's run lock");
   const stopped = new Runner({ dryRun: false, renderer: 'silent' });
   await t.throwsAsync(runDeploy(inventory, stopped, { ...options, hold: async () => Promise.reject(refused) }), { is: refused });
   t.deepEqual(stopped.results, []);

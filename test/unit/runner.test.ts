@@ -1,6 +1,6 @@
 import test from 'ava';
-import { Runner } from '../../tasks/core/runner.ts';
-import type { Step } from '../../tasks/core/step.ts';
+import { patienceOf, Runner } from '../../tasks/core/runner.ts';
+import type { Fact, Step, Wait } from '../../tasks/core/step.ts';
 
 /** A step over an in-memory "host": wants `wanted`, holds `current`; apply may be made to misbehave. */
 function fakeStep(state: Map<string, number>, wanted: number, options: { applyBy?: number; failOn?: string } = {}) {
@@ -13,7 +13,15 @@ function fakeStep(state: Map<string, number>, wanted: number, options: { applyBy
       return state.get(target)!;
     },
     plan(current) {
-      return current === wanted ? [] : [{ summary: `set ${current} -> ${wanted}`, diff: { label: 'value', before: `${current}\n`, after: `${wanted}\n` }, action: wanted }];
+      return current === wanted
+        ? []
+        : [
+            {
+              summary: `set ${current} -> ${wanted}`,
+              diff: { label: 'value', before: `${current}\n`, after: `${wanted}\n` },
+              action: wanted,
+            },
+          ];
     },
     async apply(changes, target) {
       applied.push(target);
@@ -24,15 +32,30 @@ function fakeStep(state: Map<string, number>, wanted: number, options: { applyBy
 }
 
 test('apply runs only where the plan is not empty, and a second run is all ok', async (t) => {
-  const state = new Map([['a', 1], ['b', 2]]);
+  const state = new Map([
+    ['a', 1],
+    ['b', 2],
+  ]);
   const { step, applied } = fakeStep(state, 2);
   const runner = new Runner({ dryRun: false, renderer: 'silent' });
   const results = await runner.runStep(step);
-  t.deepEqual(results.map((r) => [r.host, r.status]), [['a', 'changed'], ['b', 'ok']]);
+  t.deepEqual(
+    results.map((r) => [r.host, r.status]),
+    [
+      ['a', 'changed'],
+      ['b', 'ok'],
+    ],
+  );
   t.deepEqual(applied, ['a']);
-  t.deepEqual(results[0]!.changes.map((c) => c.summary), ['set 1 -> 2']);
+  t.deepEqual(
+    results[0]!.changes.map((c) => c.summary),
+    ['set 1 -> 2'],
+  );
   const again = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(fakeStep(state, 2).step);
-  t.deepEqual(again.map((r) => r.status), ['ok', 'ok']);
+  t.deepEqual(
+    again.map((r) => r.status),
+    ['ok', 'ok'],
+  );
 });
 
 test('dry-run reports the change with its diff and applies nothing', async (t) => {
@@ -54,13 +77,22 @@ test('a step that does not converge after apply fails on that host', async (t) =
 });
 
 test('a failed host is skipped by later steps while the others go on', async (t) => {
-  const state = new Map([['a', 1], ['b', 1]]);
+  const state = new Map([
+    ['a', 1],
+    ['b', 1],
+  ]);
   const runner = new Runner({ dryRun: false, renderer: 'silent' });
   const first = await runner.runStep(fakeStep(state, 2, { failOn: 'a' }).step);
-  t.deepEqual(first.map((r) => r.status), ['failed', 'changed']);
+  t.deepEqual(
+    first.map((r) => r.status),
+    ['failed', 'changed'],
+  );
   t.is(first[0]!.error, 'probe failed: connection refused');
   const second = await runner.runStep(fakeStep(state, 3).step);
-  t.deepEqual(second.map((r) => r.status), ['skipped', 'changed']);
+  t.deepEqual(
+    second.map((r) => r.status),
+    ['skipped', 'changed'],
+  );
   t.true(runner.failed);
 });
 
@@ -87,21 +119,45 @@ function rollingStep(state: Map<string, number>, wanted: number, waves: string[]
 }
 
 test('a rolling step applies wave after wave, one finished before the next starts', async (t) => {
-  const state = new Map([['a', 1], ['b', 1], ['c', 1], ['d', 2]]);
+  const state = new Map([
+    ['a', 1],
+    ['b', 1],
+    ['c', 1],
+    ['d', 2],
+  ]);
   const { step, log, seen } = rollingStep(state, 2, [['c'], ['a'], ['b']]);
   const results = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(step);
   t.deepEqual(seen, [['a', 'b', 'c']], 'only targets with changes are ordered');
   t.deepEqual(log, ['start c', 'end c', 'start a', 'end a', 'start b', 'end b']);
-  t.deepEqual(results.map((r) => [r.host, r.status, r.rollPosition]), [['a', 'changed', 2], ['b', 'changed', 3], ['c', 'changed', 1], ['d', 'ok', undefined]]);
+  t.deepEqual(
+    results.map((r) => [r.host, r.status, r.rollPosition]),
+    [
+      ['a', 'changed', 2],
+      ['b', 'changed', 3],
+      ['c', 'changed', 1],
+      ['d', 'ok', undefined],
+    ],
+  );
 });
 
 test('a roll stops at the first failure: later waves are skipped and keep their state', async (t) => {
-  const state = new Map([['a', 1], ['b', 1], ['c', 1]]);
+  const state = new Map([
+    ['a', 1],
+    ['b', 1],
+    ['c', 1],
+  ]);
   const { step, log } = rollingStep(state, 2, [['a'], ['b'], ['c']], 'b');
   const runner = new Runner({ dryRun: false, renderer: 'silent' });
   const results = await runner.runStep(step);
   t.deepEqual(log, ['start a', 'end a', 'start b']);
-  t.deepEqual(results.map((r) => [r.host, r.status]), [['a', 'changed'], ['b', 'failed'], ['c', 'skipped']]);
+  t.deepEqual(
+    results.map((r) => [r.host, r.status]),
+    [
+      ['a', 'changed'],
+      ['b', 'failed'],
+      ['c', 'skipped'],
+    ],
+  );
   t.regex(results[1]!.error!, /b did not come back/);
   t.is(results[2]!.error, 'not changed: the roll stopped at b');
   t.is(state.get('c'), 1);
@@ -109,21 +165,36 @@ test('a roll stops at the first failure: later waves are skipped and keep their 
 });
 
 test('a dry-run of a rolling step reports the waves it would follow and applies nothing', async (t) => {
-  const state = new Map([['a', 1], ['b', 1]]);
+  const state = new Map([
+    ['a', 1],
+    ['b', 1],
+  ]);
   const { step, log } = rollingStep(state, 2, [['b'], ['a']]);
   const results = await new Runner({ dryRun: true, renderer: 'silent' }).runStep(step);
   t.deepEqual(log, []);
-  t.deepEqual(results.map((r) => [r.host, r.status, r.rollPosition]), [['a', 'changed', 2], ['b', 'changed', 1]]);
+  t.deepEqual(
+    results.map((r) => [r.host, r.status, r.rollPosition]),
+    [
+      ['a', 'changed', 2],
+      ['b', 'changed', 1],
+    ],
+  );
 });
 
 test('a roll order that leaves out a target with changes is a bug, not a silent skip', async (t) => {
-  const state = new Map([['a', 1], ['b', 1]]);
+  const state = new Map([
+    ['a', 1],
+    ['b', 1],
+  ]);
   const { step } = rollingStep(state, 2, [['a']]);
   await t.throwsAsync(new Runner({ dryRun: false, renderer: 'silent' }).runStep(step), { message: /does not name each target/ });
 });
 
 test('after an interrupt the change in flight finishes and no other starts: later waves and steps are skipped', async (t) => {
-  const state = new Map([['a', 1], ['b', 1]]);
+  const state = new Map([
+    ['a', 1],
+    ['b', 1],
+  ]);
   const runner = new Runner({ dryRun: false, renderer: 'silent' });
   const { step, log } = rollingStep(state, 2, [['a'], ['b']]);
   const interrupting: typeof step = {
@@ -135,10 +206,19 @@ test('after an interrupt the change in flight finishes and no other starts: late
   };
   const results = await runner.runStep(interrupting);
   t.deepEqual(log, ['start a', 'end a'], 'a finished; b never started');
-  t.deepEqual(results.map((r) => [r.host, r.status]), [['a', 'changed'], ['b', 'skipped']]);
+  t.deepEqual(
+    results.map((r) => [r.host, r.status]),
+    [
+      ['a', 'changed'],
+      ['b', 'skipped'],
+    ],
+  );
   t.regex(results[1]!.error!, /interrupted \(SIGINT\): not applied/);
   const later = await runner.runStep(fakeStep(new Map([['c', 1]]), 2).step);
-  t.deepEqual(later.map((r) => [r.host, r.status, r.error]), [['c', 'skipped', 'interrupted (SIGINT): not started']]);
+  t.deepEqual(
+    later.map((r) => [r.host, r.status, r.error]),
+    [['c', 'skipped', 'interrupted (SIGINT): not started']],
+  );
   t.is(runner.interrupted, 'SIGINT');
 });
 
@@ -146,11 +226,26 @@ test("each phase's wall-clock time is kept in the order the phases ran, a failin
   const runner = new Runner({ dryRun: false, renderer: 'silent' });
   const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
   await runner.runPhases([
-    { title: 'first', run: async () => { await pause(30); return 'done'; } },
+    {
+      title: 'first',
+      run: async () => {
+        await pause(30);
+        return 'done';
+      },
+    },
     { title: 'not selected', run: async () => 'never', skip: 'not selected by --tags / --skip-tags' },
-    { title: 'second', run: async () => { await pause(5); throw new Error('broken'); } },
+    {
+      title: 'second',
+      run: async () => {
+        await pause(5);
+        throw new Error('broken');
+      },
+    },
   ]);
-  t.deepEqual(runner.phaseTimes.map(({ phase }) => phase), ['first', 'second']);
+  t.deepEqual(
+    runner.phaseTimes.map(({ phase }) => phase),
+    ['first', 'second'],
+  );
   t.true(runner.phaseTimes[0]!.ms >= 25);
 });
 
@@ -158,15 +253,28 @@ test("each phase's wall-clock time is kept in the order the phases ran, a failin
 function countingStep(state: Map<string, number>) {
   const checks: string[] = [];
   const { step } = fakeStep(state, 2);
-  const counting: Step<number, number> = { ...step, name: 'counted', check: async (target) => (checks.push(target), state.get(target)!) };
+  const check = async (target: string) => {
+    checks.push(target);
+    return state.get(target)!;
+  };
+  const counting: Step<number, number> = { ...step, name: 'counted', check };
   return { step: counting, checks };
 }
 
-test('an early check is used once when nothing changed on its target since; a change there makes the step ask again', async (t) => {
-  const state = new Map([['a', 2], ['b', 2]]);
-  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+test('an early check is used once when nothing changed on its target since; a change there of what it reads makes the step ask again', async (t) => {
+  const state = new Map([
+    ['a', 2],
+    ['b', 2],
+  ]);
+  // `other` changes what `counted` reads; `unrelated` changes something else.
+  const runner = new Runner({
+    dryRun: false,
+    renderer: 'silent',
+    staleAfter: (step) => (step === 'other' ? ['counted-state'] : ['elsewhere']),
+  });
   const { step, checks } = countingStep(state);
-  runner.checkEarly(step);
+  runner.checkEarly(step, 'counted-state');
+  await runner.runStep({ ...fakeStep(new Map([['a', 1]]), 2).step, name: 'unrelated' });
   t.deepEqual(checks, ['a', 'b'], 'asked at once');
   // Another step changes host b meanwhile (and the early answer for b is now stale: b holds 1).
   const other = fakeStep(new Map([['b', 1]]), 2);
@@ -174,7 +282,13 @@ test('an early check is used once when nothing changed on its target since; a ch
   state.set('b', 1);
   const results = await runner.runStep(step);
   t.deepEqual(checks, ['a', 'b', 'b', 'b'], 'a from the early answer; b checked again, then re-checked after its apply');
-  t.deepEqual(results.map((r) => [r.host, r.status]), [['a', 'ok'], ['b', 'changed']]);
+  t.deepEqual(
+    results.map((r) => [r.host, r.status]),
+    [
+      ['a', 'ok'],
+      ['b', 'changed'],
+    ],
+  );
   // Used once: the next run of the step checks again.
   await runner.runStep(step);
   t.deepEqual(checks.slice(4), ['a', 'b']);
@@ -185,9 +299,154 @@ test('an early check that failed is asked again when the step runs', async (t) =
   const runner = new Runner({ dryRun: false, renderer: 'silent' });
   let calls = 0;
   const { step } = fakeStep(state, 2);
-  const flaky: Step<number, number> = { ...step, check: async (target) => (++calls === 1 ? Promise.reject(new Error('not yet')) : state.get(target)!) };
-  runner.checkEarly(flaky);
+  const flaky: Step<number, number> = {
+    ...step,
+    check: async (target) => (++calls === 1 ? Promise.reject(new Error('not yet')) : state.get(target)!),
+  };
+  runner.checkEarly(flaky, 'state');
   const results = await runner.runStep(flaky);
   t.is(calls, 2);
-  t.deepEqual(results.map((r) => r.status), ['ok']);
+  t.deepEqual(
+    results.map((r) => r.status),
+    ['ok'],
+  );
+});
+
+/** A wait whose targets are ready after `readyAfter` looks (never, when absent). */
+function countingWait(readyAfter: Record<string, number | undefined>, over: Partial<Wait<string>> = {}) {
+  const looks = new Map<string, number>();
+  const wait: Wait<string> = {
+    name: 'settled',
+    targets: Object.keys(readyAfter),
+    deadlineMs: 200,
+    pollMs: 10,
+    async look(target) {
+      const n = (looks.get(target) ?? 0) + 1;
+      looks.set(target, n);
+      const after = readyAfter[target];
+      return after !== undefined && n >= after
+        ? { ready: true, seen: 'yes', warnings: n > 1 ? [`ready after ${n} looks`] : [] }
+        : { ready: false, reason: `look ${n}: not yet` };
+    },
+    pending: (reason) => `wait for it (now: ${reason})`,
+    waiting: (reason) => `waiting: ${reason}`,
+    failure: (target, reason) => `${target} not settled; last: ${reason}`,
+    ...over,
+  };
+  return { wait, looks };
+}
+
+test('a wait looks until ready: ok (with what the look warned), or failed at its deadline saying what it last saw', async (t) => {
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  const { wait, looks } = countingWait({ a: 1, b: 3, c: undefined });
+  const results = await runner.runWait(wait);
+  t.deepEqual(
+    results.map((r) => [r.host, r.status]),
+    [
+      ['a', 'ok'],
+      ['b', 'ok'],
+      ['c', 'failed'],
+    ],
+  );
+  t.deepEqual([looks.get('a'), looks.get('b')], [1, 3]);
+  t.deepEqual(results[1]!.warnings, ['ready after 3 looks']);
+  t.regex(results[2]!.error!, /^c not settled; last: look \d+: not yet$/);
+  t.true(looks.get('c')! > 3, 'looked again until the deadline');
+  // The failed host is skipped by what follows, as after a failed step.
+  t.deepEqual(
+    (await runner.runWait(countingWait({ c: 1 }).wait)).map((r) => r.status),
+    ['skipped'],
+  );
+});
+
+test('a wait in a dry-run looks once: what is not ready yet is reported as the wait it would do', async (t) => {
+  const runner = new Runner({ dryRun: true, renderer: 'silent' });
+  const { wait, looks } = countingWait({ a: 1, b: 3 });
+  const results = await runner.runWait(wait);
+  t.deepEqual(
+    results.map((r) => [r.host, r.status, r.changes.map((c) => c.summary)]),
+    [
+      ['a', 'ok', []],
+      ['b', 'changed', ['wait for it (now: look 1: not yet)']],
+    ],
+  );
+  t.deepEqual([...looks.values()], [1, 1]);
+  t.false(runner.failed);
+});
+
+test('a look that says waiting cannot help fails at once with its reason', async (t) => {
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  const { wait, looks } = countingWait(
+    { a: undefined },
+    { look: async () => ({ ready: false, reason: 'its hypervisor is gone', final: true }) },
+  );
+  const [result] = await runner.runWait({ ...wait, deadlineMs: 60_000 });
+  t.is(result!.status, 'failed');
+  t.is(result!.error, 'its hypervisor is gone');
+  t.is(looks.size, 0);
+});
+
+test('a fact is asked of every target: its answers, ok per target, a refusal fails that target alone', async (t) => {
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  const fact: Fact<number> = {
+    name: 'size',
+    targets: ['a', 'b'],
+    ask: async (target) => (target === 'b' ? Promise.reject(new Error('no such thing')) : 3),
+  };
+  const { answers, results } = await runner.runFact(fact);
+  t.deepEqual([...answers], [['a', 3]]);
+  t.deepEqual(
+    results.map((r) => [r.host, r.status, r.error]),
+    [
+      ['a', 'ok', undefined],
+      ['b', 'failed', 'no such thing'],
+    ],
+  );
+  t.true(runner.failed);
+});
+
+test('the patience a check gets: a run waits out the deadline and fails what is not ready; a dry-run looks once and hands back why', (t) => {
+  const run = patienceOf(false);
+  const dry = patienceOf(true);
+  t.is(run.windowMs(90_000), 90_000);
+  t.is(dry.windowMs(90_000), 0);
+  t.throws(() => run.notReady(new Error('still booting')), { message: 'still booting' });
+  t.is(dry.notReady(new Error('still booting')), 'still booting');
+});
+
+test('the run is told as events: phases in order, each ended with its line, skipped or failed with what to show; results as they are recorded', async (t) => {
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  const heard: string[] = [];
+  runner.on((event) => {
+    if (event.type === 'phases') heard.push(`phases ${event.titles.join(',')}`);
+    if (event.type === 'phase-started') heard.push(`start ${event.title}`);
+    if (event.type === 'phase-ended')
+      heard.push(
+        `end ${event.outcome.kind} ${'line' in event.outcome ? event.outcome.line : event.outcome.reason}${event.outcome.kind === 'failed' ? ` [${event.outcome.error}]` : ''}`,
+      );
+    if (event.type === 'result') heard.push(`result ${event.result.step}@${event.result.host} ${event.result.status}`);
+  });
+  const { step } = fakeStep(new Map([['a', 1]]), 2);
+  await runner.runPhases([
+    { title: 'grow', run: () => runner.runStep(step) },
+    { title: 'fact', run: async () => 'three members' },
+    { title: 'chosen out', run: async () => 'never', skip: 'not selected' },
+    { title: 'broken', run: async () => Promise.reject(new Error('no such pool')) },
+  ]);
+  t.deepEqual(heard, [
+    'phases grow,fact,chosen out,broken',
+    'start grow',
+    'result fake@a changed',
+    'end done grow: 1 changed, 0 ok',
+    'start fact',
+    'end done fact: three members',
+    'end skipped not selected',
+    'start broken',
+    'end failed broken [no such pool]',
+  ]);
+  t.deepEqual(
+    runner.results.map((r) => r.host),
+    ['a'],
+    'the run log heard the result',
+  );
 });

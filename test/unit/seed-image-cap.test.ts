@@ -8,7 +8,12 @@ import type { RenderedFile } from '../../tasks/render/member.ts';
 
 /** The seed image is built in memory at the size the hypervisor reports for its volume: that size is capped. */
 
-const files: RenderedFile[] = ['user-data', 'meta-data', 'network-config'].map((name) => ({ name, content: `${name}\n`, display: `${name}\n`, containsSecrets: false }));
+const files: RenderedFile[] = ['user-data', 'meta-data', 'network-config'].map((name) => ({
+  name,
+  content: `${name}\n`,
+  display: `${name}\n`,
+  containsSecrets: false,
+}));
 
 test('a seed volume the hypervisor says is larger than the cap is refused, naming the cap, before the padded image is allocated', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-seed-cap-'));

@@ -20,7 +20,27 @@ test('plain words stay unquoted, everything else is single-quoted', (t) => {
 });
 
 test('the real sh receives every argument exactly, whatever it contains', (t) => {
-  const nasty = ['', ' ', "it's", '"double"', '$(touch /tmp/pwned)', '`id`', '$HOME', '*', 'a\nb', '\\', ';', '&&', '|', '>', '~', '!', '#comment', '--flag=x y', 'üñï'];
+  const nasty = [
+    '',
+    ' ',
+    "it's",
+    '"double"',
+    '$(touch /tmp/pwned)',
+    '`id`',
+    '$HOME',
+    '*',
+    'a\nb',
+    '\\',
+    ';',
+    '&&',
+    '|',
+    '>',
+    '~',
+    '!',
+    '#comment',
+    '--flag=x y',
+    'üñï',
+  ];
   t.deepEqual(argvSeenBySh(commandLine([...printArgs, ...nasty])), nasty);
 });
 

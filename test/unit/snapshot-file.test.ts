@@ -32,10 +32,16 @@ test('a damaged or cut snapshot is refused, naming where it came from', async (t
   const snapshot = etcdSnapshot(randomBytes(100_000));
   const damaged = Buffer.from(snapshot);
   damaged[5_000] = damaged[5_000]! ^ 1;
-  for (const [what, bytes] of [['damaged', damaged], ['cut', snapshot.subarray(0, 90_000)], ['tiny', snapshot.subarray(0, 20)]] as const) {
+  for (const [what, bytes] of [
+    ['damaged', damaged],
+    ['cut', snapshot.subarray(0, 90_000)],
+    ['tiny', snapshot.subarray(0, 20)],
+  ] as const) {
     const file = new SnapshotFile('test');
     await file.write(piecesOf(bytes, 4096));
-    await t.throwsAsync(() => file.verify(`the ${what} one`), { message: `the ${what} one is not an intact etcd snapshot (its trailing SHA-256 does not match)` });
+    await t.throwsAsync(() => file.verify(`the ${what} one`), {
+      message: `the ${what} one is not an intact etcd snapshot (its trailing SHA-256 does not match)`,
+    });
     file.remove();
   }
 });

@@ -31,9 +31,13 @@ function answer(objects: Record<string, Body>, sent: Sent) {
   return (request: IncomingMessage, response: ServerResponse) => {
     const url = new URL(request.url ?? '/', 'http://s3');
     if (url.searchParams.get('list-type') === '2') {
-      const contents = Object.entries(objects).map(([key, body]) => `<Contents><Key>${key}</Key><Size>${body.bytes}</Size></Contents>`).join('');
+      const contents = Object.entries(objects)
+        .map(([key, body]) => `<Contents><Key>${key}</Key><Size>${body.bytes}</Size></Contents>`)
+        .join('');
       response.writeHead(200, { 'content-type': 'application/xml' });
-      response.end(`<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>backups</Name><Prefix>lab</Prefix><KeyCount>${Object.keys(objects).length}</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>${contents}</ListBucketResult>`);
+      response.end(
+        `<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>backups</Name><Prefix>lab</Prefix><KeyCount>${Object.keys(objects).length}</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>${contents}</ListBucketResult>`,
+      );
       return;
     }
     const name = decodeURIComponent(url.pathname.replace(/^\/backups\//, ''));
@@ -43,7 +47,10 @@ function answer(objects: Record<string, Body>, sent: Sent) {
       response.end('<?xml version="1.0" encoding="UTF-8"?><Error><Code>NoSuchKey</Code><Message>no such key</Message></Error>');
       return;
     }
-    response.writeHead(200, { 'content-type': 'application/octet-stream', ...(body.announced ? { 'content-length': String(body.bytes) } : {}) });
+    response.writeHead(200, {
+      'content-type': 'application/octet-stream',
+      ...(body.announced ? { 'content-length': String(body.bytes) } : {}),
+    });
     sent.set(name, 0);
     const chunk = Buffer.alloc(64 * KiB, 1);
     // With backpressure, so that what was sent is what the client took (give or take the socket's buffers).
@@ -72,7 +79,14 @@ function restoreFrom(endpoint: string, encryptionKey = ''): RestoreSettings {
     ...restore,
     enabled: true,
     encryption_key: new Secret(encryptionKey),
-    s3: { ...restore.s3, endpoint, bucket: 'backups', object_prefix: 'lab', access_key: new Secret('access'), secret_key: new Secret('secret') },
+    s3: {
+      ...restore.s3,
+      endpoint,
+      bucket: 'backups',
+      object_prefix: 'lab',
+      access_key: new Secret('access'),
+      secret_key: new Secret('secret'),
+    },
   };
 }
 
@@ -107,7 +121,12 @@ test('a snapshot the server announces as larger than the cap is refused before i
   const bucket = await restoring({ [DUMP]: { bytes: 64 * MiB, announced: true } });
   try {
     const error = await t.throwsAsync(bucket.source.open());
-    t.regex(error.message, new RegExp(`^s3 bucket backups at http://127\\.0\\.0\\.1:\\d+: ${literally(DUMP)} \\(${64 * MiB} bytes, as the server announces it\\) exceeded ${CAP_SAID}$`));
+    t.regex(
+      error.message,
+      new RegExp(
+        `^s3 bucket backups at http://127\\.0\\.0\\.1:\\d+: ${literally(DUMP)} \\(${64 * MiB} bytes, as the server announces it\\) exceeded ${CAP_SAID}$`,
+      ),
+    );
     t.true(bucket.sent.get(DUMP)! < 8 * MiB, `${bucket.sent.get(DUMP)} bytes sent`);
   } finally {
     await bucket.close();
@@ -126,10 +145,16 @@ test('a snapshot sent without its length is counted as it comes, and the downloa
 });
 
 test('a .key object larger than a key is refused, naming its cap', async (t) => {
-  const bucket = await restoring({ [DUMP]: { bytes: 1 * MiB, announced: true }, [KEY]: { bytes: 1 * MiB, announced: false } }, 'ab'.repeat(32));
+  const bucket = await restoring(
+    { [DUMP]: { bytes: 1 * MiB, announced: true }, [KEY]: { bytes: 1 * MiB, announced: false } },
+    'ab'.repeat(32),
+  );
   try {
     const error = await t.throwsAsync(bucket.source.open());
-    t.regex(error.message, new RegExp(`^s3 bucket backups at http://127\\.0\\.0\\.1:\\d+: ${literally(KEY)} exceeded 4 KiB \\(cap s3-key-object\\)$`));
+    t.regex(
+      error.message,
+      new RegExp(`^s3 bucket backups at http://127\\.0\\.0\\.1:\\d+: ${literally(KEY)} exceeded 4 KiB \\(cap s3-key-object\\)$`),
+    );
   } finally {
     await bucket.close();
   }

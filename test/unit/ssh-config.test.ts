@@ -52,17 +52,35 @@ const withConfig = (hypervisor: Record<string, unknown>, extra: Record<string, u
 
 test('precedence: the inventory wins, then the ssh_config entry of the address, then the defaults', (t) => {
   const fromConfig = withConfig({ address: 'lab-hv' });
-  t.deepEqual([fromConfig.address, fromConfig.port, fromConfig.user, fromConfig.private_key, fromConfig.known_hosts], ['192.168.160.1', 2200, 'ops', join(homedir(), '.ssh/lab_key'), '/etc/lab/known_hosts']);
+  t.deepEqual(
+    [fromConfig.address, fromConfig.port, fromConfig.user, fromConfig.private_key, fromConfig.known_hosts],
+    ['192.168.160.1', 2200, 'ops', join(homedir(), '.ssh/lab_key'), '/etc/lab/known_hosts'],
+  );
   // ProxyJump becomes the jump chain, each hop looked up in the same file.
-  t.deepEqual(fromConfig.jump.map((hop) => `${hop.name}: ${hop.user}@${hop.address}:${hop.port} ${hop.private_key || '(agent)'}`), [`edge: jumper@127.0.0.1:2223 ${join(homedir(), 'keys/edge_key')}`, 'inner: fallback@inner:22 (agent)']);
+  t.deepEqual(
+    fromConfig.jump.map((hop) => `${hop.name}: ${hop.user}@${hop.address}:${hop.port} ${hop.private_key || '(agent)'}`),
+    [`edge: jumper@127.0.0.1:2223 ${join(homedir(), 'keys/edge_key')}`, 'inner: fallback@inner:22 (agent)'],
+  );
 
-  const inventoryWins = withConfig({ address: 'lab-hv', port: 22, user: 'root', private_key: '', known_hosts: 'kh', jump: ['b'] }, { bastions: { b: { address: '10.9.9.9' } } });
-  t.deepEqual([inventoryWins.address, inventoryWins.port, inventoryWins.user, inventoryWins.private_key], ['192.168.160.1', 22, 'root', '']);
+  const inventoryWins = withConfig(
+    { address: 'lab-hv', port: 22, user: 'root', private_key: '', known_hosts: 'kh', jump: ['b'] },
+    { bastions: { b: { address: '10.9.9.9' } } },
+  );
+  t.deepEqual(
+    [inventoryWins.address, inventoryWins.port, inventoryWins.user, inventoryWins.private_key],
+    ['192.168.160.1', 22, 'root', ''],
+  );
   t.true(inventoryWins.known_hosts.endsWith('/kh'), 'relative to the inventory');
-  t.deepEqual(inventoryWins.jump.map((hop) => hop.address), ['10.9.9.9']);
+  t.deepEqual(
+    inventoryWins.jump.map((hop) => hop.address),
+    ['10.9.9.9'],
+  );
 
   const unmatched = withConfig({ address: '10.1.2.3' });
-  t.deepEqual([unmatched.address, unmatched.port, unmatched.user, unmatched.private_key, unmatched.jump.length], ['10.1.2.3', 22, 'fallback', '', 0]);
+  t.deepEqual(
+    [unmatched.address, unmatched.port, unmatched.user, unmatched.private_key, unmatched.jump.length],
+    ['10.1.2.3', 22, 'fallback', '', 0],
+  );
 });
 
 test('ssh_config: false reads nothing; a path that cannot be read is bad input', (t) => {
@@ -72,7 +90,9 @@ test('ssh_config: false reads nothing; a path that cannot be read is bad input',
   const [hypervisor] = load(doc).hypervisors;
   t.deepEqual([hypervisor!.address, hypervisor!.port, hypervisor!.user], ['lab-hv', 22, 'root']);
   doc.ssh_config = '/nonexistent/ssh_config';
-  t.deepEqual(problemsOf(doc), ['ssh_config: cannot read /nonexistent/ssh_config — give the path of an ssh_config file, or false not to read one']);
+  t.deepEqual(problemsOf(doc), [
+    'ssh_config: cannot read /nonexistent/ssh_config — give the path of an ssh_config file, or false not to read one',
+  ]);
 });
 
 test('canonicalization runs no nslookup: reading an inventory spawns nothing, the host is looked up by the name given', (t) => {
@@ -81,7 +101,15 @@ test('canonicalization runs no nslookup: reading an inventory spawns nothing, th
   // An nslookup that answers every name, first on PATH: the library would take lab-hv.a.example.
   writeFileSync(join(dir, 'nslookup'), `#!/bin/sh\necho "$@" >> ${marker}\nexit 0\n`);
   chmodSync(join(dir, 'nslookup'), 0o755);
-  const config = ['Host lab-hv', '  CanonicalizeHostName yes', '  CanonicalDomains a.example b.example', '  User canon', 'Host lab-hv.a.example', '  HostName 10.0.0.99', ''].join('\n');
+  const config = [
+    'Host lab-hv',
+    '  CanonicalizeHostName yes',
+    '  CanonicalDomains a.example b.example',
+    '  User canon',
+    'Host lab-hv.a.example',
+    '  HostName 10.0.0.99',
+    '',
+  ].join('\n');
   writeFileSync(join(dir, 'ssh_config'), config);
   const doc = baseDocument();
   doc.ssh_config = join(dir, 'ssh_config');

@@ -20,14 +20,22 @@ test('a sealed key opens with the same passphrase, and only under its own file n
   t.not(created.cipher.seal(KEY, 'pki/ca.key'), sealed, 'a fresh nonce every time');
   const again = await StateCipher.unlock(created.record, new Secret('correct horse battery staple'), '/state');
   t.is(again.open(sealed, 'pki/ca.key'), KEY);
-  t.throws(() => again.open(sealed, 'pki/clients/root.key'), { message: /pki\/clients\/root.key does not open with this state directory's key/ });
+  t.throws(() => again.open(sealed, 'pki/clients/root.key'), {
+    message: /pki\/clients\/root.key does not open with this state directory's key/,
+  });
   const tampered = sealed.replace(/.(=*\n)$/, (end) => (end.startsWith('A') ? 'B' : 'A') + end.slice(1));
   t.throws(() => again.open(tampered, 'pki/ca.key'));
 });
 
 test('a wrong passphrase is bad input, found from the record alone', async (t) => {
-  await t.throwsAsync(StateCipher.unlock(created.record, new Secret('wrong'), '/state'), { instanceOf: InputError, message: 'wrong passphrase for the state directory /state; nothing was read or changed' });
-  await t.throwsAsync(StateCipher.unlock('{"version": 9}', new Secret('x'), '/state'), { instanceOf: InputError, message: /not a state encryption record/ });
+  await t.throwsAsync(StateCipher.unlock(created.record, new Secret('wrong'), '/state'), {
+    instanceOf: InputError,
+    message: 'wrong passphrase for the state directory /state; nothing was read or changed',
+  });
+  await t.throwsAsync(StateCipher.unlock('{"version": 9}', new Secret('x'), '/state'), {
+    instanceOf: InputError,
+    message: /not a state encryption record/,
+  });
   const record = JSON.parse(created.record) as { kdf: { name: string; N: number; r: number; p: number } };
   t.deepEqual([record.kdf.name, record.kdf.N, record.kdf.r, record.kdf.p], ['scrypt', 2 ** 17, 8, 1]);
 });
@@ -41,7 +49,9 @@ test('a store with a cipher writes keys sealed, reads them opened, finds keys le
   t.deepEqual(sealedStore.read('member/etcd-1'), { public: 'CERT\n', privateKey: KEY });
 
   // A plain store cannot read a sealed key, and says what is missing.
-  t.throws(() => new PkiStore(dir).read('member/etcd-1'), { message: /is encrypted, but the state directory has no state-encryption.json/ });
+  t.throws(() => new PkiStore(dir).read('member/etcd-1'), {
+    message: /is encrypted, but the state directory has no state-encryption.json/,
+  });
 
   // A key written plain (a stopped conversion) is read as it is and found by plainKeyFiles.
   new PkiStore(dir).write('ssh/admin', { public: 'ssh-ed25519 AAAA\n', privateKey: KEY });
@@ -74,12 +84,19 @@ test('KDF parameters too weak are refused before anything is read, even when the
   const weak: [what: string, kdf: { N: number; r: number; p: number; salt: Buffer }][] = [
     ['N=2^4', { N: 2 ** 4, r: 8, p: 1, salt: randomBytes(16) }],
     ['N=2^13 (below the floor, whatever p)', { N: 2 ** 13, r: 8, p: 16, salt: randomBytes(16) }],
-    ['N·r·p below this tool\'s own', { N: 2 ** 16, r: 8, p: 1, salt: randomBytes(16) }],
+    ["N·r·p below this tool's own", { N: 2 ** 16, r: 8, p: 1, salt: randomBytes(16) }],
     ['a salt of 4 bytes', { N: 2 ** 17, r: 8, p: 1, salt: randomBytes(4) }],
   ];
   for (const [what, kdf] of weak) {
     const record = await recordWith('weak-pass', kdf);
-    await t.throwsAsync(StateCipher.unlock(record, new Secret('weak-pass'), '/state'), { instanceOf: InputError, message: /^\/state\/state-encryption\.json: its scrypt parameters are refused \(too weak: .*\); restore the record/ }, what);
+    await t.throwsAsync(
+      StateCipher.unlock(record, new Secret('weak-pass'), '/state'),
+      {
+        instanceOf: InputError,
+        message: /^\/state\/state-encryption\.json: its scrypt parameters are refused \(too weak: .*\); restore the record/,
+      },
+      what,
+    );
   }
 });
 
@@ -118,25 +135,34 @@ async function encryptedStateDir(passphrase: string): Promise<string> {
 
 const PLANTED = '-----BEGIN PRIVATE KEY-----\nPLANTED\n-----END PRIVATE KEY-----\n';
 
-test.serial('a plain key put into a state directory whose every key is sealed is refused, naming the file and how to seal it', async (t) => {
-  const dir = await encryptedStateDir('seal-pass');
-  writeFileSync(join(dir, 'pki/members/etcd-1.key'), PLANTED, { mode: 0o600 });
-  process.env.ETCD_KVM_PASSPHRASE = 'seal-pass';
-  const error = await t.throwsAsync(PkiStore.open(dir), { instanceOf: InputError });
-  t.is(error!.message, `${join(dir, 'pki/members/etcd-1.key')}: not encrypted, in a state directory whose every private key is sealed (no conversion under way); refused, as anyone able to write the directory could have put it there`);
-  t.deepEqual(error!.problems, ['if you put it there, seal it: npx tsx tasks/state.ts -i <inventory> --encrypt', 'otherwise restore the sealed file from where the directory came from']);
+test.serial(
+  'a plain key put into a state directory whose every key is sealed is refused, naming the file and how to seal it',
+  async (t) => {
+    const dir = await encryptedStateDir('seal-pass');
+    writeFileSync(join(dir, 'pki/members/etcd-1.key'), PLANTED, { mode: 0o600 });
+    process.env.ETCD_KVM_PASSPHRASE = 'seal-pass';
+    const error = await t.throwsAsync(PkiStore.open(dir), { instanceOf: InputError });
+    t.is(
+      error!.message,
+      `${join(dir, 'pki/members/etcd-1.key')}: not encrypted, in a state directory whose every private key is sealed (no conversion under way); refused, as anyone able to write the directory could have put it there`,
+    );
+    t.deepEqual(error!.problems, [
+      'if you put it there, seal it: npx tsx tasks/state.ts -i <inventory> --encrypt',
+      'otherwise restore the sealed file from where the directory came from',
+    ]);
 
-  // Put there after the store was opened: refused when read, and never sealed by the pki step.
-  const cipher = await StateCipher.unlock(readFileSync(join(dir, 'state-encryption.json'), 'utf8'), new Secret('seal-pass'), dir);
-  t.false(cipher.converting);
-  const store = new PkiStore(dir, cipher);
-  t.throws(() => store.read('member/etcd-1'), { instanceOf: InputError, message: /etcd-1\.key: not encrypted/ });
-  t.throws(() => store.plainKeyFiles(), { instanceOf: InputError, message: /etcd-1\.key: not encrypted/ });
+    // Put there after the store was opened: refused when read, and never sealed by the pki step.
+    const cipher = await StateCipher.unlock(readFileSync(join(dir, 'state-encryption.json'), 'utf8'), new Secret('seal-pass'), dir);
+    t.false(cipher.converting);
+    const store = new PkiStore(dir, cipher);
+    t.throws(() => store.read('member/etcd-1'), { instanceOf: InputError, message: /etcd-1\.key: not encrypted/ });
+    t.throws(() => store.plainKeyFiles(), { instanceOf: InputError, message: /etcd-1\.key: not encrypted/ });
 
-  // The operator who put it there seals it deliberately: tasks/state.ts --encrypt converts what is plain.
-  t.deepEqual(store.convertKeys('sealed'), ['pki/members/etcd-1.key']);
-  t.is(store.read('member/etcd-1').privateKey, PLANTED);
-});
+    // The operator who put it there seals it deliberately: tasks/state.ts --encrypt converts what is plain.
+    t.deepEqual(store.convertKeys('sealed'), ['pki/members/etcd-1.key']);
+    t.is(store.read('member/etcd-1').privateKey, PLANTED);
+  },
+);
 
 test('a conversion under way (stopped) still reads plain keys and is finished; the record then says every key is sealed', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-sealed-'));
@@ -160,14 +186,27 @@ test('a conversion under way (stopped) still reads plain keys and is finished; t
   t.is(new PkiStore(dir, decrypting).read('member/etcd-1').privateKey, KEY);
 });
 
-test('the conversion marker cannot be forged: removed, or taken from another directory\'s record, it counts as none', async (t) => {
+test("the conversion marker cannot be forged: removed, or taken from another directory's record, it counts as none", async (t) => {
   const mine = await StateCipher.create(new Secret('correct horse battery staple'));
   // Another directory's record, the same passphrase, another salt.
   const other = created;
-  const withMarker = (record: string, marker: string | undefined) => JSON.stringify({ ...(JSON.parse(record) as object), converting: marker });
+  const withMarker = (record: string, marker: string | undefined) =>
+    JSON.stringify({ ...(JSON.parse(record) as object), converting: marker });
   const markerOf = (record: string) => (JSON.parse(record) as { converting?: string }).converting;
   t.true((await StateCipher.unlock(mine.record, new Secret('correct horse battery staple'), '/state')).converting);
   t.false((await StateCipher.unlock(withMarker(mine.record, undefined), new Secret('correct horse battery staple'), '/state')).converting);
-  t.false((await StateCipher.unlock(withMarker(mine.record, markerOf(other.record)), new Secret('correct horse battery staple'), '/state')).converting);
-  t.false((await StateCipher.unlock(withMarker(mine.record, mine.cipher.seal('some private keys may still be plain', 'passphrase check')), new Secret('correct horse battery staple'), '/state')).converting, 'sealed under another label');
+  t.false(
+    (await StateCipher.unlock(withMarker(mine.record, markerOf(other.record)), new Secret('correct horse battery staple'), '/state'))
+      .converting,
+  );
+  t.false(
+    (
+      await StateCipher.unlock(
+        withMarker(mine.record, mine.cipher.seal('some private keys may still be plain', 'passphrase check')),
+        new Secret('correct horse battery staple'),
+        '/state',
+      )
+    ).converting,
+    'sealed under another label',
+  );
 });

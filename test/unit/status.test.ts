@@ -10,11 +10,29 @@ const IDS = ['a1', 'b2', 'c3'];
 const LEADER = 'c3';
 
 function etcdOf(index: number): EtcdMemberFacts {
-  return { id: IDS[index]!, leader: LEADER, isLearner: false, raftTerm: '6', revision: '12', raftIndex: '40', appliedIndex: '40', dbSize: 32768, dbSizeInUse: 16384, version: '3.4.23', errors: [] };
+  return {
+    id: IDS[index]!,
+    leader: LEADER,
+    isLearner: false,
+    raftTerm: '6',
+    revision: '12',
+    raftIndex: '40',
+    appliedIndex: '40',
+    dbSize: 32768,
+    dbSizeInUse: 16384,
+    version: '3.4.23',
+    errors: [],
+  };
 }
 
 function healthy(): StatusFacts {
-  const members: MemberFacts[] = NAMES.map((name, index) => ({ name, hypervisor: 'lab', vm: 'running', etcd: etcdOf(index), servedCertificate: { notAfter: new Date('2027-11-22T00:00:00Z') } }));
+  const members: MemberFacts[] = NAMES.map((name, index) => ({
+    name,
+    hypervisor: 'lab',
+    vm: 'running',
+    etcd: etcdOf(index),
+    servedCertificate: { notAfter: new Date('2027-11-22T00:00:00Z') },
+  }));
   return {
     members,
     memberList: NAMES.map((name, index) => ({ id: IDS[index]!, name, isLearner: false, peerURLs: [`https://10.0.0.${index + 1}:2380`] })),
@@ -83,7 +101,9 @@ const cases: Case[] = [
   },
   {
     name: 'no leader: degraded',
-    facts: (f) => f.members.forEach((m) => ((m.etcd as EtcdMemberFacts).leader = '0')),
+    facts: (f) => {
+      for (const m of f.members) (m.etcd as EtcdMemberFacts).leader = '0';
+    },
     healthy: false,
     roles: ['follower', 'follower', 'follower'],
     problems: [/^no leader$/],
@@ -114,11 +134,23 @@ for (const row of cases) {
     row.facts(facts);
     const report = summarizeStatus(facts, NAMES);
     t.is(report.healthy, row.healthy, report.problems.join('; '));
-    if (row.roles) t.deepEqual(report.members.map((m) => m.role), row.roles);
-    for (const pattern of row.problems ?? []) t.true(report.problems.some((p) => pattern.test(p)), `${pattern} in ${report.problems.join(' | ')}`);
+    if (row.roles)
+      t.deepEqual(
+        report.members.map((m) => m.role),
+        row.roles,
+      );
+    for (const pattern of row.problems ?? [])
+      t.true(
+        report.problems.some((p) => pattern.test(p)),
+        `${pattern} in ${report.problems.join(' | ')}`,
+      );
     if (!row.problems) t.deepEqual(report.problems, []);
     if (row.problemCount !== undefined) t.is(report.problems.length, row.problemCount, report.problems.join(' | '));
-    for (const pattern of row.warnings ?? []) t.true(report.warnings.some((w) => pattern.test(w)), `${pattern} in ${report.warnings.join(' | ')}`);
+    for (const pattern of row.warnings ?? [])
+      t.true(
+        report.warnings.some((w) => pattern.test(w)),
+        `${pattern} in ${report.warnings.join(' | ')}`,
+      );
     // The table's last line says the same verdict.
     t.regex(formatStatusTable(report).split('\n').at(-1)!, row.healthy ? /^cluster: healthy/ : /^cluster: DEGRADED/);
   });

@@ -3,18 +3,24 @@ import { readFileSync } from 'node:fs';
 import { Secret } from '../../tasks/core/secret.ts';
 import type { EtcdClients } from '../../tasks/etcd/client.ts';
 import type { ClientIdentities } from '../../tasks/etcd/identities.ts';
-import type { Health } from '../../tasks/etcd/health.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import type { RemoteContext } from '../../tasks/libvirt/context.ts';
 import { renderDomainXml } from '../../tasks/render/domain.ts';
 import type { RenderedFile } from '../../tasks/render/member.ts';
 import type { SnapshotSource } from '../../tasks/backup/source.ts';
 import type { MemberConnections } from '../../tasks/remote/members.ts';
+import { patienceOf } from '../../tasks/core/runner.ts';
+import type { AnyStep } from '../../tasks/core/step.ts';
+import type { GuestProbe } from '../../tasks/guest/probe.ts';
+import type { DesiredGuest } from '../../tasks/render/guest/desired.ts';
+import { SshError } from '../../tasks/remote/ssh.ts';
 import { authStep } from '../../tasks/steps/auth.ts';
 import { cloudInitIsoStep } from '../../tasks/steps/cloud-init-iso.ts';
 import { domainsStep } from '../../tasks/steps/domains.ts';
-import { healthStep } from '../../tasks/steps/health.ts';
+import { alarmWarnings, healthWait } from '../../tasks/steps/health.ts';
+import { guestStep } from '../../tasks/steps/guest.ts';
 import { restoreStep } from '../../tasks/steps/restore.ts';
+import { usersStep } from '../../tasks/steps/users.ts';
 
 /**
  * The plans of the remote steps as tables: facts in (recorded libvirt answers where libvirt is
@@ -29,20 +35,44 @@ const LIVE = readFileSync('test/fixtures/virsh-dumpxml-inactive-etcd-1.xml', 'ut
 const summaries = (changes: readonly { summary: string }[]) => changes.map((c) => c.summary);
 
 // domain: define, redefine (+ restart when running), start, autostart.
-{
-  const renderedWith = (xml: string) => new Map<string, RenderedFile[]>([['etcd-1', [{ name: 'domain.xml', content: xml, display: xml, containsSecrets: false }]]]);
-  const step = (xml = renderDomainXml(identity, etcd1)) => domainsStep({ inventory: lab, members: [etcd1], rendered: renderedWith(xml), context: unused, clients: unused });
+function domainCases() {
+  const renderedWith = (xml: string) =>
+    new Map<string, RenderedFile[]>([['etcd-1', [{ name: 'domain.xml', content: xml, display: xml, containsSecrets: false }]]]);
+  const step = (xml = renderDomainXml(identity, etcd1)) =>
+    domainsStep({ inventory: lab, members: [etcd1], rendered: renderedWith(xml), context: unused, clients: unused });
   /** The lines only the live definition has (removed) and only the rendered one has (added). */
   const changedLines = ({ before, after }: { before: string; after: string }) => {
     const [was, wanted] = [before.split('\n'), after.split('\n')];
     return { removed: was.filter((line) => !wanted.includes(line)), added: wanted.filter((line) => !was.includes(line)) };
   };
   // `redefined`: what the redefinition's diff shows; undefined where the row has no redefinition.
-  const cases: { name: string; state: Parameters<ReturnType<typeof step>['plan']>[0]; xml?: string; changes: string[]; redefined?: { removed: string[]; added: string[] } }[] = [
-    { name: 'not defined: define, start, autostart', state: { running: false, autostart: false, state: 'undefined' }, changes: ['define domain etcd-1', 'start etcd-1', 'enable autostart of etcd-1'] },
-    { name: 'as rendered, running, autostarted: nothing', state: { liveXml: LIVE, running: true, autostart: true, state: 'running' }, changes: [] },
-    { name: 'as rendered but shut off: started, saying how it was', state: { liveXml: LIVE, running: false, autostart: true, state: 'shut off' }, changes: ['start etcd-1 (was shut off)'] },
-    { name: 'autostart turned off by hand: enabled again', state: { liveXml: LIVE, running: true, autostart: false, state: 'running' }, changes: ['enable autostart of etcd-1'] },
+  const cases: {
+    name: string;
+    state: Parameters<ReturnType<typeof step>['plan']>[0];
+    xml?: string;
+    changes: string[];
+    redefined?: { removed: string[]; added: string[] };
+  }[] = [
+    {
+      name: 'not defined: define, start, autostart',
+      state: { running: false, autostart: false, state: 'undefined' },
+      changes: ['define domain etcd-1', 'start etcd-1', 'enable autostart of etcd-1'],
+    },
+    {
+      name: 'as rendered, running, autostarted: nothing',
+      state: { liveXml: LIVE, running: true, autostart: true, state: 'running' },
+      changes: [],
+    },
+    {
+      name: 'as rendered but shut off: started, saying how it was',
+      state: { liveXml: LIVE, running: false, autostart: true, state: 'shut off' },
+      changes: ['start etcd-1 (was shut off)'],
+    },
+    {
+      name: 'autostart turned off by hand: enabled again',
+      state: { liveXml: LIVE, running: true, autostart: false, state: 'running' },
+      changes: ['enable autostart of etcd-1'],
+    },
     {
       name: 'another definition while running: redefined and restarted (rolled)',
       state: { liveXml: LIVE, running: true, autostart: true, state: 'running' },
@@ -75,74 +105,282 @@ const summaries = (changes: readonly { summary: string }[]) => changes.map((c) =
     });
   }
 }
+domainCases();
 
 // cloud-init: the seed volume by digest.
-{
+function cloudInitCases() {
   const step = cloudInitIsoStep('/nonexistent-state', [etcd1], new Map(), unused);
   const wanted = { sha256: 'a'.repeat(64), size: 389120, imageSize: 389120 };
   const cases: { name: string; state: Parameters<typeof step.plan>[0]; changes: string[] }[] = [
-    { name: 'missing: uploaded, with its size', state: { volume: { exists: false }, wanted }, changes: ['upload cloud-init ISO etcd-lab/etcd-1-cloud-init.iso (389120 bytes)'] },
-    { name: 'the same digest: nothing', state: { volume: { exists: true, capacityBytes: 389120 }, remoteSha256: 'a'.repeat(64), wanted }, changes: [] },
-    { name: 'another digest: rewritten in place, both digests shown', state: { volume: { exists: true, capacityBytes: 389120 }, remoteSha256: 'b'.repeat(64), wanted }, changes: [`rewrite cloud-init ISO etcd-lab/etcd-1-cloud-init.iso in place (sha256 ${'b'.repeat(12)} -> ${'a'.repeat(12)})`] },
+    {
+      name: 'missing: uploaded, with its size',
+      state: { volume: { exists: false }, wanted },
+      changes: ['upload cloud-init ISO etcd-lab/etcd-1-cloud-init.iso (389120 bytes)'],
+    },
+    {
+      name: 'the same digest: nothing',
+      state: { volume: { exists: true, capacityBytes: 389120 }, remoteSha256: 'a'.repeat(64), wanted },
+      changes: [],
+    },
+    {
+      name: 'another digest: rewritten in place, both digests shown',
+      state: { volume: { exists: true, capacityBytes: 389120 }, remoteSha256: 'b'.repeat(64), wanted },
+      changes: [`rewrite cloud-init ISO etcd-lab/etcd-1-cloud-init.iso in place (sha256 ${'b'.repeat(12)} -> ${'a'.repeat(12)})`],
+    },
     {
       name: 'a larger ISO: the volume grown, then rewritten',
       state: { volume: { exists: true, capacityBytes: 360448 }, remoteSha256: 'b'.repeat(64), wanted },
-      changes: [`rewrite cloud-init ISO etcd-lab/etcd-1-cloud-init.iso in place (sha256 ${'b'.repeat(12)} -> ${'a'.repeat(12)}, the volume grown to 389120 bytes)`],
+      changes: [
+        `rewrite cloud-init ISO etcd-lab/etcd-1-cloud-init.iso in place (sha256 ${'b'.repeat(12)} -> ${'a'.repeat(12)}, the volume grown to 389120 bytes)`,
+      ],
     },
   ];
   for (const row of cases) test(`cloud-init plan: ${row.name}`, (t) => t.deepEqual(summaries(step.plan(row.state, 'etcd-1')), row.changes));
 }
+cloudInitCases();
 
 // auth: from the bootstrap member, in order role, user, grant, enable.
-{
-  const certMode = authStep(lab, lab.members, unused, unused, false);
+function authCases() {
+  const certMode = authStep(lab, lab.members, unused, unused);
   const none = { rootRole: false, rootUser: false, rootUserHasRole: false, authEnabled: false };
   const cases: { name: string; state: Parameters<typeof certMode.plan>[0]; password?: boolean; changes: string[] }[] = [
-    { name: 'nothing yet: all four, in order', state: none, changes: ['create role root', 'create user root (no password: the client certificate CN=root authenticates)', 'grant role root to user root', 'enable authentication'] },
-    { name: 'password mode: the password is named, never shown', state: none, password: true, changes: ['create role root', 'create user root (password from the inventory, sent over TLS only)', 'grant role root to user root', 'enable authentication'] },
-    { name: 'a run stopped after the user: grant and enable', state: { ...none, rootRole: true, rootUser: true }, changes: ['grant role root to user root', 'enable authentication'] },
+    {
+      name: 'nothing yet: all four, in order',
+      state: none,
+      changes: [
+        'create role root',
+        'create user root (no password: the client certificate CN=root authenticates)',
+        'grant role root to user root',
+        'enable authentication',
+      ],
+    },
+    {
+      name: 'password mode: the password is named, never shown',
+      state: none,
+      password: true,
+      changes: [
+        'create role root',
+        'create user root (password from the inventory, sent over TLS only)',
+        'grant role root to user root',
+        'enable authentication',
+      ],
+    },
+    {
+      name: 'a run stopped after the user: grant and enable',
+      state: { ...none, rootRole: true, rootUser: true },
+      changes: ['grant role root to user root', 'enable authentication'],
+    },
     { name: 'all done: nothing', state: { rootRole: true, rootUser: true, rootUserHasRole: true, authEnabled: true }, changes: [] },
-    { name: 'etcd not up yet (dry-run): planned for later', state: { ...none, unreachable: 'etcd not reachable' }, changes: ['create role root (once etcd is healthy)', 'create user root (no password: the client certificate CN=root authenticates) (once etcd is healthy)', 'grant role root to user root (once etcd is healthy)', 'enable authentication (once etcd is healthy)'] },
+    {
+      name: 'etcd not up yet (dry-run): planned for later',
+      state: { ...none, unreachable: 'etcd not reachable' },
+      changes: [
+        'create role root (once etcd is healthy)',
+        'create user root (no password: the client certificate CN=root authenticates) (once etcd is healthy)',
+        'grant role root to user root (once etcd is healthy)',
+        'enable authentication (once etcd is healthy)',
+      ],
+    },
   ];
   for (const row of cases) {
     test(`auth plan: ${row.name}`, (t) => {
       t.deepEqual(certMode.targets, ['etcd-1'], 'the bootstrap member alone');
       const members = row.password ? lab.members.map((m, i) => (i === 0 ? { ...m, rootPassword: new Secret('pw-Zq7') } : m)) : lab.members;
-      const changes = authStep(lab, members, unused, unused, false).plan(row.state, 'etcd-1');
+      const changes = authStep(lab, members, unused, unused).plan(row.state, 'etcd-1');
       t.deepEqual(summaries(changes), row.changes);
       t.false(JSON.stringify(changes).includes('pw-Zq7'));
     });
   }
 }
+authCases();
 
-// health: ok, or the wait with etcd's answer.
-{
-  const step = healthStep(lab, lab.members, unused, false);
-  const cases: { name: string; health: Health; changes: string[]; warnings: RegExp[] }[] = [
-    { name: 'healthy: nothing', health: { healthy: true, leader: 'etcd-2', alarms: [] }, changes: [], warnings: [] },
-    { name: 'not healthy: the wait, with the reason', health: { healthy: false, reason: 'no leader' }, changes: ['wait for etcd to become healthy (now: no leader)'], warnings: [] },
-    { name: 'healthy with NOSPACE: nothing to change, a warning with what to do', health: { healthy: true, leader: 'etcd-2', alarms: ['NOSPACE'] }, changes: [], warnings: [/NOSPACE alarm: the cluster refuses writes\. .*maintain\.ts --compact --defrag --disarm/] },
-  ];
-  for (const row of cases) {
-    test(`health plan: ${row.name}`, (t) => {
-      t.deepEqual(summaries(step.plan(row.health, 'etcd-1')), row.changes);
-      const warnings = step.warnings?.(row.health, 'etcd-1') ?? [];
-      t.is(warnings.length, row.warnings.length);
-      row.warnings.forEach((pattern, i) => t.regex(warnings[i]!, pattern));
-    });
-  }
+// health: a wait; what a dry-run reports, and a NOSPACE alarm's warning with what to do.
+function healthCases() {
+  test('health wait: a dry-run names what it would wait for', (t) => {
+    t.is(healthWait(lab, lab.members, unused).pending('no leader'), 'wait for etcd to become healthy (now: no leader)');
+  });
+  test('health wait: the failure names the member, the last answer, the time waited and where to look', (t) => {
+    const failure = healthWait(lab, lab.members, unused).failure('etcd-2', 'no leader');
+    t.regex(
+      failure,
+      new RegExp(
+        `^etcd on etcd-2 \\(${lab.members[1]!.etcdIp.replaceAll('.', '\\.')}\\) not healthy after ${lab.cluster.health_timeout} s; last answer: no leader\\. Look at its console`,
+      ),
+    );
+  });
+  test('health wait: an active alarm is a warning; NOSPACE says what to do', (t) => {
+    t.deepEqual(alarmWarnings([]), []);
+    t.deepEqual(alarmWarnings(['CORRUPT']), ['etcd reports an active CORRUPT alarm']);
+    t.regex(
+      alarmWarnings(['NOSPACE']).join('\n'),
+      /NOSPACE alarm: the cluster refuses writes\. .*maintain\.ts --compact --defrag --disarm/,
+    );
+  });
 }
+healthCases();
 
 // restore: only a member without data, and only when restore is enabled.
-{
+function restoreCases() {
   const source = { bucket: { where: 's3 bucket backups at http://127.0.0.1:9000' } } as unknown as SnapshotSource;
   const enabled = { ...lab, restore: { ...lab.restore, enabled: true } };
-  const step = restoreStep(enabled, enabled.members, unused, source, false);
+  const step = restoreStep(enabled, enabled.members, unused, source);
   const cases: { name: string; state: Parameters<typeof step.plan>[0]; changes: string[] }[] = [
     { name: 'data there: nothing, ever again', state: { restored: true }, changes: [] },
-    { name: 'empty data directory: restored from the chosen snapshot, then etcd starts', state: { restored: false, snapshot: 'etcd-2026-11-21T09:30:00Z.dump' }, changes: ['restore etcd-1\'s data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups at http://127.0.0.1:9000, then start etcd'] },
-    { name: 'still booting (dry-run): planned for once it has booted', state: { unreachable: 'connection refused', restored: false, snapshot: 'etcd-2026-11-21T09:30:00Z.dump' }, changes: ['restore etcd-1\'s data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups at http://127.0.0.1:9000, then start etcd (once the member has booted)'] },
+    {
+      name: 'empty data directory: restored from the chosen snapshot, then etcd starts',
+      state: { restored: false, snapshot: 'etcd-2026-11-21T09:30:00Z.dump' },
+      changes: [
+        "restore etcd-1's data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups at http://127.0.0.1:9000, then start etcd",
+      ],
+    },
+    {
+      name: 'still booting (dry-run): planned for once it has booted',
+      state: { unreachable: 'connection refused', restored: false, snapshot: 'etcd-2026-11-21T09:30:00Z.dump' },
+      changes: [
+        "restore etcd-1's data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups at http://127.0.0.1:9000, then start etcd (once the member has booted)",
+      ],
+    },
   ];
   for (const row of cases) test(`restore plan: ${row.name}`, (t) => t.deepEqual(summaries(step.plan(row.state, 'etcd-1')), row.changes));
-  test('restore: no targets while restore is disabled', (t) => t.deepEqual(restoreStep(lab, lab.members, unused, source, false).targets, []));
+  test('restore: no targets while restore is disabled', (t) => t.deepEqual(restoreStep(lab, lab.members, unused, source).targets, []));
 }
+restoreCases();
+
+// Dry-run is the runner's: the same check, given a dry-run's patience (look once, say why) or a run's
+// (wait out the deadline, then fail), plans for later or fails. The steps take no dry-run flag.
+function dryRunCases() {
+  /** etcd on every member refuses: not healthy. */
+  const etcdDown = { for: async () => Promise.reject(new Error('14 UNAVAILABLE: No connection established')) } as unknown as EtcdClients;
+  const sshRefused = (windows: number[]) =>
+    ({
+      reach: async (_member: unknown, { windowMs }: { windowMs: number }) => {
+        windows.push(windowMs);
+        throw new SshError('member etcd-1: connect ECONNREFUSED');
+      },
+      get: async () => Promise.reject(new SshError('member etcd-1: connect ECONNREFUSED')),
+    }) as unknown as MemberConnections;
+  /** A second of health_timeout: a run's wait for a booting member ends soon. */
+  const quick = { ...lab, cluster: { ...lab.cluster, health_timeout: 1 }, restore: { ...lab.restore, enabled: true } };
+  const source = {
+    bucket: { where: 's3 bucket backups' },
+    choose: async () => 'etcd-2026-11-21T09:30:00Z.dump',
+  } as unknown as SnapshotSource;
+  const desired = new Map([['etcd-1', { files: [], services: [], dataDir: '/var/lib/etcd' } as unknown as DesiredGuest]]);
+  /** The guest agent: nothing taken early; its boot looked at as `boot` says. */
+  const agent = (boot: 'running' | { unanswered: string }) =>
+    ({ takeEarly: async () => undefined, lookAtBoot: async () => boot }) as unknown as GuestProbe;
+  const guest = (probe: GuestProbe) =>
+    guestStep({
+      inventory: quick,
+      members: [quick.members[0]!],
+      desired,
+      ssh: sshRefused([]),
+      probe,
+      clients: unused,
+      clusterFormed: false,
+      diffs: false,
+    });
+  const notHealthy = `etcd not reachable at ${etcd1.etcdIp} (No connection established)`;
+  const cases: { name: string; step: () => AnyStep; dryRun: string[]; run: string | RegExp }[] = [
+    {
+      name: 'auth, etcd not healthy',
+      step: () => authStep(lab, lab.members, etcdDown, unused),
+      dryRun: [
+        'create role root',
+        'create user root (no password: the client certificate CN=root authenticates)',
+        'grant role root to user root',
+        'enable authentication',
+      ].map((s) => `${s} (once etcd is healthy)`),
+      run: notHealthy,
+    },
+    {
+      name: 'users, etcd not healthy',
+      step: () =>
+        usersStep(
+          { ...lab, stateDir: '/nonexistent-state', roles: { app: { permissions: [] } }, users: {} },
+          lab.members,
+          etcdDown,
+          unused,
+        ),
+      dryRun: [
+        'record the users and roles the tool manages in etcd-kvm/managed-access and the state directory (managed-access.json)',
+        'create role app',
+      ].map((s) => `${s} (once etcd is healthy)`),
+      run: notHealthy,
+    },
+    {
+      name: 'restore, member still booting',
+      step: () => restoreStep(quick, quick.members, sshRefused([]), source),
+      dryRun: [
+        "restore etcd-1's data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups, then start etcd (once the member has booted)",
+      ],
+      run: 'member etcd-1: connect ECONNREFUSED',
+    },
+    {
+      name: 'guest, neither its agent nor SSH answers',
+      step: () => guest(agent({ unanswered: 'no answer' })),
+      dryRun: [
+        'converge the guest once it can be reached (now: neither its guest agent nor SSH answers (guest agent: no answer; SSH: member etcd-1: connect ECONNREFUSED))',
+      ],
+      run: /^its boot did not end within 1 s \(guest agent: no answer; SSH: member etcd-1: connect ECONNREFUSED\)$/,
+    },
+    {
+      name: 'guest, its agent says the first boot still runs',
+      step: () => guest(agent('running')),
+      dryRun: ['converge the guest once its first boot has finished (cloud-init is still running)'],
+      run: /^its boot did not end within 1 s \(guest agent: the boot is still running; SSH: not tried\)$/,
+    },
+  ];
+  for (const row of cases) {
+    test(`${row.name}: a dry-run's patience plans it for later`, async (t) => {
+      const step = row.step();
+      const target = step.targets[0]!;
+      t.deepEqual(summaries(step.plan(await step.check(target, patienceOf(true)), target)), row.dryRun);
+    });
+    test(`${row.name}: a run's patience fails the check`, async (t) => {
+      const step = row.step();
+      await t.throwsAsync(step.check(step.targets[0]!, patienceOf(false)), { message: row.run });
+    });
+  }
+  test('guest, an image without the agent, SSH up while cloud-init runs: a dry-run plans it for after the boot; a run waits for cloud-init over SSH', async (t) => {
+    const facts = (state: 'running' | 'done') => ({
+      files: new Map(),
+      units: new Map(),
+      environments: new Map(),
+      dataDirInitialized: true,
+      cloudInit: { state },
+    });
+    const execs: string[][] = [];
+    const ssh = { exec: async (argv: string[]) => void execs.push(argv) };
+    const sshUp = { reach: async () => ssh, get: async () => ssh } as unknown as MemberConnections;
+    const step = (answers: ReturnType<typeof facts>[]) => {
+      const probe = { ...agent({ unanswered: 'no agent' }), askNow: async () => answers.shift() } as unknown as GuestProbe;
+      return guestStep({
+        inventory: quick,
+        members: [quick.members[0]!],
+        desired,
+        ssh: sshUp,
+        probe,
+        clients: unused,
+        clusterFormed: false,
+        diffs: false,
+      });
+    };
+    const dryRun = step([facts('running')]);
+    t.deepEqual(summaries(dryRun.plan(await dryRun.check('etcd-1', patienceOf(true)), 'etcd-1')), [
+      'converge the guest once its first boot has finished (cloud-init is still running)',
+    ]);
+    t.deepEqual(execs, [], 'a dry-run does not wait for cloud-init');
+    const run = step([facts('running'), facts('done')]);
+    t.like(await run.check('etcd-1', patienceOf(false)), { kind: 'probed', facts: { cloudInit: { state: 'done' } } });
+    t.is(execs.length, 1, 'a run waits for cloud-init over SSH, then probes again');
+  });
+  test("restore: a booting member's SSH is waited for health_timeout in a run, tried once in a dry-run", async (t) => {
+    const windows: number[] = [];
+    const step = restoreStep(quick, quick.members, sshRefused(windows), source);
+    await step.check('etcd-1', patienceOf(true));
+    await t.throwsAsync(step.check('etcd-1', patienceOf(false)));
+    t.deepEqual(windows, [0, 1_000]);
+  });
+}
+dryRunCases();

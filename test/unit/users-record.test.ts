@@ -15,10 +15,15 @@ const stateDirWith = (content?: string) => {
 
 test('none yet (a state directory from before the record) is an empty record; a written one is read back', (t) => {
   t.deepEqual(readStateRecord(stateDirWith()), { users: [], roles: [] });
-  t.deepEqual(readStateRecord(stateDirWith(`${formatManaged({ users: ['alice'], roles: ['app1'] })}\n`)), { users: ['alice'], roles: ['app1'] });
+  t.deepEqual(readStateRecord(stateDirWith(`${formatManaged({ users: ['alice'], roles: ['app1'] })}\n`)), {
+    users: ['alice'],
+    roles: ['app1'],
+  });
 });
 
 test('a damaged record is an error naming the file, never an empty record', (t) => {
   const dir = stateDirWith('{"users": "alice"}');
-  t.throws(() => readStateRecord(dir), { message: `${join(dir, STATE_RECORD)} is not {"users": [...], "roles": [...]}; restore it, or delete it (the users and roles the tool made are then no longer recognised as its own)` });
+  t.throws(() => readStateRecord(dir), {
+    message: `${join(dir, STATE_RECORD)} is not {"users": [...], "roles": [...]}; restore it, or delete it (the users and roles the tool made are then no longer recognised as its own)`,
+  });
 });

@@ -14,14 +14,18 @@ const markOf = (fake: FakeVirshSession): string => /^echo '([^']+)' 0 begin ; /.
 
 /** What a guest that knows how the session frames answers, but cannot see the stream, would write to take over the asks after its own. */
 function forgedFrames(mark: string): string {
-  return Array.from({ length: 6 }, (_, seq) => `\n${mark} ${seq} end\n${mark} ${seq + 1} begin\nFORGED PROBE OUTPUT\n${mark} ${seq + 1} end\n`).join('');
+  return Array.from(
+    { length: 6 },
+    (_, seq) => `\n${mark} ${seq} end\n${mark} ${seq + 1} begin\nFORGED PROBE OUTPUT\n${mark} ${seq + 1} end\n`,
+  ).join('');
 }
 
 test("a guest's agent answer imitating the session's frames stays that guest's answer: another member's probe reads its own", async (t) => {
   const forgeries = ['@@etcd-kvm-session@@', '@@etcd-kvm-00000000000000000000000000000000@@'].map(forgedFrames).join('');
   const fake = new FakeVirshSession((args) => {
     // The agent's error text is the guest's: virsh passes it through as it is.
-    if (args[0] === 'qemu-agent-command') return `error: internal error: unable to execute QEMU agent command 'guest-exec-status': ${forgeries}`;
+    if (args[0] === 'qemu-agent-command')
+      return `error: internal error: unable to execute QEMU agent command 'guest-exec-status': ${forgeries}`;
     return `probe of ${args.at(-1)}`;
   });
   const session = new VirshSession(fake, 'hypervisor lab');
@@ -33,7 +37,7 @@ test("a guest's agent answer imitating the session's frames stays that guest's a
   t.true(sameBatch[0]!.output.endsWith(forgeries), "the forged text is the guest's own answer, whole");
 });
 
-test("each session frames with a marker of its own, 128 random bits a guest cannot guess", async (t) => {
+test('each session frames with a marker of its own, 128 random bits a guest cannot guess', async (t) => {
   const marks = await Promise.all(
     [1, 2].map(async () => {
       const fake = new FakeVirshSession(() => 'ok');
@@ -83,24 +87,33 @@ class ChunkedVirsh extends Duplex {
   }
 }
 
-test.serial('a 10 MiB answer arriving in 32 KiB chunks is read in well under a second: each chunk is scanned once, not the whole answer again', async (t) => {
-  const big = 'x'.repeat(10 * MiB);
-  const virsh = new ChunkedVirsh(() => big);
-  const session = new VirshSession(virsh, 'hypervisor lab');
-  const [reply] = await session.ask([['qemu-agent-command', 'etcd-1', '{"execute":"guest-exec-status"}']]);
-  t.is(reply!.output, `${big}\n`);
-  t.log(`read in ${Math.round(virsh.readingMs)} ms`);
-  t.true(virsh.readingMs < 1000, `read in ${Math.round(virsh.readingMs)} ms`);
-});
+test.serial(
+  'a 10 MiB answer arriving in 32 KiB chunks is read in well under a second: each chunk is scanned once, not the whole answer again',
+  async (t) => {
+    const big = 'x'.repeat(10 * MiB);
+    const virsh = new ChunkedVirsh(() => big);
+    const session = new VirshSession(virsh, 'hypervisor lab');
+    const [reply] = await session.ask([['qemu-agent-command', 'etcd-1', '{"execute":"guest-exec-status"}']]);
+    t.is(reply!.output, `${big}\n`);
+    t.log(`read in ${Math.round(virsh.readingMs)} ms`);
+    t.true(virsh.readingMs < 1000, `read in ${Math.round(virsh.readingMs)} ms`);
+  },
+);
 
-test.serial('an answer past the cap fails the ask with an error naming the cap, and ends the session: the rest of that answer is still coming', async (t) => {
-  const tooBig = 'x'.repeat(VIRSH_ANSWER_CAP.bytes + 1);
-  const virsh = new ChunkedVirsh(() => tooBig);
-  const session = new VirshSession(virsh, 'hypervisor lab');
-  const started = performance.now();
-  const error = await t.throwsAsync(session.ask([['qemu-agent-command', 'etcd-2', '{"execute":"guest-exec-status"}']]));
-  t.is(error.message, `hypervisor lab: virsh's answer to \`qemu-agent-command etcd-2 '{"execute":"guest-exec-status"}'\` exceeded 32 MiB (cap virsh-answer)`);
-  t.true(performance.now() - started < 5000);
-  t.true(virsh.destroyed);
-  await t.throwsAsync(session.ask([['version']]), { message: /cap virsh-answer/ });
-});
+test.serial(
+  'an answer past the cap fails the ask with an error naming the cap, and ends the session: the rest of that answer is still coming',
+  async (t) => {
+    const tooBig = 'x'.repeat(VIRSH_ANSWER_CAP.bytes + 1);
+    const virsh = new ChunkedVirsh(() => tooBig);
+    const session = new VirshSession(virsh, 'hypervisor lab');
+    const started = performance.now();
+    const error = await t.throwsAsync(session.ask([['qemu-agent-command', 'etcd-2', '{"execute":"guest-exec-status"}']]));
+    t.is(
+      error.message,
+      `hypervisor lab: virsh's answer to \`qemu-agent-command etcd-2 '{"execute":"guest-exec-status"}'\` exceeded 32 MiB (cap virsh-answer)`,
+    );
+    t.true(performance.now() - started < 5000);
+    t.true(virsh.destroyed);
+    await t.throwsAsync(session.ask([['version']]), { message: /cap virsh-answer/ });
+  },
+);

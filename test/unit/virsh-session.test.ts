@@ -22,11 +22,15 @@ const RECORDED_REPLIES = {
   2: { ok: false, output: "error: internal error: unable to execute QEMU agent command 'guest-exec-status': Invalid parameter 'pid'\n" },
   3: { ok: true, output: '{"return":{}}\n' },
   // What a batch would have answered (the probes' parsers read these).
-  4: { ok: true, output: ' Type     Device   Target   Source\n---------------------------------------------------\n volume   disk     vda      etcd-1-os.qcow2\n volume   disk     vdb      etcd-1-data.qcow2\n volume   cdrom    sda      etcd-1-cloud-init.iso\n' },
+  4: {
+    ok: true,
+    output:
+      ' Type     Device   Target   Source\n---------------------------------------------------\n volume   disk     vda      etcd-1-os.qcow2\n volume   disk     vdb      etcd-1-data.qcow2\n volume   cdrom    sda      etcd-1-cloud-init.iso\n',
+  },
 };
 
 for (const term of ['dumb', 'xterm']) {
-  test(`replies framed in a recorded session (TERM=${term}: the echoed input ${term === 'dumb' ? 'cut to the line\'s end' : 'whole'})`, (t) => {
+  test(`replies framed in a recorded session (TERM=${term}: the echoed input ${term === 'dumb' ? "cut to the line's end" : 'whole'})`, (t) => {
     const replies = recordedReader().read(Buffer.from(recorded(term)));
     t.deepEqual(Object.fromEntries(replies.map(({ seq, reply }) => [seq, reply])), RECORDED_REPLIES);
   });
@@ -43,9 +47,15 @@ test('a reply whose end has not arrived yet is kept for later, whole', (t) => {
   const text = recorded('xterm');
   const cut = text.indexOf(`${RECORDED_MARK} 3 end`) + 10;
   const reader = recordedReader();
-  t.deepEqual(reader.read(Buffer.from(text.slice(0, cut))).map(({ seq }) => seq), [0, 1, 2]);
+  t.deepEqual(
+    reader.read(Buffer.from(text.slice(0, cut))).map(({ seq }) => seq),
+    [0, 1, 2],
+  );
   const rest = reader.read(Buffer.from(text.slice(cut)));
-  t.deepEqual(rest.map(({ seq }) => seq), [3, 4]);
+  t.deepEqual(
+    rest.map(({ seq }) => seq),
+    [3, 4],
+  );
   t.deepEqual(rest[0]!.reply, { ok: true, output: '{"return":{}}\n' });
 });
 
@@ -57,14 +67,26 @@ test('only the frames of the batch in flight are read: a genuine frame of anothe
 
 test('a word with a line break is refused: virsh would run the rest of it as another command', (t) => {
   t.throws(() => sessionLine('@@m@@', 0, ['qemu-agent-command', 'etcd-1', '{\n"execute": "guest-ping"}']), { message: /line break/ });
-  t.is(sessionLine('@@m@@', 7, ['metadata', '--domain', "it's"]), "echo '@@m@@' 7 begin ; metadata --domain 'it'\\''s' ; echo '@@m@@' 7 end\n");
+  t.is(
+    sessionLine('@@m@@', 7, ['metadata', '--domain', "it's"]),
+    "echo '@@m@@' 7 begin ; metadata --domain 'it'\\''s' ; echo '@@m@@' 7 end\n",
+  );
 });
 
 test('asks are answered in order, several at once, through the prompt and the echo', async (t) => {
   const fake = new FakeVirshSession((args) => `${args.join('|')}\n`);
   const session = new VirshSession(fake, 'hypervisor lab');
-  const [first, second] = await Promise.all([session.ask([['list', '--name'], ['dominfo', "it's"]]), session.ask([['version']])]);
-  t.deepEqual(first, [{ ok: true, output: 'list|--name\n' }, { ok: true, output: "dominfo|it's\n" }]);
+  const [first, second] = await Promise.all([
+    session.ask([
+      ['list', '--name'],
+      ['dominfo', "it's"],
+    ]),
+    session.ask([['version']]),
+  ]);
+  t.deepEqual(first, [
+    { ok: true, output: 'list|--name\n' },
+    { ok: true, output: "dominfo|it's\n" },
+  ]);
   t.deepEqual(second, [{ ok: true, output: 'version\n' }]);
   t.is(fake.lines.length, 3);
 });
@@ -91,7 +113,18 @@ test('a virsh that does not answer in time ends the session', async (t) => {
 test('an urgent ask passes the asks waiting their turn, never the one virsh is answering', async (t) => {
   const fake = new FakeVirshSession((args) => args.join(' '));
   const session = new VirshSession(fake, 'hypervisor lab');
-  const asked = [session.ask([['first']]), session.ask([['second']]), session.ask([['third']]), session.ask([['urgent']], { urgent: true })];
-  t.deepEqual((await Promise.all(asked)).map(([reply]) => reply!.output), ['first', 'second', 'third', 'urgent']);
-  t.deepEqual(fake.lines.map((line) => line.split(' ; ')[1]), ['first', 'urgent', 'second', 'third']);
+  const asked = [
+    session.ask([['first']]),
+    session.ask([['second']]),
+    session.ask([['third']]),
+    session.ask([['urgent']], { urgent: true }),
+  ];
+  t.deepEqual(
+    (await Promise.all(asked)).map(([reply]) => reply!.output),
+    ['first', 'second', 'third', 'urgent'],
+  );
+  t.deepEqual(
+    fake.lines.map((line) => line.split(' ; ')[1]),
+    ['first', 'urgent', 'second', 'third'],
+  );
 });

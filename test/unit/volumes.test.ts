@@ -1,4 +1,5 @@
 import test from 'ava';
+import { patienceOf } from '../../tasks/core/runner.ts';
 import type { Inventory, Member } from '../../tasks/inventory/model.ts';
 import type { ProbeAnswer, Question } from '../../tasks/libvirt/virsh.ts';
 import type { RemoteContext } from '../../tasks/libvirt/context.ts';
@@ -13,8 +14,14 @@ import { baseDocument, load } from '../helpers/inventory.ts';
 type Disks = Record<string, 'present' | 'missing' | 'unreadable' | 'data-missing' | 'pool-missing'>;
 
 const found: ProbeAnswer = { code: 0, output: 'Name: x\nCapacity:       2147483648 bytes\n' };
-const absent: ProbeAnswer = { code: 1, output: "error: failed to get vol 'x'\nerror: Storage volume not found: no storage vol with matching path 'x'" };
-const noPool: ProbeAnswer = { code: 1, output: "error: failed to get pool 'typo'\nerror: Storage pool not found: no storage pool with matching name 'typo'" };
+const absent: ProbeAnswer = {
+  code: 1,
+  output: "error: failed to get vol 'x'\nerror: Storage volume not found: no storage vol with matching path 'x'",
+};
+const noPool: ProbeAnswer = {
+  code: 1,
+  output: "error: failed to get pool 'typo'\nerror: Storage pool not found: no storage pool with matching name 'typo'",
+};
 
 function fakeHypervisor(disks: Disks): RemoteContext {
   const answer = (member: Member, question: Question): ProbeAnswer => {
@@ -40,7 +47,11 @@ async function plans(inventory: Inventory, disks: Disks, { joining = false, form
   await Promise.all(
     step.targets.map(async (name) => {
       try {
-        outcome[name] = step.plan(await step.check(name), name).map((change) => change.summary).join('; ') || 'ok';
+        outcome[name] =
+          step
+            .plan(await step.check(name, patienceOf(false)), name)
+            .map((change) => change.summary)
+            .join('; ') || 'ok';
       } catch (error) {
         outcome[name] = `refused: ${(error as Error).message}`;
       }
@@ -61,12 +72,22 @@ test('existing disks are ok; a disk missing next to existing ones is refused, ne
   const outcome = await plans(load(baseDocument()), { 'etcd-1': 'present', 'etcd-2': 'missing', 'etcd-3': 'present' });
   t.is(outcome['etcd-1'], 'ok');
   t.is(outcome['etcd-3'], 'ok');
-  t.regex(outcome['etcd-2']!, /^refused: refusing to create a new OS disk for etcd-2: the cluster already exists \(other members have their disks: etcd-1, etcd-3\)/);
-  t.regex(outcome['etcd-2']!, /remove the member from the cluster \(etcdctl member remove <its ID, from status.ts>\) or run with --replace etcd-2: it then joins as a learner/);
+  t.regex(
+    outcome['etcd-2']!,
+    /^refused: refusing to create a new OS disk for etcd-2: the cluster already exists \(other members have their disks: etcd-1, etcd-3\)/,
+  );
+  t.regex(
+    outcome['etcd-2']!,
+    /remove the member from the cluster \(etcdctl member remove <its ID, from status.ts>\) or run with --replace etcd-2: it then joins as a learner/,
+  );
 });
 
 test('a member joining a formed cluster (added as a learner) gets its fresh disks', async (t) => {
-  const outcome = await plans(load(baseDocument()), { 'etcd-1': 'present', 'etcd-2': 'missing', 'etcd-3': 'present' }, { joining: true, formed: true });
+  const outcome = await plans(
+    load(baseDocument()),
+    { 'etcd-1': 'present', 'etcd-2': 'missing', 'etcd-3': 'present' },
+    { joining: true, formed: true },
+  );
   t.is(outcome['etcd-2'], 'create OS disk default/etcd-2-os.qcow2 (2 GiB qcow2 overlay on images/base.qcow2)');
 });
 
@@ -99,7 +120,11 @@ test('in a formed cluster a missing data disk is refused, never created empty (e
 test('a missing data disk is created while the cluster forms, and for a member joining it', async (t) => {
   const forming = await plans(withDataDisks(), { 'etcd-1': 'present', 'etcd-2': 'data-missing', 'etcd-3': 'present' });
   t.is(forming['etcd-2'], 'create data disk default/etcd-2-data.qcow2 (1 GiB qcow2)');
-  const joining = await plans(withDataDisks(), { 'etcd-1': 'present', 'etcd-2': 'data-missing', 'etcd-3': 'present' }, { joining: true, formed: true });
+  const joining = await plans(
+    withDataDisks(),
+    { 'etcd-1': 'present', 'etcd-2': 'data-missing', 'etcd-3': 'present' },
+    { joining: true, formed: true },
+  );
   t.is(joining['etcd-2'], 'create data disk default/etcd-2-data.qcow2 (1 GiB qcow2)');
 });
 

@@ -25,10 +25,20 @@ interface AptRepository {
 /** Ferlab's goreleaser releases: <project>_<version>_linux_amd64.tar.gz next to <project>_<version>_SHA256SUMS. */
 function updaterRelease(member: Member) {
   if (!usesDynamicConfig(member.services)) return undefined;
-  const [project, version] = member.services.fluentbit_dynamic_config.source === 'etcd' ? ['configurations-auto-updater', UPSTREAM.configurationsAutoUpdater] : ['gitsync', UPSTREAM.gitsync];
+  const [project, version] =
+    member.services.fluentbit_dynamic_config.source === 'etcd'
+      ? ['configurations-auto-updater', UPSTREAM.configurationsAutoUpdater]
+      : ['gitsync', UPSTREAM.gitsync];
   const base = `https://github.com/Ferlab-Ste-Justine/${project}/releases/download/v${version}/${project}_${version}`;
   const archive = `${project}_${version}_linux_amd64.tar.gz`;
-  return { project, version, archive, url: quote(`${base}_linux_amd64.tar.gz`), sums: quote(`${base}_SHA256SUMS`), destination: CONFIG_UPDATER.binary };
+  return {
+    project,
+    version,
+    archive,
+    url: quote(`${base}_linux_amd64.tar.gz`),
+    sums: quote(`${base}_SHA256SUMS`),
+    destination: CONFIG_UPDATER.binary,
+  };
 }
 
 export function renderInstaller(inventory: Inventory, member: Member): string {
@@ -38,18 +48,38 @@ export function renderInstaller(inventory: Inventory, member: Member): string {
   const repositories: AptRepository[] = [];
   const packages: string[] = [];
   if (member.services.fluentbit.enabled) {
-    repositories.push({ name: 'fluent-bit', keyUrl: 'https://packages.fluentbit.io/fluentbit.key', sourceLine: 'deb [signed-by=/etc/apt/keyrings/fluent-bit.asc] https://packages.fluentbit.io/debian/bookworm bookworm main' });
+    repositories.push({
+      name: 'fluent-bit',
+      keyUrl: 'https://packages.fluentbit.io/fluentbit.key',
+      sourceLine: 'deb [signed-by=/etc/apt/keyrings/fluent-bit.asc] https://packages.fluentbit.io/debian/bookworm bookworm main',
+    });
     packages.push(`fluent-bit=${UPSTREAM.fluentBit}`);
   }
   if (member.services.vault_agent.enabled) {
-    repositories.push({ name: 'hashicorp', keyUrl: 'https://apt.releases.hashicorp.com/gpg', sourceLine: 'deb [signed-by=/etc/apt/keyrings/hashicorp.asc] https://apt.releases.hashicorp.com bookworm main' });
+    repositories.push({
+      name: 'hashicorp',
+      keyUrl: 'https://apt.releases.hashicorp.com/gpg',
+      sourceLine: 'deb [signed-by=/etc/apt/keyrings/hashicorp.asc] https://apt.releases.hashicorp.com bookworm main',
+    });
     packages.push(`vault=${UPSTREAM.vault}-1`);
   }
   const etcdRelease = `https://github.com/etcd-io/etcd/releases/download/${etcdVersion}`;
   const exporterRelease = `https://github.com/prometheus/node_exporter/releases/download/v${UPSTREAM.nodeExporter}`;
   return renderTemplate('install-upstream.sh.ejs', {
-    etcd: { version: etcdVersion, archive: `${etcdDir}.tar.gz`, dir: etcdDir, url: quote(`${etcdRelease}/${etcdDir}.tar.gz`), sums: quote(`${etcdRelease}/SHA256SUMS`) },
-    nodeExporter: { version: UPSTREAM.nodeExporter, archive: `${exporterDir}.tar.gz`, dir: exporterDir, url: quote(`${exporterRelease}/${exporterDir}.tar.gz`), sums: quote(`${exporterRelease}/sha256sums.txt`) },
+    etcd: {
+      version: etcdVersion,
+      archive: `${etcdDir}.tar.gz`,
+      dir: etcdDir,
+      url: quote(`${etcdRelease}/${etcdDir}.tar.gz`),
+      sums: quote(`${etcdRelease}/SHA256SUMS`),
+    },
+    nodeExporter: {
+      version: UPSTREAM.nodeExporter,
+      archive: `${exporterDir}.tar.gz`,
+      dir: exporterDir,
+      url: quote(`${exporterRelease}/${exporterDir}.tar.gz`),
+      sums: quote(`${exporterRelease}/sha256sums.txt`),
+    },
     updater: updaterRelease(member),
     aptRepositories: repositories.map((repo) => ({ name: repo.name, keyUrl: quote(repo.keyUrl), sourceLine: quote(repo.sourceLine) })),
     aptPackages: packages.map(quote),

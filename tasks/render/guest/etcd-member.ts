@@ -13,7 +13,12 @@ function pending(what: string): string {
  * What only takes effect when a member first starts: etcd ignores these once its data directory
  * exists, so a change to them alone restarts nothing.
  */
-export const FIRST_START_VARIABLES = ['ETCD_INITIAL_CLUSTER', 'ETCD_INITIAL_CLUSTER_STATE', 'ETCD_INITIAL_CLUSTER_TOKEN', 'ETCD_INITIAL_ADVERTISE_PEER_URLS'] as const;
+export const FIRST_START_VARIABLES = [
+  'ETCD_INITIAL_CLUSTER',
+  'ETCD_INITIAL_CLUSTER_STATE',
+  'ETCD_INITIAL_CLUSTER_TOKEN',
+  'ETCD_INITIAL_ADVERTISE_PEER_URLS',
+] as const;
 
 export const ETCD_UNIT = 'etcd.service';
 
@@ -22,18 +27,45 @@ export const ETCD_UNIT = 'etcd.service';
  * reads its server and peer certificate and key again for every new TLS connection (since 3.2), so
  * replacing them needs no restart; a CA bundle is read only at start (etcd-io/etcd#11555).
  */
-export function etcdFragment(inventory: Inventory, member: Member, tls: MemberTls, initialClusterState: InitialClusterState, writeSecret: SecretWriter): CloudConfigFragment {
+export function etcdFragment(
+  inventory: Inventory,
+  member: Member,
+  tls: MemberTls,
+  initialClusterState: InitialClusterState,
+  writeSecret: SecretWriter,
+): CloudConfigFragment {
   return {
     writeFiles: [
       { path: GUEST_PATHS.caCert, permissions: '0644', content: tls.caCert ?? pending('CA certificate'), notify: ETCD_UNIT },
       { path: GUEST_PATHS.serverCert, permissions: '0644', content: tls.cert ?? pending(`certificate of ${member.name}`) },
       // Deferred to the final stage, when the etcd user (from the package or `users`) surely exists.
-      { path: GUEST_PATHS.serverKey, permissions: '0400', owner: 'etcd:etcd', defer: true, content: tls.key ? writeSecret(tls.key) : pending(`private key of ${member.name}`) },
+      {
+        path: GUEST_PATHS.serverKey,
+        permissions: '0400',
+        owner: 'etcd:etcd',
+        defer: true,
+        content: tls.key ? writeSecret(tls.key) : pending(`private key of ${member.name}`),
+      },
       // The peer port's: a new trust bundle restarts etcd (read at start only); a new certificate needs no restart.
-      { path: GUEST_PATHS.peerTrustedCa, permissions: '0644', content: tls.peer?.trustedCa ?? pending('peer CA certificates'), notify: ETCD_UNIT },
+      {
+        path: GUEST_PATHS.peerTrustedCa,
+        permissions: '0644',
+        content: tls.peer?.trustedCa ?? pending('peer CA certificates'),
+        notify: ETCD_UNIT,
+      },
       { path: GUEST_PATHS.peerCert, permissions: '0644', content: tls.peer?.cert ?? pending(`peer certificate of ${member.name}`) },
-      { path: GUEST_PATHS.peerKey, permissions: '0400', owner: 'etcd:etcd', defer: true, content: tls.peer?.key ? writeSecret(tls.peer.key) : pending(`peer key of ${member.name}`) },
-      { path: GUEST_PATHS.environmentFile, permissions: '0644', content: renderEnvironmentFile(etcdEnvironment(inventory, member, initialClusterState, tls.peer?.allowedCn)) },
+      {
+        path: GUEST_PATHS.peerKey,
+        permissions: '0400',
+        owner: 'etcd:etcd',
+        defer: true,
+        content: tls.peer?.key ? writeSecret(tls.peer.key) : pending(`peer key of ${member.name}`),
+      },
+      {
+        path: GUEST_PATHS.environmentFile,
+        permissions: '0644',
+        content: renderEnvironmentFile(etcdEnvironment(inventory, member, initialClusterState, tls.peer?.allowedCn)),
+      },
       { path: GUEST_PATHS.unitFile, permissions: '0644', content: renderUnitFile(inventory, member), notify: ETCD_UNIT },
     ],
     runcmd: [
@@ -41,6 +73,13 @@ export function etcdFragment(inventory: Inventory, member: Member, tls: MemberTl
       ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', inventory.etcd.data_dir],
     ],
     // With restore enabled the unit's condition keeps etcd stopped until the restore step filled the data directory.
-    services: [{ unit: ETCD_UNIT, onChange: 'restart', rolling: true, environment: { path: GUEST_PATHS.environmentFile, ignore: FIRST_START_VARIABLES } }],
+    services: [
+      {
+        unit: ETCD_UNIT,
+        onChange: 'restart',
+        rolling: true,
+        environment: { path: GUEST_PATHS.environmentFile, ignore: FIRST_START_VARIABLES },
+      },
+    ],
   };
 }

@@ -17,7 +17,8 @@ import { VAULT_AGENT_PATHS, VAULT_AGENT_UNIT } from './vault-agent.ts';
 export type DynamicConfig = GuestServices['fluentbit_dynamic_config'];
 
 /** Dynamic configuration applies only where fluent-bit itself runs (as in the module). */
-export const usesDynamicConfig = (services: Pick<GuestServices, 'fluentbit' | 'fluentbit_dynamic_config'>) => services.fluentbit.enabled && services.fluentbit_dynamic_config.enabled;
+export const usesDynamicConfig = (services: Pick<GuestServices, 'fluentbit' | 'fluentbit_dynamic_config'>) =>
+  services.fluentbit.enabled && services.fluentbit_dynamic_config.enabled;
 
 const ROOT = '/etc/fluent-bit-config-updater';
 
@@ -56,10 +57,13 @@ const fromVault = (dynamic: DynamicConfig) => dynamic.etcd.vault_agent_secret_pa
 /** Certificate auth when a client certificate is given (also with Vault, to choose it), else password auth. */
 export function credentialFiles(dynamic: DynamicConfig): CredentialFiles {
   const dir = fromVault(dynamic) ? CONFIG_UPDATER.vaultRendered : `${ROOT}/etcd`;
-  return dynamic.etcd.client.certificate !== '' ? { kind: 'certificate', cert: `${dir}/client.crt`, key: `${dir}/client.key` } : { kind: 'password', password: `${dir}/password.yml` };
+  return dynamic.etcd.client.certificate !== ''
+    ? { kind: 'certificate', cert: `${dir}/client.crt`, key: `${dir}/client.key` }
+    : { kind: 'password', password: `${dir}/password.yml` };
 }
 
-const credentialSettings = (files: CredentialFiles) => (files.kind === 'certificate' ? { client_cert: files.cert, client_key: files.key } : { password_auth: files.password });
+const credentialSettings = (files: CredentialFiles) =>
+  files.kind === 'certificate' ? { client_cert: files.cert, client_key: files.key } : { password_auth: files.password };
 
 /** The updater's own configuration (configurations-auto-updater for etcd, gitsync for git). */
 export function updaterConfig(dynamic: DynamicConfig): Record<string, unknown> {
@@ -121,11 +125,22 @@ export function vaultTemplateConfig(dynamic: DynamicConfig): Record<string, unkn
   const path = JSON.stringify(dynamic.etcd.vault_agent_secret_path);
   const files = credentialFiles(dynamic);
   const restart = { command: ['sudo', '--non-interactive', SYSTEMCTL, 'restart', `${CONFIG_UPDATER.service}.service`] };
-  const template = (destination: string, field: string) => ({ destination, perms: '0640', contents: `{{ with secret ${path} }}{{ .Data.data.${field} }}{{ end }}\n` });
+  const template = (destination: string, field: string) => ({
+    destination,
+    perms: '0640',
+    contents: `{{ with secret ${path} }}{{ .Data.data.${field} }}{{ end }}\n`,
+  });
   const templates =
     files.kind === 'certificate'
       ? [template(files.cert, 'certificate'), { ...template(files.key, 'key'), exec: restart }]
-      : [{ destination: files.password, perms: '0640', contents: `{{ with secret ${path} }}username: {{ .Data.data.username }}\npassword: {{ .Data.data.password }}\n{{ end }}`, exec: restart }];
+      : [
+          {
+            destination: files.password,
+            perms: '0640',
+            contents: `{{ with secret ${path} }}username: {{ .Data.data.username }}\npassword: {{ .Data.data.password }}\n{{ end }}`,
+            exec: restart,
+          },
+        ];
   return { template: templates };
 }
 
@@ -133,15 +148,24 @@ function etcdSourceFiles(dynamic: DynamicConfig, writeSecret: SecretWriter): Wri
   const { client } = dynamic.etcd;
   const files: WriteFile[] = [{ path: CONFIG_UPDATER.etcdCa, permissions: '0644', content: dynamic.etcd.ca_certificate }];
   if (fromVault(dynamic)) {
-    files.push({ path: CONFIG_UPDATER.vaultTemplate, permissions: '0644', content: `${JSON.stringify(vaultTemplateConfig(dynamic), null, 2)}\n` });
+    files.push({
+      path: CONFIG_UPDATER.vaultTemplate,
+      permissions: '0644',
+      content: `${JSON.stringify(vaultTemplateConfig(dynamic), null, 2)}\n`,
+    });
     return files;
   }
   const credentials = credentialFiles(dynamic);
   if (credentials.kind === 'certificate') {
-    files.push({ path: credentials.cert, permissions: '0644', content: client.certificate }, secretFile(credentials.key, UPDATER_OWNER, writeSecret(client.key)));
+    files.push(
+      { path: credentials.cert, permissions: '0644', content: client.certificate },
+      secretFile(credentials.key, UPDATER_OWNER, writeSecret(client.key)),
+    );
   } else {
     // Serialised by a YAML library: a password with YAML syntax in it stays one string.
-    files.push(secretFile(credentials.password, UPDATER_OWNER, stringify({ username: client.username, password: writeSecret(client.password) })));
+    files.push(
+      secretFile(credentials.password, UPDATER_OWNER, stringify({ username: client.username, password: writeSecret(client.password) })),
+    );
   }
   return files;
 }
@@ -151,7 +175,11 @@ function gitSourceFiles(dynamic: DynamicConfig, writeSecret: SecretWriter): Writ
   return [
     secretFile(CONFIG_UPDATER.gitSshKey, UPDATER_OWNER, writeSecret(git.auth.client_ssh_key)),
     { path: CONFIG_UPDATER.gitKnownKey, permissions: '0644', content: `${git.auth.server_ssh_fingerprint.trim()}\n` },
-    ...git.trusted_gpg_keys.map((key, index) => ({ path: `${CONFIG_UPDATER.gitTrustedKeys}/key${index}.asc`, permissions: '0644', content: key })),
+    ...git.trusted_gpg_keys.map((key, index) => ({
+      path: `${CONFIG_UPDATER.gitTrustedKeys}/key${index}.asc`,
+      permissions: '0644',
+      content: key,
+    })),
   ];
 }
 
@@ -164,12 +192,28 @@ export function renderUpdaterUnits(dynamic: DynamicConfig): WriteFile[] {
     // The updater exits on any error and relies on systemd to retry, for as long as it takes (etcd
     // unreachable, credentials Vault has not rendered yet): no start limit.
     unit: ['StartLimitIntervalSec=0'],
-    service: [`Environment=${environment}=${CONFIG_UPDATER.config}`, `WorkingDirectory=${DYNAMIC_CONFIG.dir}`, 'RestartSec=5', ...(dynamic.source === 'git' ? ['Type=oneshot'] : [])],
+    service: [
+      `Environment=${environment}=${CONFIG_UPDATER.config}`,
+      `WorkingDirectory=${DYNAMIC_CONFIG.dir}`,
+      'RestartSec=5',
+      ...(dynamic.source === 'git' ? ['Type=oneshot'] : []),
+    ],
     execStart: CONFIG_UPDATER.binary,
   });
   const units: WriteFile[] = [{ path: `/etc/systemd/system/${CONFIG_UPDATER.service}.service`, permissions: '0644', content: service }];
   if (dynamic.source === 'git') {
-    const timer = ['# Managed by etcd-kvm.', '[Unit]', 'Description=Sync the fluent-bit dynamic configuration from git', '', '[Timer]', `OnCalendar=${GIT_SYNC_CALENDAR}`, '', '[Install]', 'WantedBy=timers.target', ''].join('\n');
+    const timer = [
+      '# Managed by etcd-kvm.',
+      '[Unit]',
+      'Description=Sync the fluent-bit dynamic configuration from git',
+      '',
+      '[Timer]',
+      `OnCalendar=${GIT_SYNC_CALENDAR}`,
+      '',
+      '[Install]',
+      'WantedBy=timers.target',
+      '',
+    ].join('\n');
     units.push({ path: `/etc/systemd/system/${CONFIG_UPDATER.service}.timer`, permissions: '0644', content: timer });
   }
   return units;
@@ -186,7 +230,15 @@ export function fluentBitDynamicFragment(services: GuestServices, writeSecret: S
     return dynamic.source === 'etcd' ? { ...file, notify: started } : file;
   };
   return {
-    users: [{ name: CONFIG_UPDATER.user, system: true, lock_passwd: true, shell: '/usr/sbin/nologin', homedir: `/var/lib/${CONFIG_UPDATER.user}` }],
+    users: [
+      {
+        name: CONFIG_UPDATER.user,
+        system: true,
+        lock_passwd: true,
+        shell: '/usr/sbin/nologin',
+        homedir: `/var/lib/${CONFIG_UPDATER.user}`,
+      },
+    ],
     writeFiles: [
       ...[
         secretFile(CONFIG_UPDATER.config, UPDATER_OWNER, `# Managed by etcd-kvm.\n${stringify(updaterConfig(dynamic), { lineWidth: 0 })}`),
@@ -199,7 +251,9 @@ export function fluentBitDynamicFragment(services: GuestServices, writeSecret: S
     runcmd: [
       ['install', '-d', '-o', CONFIG_UPDATER.user, '-g', CONFIG_UPDATER.user, '-m', '0700', DYNAMIC_CONFIG.dir],
       // setgid: what Vault agent writes there belongs to the updater's group.
-      ...(fromVault(dynamic) ? [['install', '-d', '-o', 'vault', '-g', CONFIG_UPDATER.user, '-m', '2750', CONFIG_UPDATER.vaultRendered]] : []),
+      ...(fromVault(dynamic)
+        ? [['install', '-d', '-o', 'vault', '-g', CONFIG_UPDATER.user, '-m', '2750', CONFIG_UPDATER.vaultRendered]]
+        : []),
     ],
     services: [{ unit: started, onChange: 'restart' }],
   };

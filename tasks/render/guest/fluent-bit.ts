@@ -41,7 +41,10 @@ export function fluentBitConfig(settings: FluentBitSettings, writeSecret: Secret
   return {
     service: { flush: 1, log_level: 'info', 'storage.path': `${FLUENT_BIT_PATHS.storage}/buffer` },
     pipeline: {
-      inputs: [journal(fluentbit.etcd_tag, 'etcd.service', 'etcd'), journal(fluentbit.node_exporter_tag, NODE_EXPORTER.unit, 'node-exporter')],
+      inputs: [
+        journal(fluentbit.etcd_tag, 'etcd.service', 'etcd'),
+        journal(fluentbit.node_exporter_tag, NODE_EXPORTER.unit, 'node-exporter'),
+      ],
       outputs: [
         {
           name: 'forward',
@@ -79,8 +82,16 @@ export function fluentBitFragment(settings: FluentBitSettings, writeSecret: Secr
   return {
     writeFiles: [
       // The shared key is in the file: root only (fluent-bit runs as root to read the journal).
-      { path: FLUENT_BIT_PATHS.config, permissions: '0600', owner: 'root:root', content: renderFluentBitConfig(settings, writeSecret), notify: FLUENT_BIT_UNIT },
-      ...(settings.fluentbit.forward.ca_cert ? [{ path: FLUENT_BIT_PATHS.forwardCa, permissions: '0644', content: settings.fluentbit.forward.ca_cert, notify: FLUENT_BIT_UNIT }] : []),
+      {
+        path: FLUENT_BIT_PATHS.config,
+        permissions: '0600',
+        owner: 'root:root',
+        content: renderFluentBitConfig(settings, writeSecret),
+        notify: FLUENT_BIT_UNIT,
+      },
+      ...(settings.fluentbit.forward.ca_cert
+        ? [{ path: FLUENT_BIT_PATHS.forwardCa, permissions: '0644', content: settings.fluentbit.forward.ca_cert, notify: FLUENT_BIT_UNIT }]
+        : []),
       { path: FLUENT_BIT_PATHS.dropIn, permissions: '0644', content: renderDropIn(settings.dynamic), notify: FLUENT_BIT_UNIT },
     ],
     runcmd: [['install', '-d', '-m', '0700', FLUENT_BIT_PATHS.storage]],

@@ -21,7 +21,18 @@ export function renderNodeExporterUnit(): string {
 
 export function nodeExporterFragment(member: Member): CloudConfigFragment {
   return {
-    ...(member.installDependencies ? { writeFiles: [{ path: `/etc/systemd/system/${NODE_EXPORTER.unit}`, permissions: '0644', content: renderNodeExporterUnit(), notify: NODE_EXPORTER.unit }] } : {}),
+    ...(member.installDependencies
+      ? {
+          writeFiles: [
+            {
+              path: `/etc/systemd/system/${NODE_EXPORTER.unit}`,
+              permissions: '0644',
+              content: renderNodeExporterUnit(),
+              notify: NODE_EXPORTER.unit,
+            },
+          ],
+        }
+      : {}),
     services: [{ unit: NODE_EXPORTER.unit, onChange: 'restart' }],
   };
 }

@@ -58,10 +58,17 @@ export function vaultAgentFragment(vault: GuestServices['vault_agent'], writeSec
   const { role_id: roleId, secret_id: secretId } = vault.auth_method.config;
   return {
     writeFiles: [
-      { path: VAULT_AGENT_PATHS.config, permissions: '0644', content: `${JSON.stringify(vaultAgentConfig(vault), null, 2)}\n`, notify: VAULT_AGENT_UNIT },
+      {
+        path: VAULT_AGENT_PATHS.config,
+        permissions: '0644',
+        content: `${JSON.stringify(vaultAgentConfig(vault), null, 2)}\n`,
+        notify: VAULT_AGENT_UNIT,
+      },
       secretFile(VAULT_AGENT_PATHS.roleId, 'vault:vault', writeSecret(roleId), VAULT_AGENT_UNIT),
       secretFile(VAULT_AGENT_PATHS.secretId, 'vault:vault', writeSecret(secretId), VAULT_AGENT_UNIT),
-      ...(vault.vault_ca_cert ? [{ path: VAULT_AGENT_PATHS.ca, permissions: '0644', content: vault.vault_ca_cert, notify: VAULT_AGENT_UNIT }] : []),
+      ...(vault.vault_ca_cert
+        ? [{ path: VAULT_AGENT_PATHS.ca, permissions: '0644', content: vault.vault_ca_cert, notify: VAULT_AGENT_UNIT }]
+        : []),
       { path: VAULT_AGENT_PATHS.unit, permissions: '0644', content: renderVaultAgentUnit('/usr/bin/vault'), notify: VAULT_AGENT_UNIT },
     ],
     services: [{ unit: VAULT_AGENT_UNIT, onChange: 'restart' }],

@@ -1,0 +1,144 @@
+import { readFileSync } from 'node:fs';
+import { extname } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { EXIT } from '../core/errors.ts';
+import { bashCompletion } from './completion.ts';
+
+/**
+ * The `etcd-kvm` command: `etcd-kvm deploy -i inv.yaml` runs tasks/deploy.ts with `-i inv.yaml`, exactly
+ * as `npx tsx tasks/deploy.ts -i inv.yaml` does. The table below is the one list of commands: --help and
+ * the shell completion are made from it.
+ */
+
+export interface Command {
+  name: string;
+  /** The entry script under tasks/, without its extension (the same table serves .ts run by tsx and compiled .js). */
+  module: string;
+  summary: string;
+  /** Its long flags, for completion only; test/integration/bin.test.ts holds them against the script's own --help. */
+  flags: readonly string[];
+}
+
+export const COMMANDS: readonly Command[] = [
+  {
+    name: 'deploy',
+    module: 'deploy',
+    summary: 'turn the inventory into a running TLS etcd cluster on libvirt VMs, or bring it back to it',
+    // Hand-listed: tasks/cli/options.ts keeps its parseArgs options inside parseDeployOptions.
+    flags: [
+      '--inventory',
+      '--dry-run',
+      '--check',
+      '--diff',
+      '--render-only',
+      '--limit',
+      '--tags',
+      '--skip-tags',
+      '--list-phases',
+      '--renew-certs',
+      '--replace',
+      '--adopt',
+      '--profile',
+      '--json',
+      '--debug',
+      '--help',
+    ],
+  },
+  {
+    name: 'status',
+    module: 'status',
+    summary: "read each member's VM, etcd role, sizes, alarms and certificate expiry",
+    flags: ['--inventory', '--json', '--help'],
+  },
+  {
+    name: 'maintain',
+    module: 'maintain',
+    summary: 'compact, defragment or clear a NOSPACE alarm, on a healthy cluster only',
+    flags: ['--inventory', '--compact', '--defrag', '--disarm', '--dry-run', '--help'],
+  },
+  {
+    name: 'backup',
+    module: 'backup',
+    summary: 'upload an etcd snapshot to restore.s3 (encrypted when a key is set)',
+    flags: ['--inventory', '--member', '--keep', '--help'],
+  },
+  {
+    name: 'client',
+    module: 'client',
+    summary: "write a user's CA, certificate, key and etcdctl.env for a client machine",
+    flags: ['--inventory', '--user', '--out', '--help'],
+  },
+  {
+    name: 'state',
+    module: 'state',
+    summary: "encrypt or decrypt the state directory's private keys with a passphrase",
+    flags: ['--inventory', '--encrypt', '--decrypt', '--help'],
+  },
+];
+
+/** Built into this dispatcher rather than a script; listed by --help and completed like the others. */
+export const COMPLETION = { name: 'completion', summary: 'print the bash completion script: source <(etcd-kvm completion bash)' } as const;
+
+const NAMES = [...COMMANDS.map((command) => command.name), COMPLETION.name];
+
+export function helpText(): string {
+  const width = Math.max(...NAMES.map((name) => name.length)) + 2;
+  const line = (name: string, summary: string) => `  ${name.padEnd(width)}${summary}`;
+  return [
+    'Usage: etcd-kvm COMMAND [options]      (each command explains its options: etcd-kvm COMMAND --help)',
+    '',
+    'Commands:',
+    ...COMMANDS.map((command) => line(command.name, command.summary)),
+    line(COMPLETION.name, COMPLETION.summary),
+    '',
+    line('--version', 'print the version'),
+    line('-h, --help', 'this text'),
+  ].join('\n');
+}
+
+/** What a command line asks for: a script to run with the rest of the arguments, or text and an exit code. */
+export type Dispatch = { run: Command; rest: string[] } | { exit: number; stdout?: string; stderr?: string };
+
+export function dispatch(argv: readonly string[], version: () => string): Dispatch {
+  const [name, ...rest] = argv;
+  if (name === undefined) return { exit: EXIT.badInput, stderr: `error: name a command\n\n${helpText()}` };
+  if (name === '-h' || name === '--help') return { exit: EXIT.ok, stdout: helpText() };
+  if (name === '--version') return { exit: EXIT.ok, stdout: version() };
+  if (name === COMPLETION.name) {
+    if (rest.length === 1 && rest[0] === 'bash') return { exit: EXIT.ok, stdout: bashCompletion(COMMANDS, COMPLETION.name) };
+    const zsh = 'zsh: run `autoload -U +X bashcompinit && bashcompinit` first';
+    return { exit: EXIT.badInput, stderr: `error: say the shell: etcd-kvm completion bash (${zsh})` };
+  }
+  const command = COMMANDS.find((candidate) => candidate.name === name);
+  if (command) return { run: command, rest };
+  return {
+    exit: EXIT.badInput,
+    stderr: `error: unknown command ${name}; commands are ${NAMES.join(', ')} (etcd-kvm --help says what each does)`,
+  };
+}
+
+/** The command's script in tasks/ (this file's parent folder), with this file's extension. */
+export function scriptPath(command: Command): string {
+  const here = fileURLToPath(import.meta.url);
+  return fileURLToPath(new URL(`../${command.module}${extname(here)}`, import.meta.url));
+}
+
+function packageVersion(): string {
+  const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+  return manifest.version;
+}
+
+export async function main(argv: readonly string[]): Promise<void> {
+  const plan = dispatch(argv, packageVersion);
+  if ('exit' in plan) {
+    if (plan.stdout !== undefined) console.log(plan.stdout);
+    if (plan.stderr !== undefined) console.error(plan.stderr);
+    process.exitCode = plan.exit;
+    return;
+  }
+  const script = scriptPath(plan.run);
+  // The scripts read process.argv.slice(2) and run at import: they see the command line they would under tsx.
+  const [node = process.execPath] = process.argv;
+  process.argv = [node, script, ...plan.rest];
+  await import(pathToFileURL(script).href);
+}

@@ -1,0 +1,111 @@
+import type { FactCache } from '../core/facts.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import { clientIdentities, type ClientIdentities } from '../etcd/identities.ts';
+import { EtcdClients } from '../etcd/client.ts';
+import { GuestProbe } from '../guest/probe.ts';
+import { RemoteContext } from '../libvirt/context.ts';
+import { identityFrom, materialsFrom, readFacts } from '../pki/materials.ts';
+import { PkiStore } from '../pki/store.ts';
+import { MemberConnections } from '../remote/members.ts';
+import type { SnapshotSource } from '../backup/source.ts';
+import { renderGuest, renderMember, type RenderedFile } from '../render/member.ts';
+import type { DesiredGuest } from '../render/guest/desired.ts';
+import type { InitialClusterState } from '../render/etcd.ts';
+import type { NetworkNames } from '../steps/networks.ts';
+
+/** What one render made: each member's files (domain XML, cloud-init) and its guest's contents. */
+export interface Rendered {
+  files: Map<string, RenderedFile[]>;
+  guests: Map<string, DesiredGuest>;
+}
+
+const renderContext = (inventory: Inventory, store: PkiStore, initialClusterState: InitialClusterState, networkNames?: NetworkNames) => ({
+  inventory,
+  pki: materialsFrom(inventory, readFacts(inventory, store)),
+  initialClusterState,
+  ...(networkNames ? { networkNames } : {}),
+});
+
+export function renderAll(
+  inventory: Inventory,
+  members: readonly Member[],
+  store: PkiStore,
+  initialClusterState: InitialClusterState,
+  networkNames?: NetworkNames,
+): Rendered {
+  const context = renderContext(inventory, store, initialClusterState, networkNames);
+  return {
+    files: new Map(members.map((member) => [member.name, renderMember(context, member)])),
+    guests: new Map(members.map((member) => [member.name, renderGuest(context, member)])),
+  };
+}
+
+/** What each member's guest holds, before the cluster's state is known: which files and units there are does not depend on it. */
+export function guestsOf(inventory: Inventory, members: readonly Member[], store: PkiStore): Map<string, DesiredGuest> {
+  const context = renderContext(inventory, store, 'existing');
+  return new Map(members.map((member) => [member.name, renderGuest(context, member)]));
+}
+
+/**
+ * The connections and stores one deploy works through, opened once and closed once: hypervisor
+ * sessions (libvirt's facts and virsh), etcd clients through them, SSH to the members, the guest
+ * agents, the PKI store and (with restore.enabled) the snapshot source.
+ */
+export class DeployContext {
+  readonly remote: RemoteContext;
+  readonly identities: ClientIdentities;
+  readonly clients: EtcdClients;
+  readonly memberSsh: MemberConnections;
+  readonly guestProbe: GuestProbe;
+
+  private constructor(
+    readonly inventory: Inventory,
+    readonly store: PkiStore,
+    readonly snapshots: SnapshotSource | undefined,
+    readonly adopt: ReadonlySet<string>,
+    facts: FactCache,
+  ) {
+    this.remote = new RemoteContext(facts);
+    this.identities = clientIdentities(inventory, store);
+    this.clients = new EtcdClients(this.remote.connections, inventory.etcd.client_port, this.identities.health);
+    // Read when a member is first reached: the pki step may only make the key in this run.
+    const privateKey = () => {
+      const key = store.read('ssh/admin').privateKey;
+      if (key === undefined) throw new Error(`the tool's SSH key ${store.pathsOf('ssh/admin').privateKey} is missing`);
+      return key;
+    };
+    this.memberSsh = new MemberConnections(this.remote.connections, { privateKey, knownHostsPath: store.knownHostsPath });
+    this.guestProbe = new GuestProbe(facts, this.memberSsh, this.remote.sessions, () => this.owner().identity.id);
+    // A VM a step restarted (or undefined) drops the connection into it: the next step connects anew.
+    facts.onStale('vm', (name) => {
+      const member = inventory.members.find((m) => m.name === name);
+      if (member) this.memberSsh.forget(member);
+    });
+  }
+
+  static async open(inventory: Inventory, adopt: readonly string[], facts: FactCache): Promise<DeployContext> {
+    const store = await PkiStore.open(inventory.stateDir);
+    // Loaded only when needed: importing the S3 SDK costs ~120 ms at every start otherwise.
+    const snapshots = inventory.restore.enabled
+      ? new (await import('../backup/source.ts')).SnapshotSource(inventory.restore, inventory.etcd.space_quota)
+      : undefined;
+    return new DeployContext(inventory, store, snapshots, new Set(adopt), facts);
+  }
+
+  /** Whose domains this run may touch: read when asked, as the pki step makes the ID and the adoption step changes it. */
+  owner() {
+    return { identity: identityFrom(this.inventory, this.store), adopt: this.adopt };
+  }
+
+  /** The inventory's members of these names, in the inventory's order. */
+  membersNamed(names: readonly string[]): Member[] {
+    return this.inventory.members.filter((member) => names.includes(member.name));
+  }
+
+  async close(): Promise<void> {
+    this.clients.close();
+    await this.snapshots?.close();
+    await this.memberSsh.closeAll();
+    await this.remote.close();
+  }
+}

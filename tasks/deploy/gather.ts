@@ -1,0 +1,275 @@
+import { CONTROL_NODE, type Fact } from '../core/step.ts';
+import type { Runner } from '../core/runner.ts';
+import { preloadEtcdClient } from '../etcd/client.ts';
+import { orderDepartures } from '../etcd/departures.ts';
+import { etcdAnswers, formedCluster, type FormedCluster } from '../etcd/health.ts';
+import { planMembership, type LiveMember, type MembershipPlan } from '../etcd/membership.ts';
+import type { SeenDomains } from '../etcd/formation.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import { peerUrl } from '../inventory/urls.ts';
+import { domainUuid } from '../libvirt/domain-xml.ts';
+import { judgeDisks, type DiskVerdict } from '../libvirt/lost-disks.ts';
+import { ownerQuestions } from '../libvirt/ownership.ts';
+import { isNotFound, type Question } from '../libvirt/virsh.ts';
+import { membersDeployedBefore } from '../pki/plan.ts';
+import { peerStageOf, readPeerTrust } from '../pki/peer-trust.ts';
+import { readFacts } from '../pki/materials.ts';
+import { seedQuestions } from '../steps/cloud-init-iso.ts';
+import { domainQuestions } from '../steps/domains.ts';
+import { formationFact, formationStep } from '../steps/formation.ts';
+import { guestQuestions } from '../steps/guest.ts';
+import { departingHealth, isMarkedReplacing, replacingQuestion } from '../steps/membership.ts';
+import { networkIdsOf, networksFact, type NetworkNames } from '../steps/networks.ts';
+import { volumeQuestions } from '../steps/volumes.ts';
+import { guestsOf, type DeployContext } from './context.ts';
+import type { DeployRecord, PlanOptions } from './plan.ts';
+import { selectedBy } from './plan.ts';
+
+/** What the gather stage learned: the plan's record, and what the phases take as it is (members, network names). */
+export interface Gathered {
+  record: DeployRecord;
+  membership: MembershipPlan;
+  networkNames: NetworkNames;
+}
+
+/**
+ * Facts first, in one batch per host: libvirt's on each hypervisor and the guests' own (through each
+ * member's guest agent), asked while other work goes on and taken by the steps that need them.
+ */
+export function prefetchFacts(
+  context: DeployContext,
+  of: readonly Member[],
+  guestsWanted: boolean,
+  guests = guestsOf(context.inventory, of, context.store),
+): void {
+  if (guestsWanted) context.guestProbe.prefetch(of, (member) => guestQuestions(guests.get(member.name)!));
+  void context.remote.prefetch(of, (member) => [
+    ...Object.values(ownerQuestions(member)),
+    replacingQuestion(member),
+    ...Object.values(volumeQuestions(member)),
+    ...Object.values(seedQuestions(member)),
+    ...Object.values(domainQuestions(member)),
+  ]);
+}
+
+/** Is every member's domain known not to run (a hypervisor that does not answer says nothing)? */
+async function noDomainRunning(context: DeployContext): Promise<boolean> {
+  const { inventory, remote } = context;
+  const states = await Promise.all(
+    inventory.members.map((member) =>
+      remote.probe(member, { state: ownerQuestions(member).state }).then(
+        ({ state }) => state,
+        () => undefined,
+      ),
+    ),
+  );
+  return states.every((state) => state !== undefined && !/^running$/m.test(state.output));
+}
+
+/** Each member's domain UUID as libvirt has it now (null: no such domain; undefined: its hypervisor did not answer). */
+export const domainUuids = (context: DeployContext) => async (): Promise<SeenDomains> =>
+  new Map(
+    await Promise.all(
+      context.inventory.members.map(async (member) => {
+        const answer = await context.remote.probe(member, { info: domainQuestions(member).info }).then(
+          ({ info }) => info,
+          () => undefined,
+        );
+        const seen =
+          answer === undefined
+            ? undefined
+            : answer.code === 0
+              ? domainUuid(answer.output)
+              : isNotFound(answer, 'domain')
+                ? null
+                : undefined;
+        return [member.name, seen] as const;
+      }),
+    ),
+  );
+
+/**
+ * Members etcd lists whose OS or data volume is gone for certain (see judgeDisks): they are replaced.
+ * What is less than certain replaces nothing and is said (`doubts`); the volumes step then stops at
+ * that member. A hypervisor that does not answer says nothing here.
+ */
+async function disksGone(
+  context: DeployContext,
+  members: readonly Member[],
+  live: readonly LiveMember[],
+): Promise<{ gone: Map<string, string>; doubts: string[] }> {
+  const { inventory, remote, clients } = context;
+  const listed = members.filter((member) => live.some((l) => l.peerURLs.includes(peerUrl(inventory, member))));
+  const verdicts = await Promise.all(
+    listed.map(async (member) => {
+      const { os, data } = volumeQuestions(member);
+      const questions: Record<string, Question> = data ? { os: os!, data } : { os: os! };
+      const answers = await remote.probe(member, questions).catch(() => undefined);
+      if (!answers) return [member.name, { gone: false } as DiskVerdict] as const;
+      return [
+        member.name,
+        await judgeDisks({
+          os: answers.os!,
+          ...(answers.data ? { data: answers.data } : {}),
+          etcdAnswers: () => etcdAnswers(clients, member),
+        }),
+      ] as const;
+    }),
+  );
+  return {
+    gone: new Map(verdicts.flatMap(([name, verdict]) => (verdict.gone ? [[name, verdict.why]] : []))),
+    doubts: verdicts.flatMap(([name, verdict]) =>
+      !verdict.gone && verdict.why ? [`${name}: ${verdict.why} (--replace ${name} replaces it on purpose)`] : [],
+    ),
+  };
+}
+
+/** Members whose domain carries the being-replaced mark: a replacement an earlier run began. */
+async function markedReplacing(context: DeployContext, members: readonly Member[]): Promise<Set<string>> {
+  const marked = await Promise.all(
+    members.map((member) =>
+      context.remote.probe(member, { replacing: replacingQuestion(member) }).then(
+        ({ replacing }) => isMarkedReplacing(member.name, replacing),
+        () => false,
+      ),
+    ),
+  );
+  return new Set(members.filter((_, i) => marked[i]).map((member) => member.name));
+}
+
+/**
+ * Who is in the cluster: etcd's member list against the inventory, on the control node, so a
+ * mismatch the tool will not resolve (a member the inventory lacks, an address changed) stops the run
+ * before anything changes.
+ */
+const membersFact = (
+  inventory: Inventory,
+  live: LiveMember[],
+  gone: Map<string, string>,
+  marked: Set<string>,
+  replace: readonly string[],
+): Fact<MembershipPlan> => ({
+  name: 'members',
+  targets: [CONTROL_NODE],
+  ask: async () => planMembership(inventory, live, { replace: new Set(replace), disksGone: gone, markedReplacing: marked }),
+});
+
+const everyoneVotes = (inventory: Inventory): MembershipPlan => ({ voting: inventory.members, joiners: [], leavers: [], replacements: [] });
+
+interface ClusterFacts {
+  formed: boolean;
+  membership: MembershipPlan;
+}
+
+/** The cluster phase when etcd answered: who is in it, and formed.json kept up to date. */
+async function formedFacts(
+  context: DeployContext,
+  runner: Runner,
+  members: readonly Member[],
+  formed: FormedCluster,
+  replace: readonly string[],
+) {
+  const { inventory } = context;
+  const [disks, marked] = await Promise.all([disksGone(context, members, formed.members), markedReplacing(context, members)]);
+  const { answers, results } = await runner.runFact(membersFact(inventory, formed.members, disks.gone, marked, replace));
+  const membership = answers.get(CONTROL_NODE);
+  if (!membership) return { shown: results };
+  const recorded = await runner.runStep(
+    formationStep(
+      inventory.stateDir,
+      inventory.members.map((member) => member.name),
+      domainUuids(context),
+    ),
+  );
+  if (recorded.some((result) => result.status === 'failed')) return { shown: recorded };
+  const joining = membership.joiners
+    .filter(({ member }) => members.includes(member))
+    .map(({ member, stage }) => (stage === 'to-add' ? member.name : `${member.name} (${stage}, resumed)`));
+  const notReplaced = disks.doubts.length ? `; not replaced, for want of certain evidence: ${disks.doubts.join('; ')}` : '';
+  const line = `formed (leader ${formed.leader}): members join as existing${joining.length ? `; to join one after another: ${joining.join(', ')}` : ''}${notReplaced}`;
+  return { shown: line, value: { formed: true, membership } satisfies ClusterFacts };
+}
+
+/** Has the cluster formed, and who is in it? Decides ETCD_INITIAL_CLUSTER_STATE and who joins or leaves. */
+async function clusterFacts(
+  context: DeployContext,
+  runner: Runner,
+  members: readonly Member[],
+  options: GatherOptions,
+): Promise<{ shown: string | Awaited<ReturnType<Runner['runStep']>>; value?: ClusterFacts }> {
+  const { inventory, clients } = context;
+  void preloadEtcdClient();
+  // Asked while etcd answers.
+  prefetchFacts(context, members, selectedBy(options)('guest'));
+  // No member's VM running (a first deploy): nothing can answer, so the probe's timeout is not waited for.
+  const asking = formedCluster(clients, inventory.members);
+  const formed = await Promise.race([asking, noDomainRunning(context).then((none) => (none ? undefined : asking))]);
+  if (formed) return formedFacts(context, runner, members, formed, options.replace ?? []);
+  // Every etcd down, or a cluster not formed yet: is_initializing: false, or a VM the cluster formed on, says which.
+  const { answers, results } = await runner.runFact(
+    formationFact(inventory.stateDir, inventory.cluster.is_initializing, domainUuids(context)),
+  );
+  const verdict = answers.get(CONTROL_NODE);
+  return verdict ? { shown: verdict.why, value: { formed: verdict.formed, membership: everyoneVotes(inventory) } } : { shown: results };
+}
+
+export interface GatherOptions extends PlanOptions {
+  replace?: readonly string[];
+}
+
+/**
+ * The gather stage, after the pki step: whether the cluster has formed, who is in it, the networks'
+ * names, the members leaving in the order they leave, and the peer port's stage. Undefined when a
+ * fact failed (the run stops there, before anything else changes).
+ */
+export async function gather(
+  context: DeployContext,
+  runner: Runner,
+  members: readonly Member[],
+  options: GatherOptions,
+): Promise<Gathered | undefined> {
+  const { inventory, store } = context;
+  const peerStage = peerStageOf(readPeerTrust(inventory.stateDir), membersDeployedBefore(inventory, readFacts(inventory, store)));
+  const networkNames: NetworkNames = new Map();
+  if (options.renderOnly !== undefined) {
+    const formed = !inventory.cluster.is_initializing;
+    return {
+      record: { formed, voting: inventory.members.map((m) => m.name), joiners: [], departures: [], peerStage },
+      membership: everyoneVotes(inventory),
+      networkNames,
+    };
+  }
+  const cluster = await runner.runPhaseFor('cluster', () => clusterFacts(context, runner, members, options));
+  if (!cluster) return undefined;
+  const withNetworks = members.filter((member) => networkIdsOf(member).length > 0);
+  if (withNetworks.length > 0) {
+    // A network_id no hypervisor knows fails that member alone (the runner skips it from then on).
+    const names = await runner.runPhaseFor('networks', async () => {
+      const { answers, results } = await runner.runFact(networksFact(withNetworks, context.remote));
+      return { shown: results, value: answers };
+    });
+    if (!names) return undefined;
+    for (const [member, byId] of names) networkNames.set(member, byId);
+  }
+  const { membership } = cluster;
+  const departing = [
+    ...membership.replacements.map(({ member }) => ({ departure: 'replace' as const, member })),
+    ...membership.leavers.map(({ member }) => ({ departure: 'leave' as const, member })),
+  ];
+  // Members known to be down go first: a healthy one removed before them could leave a voting set
+  // without a quorum (each departure refuses that too). Their health is asked now, once.
+  const known = await departingHealth(
+    context.clients,
+    context.remote,
+    departing.map(({ member }) => member),
+  );
+  const departures = orderDepartures(departing, known).map(({ departure, member }) => ({ departure, member: member.name }));
+  const record: DeployRecord = Object.freeze({
+    formed: cluster.formed,
+    voting: membership.voting.map((member) => member.name),
+    joiners: membership.joiners.map(({ member }) => member.name),
+    departures,
+    peerStage,
+  });
+  return { record, membership, networkNames };
+}

@@ -1,0 +1,264 @@
+import { InputError } from '../core/errors.ts';
+import type { Departure } from '../etcd/departures.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import { nextPeerStage, type PeerTrustStage } from '../pki/peer-trust.ts';
+import { SELECTABLE_STEPS, type StepId } from '../steps/registry.ts';
+
+/**
+ * The deploy as data: from the inventory, the run's options and what the gather stage learned (an
+ * immutable record), the ordered phases the run takes. Pure, so `deploy --list-phases` prints it and
+ * decision tables test it; deploy/execute.ts runs it.
+ */
+
+/** What the gather stage learned, before anything changes. */
+export interface DeployRecord {
+  /** Had the cluster formed before this run (etcd answered with a leader, or formed.json says so)? */
+  formed: boolean;
+  /** etcd's voting members the inventory lists: everyone, unless members are still to join. */
+  voting: readonly string[];
+  /** Members new to the formed cluster, in the order they join. */
+  joiners: readonly string[];
+  /** Members to replace or marked absent, in the order they leave (members known down first). */
+  departures: readonly { departure: Departure; member: string }[];
+  /** The peer port's stage the members run now (pki/peer-trust.json), or none recorded. */
+  peerStage: PeerTrustStage | undefined;
+}
+
+export interface PlanOptions {
+  dryRun: boolean;
+  renderOnly?: string;
+  limit?: readonly string[];
+  tags?: readonly string[];
+  skipTags?: readonly string[];
+}
+
+/** One pass of the remote steps over some members, against the cluster as it is during that pass. */
+export interface Pass {
+  /** The cluster during the pass: the members etcd has then (all of them, unless members join). */
+  cluster: readonly string[];
+  /** The members the pass acts on. */
+  members: readonly string[];
+  /** Members joining a formed cluster: added as learners, their fresh disks and empty data expected. */
+  joining: boolean;
+  /** Rendered as `existing` (the cluster has formed) or `new` (it forms in this pass). */
+  formed: boolean;
+}
+
+export type PlannedPhase = (
+  | { step: 'depart'; departure: Departure; member: string; assumedRemoved: readonly string[] }
+  | {
+      step: 'render' | 'owner' | 'volumes' | 'cloud-init' | 'domain' | 'restore' | 'guest' | 'health' | 'auth' | 'users';
+      pass: Pass;
+      skip?: string;
+      note?: string;
+    }
+  | { step: 'join' | 'promote'; member: string; before: readonly string[] }
+  | { step: 'formed'; pass: Pass; seeds: boolean; guests: boolean; formedBefore: boolean; note?: string }
+  | { step: 'peer-trust'; stage: PeerTrustStage; note?: string }
+) & {
+  /** Runs only if no step has failed in this run and every hypervisor answered (the peer port's stages). */
+  onlyIfClean?: true;
+};
+
+const NOT_SELECTED = 'not selected by --tags / --skip-tags';
+
+/** The steps a member joining needs: without any of them it cannot run. */
+const NEEDED_TO_JOIN: readonly StepId[] = ['volumes', 'cloud-init', 'domain', 'guest'];
+
+export const selectedBy = (options: Pick<PlanOptions, 'tags' | 'skipTags'>) => (step: StepId) =>
+  (options.tags ? options.tags.includes(step) : true) && !(options.skipTags ?? []).includes(step);
+
+/** `--tags` / `--skip-tags` name only selectable steps, and at least one each. */
+export function validateTags(options: Pick<PlanOptions, 'tags' | 'skipTags'>): void {
+  const hint = `steps are ${SELECTABLE_STEPS.join(', ')} (the others always run: deploy --help lists them)`;
+  for (const [flag, names] of [
+    ['--tags', options.tags],
+    ['--skip-tags', options.skipTags],
+  ] as const) {
+    // `--tags ,` would select nothing and run none of the steps without a word.
+    if (names?.length === 0) throw new InputError(`${flag} names no step; ${hint}`);
+    const unknown = (names ?? []).filter((name) => !(SELECTABLE_STEPS as readonly string[]).includes(name));
+    if (unknown.length > 0) throw new InputError(`${flag} names unknown steps: ${unknown.join(', ')}; ${hint}`);
+  }
+}
+
+export function selectMembers(inventory: Inventory, limit: readonly string[] | undefined): Member[] {
+  if (!limit) return inventory.members;
+  const unknown = limit.filter((name) => !inventory.members.some((member) => member.name === name));
+  if (unknown.length > 0)
+    throw new InputError(
+      `--limit names unknown members: ${unknown.join(', ')}; members are ${inventory.members.map((m) => m.name).join(', ')}`,
+    );
+  return inventory.members.filter((member) => limit.includes(member.name));
+}
+
+/** owner → volumes → cloud-init → domain → restore → guest over one pass's members. */
+function convergePhases(pass: Pass, selected: (step: StepId) => boolean, restoreEnabled: boolean): PlannedPhase[] {
+  const phase = (step: 'owner' | 'volumes' | 'cloud-init' | 'domain' | 'restore' | 'guest'): PlannedPhase => ({
+    step,
+    pass,
+    ...(step !== 'owner' && !selected(step) ? { skip: NOT_SELECTED } : {}),
+  });
+  // A restore founds a cluster; a member with an empty data directory in a formed one is a replacement (see membership).
+  const restore: PlannedPhase[] =
+    !restoreEnabled || pass.joining
+      ? []
+      : [
+          pass.formed
+            ? { step: 'restore', pass, note: 'not run: the cluster has formed, and a restore only founds a new one' }
+            : phase('restore'),
+        ];
+  return [phase('owner'), phase('volumes'), phase('cloud-init'), phase('domain'), ...restore, phase('guest')];
+}
+
+const checkedPhase = (step: 'health' | 'auth' | 'users', pass: Pass, selected: (step: StepId) => boolean): PlannedPhase => ({
+  step,
+  pass,
+  ...(selected(step) ? {} : { skip: NOT_SELECTED }),
+});
+
+/** One joiner, strictly after those before: a learner, its VM and guest, promoted, and the cluster healthy. */
+function joinPhases(
+  joiner: string,
+  before: readonly string[],
+  selection: readonly string[],
+  selected: (step: StepId) => boolean,
+): PlannedPhase[] {
+  const pass: Pass = { cluster: [...before, joiner], members: [joiner], joining: true, formed: true };
+  return [
+    { step: 'join', member: joiner, before },
+    { step: 'render', pass },
+    ...convergePhases(pass, selected, false),
+    { step: 'promote', member: joiner, before },
+    checkedPhase('health', { ...pass, members: selection.filter((name) => pass.cluster.includes(name)) }, selected),
+  ];
+}
+
+/** The peer port's stages still to go, each rolled over the main pass once every member runs the one before. */
+function peerTrustPhases(record: DeployRecord, main: Pass, options: PlanOptions, selected: (step: StepId) => boolean): PlannedPhase[] {
+  if (options.limit || !selected('guest') || !selected('health') || record.peerStage === undefined || !record.formed) return [];
+  const ahead: PeerTrustStage[] = [];
+  for (let next = nextPeerStage(record.peerStage); next; next = nextPeerStage(next)) ahead.push(next);
+  if (ahead.length === 0) return [];
+  // A dry-run shows the first stage's changes only (the later ones need the record the run writes): it says what follows.
+  if (options.dryRun) {
+    const note = `members run ${record.peerStage} after this pass; the run then moves them on to ${ahead.join(', then ')}, each rolled once every member runs the stage before`;
+    return [{ step: 'peer-trust', stage: ahead[0]!, note }];
+  }
+  const stagePass: Pass = { ...main, formed: true };
+  return ahead.flatMap((stage): PlannedPhase[] => [
+    { step: 'peer-trust', stage, onlyIfClean: true },
+    { step: 'render', pass: stagePass, onlyIfClean: true },
+    { step: 'cloud-init', pass: stagePass, onlyIfClean: true, ...(selected('cloud-init') ? {} : { skip: NOT_SELECTED }) },
+    { step: 'guest', pass: stagePass, onlyIfClean: true },
+    { step: 'health', pass: stagePass, onlyIfClean: true },
+  ]);
+}
+
+/**
+ * The phases after the gather stage, in order: departures, then render and converge the members etcd
+ * has, health, auth and users, each joiner one after another, `formed` when the cluster formed in
+ * this run or members joined, then the peer port's stages still to go.
+ */
+export function buildPlan(inventory: Inventory, options: PlanOptions, record: DeployRecord): PlannedPhase[] {
+  const selected = selectedBy(options);
+  const selection = selectMembers(inventory, options.limit).map((member) => member.name);
+  const main: Pass = {
+    cluster: record.voting,
+    members: selection.filter((name) => record.voting.includes(name)),
+    joining: false,
+    formed: record.formed,
+  };
+  if (options.renderOnly !== undefined) return [{ step: 'render', pass: main }];
+  const joiners = record.joiners.filter((name) => selection.includes(name));
+  if (joiners.length > 0 && !NEEDED_TO_JOIN.every(selected)) {
+    throw new InputError(
+      `${joiners.join(', ')} must join the cluster, which needs the steps ${NEEDED_TO_JOIN.join(', ')}: run without --tags / --skip-tags leaving them out`,
+    );
+  }
+  // Members marked absent leave only in a run over the whole inventory; replacements named by --limit too.
+  const departures = record.departures.filter(({ departure, member }) =>
+    departure === 'replace' ? selection.includes(member) : !options.limit,
+  );
+  // A dry-run applies no departure: each one after the first is judged as if those before it were done.
+  const departing = departures.map(
+    ({ departure, member }, i): PlannedPhase => ({
+      step: 'depart',
+      departure,
+      member,
+      assumedRemoved: options.dryRun ? departures.slice(0, i).map((d) => d.member) : [],
+    }),
+  );
+  const joins = joiners.flatMap((joiner, i) => joinPhases(joiner, [...record.voting, ...joiners.slice(0, i)], selection, selected));
+  const bootstrap = inventory.members.filter((member) => member.bootstrapsAuth).map((member) => member.name);
+  const everyone: Pass = { cluster: inventory.members.map((member) => member.name), members: selection, joining: false, formed: true };
+  // A dry-run neither forms the cluster nor adds a member: there is nothing yet to render as existing.
+  const dryNote = options.dryRun ? { note: record.formed ? 'a dry-run adds no member' : 'a dry-run forms nothing' } : {};
+  const settle: PlannedPhase[] =
+    record.formed && joins.length === 0
+      ? []
+      : [
+          {
+            step: 'formed',
+            pass: everyone,
+            seeds: selected('cloud-init'),
+            guests: selected('guest'),
+            formedBefore: record.formed,
+            ...dryNote,
+          },
+        ];
+  return [
+    ...departing,
+    { step: 'render', pass: main },
+    ...convergePhases(main, selected, inventory.restore.enabled),
+    checkedPhase('health', main, selected),
+    // From the member that bootstraps auth, when the run includes it.
+    checkedPhase('auth', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected),
+    checkedPhase('users', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected),
+    ...joins,
+    ...settle,
+    ...peerTrustPhases(record, main, options, selected),
+  ];
+}
+
+/** A phase's title in the run's output. */
+export function phaseTitle(phase: PlannedPhase): string {
+  switch (phase.step) {
+    case 'depart':
+      return `${phase.departure} ${phase.member}`;
+    case 'join':
+    case 'promote':
+      return `${phase.step} ${phase.member}`;
+    case 'peer-trust':
+      return 'peer trust';
+    default:
+      return phase.step;
+  }
+}
+
+/** One line per phase, as `deploy --list-phases` prints them: title, then on whom and how. */
+export function describePlan(plan: readonly PlannedPhase[]): string[] {
+  return plan.map((phase) => {
+    const title = phaseTitle(phase).padEnd(18);
+    switch (phase.step) {
+      case 'depart':
+        return `${title}${phase.member}, one at a time, never below a healthy quorum${phase.assumedRemoved.length ? ` (judged as if ${phase.assumedRemoved.join(', ')} had left)` : ''}`;
+      case 'join':
+        return `${title}${phase.member} as a learner beside ${phase.before.join(', ')}`;
+      case 'promote':
+        return `${title}${phase.member} to a voting member once in sync`;
+      case 'formed':
+        if (phase.note) return `${title}${phase.note}`;
+        return `${title}${phase.pass.members.join(', ')} again as existing (seeds: ${phase.seeds ? 'yes' : 'no'}, guests: ${phase.guests ? 'yes' : 'no'})${phase.formedBefore ? ', the joiners in' : ', once the cluster has formed'}`;
+      case 'peer-trust':
+        return `${title}${phase.note ?? `move every member to ${phase.stage}`}`;
+      default: {
+        const on = `${phase.pass.members.join(', ') || '(no member)'}${phase.pass.joining ? ' (joining)' : ''}`;
+        const how = phase.skip
+          ? `skipped: ${phase.skip}`
+          : (phase.note ?? `${on} · cluster ${phase.pass.cluster.join(', ')} · ${phase.pass.formed ? 'existing' : 'new'}`);
+        return `${title}${how}`;
+      }
+    }
+  });
+}

@@ -1,0 +1,54 @@
+import test from 'ava';
+import { existsSync } from 'node:fs';
+import { COMMANDS, dispatch, helpText, scriptPath, type Command, type Dispatch } from '../../tasks/cli/main.ts';
+
+/** The etcd-kvm dispatcher's decisions, without running anything: what each command line asks for. */
+
+const VERSION = () => '9.9.9';
+function named(name: string): Command {
+  const found = COMMANDS.find((candidate) => candidate.name === name);
+  if (!found) throw new Error(`no command ${name} in the table`);
+  return found;
+}
+const deploy = named('deploy');
+
+{
+  const rows: { argv: string[]; expect: Dispatch }[] = [
+    { argv: ['deploy', '-i', 'inv.yaml', '--dry-run'], expect: { run: deploy, rest: ['-i', 'inv.yaml', '--dry-run'] } },
+    { argv: ['deploy', '--help'], expect: { run: deploy, rest: ['--help'] } },
+    { argv: ['--help'], expect: { exit: 0, stdout: helpText() } },
+    { argv: ['-h', 'deploy'], expect: { exit: 0, stdout: helpText() } },
+    { argv: ['--version'], expect: { exit: 0, stdout: '9.9.9' } },
+    { argv: [], expect: { exit: 2, stderr: `error: name a command\n\n${helpText()}` } },
+  ];
+  for (const { argv, expect } of rows) test(`dispatch ${JSON.stringify(argv)}`, (t) => t.deepEqual(dispatch(argv, VERSION), expect));
+}
+
+test('an unknown command (or a flag before any command) is named, with the commands', (t) => {
+  for (const name of ['frob', 'Deploy', '-i', '--inventory']) {
+    const plan = dispatch([name, 'x'], VERSION);
+    const commands = 'deploy, status, maintain, backup, client, state, completion';
+    t.like(plan, { exit: 2, stderr: `error: unknown command ${name}; commands are ${commands} (etcd-kvm --help says what each does)` });
+  }
+});
+
+test('completion: bash only, else exit 2', (t) => {
+  t.like(dispatch(['completion', 'bash'], VERSION), { exit: 0 });
+  for (const rest of [[], ['zsh'], ['bash', 'extra']]) t.like(dispatch(['completion', ...rest], VERSION), { exit: 2 });
+});
+
+test('the table: unique names, an existing script each, one-line summaries, long flags with --help', (t) => {
+  t.is(new Set(COMMANDS.map((command) => command.name)).size, COMMANDS.length);
+  for (const command of COMMANDS) {
+    t.true(existsSync(scriptPath(command)), scriptPath(command));
+    t.regex(scriptPath(command), new RegExp(`/tasks/${command.module}\\.ts$`));
+    t.notRegex(command.summary, /\n/);
+    t.true(command.summary.length <= 100, command.name);
+    t.true(
+      command.flags.every((flag) => /^--[a-z][a-z-]*$/.test(flag)),
+      command.name,
+    );
+    t.is(new Set(command.flags).size, command.flags.length, command.name);
+    t.true(command.flags.includes('--help'), command.name);
+  }
+});

@@ -1,0 +1,259 @@
+import test from 'ava';
+import { InputError } from '../../tasks/core/errors.ts';
+import { buildPlan, describePlan, phaseTitle, type DeployRecord, type PlannedPhase, type PlanOptions } from '../../tasks/deploy/plan.ts';
+import type { Inventory } from '../../tasks/inventory/model.ts';
+import { baseDocument, load } from '../helpers/inventory.ts';
+
+/**
+ * The deploy's order as a decision table: the gather stage's record and the run's options in, the
+ * phases out (each phase's title, `-` when --tags leaves it out, and on whom it acts).
+ */
+
+/** Four members, etcd-4 listed last (the one that joins or leaves in the rows below); restore.enabled where asked (the plan reads only that). */
+function fourMembers(restore = false): Inventory {
+  const doc = baseDocument();
+  doc.members.push({
+    name: 'etcd-4',
+    libvirt_networks: [{ network_name: 'net', ip: '10.10.0.14', prefix_length: 24, gateway: '10.10.0.1' }],
+  });
+  const inventory = load(doc);
+  return restore ? { ...inventory, restore: { ...inventory.restore, enabled: true } } : inventory;
+}
+
+const ALL = ['etcd-1', 'etcd-2', 'etcd-3', 'etcd-4'];
+const record = (over: Partial<DeployRecord> = {}): DeployRecord => ({
+  formed: true,
+  voting: ALL,
+  joiners: [],
+  departures: [],
+  peerStage: 'peer-only',
+  ...over,
+});
+const options = (over: Partial<PlanOptions> = {}): PlanOptions => ({ dryRun: false, ...over });
+
+/** A phase as one short token: title, `-` when skipped, `@` and its members for a pass. */
+const token = (phase: PlannedPhase): string => {
+  const skipped = 'skip' in phase && phase.skip ? '-' : '';
+  const on =
+    'pass' in phase ? `@${phase.pass.members.map((name) => name.replace('etcd-', '')).join('')}${phase.pass.formed ? '' : '(new)'}` : '';
+  return `${skipped}${phaseTitle(phase)}${on}`;
+};
+
+const MAIN_ALL = [
+  'render@1234',
+  'owner@1234',
+  'volumes@1234',
+  'cloud-init@1234',
+  'domain@1234',
+  'guest@1234',
+  'health@1234',
+  'auth@1',
+  'users@1',
+];
+const JOIN_4 = ['join etcd-4', 'render@4', 'owner@4', 'volumes@4', 'cloud-init@4', 'domain@4', 'guest@4', 'promote etcd-4'];
+
+const rows: { name: string; record: DeployRecord; options?: Partial<PlanOptions>; restore?: boolean; phases: string[] }[] = [
+  { name: 'a converged cluster: one pass over everyone, nothing after it', record: record(), phases: MAIN_ALL },
+  {
+    name: 'a first deploy: rendered `new`, then `formed` renders everyone as existing',
+    record: record({ formed: false }),
+    phases: [...MAIN_ALL.map((t) => `${t}(new)`), 'formed@1234'],
+  },
+  {
+    name: 'a first deploy with restore: the restore between domain and guest',
+    record: record({ formed: false }),
+    restore: true,
+    phases: [
+      'render@1234(new)',
+      'owner@1234(new)',
+      'volumes@1234(new)',
+      'cloud-init@1234(new)',
+      'domain@1234(new)',
+      'restore@1234(new)',
+      'guest@1234(new)',
+      'health@1234(new)',
+      'auth@1(new)',
+      'users@1(new)',
+      'formed@1234',
+    ],
+  },
+  {
+    name: 'a full outage: formed.json says formed, so nothing renders `new` and no `formed` phase',
+    record: record({ formed: true }),
+    restore: true,
+    phases: [
+      'render@1234',
+      'owner@1234',
+      'volumes@1234',
+      'cloud-init@1234',
+      'domain@1234',
+      'restore@1234',
+      'guest@1234',
+      'health@1234',
+      'auth@1',
+      'users@1',
+    ],
+  },
+  {
+    name: 'a grow: the main pass over the voting members, then etcd-4 joins alone, then `formed`',
+    record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'] }),
+    phases: [...MAIN_ALL.map((t) => t.replace('1234', '123')), ...JOIN_4, 'health@1234', 'formed@1234'],
+  },
+  {
+    name: 'a shrink: the departure first, then the members that stay',
+    record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], departures: [{ departure: 'leave', member: 'etcd-4' }] }),
+    phases: ['leave etcd-4', ...MAIN_ALL.map((t) => t.replace('1234', '123'))],
+  },
+  {
+    name: 'a replace: removed first, then the others converge, then it joins again empty',
+    record: record({
+      voting: ['etcd-1', 'etcd-3', 'etcd-4'],
+      joiners: ['etcd-2'],
+      departures: [{ departure: 'replace', member: 'etcd-2' }],
+    }),
+    phases: [
+      'replace etcd-2',
+      ...MAIN_ALL.map((t) => t.replace('1234', '134')),
+      'join etcd-2',
+      'render@2',
+      'owner@2',
+      'volumes@2',
+      'cloud-init@2',
+      'domain@2',
+      'guest@2',
+      'promote etcd-2',
+      'health@1234',
+      'formed@1234',
+    ],
+  },
+  {
+    name: '--limit: only the members named; a member marked absent does not leave in a limited run',
+    record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], departures: [{ departure: 'leave', member: 'etcd-4' }] }),
+    options: { limit: ['etcd-2'] },
+    phases: [...MAIN_ALL.slice(0, 7).map((t) => t.replace('1234', '2')), 'auth@', 'users@'],
+  },
+  {
+    name: '--tags guest: the others are listed as skipped; pki, owner and render still run',
+    record: record(),
+    options: { tags: ['guest'] },
+    phases: [
+      'render@1234',
+      'owner@1234',
+      '-volumes@1234',
+      '-cloud-init@1234',
+      '-domain@1234',
+      'guest@1234',
+      '-health@1234',
+      '-auth@1',
+      '-users@1',
+    ],
+  },
+  {
+    name: '--tags guest on a cluster forming: `formed` still runs (it used to be skipped by every --tags run)',
+    record: record({ formed: false }),
+    options: { tags: ['guest'] },
+    phases: [
+      'render@1234',
+      'owner@1234',
+      '-volumes@1234',
+      '-cloud-init@1234',
+      '-domain@1234',
+      'guest@1234',
+      '-health@1234',
+      '-auth@1',
+      '-users@1',
+    ]
+      .map((t) => `${t}(new)`)
+      .concat('formed@1234'),
+  },
+  {
+    name: 'departures in the order the record gives (members known down first); a dry-run judges each as if those before had left',
+    record: record({
+      voting: ['etcd-1', 'etcd-2'],
+      departures: [
+        { departure: 'leave', member: 'etcd-4' },
+        { departure: 'leave', member: 'etcd-3' },
+      ],
+    }),
+    options: { dryRun: true },
+    phases: ['leave etcd-4', 'leave etcd-3', ...MAIN_ALL.map((t) => t.replace('1234', '12'))],
+  },
+  {
+    name: 'the peer port one stage behind: after the pass, each stage still to go is rolled, then health',
+    record: record({ peerStage: 'present-peer' }),
+    phases: [...MAIN_ALL, 'peer trust', 'render@1234', 'cloud-init@1234', 'guest@1234', 'health@1234'],
+  },
+  {
+    name: 'the peer port in a dry-run: one line saying what follows',
+    record: record({ peerStage: 'trust-both' }),
+    options: { dryRun: true },
+    phases: [...MAIN_ALL, 'peer trust'],
+  },
+  {
+    name: 'the peer port in a limited run: it waits for a run over every member',
+    record: record({ peerStage: 'trust-both' }),
+    options: { limit: ['etcd-1'] },
+    phases: MAIN_ALL.map((t) => t.replace('1234', '1')),
+  },
+  { name: '--render-only: the render alone', record: record(), options: { renderOnly: '/tmp/rendered' }, phases: ['render@1234'] },
+];
+
+for (const row of rows) {
+  test(`plan: ${row.name}`, (t) => {
+    const plan = buildPlan(fourMembers(row.restore), options(row.options), row.record);
+    t.deepEqual(plan.map(token), row.phases);
+  });
+}
+
+test('plan: a dry-run forms nothing and adds no member: `formed` says so', (t) => {
+  const formedNote = (over: Partial<DeployRecord>) =>
+    buildPlan(fourMembers(), options({ dryRun: true }), record(over)).flatMap((phase) => (phase.step === 'formed' ? [phase.note] : []));
+  t.deepEqual(formedNote({ formed: false }), ['a dry-run forms nothing']);
+  t.deepEqual(formedNote({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'] }), ['a dry-run adds no member']);
+  t.deepEqual(
+    buildPlan(fourMembers(), options(), record({ formed: false })).flatMap((phase) => (phase.step === 'formed' ? [phase.note] : [])),
+    [undefined],
+  );
+});
+
+test('plan: a join refuses --tags that leave out a step it needs, before anything runs', (t) => {
+  const grow = record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'] });
+  t.throws(() => buildPlan(fourMembers(), options({ skipTags: ['cloud-init'] }), grow), {
+    instanceOf: InputError,
+    message: /^etcd-4 must join the cluster, which needs the steps volumes, cloud-init, domain, guest/,
+  });
+  t.notThrows(() => buildPlan(fourMembers(), options({ skipTags: ['users'] }), grow));
+});
+
+test('plan: each joiner joins beside the voting members and the joiners before it', (t) => {
+  const grow = record({ voting: ['etcd-1', 'etcd-2'], joiners: ['etcd-3', 'etcd-4'] });
+  const joins = buildPlan(fourMembers(), options(), grow).flatMap((phase) =>
+    phase.step === 'join' ? [`${phase.member}<${phase.before.join(',')}`] : [],
+  );
+  t.deepEqual(joins, ['etcd-3<etcd-1,etcd-2', 'etcd-4<etcd-1,etcd-2,etcd-3']);
+});
+
+test('plan: the peer stages still to go, each once, in order, and only when nothing failed before', (t) => {
+  const plan = buildPlan(fourMembers(), options(), record({ peerStage: 'trust-both' }));
+  const stages = plan.flatMap((phase) => (phase.step === 'peer-trust' ? [phase.stage] : []));
+  t.deepEqual(stages, ['present-peer', 'peer-only']);
+  t.true(plan.filter((phase) => phase.onlyIfClean).length === 10 && plan.slice(MAIN_ALL.length).every((phase) => phase.onlyIfClean));
+});
+
+test('phase titles are the ones a run prints (and the e2e output is matched against): the peer stages as `peer trust`', (t) => {
+  const titles = buildPlan(fourMembers(), options(), record({ peerStage: 'present-peer' })).map(phaseTitle);
+  t.deepEqual(titles.slice(-5), ['peer trust', 'render', 'cloud-init', 'guest', 'health']);
+});
+
+test('--list-phases prints one line per phase, saying on whom and how', (t) => {
+  const lines = describePlan(
+    buildPlan(
+      fourMembers(),
+      options({ tags: ['guest'] }),
+      record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], departures: [{ departure: 'leave', member: 'etcd-4' }] }),
+    ),
+  );
+  t.is(lines[0], 'leave etcd-4      etcd-4, one at a time, never below a healthy quorum');
+  t.is(lines[1], 'render            etcd-1, etcd-2, etcd-3 · cluster etcd-1, etcd-2, etcd-3 · existing');
+  t.is(lines[3], 'volumes           skipped: not selected by --tags / --skip-tags');
+});
