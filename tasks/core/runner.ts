@@ -111,6 +111,11 @@ export class Runner {
     return this.#failedHosts.size > 0;
   }
 
+  /** Has a step failed on this host in this run (the later steps skip it)? */
+  hasFailed(host: string): boolean {
+    return this.#failedHosts.has(host);
+  }
+
   /** Why the run was interrupted (a signal), if it was: no change starts after that. */
   get interrupted(): string | undefined {
     return this.#interrupted;

@@ -82,7 +82,11 @@ export class DeployExecution {
 
   #phase(planned: PlannedPhase): Phase {
     const title = phaseTitle(planned);
-    const skipIf = planned.onlyIfClean ? () => this.#notClean() : undefined;
+    const skipIf = planned.onlyIfClean
+      ? () => this.#notClean()
+      : planned.needsJoined
+        ? () => this.#notJoined(planned.needsJoined!)
+        : undefined;
     const skip = 'skip' in planned ? planned.skip : undefined;
     const note = 'note' in planned ? planned.note : undefined;
     return { title, run: note ? async () => note : () => this.#run(planned), ...(skip ? { skip } : {}), ...(skipIf ? { skipIf } : {}) };
@@ -93,6 +97,12 @@ export class DeployExecution {
     if (this.runner.failed) return 'a step failed earlier in this run';
     if (this.context.remote.connections.unreachable.size > 0) return 'a hypervisor did not answer';
     return undefined;
+  }
+
+  /** Why a join's phase does not run: a joiner it needs failed earlier in this run. */
+  #notJoined(joiners: readonly string[]): string | undefined {
+    const failed = joiners.filter((name) => this.runner.hasFailed(name));
+    return failed.length > 0 ? `${failed.join(', ')} did not join: a step failed on it earlier in this run` : undefined;
   }
 
   clusterOf(names: readonly string[]): Inventory {

@@ -58,6 +58,11 @@ export type PlannedPhase = (
 ) & {
   /** Runs only if no step has failed in this run and every hypervisor answered (the peer port's stages). */
   onlyIfClean?: true;
+  /**
+   * Joiners that must have joined for the phase to mean anything: skipped once a step failed on any
+   * of them (the cluster's health would wait for a member that is not coming).
+   */
+  needsJoined?: readonly string[];
 };
 
 const NOT_SELECTED = 'not selected by --tags / --skip-tags';
@@ -121,17 +126,20 @@ const checkedPhase = (step: 'health' | 'auth' | 'users', pass: Pass, selected: (
 function joinPhases(
   joiner: string,
   before: readonly string[],
+  earlierJoiners: readonly string[],
   selection: readonly string[],
   selected: (step: StepId) => boolean,
 ): PlannedPhase[] {
   const pass: Pass = { cluster: [...before, joiner], members: [joiner], joining: true, formed: true };
-  return [
+  const phases: PlannedPhase[] = [
     { step: 'join', member: joiner, before },
     { step: 'render', pass },
     ...convergePhases(pass, selected, false),
     { step: 'promote', member: joiner, before },
     checkedPhase('health', { ...pass, members: selection.filter((name) => pass.cluster.includes(name)) }, selected),
   ];
+  // Strictly one after another: a joiner whose join failed stops the joins after it.
+  return phases.map((phase) => ({ ...phase, needsJoined: [...earlierJoiners, joiner] }));
 }
 
 /** The peer port's stages still to go, each rolled over the main pass once every member runs the one before. */
@@ -189,7 +197,9 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
       assumedRemoved: options.dryRun ? departures.slice(0, i).map((d) => d.member) : [],
     }),
   );
-  const joins = joiners.flatMap((joiner, i) => joinPhases(joiner, [...record.voting, ...joiners.slice(0, i)], selection, selected));
+  const joins = joiners.flatMap((joiner, i) =>
+    joinPhases(joiner, [...record.voting, ...joiners.slice(0, i)], joiners.slice(0, i), selection, selected),
+  );
   const bootstrap = inventory.members.filter((member) => member.bootstrapsAuth).map((member) => member.name);
   const everyone: Pass = { cluster: inventory.members.map((member) => member.name), members: selection, joining: false, formed: true };
   // A dry-run neither forms the cluster nor adds a member: there is nothing yet to render as existing.

@@ -1,4 +1,5 @@
 import { setTimeout as delay } from 'node:timers/promises';
+import { retryWhile } from '../core/retry.ts';
 import type { Change, Step } from '../core/step.ts';
 import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
 import { hasLeaderNow, memberHealth } from '../etcd/health.ts';
@@ -24,6 +25,13 @@ import { peerUrl } from '../inventory/urls.ts';
 /** etcd's answer while a learner is still behind the leader's log. */
 const NOT_IN_SYNC = /can only promote a learner member which is in sync with leader/;
 const PROMOTE_RETRY_MS = 2_000;
+/**
+ * etcd refuses to add even a learner unless every voting member has been connected to the one asked
+ * for its health interval (5 s): a member restarted moments ago by a roll answers "unhealthy cluster"
+ * for those seconds. Refused, nothing was added, so asking again is safe.
+ */
+const JUST_RESTARTED = /etcdserver: unhealthy cluster/;
+const ADD_RETRY = { windowMs: 30_000, pauseMs: 2_000 };
 
 export interface JoinFacts {
   /** The joiner as etcd lists it, if it does. */
@@ -82,7 +90,12 @@ export function addLearnerStep(
     },
     async apply(changes) {
       for (const { action } of changes) {
-        await firstAnswering(clients, voting, (client) => client.cluster.memberAdd({ peerURLs: [action.peerUrl], isLearner: true }));
+        await retryWhile(
+          () => firstAnswering(clients, voting, (client) => client.cluster.memberAdd({ peerURLs: [action.peerUrl], isLearner: true })),
+          // Never after a timeout: that add may have gone through, and a second would add the joiner twice.
+          (error) => JUST_RESTARTED.test((error as Error).message) && !/DEADLINE_EXCEEDED|timed? ?out/i.test((error as Error).message),
+          ADD_RETRY,
+        );
       }
     },
   };

@@ -233,6 +233,18 @@ test('plan: each joiner joins beside the voting members and the joiners before i
   t.deepEqual(joins, ['etcd-3<etcd-1,etcd-2', 'etcd-4<etcd-1,etcd-2,etcd-3']);
 });
 
+test('plan: every phase of a join needs that joiner and the ones before it to have joined; the main pass needs none', (t) => {
+  const grow = record({ voting: ['etcd-1', 'etcd-2'], joiners: ['etcd-3', 'etcd-4'] });
+  const needs = buildPlan(fourMembers(), options(), grow).map((phase) => `${phaseTitle(phase)}:${(phase.needsJoined ?? []).join(',')}`);
+  t.deepEqual(needs.slice(0, 9), [...MAIN_ALL.slice(0, 6), 'health', 'auth', 'users'].map((title) => `${title.split('@')[0]}:`));
+  const joinOf = (joiner: string, needed: string) =>
+    [`join ${joiner}`, 'render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', `promote ${joiner}`, 'health'].map(
+      (title) => `${title}:${needed}`,
+    );
+  t.deepEqual(needs.slice(9, 27), [...joinOf('etcd-3', 'etcd-3'), ...joinOf('etcd-4', 'etcd-3,etcd-4')]);
+  t.is(needs[27], 'formed:');
+});
+
 test('plan: the peer stages still to go, each once, in order, and only when nothing failed before', (t) => {
   const plan = buildPlan(fourMembers(), options(), record({ peerStage: 'trust-both' }));
   const stages = plan.flatMap((phase) => (phase.step === 'peer-trust' ? [phase.stage] : []));
