@@ -4,7 +4,17 @@ import { forDisplay } from './display.ts';
 import { FactCache } from './facts.ts';
 import { RunLog, type PhaseOutcome, type RunEvent, type RunListener } from './events.ts';
 import { ListrView } from './listr-view.ts';
-import { CONTROL_NODE, type AnyStep, type Change, type Fact, type Patience, type StepResult, type Wait } from './step.ts';
+import {
+  CONTROL_NODE,
+  targetName,
+  type AnyStep,
+  type Change,
+  type Fact,
+  type Patience,
+  type StepResult,
+  type Target,
+  type Wait,
+} from './step.ts';
 
 export interface RunOptions {
   dryRun: boolean;
@@ -35,7 +45,7 @@ export const patienceOf = (dryRun: boolean): Patience =>
       };
 
 interface Planned {
-  target: string;
+  target: Target;
   state: unknown;
   changes: Change<unknown>[];
   started: number;
@@ -46,10 +56,10 @@ const summarise = (changes: readonly Change<unknown>[]) => ({
   changes: changes.map(({ summary, diff }) => ({ summary, ...(diff ? { diff } : {}) })),
 });
 
-function resultFactory(step: { name: string }, host: string, started: number) {
+function resultFactory(step: { name: string }, target: Target, started: number) {
   return (status: StepResult['status'], extra: Partial<StepResult> = {}): StepResult => ({
     step: step.name,
-    host,
+    host: targetName(target),
     status,
     changes: [],
     durationMs: Math.round(performance.now() - started),
@@ -69,7 +79,7 @@ export class Runner {
   readonly #view: ListrView;
   /** What hosts wait on in the running phase: shown under it (terminal) or as timestamped lines. */
   readonly progress = new Progress();
-  readonly #failedHosts = new Set<string>();
+  readonly #failedHosts = new Set<Target>();
   #interrupted: string | undefined;
   /** The facts asked ahead of the steps that take them; a change drops what it makes stale. */
   readonly facts = new FactCache();
@@ -112,7 +122,7 @@ export class Runner {
   }
 
   /** Has a step failed on this host in this run (the later steps skip it)? */
-  hasFailed(host: string): boolean {
+  hasFailed(host: Target): boolean {
     return this.#failedHosts.has(host);
   }
 
@@ -147,18 +157,18 @@ export class Runner {
       );
   }
 
-  async #takeEarly(step: AnyStep, target: string): Promise<{ state: unknown } | undefined> {
+  async #takeEarly(step: AnyStep, target: Target): Promise<{ state: unknown } | undefined> {
     const reads = this.#earlyReads.get(step.name);
     return reads === undefined ? undefined : this.facts.take<{ state: unknown } | undefined>(target, reads, `check:${step.name}`);
   }
 
-  async runTarget(step: AnyStep, target: string): Promise<StepResult> {
+  async runTarget(step: AnyStep, target: Target): Promise<StepResult> {
     const planned = await this.#checkAndPlan(step, target);
     return 'result' in planned ? planned.result : this.#applyPlanned(step, planned);
   }
 
   /** Check and plan: a result when there is nothing to apply (ok, failed, skipped), otherwise what to apply. */
-  async #checkAndPlan(step: AnyStep, target: string): Promise<{ result: StepResult } | Planned> {
+  async #checkAndPlan(step: AnyStep, target: Target): Promise<{ result: StepResult } | Planned> {
     const started = performance.now();
     const finish = resultFactory(step, target, started);
     if (this.#failedHosts.has(target)) return { result: finish('skipped', { error: 'an earlier step failed on this host' }) };
@@ -205,8 +215,8 @@ export class Runner {
   }
 
   /** A fact asked of every target at once: each answer, and an ok or failed result per target. */
-  async runFact<Value>(fact: Fact<Value>): Promise<{ answers: Map<string, Value>; results: StepResult[] }> {
-    const answers = new Map<string, Value>();
+  async runFact<Value, T extends Target>(fact: Fact<Value, T>): Promise<{ answers: Map<T, Value>; results: StepResult[] }> {
+    const answers = new Map<T, Value>();
     const results = await Promise.all(
       fact.targets.map(async (target): Promise<StepResult> => {
         const finish = resultFactory(fact, target, performance.now());

@@ -9,8 +9,18 @@
  * tells checks how long they may wait (`Patience`). No step takes a dry-run flag.
  */
 
-/** The machine running the tool, as a step's target; steps on it (PKI, local state) gate everything after them. */
-export const CONTROL_NODE = 'localhost';
+/**
+ * The machine running the tool, as a target of its own kind: not a host name, so no member's name can
+ * be taken for it. Steps on it (PKI, local state) gate everything after them.
+ */
+export const CONTROL_NODE: unique symbol = Symbol('the control node');
+export type ControlNode = typeof CONTROL_NODE;
+
+/** Where a unit of work acts: a member, by its name, or the control node. */
+export type Target = string | ControlNode;
+
+/** A target as runs show and report it: the member's name, or `localhost` for the control node, as Ansible names it. */
+export const targetName = (target: Target): string => (target === CONTROL_NODE ? 'localhost' : target);
 
 /** Display-safe before/after text of one changed thing; secrets are already masked. */
 export interface Diff {
@@ -38,31 +48,31 @@ export interface Patience {
   notReady(error: unknown): string;
 }
 
-export interface Step<State, Action> {
+export interface Step<State, Action, T extends Target = string> {
   /** Short name used in progress, errors and the recap: "pki", "cloud-init". */
   name: string;
-  /** The hosts this step acts on: member names, or "localhost" for the control node. */
-  targets: readonly string[];
-  check(target: string, patience: Patience): Promise<State>;
-  plan(state: State, target: string): Change<Action>[];
-  apply(changes: Change<Action>[], target: string, state: State): Promise<void>;
+  /** Where this step acts: members by name, or the control node. */
+  targets: readonly T[];
+  check(target: T, patience: Patience): Promise<State>;
+  plan(state: State, target: T): Change<Action>[];
+  apply(changes: Change<Action>[], target: T, state: State): Promise<void>;
   /**
    * Set for steps that must change one target at a time (a restart of etcd, a redefinition that
    * reboots a member): the runner checks and plans every target at once, then applies the targets
    * with changes in the waves this returns — the targets of one wave together, the waves strictly one
    * after another — and stops after the first wave with a failure, leaving the later ones untouched.
    */
-  rollingOrder?(pending: readonly Pending<State, Action>[]): Promise<string[][]>;
+  rollingOrder?(pending: readonly Pending<State, Action, T>[]): Promise<T[][]>;
   /** Things an operator should know about a target that are not changes (a first boot that ended in error). */
-  warnings?(state: State, target: string): string[];
+  warnings?(state: State, target: T): string[];
 }
 
 /** What a target's plan does in a roll: keeps the service running, starts it where it was down, or restarts it. */
 export type RollKind = 'keeps-running' | 'starts' | 'restarts';
 
 /** A target whose plan is not empty, waiting for its turn in a roll. */
-export interface Pending<State, Action> {
-  target: string;
+export interface Pending<State, Action, T extends Target = string> {
+  target: T;
   state: State;
   changes: Change<Action>[];
 }
@@ -72,10 +82,10 @@ export interface Pending<State, Action> {
  * a refusal (a network_id no hypervisor knows, a member list the tool will not resolve) fails, and
  * with it the run's later steps there.
  */
-export interface Fact<Value> {
+export interface Fact<Value, T extends Target = string> {
   name: string;
-  targets: readonly string[];
-  ask(target: string): Promise<Value>;
+  targets: readonly T[];
+  ask(target: T): Promise<Value>;
 }
 
 /** One look of a wait: ready (with what it saw), or not yet and why; `final` when looking again cannot help. */
@@ -102,7 +112,7 @@ export interface Wait<Seen> {
 
 // Steps are heterogeneous; the runner only moves State and Action between a step's own methods.
 // biome-ignore lint/suspicious/noExplicitAny: a step's State and Action are its own; nothing outside it reads them.
-export type AnyStep = Step<any, any>;
+export type AnyStep = Step<any, any, any>;
 
 export type Status = 'ok' | 'changed' | 'failed' | 'skipped';
 

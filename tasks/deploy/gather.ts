@@ -1,4 +1,4 @@
-import { CONTROL_NODE, type Fact } from '../core/step.ts';
+import { CONTROL_NODE, type ControlNode, type Fact } from '../core/step.ts';
 import type { Runner } from '../core/runner.ts';
 import { preloadEtcdClient } from '../etcd/client.ts';
 import { orderDepartures } from '../etcd/departures.ts';
@@ -148,7 +148,7 @@ const membersFact = (
   gone: Map<string, string>,
   marked: Set<string>,
   replace: readonly string[],
-): Fact<MembershipPlan> => ({
+): Fact<MembershipPlan, ControlNode> => ({
   name: 'members',
   targets: [CONTROL_NODE],
   ask: async () => planMembership(inventory, live, { replace: new Set(replace), disksGone: gone, markedReplacing: marked }),

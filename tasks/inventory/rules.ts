@@ -9,7 +9,7 @@ import type {
   UserInput,
 } from './schema.ts';
 import type { Problem } from './problems.ts';
-import { CONTROL_NODE } from '../core/step.ts';
+import { CONTROL_NODE, targetName } from '../core/step.ts';
 import { isIPv4, isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
 import { GUEST_SERVICE_ACCOUNTS, prefixEnd, reachesToolKeys, RESERVED_USER_NAMES, TOOL_KEY_PREFIX, TOOL_NAME_PREFIX } from './reserved.ts';
 
@@ -143,14 +143,14 @@ const addressesInsidePrefix: Rule = (doc) =>
     return problems;
   });
 
-/** The tool's steps on the control node run on a target named localhost: a member of that name would be taken for it. */
+/** The recap and the report show the control node as localhost: a member of that name could not be told from it there. */
 const memberIsNotTheControlNode: Rule = (doc) =>
   doc.members.flatMap((member, i): Problem[] =>
-    member.name === CONTROL_NODE
+    member.name === targetName(CONTROL_NODE)
       ? [
           {
             path: ['members', i, 'name'],
-            message: `'${CONTROL_NODE}' is the name the tool gives the machine it runs on: the member's steps and failures would be taken for the control node's`,
+            message: `'${targetName(CONTROL_NODE)}' is how the recap and the report name the machine the tool runs on: that member's results could not be told from the control node's`,
             hint: 'give the member another name',
           },
         ]

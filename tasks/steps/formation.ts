@@ -1,4 +1,4 @@
-import { CONTROL_NODE, type Fact, type Step } from '../core/step.ts';
+import { CONTROL_NODE, type ControlNode, type Fact, type Step } from '../core/step.ts';
 import {
   formationToRecord,
   formationWithoutAnswer,
@@ -23,7 +23,11 @@ const sameDomains = (a: Record<string, string>, b: Record<string, string>) =>
  * the members' VMs as libvirt has them (etcd/formation.ts); a damaged record fails it, and with it
  * the run, before anything is rendered.
  */
-export function formationFact(stateDir: string, isInitializing: boolean, domainUuids: () => Promise<SeenDomains>): Fact<FormationVerdict> {
+export function formationFact(
+  stateDir: string,
+  isInitializing: boolean,
+  domainUuids: () => Promise<SeenDomains>,
+): Fact<FormationVerdict, ControlNode> {
   return {
     name: 'formation',
     targets: [CONTROL_NODE],
@@ -42,7 +46,7 @@ export function formationStep(
   stateDir: string,
   members: readonly string[],
   domainUuids: () => Promise<SeenDomains>,
-): Step<FormationState, Record<string, string>> {
+): Step<FormationState, Record<string, string>, ControlNode> {
   return {
     name: 'formation',
     targets: [CONTROL_NODE],

@@ -1,6 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Etcd3 } from 'etcd3';
-import { CONTROL_NODE, type Step } from '../core/step.ts';
+import { CONTROL_NODE, type ControlNode, type Step } from '../core/step.ts';
 import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
 import { memberHealth, waitForHealth } from '../etcd/health.ts';
 import { RUN_LOCK_PREFIX } from '../etcd/run-lock.ts';
@@ -103,7 +103,7 @@ async function newestRevisionNotALock(client: Etcd3, from: number): Promise<numb
   return revision;
 }
 
-export function compactStep(inventory: Inventory, clients: EtcdClients): Step<CompactionFacts, CompactAction> {
+export function compactStep(inventory: Inventory, clients: EtcdClients): Step<CompactionFacts, CompactAction, ControlNode> {
   // Fixed at the first look, so the re-check after the apply asks about the same revision even while writes go on.
   let target: number | undefined;
   return {
@@ -166,7 +166,10 @@ export function defragStep(inventory: Inventory, clients: EtcdClients, record: D
   };
 }
 
-export function disarmStep(inventory: Inventory, clients: EtcdClients): Step<AlarmFacts & { ids: Map<string, string> }, DisarmAction> {
+export function disarmStep(
+  inventory: Inventory,
+  clients: EtcdClients,
+): Step<AlarmFacts & { ids: Map<string, string> }, DisarmAction, ControlNode> {
   return {
     name: 'disarm',
     targets: [CONTROL_NODE],
@@ -201,7 +204,7 @@ export function disarmStep(inventory: Inventory, clients: EtcdClients): Step<Ala
  * Maintenance starts only on a healthy cluster: every member answers with a leader and the
  * inventory's member list. A step on the control node, so a refusal stops every step after it.
  */
-export function healthyClusterStep(inventory: Inventory, clients: EtcdClients): Step<string[], never> {
+export function healthyClusterStep(inventory: Inventory, clients: EtcdClients): Step<string[], never, ControlNode> {
   return {
     name: 'healthy',
     targets: [CONTROL_NODE],

@@ -1,4 +1,4 @@
-import { CONTROL_NODE, type Step } from '../core/step.ts';
+import { CONTROL_NODE, type ControlNode, type Step } from '../core/step.ts';
 import type { Member } from '../inventory/model.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
 import { judgeOwnership, ownerQuestions, type Ownership } from '../libvirt/ownership.ts';
@@ -64,7 +64,7 @@ export function adoptionStep(
   stateDir: string,
   cluster: string,
   everyDomainMarked: () => boolean,
-): Step<{ adoptsUnmarked: boolean }, 'stop'> {
+): Step<{ adoptsUnmarked: boolean }, 'stop', ControlNode> {
   return {
     name: 'adoption',
     targets: [CONTROL_NODE],

@@ -1,4 +1,4 @@
-import { CONTROL_NODE, type Change, type Step } from '../core/step.ts';
+import { CONTROL_NODE, type ControlNode, type Change, type Step } from '../core/step.ts';
 import type { Inventory } from '../inventory/model.ts';
 import { writeNewIdentity } from '../pki/identity.ts';
 import { writePeerTrust } from '../pki/peer-trust.ts';
@@ -25,7 +25,7 @@ import { inspectCertificate, issueCertificate } from '../pki/x509.ts';
  * signed by the intermediate is stored with the intermediate after it, so whoever presents it (etcd,
  * etcdctl, the tool) sends the chain up to the CA that members and clients trust.
  */
-export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore?: Date): Step<PkiFacts, PkiAction> {
+export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore?: Date): Step<PkiFacts, PkiAction, ControlNode> {
   return {
     name: 'pki',
     targets: [CONTROL_NODE],

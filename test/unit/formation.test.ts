@@ -11,6 +11,7 @@ import {
   type FormationRecord,
 } from '../../tasks/etcd/formation.ts';
 import { domainUuid } from '../../tasks/libvirt/domain-xml.ts';
+import { CONTROL_NODE } from '../../tasks/core/step.ts';
 import { formationFact, formationStep, type FormationState } from '../../tasks/steps/formation.ts';
 
 /** Has the cluster formed when no member answers, and what formed.json should say: facts in, verdicts and changes out. */
@@ -98,7 +99,7 @@ for (const c of verdicts) {
 }
 
 const planOf = (state: FormationState, members = MEMBERS) =>
-  formationStep('/nonexistent', members, async () => state.seen).plan(state, 'localhost');
+  formationStep('/nonexistent', members, async () => state.seen).plan(state, CONTROL_NODE);
 
 const plans: {
   name: string;
@@ -153,9 +154,9 @@ for (const c of plans) {
 test('without an answer the formation fact decides from the record and the VMs seen', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-formation-'));
   writeFormation(dir, record.domains);
-  const verdict = await formationFact(dir, true, async () => live({ 'etcd-3': U3 })).ask('localhost');
+  const verdict = await formationFact(dir, true, async () => live({ 'etcd-3': U3 })).ask(CONTROL_NODE);
   t.true(verdict.formed);
-  t.false((await formationFact(mkdtempSync(join(tmpdir(), 'etcd-kvm-formation-')), true, async () => live({})).ask('localhost')).formed);
+  t.false((await formationFact(mkdtempSync(join(tmpdir(), 'etcd-kvm-formation-')), true, async () => live({})).ask(CONTROL_NODE)).formed);
 });
 
 test('formationToRecord: seen wins, the record fills in what was not seen, a gone domain and a member not in the inventory are dropped', (t) => {

@@ -657,7 +657,7 @@ const collisions: { name: string; edit: (doc: Doc) => void; problems: string[] }
     name: "a member named localhost, the control node's name",
     edit: (doc) => (member(doc, 2).name = 'localhost'),
     problems: [
-      "members[2].name (member localhost): 'localhost' is the name the tool gives the machine it runs on: the member's steps and failures would be taken for the control node's — give the member another name",
+      "members[2].name (member localhost): 'localhost' is how the recap and the report name the machine the tool runs on: that member's results could not be told from the control node's — give the member another name",
     ],
   },
   {

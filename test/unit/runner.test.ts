@@ -1,6 +1,6 @@
 import test from 'ava';
 import { patienceOf, Runner } from '../../tasks/core/runner.ts';
-import type { Fact, Step, Wait } from '../../tasks/core/step.ts';
+import { CONTROL_NODE, type Fact, type Step, type Target, type Wait } from '../../tasks/core/step.ts';
 
 /** A step over an in-memory "host": wants `wanted`, holds `current`; apply may be made to misbehave. */
 function fakeStep(state: Map<string, number>, wanted: number, options: { applyBy?: number; failOn?: string } = {}) {
@@ -449,4 +449,42 @@ test('the run is told as events: phases in order, each ended with its line, skip
     ['a'],
     'the run log heard the result',
   );
+});
+
+test('a failure on the control node skips every later phase; a failure on a member, even one named localhost, only that member', async (t) => {
+  const failing = <T extends Target>(target: T): Step<number, number, T> => ({
+    name: 'broken',
+    targets: [target],
+    check: async () => {
+      throw new Error('broken');
+    },
+    plan: () => [],
+    apply: async () => undefined,
+  });
+  const runAfter = async (first: Step<number, number, Target>) => {
+    const runner = new Runner({ dryRun: false, renderer: 'silent' });
+    let ran = false;
+    await runner.runPhases([
+      { title: 'first', run: () => runner.runStep(first) },
+      {
+        title: 'later',
+        run: async () => {
+          ran = true;
+          return 'done';
+        },
+      },
+    ]);
+    return { ran, runner };
+  };
+  const onControl = await runAfter(failing(CONTROL_NODE));
+  t.false(onControl.ran);
+  t.true(onControl.runner.hasFailed(CONTROL_NODE));
+  t.deepEqual(
+    onControl.runner.results.map((r) => [r.host, r.status]),
+    [['localhost', 'failed']],
+  );
+  const onMember = await runAfter(failing('localhost'));
+  t.true(onMember.ran);
+  t.false(onMember.runner.hasFailed(CONTROL_NODE));
+  t.true(onMember.runner.hasFailed('localhost'));
 });
