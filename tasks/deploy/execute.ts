@@ -204,22 +204,27 @@ export class DeployExecution {
     this.context.guestProbe.prefetch(this.context.membersNamed(pass.members), (member) => guestQuestions(guests.get(member.name)!));
   }
 
-  /** Render (and record) what the pass deploys, with the cluster as it is during the pass. */
-  async #render(pass: Pass): Shown {
-    const { inventory, store } = this.context;
+  /** What the pass deploys, rendered with the cluster as it is during the pass, and kept for the pass's later phases. */
+  #renderPass(pass: Pass): Rendered {
     const rendered = renderAll(
       this.clusterOf(pass.cluster),
       this.context.membersNamed(pass.members),
-      store,
+      this.context.store,
       pass.formed ? 'existing' : 'new',
       this.networkNames,
     );
     this.#rendered.set(JSON.stringify(pass), rendered);
+    return rendered;
+  }
+
+  /** Render what the pass deploys and record it in the state directory (or write it for review: --render-only). */
+  async #render(pass: Pass): Shown {
+    const rendered = this.#renderPass(pass);
     if (this.options.renderOnly !== undefined) {
       this.written.push(...writeRendered(this.options.renderOnly, rendered.files));
       return [];
     }
-    return this.runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files));
+    return this.runner.runStep(renderedFilesStep(this.context.inventory.stateDir, rendered.files));
   }
 
   /** Always: whatever else a run does on a member's VM, it does only to this cluster's. */
@@ -280,8 +285,7 @@ export class DeployExecution {
     if (!formedBefore && (await formedCluster(clients, inventory.members)) === undefined)
       return 'the cluster has not formed: members stay `new`';
     const members = this.context.membersNamed(pass.members);
-    const rendered = renderAll(inventory, members, this.context.store, 'existing', this.networkNames);
-    this.#rendered.set(JSON.stringify(pass), rendered);
+    const rendered = this.#renderPass(pass);
     // The guests asked again now, after every change of this run, and answering while the seeds are rewritten.
     if (guests) this.#prefetchGuests(pass);
     const recorded = await this.runner.runStep(
