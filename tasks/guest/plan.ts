@@ -129,6 +129,10 @@ function staleness(service: GuestService, desired: DesiredGuest, facts: GuestFac
   if (service.environment) {
     const running = facts.environments.get(service.unit);
     const file = desired.files.find((f) => f.path === service.environment!.path);
+    // No process to read yet (systemd's own Restart= starting it this moment, from the file as it was):
+    // what it will run with is unknown, so a changed file restarts it rather than leaving it to chance.
+    if (!running && changedPaths.has(service.environment.path))
+      reasons.push(`${service.environment.path} changes and what it runs with could not be read`);
     if (running && file) {
       const ignored = new Set(service.environment.ignore);
       const wanted = parseEnvironmentFile(file.content);

@@ -164,6 +164,18 @@ const cases: Case[] = [
     changes: [['start', 'start etcd.service (was activating/auto-restart)']],
   },
   {
+    name: 'a service systemd is starting by itself (no process to read yet) while its environment file changes: written, then restarted',
+    facts: (f) => {
+      f.units.get('etcd.service')!.active = 'activating';
+      f.files.get(ENV)!.digest = sha256('ETCD_QUOTA_BACKEND_BYTES=50\n');
+      f.environments.delete('etcd.service');
+    },
+    changes: [
+      ['write', `update ${ENV}`],
+      ['restart', `restart etcd.service (one member at a time): ${ENV} changes and what it runs with could not be read`],
+    ],
+  },
+  {
     name: 'a service still starting (etcd waiting for its peers) is left to start',
     facts: (f) => (f.units.get('etcd.service')!.active = 'activating'),
     changes: [],
