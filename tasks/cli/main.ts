@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
-import { extname } from 'node:path';
+import { extname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { EXIT } from '../core/errors.ts';
+import { PACKAGE_ROOT } from '../core/package-root.ts';
 import { bashCompletion } from './completion.ts';
 
 /**
@@ -124,7 +125,7 @@ export function scriptPath(command: Command): string {
 }
 
 function packageVersion(): string {
-  const manifest = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+  const manifest = JSON.parse(readFileSync(join(PACKAGE_ROOT, 'package.json'), 'utf8')) as { version: string };
   return manifest.version;
 }
 

@@ -1,15 +1,16 @@
 import { readFileSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
 import ejs from 'ejs';
+import { PACKAGE_ROOT } from '../core/package-root.ts';
 
-const TEMPLATE_DIR = fileURLToPath(new URL('../../templates/', import.meta.url));
+const TEMPLATE_DIR = join(PACKAGE_ROOT, 'templates');
 const cache = new Map<string, ejs.TemplateFunction>();
 
 /** Renders templates/<name> with ejs; compiled templates are cached for the process. */
 export function renderTemplate(name: string, data: object): string {
   let template = cache.get(name);
   if (!template) {
-    const path = `${TEMPLATE_DIR}${name}`;
+    const path = join(TEMPLATE_DIR, name);
     template = ejs.compile(readFileSync(path, 'utf8'), {
       filename: path,
       strict: true,

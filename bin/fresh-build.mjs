@@ -1,0 +1,16 @@
+// Whether the installed command may run dist/: a build (dist/.built, written last by scripts/build.mjs)
+// not older than any source under tasks/. Plain JS: it runs before any loader is registered.
+import { readdirSync, statSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
+
+/** `root`: the package's folder, as a file URL ending in a slash. */
+export function freshBuild(root) {
+  let built;
+  try {
+    built = statSync(new URL('dist/.built', root)).mtimeMs;
+  } catch {
+    return false;
+  }
+  const tasks = fileURLToPath(new URL('tasks/', root));
+  return readdirSync(tasks, { recursive: true }).every((file) => statSync(`${tasks}${file}`).mtimeMs <= built);
+}
