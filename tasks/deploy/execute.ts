@@ -82,11 +82,8 @@ export class DeployExecution {
 
   #phase(planned: PlannedPhase): Phase {
     const title = phaseTitle(planned);
-    const skipIf = planned.onlyIfClean
-      ? () => this.#notClean()
-      : planned.needsJoined
-        ? () => this.#notJoined(planned.needsJoined!)
-        : undefined;
+    const { onlyIfClean, needsJoined } = planned;
+    const skipIf = onlyIfClean ? () => this.#notClean() : needsJoined ? () => this.#notJoined(needsJoined) : undefined;
     const skip = 'skip' in planned ? planned.skip : undefined;
     const note = 'note' in planned ? planned.note : undefined;
     return { title, run: note ? async () => note : () => this.#run(planned), ...(skip ? { skip } : {}), ...(skipIf ? { skipIf } : {}) };
