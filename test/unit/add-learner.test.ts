@@ -1,0 +1,59 @@
+import test from 'ava';
+import type { EtcdClients } from '../../tasks/etcd/client.ts';
+import type { Member } from '../../tasks/inventory/model.ts';
+import { loadInventory } from '../../tasks/inventory/load.ts';
+import { addLearnerStep } from '../../tasks/steps/membership.ts';
+
+/** Adding a learner while etcd refuses it for a moment: asked again only while nothing can have been added. */
+
+const lab = loadInventory('inventories/lab.yaml');
+const [one, two, three] = lab.members as [Member, Member, Member];
+
+/** etcd's member add as the voting members answer it, in order, one answer per call; what was asked. */
+function clientsAnswering(answers: (Error | 'added')[]): { clients: EtcdClients; calls: string[] } {
+  const calls: string[] = [];
+  const clients = {
+    for: async (member: Member) => ({
+      cluster: {
+        memberAdd: async () => {
+          calls.push(member.name);
+          const answer = answers.shift() ?? new Error('no answer left in the test');
+          if (answer instanceof Error) throw answer;
+          return {};
+        },
+      },
+    }),
+  } as unknown as EtcdClients;
+  return { clients, calls };
+}
+
+const apply = (clients: EtcdClients) =>
+  addLearnerStep(lab, clients, [one, two], three).apply(
+    [{ summary: 'add etcd-3', action: { kind: 'add-learner', peerUrl: 'https://192.168.150.13:2380' } }],
+    three.name,
+    {},
+  );
+
+const UNHEALTHY = () => new Error('14 UNAVAILABLE: etcdserver: unhealthy cluster');
+
+test('etcd refusing a learner as "unhealthy cluster" (a member restarted moments ago): asked again until it is added', async (t) => {
+  const { clients, calls } = clientsAnswering([UNHEALTHY(), UNHEALTHY(), 'added']);
+  await apply(clients);
+  // Each member asked in turn, then the first again after the pause: one add in all.
+  t.deepEqual(calls, ['etcd-1', 'etcd-2', 'etcd-1']);
+});
+
+test('a timed-out add is never asked again: it may have gone through, and a second would add the member twice', async (t) => {
+  const { clients, calls } = clientsAnswering([new Error('4 DEADLINE_EXCEEDED: etcdserver: unhealthy cluster'), UNHEALTHY()]);
+  await t.throwsAsync(apply(clients), { message: /DEADLINE_EXCEEDED/ });
+  t.deepEqual(calls, ['etcd-1', 'etcd-2']);
+});
+
+test('any other refusal is not asked again', async (t) => {
+  const { clients, calls } = clientsAnswering([
+    new Error('9 FAILED_PRECONDITION: etcdserver: too many learner members in cluster'),
+    new Error('same'),
+  ]);
+  await t.throwsAsync(apply(clients), { message: /too many learner members/ });
+  t.deepEqual(calls, ['etcd-1', 'etcd-2']);
+});
