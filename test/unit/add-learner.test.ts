@@ -31,7 +31,7 @@ const apply = (clients: EtcdClients) =>
   addLearnerStep(lab, clients, [one, two], three).apply(
     [{ summary: 'add etcd-3', action: { kind: 'add-learner', peerUrl: 'https://192.168.150.13:2380' } }],
     three.name,
-    {},
+    { unhealthy: [] },
   );
 
 const UNHEALTHY = () => new Error('14 UNAVAILABLE: etcdserver: unhealthy cluster');
