@@ -92,7 +92,7 @@ export function addLearnerStep(
       for (const { action } of changes) {
         await retryWhile(
           () => firstAnswering(clients, voting, (client) => client.cluster.memberAdd({ peerURLs: [action.peerUrl], isLearner: true })),
-          // Never after a timeout: that add may have gone through, and a second would add the joiner twice.
+          // Never after a timeout: that add may have gone through; etcd would refuse a second (its peer URL exists), failing an add that worked.
           (error) => JUST_RESTARTED.test((error as Error).message) && !/DEADLINE_EXCEEDED|timed? ?out/i.test((error as Error).message),
           ADD_RETRY,
         );

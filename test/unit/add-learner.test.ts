@@ -43,7 +43,7 @@ test('etcd refusing a learner as "unhealthy cluster" (a member restarted moments
   t.deepEqual(calls, ['etcd-1', 'etcd-2', 'etcd-1']);
 });
 
-test('a timed-out add is never asked again: it may have gone through, and a second would add the member twice', async (t) => {
+test('a timed-out add is never asked again: it may have gone through, and etcd would refuse a second (its peer URL exists)', async (t) => {
   const { clients, calls } = clientsAnswering([new Error('4 DEADLINE_EXCEEDED: etcdserver: unhealthy cluster'), UNHEALTHY()]);
   await t.throwsAsync(apply(clients), { message: /DEADLINE_EXCEEDED/ });
   t.deepEqual(calls, ['etcd-1', 'etcd-2']);
