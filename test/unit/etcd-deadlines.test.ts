@@ -1,59 +1,15 @@
 import test from 'ava';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createSecureServer, type Http2SecureServer } from 'node:http2';
-import type { AddressInfo } from 'node:net';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { rmSync } from 'node:fs';
 import { EtcdClients } from '../../tasks/etcd/client.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
-import { run } from '../helpers/exec.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
+import { silentMember } from '../helpers/silent-etcd.ts';
 
 /**
  * Every gRPC call the tool makes has a deadline: a member that takes a call and never answers it (a
  * question, or a snapshot stream) must not hold the run. The member here is a TLS HTTP/2 server that
  * accepts every call and answers none.
  */
-
-interface SilentMember {
-  server: Http2SecureServer;
-  port: number;
-  caCert: string;
-  /** The gRPC methods asked, as their paths. */
-  asked: string[];
-  dir: string;
-}
-
-async function silentMember(): Promise<SilentMember> {
-  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-silent-'));
-  const made = run('openssl', [
-    'req',
-    '-x509',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:prime256v1',
-    '-nodes',
-    '-days',
-    '1',
-    '-subj',
-    '/CN=etcd-1',
-    '-addext',
-    'subjectAltName=DNS:etcd-1,IP:127.0.0.1',
-    '-keyout',
-    join(dir, 'key.pem'),
-    '-out',
-    join(dir, 'cert.pem'),
-  ]);
-  if (made.status !== 0) throw new Error(made.stderr);
-  const caCert = readFileSync(join(dir, 'cert.pem'), 'utf8');
-  const asked: string[] = [];
-  const server = createSecureServer({ key: readFileSync(join(dir, 'key.pem')), cert: caCert });
-  // Taken, never answered: the client's deadline is all that ends the call.
-  server.on('stream', (_stream, headers) => asked.push(String(headers[':path'])));
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { server, port: (server.address() as AddressInfo).port, caCert, asked, dir };
-}
 
 test('a member that takes a call and never answers fails it at its deadline: a question, a snapshot stream; a call with a deadline of its own keeps it', async (t) => {
   const member = await silentMember();

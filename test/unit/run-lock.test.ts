@@ -1,7 +1,5 @@
 import test from 'ava';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createSecureServer } from 'node:http2';
-import type { AddressInfo } from 'node:net';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EtcdAuthenticationFailedError, EtcdError, GRPCDeadlineExceededError, GRPCUnavailableError } from 'etcd3';
@@ -20,8 +18,8 @@ import {
   type LockDecision,
 } from '../../tasks/etcd/run-lock.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
-import { run } from '../helpers/exec.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
+import { silentMember } from '../helpers/silent-etcd.ts';
 
 /**
  * The cluster's run lock (etcd/run-lock.ts): what a run does with etcd's answer to the lock's
@@ -127,32 +125,7 @@ test('a refusal is a LockHeldError: the CLIs exit 1 with its message, as for the
 
 // Serial (before the concurrent tests): the pki step of the runDeploy test below would hold the event loop past the time bounds.
 test.serial('a member that takes calls and never answers leaves the run to its local lock after the answer time', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-silent-'));
-  const made = run('openssl', [
-    'req',
-    '-x509',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:prime256v1',
-    '-nodes',
-    '-days',
-    '1',
-    '-subj',
-    '/CN=etcd-1',
-    '-addext',
-    'subjectAltName=DNS:etcd-1,IP:127.0.0.1',
-    '-keyout',
-    join(dir, 'key.pem'),
-    '-out',
-    join(dir, 'cert.pem'),
-  ]);
-  t.is(made.status, 0, made.stderr);
-  const caCert = readFileSync(join(dir, 'cert.pem'), 'utf8');
-  const server = createSecureServer({ key: readFileSync(join(dir, 'key.pem')), cert: caCert });
-  // Taken, never answered.
-  server.on('stream', () => undefined);
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { server, port, caCert, dir } = await silentMember();
   t.teardown(() => {
     server.close();
     rmSync(dir, { recursive: true, force: true });
@@ -161,7 +134,7 @@ test.serial('a member that takes calls and never answers leaves the run to its l
   const started = performance.now();
   const acquired = await acquireClusterRunLock({
     connections: new HypervisorConnections(),
-    clientPort: (server.address() as AddressInfo).port,
+    clientPort: port,
     identity: () => ({ label: 'anonymous', caCert }),
     members: [member],
     cluster: 'lab',
