@@ -50,10 +50,10 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   const hold: PipelineOptions['hold'] =
     options.dryRun || options.renderOnly !== undefined
       ? undefined
-      : ({ connections, identities }) =>
+      : ({ connections, identities, clients }) =>
           takeClusterRunLock(
             inventory,
-            { connections, identity: identities.root },
+            { connections, identity: identities.root, clients },
             { command: ['deploy', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost },
           );
   const { written, unreachable, guestAgentUnanswered, plan } = await runDeploy(inventory, runner, { ...options, hold });

@@ -52,7 +52,7 @@ process.exitCode = await runTool({
           ? undefined
           : await takeClusterRunLock(
               inventory,
-              { connections, identity: () => root },
+              { connections, identity: () => root, clients },
               { command: ['maintain', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost },
             );
         const phase = (title: string, step: Parameters<Runner['runStep']>[0]): Phase => ({ title, run: () => runner.runStep(step) });

@@ -2,11 +2,12 @@ import { InputError } from './core/errors.ts';
 import type { Runner } from './core/runner.ts';
 import type { Inventory } from './inventory/model.ts';
 import type { ClientIdentities } from './etcd/identities.ts';
+import type { EtcdClients } from './etcd/client.ts';
 import type { HypervisorConnections, Unreachable } from './remote/hypervisors.ts';
 import { pkiStep } from './steps/pki.ts';
 import { DeployContext } from './deploy/context.ts';
-import { gather } from './deploy/gather.ts';
-import { buildPlan, selectMembers, validateTags, type PlannedPhase } from './deploy/plan.ts';
+import { gather, prefetchGuestFacts } from './deploy/gather.ts';
+import { buildPlan, selectedBy, selectMembers, validateTags, type PlannedPhase } from './deploy/plan.ts';
 import { DeployExecution } from './deploy/execute.ts';
 
 /**
@@ -45,7 +46,11 @@ export interface PipelineOptions {
    * Taken before the run's first phase, released before its connections close: the cluster's run lock
    * (etcd/run-lock.ts), through the run's own hypervisor connections and identities. A throw stops the run.
    */
-  hold?: (run: { connections: HypervisorConnections; identities: ClientIdentities }) => Promise<{ release(): Promise<void> } | undefined>;
+  hold?: (run: {
+    connections: HypervisorConnections;
+    identities: ClientIdentities;
+    clients: EtcdClients;
+  }) => Promise<{ release(): Promise<void> } | undefined>;
 }
 
 export interface DeployOutcome {
@@ -92,7 +97,9 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     ...extra,
   });
   try {
-    held = await options.hold?.({ connections: context.remote.connections, identities: context.identities });
+    // The guests' facts first: the longest wait of a run that changes nothing, asked while the lock is taken.
+    if (selectedBy(options)('guest') && options.renderOnly === undefined) prefetchGuestFacts(context, members);
+    held = await options.hold?.({ connections: context.remote.connections, identities: context.identities, clients: context.clients });
     await runner.runPhases([
       { title: 'pki', run: () => runner.runStep(pkiStep(inventory, context.store, options.renewCerts ? runStarted : undefined)) },
     ]);

@@ -42,7 +42,7 @@ export function prefetchFacts(
   guestsWanted: boolean,
   guests = guestsOf(context.inventory, of, context.store),
 ): void {
-  if (guestsWanted) context.guestProbe.prefetch(of, (member) => guestQuestions(guests.get(member.name)!));
+  if (guestsWanted) prefetchGuestFacts(context, of, guests);
   void context.remote.prefetch(of, (member) => [
     ...Object.values(ownerQuestions(member)),
     replacingQuestion(member),
@@ -50,6 +50,18 @@ export function prefetchFacts(
     ...Object.values(seedQuestions(member)),
     ...Object.values(domainQuestions(member)),
   ]);
+}
+
+/**
+ * The guests' facts, the longest wait of a run that changes nothing: asked as soon as the run starts,
+ * while the cluster's run lock is taken (the guest step asks again before acting on drift they show).
+ */
+export function prefetchGuestFacts(
+  context: DeployContext,
+  of: readonly Member[],
+  guests = guestsOf(context.inventory, of, context.store),
+): void {
+  context.guestProbe.prefetch(of, (member) => guestQuestions(guests.get(member.name)!));
 }
 
 /** Is every member's domain known not to run (a hypervisor that does not answer says nothing)? */

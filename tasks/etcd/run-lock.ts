@@ -141,23 +141,30 @@ async function keepAliveOnce(client: Etcd3, leaseId: string, ms: number): Promis
 }
 
 /**
- * The lock's own etcd clients, closed for good: EtcdClients.close() closes what is open, but an open
- * still under way (an SSH connection, a tunnel) would finish afterwards and leave its tunnel listening,
- * keeping the process alive after the run. So close() closes again once every open begun has settled.
+ * The clients the lock asks etcd through, as root. Either the run's own (shared: the lock's calls open
+ * the connections the run's later checks use, and the run closes them), or the lock's own, closed
+ * for good: EtcdClients.close() closes what is open, but an open still under way (an SSH connection,
+ * a tunnel) would finish afterwards and leave its tunnel listening, keeping the process alive after
+ * the run. So close() closes again once every open begun has settled.
  */
 class LockClients {
   readonly #opening = new Set<Promise<unknown>>();
 
-  constructor(readonly clients: EtcdClients) {}
+  constructor(
+    readonly clients: EtcdClients,
+    readonly identity: () => ClientIdentity,
+    readonly shared: boolean,
+  ) {}
 
   for(member: Member): Promise<Etcd3> {
-    const opened = this.clients.for(member);
+    const opened = this.clients.for(member, this.identity());
     this.#opening.add(opened);
     void opened.finally(() => this.#opening.delete(opened)).catch(() => undefined);
     return opened;
   }
 
   close(): void {
+    if (this.shared) return;
     this.clients.close();
     if (this.#opening.size > 0) void Promise.allSettled([...this.#opening]).then(() => this.clients.close());
   }
@@ -166,6 +173,8 @@ class LockClients {
 export interface ClusterRunLockOptions {
   connections: HypervisorConnections;
   clientPort: number;
+  /** The run's own clients, shared with the lock (the run closes them); without, the lock opens and closes its own. */
+  clients?: EtcdClients;
   /** root's: the tool's prefix is root's alone once auth is on. */
   identity: () => ClientIdentity;
   /** Every member the lock may be asked through, in order. */
@@ -333,7 +342,11 @@ export async function acquireClusterRunLock(options: ClusterRunLockOptions): Pro
   // A first deploy has no certificates to ask etcd with yet (the pki step makes them), nor an etcd to ask.
   if (!hasCredentials(options.identity()))
     return { kind: 'local-only', why: 'no CA or root certificate in the state directory yet (a first deploy): etcd cannot be asked' };
-  const clients = new LockClients(new EtcdClients(options.connections, options.clientPort, options.identity));
+  const clients = new LockClients(
+    options.clients ?? new EtcdClients(options.connections, options.clientPort, options.identity),
+    options.identity,
+    options.clients !== undefined,
+  );
   let granted: { client: Etcd3; leaseId: string } | undefined;
   let answer: LockAnswer;
   try {
@@ -380,7 +393,7 @@ export class ClusterRunLockHeldError extends LockHeldError {}
  */
 export async function takeClusterRunLock(
   inventory: Inventory,
-  run: { connections: HypervisorConnections; identity: () => ClientIdentity },
+  run: { connections: HypervisorConnections; identity: () => ClientIdentity; clients?: EtcdClients },
   { command, say, onLost }: { command: string; say: (line: string) => void; onLost: (why: string) => void },
 ): Promise<{ release(): Promise<void> } | undefined> {
   const acquired = await acquireClusterRunLock({

@@ -58,6 +58,8 @@ export class GuestProbe {
    * and waits, itself). A member with an early answer, or one on its way, is not asked again.
    */
   prefetch(members: readonly Member[], questionsOf: (member: Member) => GuestQuestions): void {
+    // Before the pki step of a first deploy: no domain carries a mark yet, so no agent may be asked.
+    if (this.clusterId() === undefined) return;
     for (const hosted of membersByHypervisor(members.filter((member) => !this.facts.has(member.name, GUEST))).values()) {
       const asked = hosted.map((member) => ({ member, questions: questionsOf(member) }));
       const answers = this.#runInAgents(asked.map(({ member, questions }) => ({ member, script: guestProbeScript(questions) })));

@@ -121,7 +121,10 @@ async function checkGuest(guest: GuestContext, name: string, patience: Patience)
   const early = await guest.probe.takeEarly(member, questionsOf(guest, name));
   // No SSH into the member for a run that changes nothing, unless a drifted file's text is wanted for the diff.
   if (early && early.cloudInit.state !== 'running') {
-    return { kind: 'probed', facts: early, currentContent: await readDriftedContent(guest, reach, name, early) };
+    // The early answer may predate the cluster's run lock (it is asked while the lock is taken): a
+    // change is only ever decided from an answer asked under it, so drift it shows is asked again.
+    const facts = showsDrift(guest, name, early) ? await guest.probe.askNow(member, questionsOf(guest, name), reach) : early;
+    return { kind: 'probed', facts, currentContent: await readDriftedContent(guest, reach, name, facts) };
   }
   const boot = await waitForBootEnd(guest, member, patience);
   if ('kind' in boot) return boot;
@@ -129,6 +132,15 @@ async function checkGuest(guest: GuestContext, name: string, patience: Patience)
   if (facts === 'booting') return { kind: 'booting' };
   guest.progress?.done(name);
   return { kind: 'probed', facts, currentContent: await readDriftedContent(guest, reach, name, facts) };
+}
+
+/** Would these facts change anything (a refusal counts: it is asked again before it is said)? */
+function showsDrift(guest: GuestContext, name: string, facts: GuestFacts): boolean {
+  try {
+    return planGuest(desiredOf(guest, name), facts, { clusterFormed: guest.clusterFormed, currentContent: undefined }).length > 0;
+  } catch {
+    return true;
+  }
 }
 
 /** The member's boot waited for within the patience's window; a boot not over by then is the patience's to judge. */

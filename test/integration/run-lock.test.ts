@@ -311,3 +311,16 @@ test("a lock held by a run of this host whose process is gone (killed -9) is tak
   t.is(refused.kind, 'refused');
   await elsewhere.release();
 });
+
+test("with the run's own clients the lock opens no connection of its own, and its release leaves them open for the run", async (t) => {
+  const { inventory, root } = await cluster;
+  const shared = new EtcdClients(new HypervisorConnections(), CLIENT_PORT, root);
+  t.teardown(() => shared.close());
+  const member = inventory.members[0]!;
+  const lock = held(await acquire('shared-clients', holderOf(hostname(), process.pid), { clients: shared }));
+  t.is(await lock.release(), undefined);
+  // The run's client is the one the lock used, still open: it answers after the release.
+  const client = await shared.for(member, root());
+  t.truthy((await client.maintenance.status({})).version);
+  t.is(await keyOf('shared-clients'), undefined, 'released: the key went with its lease');
+});

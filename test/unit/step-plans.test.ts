@@ -19,6 +19,7 @@ import { cloudInitIsoStep } from '../../tasks/steps/cloud-init-iso.ts';
 import { domainsStep } from '../../tasks/steps/domains.ts';
 import { alarmWarnings, healthWait } from '../../tasks/steps/health.ts';
 import { guestStep } from '../../tasks/steps/guest.ts';
+import { sha256 } from '../../tasks/guest/plan.ts';
 import { restoreStep } from '../../tasks/steps/restore.ts';
 import { usersStep } from '../../tasks/steps/users.ts';
 
@@ -374,6 +375,48 @@ function dryRunCases() {
     const run = step([facts('running'), facts('done')]);
     t.like(await run.check('etcd-1', patienceOf(false)), { kind: 'probed', facts: { cloudInit: { state: 'done' } } });
     t.is(execs.length, 1, 'a run waits for cloud-init over SSH, then probes again');
+  });
+  test('guest: an early answer that shows no drift is taken as it is; one that shows drift is asked again before anything is planned', async (t) => {
+    const chrony = {
+      path: '/etc/chrony/chrony.conf',
+      mode: 0o644,
+      owner: 'root:root',
+      content: 'server a\n',
+      display: 'server a\n',
+      secret: false,
+    };
+    const wanted = new Map([['etcd-1', { files: [chrony], services: [], dataDir: '/var/lib/etcd' } as DesiredGuest]]);
+    const factsWith = (content: string) => ({
+      files: new Map([[chrony.path, { digest: sha256(content), mode: 0o644, owner: 'root:root', mtime: 1 }]]),
+      units: new Map(),
+      environments: new Map(),
+      dataDirInitialized: true,
+      cloudInit: { state: 'done' as const },
+    });
+    const step = (early: ReturnType<typeof factsWith>, asked: ReturnType<typeof factsWith>[]) => {
+      const probe = { takeEarly: async () => early, askNow: async () => asked.shift() } as unknown as GuestProbe;
+      return guestStep({
+        inventory: quick,
+        members: [quick.members[0]!],
+        desired: wanted,
+        ssh: sshRefused([]),
+        probe,
+        clients: unused,
+        clusterFormed: true,
+        diffs: false,
+      });
+    };
+    const unchanged: ReturnType<typeof factsWith>[] = [factsWith('later\n')];
+    const quiet = step(factsWith('server a\n'), unchanged);
+    t.deepEqual(quiet.plan(await quiet.check('etcd-1', patienceOf(false)), 'etcd-1'), []);
+    t.is(unchanged.length, 1, 'no drift: not asked again');
+    // Drift in the early answer; the answer under the lock shows another run already converged it.
+    const converged = step(factsWith('edited by hand\n'), [factsWith('server a\n')]);
+    t.deepEqual(converged.plan(await converged.check('etcd-1', patienceOf(false)), 'etcd-1'), []);
+    const drifted = step(factsWith('edited by hand\n'), [factsWith('edited again\n')]);
+    t.deepEqual(summaries(drifted.plan(await drifted.check('etcd-1', patienceOf(false)), 'etcd-1')), [
+      'update /etc/chrony/chrony.conf',
+    ]);
   });
   test("restore: a booting member's SSH is waited for health_timeout in a run, tried once in a dry-run", async (t) => {
     const windows: number[] = [];
