@@ -112,6 +112,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     await execution.run();
     return outcome({ written: execution.written });
   } finally {
+    // What the guests' files were read as, for the next run (a dry-run writes nothing).
+    if (!options.dryRun) context.guestProbe.digests.save();
     await held?.release();
     await context.close();
   }

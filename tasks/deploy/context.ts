@@ -3,6 +3,7 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import { clientIdentities, type ClientIdentities } from '../etcd/identities.ts';
 import { EtcdClients } from '../etcd/client.ts';
 import { GuestProbe } from '../guest/probe.ts';
+import { DigestMemory } from '../guest/digest-memory.ts';
 import { RemoteContext } from '../libvirt/context.ts';
 import { identityFrom, materialsFrom, readFacts } from '../pki/materials.ts';
 import { PkiStore } from '../pki/store.ts';
@@ -75,7 +76,13 @@ export class DeployContext {
       return key;
     };
     this.memberSsh = new MemberConnections(this.remote.connections, { privateKey, knownHostsPath: store.knownHostsPath });
-    this.guestProbe = new GuestProbe(facts, this.memberSsh, this.remote.sessions, () => this.owner().identity.id);
+    this.guestProbe = new GuestProbe(
+      facts,
+      this.memberSsh,
+      this.remote.sessions,
+      () => this.owner().identity.id,
+      DigestMemory.load(inventory.stateDir),
+    );
     // A VM a step restarted (or undefined) drops the connection into it: the next step connects anew.
     facts.onStale('vm', (name) => {
       const member = inventory.members.find((m) => m.name === name);

@@ -51,7 +51,7 @@ export function startedPid(reply: VirshReply): number | AgentAnswer {
 }
 
 /** A guest-exec-status reply: still running, or the script's answer (its output, or why there is none). */
-export function finished(reply: VirshReply): AgentAnswer | 'running' {
+export function finished(reply: VirshReply, answersWith: readonly number[] = [0]): AgentAnswer | 'running' {
   if (!reply.ok) return failure(reply);
   let status: ExecStatus;
   try {
@@ -62,7 +62,7 @@ export function finished(reply: VirshReply): AgentAnswer | 'running' {
   const result = status.return ?? {};
   if (!result.exited) return 'running';
   if (result['out-truncated']) return { ok: false, reason: "the agent cut the script's output short" };
-  if (result.exitcode !== 0) {
+  if (result.exitcode === undefined || !answersWith.includes(result.exitcode)) {
     const stderr = forDisplay(
       Buffer.from(result['err-data'] ?? '', 'base64')
         .toString('utf8')
@@ -74,6 +74,9 @@ export function finished(reply: VirshReply): AgentAnswer | 'running' {
   return { ok: true, output: Buffer.from(result['out-data'] ?? '', 'base64').toString('utf8') };
 }
 
+/** Does the agent's reply to guest-file-open say the file is not there (rather than that the agent did not answer)? */
+const saysNoSuchFile = (reply: VirshReply): boolean => !reply.ok && /No such file or directory/.test(reply.output);
+
 const agentCommand = (domain: string, execute: string, args: Record<string, unknown>): string[] => [
   'qemu-agent-command',
   '--timeout',
@@ -83,41 +86,52 @@ const agentCommand = (domain: string, execute: string, args: Record<string, unkn
 ];
 
 /**
- * Runs each request's script in its domain, all at once, and collects the answers in request order:
- * first every domain's mark is read (nothing runs inside a domain without this cluster's ID: another
- * cluster's VM that has a member's name), then the scripts start, then their status is asked every
- * POLL_MS until each has exited or `timeoutMs` has passed.
+ * Which domains carry this cluster's mark, read first: nothing runs or is read inside a domain
+ * without this cluster's ID (another cluster's VM that has a member's name). 'ours', or why not.
  */
-export async function askThroughAgents(
+export async function markedOurs(
   virsh: VirshAsker,
-  requests: readonly AgentRequest[],
+  domains: readonly string[],
   owner: { namespace: string; id: string },
-  timeoutMs: number,
-): Promise<AgentAnswer[]> {
-  const deadline = Date.now() + timeoutMs;
-  const answers: (AgentAnswer | undefined)[] = requests.map(() => undefined);
+): Promise<(AgentAnswer | 'ours')[]> {
   const marks = await virsh.ask(
-    requests.map(({ domain }) => ['metadata', '--uri', owner.namespace, '--domain', domain]),
+    domains.map((domain) => ['metadata', '--uri', owner.namespace, '--domain', domain]),
     { urgent: true },
   );
-  const ours = requests.flatMap((_request, i) => {
-    const verdict = ownedBy(marks[i]!, owner.id);
-    if (verdict !== 'ours') answers[i] = verdict;
-    return verdict === 'ours' ? [i] : [];
-  });
+  return domains.map((_domain, i) => ownedBy(marks[i]!, owner.id));
+}
+
+/** A program run inside a domain through its agent: its path, arguments, and stdin if any. */
+export interface AgentRun {
+  domain: string;
+  path: string;
+  args: readonly string[];
+  stdin?: string;
+  /** Exit codes that still carry an answer (stat exits 1 when a path it was given is missing); 0 by default. */
+  answersWith?: readonly number[];
+}
+
+/**
+ * Starts each run in its domain, all at once, then asks every POLL_MS whether they have exited, until
+ * each has or `timeoutMs` has passed; the answers in request order. The domains' marks are the
+ * caller's to have read (markedOurs).
+ */
+export async function runThroughAgents(virsh: VirshAsker, runs: readonly AgentRun[], timeoutMs: number): Promise<AgentAnswer[]> {
+  const deadline = Date.now() + timeoutMs;
+  const answers: (AgentAnswer | undefined)[] = runs.map(() => undefined);
   const starts = await virsh.ask(
-    ours.map((i) =>
-      agentCommand(requests[i]!.domain, 'guest-exec', {
-        path: '/bin/sh',
-        arg: ['-s'],
-        'input-data': Buffer.from(requests[i]!.script).toString('base64'),
+    runs.map(({ domain, path, args, stdin }) =>
+      agentCommand(domain, 'guest-exec', {
+        path,
+        arg: args,
+        ...(stdin === undefined ? {} : { 'input-data': Buffer.from(stdin).toString('base64') }),
         'capture-output': true,
       }),
     ),
     { urgent: true },
   );
-  let running = ours.flatMap((i, n) => {
-    const pid = startedPid(starts[n]!);
+  let running = runs.flatMap((_run, i) => {
+    const pid = startedPid(starts[i]!);
     if (typeof pid !== 'number') answers[i] = pid;
     return typeof pid === 'number' ? [{ i, pid }] : [];
   });
@@ -128,11 +142,11 @@ export async function askThroughAgents(
     }
     await new Promise((resolve) => setTimeout(resolve, POLL_MS));
     const statuses = await virsh.ask(
-      running.map(({ i, pid }) => agentCommand(requests[i]!.domain, 'guest-exec-status', { pid })),
+      running.map(({ i, pid }) => agentCommand(runs[i]!.domain, 'guest-exec-status', { pid })),
       { urgent: true },
     );
     running = running.filter(({ i }, n) => {
-      const outcome = finished(statuses[n]!);
+      const outcome = finished(statuses[n]!, runs[i]!.answersWith);
       if (outcome !== 'running') answers[i] = outcome;
       return outcome === 'running';
     });
@@ -140,11 +154,122 @@ export async function askThroughAgents(
   return answers.map((answer) => answer ?? { ok: false, reason: 'the hypervisor gave no answer' });
 }
 
+/**
+ * Runs each request's script (`sh -s`, the script on its stdin) in its domain, all at once, and
+ * collects the answers in request order: marks first (markedOurs), then runThroughAgents.
+ */
+export async function askThroughAgents(
+  virsh: VirshAsker,
+  requests: readonly AgentRequest[],
+  owner: { namespace: string; id: string },
+  timeoutMs: number,
+): Promise<AgentAnswer[]> {
+  const verdicts = await markedOurs(
+    virsh,
+    requests.map(({ domain }) => domain),
+    owner,
+  );
+  const answers: AgentAnswer[] = verdicts.map((verdict) => (verdict === 'ours' ? { ok: false, reason: 'not asked' } : verdict));
+  const ours = verdicts.flatMap((verdict, i) => (verdict === 'ours' ? [i] : []));
+  const ran = await runThroughAgents(
+    virsh,
+    ours.map((i) => ({ domain: requests[i]!.domain, path: '/bin/sh', args: ['-s'], stdin: requests[i]!.script })),
+    timeoutMs,
+  );
+  ours.forEach((i, n) => {
+    answers[i] = ran[n]!;
+  });
+  return answers;
+}
+
+/** Each domain's clock as its agent reads it (guest-get-time), in nanoseconds; undefined where it did not answer. */
+export async function guestClocks(virsh: VirshAsker, domains: readonly string[]): Promise<(bigint | undefined)[]> {
+  const replies = await virsh.ask(
+    domains.map((domain) => agentCommand(domain, 'guest-get-time', {})),
+    { urgent: true },
+  );
+  // Read as text: nanoseconds since the epoch are past what a JSON number holds exactly.
+  return replies.map((reply) => {
+    const ns = reply.ok ? /"return":\s*(\d+)/.exec(reply.output)?.[1] : undefined;
+    return ns === undefined ? undefined : BigInt(ns);
+  });
+}
+
+/** A file as an agent read it: its bytes, absent, or why it could not be read (never any of its bytes). */
+export type FileRead = { content: Buffer } | { absent: true } | { unreadable: string };
+
+/** What one guest-file-read asks for: the managed files are small; a larger file is read in more calls. */
+const READ_CHUNK_BYTES = 1 << 20;
+/** More than any file the tool reads (certificates, settings, cloud-init's results, a process's environment). */
+const MAX_FILE_BYTES = 16 << 20;
+
+/** A guest-file-read reply: a chunk and whether it was the last, or why there is none (the reply's text is never shown: it may be a key's). */
+function chunkOf(reply: VirshReply): { bytes: Buffer; eof: boolean } | { unreadable: string } {
+  if (!reply.ok) return { unreadable: reasonOf(reply) };
+  try {
+    const answer = (JSON.parse(reply.output) as { return?: { 'buf-b64'?: string; eof?: boolean } }).return;
+    if (typeof answer?.['buf-b64'] !== 'string') return { unreadable: "the agent's reply to guest-file-read has no data" };
+    return { bytes: Buffer.from(answer['buf-b64'], 'base64'), eof: answer.eof === true };
+  } catch {
+    return { unreadable: "the agent's reply to guest-file-read is not JSON" };
+  }
+}
+
+/**
+ * Reads whole files inside domains through their agents' file calls (guest-file-open, -read until
+ * the end, -close), all domains and files at once, one virsh batch per round: no process starts in
+ * the guest, where one costs it ~0.1 s of CPU under emulation. Read-only; the marks are the caller's
+ * to have read (markedOurs). The answers per request, by path.
+ */
+export async function readThroughAgents(
+  virsh: VirshAsker,
+  requests: readonly { domain: string; paths: readonly string[] }[],
+): Promise<Map<string, FileRead>[]> {
+  const reads = requests.map(() => new Map<string, FileRead>());
+  const files = requests.flatMap(({ domain, paths }, r) => paths.map((path) => ({ r, domain, path })));
+  const opened = await virsh.ask(
+    files.map(({ domain, path }) => agentCommand(domain, 'guest-file-open', { path, mode: 'r' })),
+    { urgent: true },
+  );
+  let reading = files.flatMap((file, i) => {
+    const reply = opened[i]!;
+    const handle = /"return":\s*(\d+)/.exec(reply.output)?.[1];
+    if (reply.ok && handle !== undefined) return [{ ...file, handle: Number(handle), chunks: [] as Buffer[], size: 0 }];
+    reads[file.r]!.set(file.path, saysNoSuchFile(reply) ? { absent: true } : { unreadable: reasonOf(reply) });
+    return [];
+  });
+  const handles = reading.map(({ domain, handle }) => agentCommand(domain, 'guest-file-close', { handle }));
+  try {
+    while (reading.length > 0) {
+      const replies = await virsh.ask(
+        reading.map(({ domain, handle }) => agentCommand(domain, 'guest-file-read', { handle, count: READ_CHUNK_BYTES })),
+        { urgent: true },
+      );
+      reading = reading.filter((file, i) => {
+        const chunk = chunkOf(replies[i]!);
+        if ('unreadable' in chunk) {
+          reads[file.r]!.set(file.path, chunk);
+          return false;
+        }
+        file.chunks.push(chunk.bytes);
+        file.size += chunk.bytes.length;
+        if (file.size > MAX_FILE_BYTES) {
+          reads[file.r]!.set(file.path, { unreadable: `larger than ${MAX_FILE_BYTES >> 20} MiB` });
+          return false;
+        }
+        if (chunk.eof || chunk.bytes.length === 0) reads[file.r]!.set(file.path, { content: Buffer.concat(file.chunks) });
+        return !(chunk.eof || chunk.bytes.length === 0);
+      });
+    }
+  } finally {
+    // Handles are the agent's until closed; one left open (a close that failed) costs it a file descriptor, nothing more.
+    if (handles.length > 0) await virsh.ask(handles, { urgent: true }).catch(() => undefined);
+  }
+  return reads;
+}
+
 /** A domain's boot as its agent tells it: cloud-init's work is over (or it never runs), it still runs, or the agent does not say (why). */
 export type BootLook = 'ended' | 'running' | { unanswered: string };
-
-/** Does the agent's reply to guest-file-open say the file is not there (rather than that the agent did not answer)? */
-const saysNoSuchFile = (reply: VirshReply): boolean => !reply.ok && /No such file or directory/.test(reply.output);
 
 /**
  * Whether each domain's boot has ended, asked of its agent with file calls only (guest-file-open of
@@ -162,14 +287,10 @@ export async function lookAtBoots(
   resultPath: string,
   statusPath: string,
 ): Promise<BootLook[]> {
-  const marks = await virsh.ask(
-    domains.map((domain) => ['metadata', '--uri', owner.namespace, '--domain', domain]),
-    { urgent: true },
+  const verdicts = await markedOurs(virsh, domains, owner);
+  const looks: (BootLook | undefined)[] = verdicts.map((verdict) =>
+    verdict === 'ours' ? undefined : { unanswered: verdict.ok ? 'no answer' : verdict.reason },
   );
-  const looks: (BootLook | undefined)[] = domains.map((_, i) => {
-    const verdict = ownedBy(marks[i]!, owner.id);
-    return verdict === 'ours' ? undefined : { unanswered: verdict.ok ? 'no answer' : verdict.reason };
-  });
   const open = (indices: number[], path: string) =>
     virsh.ask(
       indices.map((i) => agentCommand(domains[i]!, 'guest-file-open', { path, mode: 'r' })),

@@ -1,16 +1,17 @@
 import { commandLine, quote } from '../core/shell.ts';
 
 /**
- * What the guest step knows about a member, asked in one script run as root (through the guest
- * agent, or over SSH with sudo: guest/probe.ts): every managed file's digest, mode, owner and time,
- * every service's state, the running environment of services whose settings live in an
- * EnvironmentFile, whether etcd's data directory holds a member, and cloud-init's result. Under
- * emulation every process spawned in the guest costs 0.05-0.35 s even when the guest is idle, so the
- * script spawns as few as it can: one stat, one sha256sum, one cat per environment, and shell
- * builtins for the rest. Sections are framed by marker lines.
+ * What the guest step knows about a member: every managed file's digest, mode, owner and time, every
+ * service's state, the running environment of services whose settings live in an EnvironmentFile,
+ * whether etcd's data directory holds a member, and cloud-init's result. Under emulation every process
+ * spawned in the guest costs 0.05-0.35 s even when the guest is idle, so most of it is read from
+ * files: through the guest agent's file calls (guest/probe.ts), which start no process, with one
+ * `stat` for what no file says (modes, owners, times, links); over SSH, for a member whose agent does
+ * not answer, in one script run as root (guestProbeScript) printing the same parts. Both answers are
+ * the same ProbeParts, turned into facts by factsFromParts.
  *
  * A service's state is read from what systemd leaves in files (its cgroup's processes, its enable
- * links, the time its invocation began, the time of systemd's last reload) when that settles it: the
+ * link, the time its invocation began, the time of systemd's last reload) when that settles it: the
  * service runs, is enabled, and none of its managed unit files changed since systemd last read them.
  * Anything else (stopped, failed, restarting, not enabled, masked, a unit file newer than the last
  * reload) is asked of systemd itself with `systemctl show`, in a second script (unitStateScript):
@@ -73,35 +74,114 @@ export const CLOUD_INIT_STATUS = '/run/cloud-init/status.json';
 const SYSTEMD_RELOADED = '/run/systemd/generator';
 /** A symlink systemd creates when a unit's invocation begins: its time is the unit's start. */
 const invocationOf = (unit: string) => `/run/systemd/units/invocation:${unit}`;
+/**
+ * The link `systemctl enable` makes for a unit installed for multi-user.target (the tool's units, and
+ * Debian's services it manages). A unit enabled elsewhere is not settled by files: systemd is asked.
+ */
+const enableLinkOf = (unit: string) => `/etc/systemd/system/multi-user.target.wants/${unit}`;
+/** A symlink here (to /dev/null) masks the unit. */
+const overrideOf = (unit: string) => `/etc/systemd/system/${unit}`;
+/** A unit's processes (cgroup v2): the first one listed is its main process. */
+export const processesOf = (unit: string) => `/sys/fs/cgroup/system.slice/${unit}/cgroup.procs`;
+/** Where a data directory that holds a member keeps it. */
+const memberDirOf = (dataDir: string) => `${dataDir}/member`;
 
-/** Sets `pid` to the unit's first process (cgroup v2: its main process), read with a builtin; empty when none runs. */
-const readFirstProcess = (unit: string) => `pid=; read -r pid < ${quote(`/sys/fs/cgroup/system.slice/${unit}/cgroup.procs`)} 2>/dev/null`;
+/** One path as stat tells it: file type and permission bits, owner, exact modification time (seconds). */
+export interface StatEntry {
+  mode: number;
+  owner: string;
+  mtime: number;
+  /** Inode, size, and both times as stat printed them (to the nanosecond): what tells a file's content unchanged (guest/digest-memory.ts). */
+  identity: string;
+  /** The change time (ctime), in nanoseconds. */
+  changedAtNs: bigint;
+}
 
-/** The probe: run as root (`sudo sh -s`). Missing files and units are simply absent from the answer. */
+const S_IFMT = 0o170000;
+const S_IFLNK = 0o120000;
+const S_IFDIR = 0o040000;
+const isLink = (entry: StatEntry | undefined) => entry !== undefined && (entry.mode & S_IFMT) === S_IFLNK;
+
+/** The one program a probe runs: Debian's coreutils stat. */
+export const STAT_PROGRAM = '/usr/bin/stat';
+
+/** Every path whose mode, owner, time or type a probe asks of stat: the managed files, systemd's clocks and links, the data. */
+export function statPaths(questions: GuestQuestions): string[] {
+  const units = questions.units.flatMap((unit) => [invocationOf(unit), enableLinkOf(unit), overrideOf(unit)]);
+  return [
+    ...new Set([...questions.paths, SYSTEMD_RELOADED, ...units, memberDirOf(questions.dataDir), CLOUD_INIT_RESULT, CLOUD_INIT_STATUS]),
+  ];
+}
+
+/**
+ * stat's arguments: raw mode in hex (type and permissions), owner, modification and change times to
+ * the nanosecond (a unit file written in the same second as a reload is told apart), inode, size, path.
+ */
+export const statArguments = (questions: GuestQuestions): string[] => ['-c', '%f %U:%G %.9Y %.9Z %i %s %n', '--', ...statPaths(questions)];
+
+/** "1795431331.123456789" as nanoseconds. */
+const nanoseconds = (time: string): bigint => {
+  const [whole, fraction = ''] = time.split('.');
+  return BigInt(whole!) * 1_000_000_000n + BigInt(fraction.padEnd(9, '0').slice(0, 9));
+};
+
+/** stat's answer (missing paths are simply absent from it). */
+export function parseStat(text: string): Map<string, StatEntry> {
+  const entries = new Map<string, StatEntry>();
+  for (const line of text.split('\n')) {
+    const match = /^([0-9a-f]+) (\S+) (\d+(?:\.\d+)?) (\d+(?:\.\d+)?) (\d+) (\d+) (.*)$/.exec(line);
+    if (!match) continue;
+    const [, mode, owner, mtime, ctime, inode, size, path] = match as unknown as [
+      string,
+      string,
+      string,
+      string,
+      string,
+      string,
+      string,
+      string,
+    ];
+    entries.set(path, {
+      mode: Number.parseInt(mode, 16),
+      owner,
+      mtime: Number(mtime),
+      identity: `${inode} ${size} ${mtime} ${ctime}`,
+      changedAtNs: nanoseconds(ctime),
+    });
+  }
+  return entries;
+}
+
+/** What a probe gathers, by either way (agent or SSH), before it is read as facts. */
+export interface ProbeParts {
+  stats: ReadonlyMap<string, StatEntry>;
+  /** sha256 of each managed file that could be read. */
+  digests: ReadonlyMap<string, string>;
+  /** Each unit's main process, where one runs. */
+  processes: ReadonlyMap<string, string>;
+  /** The environment (NUL-separated) of each environment unit's main process, where one runs. */
+  environs: ReadonlyMap<string, string>;
+  cloudInitResult: string;
+  cloudInitStatus: string;
+}
+
+/** Sets `pid` to the unit's first process, read with a builtin; empty when none runs. */
+const readFirstProcess = (unit: string) => `pid=; read -r pid < ${quote(processesOf(unit))} 2>/dev/null`;
+
+/** The probe over SSH: run as root (`sudo sh -s`), printing the parts in sections. Missing files and units are simply absent from the answer. */
 export function guestProbeScript(questions: GuestQuestions): string {
   const paths = questions.paths.map(quote).join(' ');
-  const clocks = [SYSTEMD_RELOADED, ...questions.units.map(invocationOf)].map(quote).join(' ');
   const lines = [
     section('stat'),
-    // Times to the nanosecond: a unit file written in the same second as a reload is told apart.
-    `stat -c '%a %U:%G %.9Y %n' -- ${paths} ${clocks} 2>/dev/null`,
+    `${commandLine([STAT_PROGRAM, ...statArguments(questions)])} 2>/dev/null`,
     section('sha256'),
     ...(questions.paths.length ? [`sha256sum -- ${paths} 2>/dev/null`] : []),
     section('units'),
-    // Per unit: its first process, and `enabled` when a .wants link of /etc names it and no symlink (a mask) replaces it.
-    ...questions.units.map((unit) =>
-      [
-        readFirstProcess(unit),
-        `e=; for l in /etc/systemd/system/*.wants/${quote(unit)}; do [ -L "$l" ] && e=enabled; done; [ -L ${quote(`/etc/systemd/system/${unit}`)} ] && e=`,
-        `echo ${quote(unit)} "\${pid:--}" "\${e:--}"`,
-      ].join('; '),
-    ),
+    ...questions.units.map((unit) => `${readFirstProcess(unit)}; [ -n "$pid" ] && echo ${quote(unit)} "$pid"`),
     ...questions.environmentUnits.flatMap((unit) => [
       section(`environ ${unit}`),
       `${readFirstProcess(unit)}; [ -n "$pid" ] && cat "/proc/$pid/environ" 2>/dev/null; echo`,
     ]),
-    section('data'),
-    `[ -d ${quote(`${questions.dataDir}/member`)} ] && echo member`,
     section('cloud-init-result'),
     printFile(CLOUD_INIT_RESULT),
     section('cloud-init-status'),
@@ -152,83 +232,102 @@ function framed(output: string): Map<string, string> {
   return parts;
 }
 
-/**
- * The probe's answer. `units` is undefined when what the files say does not settle every unit's
- * state: then unitStateScript asks systemd, and parseUnitState reads its answer (guest/probe.ts).
- */
-export function parseGuestProbe(
-  output: string,
-  questions: GuestQuestions,
-): { facts: Omit<GuestFacts, 'units'>; units: Map<string, UnitFact> | undefined } {
+/** The SSH probe's answer, as parts. */
+export function partsFromScript(output: string): ProbeParts {
   const parts = framed(output);
   const digests = new Map<string, string>();
   for (const line of (parts.get('sha256') ?? '').split('\n')) {
     const match = /^([0-9a-f]{64}) [ *](.*)$/.exec(line);
     if (match) digests.set(match[2]!, match[1]!);
   }
-  const asked = new Set(questions.paths);
+  const processes = new Map(
+    (parts.get('units') ?? '')
+      .split('\n')
+      .map((line) => line.split(' '))
+      .filter((words): words is [string, string] => words.length === 2 && /^\d+$/.test(words[1]!)),
+  );
+  const environs = new Map(
+    [...parts].flatMap(([name, text]) => (name.startsWith('environ ') ? [[name.slice('environ '.length), text] as const] : [])),
+  );
+  return {
+    stats: parseStat(parts.get('stat') ?? ''),
+    digests,
+    processes,
+    environs,
+    cloudInitResult: parts.get('cloud-init-result') ?? '',
+    cloudInitStatus: parts.get('cloud-init-status') ?? '',
+  };
+}
+
+/** The SSH probe's answer as facts (factsFromParts). */
+export const parseGuestProbe = (output: string, questions: GuestQuestions) => factsFromParts(partsFromScript(output), questions);
+
+/** A process's environment, NUL-separated (the SSH probe's echo may add a newline at either end). */
+function parseEnviron(raw: string): Map<string, string> {
+  const variables = new Map<string, string>();
+  for (const entry of raw.split('\0')) {
+    const at = entry.indexOf('=');
+    if (at > 0) variables.set(entry.slice(0, at).replace(/^\n/, ''), entry.slice(at + 1).replace(/\n$/, ''));
+  }
+  return variables;
+}
+
+/**
+ * A probe's parts as facts. `units` is undefined when what the files say does not settle every
+ * unit's state: then unitStateScript asks systemd, and parseUnitState reads its answer (guest/probe.ts).
+ */
+export function factsFromParts(
+  parts: ProbeParts,
+  questions: GuestQuestions,
+): { facts: Omit<GuestFacts, 'units'>; units: Map<string, UnitFact> | undefined } {
   const files = new Map<string, FileFact>();
-  /** Exact modification times (seconds, with fractions): of the managed files, and of systemd's clocks. */
-  const times = new Map<string, number>();
-  for (const line of (parts.get('stat') ?? '').split('\n')) {
-    const match = /^([0-7]+) (\S+) (\d+(?:\.\d+)?) (.*)$/.exec(line);
-    if (!match) continue;
-    const path = match[4]!;
-    times.set(path, Number(match[3]));
-    if (!asked.has(path)) continue;
-    // A path that stat sees but sha256sum cannot read (a directory in its place) has no digest.
-    files.set(path, {
-      mode: Number.parseInt(match[1]!, 8),
-      owner: match[2]!,
-      mtime: Math.floor(Number(match[3])),
-      digest: digests.get(path) ?? '',
-    });
+  for (const path of questions.paths) {
+    const entry = parts.stats.get(path);
+    // A path that stat sees but that cannot be read (a directory in its place) has no digest.
+    if (entry)
+      files.set(path, {
+        mode: entry.mode & 0o7777,
+        owner: entry.owner,
+        mtime: Math.floor(entry.mtime),
+        digest: parts.digests.get(path) ?? '',
+      });
   }
   const environments = new Map<string, Map<string, string>>();
   for (const unit of questions.environmentUnits) {
-    const raw = parts.get(`environ ${unit}`) ?? '';
-    const variables = new Map<string, string>();
-    for (const entry of raw.split('\0')) {
-      const at = entry.indexOf('=');
-      if (at > 0) variables.set(entry.slice(0, at).replace(/^\n/, ''), entry.slice(at + 1).replace(/\n$/, ''));
-    }
+    const variables = parseEnviron(parts.environs.get(unit) ?? '');
     if (variables.size > 0) environments.set(unit, variables);
   }
+  const memberDir = parts.stats.get(memberDirOf(questions.dataDir));
   return {
     facts: {
       files,
       environments,
-      dataDirInitialized: (parts.get('data') ?? '').trim() === 'member',
-      cloudInit: parseCloudInit(parts.get('cloud-init-result') ?? '', parts.get('cloud-init-status') ?? ''),
+      dataDirInitialized: memberDir !== undefined && (memberDir.mode & S_IFMT) === S_IFDIR,
+      cloudInit: parseCloudInit(parts.cloudInitResult, parts.cloudInitStatus),
     },
-    units: unitsFromFiles(parts.get('units') ?? '', times, questions),
+    units: unitsFromFiles(parts.processes, parts.stats, questions),
   };
 }
 
 /**
- * Every unit's state from files, or undefined unless each one runs, is enabled, has an invocation
- * time, and no managed unit file is newer than systemd's last reload (then NeedDaemonReload is no).
+ * Every unit's state from files, or undefined unless each one runs, is enabled (its link in
+ * multi-user.target.wants, not masked), has an invocation time, and no managed unit file is newer than
+ * systemd's last reload (then NeedDaemonReload is no).
  */
 export function unitsFromFiles(
-  text: string,
-  times: ReadonlyMap<string, number>,
+  processes: ReadonlyMap<string, string>,
+  stats: ReadonlyMap<string, StatEntry>,
   questions: GuestQuestions,
 ): Map<string, UnitFact> | undefined {
-  const reloaded = times.get(SYSTEMD_RELOADED);
+  const reloaded = stats.get(SYSTEMD_RELOADED)?.mtime;
   if (reloaded === undefined) return undefined;
-  if (questions.paths.some((path) => path.startsWith('/etc/systemd/system/') && (times.get(path) ?? 0) >= reloaded)) return undefined;
-  const seen = new Map(
-    text
-      .split('\n')
-      .map((line) => line.split(' '))
-      .filter((words) => words.length === 3)
-      .map(([unit, pid, enabled]) => [unit!, { running: /^\d+$/.test(pid!), enabled: enabled === 'enabled' }]),
-  );
+  if (questions.paths.some((path) => path.startsWith('/etc/systemd/system/') && (stats.get(path)?.mtime ?? 0) >= reloaded))
+    return undefined;
   const units = new Map<string, UnitFact>();
   for (const unit of questions.units) {
-    const started = times.get(invocationOf(unit));
-    const state = seen.get(unit);
-    if (!state?.running || !state.enabled || started === undefined) return undefined;
+    const started = stats.get(invocationOf(unit))?.mtime;
+    const enabled = isLink(stats.get(enableLinkOf(unit))) && !isLink(stats.get(overrideOf(unit)));
+    if (!processes.has(unit) || !enabled || started === undefined) return undefined;
     units.set(unit, {
       loaded: true,
       enabled: 'enabled',

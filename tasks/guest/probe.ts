@@ -1,21 +1,38 @@
 import type { FactCache } from '../core/facts.ts';
 import type { Member } from '../inventory/model.ts';
-import { membersByHypervisor } from '../inventory/placement.ts';
 import { saysDomainMissing } from '../libvirt/virsh.ts';
 import { OWNER_NAMESPACE } from '../render/domain.ts';
 import type { VirshSessions } from '../libvirt/session.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
-import { askThroughAgents, lookAtBoots, type AgentAnswer, type BootLook } from './agent.ts';
+import { createHash } from 'node:crypto';
+import type { DigestMemory } from './digest-memory.ts';
+import {
+  askThroughAgents,
+  guestClocks,
+  lookAtBoots,
+  markedOurs,
+  readThroughAgents,
+  runThroughAgents,
+  type BootLook,
+  type FileRead,
+} from './agent.ts';
 import {
   CLOUD_INIT_RESULT,
   CLOUD_INIT_STATUS,
+  factsFromParts,
   guestProbeScript,
-  parseGuestProbe,
+  parseStat,
   parseUnitState,
+  partsFromScript,
+  processesOf,
+  STAT_PROGRAM,
+  statArguments,
   unitStateScript,
   type GuestFacts,
   type GuestQuestions,
+  type ProbeParts,
+  type StatEntry,
 } from './facts.ts';
 
 /** The kind of fact a guest's answers are, in the run's fact cache (steps/registry.ts says which changes make them stale). */
@@ -30,20 +47,32 @@ const overSsh =
   (script) =>
     ssh.run(['sudo', 'sh', '-s'], { stdin: script, describe: 'guest probe', timeoutMs: 60_000 });
 
-/** Long enough for three emulated guests probed at once on a busy host (one probe: ~0.5 s idle). */
+/** Long enough for emulated guests probed at once on a busy host (the lab's three: ~0.5 s in all, idle). */
 const AGENT_PROBE_TIMEOUT_MS = 30_000;
+/**
+ * virsh sessions per hypervisor for the agents' calls, beside the one for libvirt's facts: members
+ * take them in turn. Each agent call is a round trip into an emulated guest (3-30 ms), and one virsh
+ * makes them one after another; a few sessions ask several guests at once, within the SSH
+ * connection's channels (remote/ssh.ts MAX_CHANNELS) that the run's other commands need too.
+ */
+const AGENT_LANES = 3;
 
 /**
- * Asks members for their guest facts: through the QEMU guest agent, over the run's virsh session on
- * each hypervisor, all its members at once (guest/agent.ts), and over SSH to a member whose agent
- * does not answer (an image without qemu-guest-agent, a domain defined before the tool added the
- * agent's channel). The deploy starts every member's probe early, while other steps work, and keeps
- * the answer in the run's fact cache; the guest step takes it once, unless a step changed the member's
+ * Asks members for their guest facts: through the QEMU guest agent (one stat per member, then file
+ * calls for what stat's answer leaves to read: guest/facts.ts, guest/agent.ts; a managed file whose
+ * identity is unchanged since a run read it is not read again: guest/digest-memory.ts), on virsh
+ * sessions of the agents' own beside libvirt's (lanes); over SSH, in one script, for a member whose
+ * agent does not answer (an image without qemu-guest-agent, a domain defined before the tool added
+ * the agent's channel). The deploy starts every member's probe as the run starts, and keeps the
+ * answer in the run's fact cache; the guest step takes it once, unless a step changed the member's
  * guest since (a restarted VM, a restore: the runner drops the answer then). Re-checks ask again.
  */
 export class GuestProbe {
   /** Why a member's agent did not answer in this run (SSH was asked instead): --profile says it. */
   readonly agentFailures = new Map<string, string>();
+  /** Each member's virsh session for its agent's calls, given in turn per hypervisor. */
+  readonly #lanes = new Map<string, string>();
+  readonly #lanesGiven = new Map<string, number>();
 
   constructor(
     readonly facts: FactCache,
@@ -51,6 +80,8 @@ export class GuestProbe {
     readonly sessions: VirshSessions,
     /** This cluster's ID (read after the pki step makes it): the agent is asked only inside domains marked with it. */
     readonly clusterId: () => string | undefined,
+    /** What files were read before: one whose identity has not changed since is not read again. */
+    readonly digests: DigestMemory,
   ) {}
 
   /**
@@ -60,9 +91,15 @@ export class GuestProbe {
   prefetch(members: readonly Member[], questionsOf: (member: Member) => GuestQuestions): void {
     // Before the pki step of a first deploy: no domain carries a mark yet, so no agent may be asked.
     if (this.clusterId() === undefined) return;
-    for (const hosted of membersByHypervisor(members.filter((member) => !this.facts.has(member.name, GUEST))).values()) {
-      const asked = hosted.map((member) => ({ member, questions: questionsOf(member) }));
-      const answers = this.#runInAgents(asked.map(({ member, questions }) => ({ member, script: guestProbeScript(questions) })));
+    const unasked = members.filter((member) => !this.facts.has(member.name, GUEST));
+    const lanes = new Map<string, Member[]>();
+    for (const member of unasked) {
+      const key = `${member.hypervisor.name}\0${this.#laneOf(member)}`;
+      lanes.set(key, [...(lanes.get(key) ?? []), member]);
+    }
+    for (const inLane of lanes.values()) {
+      const asked = inLane.map((member) => ({ member, questions: questionsOf(member) }));
+      const answers = this.#partsThroughAgents(asked);
       asked.forEach(({ member, questions }, i) => {
         const facts = answers.then((all) =>
           this.#factsFrom(all[i]!, member, questions, async (script) => overSsh(await this.connections.get(member))(script)),
@@ -80,10 +117,23 @@ export class GuestProbe {
   /** Asks one member now: through its agent, or over SSH (`connect`, only then) when the agent does not answer (re-checks, the first boot). */
   async askNow(member: Member, questions: GuestQuestions, connect: () => Promise<SshConnection>): Promise<GuestFacts> {
     const ssh: RunScript = async (script) => overSsh(await connect())(script);
-    const [answer] = await this.#runInAgents([{ member, script: guestProbeScript(questions) }]);
+    const [answer] = await this.#partsThroughAgents([{ member, questions }]);
     return (
-      (await this.#factsFrom(answer!, member, questions, ssh)) ?? this.#complete(await ssh(guestProbeScript(questions)), questions, ssh)
+      (await this.#factsFrom(answer!, member, questions, ssh)) ??
+      this.#complete(partsFromScript(await ssh(guestProbeScript(questions))), questions, ssh)
     );
+  }
+
+  /** The member's lane (its virsh session for agent calls): the next of its hypervisor's, the first time it is asked. */
+  #laneOf(member: Member): string {
+    let lane = this.#lanes.get(member.name);
+    if (lane === undefined) {
+      const given = this.#lanesGiven.get(member.hypervisor.name) ?? 0;
+      this.#lanesGiven.set(member.hypervisor.name, given + 1);
+      lane = `agents-${given % AGENT_LANES}`;
+      this.#lanes.set(member.name, lane);
+    }
+    return lane;
   }
 
   /** One look at the member's boot through its agent, which starts no process in the guest (guest/boot.ts). */
@@ -92,7 +142,7 @@ export class GuestProbe {
     if (id === undefined) return { unanswered: 'the cluster has no ID yet: no domain can carry its mark' };
     try {
       const [look] = await lookAtBoots(
-        await this.sessions.get(member.hypervisor),
+        await this.sessions.get(member.hypervisor, this.#laneOf(member)),
         [member.name],
         { namespace: OWNER_NAMESPACE, id },
         CLOUD_INIT_RESULT,
@@ -105,48 +155,161 @@ export class GuestProbe {
   }
 
   /** The facts in an agent's answer; over SSH when there are none (undefined: no domain, so no guest). */
-  async #factsFrom(answer: AgentAnswer, member: Member, questions: GuestQuestions, ssh: RunScript): Promise<GuestFacts | undefined> {
-    if (answer.ok) {
+  async #factsFrom(
+    answer: ProbeParts | { failed: string },
+    member: Member,
+    questions: GuestQuestions,
+    ssh: RunScript,
+  ): Promise<GuestFacts | undefined> {
+    if (!('failed' in answer)) {
       try {
-        return await this.#complete(answer.output, questions, (script) => this.#runInAgent(member, script, ssh));
+        return await this.#complete(answer, questions, (script) => this.#runInAgent(member, script, ssh));
       } catch (error) {
         this.agentFailures.set(member.name, (error as Error).message);
       }
     } else {
-      this.agentFailures.set(member.name, answer.reason);
+      this.agentFailures.set(member.name, answer.failed);
       // No domain yet (a first deploy, a joiner): no guest to ask over SSH either.
-      if (saysDomainMissing(answer.reason)) return undefined;
+      if (saysDomainMissing(answer.failed)) return undefined;
     }
-    return this.#complete(await ssh(guestProbeScript(questions)), questions, ssh);
+    return this.#complete(partsFromScript(await ssh(guestProbeScript(questions))), questions, ssh);
   }
 
-  /** The facts in a probe's output; what the files leave unsettled about the units is asked of systemd, the same way. */
-  async #complete(output: string, questions: GuestQuestions, run: RunScript): Promise<GuestFacts> {
-    const { facts, units } = parseGuestProbe(output, questions);
+  /** The facts in a probe's parts; what the files leave unsettled about the units is asked of systemd, the same way. */
+  async #complete(parts: ProbeParts, questions: GuestQuestions, run: RunScript): Promise<GuestFacts> {
+    const { facts, units } = factsFromParts(parts, questions);
     return { ...facts, units: units ?? parseUnitState(await run(unitStateScript(questions.units))) };
   }
 
   /** One script in one member: through its agent, else over SSH. */
   async #runInAgent(member: Member, script: string, ssh: RunScript): Promise<string> {
-    const [answer] = await this.#runInAgents([{ member, script }]);
-    return answer!.ok ? answer!.output : ssh(script);
+    const id = this.clusterId();
+    const [answer] =
+      id === undefined
+        ? [undefined]
+        : await askThroughAgents(
+            await this.sessions.get(member.hypervisor, this.#laneOf(member)),
+            [{ domain: member.name, script }],
+            { namespace: OWNER_NAMESPACE, id },
+            AGENT_PROBE_TIMEOUT_MS,
+          ).catch(() => [undefined]);
+    return answer?.ok ? answer.output : ssh(script);
   }
 
-  /** Scripts in members of one hypervisor, all at once. */
-  async #runInAgents(requests: readonly { member: Member; script: string }[]): Promise<AgentAnswer[]> {
-    const { hypervisor } = requests[0]!.member;
+  /**
+   * The probe's parts of members of one hypervisor and lane, through their agents, all at once: the
+   * marks; one stat per member (and its clock); the files stat's answer leaves to read (managed files
+   * whose identity changed since they were last read, cloud-init's result, each unit's processes);
+   * then the environment of each environment unit's process. The managed files' bytes are hashed as
+   * they arrive and kept no longer. Why not, per member, when the agent cannot say.
+   */
+  async #partsThroughAgents(
+    requests: readonly { member: Member; questions: GuestQuestions }[],
+  ): Promise<(ProbeParts | { failed: string })[]> {
     const id = this.clusterId();
-    if (id === undefined) return requests.map(() => ({ ok: false, reason: 'the cluster has no ID yet: no domain can carry its mark' }));
+    if (id === undefined) return requests.map(() => ({ failed: 'the cluster has no ID yet: no domain can carry its mark' }));
     try {
-      return await askThroughAgents(
-        await this.sessions.get(hypervisor),
-        requests.map(({ member, script }) => ({ domain: member.name, script })),
+      const virsh = await this.sessions.get(requests[0]!.member.hypervisor, this.#laneOf(requests[0]!.member));
+      const verdicts = await markedOurs(
+        virsh,
+        requests.map(({ member }) => member.name),
         { namespace: OWNER_NAMESPACE, id },
-        AGENT_PROBE_TIMEOUT_MS,
       );
+      const answers: (ProbeParts | { failed: string })[] = verdicts.map((verdict) =>
+        verdict === 'ours' ? { failed: 'not asked' } : { failed: verdict.ok ? 'no answer' : verdict.reason },
+      );
+      const ours = requests.flatMap((request, i) => (verdicts[i] === 'ours' ? [{ ...request, i }] : []));
+      const domains = ours.map(({ member }) => ({ domain: member.name }));
+      const [stats, clocks] = await Promise.all([
+        runThroughAgents(
+          virsh,
+          ours.map(({ member, questions }) => ({
+            domain: member.name,
+            path: STAT_PROGRAM,
+            args: statArguments(questions),
+            answersWith: [0, 1],
+          })),
+          AGENT_PROBE_TIMEOUT_MS,
+        ),
+        guestClocks(
+          virsh,
+          domains.map(({ domain }) => domain),
+        ),
+      ]);
+      const seen = ours.map(({ member, questions }, n) =>
+        stats[n]!.ok ? this.#toRead(member, questions, parseStat(stats[n]!.output)) : undefined,
+      );
+      const files = await readThroughAgents(
+        virsh,
+        ours.map(({ member }, n) => ({ domain: member.name, paths: seen[n]?.paths ?? [] })),
+      );
+      const processes = ours.map(({ questions }, n) => processesIn(questions, files[n]!));
+      const environs = await readThroughAgents(
+        virsh,
+        ours.map(({ member, questions }, n) => ({
+          domain: member.name,
+          paths: questions.environmentUnits.flatMap((unit) => (processes[n]!.has(unit) ? [environOf(processes[n]!.get(unit)!)] : [])),
+        })),
+      );
+      ours.forEach(({ member, questions, i }, n) => {
+        const stat = stats[n]!;
+        const found = seen[n];
+        if (!stat.ok || !found) {
+          answers[i] = { failed: `stat: ${stat.ok ? 'no answer' : stat.reason}` };
+          return;
+        }
+        const read = this.#digestsRead(member, questions, found.stats, files[n]!, clocks[n]);
+        answers[i] =
+          'failed' in read
+            ? read
+            : partsOf(questions, found.stats, { ...read, recalled: found.recalled }, files[n]!, processes[n]!, environs[n]!);
+      });
+      return answers;
     } catch (error) {
-      return requests.map(() => ({ ok: false, reason: (error as Error).message }));
+      return requests.map(() => ({ failed: (error as Error).message }));
     }
+  }
+
+  /** What is left to read after stat: the managed files not recalled, cloud-init's result, each unit's processes. */
+  #toRead(
+    member: Member,
+    questions: GuestQuestions,
+    stats: Map<string, StatEntry>,
+  ): { stats: Map<string, StatEntry>; paths: string[]; recalled: Map<string, string> } {
+    const recalled = new Map<string, string>();
+    const paths: string[] = [];
+    for (const path of questions.paths) {
+      const entry = stats.get(path);
+      if (!entry || !isRegular(entry)) continue;
+      const digest = this.digests.recall(member.name, path, entry.identity);
+      if (digest === undefined) paths.push(path);
+      else recalled.set(path, digest);
+    }
+    // cloud-init's result holds every stage's errors; before it exists the boot still runs, whatever the status says.
+    const cloudInit = stats.has(CLOUD_INIT_RESULT) ? [CLOUD_INIT_RESULT] : [];
+    return { stats, paths: [...paths, ...cloudInit, ...questions.units.map(processesOf)], recalled };
+  }
+
+  /** The digests of the managed files just read, remembered for the next run; why not, when a regular file could not be read. */
+  #digestsRead(
+    member: Member,
+    questions: GuestQuestions,
+    stats: ReadonlyMap<string, StatEntry>,
+    files: ReadonlyMap<string, FileRead>,
+    guestNowNs: bigint | undefined,
+  ): { read: Map<string, string> } | { failed: string } {
+    const read = new Map<string, string>();
+    for (const path of questions.paths) {
+      const file = files.get(path);
+      const entry = stats.get(path);
+      if (!file || !entry) continue;
+      if (!('content' in file)) return { failed: `${path}: ${'unreadable' in file ? file.unreadable : 'gone between stat and read'}` };
+      const digest = createHash('sha256').update(file.content).digest('hex');
+      read.set(path, digest);
+      // Without the guest's clock nothing is remembered: read again next time.
+      if (guestNowNs !== undefined) this.digests.remember(member.name, path, entry.identity, entry.changedAtNs, guestNowNs, digest);
+    }
+    return { read };
   }
 
   /** The early answer to the same questions, once, if the fact cache still has it; any other early answer goes with it. */
@@ -155,4 +318,47 @@ export class GuestProbe {
     this.facts.invalidate(member.name, [GUEST]);
     return early;
   }
+}
+
+const environOf = (pid: string) => `/proc/${pid}/environ`;
+
+/** Each unit's main process (the first its cgroup lists), where one runs. */
+function processesIn(questions: GuestQuestions, files: ReadonlyMap<string, FileRead>): Map<string, string> {
+  return new Map(
+    questions.units.flatMap((unit) => {
+      const read = files.get(processesOf(unit));
+      const pid = read && 'content' in read ? /^\d+/.exec(read.content.toString('utf8'))?.[0] : undefined;
+      return pid === undefined ? [] : [[unit, pid] as const];
+    }),
+  );
+}
+
+const textOf = (read: FileRead | undefined): string => (read && 'content' in read ? read.content.toString('utf8') : '');
+
+const isRegular = (entry: StatEntry) => (entry.mode & 0o170000) === 0o100000;
+
+/** One member's parts from its agents' answers: stat's, the digests recalled and read, the files read. */
+function partsOf(
+  questions: GuestQuestions,
+  stats: ReadonlyMap<string, StatEntry>,
+  digests: { read: ReadonlyMap<string, string>; recalled: ReadonlyMap<string, string> },
+  files: ReadonlyMap<string, FileRead>,
+  processes: ReadonlyMap<string, string>,
+  environs: ReadonlyMap<string, FileRead>,
+): ProbeParts | { failed: string } {
+  const result = files.get(CLOUD_INIT_RESULT);
+  if (result && 'unreadable' in result) return { failed: `${CLOUD_INIT_RESULT}: ${result.unreadable}` };
+  return {
+    stats,
+    digests: new Map([...digests.recalled, ...digests.read]),
+    processes,
+    environs: new Map(
+      questions.environmentUnits.flatMap((unit) => {
+        const pid = processes.get(unit);
+        return pid === undefined ? [] : [[unit, textOf(environs.get(environOf(pid)))] as const];
+      }),
+    ),
+    cloudInitResult: textOf(result),
+    cloudInitStatus: '',
+  };
 }

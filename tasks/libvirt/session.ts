@@ -251,21 +251,26 @@ export class VirshSession implements VirshAsker {
   }
 }
 
-/** The run's sessions, one per hypervisor, opened on first use over its shared connection. */
+/**
+ * The run's sessions, opened on first use over each hypervisor's shared connection: one per lane.
+ * virsh answers one command after another, so work that waits on guests (the agents' calls, each a
+ * round trip into an emulated guest) has lanes of its own, and libvirt's facts never queue behind it.
+ */
 export class VirshSessions {
   readonly #sessions = new Map<string, Promise<VirshSession>>();
 
   constructor(readonly connections: HypervisorConnections) {}
 
-  async get(hypervisor: Hypervisor): Promise<VirshSession> {
-    let session = this.#sessions.get(hypervisor.name);
+  async get(hypervisor: Hypervisor, lane = 'libvirt'): Promise<VirshSession> {
+    const key = `${hypervisor.name}\0${lane}`;
+    let session = this.#sessions.get(key);
     // A session that ended (its virsh hung, or died) is replaced: one bad moment does not fail the rest of the run.
     if (session && (await session.catch(() => undefined))?.ended) session = undefined;
     if (!session) {
       session = this.#open(hypervisor);
       // A session that could not open is not kept: the next asker tries again (and meets the same reason if it stands).
-      session.catch(() => this.#sessions.delete(hypervisor.name));
-      this.#sessions.set(hypervisor.name, session);
+      session.catch(() => this.#sessions.delete(key));
+      this.#sessions.set(key, session);
     }
     return session;
   }

@@ -7,6 +7,7 @@ import {
   guestProbeScript,
   parseCloudInit,
   parseGuestProbe,
+  parseStat,
   parseUnitState,
   ProbeOutputError,
   unitsFromFiles,
@@ -35,7 +36,7 @@ test('a recorded lab answer: every file with digest, mode, owner and time; units
     enabled: 'enabled',
     active: 'active',
     sub: 'running',
-    startedAt: 1795431331,
+    startedAt: 1795525978,
     needsDaemonReload: false,
   });
   t.deepEqual([...units!.keys()].sort(), [...questions.units].sort());
@@ -69,16 +70,21 @@ test("systemd's own answer, recorded from a lab member, when the files do not se
   t.regex(unitStateScript(['etcd.service']), /^systemctl show .* -- etcd\.service 2>\/dev\/null$/m);
 });
 
-/** What the files say, as the probe prints it; each row changes one thing from a member where all is well. */
+/** What the files say, as stat and the units' processes tell it; each row changes one thing from a member where all is well. */
 const RELOADED = '/run/systemd/generator';
 const UNIT_FILE = '/etc/systemd/system/etcd.service';
-const settled = {
-  units: 'etcd.service 543 enabled\nchrony.service 540 enabled',
-  times: {
-    [RELOADED]: 1000.5,
-    [UNIT_FILE]: 900.25,
-    '/run/systemd/units/invocation:etcd.service': 1001.9,
-    '/run/systemd/units/invocation:chrony.service': 999.1,
+const LINK = 0o120777;
+const FILE = 0o100644;
+const wants = (unit: string) => `/etc/systemd/system/multi-user.target.wants/${unit}`;
+const settled: { processes: Record<string, string>; stats: Record<string, [mode: number, mtime: number]> } = {
+  processes: { 'etcd.service': '543', 'chrony.service': '540' },
+  stats: {
+    [RELOADED]: [0o40755, 1000.5],
+    [UNIT_FILE]: [FILE, 900.25],
+    [wants('etcd.service')]: [LINK, 800],
+    [wants('chrony.service')]: [LINK, 800],
+    '/run/systemd/units/invocation:etcd.service': [LINK, 1001.9],
+    '/run/systemd/units/invocation:chrony.service': [LINK, 999.1],
   },
 };
 const unitQuestions: GuestQuestions = {
@@ -87,30 +93,35 @@ const unitQuestions: GuestQuestions = {
   environmentUnits: [],
   dataDir: '/var/lib/etcd',
 };
-const rows: [string, { units?: string; times?: Record<string, number | undefined> }, 'settled' | 'ask systemd'][] = [
+type Change = { processes?: Record<string, string>; stats?: Record<string, [number, number] | undefined> };
+const rows: [string, Change, 'settled' | 'ask systemd'][] = [
   ['all run, enabled, no unit file newer than the reload', {}, 'settled'],
+  ['a unit has no process (stopped, failed, waiting to restart)', { processes: { 'chrony.service': '540' } }, 'ask systemd'],
+  ['a unit is not enabled (no link in multi-user.target.wants)', { stats: { [wants('etcd.service')]: undefined } }, 'ask systemd'],
+  ['a unit is masked (a link in its place under /etc)', { stats: { '/etc/systemd/system/chrony.service': [LINK, 700] } }, 'ask systemd'],
   [
-    'a unit has no process (stopped, failed, waiting to restart)',
-    { units: 'etcd.service - enabled\nchrony.service 540 enabled' },
+    'a unit file written after the last reload (a run killed before its daemon-reload)',
+    { stats: { [UNIT_FILE]: [FILE, 1000.7] } },
     'ask systemd',
   ],
-  ['a unit is not enabled, or masked', { units: 'etcd.service 543 -\nchrony.service 540 enabled' }, 'ask systemd'],
-  ['a unit the probe did not report', { units: 'etcd.service 543 enabled' }, 'ask systemd'],
-  ['a unit file written after the last reload (a run killed before its daemon-reload)', { times: { [UNIT_FILE]: 1000.7 } }, 'ask systemd'],
-  ['a unit file written in the very nanosecond of the reload', { times: { [UNIT_FILE]: 1000.5 } }, 'ask systemd'],
-  ['no record of the last reload', { times: { [RELOADED]: undefined } }, 'ask systemd'],
-  ['no invocation time', { times: { '/run/systemd/units/invocation:chrony.service': undefined } }, 'ask systemd'],
-  ['a file that is not a unit file changed after the reload', { times: { '/etc/etcd/etcd.env': 2000 } }, 'settled'],
+  ['a unit file written in the very nanosecond of the reload', { stats: { [UNIT_FILE]: [FILE, 1000.5] } }, 'ask systemd'],
+  ['no record of the last reload', { stats: { [RELOADED]: undefined } }, 'ask systemd'],
+  ['no invocation time', { stats: { '/run/systemd/units/invocation:chrony.service': undefined } }, 'ask systemd'],
+  ['a file that is not a unit file changed after the reload', { stats: { '/etc/etcd/etcd.env': [FILE, 2000] } }, 'settled'],
 ];
 for (const [name, change, expected] of rows) {
   test(`units from files: ${name} → ${expected}`, (t) => {
-    const times = new Map(
-      Object.entries({ ...settled.times, ...change.times }).filter((entry): entry is [string, number] => entry[1] !== undefined),
+    const stats = new Map(
+      Object.entries({ ...settled.stats, ...change.stats }).flatMap(([path, entry]) =>
+        entry === undefined
+          ? []
+          : [[path, { mode: entry[0], owner: 'root:root', mtime: entry[1], identity: '', changedAtNs: 0n }] as const],
+      ),
     );
-    const units = unitsFromFiles(change.units ?? settled.units, times, unitQuestions);
+    const units = unitsFromFiles(new Map(Object.entries(change.processes ?? settled.processes)), stats, unitQuestions);
     t.is(units === undefined ? 'ask systemd' : 'settled', expected);
-    if (units)
-      t.deepEqual(units.get('etcd.service'), {
+    if (expected === 'settled')
+      t.deepEqual(units?.get('etcd.service'), {
         loaded: true,
         enabled: 'enabled',
         active: 'active',
@@ -120,6 +131,21 @@ for (const [name, change, expected] of rows) {
       });
   });
 }
+
+test('stat as the probe asks it: type and permissions from the raw mode, owner, times to the nanosecond, and the identity that tells a content unchanged', (t) => {
+  const stats = parseStat(
+    '8100 etcd:etcd 1795525956.463460122 1795525956.467460122 18876 1679 /etc/etcd/tls/server.key\n' +
+      'a1ff root:root 1795525981.527379966 1795525981.527379966 961 36 /run/a link with spaces\n',
+  );
+  t.deepEqual(stats.get('/etc/etcd/tls/server.key'), {
+    mode: 0o100400,
+    owner: 'etcd:etcd',
+    mtime: Number('1795525956.463460122'),
+    identity: '18876 1679 1795525956.463460122 1795525956.467460122',
+    changedAtNs: 1795525956467460122n,
+  });
+  t.is(stats.get('/run/a link with spaces')!.mode & 0o170000, 0o120000);
+});
 
 test('cloud-init: running without result.json, done, or error naming the failed modules', (t) => {
   t.deepEqual(parseCloudInit('', '{"v1": {"stage": "modules-final"}}'), { state: 'running' });

@@ -414,9 +414,7 @@ function dryRunCases() {
     const converged = step(factsWith('edited by hand\n'), [factsWith('server a\n')]);
     t.deepEqual(converged.plan(await converged.check('etcd-1', patienceOf(false)), 'etcd-1'), []);
     const drifted = step(factsWith('edited by hand\n'), [factsWith('edited again\n')]);
-    t.deepEqual(summaries(drifted.plan(await drifted.check('etcd-1', patienceOf(false)), 'etcd-1')), [
-      'update /etc/chrony/chrony.conf',
-    ]);
+    t.deepEqual(summaries(drifted.plan(await drifted.check('etcd-1', patienceOf(false)), 'etcd-1')), ['update /etc/chrony/chrony.conf']);
   });
   test("restore: a booting member's SSH is waited for health_timeout in a run, tried once in a dry-run", async (t) => {
     const windows: number[] = [];

@@ -1,0 +1,107 @@
+import test from 'ava';
+import { FactCache } from '../../tasks/core/facts.ts';
+import { DigestMemory, RACY_NS } from '../../tasks/guest/digest-memory.ts';
+import type { GuestQuestions } from '../../tasks/guest/facts.ts';
+import { sha256 } from '../../tasks/guest/plan.ts';
+import { GuestProbe } from '../../tasks/guest/probe.ts';
+import { loadInventory } from '../../tasks/inventory/load.ts';
+import type { VirshSessions } from '../../tasks/libvirt/session.ts';
+import type { MemberConnections } from '../../tasks/remote/members.ts';
+import { FakeGuests } from '../helpers/fake-guest-agent.ts';
+
+/**
+ * A member's facts through its guest agent, as a no-op asks them: one stat, then file calls for
+ * what stat's answer leaves to read. The agents are a stand-in over in-memory files; the real ones
+ * are the lab's.
+ */
+
+const member = loadInventory('inventories/lab.yaml').members[0]!;
+const ENV = '/etc/etcd/etcd.env';
+const KEY = '/etc/etcd/tls/server.key';
+const questions: GuestQuestions = {
+  paths: [ENV, KEY],
+  units: ['etcd.service'],
+  environmentUnits: ['etcd.service'],
+  dataDir: '/var/lib/etcd',
+};
+const LINK = 0o120777;
+
+function guest(): FakeGuests {
+  const guests = new FakeGuests('cluster-1', 64);
+  const at = (path: string, content: string, mode?: number) => guests.write(member.name, path, content, mode ? { mode } : {});
+  at(ENV, `ETCD_NAME=etcd-1\nETCD_QUOTA_BACKEND_BYTES=${'9'.repeat(100)}\n`);
+  at(KEY, 'PRIVATE KEY', 0o100400);
+  at('/run/systemd/generator', '', 0o40755);
+  at('/etc/systemd/system/multi-user.target.wants/etcd.service', '', LINK);
+  at('/run/cloud-init/result.json', '{"v1": {"errors": []}}');
+  at('/var/lib/etcd/member', '', 0o40700);
+  at('/sys/fs/cgroup/system.slice/etcd.service/cgroup.procs', '543\n601\n');
+  at('/proc/543/environ', 'ETCD_NAME=etcd-1\0ETCD_QUOTA_BACKEND_BYTES=100\0');
+  guests.nowNs += 10_000_000_000n;
+  at('/run/systemd/units/invocation:etcd.service', '', LINK);
+  guests.nowNs += 10_000_000_000n;
+  return guests;
+}
+
+const probeOf = (guests: FakeGuests, digests = DigestMemory.empty()) => {
+  const session = guests.session();
+  return new GuestProbe(
+    new FactCache(),
+    {} as MemberConnections,
+    { get: async () => session } as unknown as VirshSessions,
+    () => 'cluster-1',
+    digests,
+  );
+};
+const noSsh = () => Promise.reject(new Error('the agent answers: no SSH'));
+const managedOpened = (guests: FakeGuests) => guests.opened.filter(({ path }) => questions.paths.includes(path)).map(({ path }) => path);
+
+test('every fact from one stat and file calls: digests, modes, owners, units, environment, data, cloud-init; every handle closed', async (t) => {
+  const guests = guest();
+  const facts = await probeOf(guests).askNow(member, questions, noSsh);
+  t.like(facts.files.get(KEY), { digest: sha256('PRIVATE KEY'), mode: 0o400, owner: 'root:root' });
+  // Read in several chunks (64 bytes each here): the whole file, not its first chunk.
+  t.is(facts.files.get(ENV)!.digest, sha256(`ETCD_NAME=etcd-1\nETCD_QUOTA_BACKEND_BYTES=${'9'.repeat(100)}\n`));
+  t.like(facts.units.get('etcd.service'), { active: 'active', sub: 'running', enabled: 'enabled' });
+  t.is(facts.environments.get('etcd.service')?.get('ETCD_QUOTA_BACKEND_BYTES'), '100');
+  t.true(facts.dataDirInitialized);
+  t.deepEqual(facts.cloudInit, { state: 'done' });
+  t.is(guests.calls.get(`${member.name} guest-exec`), 1, 'one process: stat');
+  t.is(guests.openHandles, 0);
+});
+
+test('a file whose identity is unchanged since it was read is not read again; one written since is, and its digest is the new one', async (t) => {
+  const guests = guest();
+  const digests = DigestMemory.empty();
+  await probeOf(guests, digests).askNow(member, questions, noSsh);
+  t.deepEqual(managedOpened(guests).sort(), [ENV, KEY]);
+  guests.opened.length = 0;
+  const again = await probeOf(guests, digests).askNow(member, questions, noSsh);
+  t.deepEqual(managedOpened(guests), [], 'a no-op reads no managed file');
+  t.is(again.files.get(KEY)!.digest, sha256('PRIVATE KEY'));
+
+  guests.write(member.name, ENV, 'ETCD_NAME=edited\n');
+  const edited = await probeOf(guests, digests).askNow(member, questions, noSsh);
+  t.deepEqual(managedOpened(guests), [ENV]);
+  t.is(edited.files.get(ENV)!.digest, sha256('ETCD_NAME=edited\n'));
+  // Changed in the very moment it was read: not trusted to keep its identity, so read again.
+  guests.opened.length = 0;
+  await probeOf(guests, digests).askNow(member, questions, noSsh);
+  t.deepEqual(managedOpened(guests), [ENV], 'racy: read again');
+  guests.nowNs += RACY_NS + 1n;
+  guests.opened.length = 0;
+  await probeOf(guests, digests).askNow(member, questions, noSsh);
+  await probeOf(guests, digests).askNow(member, questions, noSsh);
+  t.deepEqual(managedOpened(guests), [ENV], 'read once more, then remembered');
+});
+
+test('a managed path that is a directory has no digest and fails nothing (as sha256sum); a regular file the agent cannot read sends the probe to SSH', async (t) => {
+  const guests = guest();
+  guests.write(member.name, KEY, '', { mode: 0o40700 });
+  const facts = await probeOf(guests).askNow(member, questions, noSsh);
+  t.like(facts.files.get(KEY), { digest: '', mode: 0o700 });
+  // A regular file whose read fails: not facts about it, the SSH way instead (refused here).
+  const broken = guest();
+  broken.failingReads.add(ENV);
+  await t.throwsAsync(probeOf(broken).askNow(member, questions, noSsh), { message: 'the agent answers: no SSH' });
+});
