@@ -1,4 +1,5 @@
-import { createTwoFilesPatch } from 'diff';
+// The one function used, not the package's index (which loads every diff algorithm at each start).
+import { createTwoFilesPatch } from 'diff/lib/patch/create.js';
 import { forDisplay } from './display.ts';
 import type { Diff, Status, StepResult } from './step.ts';
 

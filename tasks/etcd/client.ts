@@ -1,4 +1,3 @@
-import { noop } from 'cockatiel';
 import type { CallContext, Etcd3 } from 'etcd3';
 import { MiB } from '../core/limits.ts';
 import { revealSecret, type Secret } from '../core/secret.ts';
@@ -94,7 +93,8 @@ export class EtcdClients {
 
   async #open(member: Member, identity: ClientIdentity): Promise<Etcd3> {
     const { host, port } = await this.endpoint(member);
-    const { Etcd3 } = await preloadEtcdClient();
+    // cockatiel comes with etcd3 (its dependency): loaded with it, when a run first asks etcd.
+    const [{ Etcd3 }, { noop }] = await Promise.all([preloadEtcdClient(), import('cockatiel')]);
     return new Etcd3({
       hosts: [`https://${host}:${port}`],
       credentials: {
