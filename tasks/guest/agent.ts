@@ -117,6 +117,7 @@ export interface AgentRun {
  * caller's to have read (markedOurs).
  */
 export async function runThroughAgents(virsh: VirshAsker, runs: readonly AgentRun[], timeoutMs: number): Promise<AgentAnswer[]> {
+  if (runs.length === 0) return [];
   const deadline = Date.now() + timeoutMs;
   const answers: (AgentAnswer | undefined)[] = runs.map(() => undefined);
   const starts = await virsh.ask(
@@ -184,6 +185,7 @@ export async function askThroughAgents(
 
 /** Each domain's clock as its agent reads it (guest-get-time), in nanoseconds; undefined where it did not answer. */
 export async function guestClocks(virsh: VirshAsker, domains: readonly string[]): Promise<(bigint | undefined)[]> {
+  if (domains.length === 0) return [];
   const replies = await virsh.ask(
     domains.map((domain) => agentCommand(domain, 'guest-get-time', {})),
     { urgent: true },
@@ -227,6 +229,7 @@ export async function readThroughAgents(
 ): Promise<Map<string, FileRead>[]> {
   const reads = requests.map(() => new Map<string, FileRead>());
   const files = requests.flatMap(({ domain, paths }, r) => paths.map((path) => ({ r, domain, path })));
+  if (files.length === 0) return reads;
   const opened = await virsh.ask(
     files.map(({ domain, path }) => agentCommand(domain, 'guest-file-open', { path, mode: 'r' })),
     { urgent: true },

@@ -219,7 +219,6 @@ export class GuestProbe {
         verdict === 'ours' ? { failed: 'not asked' } : { failed: verdict.ok ? 'no answer' : verdict.reason },
       );
       const ours = requests.flatMap((request, i) => (verdicts[i] === 'ours' ? [{ ...request, i }] : []));
-      const domains = ours.map(({ member }) => ({ domain: member.name }));
       const [stats, clocks] = await Promise.all([
         runThroughAgents(
           virsh,
@@ -233,7 +232,7 @@ export class GuestProbe {
         ),
         guestClocks(
           virsh,
-          domains.map(({ domain }) => domain),
+          ours.map(({ member }) => member.name),
         ),
       ]);
       const seen = ours.map(({ member, questions }, n) =>
