@@ -110,6 +110,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     if (!gathered) return outcome();
     const plan = buildPlan(inventory, options, gathered.record);
     if (options.listPhases) return outcome({ plan });
+    if (gathered.record.formed && options.renderOnly === undefined) context.warmAuthConnections();
     const execution = new DeployExecution(context, runner, options, gathered.membership, gathered.networkNames, plan);
     await execution.run();
     return outcome({ written: execution.written });
