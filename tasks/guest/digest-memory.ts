@@ -9,8 +9,9 @@ import { PRIVATE_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.
  * file changed less than RACY_NS before it was read is not remembered: the kernel stamps times from a
  * coarse clock, so a second write in the same tick could keep the identity.
  *
- * Kept in the state directory (guest-files.json, 0600: the digests of private keys are in it) by runs
- * that may write, not by dry-runs. A lost or foreign file only costs the next run its reads.
+ * Kept in the state directory (guest-files.json, 0600) by runs that may write, not by dry-runs; a state
+ * directory may be committed, so the digests of secrets (keys) are never kept: those are read on every
+ * run. A lost or foreign file only costs the next run its reads.
  */
 
 export const RACY_NS = 2_000_000_000n;

@@ -56,6 +56,8 @@ export interface GuestFacts {
 
 export interface GuestQuestions {
   paths: readonly string[];
+  /** Of `paths`, the secrets (keys): read on every run, their digests never written to disk (guest/digest-memory.ts). */
+  secrets?: readonly string[];
   units: readonly string[];
   environmentUnits: readonly string[];
   dataDir: string;

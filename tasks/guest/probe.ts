@@ -280,7 +280,7 @@ export class GuestProbe {
     for (const path of questions.paths) {
       const entry = stats.get(path);
       if (!entry || !isRegular(entry)) continue;
-      const digest = this.digests.recall(member.name, path, entry.identity);
+      const digest = questions.secrets?.includes(path) ? undefined : this.digests.recall(member.name, path, entry.identity);
       if (digest === undefined) paths.push(path);
       else recalled.set(path, digest);
     }
@@ -305,8 +305,9 @@ export class GuestProbe {
       if (!('content' in file)) return { failed: `${path}: ${'unreadable' in file ? file.unreadable : 'gone between stat and read'}` };
       const digest = createHash('sha256').update(file.content).digest('hex');
       read.set(path, digest);
-      // Without the guest's clock nothing is remembered: read again next time.
-      if (guestNowNs !== undefined) this.digests.remember(member.name, path, entry.identity, entry.changedAtNs, guestNowNs, digest);
+      // Without the guest's clock nothing is remembered: read again next time. Nor is a secret's digest.
+      if (guestNowNs !== undefined && !questions.secrets?.includes(path))
+        this.digests.remember(member.name, path, entry.identity, entry.changedAtNs, guestNowNs, digest);
     }
     return { read };
   }

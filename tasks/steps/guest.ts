@@ -279,6 +279,7 @@ function startVerb(action: StartAction): string {
 export function guestQuestions(wanted: DesiredGuest): GuestQuestions {
   return {
     paths: wanted.files.map((file) => file.path),
+    secrets: wanted.files.filter((file) => file.secret).map((file) => file.path),
     units: wanted.services.map((service) => service.unit),
     environmentUnits: wanted.services.filter((service) => service.environment).map((service) => service.unit),
     dataDir: wanted.dataDir,

@@ -105,3 +105,12 @@ test('a managed path that is a directory has no digest and fails nothing (as sha
   broken.failingReads.add(ENV);
   await t.throwsAsync(probeOf(broken).askNow(member, questions, noSsh), { message: 'the agent answers: no SSH' });
 });
+
+test("a secret's digest is never remembered: the key is read on every run, and guest-files.json holds nothing of it", async (t) => {
+  const guests = guest();
+  const digests = DigestMemory.empty();
+  const withSecret: GuestQuestions = { ...questions, secrets: [KEY] };
+  for (let run = 0; run < 2; run++) await probeOf(guests, digests).askNow(member, withSecret, noSsh);
+  t.deepEqual(managedOpened(guests).sort(), [ENV, KEY, KEY], 'the settings once, the key every time');
+  t.deepEqual(Object.keys(digests.entries[member.name] ?? {}), [ENV]);
+});
