@@ -133,16 +133,7 @@ export function parseStat(text: string): Map<string, StatEntry> {
   for (const line of text.split('\n')) {
     const match = /^([0-9a-f]+) (\S+) (\d+(?:\.\d+)?) (\d+(?:\.\d+)?) (\d+) (\d+) (.*)$/.exec(line);
     if (!match) continue;
-    const [, mode, owner, mtime, ctime, inode, size, path] = match as unknown as [
-      string,
-      string,
-      string,
-      string,
-      string,
-      string,
-      string,
-      string,
-    ];
+    const [mode = '', owner = '', mtime = '', ctime = '', inode = '', size = '', path = ''] = match.slice(1);
     entries.set(path, {
       mode: Number.parseInt(mode, 16),
       owner,
