@@ -116,7 +116,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     return outcome({ written: execution.written });
   } finally {
     // What the guests' files were read as, for the next run (a dry-run writes nothing).
-    if (!options.dryRun) context.guestProbe.digests.save();
+    const unsaved = options.dryRun ? undefined : context.guestProbe.digests.save();
+    if (unsaved) console.error(`warning: ${unsaved}`);
     await held?.release();
     await context.close();
   }

@@ -64,11 +64,19 @@ export class DigestMemory {
     this.#changed = true;
   }
 
-  /** Writes what changed (a run that may write calls it once, at its end). */
-  save(): void {
-    if (!this.#changed || this.path === undefined) return;
-    writeFileAtomic(this.path, `${JSON.stringify(this.entries)}\n`, PRIVATE_FILE_MODE);
-    this.#changed = false;
+  /**
+   * Writes what changed (a run that may write calls it once, at its end); why not, if it could not:
+   * a cache, whose loss costs the next run its reads, so it never fails the run.
+   */
+  save(): string | undefined {
+    if (!this.#changed || this.path === undefined) return undefined;
+    try {
+      writeFileAtomic(this.path, `${JSON.stringify(this.entries)}\n`, PRIVATE_FILE_MODE);
+      this.#changed = false;
+      return undefined;
+    } catch (error) {
+      return `could not keep the guests' file digests in ${this.path} (${(error as NodeJS.ErrnoException).code ?? error}): the next run reads every file again`;
+    }
   }
 }
 

@@ -1,5 +1,5 @@
 import test from 'ava';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DigestMemory, RACY_NS } from '../../tasks/guest/digest-memory.ts';
@@ -43,4 +43,17 @@ test('an unreadable or foreign file is forgotten, not an error: every file is re
   // Nothing new remembered: nothing written.
   DigestMemory.load(dir).save();
   t.is(readFileSync(join(dir, 'guest-files.json'), 'utf8'), 'null');
+});
+
+test('a state directory that cannot be written keeps nothing and says why; the run goes on', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-digests-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  // A directory where the file should be: the rename into place fails.
+  mkdirSync(join(dir, 'guest-files.json'));
+  const memory = DigestMemory.load(dir);
+  memory.remember('etcd-1', '/f', 'a', OLD, NOW, 'aa');
+  t.regex(
+    memory.save() ?? '',
+    /^could not keep the guests' file digests in .*guest-files\.json \(\w+\): the next run reads every file again$/,
+  );
 });
