@@ -12,7 +12,7 @@ import { LockHeldError, RunLock } from './core/lock.ts';
 import { runDeploy, type PipelineOptions } from './pipeline.ts';
 import { describePlan, phaseTitle, type PlannedPhase } from './deploy/plan.ts';
 import { staleAfter } from './steps/registry.ts';
-import { onLockLoss, takeClusterRunLock } from './etcd/run-lock.ts';
+import { lockBeforeFirstChange, onLockLoss } from './etcd/run-lock.ts';
 
 async function deploy(options: DeployOptions): Promise<number> {
   const inventory = loadInventory(options.inventory);
@@ -46,12 +46,12 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   process.on('SIGTERM', onSignal);
   for (const warning of placementWarnings(inventory)) console.log(`warning: ${warning}`);
   const lockLoss = onLockLoss(runner);
-  // A run that may change the cluster holds its lock in etcd too, beside the state directory's.
+  // A run that changes the cluster holds its lock in etcd too, beside the state directory's: taken before its first change.
   const hold: PipelineOptions['hold'] =
     options.dryRun || options.renderOnly !== undefined
       ? undefined
       : ({ connections, identities, clients }) =>
-          takeClusterRunLock(
+          lockBeforeFirstChange(
             inventory,
             { connections, identity: identities.root, clients },
             { command: ['deploy', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost },

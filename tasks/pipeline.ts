@@ -3,6 +3,7 @@ import type { Runner } from './core/runner.ts';
 import type { Inventory } from './inventory/model.ts';
 import type { ClientIdentities } from './etcd/identities.ts';
 import { preloadEtcdClient, type EtcdClients } from './etcd/client.ts';
+import type { RunLockGate } from './etcd/run-lock.ts';
 import type { HypervisorConnections, Unreachable } from './remote/hypervisors.ts';
 import { pkiStep } from './steps/pki.ts';
 import { DeployContext } from './deploy/context.ts';
@@ -43,14 +44,15 @@ export interface PipelineOptions {
   /** --diff: the run shows its changes' diffs (a dry-run always does). */
   diff?: boolean;
   /**
-   * Taken before the run's first phase, released before its connections close: the cluster's run lock
-   * (etcd/run-lock.ts), through the run's own hypervisor connections and identities. A throw stops the run.
+   * Asked before the run's first phase, through the run's own hypervisor connections and identities:
+   * the cluster's run lock (etcd/run-lock.ts), looked at now (a throw stops the run) and taken before
+   * the first change; released before the run's connections close.
    */
   hold?: (run: {
     connections: HypervisorConnections;
     identities: ClientIdentities;
     clients: EtcdClients;
-  }) => Promise<{ release(): Promise<void> } | undefined>;
+  }) => Promise<RunLockGate | undefined>;
 }
 
 export interface DeployOutcome {
@@ -87,7 +89,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   // Every run but --render-only asks etcd, the lock first: its client's modules (~0.15 s) load while SSH connects.
   if (options.renderOnly === undefined) void preloadEtcdClient();
   const context = await DeployContext.open(inventory, options.adopt ?? [], runner.facts);
-  let held: { release(): Promise<void> } | undefined;
+  let held: RunLockGate | undefined;
   const outcome = (extra: Partial<DeployOutcome> = {}): DeployOutcome => ({
     written: [],
     unreachable: [...context.remote.connections.unreachable].map(([hypervisor, why]) => ({
@@ -99,9 +101,11 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     ...extra,
   });
   try {
-    // The guests' facts first: the longest wait of a run that changes nothing, asked while the lock is taken.
+    // The guests' facts first: the longest wait of a run that changes nothing, asked while the lock is looked at.
     if (selectedBy(options)('guest') && options.renderOnly === undefined) prefetchGuestFacts(context, members);
     held = await options.hold?.({ connections: context.remote.connections, identities: context.identities, clients: context.clients });
+    const gate = held;
+    if (gate) runner.gateChanges(() => gate.beforeFirstChange());
     await runner.runPhases([
       { title: 'pki', run: () => runner.runStep(pkiStep(inventory, context.store, options.renewCerts ? runStarted : undefined)) },
     ]);

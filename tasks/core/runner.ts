@@ -85,6 +85,11 @@ export class Runner {
   readonly facts = new FactCache();
   /** The kind of facts each early-checked step reads. */
   readonly #earlyReads = new Map<string, string>();
+  /** Passed before the run's first change (the cluster's run lock); its answer, once asked. */
+  #gate: (() => Promise<void>) | undefined;
+  #gatePassed: Promise<void> | undefined;
+  /** The gate refused the run's first change: no change starts. */
+  #refused = false;
 
   /** How long checks may wait: the run's whole deadline, or (dry-run) one look. */
   readonly patience: Patience;
@@ -131,6 +136,12 @@ export class Runner {
     return this.#interrupted;
   }
 
+  /** Why no change starts any more, if so: a signal, or the gate's refusal. */
+  get #halted(): string | undefined {
+    if (this.#interrupted) return `interrupted (${this.#interrupted})`;
+    return this.#refused ? 'the run may change nothing (its first change was refused)' : undefined;
+  }
+
   /** From now on no new change starts: the change in flight finishes, every later one is skipped. */
   interrupt(reason: string): void {
     this.#interrupted ??= reason;
@@ -157,6 +168,24 @@ export class Runner {
       );
   }
 
+  /**
+   * `gate` is awaited once, before the first change of the run is applied (a run that changes nothing
+   * never asks it); every later change awaits the same answer. A gate that throws fails that change,
+   * and no other starts (the run is interrupted, with its message as the reason).
+   */
+  gateChanges(gate: () => Promise<void>): void {
+    this.#gate = gate;
+  }
+
+  /** Passes the gate (see gateChanges): for a change made outside a step (a record written by a phase). */
+  passGate(): Promise<void> {
+    this.#gatePassed ??= (this.#gate?.() ?? Promise.resolve()).catch((error: unknown) => {
+      this.#refused = true;
+      throw error;
+    });
+    return this.#gatePassed;
+  }
+
   async #takeEarly(step: AnyStep, target: Target): Promise<{ state: unknown } | undefined> {
     const reads = this.#earlyReads.get(step.name);
     return reads === undefined ? undefined : this.facts.take<{ state: unknown } | undefined>(target, reads, `check:${step.name}`);
@@ -172,7 +201,7 @@ export class Runner {
     const started = performance.now();
     const finish = resultFactory(step, target, started);
     if (this.#failedHosts.has(target)) return { result: finish('skipped', { error: 'an earlier step failed on this host' }) };
-    if (this.#interrupted) return { result: finish('skipped', { error: `interrupted (${this.#interrupted}): not started` }) };
+    if (this.#halted) return { result: finish('skipped', { error: `${this.#halted}: not started` }) };
     try {
       const state = ((await this.#takeEarly(step, target)) ?? { state: await step.check(target, this.patience) }).state;
       const changes = step.plan(state, target);
@@ -190,9 +219,9 @@ export class Runner {
   async #applyPlanned(step: AnyStep, { target, state, changes, started, extra }: Planned): Promise<StepResult> {
     const finish = resultFactory(step, target, started);
     if (this.options.dryRun) return finish('changed', { ...summarise(changes), ...extra });
-    if (this.#interrupted)
-      return finish('skipped', { ...summarise(changes), ...extra, error: `interrupted (${this.#interrupted}): not applied` });
+    if (this.#halted) return finish('skipped', { ...summarise(changes), ...extra, error: `${this.#halted}: not applied` });
     try {
+      await this.passGate();
       await step.apply(changes, target, state).finally(() => this.facts.invalidate(target, this.options.staleAfter?.(step.name) ?? []));
       const remaining = step.plan(await step.check(target, this.patience), target);
       if (remaining.length > 0) {
@@ -349,7 +378,7 @@ export class Runner {
 
   #skipReason(phase: Phase): string | undefined {
     if (this.#failedHosts.has(CONTROL_NODE)) return 'a step on the control node failed';
-    if (this.#interrupted) return `interrupted (${this.#interrupted})`;
+    if (this.#halted) return this.#halted;
     return phase.skip ?? phase.skipIf?.();
   }
 

@@ -138,8 +138,11 @@ export class DeployExecution {
       case 'formed':
         return this.#settle(planned.pass, planned);
       case 'peer-trust':
-        writePeerTrust(this.context.inventory.stateDir, planned.stage);
-        return Promise.resolve(`every member runs the stage before; now ${planned.stage} (${PEER_STAGE_DOC[planned.stage]})`);
+        // A change of the run's (the stage the next phases render), under the cluster's lock as any other.
+        return this.runner.passGate().then(() => {
+          writePeerTrust(this.context.inventory.stateDir, planned.stage);
+          return `every member runs the stage before; now ${planned.stage} (${PEER_STAGE_DOC[planned.stage]})`;
+        });
       case 'render':
         return this.#render(planned.pass);
       case 'owner':

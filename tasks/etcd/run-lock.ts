@@ -11,11 +11,18 @@ import { EtcdClients, type ClientIdentity } from './client.ts';
  * One run at a time across machines. The run lock file (core/lock.ts) keeps out runs of the same
  * state directory only; two clones of it (it is meant to be shared through git) would both run, and
  * two rolls could restart two members at once. The managed cluster is itself a lock service: while it
- * answers, a run that may change anything also holds a key in it, created only if it does not exist
+ * answers, a run that changes anything also holds a key in it, created only if it does not exist
  * (createRevision == 0, in one transaction) and attached to a lease the run keeps alive. A run that
  * ends revokes the lease; a killed one's lease expires within its TTL, and the key with it. While etcd
  * does not answer (a first deploy, an outage, or auth not enabled yet in password mode) the lock file
  * is all there is, and the run says so.
+ *
+ * A deploy takes the key only before its first change, so a run that finds nothing to change writes
+ * nothing to etcd (a grant, a transaction and a revoke are raft writes: most of a no-op's time under
+ * emulation). It looks first, before reading anything it plans from: a held key refuses it at once,
+ * and the epoch key (put by every acquisition, in the same transaction) tells whether another run took
+ * the lock since. The acquisition compares that epoch with the one seen: a run overtaken in between
+ * (whose facts may predate the other's changes) is refused before its first change.
  */
 
 /** The lease's TTL: how long a killed run's lock outlives it. Kept alive every third of it. */
@@ -28,6 +35,8 @@ const ANSWER_MS = 5_000;
 /** Where the runs' locks live, one key per cluster. */
 export const RUN_LOCK_PREFIX = 'etcd-kvm/run-lock/';
 export const runLockKey = (cluster: string): string => `${RUN_LOCK_PREFIX}${cluster}`;
+/** The last acquisition's holder, kept (no lease): its revision moves with every acquisition. */
+export const runLockEpochKey = (cluster: string): string => `etcd-kvm/run-lock-epoch/${cluster}`;
 
 /** Who holds the lock: the key's value, read by a run it refuses. */
 export interface RunLockHolder {
@@ -63,6 +72,8 @@ export type LockAnswer =
   | { created: true }
   /** The key exists: its value, and its lease ('0': none). */
   | { created: false; value: string; lease: string }
+  /** The key is free, but another run took it (and may have let it go) since this run looked: its record. */
+  | { created: false; overtakenBy: string }
   | { failed: unknown };
 
 export type LockDecision =
@@ -88,11 +99,17 @@ function whyUnanswered(error: unknown): string {
   return `etcd does not answer (${said})`;
 }
 
-function refusal(key: string, value: string, lease: string, ttlS: number): LockDecision {
+/** A holder's record, in an operator's words. */
+function describeHolder(value: string): { holder: RunLockHolder | undefined; who: string } {
   const holder = parseHolderRecord(value);
   const who = holder
     ? `${forDisplay(holder.command)} by PID ${holder.pid} on ${forDisplay(holder.host)} since ${forDisplay(holder.since)}`
     : `a holder this version cannot read (${forDisplay(value).slice(0, 200)})`;
+  return { holder, who };
+}
+
+function refusal(key: string, value: string, lease: string, ttlS: number): Exclude<LockDecision, { kind: 'acquired' }> {
+  const { holder, who } = describeHolder(value);
   // A key with no lease was not made by a run: it never expires by itself.
   const gone =
     lease === '0'
@@ -105,10 +122,21 @@ function refusal(key: string, value: string, lease: string, ttlS: number): LockD
   };
 }
 
+/** Another run took the lock after this one looked: what this run read may predate its changes. */
+function overtaken(key: string, value: string): Exclude<LockDecision, { kind: 'acquired' }> {
+  const { holder, who } = describeHolder(value);
+  return {
+    kind: 'refused',
+    holder,
+    message: `another run took the cluster's run lock in etcd (${key}) after this run read the cluster: ${who}. It may have changed what this run read, so this run changed nothing; run it again.`,
+  };
+}
+
 /** The decision from etcd's answer: held, refused naming the holder, or only the local lock file. */
 export function decideLock(answer: LockAnswer, key: string, ttlS = RUN_LOCK_TTL_S): LockDecision {
   if ('failed' in answer) return { kind: 'local-only', why: whyUnanswered(answer.failed) };
   if (answer.created) return { kind: 'acquired' };
+  if ('overtakenBy' in answer) return overtaken(key, answer.overtakenBy);
   return refusal(key, answer.value, answer.lease, ttlS);
 }
 
@@ -186,6 +214,8 @@ export interface ClusterRunLockOptions {
   answerMs?: number;
   /** Once, when the run stops holding the lock before its end (its lease gone, or not renewed for a TTL). */
   onLost: (why: string) => void;
+  /** The epoch the run's look saw: the acquisition is refused if another run took the lock since. */
+  epoch?: string;
 }
 
 /** A lock this run holds: kept alive until release. */
@@ -302,18 +332,47 @@ async function firstAnswering(clients: LockClients, members: readonly Member[], 
   return within(ms, 'etcd', Promise.any(asks));
 }
 
-/** The lock's transaction on one member: our record on our lease, unless the key exists (then its record and lease). */
-async function createOrRead(client: Etcd3, key: string, value: string, leaseId: string): Promise<LockAnswer> {
-  const keyBytes = Buffer.from(key);
+/**
+ * The lock's transaction on one member: our record on our lease, and in the epoch key, unless the key
+ * exists (then its record and lease) or, when `epoch` is given, the epoch moved since it was seen
+ * (then the record of the run that moved it).
+ */
+async function createOrRead(client: Etcd3, keys: LockKeys, value: string, leaseId: string, epoch?: string): Promise<LockAnswer> {
+  const [keyBytes, epochBytes] = [Buffer.from(keys.lock), Buffer.from(keys.epoch)];
   const response = await client.kv.txn({
-    compare: [{ key: keyBytes, target: 'Create', result: 'Equal', create_revision: 0 }],
-    success: [{ request_put: { key: keyBytes, value: Buffer.from(value), lease: leaseId } }],
-    failure: [{ request_range: { key: keyBytes } }],
+    compare: [
+      { key: keyBytes, target: 'Create', result: 'Equal', create_revision: 0 },
+      // A key that does not exist compares as revision 0.
+      ...(epoch === undefined ? [] : [{ key: epochBytes, target: 'Mod' as const, result: 'Equal' as const, mod_revision: epoch }]),
+    ],
+    success: [
+      { request_put: { key: keyBytes, value: Buffer.from(value), lease: leaseId } },
+      { request_put: { key: epochBytes, value: Buffer.from(value) } },
+    ],
+    failure: [{ request_range: { key: keyBytes } }, { request_range: { key: epochBytes } }],
   });
   if (response.succeeded) return { created: true };
   const existing = response.responses[0]?.response_range.kvs[0];
-  // Deleted between the compare and the read cannot happen (one transaction); said plainly if it did.
-  return { created: false, value: existing?.value.toString() ?? '(no value)', lease: existing?.lease ?? '0' };
+  if (existing) return { created: false, value: existing.value.toString(), lease: existing.lease };
+  return { created: false, overtakenBy: response.responses[1]?.response_range.kvs[0]?.value.toString() ?? '(no record)' };
+}
+
+interface LockKeys {
+  lock: string;
+  epoch: string;
+}
+
+const lockKeys = (cluster: string): LockKeys => ({ lock: runLockKey(cluster), epoch: runLockEpochKey(cluster) });
+
+/** The lock as a run finds it: the key's record and lease if held, and the epoch's revision ('0': never taken). */
+async function readLock(client: Etcd3, keys: LockKeys): Promise<{ held?: { value: string; lease: string }; epoch: string }> {
+  const response = await client.kv.txn({
+    compare: [],
+    success: [{ request_range: { key: Buffer.from(keys.lock) } }, { request_range: { key: Buffer.from(keys.epoch) } }],
+    failure: [],
+  });
+  const [held, epoch] = response.responses.map((answer) => answer.response_range.kvs[0]);
+  return { ...(held ? { held: { value: held.value.toString(), lease: held.lease } } : {}), epoch: epoch?.mod_revision ?? '0' };
 }
 
 /** The key is held, on a lease, by a run of this host whose process is gone. */
@@ -331,40 +390,49 @@ const hasCredentials = (identity: ClientIdentity): boolean => identity.caCert !=
 const revokeQuietly = (client: Etcd3, leaseId: string, ms: number): Promise<unknown> =>
   within(ms, 'lease revoke', client.leaseClient.leaseRevoke({ ID: leaseId })).catch(() => undefined);
 
-/**
- * Takes the cluster's run lock: held (kept alive until release), refused (another run holds it), or
- * local-only (etcd did not answer, or would not take it). Never throws: every failure is local-only.
- */
-export async function acquireClusterRunLock(options: ClusterRunLockOptions): Promise<Acquisition> {
-  const ttlS = options.ttlS ?? RUN_LOCK_TTL_S;
-  const answerMs = options.answerMs ?? ANSWER_MS;
-  const key = runLockKey(options.cluster);
-  // A first deploy has no certificates to ask etcd with yet (the pki step makes them), nor an etcd to ask.
-  if (!hasCredentials(options.identity()))
-    return { kind: 'local-only', why: 'no CA or root certificate in the state directory yet (a first deploy): etcd cannot be asked' };
-  const clients = new LockClients(
+/** The clients the lock asks through: the run's own when given (shared), else its own. */
+function lockClients(options: Pick<ClusterRunLockOptions, 'clients' | 'connections' | 'clientPort' | 'identity'>): LockClients {
+  return new LockClients(
     options.clients ?? new EtcdClients(options.connections, options.clientPort, options.identity),
     options.identity,
     options.clients !== undefined,
   );
+}
+
+const FIRST_DEPLOY = 'no CA or root certificate in the state directory yet (a first deploy): etcd cannot be asked';
+
+/**
+ * Takes the cluster's run lock: held (kept alive until release), refused (another run holds it, or,
+ * with `epoch`, took it since the run looked), or local-only (etcd did not answer, or would not take
+ * it). Never throws: every failure is local-only.
+ */
+export async function acquireClusterRunLock(options: ClusterRunLockOptions): Promise<Acquisition> {
+  const ttlS = options.ttlS ?? RUN_LOCK_TTL_S;
+  const answerMs = options.answerMs ?? ANSWER_MS;
+  const keys = lockKeys(options.cluster);
+  // A first deploy has no certificates to ask etcd with yet (the pki step makes them), nor an etcd to ask.
+  if (!hasCredentials(options.identity())) return { kind: 'local-only', why: FIRST_DEPLOY };
+  const clients = lockClients(options);
+  const record = holderRecord(options.holder);
   let granted: { client: Etcd3; leaseId: string } | undefined;
   let answer: LockAnswer;
   try {
     const { client, index } = await firstAnswering(clients, options.members, answerMs);
     const grantSent = Date.now();
     granted = { client, leaseId: (await within(answerMs, 'lease grant', client.leaseClient.leaseGrant({ TTL: ttlS }))).ID };
-    answer = await within(answerMs, 'lock transaction', createOrRead(client, key, holderRecord(options.holder), granted.leaseId));
-    if ('created' in answer && !answer.created && heldByDeadRunHere(answer)) {
+    const transaction = () => within(answerMs, 'lock transaction', createOrRead(client, keys, record, granted!.leaseId, options.epoch));
+    answer = await transaction();
+    if ('lease' in answer && heldByDeadRunHere(answer)) {
       // As for the lock file: a run of this host that is gone (killed) does not hold the cluster for its lease's TTL.
       // Revoking its lease deletes its key; if two runs do this at once, the transaction still lets one create it.
       await within(answerMs, 'lease revoke', client.leaseClient.leaseRevoke({ ID: answer.lease })).catch(() => undefined);
-      answer = await within(answerMs, 'lock transaction', createOrRead(client, key, holderRecord(options.holder), granted.leaseId));
+      answer = await transaction();
     }
     if ('created' in answer && answer.created) {
       return {
         kind: 'acquired',
         lock: new HeldRunLock(
-          key,
+          keys.lock,
           granted.leaseId,
           clients,
           { members: options.members, ttlS, answerMs, onLost: options.onLost },
@@ -378,14 +446,64 @@ export async function acquireClusterRunLock(options: ClusterRunLockOptions): Pro
   // Not held: the lease is revoked now (a transaction that timed out may still have put the key on it).
   if (granted) await revokeQuietly(granted.client, granted.leaseId, answerMs);
   clients.close();
-  const decision = decideLock(answer, key, ttlS);
+  const decision = decideLock(answer, keys.lock, ttlS);
   // Only a created key is acquired, and that returned above.
   if (decision.kind === 'acquired') throw new Error('run lock: acquired without a created key');
   return decision;
 }
 
+/** What a run finds before reading anything it plans from: free (and the epoch to compare later), refused, or local-only. */
+export type LockLook = { kind: 'free'; epoch: string } | Exclude<LockDecision, { kind: 'acquired' }>;
+
+/**
+ * Looks at the cluster's run lock without writing: one read-only transaction, answered by the first
+ * member that answers. A key held by a run of this host that is gone counts as free (its acquisition
+ * takes it over). Never throws.
+ */
+export async function lookAtClusterRunLock(options: Omit<ClusterRunLockOptions, 'holder' | 'onLost' | 'epoch'>): Promise<LockLook> {
+  const answerMs = options.answerMs ?? ANSWER_MS;
+  const keys = lockKeys(options.cluster);
+  if (!hasCredentials(options.identity())) return { kind: 'local-only', why: FIRST_DEPLOY };
+  const clients = lockClients(options);
+  try {
+    const asks = options.members.map(async (member) => readLock(await clients.for(member), keys));
+    const { held, epoch } = await within(answerMs, 'etcd', Promise.any(asks));
+    if (held && !heldByDeadRunHere(held)) return refusal(keys.lock, held.value, held.lease, options.ttlS ?? RUN_LOCK_TTL_S);
+    return { kind: 'free', epoch };
+  } catch (error) {
+    return { kind: 'local-only', why: whyUnanswered(error) };
+  } finally {
+    clients.close();
+  }
+}
+
 /** Another run holds the cluster's lock: exit 1, as for the lock file. */
 export class ClusterRunLockHeldError extends LockHeldError {}
+
+interface CliLockRun {
+  connections: HypervisorConnections;
+  identity: () => ClientIdentity;
+  clients?: EtcdClients;
+}
+
+interface CliLockSay {
+  command: string;
+  say: (line: string) => void;
+  onLost: (why: string) => void;
+}
+
+const localOnlyLine = (inventory: Inventory, why: string): string =>
+  `lock: ${why}: only the lock in ${inventory.stateDir} holds this run (a run from another copy of it is not kept out)`;
+
+/** The lock of a CLI's run, released through `say` (a problem releasing it is said, not thrown). */
+function releasing(lock: HeldRunLock, say: (line: string) => void): { release(): Promise<void> } {
+  return {
+    async release() {
+      const problem = await lock.release();
+      if (problem) say(`lock: ${problem}`);
+    },
+  };
+}
 
 /**
  * For the CLIs: the lock held, or the run refused (ClusterRunLockHeldError), or undefined after one
@@ -393,8 +511,8 @@ export class ClusterRunLockHeldError extends LockHeldError {}
  */
 export async function takeClusterRunLock(
   inventory: Inventory,
-  run: { connections: HypervisorConnections; identity: () => ClientIdentity; clients?: EtcdClients },
-  { command, say, onLost }: { command: string; say: (line: string) => void; onLost: (why: string) => void },
+  run: CliLockRun,
+  { command, say, onLost }: CliLockSay,
 ): Promise<{ release(): Promise<void> } | undefined> {
   const acquired = await acquireClusterRunLock({
     ...run,
@@ -406,14 +524,53 @@ export async function takeClusterRunLock(
   });
   if (acquired.kind === 'refused') throw new ClusterRunLockHeldError(acquired.message);
   if (acquired.kind === 'local-only') {
-    say(`lock: ${acquired.why}: only the lock in ${inventory.stateDir} holds this run (a run from another copy of it is not kept out)`);
+    say(localOnlyLine(inventory, acquired.why));
     return undefined;
   }
-  const { lock } = acquired;
+  return releasing(acquired.lock, say);
+}
+
+/** The cluster's lock of a run that takes it before its first change (see the top of this file). */
+export interface RunLockGate {
+  /** Takes the lock (once; later calls get the same answer): throws ClusterRunLockHeldError when refused. */
+  beforeFirstChange(): Promise<void>;
+  release(): Promise<void>;
+}
+
+/**
+ * For the deploy: looks at the lock now (a held one refuses the run at once: ClusterRunLockHeldError),
+ * and takes it before the run's first change. Undefined, after one line, when only the state
+ * directory's lock can hold the run.
+ */
+export async function lockBeforeFirstChange(
+  inventory: Inventory,
+  run: CliLockRun,
+  { command, say, onLost }: CliLockSay,
+): Promise<RunLockGate | undefined> {
+  const where = { ...run, clientPort: inventory.etcd.client_port, members: inventory.members, cluster: inventory.cluster.name };
+  const look = await lookAtClusterRunLock(where);
+  if (look.kind === 'refused') throw new ClusterRunLockHeldError(look.message);
+  if (look.kind === 'local-only') {
+    say(localOnlyLine(inventory, look.why));
+    return undefined;
+  }
+  let taking: Promise<{ release(): Promise<void> } | undefined> | undefined;
+  const take = async () => {
+    const acquired = await acquireClusterRunLock({ ...where, holder: thisRun(command), onLost, epoch: look.epoch });
+    if (acquired.kind === 'refused') throw new ClusterRunLockHeldError(acquired.message);
+    if (acquired.kind === 'acquired') return releasing(acquired.lock, say);
+    // etcd answered the look and not the acquisition (a member restarting): said, and the run goes on.
+    say(localOnlyLine(inventory, acquired.why));
+    return undefined;
+  };
   return {
+    async beforeFirstChange() {
+      taking ??= take();
+      await taking;
+    },
     async release() {
-      const problem = await lock.release();
-      if (problem) say(`lock: ${problem}`);
+      const held = await taking?.catch(() => undefined);
+      await held?.release();
     },
   };
 }

@@ -121,8 +121,9 @@ async function checkGuest(guest: GuestContext, name: string, patience: Patience)
   const early = await guest.probe.takeEarly(member, questionsOf(guest, name));
   // No SSH into the member for a run that changes nothing, unless a drifted file's text is wanted for the diff.
   if (early && early.cloudInit.state !== 'running') {
-    // The early answer may predate the cluster's run lock (it is asked while the lock is taken): a
-    // change is only ever decided from an answer asked under it, so drift it shows is asked again.
+    // The early answer may predate the look at the cluster's run lock (it is asked while the lock is
+    // looked at): a change is only ever decided from an answer asked after the look (a run that took
+    // the lock since is then caught by the lock's epoch), so drift it shows is asked again.
     const facts = showsDrift(guest, name, early) ? await guest.probe.askNow(member, questionsOf(guest, name), reach) : early;
     return { kind: 'probed', facts, currentContent: await readDriftedContent(guest, reach, name, facts) };
   }

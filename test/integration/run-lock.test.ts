@@ -14,6 +14,7 @@ import { waitForHealth } from '../../tasks/etcd/health.ts';
 import { clientIdentities } from '../../tasks/etcd/identities.ts';
 import {
   acquireClusterRunLock,
+  lookAtClusterRunLock,
   holderRecord,
   runLockKey,
   type Acquisition,
@@ -146,6 +147,48 @@ test('two runs at once: exactly one holds the lock, the other is refused naming 
   const next = held(await acquire('two-runs', lost));
   t.is((await keyOf('two-runs'))?.value, holderRecord(lost));
   t.is(await next.release(), undefined);
+});
+
+test('a look writes nothing and finds the lock free with its epoch, or held; an acquisition against the epoch seen succeeds unless another run took the lock in between, even one already gone', async (t) => {
+  const { inventory, root } = await cluster;
+  const look = () =>
+    lookAtClusterRunLock({
+      connections: new HypervisorConnections(),
+      clientPort: CLIENT_PORT,
+      identity: root,
+      members: inventory.members,
+      cluster: 'epoch',
+    });
+  const revisionNow = async () => (await (await anyClient()).maintenance.status({})).header.revision;
+
+  const before = await revisionNow();
+  const first = await look();
+  t.deepEqual(first, { kind: 'free', epoch: '0' }, 'never taken: no epoch yet');
+  t.is(await revisionNow(), before, 'the look wrote nothing');
+
+  // This run looked; another one takes the lock, changes things, and is gone before this run's first change.
+  const other = holderOf('operator-o.example', 1212);
+  await held(await acquire('epoch', other)).release();
+  const overtaken = refusal(await acquire('epoch', holderOf('operator-s.example', 1313), { epoch: '0' }));
+  t.deepEqual(overtaken.holder, other);
+  t.regex(
+    overtaken.message,
+    /^another run took the cluster's run lock in etcd \(etcd-kvm\/run-lock\/epoch\) after this run read the cluster: .* by PID 1212 on operator-o\.example since /,
+  );
+  t.is(await keyOf('epoch'), undefined, 'the refused run left no key');
+
+  // Looked again after that run: its epoch; taken against it.
+  const second = await look();
+  if (second.kind !== 'free') throw new Error(`expected the lock free, got ${JSON.stringify(second)}`);
+  t.not(second.epoch, '0');
+  const mine = held(await acquire('epoch', holderOf('operator-s.example', 1313), { epoch: second.epoch }));
+  const whileHeld = await look();
+  t.is(whileHeld.kind, 'refused');
+  t.regex(
+    whileHeld.kind === 'refused' ? whileHeld.message : '',
+    /^another run holds the cluster's run lock in etcd \(etcd-kvm\/run-lock\/epoch\): .* by PID 1313 on /,
+  );
+  await mine.release();
 });
 
 test("a killed run's lock (a lease nobody keeps alive) is refused while it lasts, then expires with its lease and is taken", async (t) => {

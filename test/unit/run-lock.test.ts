@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { EtcdAuthenticationFailedError, EtcdError, GRPCDeadlineExceededError, GRPCUnavailableError } from 'etcd3';
 import { LockHeldError } from '../../tasks/core/lock.ts';
 import { Runner } from '../../tasks/core/runner.ts';
-import { runDeploy } from '../../tasks/pipeline.ts';
+import { runDeploy, type PipelineOptions } from '../../tasks/pipeline.ts';
 import {
   acquireClusterRunLock,
   ClusterRunLockHeldError,
@@ -49,6 +49,16 @@ test("the key exists on a lease: refused, naming the holder's command, host, PID
     decision.message,
     "another run holds the cluster's run lock in etcd (etcd-kvm/run-lock/lab): deploy -i inventories/lab.yaml by PID 4242 on operator-b.example since 2026-03-01T10:00:00.000Z. " +
       'Wait for it to finish; if that run is gone, the lock expires by itself within 30 s.',
+  );
+});
+
+test('the key is free but its epoch moved since the run looked: refused, naming the run that took it, saying nothing was changed', (t) => {
+  const decision = refusedBy({ created: false, overtakenBy: holderRecord(holder) });
+  t.deepEqual(decision.holder, holder);
+  t.is(
+    decision.message,
+    "another run took the cluster's run lock in etcd (etcd-kvm/run-lock/lab) after this run read the cluster: deploy -i inventories/lab.yaml by PID 4242 on operator-b.example since 2026-03-01T10:00:00.000Z. " +
+      'It may have changed what this run read, so this run changed nothing; run it again.',
   );
 });
 
@@ -170,14 +180,14 @@ test.serial(
   },
 );
 
-test('runDeploy holds the lock before its first phase: a refusal stops it before the pki step writes anything; a lock held is released when the run ends', async (t) => {
+test('runDeploy looks at the lock before its first phase and takes it before its first change: refused at the look, nothing runs; refused at the change, nothing changes; a run with no change never takes it', async (t) => {
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-hold-'));
   const out = mkdtempSync(join(tmpdir(), 'etcd-kvm-hold-out-'));
   t.teardown(() => {
     for (const dir of [stateDir, out]) rmSync(dir, { recursive: true, force: true });
   });
   const inventory = { ...load(baseDocument()), stateDir };
-  // --render-only: the pki and render phases, nothing remote.
+  // --render-only: the pki and render phases, nothing remote; the pki step is the run's first change.
   const options = { dryRun: false, renderOnly: out };
 
   const refused = new ClusterRunLockHeldError("another run holds the cluster's run lock");
@@ -186,15 +196,45 @@ test('runDeploy holds the lock before its first phase: a refusal stops it before
   t.deepEqual(stopped.results, []);
   t.false(existsSync(join(stateDir, 'pki')), 'no certificate made');
 
-  const events: string[] = [];
-  const runner = new Runner({ dryRun: false, renderer: 'silent' });
-  await runDeploy(inventory, runner, {
+  const overtaken = new ClusterRunLockHeldError("another run took the cluster's run lock in etcd after this run read the cluster");
+  const gated = new Runner({ dryRun: false, renderer: 'silent' });
+  await runDeploy(inventory, gated, {
     ...options,
-    hold: async ({ identities }) => {
-      events.push(`held after ${runner.results.length} results, root as ${identities.root().label}`);
-      return { release: async () => void events.push(`released after ${runner.results.length} results`) };
-    },
+    hold: async () => ({ beforeFirstChange: () => Promise.reject(overtaken), release: async () => undefined }),
   });
-  t.true(runner.results.length > 0);
-  t.deepEqual(events, ['held after 0 results, root as root certificate', `released after ${runner.results.length} results`]);
+  t.deepEqual(
+    gated.results.map(({ step, status, error }) => ({ step, status, error })),
+    [{ step: 'pki', status: 'failed', error: overtaken.message }],
+  );
+  t.false(existsSync(join(stateDir, 'pki')), 'no certificate made');
+
+  const events: string[] = [];
+  const gate =
+    (runner: Runner): PipelineOptions['hold'] =>
+    async ({ identities }) => {
+      events.push(`looked after ${runner.results.length} results, root as ${identities.root().label}`);
+      return {
+        beforeFirstChange: async () =>
+          void events.push(`taken after ${runner.results.length} results, pki: ${existsSync(join(stateDir, 'pki'))}`),
+        release: async () => void events.push(`released after ${runner.results.length} results`),
+      };
+    };
+  const first = new Runner({ dryRun: false, renderer: 'silent' });
+  await runDeploy(inventory, first, { ...options, hold: gate(first) });
+  t.false(first.failed);
+  t.deepEqual(events, [
+    'looked after 0 results, root as root certificate',
+    'taken after 0 results, pki: false',
+    `released after ${first.results.length} results`,
+  ]);
+
+  events.length = 0;
+  const again = new Runner({ dryRun: false, renderer: 'silent' });
+  await runDeploy(inventory, again, { ...options, hold: gate(again) });
+  t.deepEqual(
+    again.results.filter((result) => result.status !== 'ok'),
+    [],
+    'nothing to change the second time',
+  );
+  t.deepEqual(events, ['looked after 0 results, root as root certificate', `released after ${again.results.length} results`]);
 });
