@@ -364,11 +364,19 @@ interface LockKeys {
 
 const lockKeys = (cluster: string): LockKeys => ({ lock: runLockKey(cluster), epoch: runLockEpochKey(cluster) });
 
-/** The lock as a run finds it: the key's record and lease if held, and the epoch's revision ('0': never taken). */
+/**
+ * The lock as a run finds it: the key's record and lease if held, and the epoch's revision ('0': never
+ * taken). Serializable (the answering member's own state, no round to the leader): one transaction puts
+ * both keys, so any member shows both or neither, and a member behind can only make the acquisition
+ * refuse (a lock it did not show yet, or an older epoch), never let an overtaken run through.
+ */
 async function readLock(client: Etcd3, keys: LockKeys): Promise<{ held?: { value: string; lease: string }; epoch: string }> {
   const response = await client.kv.txn({
     compare: [],
-    success: [{ request_range: { key: Buffer.from(keys.lock) } }, { request_range: { key: Buffer.from(keys.epoch) } }],
+    success: [
+      { request_range: { key: Buffer.from(keys.lock), serializable: true } },
+      { request_range: { key: Buffer.from(keys.epoch), serializable: true } },
+    ],
     failure: [],
   });
   const [held, epoch] = response.responses.map((answer) => answer.response_range.kvs[0]);
