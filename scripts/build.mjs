@@ -21,11 +21,12 @@ try {
 }
 
 /**
- * Left to node_modules, loaded as they are: etcd3 reads its .proto files from beside its own code,
- * ssh2 has optional native bindings, and the S3 client (backups and restores only) is large and loaded
- * lazily anyway.
+ * Left to node_modules, loaded as they are: etcd3 reads its .proto files from beside its own code (and
+ * cockatiel is its policies' package: the tool hands etcd3 a policy, which must be of the instance etcd3
+ * loads), ssh2 has optional native bindings, and the S3 client (backups and restores only) is large and
+ * loaded lazily anyway.
  */
-const EXTERNAL = ['etcd3', 'ssh2', '@aws-sdk/*', '@smithy/*'];
+const EXTERNAL = ['etcd3', 'cockatiel', 'ssh2', '@aws-sdk/*', '@smithy/*'];
 
 // The commands (tasks/*.ts: each runs itself when imported) and the dispatcher.
 const entryPoints = [
@@ -37,8 +38,9 @@ const entryPoints = [
 
 // A source removed since the last build must not linger as a module that still loads.
 rmSync(`${root}dist`, { recursive: true, force: true });
-await esbuild.build({
+const { metafile } = await esbuild.build({
   absWorkingDir: root,
+  metafile: true,
   entryPoints,
   outbase: '.',
   outdir: 'dist',
@@ -52,5 +54,18 @@ await esbuild.build({
   banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" },
   logLevel: 'warning',
 });
+// A dynamic import() of a CommonJS module gets only a default export from esbuild, where node gives it
+// named ones too: `const { x } = await import('pkg')` would be undefined in the bundle alone. Refused.
+const cjsImportedLazily = Object.entries(metafile.inputs).flatMap(([from, input]) =>
+  input.imports
+    .filter((imported) => imported.kind === 'dynamic-import' && metafile.inputs[imported.path]?.format === 'cjs')
+    .map((imported) => `${imported.original ?? imported.path} (from ${from})`),
+);
+if (cjsImportedLazily.length > 0) {
+  console.error(
+    `build: dynamic import() of CommonJS modules, which the bundle would give no named exports:\n  ${cjsImportedLazily.join('\n  ')}\nimport them statically, or add them to EXTERNAL in scripts/build.mjs`,
+  );
+  process.exit(1);
+}
 // Written last: the command trusts dist/ only when this is newer than every source (bin/etcd-kvm.mjs).
 writeFileSync(`${root}dist/.built`, `${new Date().toISOString()}\n`);

@@ -40,7 +40,7 @@ test.after.always(() => {
 });
 
 /** Processes of this inventory's deploys still alive (none may be left behind by an interrupted run). */
-const leftover = () => spawnSync('pgrep', ['-f', `tasks/deploy.ts -i ${INVENTORY}`], { encoding: 'utf8' }).stdout.trim();
+const leftover = () => spawnSync('pgrep', ['-f', `deploy -i ${INVENTORY}`], { encoding: 'utf8' }).stdout.trim();
 
 test.serial(
   'a cold deploy stopped four times (kill -9 after the volumes, kill -9 as the domains are defined, SIGINT during the first boot, kill -9 in the health wait) is finished by the next run',

@@ -3,6 +3,7 @@ import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { SECOND, SECOND_URI, labPath } from '../../scripts/lab/config.ts';
 import { livePid, processCommand } from '../../scripts/lab/processes.ts';
+import { freshBuild } from '../../bin/fresh-build.mjs';
 import { run, type Completed } from './exec.ts';
 
 /** Driving the local lab and looking at it from outside the tool: virsh, and etcdctl inside the namespace. */
@@ -43,15 +44,28 @@ export const CLIENT_NAMESPACE = 'etcd-kvm-lab-client';
 const within = (namespace: string | undefined, program: string, args: string[]): [string, string[]] =>
   namespace ? ['ip', ['netns', 'exec', namespace, program, ...args]] : [program, args];
 
+let bundleChecked = false;
+/**
+ * `etcd-kvm deploy`, the installed command as operators run it: its bundle (dist/, `npm run build`)
+ * made first when a source is newer, so the e2e runs the bundle and not the sources through tsx.
+ */
+function installedDeploy(): string[] {
+  if (!bundleChecked && !freshBuild(new URL('../../', import.meta.url))) {
+    const built = run(process.execPath, ['scripts/build.mjs']);
+    if (built.status !== 0) throw new Error(`npm run build failed: ${built.stderr}`);
+  }
+  bundleChecked = true;
+  return ['bin/etcd-kvm.mjs', 'deploy'];
+}
+
 /** One deploy of the lab inventory, as an operator runs it (from the root namespace, or another), with its --json report. */
 export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-report.json'), namespace?: string): DeployRun {
   const inventory = args.includes('-i') ? [] : ['-i', LAB_INVENTORY];
   // A report left by an earlier run must not stand in for this one's.
   rmSync(reportPath, { force: true });
-  const completed = run(
-    ...within(namespace, process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...inventory, '--json', reportPath, ...args]),
-    { timeoutMs: 20 * 60_000 },
-  );
+  const completed = run(...within(namespace, process.execPath, [...installedDeploy(), ...inventory, '--json', reportPath, ...args]), {
+    timeoutMs: 20 * 60_000,
+  });
   let report: DeployRun['report'] = { results: [] };
   try {
     report = JSON.parse(readFileSync(reportPath, 'utf8')) as DeployRun['report'];
@@ -66,7 +80,7 @@ export function deployInBackground(
   args: string[],
   onOutput?: (text: string, child: ReturnType<typeof spawn>) => void,
 ): Promise<{ status: number | null; signal: NodeJS.Signals | null; output: string }> {
-  const child = spawn(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, [...installedDeploy(), ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   let output = '';
   const take = (chunk: Buffer) => {
     output += chunk.toString();

@@ -3,7 +3,6 @@ import { mkdirSync, mkdtempSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-// @ts-expect-error: plain JS without types, as the installed command's start must be.
 import { freshBuild } from '../../bin/fresh-build.mjs';
 
 /** A package folder with one source under tasks/ and, if asked, a build stamp; times in seconds since the epoch. */
