@@ -170,8 +170,8 @@ export class Runner {
 
   /**
    * `gate` is awaited once, before the first change of the run is applied (a run that changes nothing
-   * never asks it); every later change awaits the same answer. A gate that throws fails that change,
-   * and no other starts (the run is interrupted, with its message as the reason).
+   * never asks it); every later change awaits the same answer. A gate that throws fails the changes
+   * waiting on it, and no other change or phase starts (not an interrupt: the run fails, exit 1).
    */
   gateChanges(gate: () => Promise<void>): void {
     this.#gate = gate;

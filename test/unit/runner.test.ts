@@ -76,6 +76,63 @@ test('a step that does not converge after apply fails on that host', async (t) =
   t.is(result!.error, 'did not converge: after applying, it still plans set 2 -> 5');
 });
 
+test('the gate is asked once, before the first change is applied, and never by a run that changes nothing', async (t) => {
+  const asked: string[] = [];
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  runner.gateChanges(async () => void asked.push('gate'));
+  const converged = new Map([['a', 2]]);
+  await runner.runStep(fakeStep(converged, 2).step);
+  t.deepEqual(asked, [], 'nothing to change: not asked');
+  const state = new Map([
+    ['a', 1],
+    ['b', 1],
+  ]);
+  const { step, applied } = fakeStep(state, 2);
+  const results = await runner.runStep(step);
+  t.deepEqual(
+    results.map((r) => r.status),
+    ['changed', 'changed'],
+  );
+  t.deepEqual(applied.sort(), ['a', 'b']);
+  t.deepEqual(asked, ['gate'], 'two changes, asked once');
+
+  const dry = new Runner({ dryRun: true, renderer: 'silent' });
+  dry.gateChanges(async () => void asked.push('dry'));
+  await dry.runStep(fakeStep(new Map([['a', 1]]), 2).step);
+  t.deepEqual(asked, ['gate'], 'a dry-run applies nothing, so it never asks');
+});
+
+test('a gate that refuses fails the changes waiting on it, applies nothing, and skips every later change and phase', async (t) => {
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  runner.gateChanges(() => Promise.reject(new Error('another run holds the lock')));
+  const state = new Map([
+    ['a', 1],
+    ['b', 1],
+  ]);
+  const { step, applied } = fakeStep(state, 2);
+  const results = await runner.runStep(step);
+  t.deepEqual(
+    results.map((r) => [r.status, r.error]),
+    [
+      ['failed', 'another run holds the lock'],
+      ['failed', 'another run holds the lock'],
+    ],
+  );
+  t.deepEqual(applied, []);
+  const later = await runner.runStep(fakeStep(new Map([['c', 1]]), 2).step);
+  t.deepEqual(
+    later.map((r) => [r.status, r.error]),
+    [['skipped', 'the run may change nothing (its first change was refused): not started']],
+  );
+  const shown: string[] = [];
+  runner.on((event) => {
+    if (event.type === 'phase-ended') shown.push(event.outcome.kind === 'skipped' ? event.outcome.reason : event.outcome.kind);
+  });
+  await runner.runPhases([{ title: 'next', run: async () => 'ran' }]);
+  t.deepEqual(shown, ['the run may change nothing (its first change was refused)']);
+  t.is(runner.interrupted, undefined, 'a refusal is not an interrupt (exit 1, not 130)');
+});
+
 test('a failed host is skipped by later steps while the others go on', async (t) => {
   const state = new Map([
     ['a', 1],
