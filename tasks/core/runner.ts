@@ -222,6 +222,8 @@ export class Runner {
     if (this.#halted) return finish('skipped', { ...summarise(changes), ...extra, error: `${this.#halted}: not applied` });
     try {
       await this.passGate();
+      // Passing the gate can take seconds (the lock's acquisition): a signal meanwhile still stops this change.
+      if (this.#halted) return finish('skipped', { ...summarise(changes), ...extra, error: `${this.#halted}: not applied` });
       await step.apply(changes, target, state).finally(() => this.facts.invalidate(target, this.options.staleAfter?.(step.name) ?? []));
       const remaining = step.plan(await step.check(target, this.patience), target);
       if (remaining.length > 0) {

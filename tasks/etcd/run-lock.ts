@@ -538,6 +538,32 @@ export async function takeClusterRunLock(
   return releasing(acquired.lock, say);
 }
 
+/** How long a run whose look etcd answered keeps asking for the lock before it refuses to change anything. */
+export const ACQUIRE_AFTER_LOOK_MS = RUN_LOCK_TTL_S * 1000;
+
+/**
+ * The lock, for a run whose look etcd answered (so it may not go on with the local lock only): asked
+ * again every `pauseMs` while etcd does not answer — most likely another run's roll restarting the
+ * leader, which a run going on unlocked would collide with — and refused (ClusterRunLockHeldError,
+ * nothing changed) when another run holds or took it, or when etcd has not answered by `patienceMs`.
+ */
+export async function acquireAfterLook(
+  acquire: () => Promise<Acquisition>,
+  { patienceMs = ACQUIRE_AFTER_LOOK_MS, pauseMs = 1_000 } = {},
+): Promise<HeldRunLock> {
+  const deadline = Date.now() + patienceMs;
+  for (;;) {
+    const acquired = await acquire();
+    if (acquired.kind === 'acquired') return acquired.lock;
+    if (acquired.kind === 'refused') throw new ClusterRunLockHeldError(acquired.message);
+    if (Date.now() >= deadline)
+      throw new ClusterRunLockHeldError(
+        `etcd answered this run's look at the cluster's run lock but not its acquisition for ${Math.round(patienceMs / 1000)} s (${acquired.why}); another run may be changing the cluster, so this run changed nothing: run it again`,
+      );
+    await delay(pauseMs);
+  }
+}
+
 /** The cluster's lock of a run that takes it before its first change (see the top of this file). */
 export interface RunLockGate {
   /** Takes the lock (once; later calls get the same answer): throws ClusterRunLockHeldError when refused. */
@@ -564,12 +590,8 @@ export async function lockBeforeFirstChange(
   }
   let taking: Promise<{ release(): Promise<void> } | undefined> | undefined;
   const take = async () => {
-    const acquired = await acquireClusterRunLock({ ...where, holder: thisRun(command), onLost, epoch: look.epoch });
-    if (acquired.kind === 'refused') throw new ClusterRunLockHeldError(acquired.message);
-    if (acquired.kind === 'acquired') return releasing(acquired.lock, say);
-    // etcd answered the look and not the acquisition (a member restarting): said, and the run goes on.
-    say(localOnlyLine(inventory, acquired.why));
-    return undefined;
+    const lock = await acquireAfterLook(() => acquireClusterRunLock({ ...where, holder: thisRun(command), onLost, epoch: look.epoch }));
+    return releasing(lock, say);
   };
   return {
     async beforeFirstChange() {

@@ -7,6 +7,7 @@ import { LockHeldError } from '../../tasks/core/lock.ts';
 import { Runner } from '../../tasks/core/runner.ts';
 import { runDeploy, type PipelineOptions } from '../../tasks/pipeline.ts';
 import {
+  acquireAfterLook,
   acquireClusterRunLock,
   ClusterRunLockHeldError,
   decideLock,
@@ -14,6 +15,8 @@ import {
   parseHolderRecord,
   runLockKey,
   thisRun,
+  type Acquisition,
+  type HeldRunLock,
   type LockAnswer,
   type LockDecision,
 } from '../../tasks/etcd/run-lock.ts';
@@ -127,6 +130,40 @@ test("the holder record is this run's host, PID, start and command, and reads ba
   t.deepEqual(parseHolderRecord(holderRecord(mine)), mine);
   t.is(parseHolderRecord('{"host":"h","pid":"1"}'), undefined);
   t.is(parseHolderRecord('not json'), undefined);
+});
+
+test('after an answered look the lock is asked again while etcd does not answer, never given up for the local lock alone: held, refused at once, or refused at the deadline', async (t) => {
+  const lock = { key: 'held' } as unknown as HeldRunLock;
+  const unanswered: Acquisition = { kind: 'local-only', why: 'etcd does not answer (etcdserver: leader changed)' };
+  let asked = 0;
+  const answers: Acquisition[] = [unanswered, unanswered, { kind: 'acquired', lock }];
+  t.is(await acquireAfterLook(async () => answers[asked++]!, { patienceMs: 5_000, pauseMs: 1 }), lock);
+  t.is(asked, 3);
+
+  asked = 0;
+  const held: Acquisition = { kind: 'refused', holder: undefined, message: "another run holds the cluster's run lock" };
+  await t.throwsAsync(
+    acquireAfterLook(
+      async () => {
+        asked++;
+        return held;
+      },
+      { patienceMs: 5_000, pauseMs: 1 },
+    ),
+    { instanceOf: ClusterRunLockHeldError, message: "another run holds the cluster's run lock" },
+  );
+  t.is(asked, 1, 'a refusal is not asked again');
+
+  const refused = await t.throwsAsync(
+    acquireAfterLook(async () => unanswered, { patienceMs: 30, pauseMs: 5 }),
+    {
+      instanceOf: ClusterRunLockHeldError,
+    },
+  );
+  t.is(
+    refused?.message,
+    "etcd answered this run's look at the cluster's run lock but not its acquisition for 0 s (etcd does not answer (etcdserver: leader changed)); another run may be changing the cluster, so this run changed nothing: run it again",
+  );
 });
 
 test('a refusal is a LockHeldError: the CLIs exit 1 with its message, as for the lock file', (t) => {

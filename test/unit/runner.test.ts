@@ -102,6 +102,20 @@ test('the gate is asked once, before the first change is applied, and never by a
   t.deepEqual(asked, ['gate'], 'a dry-run applies nothing, so it never asks');
 });
 
+test('a signal while the gate is passed (the lock being taken) still stops the changes waiting on it', async (t) => {
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  let open!: () => void;
+  runner.gateChanges(() => new Promise<void>((resolve) => (open = resolve)));
+  const { step, applied } = fakeStep(new Map([['a', 1]]), 2);
+  const running = runner.runStep(step);
+  await new Promise((resolve) => setImmediate(resolve));
+  runner.interrupt('SIGINT');
+  open();
+  const [result] = await running;
+  t.deepEqual([result!.status, result!.error], ['skipped', 'interrupted (SIGINT): not applied']);
+  t.deepEqual(applied, []);
+});
+
 test('a gate that refuses fails the changes waiting on it, applies nothing, and skips every later change and phase', async (t) => {
   const runner = new Runner({ dryRun: false, renderer: 'silent' });
   runner.gateChanges(() => Promise.reject(new Error('another run holds the lock')));
