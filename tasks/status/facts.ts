@@ -1,4 +1,6 @@
+import { get } from 'node:https';
 import { connect, type PeerCertificate } from 'node:tls';
+import { revealSecret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
@@ -50,6 +52,8 @@ export interface StatusFacts {
   /** etcd's member list from the first member that answered (learners and unstarted members included). */
   memberList: ListedMember[] | { error: string };
   alarms: { memberId: string; alarm: string }[];
+  /** `/version`'s `etcdcluster` (`3.5.0`), from the first member that answered: the minor every member supports. */
+  clusterVersion: string | { error: string };
   caNotAfter?: Date;
   at: Date;
 }
@@ -113,6 +117,42 @@ async function servedCertificate(clients: EtcdClients, member: Member, identity:
   return { notAfter: new Date(peer.valid_to) };
 }
 
+/** etcd's `/version` on a member's client port: its own version and the cluster's. */
+export async function versionOf(
+  clients: EtcdClients,
+  member: Member,
+  identity: ClientIdentity,
+): Promise<{ etcdserver: string; etcdcluster: string }> {
+  const { host, port } = await clients.endpoint(member);
+  const body = await new Promise<string>((resolve, reject) => {
+    const request = get(
+      {
+        host,
+        port,
+        path: '/version',
+        servername: member.name,
+        ca: identity.caCert,
+        ...(identity.cert && identity.key ? { cert: identity.cert, key: revealSecret(identity.key) } : {}),
+        timeout: 5_000,
+      },
+      (response) => {
+        let text = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => (text += chunk));
+        response.on('end', () =>
+          response.statusCode === 200 ? resolve(text) : reject(new Error(`/version: HTTP ${response.statusCode}`)),
+        );
+      },
+    );
+    request.on('timeout', () => request.destroy(new Error('/version: no answer in 5 s')));
+    request.once('error', reject);
+  });
+  const parsed = JSON.parse(body) as { etcdserver?: unknown; etcdcluster?: unknown };
+  if (typeof parsed.etcdserver !== 'string' || typeof parsed.etcdcluster !== 'string')
+    throw new Error(`/version answered ${body.slice(0, 100)}`);
+  return { etcdserver: parsed.etcdserver, etcdcluster: parsed.etcdcluster };
+}
+
 export async function gatherStatus(
   inventory: Inventory,
   clients: EtcdClients,
@@ -137,14 +177,17 @@ export async function gatherStatus(
   // The member list and the alarms are the cluster's: ask the first member that answered status.
   let memberList: StatusFacts['memberList'] = { error: 'no member answered' };
   let alarms: StatusFacts['alarms'] = [];
+  let clusterVersion: StatusFacts['clusterVersion'] = { error: 'no member answered' };
   const answering = members.filter((_, index) => !('error' in perMember[index]!.etcd));
   for (const member of answering) {
     try {
       const client = await clients.for(member);
-      const [list, alarm] = await Promise.all([
+      const [list, alarm, versions] = await Promise.all([
         client.cluster.memberList({}),
         client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' }),
+        versionOf(clients, member, identity).catch((error: unknown) => ({ error: `${member.name}: ${firstLine(error)}` })),
       ]);
+      clusterVersion = 'error' in versions ? versions : versions.etcdcluster;
       memberList = list.members.map((m) => ({ ...liveMember(m), id: hexId(m.ID) }));
       alarms = alarm.alarms.map((a) => ({ memberId: hexId(a.memberID), alarm: String(a.alarm).toUpperCase() }));
       break;
@@ -161,6 +204,7 @@ export async function gatherStatus(
     })),
     memberList,
     alarms,
+    clusterVersion,
     ...(caNotAfter ? { caNotAfter } : {}),
     at,
   };

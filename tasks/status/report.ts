@@ -33,6 +33,10 @@ export interface StatusReport {
   /** Members etcd lists that the inventory does not have (a learner half-added, a member left behind). */
   unknownMembers: ListedMember[];
   caExpires: string | null;
+  /** `/version`'s `etcdcluster`: the minor every member supports (it moves once the last member runs a new one). */
+  clusterVersion: string | null;
+  /** Each version the members run, with the members that run it, oldest first. */
+  versions: { version: string; members: string[] }[];
   problems: string[];
   warnings: string[];
 }
@@ -112,6 +116,17 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
   for (const alarm of facts.alarms.filter((a) => !members.some((m) => m.id === a.memberId)))
     problems.push(`member ${alarm.memberId}: alarm ${alarm.alarm}`);
 
+  const versions = versionsRun(members);
+  if (versions.length > 1) {
+    warnings.push(
+      `members run ${versions.length} versions of etcd (${versions.map(({ version, members: names }) => `${version}: ${names.join(', ')}`).join('; ')}): ` +
+        'a roll is under way or was left half done; a deploy finishes it (etcd supports two adjacent versions meanwhile)',
+    );
+  }
+  const clusterVersion = typeof facts.clusterVersion === 'string' ? facts.clusterVersion : null;
+  if (typeof facts.clusterVersion !== 'string' && facts.members.some((m) => !('error' in m.etcd)))
+    warnings.push(`the cluster version could not be read (${facts.clusterVersion.error})`);
+
   let caExpires: string | null = null;
   if (facts.caNotAfter) {
     caExpires = facts.caNotAfter.toISOString();
@@ -126,9 +141,31 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
     members,
     unknownMembers,
     caExpires,
+    clusterVersion,
+    versions,
     problems,
     warnings,
   };
+}
+
+/** The versions the members report, each with its members, in version order. */
+function versionsRun(rows: readonly MemberRow[]): StatusReport['versions'] {
+  const byVersion = new Map<string, string[]>();
+  for (const row of rows) if (row.version) byVersion.set(row.version, [...(byVersion.get(row.version) ?? []), row.name]);
+  const key = (version: string) =>
+    version
+      .split('.')
+      .map((part) => part.padStart(6, '0'))
+      .join('.');
+  return [...byVersion].sort(([a], [b]) => key(a).localeCompare(key(b))).map(([version, members]) => ({ version, members }));
+}
+
+/** One line: the cluster's version and what its members run. */
+function versionLine(report: StatusReport): string {
+  const cluster = report.clusterVersion ? `cluster version ${report.clusterVersion.replace(/\.0$/, '')}` : 'cluster version unknown';
+  if (report.versions.length === 0) return `etcd: ${cluster}, no member answered`;
+  if (report.versions.length === 1) return `etcd: ${cluster}, every member that answered runs ${report.versions[0]!.version}`;
+  return `etcd: ${cluster}, members on ${report.versions.length} versions: ${report.versions.map(({ version, members }) => `${version} (${members.join(', ')})`).join(', ')}`;
 }
 
 const size = (bytes: number | null) => (bytes === null ? '-' : formatBytes(bytes));
@@ -170,7 +207,7 @@ export function formatStatusTable(report: StatusReport): string {
       .map((cell, column) => cell.padEnd(widths[column]!))
       .join('  ')
       .trimEnd();
-  const lines = [line(header), ...rows.map(line)];
+  const lines = [line(header), ...rows.map(line), versionLine(report)];
   for (const problem of report.problems) lines.push(`problem: ${problem}`);
   for (const warning of report.warnings) lines.push(`warning: ${warning}`);
   const voting = report.members.filter((m) => m.role === 'leader' || m.role === 'follower').length;

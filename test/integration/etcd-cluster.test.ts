@@ -17,6 +17,7 @@ import { run } from '../helpers/exec.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 import { Processes } from '../helpers/processes.ts';
 import { renderWithPki } from '../helpers/render.ts';
+import { versionOf } from '../../tasks/status/facts.ts';
 import { FILE_SETTINGS, startRenderedMembers } from '../helpers/loopback-etcd.ts';
 
 /**
@@ -107,6 +108,16 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
   });
   t.is(got.stdout.trim(), 'hello');
 
+  // /version, as status reads it: the member's own version (the binary's) and the cluster's minor.
+  const binary = /etcd Version: (\d+\.\d+\.\d+)/.exec(run('etcd', ['--version']).stdout)![1]!;
+  const identities = clientIdentities(inventory, new PkiStore(inventory.stateDir));
+  const clients = new EtcdClients(new HypervisorConnections(), CLIENT_PORT, identities.health);
+  t.teardown(() => clients.close());
+  t.deepEqual(await versionOf(clients, inventory.members[1]!, identities.root()), {
+    etcdserver: binary,
+    etcdcluster: `${binary.split('.').slice(0, 2).join('.')}.0`,
+  });
+
   // client-cert-auth: a client that presents no certificate is refused at the TLS handshake.
   const anonymous = etcdctl(['get', 'greeting'], ['--cacert', join(pki, 'ca.crt')]);
   t.not(anonymous.status, 0);
@@ -178,6 +189,8 @@ test('password mode: health and the auth bootstrap through the etcd client, root
   const clients = new EtcdClients(new HypervisorConnections(), CLIENT_PORT, identities.health);
   try {
     for (const member of inventory.members) await waitForHealth(inventory, clients, member, 60_000);
+    // Password mode: /version needs no client certificate.
+    t.regex((await versionOf(clients, inventory.members[2]!, identities.health())).etcdserver, /^\d+\.\d+\.\d+$/);
     const runner = new Runner({ dryRun: false, renderer: 'silent' });
     const [first] = await runner.runStep(authStep(inventory, inventory.members, clients, identities));
     t.is(first?.status, 'changed', first?.error);

@@ -37,6 +37,7 @@ function healthy(): StatusFacts {
     members,
     memberList: NAMES.map((name, index) => ({ id: IDS[index]!, name, isLearner: false, peerURLs: [`https://10.0.0.${index + 1}:2380`] })),
     alarms: [],
+    clusterVersion: '3.4.0',
     caNotAfter: new Date('2036-01-01T00:00:00Z'),
     at: AT,
   };
@@ -121,6 +122,21 @@ const cases: Case[] = [
     problems: [/etcd-3: its certificate expired/],
   },
   {
+    name: 'members on two versions (a roll under way): healthy, with a warning naming each version and its members',
+    facts: (f) => {
+      (f.members[1]!.etcd as EtcdMemberFacts).version = '3.5.16';
+      (f.members[2]!.etcd as EtcdMemberFacts).version = '3.5.16';
+    },
+    healthy: true,
+    warnings: [/^members run 2 versions of etcd \(3\.4\.23: etcd-1; 3\.5\.16: etcd-2, etcd-3\): a roll is under way/],
+  },
+  {
+    name: 'the cluster version unreadable: healthy, with a warning',
+    facts: (f) => (f.clusterVersion = { error: 'etcd-1: /version: no answer in 5 s' }),
+    healthy: true,
+    warnings: [/the cluster version could not be read \(etcd-1: \/version: no answer in 5 s\)/],
+  },
+  {
     name: 'no member list at all: degraded',
     facts: (f) => (f.memberList = { error: 'no member answered' }),
     healthy: false,
@@ -145,6 +161,7 @@ for (const row of cases) {
         `${pattern} in ${report.problems.join(' | ')}`,
       );
     if (!row.problems) t.deepEqual(report.problems, []);
+    if (!row.warnings) t.deepEqual(report.warnings, []);
     if (row.problemCount !== undefined) t.is(report.problems.length, row.problemCount, report.problems.join(' | '));
     for (const pattern of row.warnings ?? [])
       t.true(
@@ -162,7 +179,27 @@ test('status: the leader is named, and the table has a row per member with its I
   const lines = formatStatusTable(report).split('\n');
   t.regex(lines[0]!, /^MEMBER\s+HYPERVISOR\s+VM\s+ID\s+ROLE/);
   t.regex(lines[3]!, /^etcd-3\s+lab\s+running\s+c3\s+leader\s+6\s+12\s+40\s+32 KiB\s+16 KiB\s+3\.4\.23\s+-\s+2027-11-22$/);
+  t.is(lines[4], 'etcd: cluster version 3.4, every member that answered runs 3.4.23');
   t.is(lines.at(-1), 'cluster: healthy, 3 of 3 members voting, leader etcd-3');
+});
+
+test('status: members on two versions are listed by version, oldest first, with the cluster version', (t) => {
+  const facts = healthy();
+  (facts.members[0]!.etcd as EtcdMemberFacts).version = '3.5.9';
+  (facts.members[2]!.etcd as EtcdMemberFacts).version = '3.5.10';
+  facts.clusterVersion = '3.5.0';
+  const report = summarizeStatus(facts, NAMES);
+  t.is(report.clusterVersion, '3.5.0');
+  t.deepEqual(report.versions, [
+    { version: '3.4.23', members: ['etcd-2'] },
+    { version: '3.5.9', members: ['etcd-1'] },
+    { version: '3.5.10', members: ['etcd-3'] },
+  ]);
+  t.true(
+    formatStatusTable(report).includes(
+      '\netcd: cluster version 3.5, members on 3 versions: 3.4.23 (etcd-2), 3.5.9 (etcd-1), 3.5.10 (etcd-3)\n',
+    ),
+  );
 });
 
 test("status: etcd's decimal uint64 IDs become hex without losing precision", (t) => {
