@@ -9,6 +9,9 @@ import { join, resolve } from 'node:path';
 
 export const REPO_ROOT = resolve(import.meta.dirname, '../..');
 
+/** The lab's etcd release server, on the root namespace's loopback (scripts/lab/releases.ts). */
+const RELEASE_PORT = 2280;
+
 export const LAB = {
   namespace: 'etcd-kvm-lab',
   dir: '/var/lib/etcd-kvm-lab',
@@ -40,9 +43,22 @@ export const LAB = {
   pools: { vms: 'etcd-lab', images: 'etcd-lab-images' },
   baseVolume: 'debian-12-etcd.qcow2',
   clientDir: join(REPO_ROOT, '.etcd-kvm', 'lab', 'hypervisor'),
+  releasePort: RELEASE_PORT,
+  /** What a lab inventory's release_url points at: `${releaseUrl}/v3.5.16/etcd-v3.5.16-linux-amd64.tar.gz`, `${releaseUrl}/v3.5.16/SHA256SUMS`. */
+  releaseUrl: `http://127.0.0.1:${RELEASE_PORT}/releases`,
 } as const;
 
 export const labPath = (...parts: string[]) => join(LAB.dir, ...parts);
+
+/**
+ * Real etcd releases as Debian builds them (issue 26), repackaged by lab:up in the layout of etcd's
+ * GitHub releases and served at LAB.releaseUrl: the suite carrying each and its pinned package version.
+ */
+export const ETCD_RELEASES = [
+  { version: '3.4.23', suite: 'bookworm', debianVersion: '3.4.23-4+b4' },
+  { version: '3.5.16', suite: 'trixie', debianVersion: '3.5.16-4' },
+  { version: '3.5.30', suite: 'sid', debianVersion: '3.5.30-2' },
+] as const;
 
 /**
  * A second hypervisor, isolated from the first as another machine would be: its own network namespace

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { $ } from 'zx';
 import { LAB, SECOND, SECOND_LIBVIRT_DIRS, SECOND_URI, labPath, secondPath } from './config.ts';
 import { livePid, stopByPidFile, waitFor } from './processes.ts';
+import { RELEASE_SERVER_COMMAND, releasesServed, startReleaseServer } from './releases.ts';
 import { virshAt } from './libvirt.ts';
 
 /**
@@ -165,6 +166,15 @@ const bastionForwarder = forwarderTo(
 );
 const secondForwarder = forwarderTo('lab2-forwarder', SECOND.forwardPort, SECOND.namespace, SECOND.sshdPortInNamespace);
 
+/** The etcd releases lab:up builds (releases.ts), over HTTP on the root namespace's loopback. */
+const releaseServer: Daemon = {
+  name: 'release-server',
+  command: RELEASE_SERVER_COMMAND,
+  pidFile: run('release-server.pid'),
+  start: async () => startReleaseServer(run('release-server.pid')),
+  ready: releasesServed,
+};
+
 /** In start order; stopped in reverse. */
 export const DAEMONS: Daemon[] = [
   virtlogd,
@@ -177,6 +187,7 @@ export const DAEMONS: Daemon[] = [
   secondLibvirtd,
   secondSshd,
   secondForwarder,
+  releaseServer,
 ];
 
 /** Host key, authorised client key and config of the hypervisor's sshd; created once, kept across runs. */

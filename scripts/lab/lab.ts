@@ -1,6 +1,6 @@
 import { chmodSync, existsSync, mkdirSync } from 'node:fs';
 import { $ } from 'zx';
-import { LAB, SECOND, labPath } from './config.ts';
+import { ETCD_RELEASES, LAB, SECOND, labPath } from './config.ts';
 import { daemonStatus, ensureSshdFiles, startDaemons, stopDaemons } from './daemons.ts';
 import { ensurePackages } from '../system/packages.ts';
 import { chooseAcceleration, fixKvmDevice, restoreKvmDevice } from './host.ts';
@@ -8,6 +8,7 @@ import { cachedImagePath, ensureImage } from './image.ts';
 import { FIRST_HYPERVISOR, SECOND_HYPERVISOR, ensureLibvirtObjects, libvirtStatus, removeLibvirtObjects } from './libvirt.ts';
 import { ensureSecondHypervisor, linkBridges, removeSecondHypervisor, secondStatus } from './second.ts';
 import { ensureMacvtapSegment, macvtapStatus, removeMacvtapSegment } from './macvtap.ts';
+import { ensureReleases, releasesStatus } from './releases.ts';
 import { namespaceExists, removeNamespace } from './netns.ts';
 import { stopProcess } from './processes.ts';
 
@@ -26,9 +27,11 @@ const USAGE = `usage: npx tsx scripts/lab/lab.ts up|down|status
            ${LAB.macvtap.clientNamespace} (${LAB.macvtap.clientAddress}), where the tool runs for
            inventories/lab-macvtap.yaml; and a second hypervisor ${SECOND.name}: namespace ${SECOND.namespace}
            with its own libvirtd, virtlogd and sshd (exposed on ${LAB.forwardHost}:${SECOND.forwardPort}), its
-           own network and pools, its bridge joined to the first one's (inventories/lab-hypervisors.yaml)
+           own network and pools, its bridge joined to the first one's (inventories/lab-hypervisors.yaml);
+           and etcd ${ETCD_RELEASES.map((release) => release.version).join(', ')} repackaged from Debian's builds as etcd's
+           GitHub releases, served at ${LAB.releaseUrl} (release-server)
   down     remove the lab's VMs and their disks, network, pools, daemons and namespaces;
-           put /dev/kvm back; the built image stays cached
+           put /dev/kvm back; the built image and releases stay
   status   what is running
 
   ETCD_KVM_LAB_ACCEL=kvm|qemu forces the acceleration choice that up reports.`;
@@ -48,6 +51,8 @@ async function up(): Promise<void> {
   if (kvmNote) log(kvmNote);
   const image = await ensureImage(log);
   if (image.builtInMs === undefined) log(`image: reusing ${image.path}`);
+  // Before the daemons: the release server is ready once it serves every release.
+  await ensureReleases(log);
   await ensureNamespace();
   await $`ip -n ${LAB.namespace} link set lo up`;
   // Before the sshd starts: it also listens on the segment's hypervisor address.
@@ -93,6 +98,7 @@ async function status(): Promise<void> {
   for (const daemon of daemonStatus()) console.log(`${daemon.name}: ${daemon.pid ? `running (pid ${daemon.pid})` : 'stopped'}`);
   console.log(`image: ${cachedImagePath()} (${existsSync(cachedImagePath()) ? 'built' : 'not built'})`);
   console.log(`acceleration: ${chooseAcceleration().type}`);
+  console.log(releasesStatus());
   console.log(await macvtapStatus());
   console.log(await secondStatus());
   console.log(await libvirtStatus(FIRST_HYPERVISOR));
