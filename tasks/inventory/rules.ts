@@ -762,12 +762,13 @@ const restoreIsClusterWide: Rule = (doc) => {
 };
 
 const installNeedsReleaseVersion: Rule = (doc) =>
-  doc.members.some((member) => member.install_dependencies) && !/^v\d+\.\d+\.\d+$/.test(doc.etcd.version)
+  (doc.etcd.binaries === 'release' || doc.members.some((member) => member.install_dependencies)) &&
+  !/^v\d+\.\d+\.\d+$/.test(doc.etcd.version)
     ? [
         {
           path: ['etcd', 'version'],
           message: `${JSON.stringify(doc.etcd.version)} is not an etcd release tag`,
-          hint: 'install_dependencies downloads that release: use a tag like v3.4.18',
+          hint: `${doc.etcd.binaries === 'release' ? 'binaries: release installs' : 'install_dependencies downloads'} that release: use a tag like v3.5.33`,
         },
       ]
     : [];

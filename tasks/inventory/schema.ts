@@ -558,8 +558,32 @@ export const hypervisorSchema = z
 
 export const etcdSchema = z
   .object({
-    // The latest 3.4 patch release: 3.4.25 and earlier carry CVE-2023-32082 (LeaseTimeToLive leaks key names to a user without read access).
-    version: line.default('v3.4.37').describe('The etcd release (a tag `vX.Y.Z`) installed when `install_dependencies` is true.'),
+    // A supported 3.5 patch (3.4 is end of life; 3.4.25 and earlier carry CVE-2023-32082), recent enough to step to 3.6 from.
+    version: line
+      .default('v3.5.33')
+      .describe(
+        'The etcd release (a tag `vX.Y.Z`) every member runs with `binaries: release` (a change rolls the members to it), and the one ' +
+          '`install_dependencies` installs at first boot with `binaries: image`.',
+      ),
+    binaries: z
+      .enum(['image', 'release'])
+      .default('image')
+      .describe(
+        '`release`: the tool installs `version` from `release_url` in every member and moves them when it changes (one at a time, leader last, ' +
+          "after a pre-flight and a snapshot); `image`: etcd is the image's (or install_dependencies'), the tool only reports the version it runs.",
+      ),
+    release_url: line
+      .regex(/^https?:\/\/\S+$/, 'is an http(s) URL')
+      .default('https://github.com/etcd-io/etcd/releases/download')
+      .describe(
+        "Where etcd's releases are, in etcd's layout (`<release_url>/vX.Y.Z/etcd-vX.Y.Z-linux-amd64.tar.gz` and `SHA256SUMS` beside it): " +
+          "etcd's GitHub releases, or a mirror. Downloaded once per version on the control node, never by the members.",
+      ),
+    sha256: z
+      .string()
+      .regex(/^[0-9a-fA-F]{64}$/, 'is a SHA-256 digest (64 hex digits)')
+      .optional()
+      .describe("The release archive's SHA-256, pinned: wins over the release's SHA256SUMS (which is then not read)."),
     auto_compaction_mode: z.enum(['revision', 'periodic']).default('revision').describe("etcd's `auto-compaction-mode`."),
     auto_compaction_retention: z.coerce
       .string()

@@ -1,6 +1,6 @@
 import type { Inventory, Member } from '../inventory/model.ts';
 import { clientUrl, peerUrl } from '../inventory/urls.ts';
-import { etcdBinaryDir } from './guest/dependencies.ts';
+import { etcdBinaryPath, managedRelease, versionSettings } from './etcd-release.ts';
 import { renderTemplate } from './templates.ts';
 
 /** Where the member's etcd files live inside the guest. */
@@ -60,7 +60,13 @@ export function etcdEnvironment(
     ['ETCD_QUOTA_BACKEND_BYTES', String(etcd.space_quota)],
     // etcd 3.4 enables the gateway unless told otherwise.
     ['ETCD_ENABLE_GRPC_GATEWAY', String(etcd.grpc_gateway_enabled)],
+    ...versionSettingsOf(inventory),
   ];
+}
+
+function versionSettingsOf(inventory: Inventory): [string, string][] {
+  const release = managedRelease(inventory);
+  return release ? versionSettings(release.version) : [];
 }
 
 /** systemd EnvironmentFile syntax: plain values as they are, anything else double-quoted with escapes. */
@@ -93,7 +99,8 @@ export function renderUnitFile(inventory: Inventory, member: Member): string {
     name: member.name,
     cluster: inventory.cluster.name,
     environmentFile: GUEST_PATHS.environmentFile,
-    binary: `${etcdBinaryDir(member)}/etcd`,
+    binary: etcdBinaryPath(inventory, member),
+    releaseBinary: managedRelease(inventory)?.binary,
     dataDir: inventory.etcd.data_dir,
     onDataDisk: member.volumes.data !== undefined,
     restoreFirst: inventory.restore.enabled,

@@ -577,7 +577,7 @@ test('invalid combinations of the optional features are reported with their path
     ],
   );
   t.deepEqual(problemsOf(withDefaults({ install_dependencies: true }, (doc) => (doc.etcd = { version: 'latest' }))), [
-    'etcd.version: "latest" is not an etcd release tag — install_dependencies downloads that release: use a tag like v3.4.18',
+    'etcd.version: "latest" is not an etcd release tag — install_dependencies downloads that release: use a tag like v3.5.33',
   ]);
 });
 

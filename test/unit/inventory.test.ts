@@ -28,12 +28,15 @@ test('the base document loads, with defaults and derived values filled in', (t) 
   t.regex(first.interfaces[0]!.mac, /^52:54:00(:[0-9a-f]{2}){3}$/);
 });
 
-test('the default etcd release is the latest 3.4 patch, past CVE-2023-32082 (fixed in v3.4.26)', (t) => {
-  const version = load(baseDocument()).etcd.version;
-  t.is(version, 'v3.4.37');
-  const [major, minor, patch] = version.slice(1).split('.').map(Number);
-  t.deepEqual([major, minor], [3, 4]);
-  t.true(patch! >= 26);
+test("the default etcd release is a supported 3.5 patch, one 3.6's upgrade guide lets step to 3.6; binaries stay the image's unless asked", (t) => {
+  const { etcd } = load(baseDocument());
+  t.is(etcd.version, 'v3.5.33');
+  const [major, minor, patch] = etcd.version.slice(1).split('.').map(Number);
+  t.deepEqual([major, minor], [3, 5]);
+  t.true(patch! >= 32);
+  t.is(etcd.binaries, 'image');
+  t.is(etcd.release_url, 'https://github.com/etcd-io/etcd/releases/download');
+  t.is(etcd.sha256, undefined);
 });
 
 test('derived MACs are stable across loads and distinct per member', (t) => {

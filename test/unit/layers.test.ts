@@ -9,17 +9,19 @@ import { dirname, join, relative, resolve } from 'node:path';
 const ALLOWED: Record<string, string[]> = {
   core: [],
   inventory: ['core'],
+  // etcd's versions, releases and the pre-flight of a version change: pure, or files on the control node.
+  upgrade: ['core'],
   pki: ['core', 'inventory'],
-  render: ['core', 'inventory', 'pki'],
+  render: ['core', 'inventory', 'pki', 'upgrade'],
   remote: ['core', 'inventory'],
   libvirt: ['core', 'inventory', 'pki', 'remote', 'render'],
   etcd: ['core', 'inventory', 'remote', 'pki'],
   guest: ['core', 'inventory', 'remote', 'render', 'libvirt'],
   backup: ['core', 'inventory'],
-  steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup'],
+  steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade'],
   status: ['core', 'inventory', 'remote', 'libvirt', 'etcd'],
   // The deploy's stages: gather, plan, execute, over the steps.
-  deploy: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'steps'],
+  deploy: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'steps'],
   // The CLI's help lists the steps from their registry.
   cli: ['core', 'steps'],
 };

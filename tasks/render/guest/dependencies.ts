@@ -66,13 +66,17 @@ export function renderInstaller(inventory: Inventory, member: Member): string {
   const etcdRelease = `https://github.com/etcd-io/etcd/releases/download/${etcdVersion}`;
   const exporterRelease = `https://github.com/prometheus/node_exporter/releases/download/v${UPSTREAM.nodeExporter}`;
   return renderTemplate('install-upstream.sh.ejs', {
-    etcd: {
-      version: etcdVersion,
-      archive: `${etcdDir}.tar.gz`,
-      dir: etcdDir,
-      url: quote(`${etcdRelease}/${etcdDir}.tar.gz`),
-      sums: quote(`${etcdRelease}/SHA256SUMS`),
-    },
+    // binaries: release: the tool pushes etcd's release from the control node (render/etcd-release.ts).
+    etcd:
+      inventory.etcd.binaries === 'release'
+        ? undefined
+        : {
+            version: etcdVersion,
+            archive: `${etcdDir}.tar.gz`,
+            dir: etcdDir,
+            url: quote(`${etcdRelease}/${etcdDir}.tar.gz`),
+            sums: quote(`${etcdRelease}/SHA256SUMS`),
+          },
     nodeExporter: {
       version: UPSTREAM.nodeExporter,
       archive: `${exporterDir}.tar.gz`,

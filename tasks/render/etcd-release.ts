@@ -1,0 +1,56 @@
+import type { Inventory, Member } from '../inventory/model.ts';
+import { compareVersions, parseVersion, releaseTag, type EtcdVersion } from '../upgrade/version.ts';
+import { etcdBinaryDir } from './guest/dependencies.ts';
+
+/**
+ * etcd's binaries in a member with `binaries: release`: one directory per release under /opt/etcd-kvm,
+ * as the archive unpacks (etcd, etcdctl and, from 3.5, etcdutl), the unit naming the one it runs. A
+ * roll changes the unit to another directory and keeps the one before: going back is the unit's old
+ * text. With `binaries: image` etcd is the image's (or install_dependencies'), as it always was.
+ */
+
+export const RELEASES_GUEST_DIR = '/opt/etcd-kvm';
+
+export interface GuestRelease {
+  version: EtcdVersion;
+  /** /opt/etcd-kvm/etcd-v3.5.16-linux-amd64: the archive's top directory, kept as it unpacks. */
+  dir: string;
+  binary: string;
+}
+
+export const guestReleaseOf = (version: EtcdVersion): GuestRelease => {
+  const dir = `${RELEASES_GUEST_DIR}/etcd-${releaseTag(version)}-linux-amd64`;
+  return { version, dir, binary: `${dir}/etcd` };
+};
+
+/** The release every member runs, when the tool manages etcd's binaries. */
+export function managedRelease(inventory: Inventory): GuestRelease | undefined {
+  if (inventory.etcd.binaries !== 'release') return undefined;
+  const version = parseVersion(inventory.etcd.version);
+  // The inventory's rules refuse any other version text with binaries: release.
+  if (!version) throw new Error(`etcd.version ${inventory.etcd.version} is not a release tag`);
+  return guestReleaseOf(version);
+}
+
+export const etcdBinaryPath = (inventory: Inventory, member: Member) =>
+  managedRelease(inventory)?.binary ?? `${etcdBinaryDir(member)}/etcd`;
+
+const V3_5: EtcdVersion = { major: 3, minor: 5, patch: 0 };
+const V3_6: EtcdVersion = { major: 3, minor: 6, patch: 0 };
+
+/**
+ * The settings whose name or default differs between etcd versions, for the version the member runs
+ * (release binaries only: with the image's the version is not the tool's to know before etcd runs).
+ * - The initial corruption check (a member compares its data with its peers' before it serves) is an
+ *   `experimental-` flag until 3.6 and a feature gate from 3.6 (the flag is deprecated there).
+ * - snapshot-count: 3.6 lowered the default from 100000 to 10000; pinned, so a roll changes no behaviour.
+ * - 3.4 logs with capnslog unless told otherwise (removed in 3.5): zap keeps one log format across a roll.
+ */
+export function versionSettings(version: EtcdVersion): [string, string][] {
+  const before = (other: EtcdVersion) => compareVersions(version, other) < 0;
+  return [
+    ...(before(V3_5) ? [['ETCD_LOGGER', 'zap'] as [string, string]] : []),
+    before(V3_6) ? ['ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK', 'true'] : ['ETCD_FEATURE_GATES', 'InitialCorruptCheck=true'],
+    ['ETCD_SNAPSHOT_COUNT', '10000'],
+  ];
+}

@@ -1,0 +1,65 @@
+import test from 'ava';
+import { etcdEnvironment, renderUnitFile } from '../../tasks/render/etcd.ts';
+import { guestReleaseOf, versionSettings } from '../../tasks/render/etcd-release.ts';
+import { renderInstaller } from '../../tasks/render/guest/dependencies.ts';
+import { parseVersion } from '../../tasks/upgrade/version.ts';
+import { baseDocument, load } from '../helpers/inventory.ts';
+
+/** What a member's etcd is told, per version it runs: the settings whose name or default differs. */
+
+const settings = (version: string) => Object.fromEntries(versionSettings(parseVersion(version)!));
+
+const rows: { version: string; settings: Record<string, string> }[] = [
+  {
+    version: '3.4.23',
+    settings: { ETCD_LOGGER: 'zap', ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK: 'true', ETCD_SNAPSHOT_COUNT: '10000' },
+  },
+  { version: '3.5.16', settings: { ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK: 'true', ETCD_SNAPSHOT_COUNT: '10000' } },
+  { version: '3.5.33', settings: { ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK: 'true', ETCD_SNAPSHOT_COUNT: '10000' } },
+  // 3.6: the experimental flag is deprecated in favour of a feature gate; its snapshot-count default is already 10000.
+  { version: '3.6.5', settings: { ETCD_FEATURE_GATES: 'InitialCorruptCheck=true', ETCD_SNAPSHOT_COUNT: '10000' } },
+];
+
+for (const row of rows) {
+  test(`version settings: etcd ${row.version}`, (t) => {
+    t.deepEqual(settings(row.version), row.settings);
+  });
+}
+
+function releaseInventory(version: string) {
+  const doc = baseDocument();
+  doc.etcd = { version, binaries: 'release' };
+  return load(doc);
+}
+
+test('binaries: release: the unit runs the release directory of etcd.version, and waits for it to be installed', (t) => {
+  const inventory = releaseInventory('v3.5.16');
+  const unit = renderUnitFile(inventory, inventory.members[0]!);
+  t.regex(unit, /^ExecStart=\/opt\/etcd-kvm\/etcd-v3\.5\.16-linux-amd64\/etcd$/m);
+  t.regex(unit, /^ConditionPathExists=\/opt\/etcd-kvm\/etcd-v3\.5\.16-linux-amd64\/etcd$/m);
+  t.is(guestReleaseOf(parseVersion('v3.5.16')!).dir, '/opt/etcd-kvm/etcd-v3.5.16-linux-amd64');
+  const env = Object.fromEntries(etcdEnvironment(inventory, inventory.members[0]!, 'existing'));
+  t.like(env, settings('3.5.16'));
+});
+
+test("binaries: image: the image's etcd, no condition, no version settings (as before)", (t) => {
+  const inventory = load(baseDocument());
+  const unit = renderUnitFile(inventory, inventory.members[0]!);
+  t.regex(unit, /^ExecStart=\/usr\/bin\/etcd$/m);
+  t.notRegex(unit, /ConditionPathExists/);
+  const env = Object.fromEntries(etcdEnvironment(inventory, inventory.members[0]!, 'existing'));
+  for (const key of ['ETCD_LOGGER', 'ETCD_SNAPSHOT_COUNT', 'ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK', 'ETCD_FEATURE_GATES'])
+    t.false(key in env, key);
+});
+
+test('install_dependencies with binaries: release: the first-boot installer leaves etcd to the tool', (t) => {
+  const doc = baseDocument();
+  doc.etcd = { version: 'v3.5.16', binaries: 'release' };
+  for (const member of doc.members) member.install_dependencies = true;
+  const inventory = load(doc);
+  const script = renderInstaller(inventory, inventory.members[0]!);
+  t.notRegex(script, /etcd-io\/etcd/);
+  t.regex(script, /the tool installs it from the control node/);
+  const image = load({ ...doc, etcd: { version: 'v3.5.16', binaries: 'image' } });
+  t.regex(renderInstaller(image, image.members[0]!), /releases\/download\/v3\.5\.16\/etcd-v3\.5\.16-linux-amd64\.tar\.gz/);
+});
