@@ -1,4 +1,7 @@
 import type { FactCache } from '../core/facts.ts';
+import { join } from 'node:path';
+import { obtainRelease, type Release } from '../upgrade/release.ts';
+import { parseVersion } from '../upgrade/version.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { clientIdentities, type ClientIdentities } from '../etcd/identities.ts';
 import { EtcdClients } from '../etcd/client.ts';
@@ -115,6 +118,26 @@ export class DeployContext {
         .for(member, this.identities.nonUser(member))
         .then((client) => client.maintenance.status({}))
         .catch(() => undefined);
+  }
+
+  #release: Promise<Release> | undefined;
+
+  /**
+   * With binaries: release, etcd.version's archive in the state directory: downloaded (or found and
+   * checked again) once per run, when the first member needs it; a failed attempt is tried again.
+   */
+  releaseArchive(): Promise<Release> {
+    const { etcd } = this.inventory;
+    const version = parseVersion(etcd.version);
+    if (!version) return Promise.reject(new Error(`etcd.version ${etcd.version} is not a release tag`));
+    this.#release ??= obtainRelease(
+      { baseUrl: etcd.release_url, version, ...(etcd.sha256 ? { pinnedSha256: etcd.sha256 } : {}) },
+      join(this.inventory.stateDir, 'releases'),
+    ).catch((error: unknown) => {
+      this.#release = undefined;
+      throw error;
+    });
+    return this.#release;
   }
 
   /** The inventory's members of these names, in the inventory's order. */

@@ -194,6 +194,7 @@ export class DeployExecution {
           clusterFormed: pass.formed && !pass.joining,
           diffs,
           progress: this.runner.progress,
+          releaseArchive: () => this.context.releaseArchive(),
         });
       }
     }

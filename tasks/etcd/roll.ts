@@ -1,3 +1,4 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import type { RollKind } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from './client.ts';
@@ -75,5 +76,54 @@ export async function ensureQuorumWithout(inventory: Inventory, clients: EtcdCli
       `refusing to take etcd on ${member.name} down: only ${healthy} of the other ${others.length} members are healthy and ${needed} must be (a quorum of ${inventory.members.length} is ${quorumOf(inventory.members.length)}); ` +
         `unhealthy: ${unhealthy.join(', ')}. Bring those back first (the next run starts a stopped etcd), then run again.`,
     );
+  }
+}
+
+/** Between two looks at a member that came back onto a release. */
+const RELEASE_POLL_MS = 500;
+
+const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!;
+
+/** The leader's applied index, asked of the member etcd names as leader (hex or decimal ID as Status gives it). */
+async function leaderApplied(inventory: Inventory, clients: EtcdClients, leaderId: string): Promise<bigint> {
+  for (const member of inventory.members) {
+    const status = await (await clients.for(member)).maintenance.status({}).catch(() => undefined);
+    if (status && status.header.member_id === leaderId) return BigInt(status.raftAppliedIndex);
+  }
+  throw new Error(`the leader (${BigInt(leaderId).toString(16)}) did not answer`);
+}
+
+/**
+ * After a member's restart onto a release, and before the next member goes: it reports that version,
+ * and it has applied everything the leader had applied when it came back (healthy alone means it
+ * reached the leader, not that it caught up with it).
+ */
+export async function waitForRelease(
+  inventory: Inventory,
+  clients: EtcdClients,
+  member: Member,
+  version: string,
+  timeoutMs: number,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let caughtUpTo: bigint | undefined;
+  let last = 'no answer yet';
+  for (;;) {
+    try {
+      const status = await (await clients.for(member)).maintenance.status({});
+      if (status.version !== version) last = `it runs etcd ${status.version}, not ${version}`;
+      else {
+        caughtUpTo ??= await leaderApplied(inventory, clients, status.leader);
+        if (BigInt(status.raftAppliedIndex) >= caughtUpTo) return;
+        last = `it has applied ${status.raftAppliedIndex} of the leader's ${caughtUpTo}`;
+      }
+    } catch (error) {
+      last = messageOf(error);
+    }
+    if (Date.now() >= deadline)
+      throw new Error(
+        `${member.name} is healthy but not on etcd ${version} with the leader's data after ${Math.round(timeoutMs / 1000)} s: ${last}`,
+      );
+    await delay(RELEASE_POLL_MS);
   }
 }

@@ -52,6 +52,8 @@ export interface GuestFacts {
   environments: Map<string, Map<string, string>>;
   dataDirInitialized: boolean;
   cloudInit: CloudInitFact;
+  /** The etcd release the unit is to run is installed (its binary is there); asked with binaries: release only. */
+  releaseInstalled?: boolean;
 }
 
 export interface GuestQuestions {
@@ -61,6 +63,8 @@ export interface GuestQuestions {
   units: readonly string[];
   environmentUnits: readonly string[];
   dataDir: string;
+  /** With binaries: release, the binary of the release the unit runs: is it installed? (stat only: an install renames a whole, verified directory into place.) */
+  releaseBinary?: string;
 }
 
 const MARK = '@@etcd-kvm@@';
@@ -102,6 +106,7 @@ export interface StatEntry {
 const S_IFMT = 0o170000;
 const S_IFLNK = 0o120000;
 const S_IFDIR = 0o040000;
+const S_IFREG = 0o100000;
 const isLink = (entry: StatEntry | undefined) => entry !== undefined && (entry.mode & S_IFMT) === S_IFLNK;
 
 /** The one program a probe runs: Debian's coreutils stat. */
@@ -111,7 +116,15 @@ export const STAT_PROGRAM = '/usr/bin/stat';
 export function statPaths(questions: GuestQuestions): string[] {
   const units = questions.units.flatMap((unit) => [invocationOf(unit), enableLinkOf(unit), overrideOf(unit)]);
   return [
-    ...new Set([...questions.paths, SYSTEMD_RELOADED, ...units, memberDirOf(questions.dataDir), CLOUD_INIT_RESULT, CLOUD_INIT_STATUS]),
+    ...new Set([
+      ...questions.paths,
+      SYSTEMD_RELOADED,
+      ...units,
+      memberDirOf(questions.dataDir),
+      CLOUD_INIT_RESULT,
+      CLOUD_INIT_STATUS,
+      ...(questions.releaseBinary ? [questions.releaseBinary] : []),
+    ]),
   ];
 }
 
@@ -291,12 +304,14 @@ export function factsFromParts(
     if (variables.size > 0) environments.set(unit, variables);
   }
   const memberDir = parts.stats.get(memberDirOf(questions.dataDir));
+  const releaseBinary = questions.releaseBinary ? parts.stats.get(questions.releaseBinary) : undefined;
   return {
     facts: {
       files,
       environments,
       dataDirInitialized: memberDir !== undefined && (memberDir.mode & S_IFMT) === S_IFDIR,
       cloudInit: parseCloudInit(parts.cloudInitResult, parts.cloudInitStatus),
+      ...(questions.releaseBinary ? { releaseInstalled: releaseBinary !== undefined && (releaseBinary.mode & S_IFMT) === S_IFREG } : {}),
     },
     units: unitsFromFiles(parts.processes, parts.stats, questions),
   };

@@ -3,6 +3,8 @@ import type { Change, RollKind } from '../core/step.ts';
 import type { DesiredGuest, ManagedFile } from '../render/guest/desired.ts';
 import { parseEnvironmentFile } from '../render/etcd.ts';
 import type { GuestService } from '../render/guest/fragment.ts';
+import { formatVersion } from '../upgrade/version.ts';
+import type { GuestRelease } from '../render/etcd-release.ts';
 import type { GuestFacts } from './facts.ts';
 
 /**
@@ -23,7 +25,12 @@ export type GuestAction =
    * `systemctl start` would leave it so, `systemctl restart` starts it either way with the new ones.
    */
   | { kind: 'start'; service: GuestService; configChanged: boolean }
-  | { kind: 'restart'; service: GuestService; why: string };
+  /** `rollback`: the files kept before this plan wrote them, put back if the service does not come back (binaries: release). */
+  | { kind: 'restart'; service: GuestService; why: string; rollback?: string[] }
+  /** etcd's release unpacked into its own directory, from the control node's verified archive: etcd keeps running. */
+  | { kind: 'install-release'; release: GuestRelease }
+  /** Copies of files about to be written, kept in the guest (PREVIOUS_DIR) for a rollback. */
+  | { kind: 'keep-previous'; paths: string[] };
 
 export type GuestChange = Change<GuestAction>;
 
@@ -47,7 +54,51 @@ export function driftedContent(desired: DesiredGuest, facts: GuestFacts): Manage
   return desired.files.filter((file) => facts.files.get(file.path)?.digest !== sha256(file.content));
 }
 
+/** Where a guest keeps the files a roll replaced, under their own paths, until the next roll. */
+export const PREVIOUS_DIR = '/var/lib/etcd-kvm/previous';
+
 export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: GuestPlanContext): GuestChange[] {
+  const changes = planContents(desired, facts, context);
+  if (!desired.release) return changes;
+  const install: GuestChange[] =
+    facts.releaseInstalled === false
+      ? [
+          {
+            summary: `install etcd ${formatVersion(desired.release.version)} into ${desired.release.dir} (its release archive, verified on the control node and again in the guest)`,
+            action: { kind: 'install-release', release: desired.release },
+          },
+        ]
+      : [];
+  return [...install, ...withRollback(changes, facts)];
+}
+
+/**
+ * With release binaries, a restart of a rolling service (etcd) after its unit or environment changed
+ * can be undone: the files it replaces are kept first, and put back if it does not come back healthy
+ * on what was written (a new version that will not start, a setting it refuses).
+ */
+function withRollback(changes: GuestChange[], facts: GuestFacts): GuestChange[] {
+  const restart = changes.find((change) => change.action.kind === 'restart' && change.action.service.rolling);
+  if (restart?.action.kind !== 'restart') return changes;
+  const { service } = restart.action;
+  const reads = (change: GuestChange) =>
+    change.action.kind === 'write' &&
+    facts.files.has(change.action.file.path) &&
+    (change.action.file.notify === service.unit || change.action.file.path === service.environment?.path);
+  const kept = changes.filter(reads).map((change) => (change.action as Extract<GuestAction, { kind: 'write' }>).file.path);
+  if (kept.length === 0) return changes;
+  const first = changes.findIndex(reads);
+  const keep: GuestChange = {
+    summary: `keep the current ${kept.join(', ')} for a rollback`,
+    action: { kind: 'keep-previous', paths: kept },
+  };
+  const withPaths = changes.map((change) =>
+    change === restart ? { ...change, action: { ...restart.action, rollback: kept } as GuestAction } : change,
+  );
+  return [...withPaths.slice(0, first), keep, ...withPaths.slice(first)];
+}
+
+function planContents(desired: DesiredGuest, facts: GuestFacts, context: GuestPlanContext): GuestChange[] {
   if (context.clusterFormed && !facts.dataDirInitialized) {
     throw new RefusedError(
       `etcd's data directory ${desired.dataDir} holds no member data, but the cluster has formed: starting etcd here would found a second, empty cluster ` +

@@ -2,10 +2,15 @@ import type { Progress } from '../core/progress.ts';
 import type { Change, Patience, Step } from '../core/step.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
-import { ensureQuorumWithout, rollWaves } from '../etcd/roll.ts';
+import { ensureQuorumWithout, rollWaves, waitForRelease } from '../etcd/roll.ts';
+import { createReadStream } from 'node:fs';
+import { quote } from '../core/shell.ts';
+import { RELEASES_GUEST_DIR, type GuestRelease } from '../render/etcd-release.ts';
+import type { Release } from '../upgrade/release.ts';
+import { formatVersion } from '../upgrade/version.ts';
 import { waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
 import type { GuestProbe } from '../guest/probe.ts';
-import { driftedContent, planGuest, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
+import { driftedContent, planGuest, PREVIOUS_DIR, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { BOOTING_RETRY_MS, HypervisorUnreachable, type MemberConnections } from '../remote/members.ts';
 import { BootWaitFailed, waitForBoot, type BootWait, type BootWatch } from '../guest/boot.ts';
@@ -42,6 +47,8 @@ export interface GuestStepOptions {
   diffs: boolean;
   /** Where the step says what a member waits on (its first boot). */
   progress?: Progress;
+  /** With binaries: release, the release's archive on the control node (downloaded and verified once per run, when first needed). */
+  releaseArchive?: () => Promise<Release>;
 }
 
 /** After systemd says etcd is ready, the health wait gets at least this long, whatever is left of health_timeout. */
@@ -223,6 +230,8 @@ async function applyGuestAction(guest: GuestContext, member: Member, ssh: SshCon
   if (action.kind === 'write' || action.kind === 'attributes') await writeGuestFile(ssh, action);
   if (action.kind === 'daemon-reload') await ssh.run(['sudo', 'systemctl', 'daemon-reload']);
   if (action.kind === 'enable') await ssh.run(['sudo', 'systemctl', 'enable', action.unit]);
+  if (action.kind === 'install-release') await installRelease(guest, ssh, action.release);
+  if (action.kind === 'keep-previous') await keepPrevious(ssh, action.paths);
   if (action.kind === 'start' || action.kind === 'restart') {
     if (action.service.rolling) await restartRolling(guest, member, ssh, action);
     else await ssh.run(['sudo', 'systemctl', startVerb(action), action.service.unit]);
@@ -246,6 +255,49 @@ async function writeGuestFile(ssh: SshConnection, action: Extract<GuestAction, {
   }
 }
 
+/**
+ * The release's archive over SSH, checked again against its digest in the guest, unpacked into a
+ * temporary directory beside the releases and renamed into place whole: a member has a release's
+ * directory only once all of it is there (the probe asks no more than that).
+ */
+async function installRelease(guest: GuestContext, ssh: SshConnection, release: GuestRelease): Promise<void> {
+  if (!guest.releaseArchive) throw new Error('no release archive for binaries: release (the run was built without one)');
+  const archive = await guest.releaseArchive();
+  const script = [
+    'set -e; umask 022; mkdir -p -- "$1"',
+    't=$(mktemp -d "$1/.incoming.XXXXXX"); trap \'rm -rf -- "$t"\' EXIT',
+    'cat > "$t/release.tar.gz"',
+    'echo "$2  $t/release.tar.gz" | sha256sum --check --status || { echo "the archive received has another digest than $2" >&2; exit 1; }',
+    'tar -xzf "$t/release.tar.gz" -C "$t" --no-same-owner',
+    '[ -x "$t/$3/etcd" ] || { echo "the archive holds no $3/etcd" >&2; exit 1; }',
+    'rm -rf -- "$1/$3"; mv -- "$t/$3" "$1/$3"',
+  ].join('\n');
+  await ssh.run(['sudo', 'sh', '-c', script, 'sh', RELEASES_GUEST_DIR, archive.sha256, archive.name], {
+    stdin: createReadStream(archive.archivePath),
+    timeoutMs: guest.timeoutMs,
+    describe: `install etcd ${formatVersion(release.version)}`,
+  });
+}
+
+/** Copies (mode and owner kept) of files about to be replaced, under PREVIOUS_DIR: what a rollback puts back. */
+async function keepPrevious(ssh: SshConnection, paths: readonly string[]): Promise<void> {
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, run by sh in the guest.
+  const script = 'set -e; for f; do mkdir -p -- "$0${f%/*}"; cp -p -- "$f" "$0$f"; done';
+  await ssh.run(['sudo', 'sh', '-c', script, PREVIOUS_DIR, ...paths], { describe: 'keep the files a rollback needs' });
+}
+
+/** The kept files back in place, and the service restarted on them; true when it is healthy again. */
+async function rollBack(guest: GuestContext, member: Member, ssh: SshConnection, unit: string, paths: readonly string[]): Promise<boolean> {
+  const script = `set -e; for f; do cp -p -- "$0$f" "$f"; done; systemctl daemon-reload; systemctl restart ${quote(unit)}`;
+  try {
+    await ssh.run(['sudo', 'sh', '-c', script, PREVIOUS_DIR, ...paths], { timeoutMs: guest.timeoutMs, describe: 'roll back' });
+    await waitForHealth(guest.inventory, guest.clients, member, HEALTH_AFTER_START_MS);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
 /** A rolling service (etcd) started or restarted, then waited for until healthy; a failure stops the roll, saying where to look. */
 async function restartRolling(guest: GuestContext, member: Member, ssh: SshConnection, action: StartAction): Promise<void> {
   const { inventory, clients, timeoutMs } = guest;
@@ -258,12 +310,28 @@ async function restartRolling(guest: GuestContext, member: Member, ssh: SshConne
     // its cluster) or failed; only then can a health answer be the new process's.
     await ssh.run(['sudo', 'systemctl', verb, unit], { timeoutMs, describe: `systemctl ${verb} ${unit}` });
     await waitForHealth(inventory, clients, member, Math.max(deadline - Date.now(), HEALTH_AFTER_START_MS));
+    const release = desiredOf(guest, member.name).release;
+    if (release)
+      await waitForRelease(
+        inventory,
+        clients,
+        member,
+        formatVersion(release.version),
+        Math.max(deadline - Date.now(), HEALTH_AFTER_START_MS),
+      );
   } catch (error) {
     const journal = await ssh.exec(['sudo', 'journalctl', '-u', unit, '-n', '5', '--no-pager', '-o', 'cat']).catch(() => undefined);
     const tail = journal?.stdout.trim().split('\n').slice(-3).join(' | ');
+    const rollback = action.kind === 'restart' && action.rollback ? action.rollback : undefined;
+    const back = rollback ? await rollBack(guest, member, ssh, unit, rollback) : undefined;
     throw new Error(
       `etcd on ${member.name} did not come back after its ${verb}: ${(error as Error).message}` +
         `${tail ? ` Last lines of ${unit}: ${tail}.` : ''} ` +
+        (back === undefined
+          ? ''
+          : back
+            ? `It is back on its previous ${rollback!.join(', ')} and healthy. `
+            : `Its previous ${rollback!.join(', ')} were put back, but it is not healthy on them either. `) +
         `The roll stops here: the members after ${member.name} keep running their current configuration. ` +
         `Look at journalctl -u ${unit} on ${member.name}, fix it, and run again.`,
     );
@@ -284,5 +352,6 @@ export function guestQuestions(wanted: DesiredGuest): GuestQuestions {
     units: wanted.services.map((service) => service.unit),
     environmentUnits: wanted.services.filter((service) => service.environment).map((service) => service.unit),
     dataDir: wanted.dataDir,
+    ...(wanted.release ? { releaseBinary: wanted.release.binary } : {}),
   };
 }

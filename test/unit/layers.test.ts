@@ -16,7 +16,7 @@ const ALLOWED: Record<string, string[]> = {
   remote: ['core', 'inventory'],
   libvirt: ['core', 'inventory', 'pki', 'remote', 'render'],
   etcd: ['core', 'inventory', 'remote', 'pki'],
-  guest: ['core', 'inventory', 'remote', 'render', 'libvirt'],
+  guest: ['core', 'inventory', 'remote', 'render', 'libvirt', 'upgrade'],
   backup: ['core', 'inventory'],
   steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade'],
   status: ['core', 'inventory', 'remote', 'libvirt', 'etcd'],

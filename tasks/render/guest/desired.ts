@@ -1,6 +1,7 @@
 import { maskSecret, revealSecret } from '../../core/secret.ts';
 import { guestFragments, type CloudInitInput } from '../cloud-init.ts';
 import type { GuestService } from './fragment.ts';
+import { managedRelease, type GuestRelease } from '../etcd-release.ts';
 
 /**
  * What a member contains once it runs: every file the guest features write (path, content, mode,
@@ -29,6 +30,8 @@ export interface DesiredGuest {
   services: GuestService[];
   /** etcd's data directory: holds member/ once the member has joined its cluster. */
   dataDir: string;
+  /** With binaries: release, the etcd release the member runs (installed by the tool before the unit names it). */
+  release?: GuestRelease;
 }
 
 export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>): DesiredGuest {
@@ -50,5 +53,11 @@ export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>): Desire
       });
     });
   });
-  return { files, services: real.flatMap((fragment) => fragment.services ?? []), dataDir: input.inventory.etcd.data_dir };
+  const release = managedRelease(input.inventory);
+  return {
+    files,
+    services: real.flatMap((fragment) => fragment.services ?? []),
+    dataDir: input.inventory.etcd.data_dir,
+    ...(release ? { release } : {}),
+  };
 }
