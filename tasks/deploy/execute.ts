@@ -1,4 +1,5 @@
 import { join, resolve } from 'node:path';
+import { upgradeStep } from '../steps/upgrade.ts';
 import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, writeFileAtomic } from '../core/files.ts';
 import type { Phase, Runner } from '../core/runner.ts';
 import type { AnyStep, StepResult } from '../core/step.ts';
@@ -154,6 +155,14 @@ export class DeployExecution {
       case 'auth':
       case 'users':
         return this.runner.runStep(this.#access[planned.step]);
+      case 'upgrade':
+        return this.runner.runStep(
+          upgradeStep({
+            inventory: this.clusterOf(planned.pass.cluster),
+            clients: this.context.clients,
+            root: this.context.identities.root,
+          }),
+        );
       case 'guest':
         // Asked in one batch per hypervisor, for the members whose answers the run does not hold already.
         this.#prefetchGuests(planned.pass);

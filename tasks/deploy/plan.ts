@@ -47,7 +47,7 @@ export interface Pass {
 export type PlannedPhase = (
   | { step: 'depart'; departure: Departure; member: string; assumedRemoved: readonly string[] }
   | {
-      step: 'render' | 'owner' | 'volumes' | 'cloud-init' | 'domain' | 'restore' | 'guest' | 'health' | 'auth' | 'users';
+      step: 'render' | 'owner' | 'volumes' | 'cloud-init' | 'domain' | 'restore' | 'upgrade' | 'guest' | 'health' | 'auth' | 'users';
       pass: Pass;
       skip?: string;
       note?: string;
@@ -97,8 +97,13 @@ export function selectMembers(inventory: Inventory, limit: readonly string[] | u
   return inventory.members.filter((member) => limit.includes(member.name));
 }
 
-/** owner → volumes → cloud-init → domain → restore → guest over one pass's members. */
-function convergePhases(pass: Pass, selected: (step: StepId) => boolean, restoreEnabled: boolean): PlannedPhase[] {
+/** owner → volumes → cloud-init → domain → restore → upgrade → guest over one pass's members. */
+function convergePhases(
+  pass: Pass,
+  selected: (step: StepId) => boolean,
+  restoreEnabled: boolean,
+  releaseBinaries: boolean,
+): PlannedPhase[] {
   const phase = (step: 'owner' | 'volumes' | 'cloud-init' | 'domain' | 'restore' | 'guest'): PlannedPhase => ({
     step,
     pass,
@@ -113,7 +118,12 @@ function convergePhases(pass: Pass, selected: (step: StepId) => boolean, restore
             ? { step: 'restore', pass, note: 'not run: the cluster has formed, and a restore only founds a new one' }
             : phase('restore'),
         ];
-  return [phase('owner'), phase('volumes'), phase('cloud-init'), phase('domain'), ...restore, phase('guest')];
+  // The guest step moves members to another etcd version: on a formed cluster, only after the pre-flight passed.
+  const upgrade: PlannedPhase[] =
+    releaseBinaries && pass.formed && !pass.joining
+      ? [{ step: 'upgrade', pass, ...(selected('guest') ? {} : { skip: 'the guest step, which rolls the version, is not selected' }) }]
+      : [];
+  return [phase('owner'), phase('volumes'), phase('cloud-init'), phase('domain'), ...restore, ...upgrade, phase('guest')];
 }
 
 const checkedPhase = (step: 'health' | 'auth' | 'users', pass: Pass, selected: (step: StepId) => boolean): PlannedPhase => ({
@@ -134,7 +144,7 @@ function joinPhases(
   const phases: PlannedPhase[] = [
     { step: 'join', member: joiner, before },
     { step: 'render', pass },
-    ...convergePhases(pass, selected, false),
+    ...convergePhases(pass, selected, false, false),
     { step: 'promote', member: joiner, before },
     checkedPhase('health', { ...pass, members: selection.filter((name) => pass.cluster.includes(name)) }, selected),
   ];
@@ -220,7 +230,7 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
   return [
     ...departing,
     { step: 'render', pass: main },
-    ...convergePhases(main, selected, inventory.restore.enabled),
+    ...convergePhases(main, selected, inventory.restore.enabled, inventory.etcd.binaries === 'release'),
     checkedPhase('health', main, selected),
     // From the member that bootstraps auth, when the run includes it.
     checkedPhase('auth', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected),

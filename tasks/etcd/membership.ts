@@ -1,6 +1,9 @@
 import type { Inventory, Member } from '../inventory/model.ts';
 import { peerUrl } from '../inventory/urls.ts';
 
+/** etcd's uint64 IDs arrive as decimal strings; hex is how etcd and etcdctl's tables show them. */
+export const hexId = (decimal: string): string => BigInt(decimal).toString(16);
+
 /**
  * Who is in the cluster, decided from etcd's own member list, pure. Members are matched by their
  * peer URL (what etcd knows a member by before it has started and told its name). A member the

@@ -1,12 +1,11 @@
-import { get } from 'node:https';
 import { connect, type PeerCertificate } from 'node:tls';
-import { revealSecret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
 import { saysDomainMissing, Virsh } from '../libvirt/virsh.ts';
 import { membersByHypervisor } from '../inventory/placement.ts';
-import { liveMember } from '../etcd/membership.ts';
+import { hexId, liveMember } from '../etcd/membership.ts';
+import { versionOf } from '../etcd/version.ts';
 
 /**
  * What status reads, all of it read-only and asked at about the same moment: each hypervisor once
@@ -58,8 +57,7 @@ export interface StatusFacts {
   at: Date;
 }
 
-/** etcd's uint64 IDs arrive as decimal strings; hex is how etcd and etcdctl's tables show them. */
-export const hexId = (decimal: string): string => BigInt(decimal).toString(16);
+export { hexId };
 
 const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!.slice(0, 200);
 
@@ -115,42 +113,6 @@ async function servedCertificate(clients: EtcdClients, member: Member, identity:
     socket.once('error', reject);
   });
   return { notAfter: new Date(peer.valid_to) };
-}
-
-/** etcd's `/version` on a member's client port: its own version and the cluster's. */
-export async function versionOf(
-  clients: EtcdClients,
-  member: Member,
-  identity: ClientIdentity,
-): Promise<{ etcdserver: string; etcdcluster: string }> {
-  const { host, port } = await clients.endpoint(member);
-  const body = await new Promise<string>((resolve, reject) => {
-    const request = get(
-      {
-        host,
-        port,
-        path: '/version',
-        servername: member.name,
-        ca: identity.caCert,
-        ...(identity.cert && identity.key ? { cert: identity.cert, key: revealSecret(identity.key) } : {}),
-        timeout: 5_000,
-      },
-      (response) => {
-        let text = '';
-        response.setEncoding('utf8');
-        response.on('data', (chunk: string) => (text += chunk));
-        response.on('end', () =>
-          response.statusCode === 200 ? resolve(text) : reject(new Error(`/version: HTTP ${response.statusCode}`)),
-        );
-      },
-    );
-    request.on('timeout', () => request.destroy(new Error('/version: no answer in 5 s')));
-    request.once('error', reject);
-  });
-  const parsed = JSON.parse(body) as { etcdserver?: unknown; etcdcluster?: unknown };
-  if (typeof parsed.etcdserver !== 'string' || typeof parsed.etcdcluster !== 'string')
-    throw new Error(`/version answered ${body.slice(0, 100)}`);
-  return { etcdserver: parsed.etcdserver, etcdcluster: parsed.etcdcluster };
 }
 
 export async function gatherStatus(

@@ -119,6 +119,14 @@ export const DEPLOY_STEPS = [
     doc: "with restore.enabled, while the cluster forms: one snapshot into every member's empty data directory",
   },
   {
+    id: 'upgrade',
+    kind: 'operation',
+    on: 'etcd',
+    selectable: false,
+    changes: [],
+    doc: 'with binaries: release and a new etcd.version: the pre-flight on live facts (a refusal changes nothing), a snapshot; guest rolls',
+  },
+  {
     id: 'guest',
     kind: 'operation',
     on: 'guests',

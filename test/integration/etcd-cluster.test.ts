@@ -17,7 +17,7 @@ import { run } from '../helpers/exec.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 import { Processes } from '../helpers/processes.ts';
 import { renderWithPki } from '../helpers/render.ts';
-import { versionOf } from '../../tasks/status/facts.ts';
+import { versionOf } from '../../tasks/etcd/version.ts';
 import { FILE_SETTINGS, startRenderedMembers } from '../helpers/loopback-etcd.ts';
 
 /**

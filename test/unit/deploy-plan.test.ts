@@ -10,8 +10,9 @@ import { baseDocument, load } from '../helpers/inventory.ts';
  */
 
 /** Four members, etcd-4 listed last (the one that joins or leaves in the rows below); restore.enabled where asked (the plan reads only that). */
-function fourMembers(restore = false): Inventory {
+function fourMembers(restore = false, binaries: 'image' | 'release' = 'image'): Inventory {
   const doc = baseDocument();
+  doc.etcd = { version: 'v3.5.30', binaries };
   doc.members.push({
     name: 'etcd-4',
     libvirt_networks: [{ network_name: 'net', ip: '10.10.0.14', prefix_length: 24, gateway: '10.10.0.1' }],
@@ -52,7 +53,14 @@ const MAIN_ALL = [
 ];
 const JOIN_4 = ['join etcd-4', 'render@4', 'owner@4', 'volumes@4', 'cloud-init@4', 'domain@4', 'guest@4', 'promote etcd-4'];
 
-const rows: { name: string; record: DeployRecord; options?: Partial<PlanOptions>; restore?: boolean; phases: string[] }[] = [
+const rows: {
+  name: string;
+  record: DeployRecord;
+  options?: Partial<PlanOptions>;
+  restore?: boolean;
+  binaries?: 'release';
+  phases: string[];
+}[] = [
   { name: 'a converged cluster: one pass over everyone, nothing after it', record: record(), phases: MAIN_ALL },
   {
     name: 'a first deploy: rendered `new`, then `formed` renders everyone as existing',
@@ -196,11 +204,43 @@ const rows: { name: string; record: DeployRecord; options?: Partial<PlanOptions>
     phases: MAIN_ALL.map((t) => t.replace('1234', '1')),
   },
   { name: '--render-only: the render alone', record: record(), options: { renderOnly: '/tmp/rendered' }, phases: ['render@1234'] },
+  {
+    name: "release binaries on a formed cluster: the upgrade's pre-flight and snapshot just before the guest step",
+    record: record(),
+    binaries: 'release',
+    phases: [...MAIN_ALL.slice(0, 5), 'upgrade@1234', ...MAIN_ALL.slice(5)],
+  },
+  {
+    name: 'release binaries on a first deploy: no upgrade (nothing runs yet)',
+    record: record({ formed: false }),
+    binaries: 'release',
+    phases: [...MAIN_ALL.map((t) => `${t}(new)`), 'formed@1234'],
+  },
+  {
+    name: 'release binaries with a joiner: the upgrade in the main pass only',
+    record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'] }),
+    binaries: 'release',
+    phases: [
+      ...['render', 'owner', 'volumes', 'cloud-init', 'domain', 'upgrade', 'guest', 'health'].map((t) => `${t}@123`),
+      'auth@1',
+      'users@1',
+      ...JOIN_4,
+      'health@1234',
+      'formed@1234',
+    ],
+  },
+  {
+    name: 'release binaries with the guest step not selected: the upgrade is skipped with it',
+    record: record(),
+    binaries: 'release',
+    options: { skipTags: ['guest'] },
+    phases: [...MAIN_ALL.slice(0, 5), '-upgrade@1234', '-guest@1234', ...MAIN_ALL.slice(6)],
+  },
 ];
 
 for (const row of rows) {
   test(`plan: ${row.name}`, (t) => {
-    const plan = buildPlan(fourMembers(row.restore), options(row.options), row.record);
+    const plan = buildPlan(fourMembers(row.restore, row.binaries), options(row.options), row.record);
     t.deepEqual(plan.map(token), row.phases);
   });
 }

@@ -1,0 +1,139 @@
+import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { createWriteStream } from 'node:fs';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { ISnapshotResponse } from 'etcd3';
+import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from '../core/files.ts';
+import { CONTROL_NODE, type ControlNode, type Step } from '../core/step.ts';
+import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
+import { versionOf } from '../etcd/version.ts';
+import { hexId } from '../etcd/membership.ts';
+import type { Inventory } from '../inventory/model.ts';
+import { preflight, type MemberVersionAnswer, type PreflightCheck, type UpgradeFacts } from '../upgrade/preflight.ts';
+import { formatVersion, parseVersion, type EtcdVersion } from '../upgrade/version.ts';
+
+/**
+ * With binaries: release on a formed cluster, before the guest step moves any member to another etcd
+ * version: the pre-flight, decided from live facts (upgrade/preflight.ts) — a refusal stops the run
+ * before anything changes, saying which fact failed —, then a snapshot of the cluster into the state
+ * directory, once per move (a roll a killed run left half done keeps the snapshot taken before it
+ * began). The roll itself is the guest step's: one member at a time, leader last, each healthy on
+ * the new version with the leader's data before the next.
+ */
+
+interface UpgradeState {
+  facts: UpgradeFacts;
+}
+
+type UpgradeAction = { kind: 'snapshot'; path: string };
+
+export interface UpgradeStepOptions {
+  inventory: Inventory;
+  clients: EtcdClients;
+  /** Who takes the snapshot: root (a snapshot is the whole keyspace). */
+  root: () => ClientIdentity;
+}
+
+export class UpgradeRefused extends Error {}
+
+const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!.slice(0, 200);
+
+/** The snapshot taken before a move, named by the move: found again by a run resuming it. */
+export const snapshotBefore = (inventory: Inventory, from: EtcdVersion, to: EtcdVersion) =>
+  join(inventory.stateDir, 'snapshots', `before-etcd-${formatVersion(from)}-to-${formatVersion(to)}.db`);
+
+export function upgradeStep(options: UpgradeStepOptions): Step<UpgradeState, UpgradeAction, ControlNode> {
+  const { inventory } = options;
+  const target = parseVersion(inventory.etcd.version);
+  if (!target) throw new Error(`etcd.version ${inventory.etcd.version} is not a release tag`);
+  return {
+    name: 'upgrade',
+    targets: [CONTROL_NODE],
+    check: async () => ({ facts: await upgradeFacts(options) }),
+    plan(state) {
+      const verdict = preflight(state.facts, target);
+      if (verdict.kind === 'converged') return [];
+      if (verdict.kind === 'refused') {
+        throw new UpgradeRefused(`etcd cannot move to ${formatVersion(target)} now (nothing was changed):\n${verdict.reason}`);
+      }
+      const path = snapshotBefore(inventory, verdict.from, verdict.to);
+      if (existsSync(path)) return [];
+      return [
+        {
+          summary:
+            `etcd ${formatVersion(verdict.from)} → ${formatVersion(verdict.to)} (${verdict.step.kind} step) on ${verdict.pending.join(', ')}, ` +
+            `one at a time, leader last (the guest step); pre-flight passed: ${passed(verdict.checks)}; first a snapshot into ${path}`,
+          action: { kind: 'snapshot', path },
+        },
+      ];
+    },
+    async apply(changes) {
+      for (const { action } of changes) await takeSnapshot(options, action.path);
+    },
+  };
+}
+
+const passed = (checks: readonly PreflightCheck[]) => checks.map((check) => `${check.name} (${check.detail})`).join(', ');
+
+/** Each member's Status, the alarms and the cluster version, asked at about the same moment. */
+async function upgradeFacts({ inventory, clients, root }: UpgradeStepOptions): Promise<UpgradeFacts> {
+  const members: MemberVersionAnswer[] = await Promise.all(
+    inventory.members.map(async (member): Promise<MemberVersionAnswer> => {
+      try {
+        const status = await (await clients.for(member)).maintenance.status({});
+        return {
+          name: member.name,
+          id: hexId(status.header.member_id),
+          leader: hexId(status.leader),
+          isLearner: status.isLearner,
+          version: status.version,
+        };
+      } catch (error) {
+        return { name: member.name, error: firstLine(error) };
+      }
+    }),
+  );
+  const answering = inventory.members.filter((_, i) => !('error' in members[i]!));
+  for (const member of answering) {
+    try {
+      const client = await clients.for(member);
+      const [alarms, versions] = await Promise.all([
+        client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' }),
+        versionOf(clients, member, root()).catch(() => undefined),
+      ]);
+      return {
+        members,
+        alarms: alarms.alarms.map((alarm) => `${String(alarm.alarm).toUpperCase()} on ${hexId(alarm.memberID)}`),
+        clusterVersion: versions?.etcdcluster,
+      };
+    } catch {
+      // The next member that answered is asked instead.
+    }
+  }
+  return { members, alarms: [], clusterVersion: undefined };
+}
+
+/** A snapshot of the cluster from the first member that gives one, into `path` (0600), whole or not at all. */
+async function takeSnapshot({ inventory, clients, root }: UpgradeStepOptions, path: string): Promise<void> {
+  mkdirSync(dirname(path), { recursive: true, mode: PRIVATE_DIR_MODE });
+  const partial = `${path}.partial-${process.pid}`;
+  const failures: string[] = [];
+  for (const member of inventory.members) {
+    try {
+      const client = await clients.for(member, root());
+      // grpc-js's ClientReadableStream, typed by etcd3 as an event emitter: iterated, it keeps the backpressure.
+      const stream = (await client.maintenance.snapshot()) as unknown as AsyncIterable<ISnapshotResponse>;
+      const blobs = (async function* () {
+        for await (const answer of stream) yield answer.blob;
+      })();
+      await pipeline(Readable.from(blobs), createWriteStream(partial, { mode: PRIVATE_FILE_MODE }));
+      renameSync(partial, path);
+      return;
+    } catch (error) {
+      rmSync(partial, { force: true });
+      failures.push(`${member.name}: ${firstLine(error)}`);
+    }
+  }
+  throw new Error(`no member gave a snapshot before the roll (${failures.join('; ')}): nothing was changed`);
+}

@@ -1,0 +1,65 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname } from 'node:path';
+import test from 'ava';
+import { CONTROL_NODE } from '../../tasks/core/step.ts';
+import type { EtcdClients } from '../../tasks/etcd/client.ts';
+import { snapshotBefore, UpgradeRefused, upgradeStep } from '../../tasks/steps/upgrade.ts';
+import type { MemberVersionAnswer } from '../../tasks/upgrade/preflight.ts';
+import { parseVersion } from '../../tasks/upgrade/version.ts';
+import { baseDocument, load } from '../helpers/inventory.ts';
+
+/** The upgrade step's plan: the pre-flight's verdict as changes (a snapshot, once per move) or a refusal. */
+
+function step() {
+  const doc = baseDocument();
+  doc.etcd = { version: 'v3.5.16', binaries: 'release' };
+  const inventory = load(doc);
+  // The plan is pure: it never asks etcd.
+  return { inventory, step: upgradeStep({ inventory, clients: {} as EtcdClients, root: () => ({ label: 'root', caCert: '' }) }) };
+}
+
+const answers = (versions: string[]): MemberVersionAnswer[] =>
+  versions.map((version, i) => ({ name: `etcd-${i + 1}`, id: `a${i + 1}`, leader: 'a1', isLearner: false, version }));
+
+test('a move: one change, a snapshot named by the move, whose summary says what moves and what the pre-flight saw', (t) => {
+  const { inventory, step: upgrade } = step();
+  const changes = upgrade.plan(
+    { facts: { members: answers(['3.4.23', '3.4.23', '3.4.23']), alarms: [], clusterVersion: '3.4.0' } },
+    CONTROL_NODE,
+  );
+  const path = snapshotBefore(inventory, parseVersion('3.4.23')!, parseVersion('3.5.16')!);
+  t.deepEqual(
+    changes.map((change) => change.action),
+    [{ kind: 'snapshot', path }],
+  );
+  t.regex(changes[0]!.summary, /^etcd 3\.4\.23 → 3\.5\.16 \(minor step\) on etcd-1, etcd-2, etcd-3, one at a time, leader last/);
+  t.regex(changes[0]!.summary, /pre-flight passed: every member healthy \(3 of 3 answer\), one leader \(etcd-1 leads\)/);
+  t.regex(path, /snapshots\/before-etcd-3\.4\.23-to-3\.5\.16\.db$/);
+
+  // A run resuming the move finds the snapshot taken before it began: nothing more to do here.
+  mkdirSync(dirname(path), { recursive: true });
+  writeFileSync(path, 'snapshot');
+  t.deepEqual(
+    upgrade.plan({ facts: { members: answers(['3.5.16', '3.4.23', '3.4.23']), alarms: [], clusterVersion: '3.4.0' } }, CONTROL_NODE),
+    [],
+  );
+});
+
+test('every member on etcd.version: nothing', (t) => {
+  const { step: upgrade } = step();
+  t.deepEqual(
+    upgrade.plan({ facts: { members: answers(['3.5.16', '3.5.16', '3.5.16']), alarms: [], clusterVersion: '3.5.0' } }, CONTROL_NODE),
+    [],
+  );
+});
+
+test('a refused move throws, naming the failed check and saying nothing changed', (t) => {
+  const { step: upgrade } = step();
+  const facts = {
+    members: [...answers(['3.4.23', '3.4.23']), { name: 'etcd-3', error: 'connect ECONNREFUSED' }],
+    alarms: [],
+    clusterVersion: '3.4.0',
+  };
+  const error = t.throws(() => upgrade.plan({ facts }, CONTROL_NODE), { instanceOf: UpgradeRefused });
+  t.regex(error!.message, /^etcd cannot move to 3\.5\.16 now \(nothing was changed\):\nevery member healthy: etcd-3: connect ECONNREFUSED/);
+});
