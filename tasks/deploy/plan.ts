@@ -227,14 +227,17 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
             ...dryNote,
           },
         ];
+  // No auth change while a roll of etcd's version may be left half done: members of two versions
+  // (3.4 and 3.5 write auth's WAL entries differently, etcd's 3.5 upgrade guide) after a failed step.
+  const authFreeze = inventory.etcd.binaries === 'release' && record.formed ? { onlyIfClean: true as const } : {};
   return [
     ...departing,
     { step: 'render', pass: main },
     ...convergePhases(main, selected, inventory.restore.enabled, inventory.etcd.binaries === 'release'),
     checkedPhase('health', main, selected),
     // From the member that bootstraps auth, when the run includes it.
-    checkedPhase('auth', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected),
-    checkedPhase('users', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected),
+    { ...checkedPhase('auth', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected), ...authFreeze },
+    { ...checkedPhase('users', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected), ...authFreeze },
     ...joins,
     ...settle,
     ...peerTrustPhases(record, main, options, selected),

@@ -245,6 +245,16 @@ for (const row of rows) {
   });
 }
 
+test('plan: with release binaries on a formed cluster, auth and users run only if nothing failed before (no auth change during a half-done roll)', (t) => {
+  const clean = (binaries: 'image' | 'release', formed: boolean) =>
+    buildPlan(fourMembers(false, binaries), options(), record({ formed }))
+      .filter((phase) => phase.step === 'auth' || phase.step === 'users')
+      .map((phase) => phase.onlyIfClean === true);
+  t.deepEqual(clean('release', true), [true, true]);
+  t.deepEqual(clean('release', false), [false, false]);
+  t.deepEqual(clean('image', true), [false, false]);
+});
+
 test('plan: a dry-run forms nothing and adds no member: `formed` says so', (t) => {
   const formedNote = (over: Partial<DeployRecord>) =>
     buildPlan(fourMembers(), options({ dryRun: true }), record(over)).flatMap((phase) => (phase.step === 'formed' ? [phase.note] : []));
