@@ -97,7 +97,7 @@ export function selectMembers(inventory: Inventory, limit: readonly string[] | u
   return inventory.members.filter((member) => limit.includes(member.name));
 }
 
-/** owner → volumes → cloud-init → domain → restore → upgrade → guest over one pass's members. */
+/** (upgrade →) owner → volumes → cloud-init → domain → restore → guest over one pass's members. */
 function convergePhases(
   pass: Pass,
   selected: (step: StepId) => boolean,
@@ -118,12 +118,13 @@ function convergePhases(
             ? { step: 'restore', pass, note: 'not run: the cluster has formed, and a restore only founds a new one' }
             : phase('restore'),
         ];
-  // The guest step moves members to another etcd version: on a formed cluster, only after the pre-flight passed.
+  // The guest step moves members to another etcd version: on a formed cluster, only after the pre-flight
+  // passed, which comes first so that a refusal leaves everything as it was (the seeds name the version too).
   const upgrade: PlannedPhase[] =
     releaseBinaries && pass.formed && !pass.joining
       ? [{ step: 'upgrade', pass, ...(selected('guest') ? {} : { skip: 'the guest step, which rolls the version, is not selected' }) }]
       : [];
-  return [phase('owner'), phase('volumes'), phase('cloud-init'), phase('domain'), ...restore, ...upgrade, phase('guest')];
+  return [...upgrade, phase('owner'), phase('volumes'), phase('cloud-init'), phase('domain'), ...restore, phase('guest')];
 }
 
 const checkedPhase = (step: 'health' | 'auth' | 'users', pass: Pass, selected: (step: StepId) => boolean): PlannedPhase => ({

@@ -166,8 +166,9 @@ export function preflight(facts: UpgradeFacts, to: EtcdVersion): Preflight {
   const checks = clusterChecks(facts);
   const members = facts.members.filter(answered);
   const { from, failures } = versionFrom(members, to);
-  const everyoneAnswered = members.length === facts.members.length;
-  if (everyoneAnswered && failures.length === 0 && !from) {
+  // No running member is on another version: nothing moves. A member that does not answer is not
+  // running; starting it (on the target, as rendered) is the guest step's, as after a power cut.
+  if (failures.length === 0 && !from) {
     return {
       kind: 'converged',
       version: to,

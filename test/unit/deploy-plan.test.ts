@@ -205,10 +205,10 @@ const rows: {
   },
   { name: '--render-only: the render alone', record: record(), options: { renderOnly: '/tmp/rendered' }, phases: ['render@1234'] },
   {
-    name: "release binaries on a formed cluster: the upgrade's pre-flight and snapshot just before the guest step",
+    name: "release binaries on a formed cluster: the upgrade's pre-flight and snapshot before anything changes",
     record: record(),
     binaries: 'release',
-    phases: [...MAIN_ALL.slice(0, 5), 'upgrade@1234', ...MAIN_ALL.slice(5)],
+    phases: ['render@1234', 'upgrade@1234', ...MAIN_ALL.slice(1)],
   },
   {
     name: 'release binaries on a first deploy: no upgrade (nothing runs yet)',
@@ -221,7 +221,7 @@ const rows: {
     record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'] }),
     binaries: 'release',
     phases: [
-      ...['render', 'owner', 'volumes', 'cloud-init', 'domain', 'upgrade', 'guest', 'health'].map((t) => `${t}@123`),
+      ...['render', 'upgrade', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health'].map((t) => `${t}@123`),
       'auth@1',
       'users@1',
       ...JOIN_4,
@@ -234,7 +234,7 @@ const rows: {
     record: record(),
     binaries: 'release',
     options: { skipTags: ['guest'] },
-    phases: [...MAIN_ALL.slice(0, 5), '-upgrade@1234', '-guest@1234', ...MAIN_ALL.slice(6)],
+    phases: ['render@1234', '-upgrade@1234', ...MAIN_ALL.slice(1, 5), '-guest@1234', ...MAIN_ALL.slice(6)],
   },
 ];
 

@@ -1,0 +1,218 @@
+import test, { type ExecutionContext } from 'ava';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parse, stringify } from 'yaml';
+import { LAB } from '../../scripts/lab/config.ts';
+import {
+  deploy,
+  endpoint,
+  etcdctl,
+  freshLab,
+  inLab,
+  LAB_STATE,
+  labRemoved,
+  MEMBER_IPS,
+  memberSsh,
+  rootIdentity,
+  type DeployRun,
+  type Identity,
+} from '../helpers/lab.ts';
+import { quorumKept, sampledHealth, withWriter } from '../helpers/lab-watch.ts';
+
+/**
+ * etcd's version moved on a running cluster, for real: the lab's release server holds Debian's builds
+ * of 3.4.23, 3.5.16 and 3.5.30 in etcd's release layout; the inventory says `binaries: release`. One
+ * cluster, scenarios in a fixed order, each asserting only what it did: a cold deploy on 3.4.23 from
+ * the release (not the image's etcd), a minor step with auth on and roles changed just before, a patch
+ * step, and refusals that change nothing.
+ */
+
+const INVENTORY = 'inventories/.e2e-upgrade.yaml';
+const MEMBERS = Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[];
+const ALL = MEMBERS.map((name) => endpoint(name));
+const app: Identity = {
+  caCert: rootIdentity.caCert,
+  cert: join(LAB_STATE, 'pki/clients/app.crt'),
+  key: join(LAB_STATE, 'pki/clients/app.key'),
+};
+
+/** The lab inventory with release binaries at `version`, and an application role that can read `/app2/` when asked. */
+function writeInventory(version: string, readsApp2 = false): void {
+  const doc = parse(readFileSync('inventories/lab.yaml', 'utf8'));
+  doc.etcd = { ...doc.etcd, binaries: 'release', version, release_url: LAB.releaseUrl };
+  doc.roles = {
+    app: {
+      permissions: [{ prefix: '/app/', access: 'readwrite' }, ...(readsApp2 ? [{ prefix: '/app2/', access: 'read' }] : [])],
+    },
+  };
+  doc.users = { app: { roles: ['app'] } };
+  writeFileSync(INVENTORY, stringify(doc), { mode: 0o600 });
+}
+
+function deployed(t: ExecutionContext, args: string[] = []): DeployRun {
+  const started = Date.now();
+  const result = deploy(['-i', INVENTORY, ...args]);
+  t.log(`deploy ${args.join(' ')}: exit ${result.status} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  if (result.status !== 0) t.log(result.output.slice(-4000));
+  return result;
+}
+
+const changed = (result: DeployRun) =>
+  result.report.results
+    .filter((r) => r.status !== 'ok')
+    .map((r) => `${r.host}/${r.step}: ${r.status} ${r.changes.map((c) => c.summary).join('; ')}`);
+
+/** Each member's server version as its own etcd reports it. */
+function versions(): Record<string, string> {
+  const status = JSON.parse(etcdctl(ALL, rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout) as {
+    Endpoint: string;
+    Status: { version: string };
+  }[];
+  return Object.fromEntries(MEMBERS.map((m) => [m, status.find((s) => s.Endpoint === endpoint(m))?.Status.version ?? 'none']));
+}
+
+/** /version's etcdcluster, from one member. */
+function clusterVersion(): string {
+  const answer = inLab('curl', [
+    '-sS',
+    '--cacert',
+    rootIdentity.caCert,
+    '--cert',
+    rootIdentity.cert!,
+    '--key',
+    rootIdentity.key!,
+    `${endpoint('etcd-1')}/version`,
+  ]);
+  return (JSON.parse(answer.stdout) as { etcdcluster: string }).etcdcluster;
+}
+
+/** The binary each member's etcd process runs. */
+const runningBinary = (member: keyof typeof MEMBER_IPS) => memberSsh(member, 'sudo readlink /proc/$(pgrep -x etcd)/exe').stdout.trim();
+
+/** HashKV of every member at one revision (the lowest any member reports): equal data, compared by etcd itself. */
+function hashesAtOneRevision(t: ExecutionContext): void {
+  const status = JSON.parse(etcdctl(ALL, rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout) as {
+    Status: { header: { revision: number } };
+  }[];
+  const revision = Math.min(...status.map((s) => s.Status.header.revision));
+  const hashes = JSON.parse(etcdctl(ALL, rootIdentity, ['endpoint', 'hashkv', `--rev=${revision}`, '-w', 'json']).stdout) as {
+    Endpoint: string;
+    HashKV: { hash: number };
+  }[];
+  t.is(hashes.length, 3, JSON.stringify(hashes));
+  t.is(new Set(hashes.map((h) => h.HashKV.hash)).size, 1, `HashKV at revision ${revision}: ${JSON.stringify(hashes)}`);
+}
+
+/** Root reads and writes anywhere; the application user writes under /app/ only. */
+function usersWork(t: ExecutionContext, stamp: string): void {
+  t.is(etcdctl(ALL, rootIdentity, ['put', `/other/${stamp}`, 'root']).status, 0);
+  const allowed = etcdctl(ALL, app, ['put', `/app/${stamp}`, 'app']);
+  t.is(allowed.status, 0, allowed.stderr);
+  const denied = etcdctl(ALL, app, ['put', `/other/${stamp}-app`, 'app']);
+  t.not(denied.status, 0);
+  t.regex(denied.stderr, /permission denied/);
+}
+
+/** Every acknowledged key of the writer is there. */
+function nothingLost(t: ExecutionContext, prefix: string, acked: string[]): void {
+  t.true(acked.length > 10, `${acked.length} writes acknowledged`);
+  const keys = new Set(etcdctl(ALL, rootIdentity, ['get', prefix, '--prefix', '--keys-only']).stdout.split('\n').filter(Boolean));
+  t.deepEqual(
+    acked.filter((n) => !keys.has(`${prefix}${n}`)),
+    [],
+  );
+}
+
+/** A version change under a writer and the health sampler; the run's exit, and what it printed. */
+async function rolled(t: ExecutionContext, prefix: string): Promise<DeployRun> {
+  let run: DeployRun | undefined;
+  const acked = await withWriter(t, prefix, ALL, async () => {
+    const { result, samples } = sampledHealth(() => deployed(t));
+    run = result;
+    quorumKept(t, samples);
+  });
+  nothingLost(t, prefix, acked);
+  return run!;
+}
+
+test.before((t) => freshLab(t, LAB_STATE));
+test.after.always(() => {
+  rmSync(INVENTORY, { force: true });
+  labRemoved(LAB_STATE);
+});
+
+test.serial('cold deploy with binaries: release on 3.4.23: every member runs the release the tool installed, not the image etcd', (t) => {
+  writeInventory('v3.4.23');
+  const first = deployed(t);
+  t.is(first.status, 0);
+  for (const member of MEMBERS) t.is(runningBinary(member), '/opt/etcd-kvm/etcd-v3.4.23-linux-amd64/etcd', member);
+  t.deepEqual(versions(), { 'etcd-1': '3.4.23', 'etcd-2': '3.4.23', 'etcd-3': '3.4.23' });
+  usersWork(t, 'cold');
+  const again = deployed(t);
+  t.is(again.status, 0);
+  t.deepEqual(changed(again), []);
+});
+
+test.serial(
+  '3.4.23 → 3.5.16 with auth on and a role changed just before: one member at a time, leader last, data equal, users work, no write lost',
+  async (t) => {
+    // The role's change is in every member's WAL (snapshot-count 10000) when the 3.5 members replay it.
+    writeInventory('v3.4.23', true);
+    const roles = deployed(t);
+    t.is(roles.status, 0);
+    t.true(
+      changed(roles).some((line) => line.includes('/users: changed')),
+      changed(roles).join('\n'),
+    );
+
+    writeInventory('v3.5.16', true);
+    const run = await rolled(t, '/e2e/upgrade-3.5.16/');
+    t.is(run.status, 0);
+    t.regex(run.output, /etcd 3\.4\.23 → 3\.5\.16 \(minor step\)/);
+    t.deepEqual(versions(), { 'etcd-1': '3.5.16', 'etcd-2': '3.5.16', 'etcd-3': '3.5.16' });
+    t.is(clusterVersion(), '3.5.0');
+    for (const member of MEMBERS) t.is(runningBinary(member), '/opt/etcd-kvm/etcd-v3.5.16-linux-amd64/etcd', member);
+    t.true(memberSsh('etcd-1', 'test -x /opt/etcd-kvm/etcd-v3.4.23-linux-amd64/etcd').status === 0, 'the previous release is kept');
+    t.true(readFileSync(join(LAB_STATE, 'snapshots/before-etcd-3.4.23-to-3.5.16.db')).length > 0, 'a snapshot before the roll');
+    hashesAtOneRevision(t);
+    usersWork(t, 'after-3.5');
+    const again = deployed(t);
+    t.is(again.status, 0);
+    t.deepEqual(changed(again), []);
+  },
+);
+
+test.serial('3.5.16 → 3.5.30, a patch step: the same, every member on 3.5.30', async (t) => {
+  writeInventory('v3.5.30', true);
+  const run = await rolled(t, '/e2e/upgrade-3.5.30/');
+  t.is(run.status, 0);
+  t.regex(run.output, /etcd 3\.5\.16 → 3\.5\.30 \(patch step\)/);
+  t.deepEqual(versions(), { 'etcd-1': '3.5.30', 'etcd-2': '3.5.30', 'etcd-3': '3.5.30' });
+  hashesAtOneRevision(t);
+  usersWork(t, 'after-3.5.30');
+});
+
+test.serial('refused with nothing changed: back to 3.4 once the cluster is 3.5, two minors at once, a roll while a member is down', (t) => {
+  const refused = (version: string, says: RegExp) => {
+    writeInventory(version, true);
+    const run = deployed(t);
+    t.is(run.status, 1);
+    t.regex(run.output, says);
+    t.deepEqual(
+      run.report.results.filter((r) => r.status === 'changed'),
+      [],
+    );
+  };
+  refused('v3.4.23', /below the cluster version 3\.5/);
+  refused('v3.7.0', /moves 2 minors/);
+  t.is(memberSsh('etcd-3', 'sudo systemctl stop etcd').status, 0);
+  try {
+    // A patch back (allowed while every member answers) with a member down.
+    refused('v3.5.16', /every member healthy: etcd-3/);
+  } finally {
+    // Back on the version it runs: the run starts the stopped etcd again.
+    writeInventory('v3.5.30', true);
+    t.is(deployed(t).status, 0);
+  }
+  t.deepEqual(versions(), { 'etcd-1': '3.5.30', 'etcd-2': '3.5.30', 'etcd-3': '3.5.30' });
+});
