@@ -1,6 +1,6 @@
 import { get } from 'node:https';
 import { revealSecret } from '../core/secret.ts';
-import type { Member } from '../inventory/model.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from './client.ts';
 
 /** etcd's `/version` on a member's client port: its own version and the cluster's. */
@@ -37,4 +37,32 @@ export async function versionOf(
   if (typeof parsed.etcdserver !== 'string' || typeof parsed.etcdcluster !== 'string')
     throw new Error(`/version answered ${body.slice(0, 100)}`);
   return { etcdserver: parsed.etcdserver, etcdcluster: parsed.etcdcluster };
+}
+
+export class MixedVersionsError extends Error {}
+
+/**
+ * Refuses a user, role or auth change while the members run two minors of etcd (a roll half done):
+ * a password set through a 3.5 member reaches 3.4 members as a hash of the empty password (3.5 hashes
+ * before it proposes, 3.4 when it applies), which no later check shows — seen on the lab. A member
+ * that does not answer is not counted: it applies nothing until it is back.
+ */
+export async function refuseMixedMinors(inventory: Inventory, clients: EtcdClients): Promise<void> {
+  const answers = await Promise.all(
+    inventory.members.map(async (member) => ({
+      name: member.name,
+      version: await clients
+        .for(member)
+        .then((client) => client.maintenance.status({}))
+        .then((status) => status.version)
+        .catch(() => undefined),
+    })),
+  );
+  const minors = new Set(answers.flatMap(({ version }) => (version ? [version.split('.').slice(0, 2).join('.')] : [])));
+  if (minors.size > 1) {
+    const running = answers.map(({ name, version }) => `${name} ${version ?? '(no answer)'}`).join(', ');
+    throw new MixedVersionsError(
+      `the members run two minors of etcd (${running}): no user, role or auth change until every member runs one (etcd 3.4 and 3.5 store passwords differently); finish the roll (deploy) first`,
+    );
+  }
 }

@@ -1,4 +1,5 @@
 import type { Etcd3 } from 'etcd3';
+import { refuseMixedMinors } from '../etcd/version.ts';
 import { join } from 'node:path';
 import { PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
 import type { Step } from '../core/step.ts';
@@ -177,6 +178,7 @@ export function usersStep(
       return accessWarnings(wanted, state.live, state.stateRecord);
     },
     async apply(changes, name) {
+      await refuseMixedMinors(inventory, clients);
       const client = await asRoot(memberNamed(name));
       // In order: the managed set widened first, roles before the users that hold them, deletions, then the set narrowed.
       for (const { action } of changes) await retryTransient(() => applyAction(client, inventory.stateDir, action));
