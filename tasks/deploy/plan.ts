@@ -97,13 +97,8 @@ export function selectMembers(inventory: Inventory, limit: readonly string[] | u
   return inventory.members.filter((member) => limit.includes(member.name));
 }
 
-/** (upgrade →) owner → volumes → cloud-init → domain → restore → guest over one pass's members. */
-function convergePhases(
-  pass: Pass,
-  selected: (step: StepId) => boolean,
-  restoreEnabled: boolean,
-  releaseBinaries: boolean,
-): PlannedPhase[] {
+/** owner → volumes → cloud-init → domain → restore → guest over one pass's members. */
+function convergePhases(pass: Pass, selected: (step: StepId) => boolean, restoreEnabled: boolean): PlannedPhase[] {
   const phase = (step: 'owner' | 'volumes' | 'cloud-init' | 'domain' | 'restore' | 'guest'): PlannedPhase => ({
     step,
     pass,
@@ -118,13 +113,7 @@ function convergePhases(
             ? { step: 'restore', pass, note: 'not run: the cluster has formed, and a restore only founds a new one' }
             : phase('restore'),
         ];
-  // The guest step moves members to another etcd version: on a formed cluster, only after the pre-flight
-  // passed, which comes first so that a refusal leaves everything as it was (the seeds name the version too).
-  const upgrade: PlannedPhase[] =
-    releaseBinaries && pass.formed && !pass.joining
-      ? [{ step: 'upgrade', pass, ...(selected('guest') ? {} : { skip: 'the guest step, which rolls the version, is not selected' }) }]
-      : [];
-  return [...upgrade, phase('owner'), phase('volumes'), phase('cloud-init'), phase('domain'), ...restore, phase('guest')];
+  return [phase('owner'), phase('volumes'), phase('cloud-init'), phase('domain'), ...restore, phase('guest')];
 }
 
 const checkedPhase = (step: 'health' | 'auth' | 'users', pass: Pass, selected: (step: StepId) => boolean): PlannedPhase => ({
@@ -145,7 +134,7 @@ function joinPhases(
   const phases: PlannedPhase[] = [
     { step: 'join', member: joiner, before },
     { step: 'render', pass },
-    ...convergePhases(pass, selected, false, false),
+    ...convergePhases(pass, selected, false),
     { step: 'promote', member: joiner, before },
     checkedPhase('health', { ...pass, members: selection.filter((name) => pass.cluster.includes(name)) }, selected),
   ];
@@ -231,10 +220,24 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
   // No auth change while a roll of etcd's version may be left half done: members of two versions
   // (3.4 and 3.5 write auth's WAL entries differently, etcd's 3.5 upgrade guide) after a failed step.
   const authFreeze = inventory.etcd.binaries === 'release' && record.formed ? { onlyIfClean: true as const } : {};
+  // The guest step moves members to another etcd version: on a formed cluster, only after the pre-flight
+  // passed, which comes first of all so that a refusal leaves everything as it was (the seeds and the
+  // rendered record name the version too).
+  const upgrade: PlannedPhase[] =
+    inventory.etcd.binaries === 'release' && record.formed
+      ? [
+          {
+            step: 'upgrade',
+            pass: main,
+            ...(selected('guest') ? {} : { skip: 'the guest step, which rolls the version, is not selected' }),
+          },
+        ]
+      : [];
   return [
+    ...upgrade,
     ...departing,
     { step: 'render', pass: main },
-    ...convergePhases(main, selected, inventory.restore.enabled, inventory.etcd.binaries === 'release'),
+    ...convergePhases(main, selected, inventory.restore.enabled),
     checkedPhase('health', main, selected),
     // From the member that bootstraps auth, when the run includes it.
     { ...checkedPhase('auth', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected), ...authFreeze },

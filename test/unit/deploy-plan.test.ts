@@ -208,7 +208,7 @@ const rows: {
     name: "release binaries on a formed cluster: the upgrade's pre-flight and snapshot before anything changes",
     record: record(),
     binaries: 'release',
-    phases: ['render@1234', 'upgrade@1234', ...MAIN_ALL.slice(1)],
+    phases: ['upgrade@1234', ...MAIN_ALL],
   },
   {
     name: 'release binaries on a first deploy: no upgrade (nothing runs yet)',
@@ -221,7 +221,7 @@ const rows: {
     record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'] }),
     binaries: 'release',
     phases: [
-      ...['render', 'upgrade', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health'].map((t) => `${t}@123`),
+      ...['upgrade', 'render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health'].map((t) => `${t}@123`),
       'auth@1',
       'users@1',
       ...JOIN_4,
@@ -234,7 +234,7 @@ const rows: {
     record: record(),
     binaries: 'release',
     options: { skipTags: ['guest'] },
-    phases: ['render@1234', '-upgrade@1234', ...MAIN_ALL.slice(1, 5), '-guest@1234', ...MAIN_ALL.slice(6)],
+    phases: ['-upgrade@1234', ...MAIN_ALL.slice(0, 5), '-guest@1234', ...MAIN_ALL.slice(6)],
   },
 ];
 
