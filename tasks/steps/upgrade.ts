@@ -58,7 +58,10 @@ export function upgradeStep(options: UpgradeStepOptions): Step<UpgradeState, Upg
         throw new UpgradeRefused(`etcd cannot move to ${formatVersion(target)} now (nothing was changed):\n${verdict.reason}`);
       }
       const path = snapshotBefore(inventory, verdict.from, verdict.to);
-      if (existsSync(path)) return [];
+      // A roll under way (a member already moved) keeps the snapshot taken before it began; a new roll
+      // takes its own, even where an earlier roll of the same move left one.
+      const underWay = verdict.pending.length < state.facts.members.length;
+      if (underWay && existsSync(path)) return [];
       return [
         {
           summary:

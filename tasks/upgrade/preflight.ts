@@ -172,14 +172,15 @@ export function preflight(facts: UpgradeFacts, to: EtcdVersion): Preflight {
     return {
       kind: 'converged',
       version: to,
-      checks: [...checks, { name: 'one version', ok: true, detail: `every member runs ${formatVersion(to)}` }],
+      checks: [...checks, { name: 'one version', ok: true, detail: `every member that answers runs ${formatVersion(to)}` }],
     };
   }
+  const rolled = members.filter((member) => member.version === formatVersion(to)).length;
   checks.push(
     check(
       'one version',
       failures,
-      from ? `${formatVersion(from)} (and ${formatVersion(to)} on members already rolled)` : 'none besides the target',
+      from ? `${formatVersion(from)}${rolled > 0 ? ` (${rolled} already on ${formatVersion(to)})` : ''}` : 'none besides the target',
       'bring every member to one of them first',
     ),
   );

@@ -1,5 +1,5 @@
 import test, { type ExecutionContext } from 'ava';
-import { spawnSync } from 'node:child_process';
+import { setTimeout as delay } from 'node:timers/promises';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
@@ -276,9 +276,10 @@ test.serial('kill -9 of the tool in the middle of a roll: the next run finishes 
   // Killed once the first member runs the new version, before the last does.
   let mixed: Record<string, string> = {};
   for (let waited = 0; waited < 600; waited++) {
+    // Awaited, not slept: the run's output (and with it the child to kill) arrives on this event loop.
+    await delay(1000);
     mixed = versions();
     if (Object.values(mixed).includes('3.5.30')) break;
-    spawnSync('sleep', ['1']);
   }
   child?.kill('SIGKILL');
   const killed = await background;

@@ -1,5 +1,5 @@
 import type { ExecutionContext } from 'ava';
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn, spawnSync, type StdioOptions } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,10 +9,9 @@ import { endpoint, MEMBER_IPS, NAMESPACE, rootIdentity } from './lab.ts';
 
 const MEMBERS = Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[];
 
-/** Runs `during` while a separate process samples every member's /health every 0.5 s; returns the samples. */
-export function sampledHealth<T>(during: () => T): { result: T; samples: { at: number; healthy: string[] }[] } {
-  const out = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-health-')), 'samples.jsonl');
-  const sampler = spawn(
+/** A helper script in its own process inside the lab namespace, given root's CA, certificate and key between `before` and `after`. */
+const asRootInLab = (script: string, before: string[], after: string[], stdio: StdioOptions) =>
+  spawn(
     'ip',
     [
       'netns',
@@ -21,14 +20,24 @@ export function sampledHealth<T>(during: () => T): { result: T; samples: { at: n
       process.execPath,
       '--import',
       'tsx',
-      'test/helpers/health-sampler.ts',
-      out,
+      script,
+      ...before,
       rootIdentity.caCert,
       rootIdentity.cert!,
       rootIdentity.key!,
-      ...MEMBERS.map((m) => `${m}=${endpoint(m)}`),
+      ...after,
     ],
-    { stdio: 'ignore' },
+    { stdio },
+  );
+
+/** Runs `during` while a separate process samples every member's /health every 0.5 s; returns the samples. */
+export function sampledHealth<T>(during: () => T): { result: T; samples: { at: number; healthy: string[] }[] } {
+  const out = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-health-')), 'samples.jsonl');
+  const sampler = asRootInLab(
+    'test/helpers/health-sampler.ts',
+    [out],
+    MEMBERS.map((m) => `${m}=${endpoint(m)}`),
+    'ignore',
   );
   const samples = () =>
     existsSync(out)
@@ -75,24 +84,7 @@ export const quorumKept = (t: ExecutionContext, samples: { at: number; healthy: 
 export async function withWriter(t: ExecutionContext, prefix: string, endpoints: string[], during: () => Promise<void>): Promise<string[]> {
   const acks: string[] = [];
   const errors: string[] = [];
-  const writer = spawn(
-    'ip',
-    [
-      'netns',
-      'exec',
-      NAMESPACE,
-      process.execPath,
-      '--import',
-      'tsx',
-      'test/helpers/writer.ts',
-      prefix,
-      rootIdentity.caCert,
-      rootIdentity.cert!,
-      rootIdentity.key!,
-      ...endpoints,
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+  const writer = asRootInLab('test/helpers/writer.ts', [prefix], endpoints, ['ignore', 'pipe', 'pipe']);
   writer.stdout!.on('data', (chunk: Buffer) => acks.push(chunk.toString()));
   writer.stderr!.on('data', (chunk: Buffer) => errors.push(chunk.toString()));
   try {

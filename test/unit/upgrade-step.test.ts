@@ -36,13 +36,16 @@ test('a move: one change, a snapshot named by the move, whose summary says what 
   t.regex(changes[0]!.summary, /pre-flight passed: every member healthy \(3 of 3 answer\), one leader \(etcd-1 leads\)/);
   t.regex(path, /snapshots\/before-etcd-3\.4\.23-to-3\.5\.16\.db$/);
 
-  // A run resuming the move finds the snapshot taken before it began: nothing more to do here.
+  // A run resuming the move finds the snapshot taken before it began: nothing more to do here; a new
+  // roll of the same move (no member moved yet) takes its own over an old one.
   mkdirSync(dirname(path), { recursive: true });
   writeFileSync(path, 'snapshot');
-  t.deepEqual(
-    upgrade.plan({ facts: { members: answers(['3.5.16', '3.4.23', '3.4.23']), alarms: [], clusterVersion: '3.4.0' } }, CONTROL_NODE),
-    [],
-  );
+  const planned = (versions: string[]) =>
+    upgrade
+      .plan({ facts: { members: answers(versions), alarms: [], clusterVersion: '3.4.0' } }, CONTROL_NODE)
+      .map((change) => change.action);
+  t.deepEqual(planned(['3.5.16', '3.4.23', '3.4.23']), []);
+  t.deepEqual(planned(['3.4.23', '3.4.23', '3.4.23']), [{ kind: 'snapshot', path }]);
 });
 
 test('every member on etcd.version: nothing', (t) => {
