@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, renameSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createWriteStream } from 'node:fs';
 import { Readable } from 'node:stream';
@@ -24,6 +24,8 @@ import { formatVersion, parseVersion, type EtcdVersion } from '../upgrade/versio
 
 interface UpgradeState {
   facts: UpgradeFacts;
+  /** When the snapshot before this move was written (ms since the epoch), if there is one. */
+  snapshotAt?: number;
 }
 
 type UpgradeAction = { kind: 'snapshot'; path: string };
@@ -47,10 +49,18 @@ export function upgradeStep(options: UpgradeStepOptions): Step<UpgradeState, Upg
   const { inventory } = options;
   const target = parseVersion(inventory.etcd.version);
   if (!target) throw new Error(`etcd.version ${inventory.etcd.version} is not a release tag`);
+  // Snapshots written since the step was made are this run's.
+  const runStarted = Date.now();
   return {
     name: 'upgrade',
     targets: [CONTROL_NODE],
-    check: async () => ({ facts: await upgradeFacts(options) }),
+    async check() {
+      const facts = await upgradeFacts(options);
+      const verdict = preflight(facts, target);
+      const path = verdict.kind === 'roll' ? snapshotBefore(inventory, verdict.from, verdict.to) : undefined;
+      const snapshotAt = path && existsSync(path) ? statSync(path).mtimeMs : undefined;
+      return { facts, ...(snapshotAt === undefined ? {} : { snapshotAt }) };
+    },
     plan(state) {
       const verdict = preflight(state.facts, target);
       if (verdict.kind === 'converged') return [];
@@ -59,9 +69,9 @@ export function upgradeStep(options: UpgradeStepOptions): Step<UpgradeState, Upg
       }
       const path = snapshotBefore(inventory, verdict.from, verdict.to);
       // A roll under way (a member already moved) keeps the snapshot taken before it began; a new roll
-      // takes its own, even where an earlier roll of the same move left one.
+      // takes its own (this run's), even where an earlier roll of the same move left one.
       const underWay = verdict.pending.length < state.facts.members.length;
-      if (underWay && existsSync(path)) return [];
+      if (state.snapshotAt !== undefined && (underWay || state.snapshotAt >= runStarted)) return [];
       return [
         {
           summary:

@@ -1,5 +1,3 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
 import test from 'ava';
 import { CONTROL_NODE } from '../../tasks/core/step.ts';
 import type { EtcdClients } from '../../tasks/etcd/client.ts';
@@ -36,16 +34,16 @@ test('a move: one change, a snapshot named by the move, whose summary says what 
   t.regex(changes[0]!.summary, /pre-flight passed: every member healthy \(3 of 3 answer\), one leader \(etcd-1 leads\)/);
   t.regex(path, /snapshots\/before-etcd-3\.4\.23-to-3\.5\.16\.db$/);
 
-  // A run resuming the move finds the snapshot taken before it began: nothing more to do here; a new
-  // roll of the same move (no member moved yet) takes its own over an old one.
-  mkdirSync(dirname(path), { recursive: true });
-  writeFileSync(path, 'snapshot');
-  const planned = (versions: string[]) =>
+  // A run resuming the move keeps the snapshot taken before it began; a new roll of the same move (no
+  // member moved yet) takes its own over an old one; the one this run took is the re-check's answer.
+  const planned = (versions: string[], snapshotAt: number) =>
     upgrade
-      .plan({ facts: { members: answers(versions), alarms: [], clusterVersion: '3.4.0' } }, CONTROL_NODE)
+      .plan({ facts: { members: answers(versions), alarms: [], clusterVersion: '3.4.0' }, snapshotAt }, CONTROL_NODE)
       .map((change) => change.action);
-  t.deepEqual(planned(['3.5.16', '3.4.23', '3.4.23']), []);
-  t.deepEqual(planned(['3.4.23', '3.4.23', '3.4.23']), [{ kind: 'snapshot', path }]);
+  const earlier = Date.now() - 86_400_000;
+  t.deepEqual(planned(['3.5.16', '3.4.23', '3.4.23'], earlier), [], 'under way: the snapshot from before it began');
+  t.deepEqual(planned(['3.4.23', '3.4.23', '3.4.23'], earlier), [{ kind: 'snapshot', path }], 'a new roll: its own');
+  t.deepEqual(planned(['3.4.23', '3.4.23', '3.4.23'], Date.now()), [], "this run's: the runner's re-check after the apply");
 });
 
 test('every member on etcd.version: nothing', (t) => {
