@@ -21,6 +21,12 @@ export function describeError(error: unknown): string {
   return String(error);
 }
 
+/** An error's first line: the rest is a stack, or gRPC's detail. */
+export const firstLineOf = (error: unknown): string => describeError(error).split('\n')[0]!;
+
+/** The first line, cut to what fits a table cell or a list of members' failures. */
+export const briefError = (error: unknown): string => firstLineOf(error).slice(0, 200);
+
 /** Prints an input error with its problems, one per line, as every command does; returns exit code 2. */
 export function reportInputError(error: InputError): number {
   console.error(`error: ${error.message}`);

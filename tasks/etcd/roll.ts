@@ -1,3 +1,4 @@
+import { firstLineOf } from '../core/errors.ts';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { RollKind } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -82,8 +83,6 @@ export async function ensureQuorumWithout(inventory: Inventory, clients: EtcdCli
 /** Between two looks at a member that came back onto a release. */
 const RELEASE_POLL_MS = 500;
 
-const messageOf = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!;
-
 /** The leader's applied index, asked of the member etcd names as leader (hex or decimal ID as Status gives it). */
 async function leaderApplied(inventory: Inventory, clients: EtcdClients, leaderId: string): Promise<bigint> {
   for (const member of inventory.members) {
@@ -118,7 +117,7 @@ export async function waitForRelease(
         last = `it has applied ${status.raftAppliedIndex} of the leader's ${caughtUpTo}`;
       }
     } catch (error) {
-      last = messageOf(error);
+      last = firstLineOf(error);
     }
     if (Date.now() >= deadline)
       throw new Error(

@@ -1,6 +1,7 @@
 import { hostname } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Etcd3 } from 'etcd3';
+import { firstLineOf } from '../core/errors.ts';
 import { forDisplay } from '../core/display.ts';
 import { LockHeldError, processExists } from '../core/lock.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -84,7 +85,7 @@ export type LockDecision =
 /** An error's first line, or each distinct one of a Promise.any's errors. */
 function firstLines(error: unknown): string[] {
   if (error instanceof AggregateError) return [...new Set(error.errors.flatMap(firstLines))];
-  return [(error instanceof Error ? error.message : String(error)).split('\n')[0]!];
+  return [firstLineOf(error)];
 }
 
 /** Why etcd could not take the lock, in an operator's words. */

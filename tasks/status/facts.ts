@@ -1,3 +1,4 @@
+import { briefError } from '../core/errors.ts';
 import { connect, type PeerCertificate } from 'node:tls';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
@@ -59,8 +60,6 @@ export interface StatusFacts {
 
 export { hexId };
 
-const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!.slice(0, 200);
-
 export async function vmStates(members: readonly Member[], connections: HypervisorConnections): Promise<Map<string, string>> {
   const states = new Map<string, string>();
   await Promise.all(
@@ -76,7 +75,7 @@ export async function vmStates(members: readonly Member[], connections: Hypervis
           else states.set(member.name, saysDomainMissing(answer.output) ? 'absent' : `unknown (${answer.output.trim().split('\n')[0]})`);
         }
       } catch (error) {
-        for (const member of hosted) states.set(member.name, `unknown (hypervisor ${hypervisor.name}: ${firstLine(error)})`);
+        for (const member of hosted) states.set(member.name, `unknown (hypervisor ${hypervisor.name}: ${briefError(error)})`);
       }
     }),
   );
@@ -130,8 +129,8 @@ export async function gatherStatus(
       members.map(async (member) => {
         const [etcd, certificate] = await Promise.allSettled([etcdFacts(clients, member), servedCertificate(clients, member, identity)]);
         return {
-          etcd: etcd.status === 'fulfilled' ? etcd.value : { error: firstLine(etcd.reason) },
-          servedCertificate: certificate.status === 'fulfilled' ? certificate.value : { error: firstLine(certificate.reason) },
+          etcd: etcd.status === 'fulfilled' ? etcd.value : { error: briefError(etcd.reason) },
+          servedCertificate: certificate.status === 'fulfilled' ? certificate.value : { error: briefError(certificate.reason) },
         };
       }),
     ),
@@ -147,14 +146,14 @@ export async function gatherStatus(
       const [list, alarm, versions] = await Promise.all([
         client.cluster.memberList({}),
         client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' }),
-        versionOf(clients, member, identity).catch((error: unknown) => ({ error: `${member.name}: ${firstLine(error)}` })),
+        versionOf(clients, member, identity).catch((error: unknown) => ({ error: `${member.name}: ${briefError(error)}` })),
       ]);
       clusterVersion = 'error' in versions ? versions : versions.etcdcluster;
       memberList = list.members.map((m) => ({ ...liveMember(m), id: hexId(m.ID) }));
       alarms = alarm.alarms.map((a) => ({ memberId: hexId(a.memberID), alarm: String(a.alarm).toUpperCase() }));
       break;
     } catch (error) {
-      memberList = { error: `${member.name}: ${firstLine(error)}` };
+      memberList = { error: `${member.name}: ${briefError(error)}` };
     }
   }
   return {

@@ -1,3 +1,4 @@
+import { briefError } from '../core/errors.ts';
 import { existsSync, mkdirSync, renameSync, rmSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { createWriteStream } from 'node:fs';
@@ -38,8 +39,6 @@ export interface UpgradeStepOptions {
 }
 
 export class UpgradeRefused extends Error {}
-
-const firstLine = (error: unknown) => (error instanceof Error ? error.message : String(error)).split('\n')[0]!.slice(0, 200);
 
 /** The snapshot taken before a move, named by the move: found again by a run resuming it. */
 export const snapshotBefore = (inventory: Inventory, from: EtcdVersion, to: EtcdVersion) =>
@@ -103,7 +102,7 @@ async function upgradeFacts({ inventory, clients, root }: UpgradeStepOptions): P
           version: status.version,
         };
       } catch (error) {
-        return { name: member.name, error: firstLine(error) };
+        return { name: member.name, error: briefError(error) };
       }
     }),
   );
@@ -145,7 +144,7 @@ async function takeSnapshot({ inventory, clients, root }: UpgradeStepOptions, pa
       return;
     } catch (error) {
       rmSync(partial, { force: true });
-      failures.push(`${member.name}: ${firstLine(error)}`);
+      failures.push(`${member.name}: ${briefError(error)}`);
     }
   }
   throw new Error(`no member gave a snapshot before the roll (${failures.join('; ')}): nothing was changed`);
