@@ -2,6 +2,7 @@ import { get } from 'node:https';
 import { revealSecret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from './client.ts';
+import { memberStatus } from './member-status.ts';
 
 /** etcd's `/version` on a member's client port: its own version and the cluster's. */
 export async function versionOf(
@@ -51,9 +52,7 @@ export async function refuseMixedMinors(inventory: Inventory, clients: EtcdClien
   const answers = await Promise.all(
     inventory.members.map(async (member) => ({
       name: member.name,
-      version: await clients
-        .for(member)
-        .then((client) => client.maintenance.status({}))
+      version: await memberStatus(clients, member)
         .then((status) => status.version)
         .catch(() => undefined),
     })),

@@ -7,6 +7,7 @@ import { saysDomainMissing, Virsh } from '../libvirt/virsh.ts';
 import { membersByHypervisor } from '../inventory/placement.ts';
 import { hexId, liveMember } from '../etcd/membership.ts';
 import { versionOf } from '../etcd/version.ts';
+import { memberStatus, type EtcdMemberFacts } from '../etcd/member-status.ts';
 
 /**
  * What status reads, all of it read-only and asked at about the same moment: each hypervisor once
@@ -14,21 +15,7 @@ import { versionOf } from '../etcd/version.ts';
  * gRPC, the certificate it serves over TLS), and one member list.
  */
 
-export interface EtcdMemberFacts {
-  /** etcd's member ID, as hex (etcdctl's table and logs use hex). */
-  id: string;
-  leader: string;
-  isLearner: boolean;
-  raftTerm: string;
-  /** The key-value store's revision. */
-  revision: string;
-  raftIndex: string;
-  appliedIndex: string;
-  dbSize: number;
-  dbSizeInUse: number;
-  version: string;
-  errors: string[];
-}
+export type { EtcdMemberFacts };
 
 export interface MemberFacts {
   name: string;
@@ -82,24 +69,6 @@ export async function vmStates(members: readonly Member[], connections: Hypervis
   return states;
 }
 
-async function etcdFacts(clients: EtcdClients, member: Member): Promise<EtcdMemberFacts> {
-  const client = await clients.for(member);
-  const status = await client.maintenance.status({});
-  return {
-    id: hexId(status.header.member_id),
-    leader: hexId(status.leader),
-    isLearner: status.isLearner,
-    raftTerm: status.raftTerm,
-    revision: status.header.revision,
-    raftIndex: status.raftIndex,
-    appliedIndex: status.raftAppliedIndex,
-    dbSize: Number(status.dbSize),
-    dbSizeInUse: Number(status.dbSizeInUse),
-    version: status.version,
-    errors: status.errors,
-  };
-}
-
 /** The leaf certificate a member's client port presents, verified against the cluster's CA. */
 async function servedCertificate(clients: EtcdClients, member: Member, identity: ClientIdentity): Promise<{ notAfter: Date }> {
   const { host, port } = await clients.endpoint(member);
@@ -127,7 +96,7 @@ export async function gatherStatus(
     vmStates(members, connections),
     Promise.all(
       members.map(async (member) => {
-        const [etcd, certificate] = await Promise.allSettled([etcdFacts(clients, member), servedCertificate(clients, member, identity)]);
+        const [etcd, certificate] = await Promise.allSettled([memberStatus(clients, member), servedCertificate(clients, member, identity)]);
         return {
           etcd: etcd.status === 'fulfilled' ? etcd.value : { error: briefError(etcd.reason) },
           servedCertificate: certificate.status === 'fulfilled' ? certificate.value : { error: briefError(certificate.reason) },

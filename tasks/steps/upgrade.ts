@@ -9,6 +9,7 @@ import { PRIVATE_DIR_MODE, PRIVATE_FILE_MODE } from '../core/files.ts';
 import { CONTROL_NODE, type ControlNode, type Step } from '../core/step.ts';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import { versionOf } from '../etcd/version.ts';
+import { memberStatus } from '../etcd/member-status.ts';
 import { hexId } from '../etcd/membership.ts';
 import type { Inventory } from '../inventory/model.ts';
 import { preflight, type MemberVersionAnswer, type PreflightCheck, type UpgradeFacts } from '../upgrade/preflight.ts';
@@ -93,14 +94,7 @@ async function upgradeFacts({ inventory, clients, root }: UpgradeStepOptions): P
   const members: MemberVersionAnswer[] = await Promise.all(
     inventory.members.map(async (member): Promise<MemberVersionAnswer> => {
       try {
-        const status = await (await clients.for(member)).maintenance.status({});
-        return {
-          name: member.name,
-          id: hexId(status.header.member_id),
-          leader: hexId(status.leader),
-          isLearner: status.isLearner,
-          version: status.version,
-        };
+        return { name: member.name, ...(await memberStatus(clients, member)) };
       } catch (error) {
         return { name: member.name, error: briefError(error) };
       }
