@@ -3,6 +3,7 @@ import { revealSecret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from './client.ts';
 import { memberStatus } from './member-status.ts';
+import { minorOf, parseVersion } from '../upgrade/version.ts';
 
 /** etcd's `/version` on a member's client port: its own version and the cluster's. */
 export async function versionOf(
@@ -57,7 +58,13 @@ export async function refuseMixedMinors(inventory: Inventory, clients: EtcdClien
         .catch(() => undefined),
     })),
   );
-  const minors = new Set(answers.flatMap(({ version }) => (version ? [version.split('.').slice(0, 2).join('.')] : [])));
+  const minors = new Set(
+    answers.flatMap(({ version }) => {
+      if (!version) return [];
+      const parsed = parseVersion(version);
+      return [parsed ? minorOf(parsed) : version];
+    }),
+  );
   if (minors.size > 1) {
     const running = answers.map(({ name, version }) => `${name} ${version ?? '(no answer)'}`).join(', ');
     throw new MixedVersionsError(

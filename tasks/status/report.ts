@@ -1,4 +1,5 @@
 import { formatBytes } from '../etcd/maintenance.ts';
+import { compareVersions, parseVersion } from '../upgrade/version.ts';
 import type { EtcdMemberFacts, ListedMember, StatusFacts } from './facts.ts';
 
 /**
@@ -152,12 +153,11 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
 function versionsRun(rows: readonly MemberRow[]): StatusReport['versions'] {
   const byVersion = new Map<string, string[]>();
   for (const row of rows) if (row.version) byVersion.set(row.version, [...(byVersion.get(row.version) ?? []), row.name]);
-  const key = (version: string) =>
-    version
-      .split('.')
-      .map((part) => part.padStart(6, '0'))
-      .join('.');
-  return [...byVersion].sort(([a], [b]) => key(a).localeCompare(key(b))).map(([version, members]) => ({ version, members }));
+  const order = (a: string, b: string) => {
+    const [x, y] = [parseVersion(a), parseVersion(b)];
+    return x && y ? compareVersions(x, y) : a.localeCompare(b);
+  };
+  return [...byVersion].sort(([a], [b]) => order(a, b)).map(([version, members]) => ({ version, members }));
 }
 
 /** One line: the cluster's version and what its members run. */

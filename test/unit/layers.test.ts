@@ -15,11 +15,11 @@ const ALLOWED: Record<string, string[]> = {
   render: ['core', 'inventory', 'pki', 'upgrade'],
   remote: ['core', 'inventory'],
   libvirt: ['core', 'inventory', 'pki', 'remote', 'render'],
-  etcd: ['core', 'inventory', 'remote', 'pki'],
+  etcd: ['core', 'inventory', 'remote', 'pki', 'upgrade'],
   guest: ['core', 'inventory', 'remote', 'render', 'libvirt', 'upgrade'],
   backup: ['core', 'inventory'],
   steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade'],
-  status: ['core', 'inventory', 'remote', 'libvirt', 'etcd'],
+  status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade'],
   // The deploy's stages: gather, plan, execute, over the steps.
   deploy: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'steps'],
   // The CLI's help lists the steps from their registry.
