@@ -16,6 +16,7 @@ import {
   MEMBER_IPS,
   memberSsh,
   rootIdentity,
+  tlsArgs,
   type DeployRun,
   type Identity,
 } from '../helpers/lab.ts';
@@ -75,16 +76,7 @@ function versions(): Record<string, string> {
 
 /** /version's etcdcluster, from one member. */
 function clusterVersion(): string {
-  const answer = inLab('curl', [
-    '-sS',
-    '--cacert',
-    rootIdentity.caCert,
-    '--cert',
-    rootIdentity.cert!,
-    '--key',
-    rootIdentity.key!,
-    `${endpoint('etcd-1')}/version`,
-  ]);
+  const answer = inLab('curl', ['-sS', ...tlsArgs(rootIdentity), `${endpoint('etcd-1')}/version`]);
   return (JSON.parse(answer.stdout) as { etcdcluster: string }).etcdcluster;
 }
 

@@ -125,14 +125,17 @@ export const rootIdentity: Identity = {
   key: join(LAB_STATE, 'pki/clients/root.key'),
 };
 
+/** An identity as etcdctl's and curl's TLS flags (both name them alike). */
+export const tlsArgs = (identity: Identity): string[] => [
+  '--cacert',
+  identity.caCert,
+  ...(identity.cert ? ['--cert', identity.cert] : []),
+  ...(identity.key ? ['--key', identity.key] : []),
+];
+
 /** etcdctl 3.4 inside the lab namespace (or another), where the member addresses exist. */
 export function etcdctl(endpoints: string[], identity: Identity, args: string[], namespace = NAMESPACE): Completed {
-  const tls = [
-    '--cacert',
-    identity.caCert,
-    ...(identity.cert ? ['--cert', identity.cert] : []),
-    ...(identity.key ? ['--key', identity.key] : []),
-  ];
+  const tls = tlsArgs(identity);
   return run(
     ...within(namespace, 'etcdctl', ['--dial-timeout=5s', '--command-timeout=10s', `--endpoints=${endpoints.join(',')}`, ...tls, ...args]),
   );
