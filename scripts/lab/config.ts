@@ -42,6 +42,10 @@ export const LAB = {
   bastion: { portInNamespace: 22, forwardPort: 2223 },
   pools: { vms: 'etcd-lab', images: 'etcd-lab-images' },
   baseVolume: 'debian-12-etcd.qcow2',
+  /** The image members upgrade to (scripts/lab/second-image.ts): the base image with one visible difference, beside it in the same pool. */
+  secondBaseVolume: 'debian-12-etcd-2.qcow2',
+  /** That difference as a guest sees it: a file holding this one line (the base image has no such file), and jq installed. */
+  secondImageMark: { path: '/etc/etcd-kvm-lab-image', line: 'debian-12-etcd-2' },
   clientDir: join(REPO_ROOT, '.etcd-kvm', 'lab', 'hypervisor'),
   releasePort: RELEASE_PORT,
   /** What a lab inventory's release_url points at: `${releaseUrl}/v3.5.16/etcd-v3.5.16-linux-amd64.tar.gz`, `${releaseUrl}/v3.5.16/SHA256SUMS`. */

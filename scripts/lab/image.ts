@@ -64,7 +64,7 @@ export const recipeHash = (): string => createHash('sha256').update(JSON.stringi
 export const cachedImagePath = (): string => join(IMAGE_CACHE_DIR, `debian-12-etcd-${recipeHash()}.qcow2`);
 
 /** Removes what a killed build left: mounts, loop devices and work directories. */
-async function cleanStaleBuilds(): Promise<void> {
+export async function cleanStaleBuilds(): Promise<void> {
   if (!existsSync(IMAGE_CACHE_DIR)) return;
   for (const entry of readdirSync(IMAGE_CACHE_DIR).filter((name) => name.startsWith('.build-'))) {
     const workDir = join(IMAGE_CACHE_DIR, entry);
@@ -185,7 +185,7 @@ async function installGrub(mnt: string, workDir: string, raw: string): Promise<v
   await $`dd if=${core} of=${raw} bs=512 seek=1 conv=notrunc status=none`;
 }
 
-async function waitForDevice(path: string): Promise<void> {
+export async function waitForDevice(path: string): Promise<void> {
   for (let attempt = 0; attempt < 50; attempt++) {
     if (existsSync(path)) return;
     await new Promise((resolve) => setTimeout(resolve, 100));
@@ -193,4 +193,4 @@ async function waitForDevice(path: string): Promise<void> {
   throw new Error(`image: ${path} did not appear after partx`);
 }
 
-const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+export const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;

@@ -5,6 +5,7 @@ import { daemonStatus, ensureSshdFiles, startDaemons, stopDaemons } from './daem
 import { ensurePackages } from '../system/packages.ts';
 import { chooseAcceleration, fixKvmDevice, restoreKvmDevice } from './host.ts';
 import { cachedImagePath, ensureImage } from './image.ts';
+import { SECOND_IMAGE_RECIPE, cachedSecondImagePath, ensureSecondImage } from './second-image.ts';
 import { FIRST_HYPERVISOR, SECOND_HYPERVISOR, ensureLibvirtObjects, libvirtStatus, removeLibvirtObjects } from './libvirt.ts';
 import { ensureSecondHypervisor, linkBridges, removeSecondHypervisor, secondStatus } from './second.ts';
 import { ensureMacvtapSegment, macvtapStatus, removeMacvtapSegment } from './macvtap.ts';
@@ -19,7 +20,8 @@ import { stopProcess } from './processes.ts';
 
 const USAGE = `usage: npx tsx scripts/lab/lab.ts up|down|status
 
-  up       install missing Debian packages, build (or reuse) the VM image, create the network
+  up       install missing Debian packages, build (or reuse) the VM image and, from it, the image
+           members upgrade to (${LAB.secondBaseVolume}), create the network
            namespace ${LAB.namespace}, start virtlogd, libvirtd and the hypervisor's sshd in it, and
            expose that sshd on ${LAB.forwardHost}:${LAB.forwardPort}; creates pools ${LAB.pools.vms},
            ${LAB.pools.images} and network ${LAB.network.name}, and the macvtap segment: host
@@ -31,7 +33,7 @@ const USAGE = `usage: npx tsx scripts/lab/lab.ts up|down|status
            and etcd ${ETCD_RELEASES.map((release) => release.version).join(', ')} repackaged from Debian's builds as etcd's
            GitHub releases, served at ${LAB.releaseUrl} (release-server)
   down     remove the lab's VMs and their disks, network, pools, daemons and namespaces;
-           put /dev/kvm back; the built image and releases stay
+           put /dev/kvm back; the built images and releases stay
   status   what is running
 
   ETCD_KVM_LAB_ACCEL=kvm|qemu forces the acceleration choice that up reports.`;
@@ -51,6 +53,8 @@ async function up(): Promise<void> {
   if (kvmNote) log(kvmNote);
   const image = await ensureImage(log);
   if (image.builtInMs === undefined) log(`image: reusing ${image.path}`);
+  const secondImage = await ensureSecondImage(image.path, log);
+  if (secondImage.builtInMs === undefined) log(`second image: reusing ${secondImage.path}`);
   // Before the daemons: the release server is ready once it serves every release.
   await ensureReleases(log);
   await ensureNamespace();
@@ -60,8 +64,9 @@ async function up(): Promise<void> {
   await ensureSecondHypervisor(log);
   await ensureSshdFiles();
   await startDaemons(log);
-  await ensureLibvirtObjects(FIRST_HYPERVISOR, image.path, log);
-  await ensureLibvirtObjects(SECOND_HYPERVISOR, image.path, log);
+  const images = { base: image.path, second: secondImage.path };
+  await ensureLibvirtObjects(FIRST_HYPERVISOR, images, log);
+  await ensureLibvirtObjects(SECOND_HYPERVISOR, images, log);
   await linkBridges(log);
   log(
     `up in ${((performance.now() - started) / 1000).toFixed(1)} s; hypervisors: root@${LAB.forwardHost}:${LAB.forwardPort}, root@${LAB.forwardHost}:${SECOND.forwardPort}`,
@@ -96,7 +101,10 @@ async function down(): Promise<void> {
 async function status(): Promise<void> {
   console.log(`namespace ${LAB.namespace}: ${(await namespaceExists(LAB.namespace)) ? 'present' : 'absent'}`);
   for (const daemon of daemonStatus()) console.log(`${daemon.name}: ${daemon.pid ? `running (pid ${daemon.pid})` : 'stopped'}`);
-  console.log(`image: ${cachedImagePath()} (${existsSync(cachedImagePath()) ? 'built' : 'not built'})`);
+  console.log(`image: ${cachedImagePath()} (${existsSync(cachedImagePath()) ? 'built' : 'not built'}), volume ${LAB.baseVolume}`);
+  console.log(
+    `second image: ${cachedSecondImagePath()} (${existsSync(cachedSecondImagePath()) ? 'built' : 'not built'}), volume ${LAB.secondBaseVolume}: the base image with ${LAB.secondImageMark.path} and ${SECOND_IMAGE_RECIPE.packages.join(', ')}, to upgrade members to`,
+  );
   console.log(`acceleration: ${chooseAcceleration().type}`);
   console.log(releasesStatus());
   console.log(await macvtapStatus());

@@ -3,14 +3,14 @@ import { join } from 'node:path';
 import { $ } from 'zx';
 import { LAB, SECOND, SECOND_URI } from './config.ts';
 
-/** The lab's libvirt objects on each hypervisor: two dir pools, the isolated network, the base image volume. Never autostarted. */
+/** The lab's libvirt objects on each hypervisor: two dir pools, the isolated network, the two image volumes. Never autostarted. */
 
 /** One of the lab's hypervisors as the lab scripts on the root namespace see it. */
 export interface LabHypervisor {
   name: string;
   /** libvirt's URI from the root namespace. */
   uri: string;
-  /** Its lab directory: pools/, the network's definition, which cached image its base volume came from. */
+  /** Its lab directory: pools/, the network's definition, which cached image each image volume came from. */
   dir: string;
   network: { name: string; bridge: string; address: string; prefixLength: number };
 }
@@ -19,7 +19,15 @@ export const FIRST_HYPERVISOR: LabHypervisor = { name: 'lab', uri: 'qemu:///syst
 export const SECOND_HYPERVISOR: LabHypervisor = { name: SECOND.name, uri: SECOND_URI, dir: SECOND.dir, network: SECOND.network };
 
 const poolDir = (hypervisor: LabHypervisor, pool: string) => join(hypervisor.dir, 'pools', pool);
-const baseStamp = (hypervisor: LabHypervisor) => join(hypervisor.dir, 'base-image.source');
+/** Which cached image each volume of the images pool was made from, one file per volume beside the pools. */
+const IMAGE_STAMPS: Record<string, string> = { [LAB.baseVolume]: 'base-image.source', [LAB.secondBaseVolume]: 'second-base-image.source' };
+const imageStamp = (hypervisor: LabHypervisor, volume: string) => join(hypervisor.dir, IMAGE_STAMPS[volume] ?? `${volume}.source`);
+
+/** The cached images the images pool holds: the base image, and the one members upgrade to. */
+export interface LabImages {
+  base: string;
+  second: string;
+}
 
 /** virsh against one libvirtd, from the root namespace. */
 export const virshAt = (uri: string) => ({
@@ -61,19 +69,20 @@ async function ensureNetwork(hypervisor: LabHypervisor): Promise<void> {
 }
 
 /**
- * Puts the cached image into the images pool. Replaced only when the recipe changed and no VM disk in
+ * Puts a cached image into the images pool as `volume`. Replaced only when the recipe changed and no VM disk in
  * the lab still uses it as backing store; linked (or copied) under a temporary name so a killed copy
  * leaves no volume. QEMU only reads it: a hard link to the cache costs no space.
  */
-async function ensureBaseVolume(hypervisor: LabHypervisor, imagePath: string, log: (line: string) => void): Promise<void> {
+async function ensureImageVolume(hypervisor: LabHypervisor, volume: string, imagePath: string, log: (line: string) => void): Promise<void> {
   const dir = poolDir(hypervisor, LAB.pools.images);
   for (const stale of readdirSync(dir).filter((file) => file.startsWith('.partial-'))) rmSync(join(dir, stale));
-  const target = join(dir, LAB.baseVolume);
-  const current = existsSync(baseStamp(hypervisor)) ? readFileSync(baseStamp(hypervisor), 'utf8').trim() : '';
+  const target = join(dir, volume);
+  const stamp = imageStamp(hypervisor, volume);
+  const current = existsSync(stamp) ? readFileSync(stamp, 'utf8').trim() : '';
   if (existsSync(target) && current === imagePath) return;
   if (existsSync(target) && readdirSync(poolDir(hypervisor, LAB.pools.vms)).length > 0) {
     log(
-      `${hypervisor.name}: base image ${imagePath} is newer, but VM disks still use the old one as backing store; run lab:down first to switch`,
+      `${hypervisor.name}: image ${imagePath} for ${volume} is newer, but VM disks may still use the old one as backing store; run lab:down first to switch`,
     );
     return;
   }
@@ -84,15 +93,16 @@ async function ensureBaseVolume(hypervisor: LabHypervisor, imagePath: string, lo
     copyFileSync(imagePath, partial);
   }
   renameSync(partial, target);
-  writeFileSync(baseStamp(hypervisor), `${imagePath}\n`);
+  writeFileSync(stamp, `${imagePath}\n`);
   await virshOn(hypervisor).run(['pool-refresh', LAB.pools.images]);
-  log(`${hypervisor.name}: base image ${LAB.pools.images}/${LAB.baseVolume} from ${imagePath}`);
+  log(`${hypervisor.name}: image ${LAB.pools.images}/${volume} from ${imagePath}`);
 }
 
-export async function ensureLibvirtObjects(hypervisor: LabHypervisor, imagePath: string, log: (line: string) => void): Promise<void> {
+export async function ensureLibvirtObjects(hypervisor: LabHypervisor, images: LabImages, log: (line: string) => void): Promise<void> {
   await ensurePool(hypervisor, LAB.pools.images);
   await ensurePool(hypervisor, LAB.pools.vms);
-  await ensureBaseVolume(hypervisor, imagePath, log);
+  await ensureImageVolume(hypervisor, LAB.baseVolume, images.base, log);
+  await ensureImageVolume(hypervisor, LAB.secondBaseVolume, images.second, log);
   await ensureNetwork(hypervisor);
 }
 
@@ -143,5 +153,6 @@ export async function libvirtStatus(hypervisor: LabHypervisor): Promise<string> 
   const domains = (await virsh(['list', '--all'])).stdout.trim() || '(no domains)';
   const pools = (await virsh(['pool-list', '--all'])).stdout.trim();
   const networks = (await virsh(['net-list', '--all'])).stdout.trim();
-  return `${hypervisor.name} domains:\n${domains}\npools:\n${pools}\nnetworks:\n${networks}`;
+  const volumes = (await virsh(['vol-list', LAB.pools.images]).nothrow()).stdout.trim() || '(none)';
+  return `${hypervisor.name} domains:\n${domains}\npools:\n${pools}\nnetworks:\n${networks}\nimages (${LAB.pools.images}):\n${volumes}`;
 }
