@@ -17,6 +17,7 @@ import { guestQuestions, guestStep } from '../steps/guest.ts';
 import { healthWait } from '../steps/health.ts';
 import { addLearnerStep, departStep, promoteStep } from '../steps/membership.ts';
 import { adoptionStep, ownershipStep } from '../steps/ownership.ts';
+import { rebuildStep } from '../steps/rebuild.ts';
 import { renderedFilesStep } from '../steps/rendered-files.ts';
 import { restoreStep } from '../steps/restore.ts';
 import { usersStep } from '../steps/users.ts';
@@ -150,7 +151,18 @@ export class DeployExecution {
         return this.#owner(planned.pass);
       case 'health':
         return this.runner.runWait(
-          healthWait(this.clusterOf(planned.pass.cluster), this.context.membersNamed(planned.pass.members), this.context.clients),
+          healthWait(this.clusterOf(planned.pass.cluster), this.context.membersNamed(planned.pass.members), this.context.clients, {
+            caughtUp: planned.caughtUp === true,
+          }),
+        );
+      case 'rebuild':
+        return this.runner.runStep(
+          rebuildStep(
+            this.clusterOf(this.membership.voting.map((member) => member.name)),
+            this.#member(planned.member),
+            this.context.remote,
+            this.context.clients,
+          ),
         );
       case 'auth':
       case 'users':

@@ -9,6 +9,7 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import { peerUrl } from '../inventory/urls.ts';
 import { domainUuid } from '../libvirt/domain-xml.ts';
 import { judgeDisks, type DiskVerdict } from '../libvirt/lost-disks.ts';
+import { imageQuestions, judgeImage } from '../libvirt/os-image.ts';
 import { ownerQuestions } from '../libvirt/ownership.ts';
 import { isNotFound, type Question } from '../libvirt/virsh.ts';
 import { membersDeployedBefore } from '../pki/plan.ts';
@@ -22,7 +23,7 @@ import { departingHealth, isMarkedReplacing, replacingQuestion } from '../steps/
 import { networkIdsOf, networksFact, type NetworkNames } from '../steps/networks.ts';
 import { volumeQuestions } from '../steps/volumes.ts';
 import { guestsOf, type DeployContext } from './context.ts';
-import type { DeployRecord, PlanOptions } from './plan.ts';
+import type { DeployRecord, ImageChange, PlanOptions } from './plan.ts';
 import { selectedBy } from './plan.ts';
 
 /** What the gather stage learned: the plan's record, and what the phases take as it is (members, network names). */
@@ -47,6 +48,7 @@ export function prefetchFacts(
     ...Object.values(ownerQuestions(member)),
     replacingQuestion(member),
     ...Object.values(volumeQuestions(member)),
+    ...Object.values(imageQuestions(member) ?? {}),
     ...Object.values(seedQuestions(member)),
     ...Object.values(domainQuestions(member)),
   ]);
@@ -136,6 +138,33 @@ async function disksGone(
   };
 }
 
+/**
+ * Members whose OS disk was built from another image than base_image, followers first and the
+ * leader last (leadership moves once at most). A hypervisor that does not answer says nothing here:
+ * its members are not rebuilt in this run.
+ */
+async function imageChanges(context: DeployContext, members: readonly Member[], leader: string | undefined): Promise<ImageChange[]> {
+  const verdicts = await Promise.all(
+    members.map(async (member) => {
+      const questions = imageQuestions(member);
+      if (!questions) return undefined;
+      const answers = await context.remote.probe(member, questions).catch(() => undefined);
+      if (!answers) return undefined;
+      // An answer that cannot be read rebuilds nothing: the volumes step says what libvirt answered.
+      const verdict = (() => {
+        try {
+          return judgeImage(member, { ...answers, dataDisk: member.volumes.data !== undefined });
+        } catch {
+          return undefined;
+        }
+      })();
+      return !verdict || verdict.kind === 'current' ? undefined : { member: member.name, from: verdict.from, to: verdict.to };
+    }),
+  );
+  const changes = verdicts.filter((change): change is ImageChange => change !== undefined);
+  return [...changes.filter((change) => change.member !== leader), ...changes.filter((change) => change.member === leader)];
+}
+
 /** Members whose domain carries the being-replaced mark: a replacement an earlier run began. */
 async function markedReplacing(context: DeployContext, members: readonly Member[]): Promise<Set<string>> {
   const marked = await Promise.all(
@@ -171,6 +200,8 @@ const everyoneVotes = (inventory: Inventory): MembershipPlan => ({ voting: inven
 interface ClusterFacts {
   formed: boolean;
   membership: MembershipPlan;
+  /** The leader's name, when etcd answered. */
+  leader?: string;
 }
 
 /** The cluster phase when etcd answered: who is in it, and formed.json kept up to date. */
@@ -199,7 +230,7 @@ async function formedFacts(
     .map(({ member, stage }) => (stage === 'to-add' ? member.name : `${member.name} (${stage}, resumed)`));
   const notReplaced = disks.doubts.length ? `; not replaced, for want of certain evidence: ${disks.doubts.join('; ')}` : '';
   const line = `formed (leader ${formed.leader}): members join as existing${joining.length ? `; to join one after another: ${joining.join(', ')}` : ''}${notReplaced}`;
-  return { shown: line, value: { formed: true, membership } satisfies ClusterFacts };
+  return { shown: line, value: { formed: true, membership, leader: formed.leader } satisfies ClusterFacts };
 }
 
 /** Has the cluster formed, and who is in it? Decides ETCD_INITIAL_CLUSTER_STATE and who joins or leaves. */
@@ -246,7 +277,7 @@ export async function gather(
   if (options.renderOnly !== undefined) {
     const formed = !inventory.cluster.is_initializing;
     return {
-      record: { formed, voting: inventory.members.map((m) => m.name), joiners: [], departures: [], peerStage },
+      record: { formed, voting: inventory.members.map((m) => m.name), joiners: [], departures: [], peerStage, rebuilds: [] },
       membership: everyoneVotes(inventory),
       networkNames,
     };
@@ -276,12 +307,15 @@ export async function gather(
     departing.map(({ member }) => member),
   );
   const departures = orderDepartures(departing, known).map(({ departure, member }) => ({ departure, member: member.name }));
+  const voting = membership.voting.map((member) => member.name);
+  const staying = members.filter((member) => voting.includes(member.name) && !departures.some((d) => d.member === member.name));
   const record: DeployRecord = Object.freeze({
     formed: cluster.formed,
-    voting: membership.voting.map((member) => member.name),
+    voting,
     joiners: membership.joiners.map(({ member }) => member.name),
     departures,
     peerStage,
+    rebuilds: cluster.formed ? await imageChanges(context, staying, cluster.leader) : [],
   });
   return { record, membership, networkNames };
 }

@@ -22,6 +22,15 @@ export interface DeployRecord {
   departures: readonly { departure: Departure; member: string }[];
   /** The peer port's stage the members run now (pki/peer-trust.json), or none recorded. */
   peerStage: PeerTrustStage | undefined;
+  /** Members whose OS disk was built from another image than base_image, in the order they are rebuilt (the leader last). */
+  rebuilds: readonly ImageChange[];
+}
+
+/** A member built from one image, to be rebuilt on another (or refused: its phase says why). */
+export interface ImageChange {
+  member: string;
+  from: string;
+  to: string;
 }
 
 export interface PlanOptions {
@@ -51,8 +60,11 @@ export type PlannedPhase = (
       pass: Pass;
       skip?: string;
       note?: string;
+      /** A health wait after a member came back: it has also caught up with the leader. */
+      caughtUp?: true;
     }
   | { step: 'join' | 'promote'; member: string; before: readonly string[] }
+  | ({ step: 'rebuild'; skip?: string } & ImageChange)
   | { step: 'formed'; pass: Pass; seeds: boolean; guests: boolean; formedBefore: boolean; note?: string }
   | { step: 'peer-trust'; stage: PeerTrustStage; note?: string }
 ) & {
@@ -140,6 +152,31 @@ function joinPhases(
   ];
   // Strictly one after another: a joiner whose join failed stops the joins after it.
   return phases.map((phase) => ({ ...phase, needsJoined: [...earlierJoiners, joiner] }));
+}
+
+/** The steps a rebuild needs after it: the new OS disk's guest converged, and its etcd healthy. */
+const NEEDED_AFTER_REBUILD: readonly StepId[] = ['guest', 'health'];
+
+/**
+ * Each member built from another image, strictly one after another: the new OS disk, its guest (the
+ * files and the etcd release the image lacks), then its etcd healthy and caught up with the leader
+ * before the next member goes. Only while nothing has failed in the run.
+ */
+function rebuildPhases(record: DeployRecord, selection: readonly string[], selected: (step: StepId) => boolean): PlannedPhase[] {
+  const rebuilds = record.rebuilds.filter(({ member }) => selection.includes(member));
+  if (rebuilds.length === 0 || !selected('rebuild')) return [];
+  const missing = NEEDED_AFTER_REBUILD.filter((step) => !selected(step));
+  if (missing.length > 0)
+    return rebuilds.map((change) => ({ step: 'rebuild', ...change, skip: `a rebuild needs the steps ${missing.join(', ')} after it` }));
+  return rebuilds.flatMap((change): PlannedPhase[] => {
+    const pass: Pass = { cluster: record.voting, members: [change.member], joining: false, formed: true };
+    return [
+      { step: 'rebuild', ...change, onlyIfClean: true },
+      { step: 'render', pass, onlyIfClean: true },
+      { step: 'guest', pass, onlyIfClean: true },
+      { step: 'health', pass, caughtUp: true, onlyIfClean: true },
+    ];
+  });
 }
 
 /** The peer port's stages still to go, each rolled over the main pass once every member runs the one before. */
@@ -242,6 +279,7 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
     // From the member that bootstraps auth, when the run includes it.
     { ...checkedPhase('auth', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected), ...authFreeze },
     { ...checkedPhase('users', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected), ...authFreeze },
+    ...rebuildPhases(record, main.members, selected),
     ...joins,
     ...settle,
     ...peerTrustPhases(record, main, options, selected),
@@ -255,6 +293,7 @@ export function phaseTitle(phase: PlannedPhase): string {
       return `${phase.departure} ${phase.member}`;
     case 'join':
     case 'promote':
+    case 'rebuild':
       return `${phase.step} ${phase.member}`;
     case 'peer-trust':
       return 'peer trust';
@@ -274,6 +313,8 @@ export function describePlan(plan: readonly PlannedPhase[]): string[] {
         return `${title}${phase.member} as a learner beside ${phase.before.join(', ')}`;
       case 'promote':
         return `${title}${phase.member} to a voting member once in sync`;
+      case 'rebuild':
+        return `${title}${phase.skip ? `skipped: ${phase.skip}` : `${phase.member} from image ${phase.from} onto ${phase.to}, data disk kept; its guest and health next`}`;
       case 'formed':
         if (phase.note) return `${title}${phase.note}`;
         return `${title}${phase.pass.members.join(', ')} again as existing (seeds: ${phase.seeds ? 'yes' : 'no'}, guests: ${phase.guests ? 'yes' : 'no'})${phase.formedBefore ? ', the joiners in' : ', once the cluster has formed'}`;

@@ -92,10 +92,31 @@ async function leaderApplied(inventory: Inventory, clients: EtcdClients, leaderI
   throw new Error(`the leader (${BigInt(leaderId).toString(16)}) did not answer`);
 }
 
+/** The leader's applied index a member must reach, taken the first time the member is asked (`undefined` until then). */
+export interface CatchUpMark {
+  target?: bigint;
+}
+
+/**
+ * How far a member that came back has got: the version it reports, and whether it has applied what
+ * the leader had applied when it was first asked (healthy alone means it reached the leader, not
+ * that it caught up with it). `what` says where it stands, for a wait's message.
+ */
+export async function catchUp(
+  inventory: Inventory,
+  clients: EtcdClients,
+  member: Member,
+  mark: CatchUpMark,
+): Promise<{ version: string; caughtUp: boolean; what: string }> {
+  const status = await (await clients.for(member)).maintenance.status({});
+  mark.target ??= await leaderApplied(inventory, clients, status.leader);
+  const caughtUp = BigInt(status.raftAppliedIndex) >= mark.target;
+  return { version: status.version, caughtUp, what: `it has applied ${status.raftAppliedIndex} of the leader's ${mark.target}` };
+}
+
 /**
  * After a member's restart onto a release, and before the next member goes: it reports that version,
- * and it has applied everything the leader had applied when it came back (healthy alone means it
- * reached the leader, not that it caught up with it).
+ * and it has caught up with the leader (catchUp).
  */
 export async function waitForRelease(
   inventory: Inventory,
@@ -105,17 +126,14 @@ export async function waitForRelease(
   timeoutMs: number,
 ): Promise<void> {
   const deadline = Date.now() + timeoutMs;
-  let caughtUpTo: bigint | undefined;
+  const mark: CatchUpMark = {};
   let last = 'no answer yet';
   for (;;) {
     try {
-      const status = await (await clients.for(member)).maintenance.status({});
-      if (status.version !== version) last = `it runs etcd ${status.version}, not ${version}`;
-      else {
-        caughtUpTo ??= await leaderApplied(inventory, clients, status.leader);
-        if (BigInt(status.raftAppliedIndex) >= caughtUpTo) return;
-        last = `it has applied ${status.raftAppliedIndex} of the leader's ${caughtUpTo}`;
-      }
+      const progress = await catchUp(inventory, clients, member, mark);
+      if (progress.version !== version) last = `it runs etcd ${progress.version}, not ${version}`;
+      else if (progress.caughtUp) return;
+      else last = progress.what;
     } catch (error) {
       last = firstLineOf(error);
     }
@@ -125,4 +143,10 @@ export async function waitForRelease(
       );
     await delay(RELEASE_POLL_MS);
   }
+}
+
+/** Leadership handed from `from`, which leads, to `to`: MoveLeader is the leader's to do, so `from` is asked. */
+export async function moveLeader(clients: EtcdClients, from: Member, to: Member): Promise<void> {
+  const target = await (await clients.for(to)).maintenance.status({});
+  await (await clients.for(from)).maintenance.moveLeader({ targetID: target.header.member_id });
 }

@@ -7,6 +7,9 @@ import { missingObject, type ProbeAnswer } from './virsh.ts';
  * volume does not (a missing pool — a mistyped volume_pool — says nothing about the volume), and the
  * member's etcd does not answer (a VM can run on a deleted file it still holds open). Anything less
  * replaces nothing: the volumes step then reports what it saw for that member and stops there.
+ * A member whose data disk is there has lost no etcd data with its OS disk: the volumes step makes
+ * the OS disk again on the base image, as an image rebuild does (and a rebuild killed between the
+ * old disk's deletion and the new one's creation resumes that way).
  */
 
 export interface DiskFacts {
@@ -44,6 +47,7 @@ const unreadable = (facts: DiskFacts): string[] =>
 export async function judgeDisks(facts: DiskFacts): Promise<DiskVerdict> {
   const missing = volumesMissing(facts);
   if (missing.length === 0) return { gone: false };
+  if (facts.data?.code === 0) return { gone: false };
   const unknown = unreadable(facts);
   if (unknown.length > 0)
     return { gone: false, why: `${missing.join(' and ')}, but libvirt could not say about the rest (${unknown.join('; ')})` };

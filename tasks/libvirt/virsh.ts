@@ -165,3 +165,11 @@ export function missingObject(answer: ProbeAnswer): LibvirtObject | undefined {
 
 /** Does this failed answer say that `object` (the one the question asked about) does not exist? */
 export const isNotFound = (answer: ProbeAnswer, object: LibvirtObject): boolean => missingObject(answer) === object;
+
+/** What a failed virsh said, its `error: ` prefixes dropped and its lines joined: for messages. */
+export const virshSays = (answer: ProbeAnswer): string =>
+  answer.output
+    .trim()
+    .split('\n')
+    .map((line) => line.replace(/^error: /, ''))
+    .join(': ') || `virsh exit ${answer.code}`;

@@ -1,5 +1,5 @@
 import type { ProbeAnswer } from './virsh.ts';
-import { isNotFound, missingObject } from './virsh.ts';
+import { isNotFound, missingObject, virshSays } from './virsh.ts';
 
 /** Reading `virsh vol-info --bytes` answers. */
 
@@ -11,12 +11,7 @@ export function volumeState(answer: ProbeAnswer, what: string): VolumeState {
     return { exists: true, capacityBytes: capacity ? Number(capacity) : 0 };
   }
   if (isNotFound(answer, 'volume')) return { exists: false };
-  const said =
-    answer.output
-      .trim()
-      .split('\n')
-      .map((line) => line.replace(/^error: /, ''))
-      .join(': ') || `virsh exit ${answer.code}`;
+  const said = virshSays(answer);
   const hint =
     missingObject(answer) === 'pool'
       ? ' (the pool is missing on that hypervisor, so whether the volume exists is unknown: check volume_pool; virsh pool-list --all lists the pools)'

@@ -7,6 +7,7 @@ import { canonicalDomainXml, compareDomainXml, parseDomInfo } from '../libvirt/d
 import { isNotFound, type Question } from '../libvirt/virsh.ts';
 import type { RenderedFile } from '../render/member.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
+import { shutDown } from '../libvirt/power.ts';
 import { memberTargets } from './member-targets.ts';
 
 /**
@@ -25,9 +26,6 @@ interface DomainState {
 }
 
 type DomainAction = 'define' | 'restart' | 'start' | 'autostart';
-
-/** How long a guest gets for an ACPI shutdown before it is powered off; TCG guests stop in ~10-20 s. */
-const SHUTDOWN_GRACE_MS = 120_000;
 
 /** libvirt refuses to redefine a domain under a new uuid: keep the one it has. */
 function withUuidOf(liveXml: string | undefined, renderedXml: string): string {
@@ -55,15 +53,7 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
   async function restart(member: Member): Promise<void> {
     await ensureQuorumWithout(inventory, clients, member);
     const virsh = await context.virshFor(member);
-    await virsh.run(['shutdown', member.name]);
-    const deadline = Date.now() + SHUTDOWN_GRACE_MS;
-    while (parseDomInfo(await virsh.run(['dominfo', member.name])).running) {
-      if (Date.now() > deadline) {
-        await virsh.run(['destroy', member.name]);
-        break;
-      }
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
-    }
+    await shutDown(virsh, member.name);
     await virsh.run(['start', member.name]);
     await waitForHealth(inventory, clients, member, inventory.cluster.health_timeout * 1000);
   }

@@ -1,6 +1,8 @@
+import { firstLineOf } from '../core/errors.ts';
 import type { Wait } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
+import { catchUp, type CatchUpMark } from '../etcd/roll.ts';
 import { HEALTH_POLL_MS, healthFailure, memberHealth, type Health } from '../etcd/health.ts';
 import { memberTargets } from './member-targets.ts';
 
@@ -14,11 +16,18 @@ export const alarmWarnings = (alarms: readonly string[]): string[] =>
 
 /**
  * A wait: every member healthy over TLS with the inventory's member list, within
- * cluster.health_timeout. Failed at the deadline with the member, its last answer and where to look;
+ * cluster.health_timeout; with `caughtUp`, also applied what the leader had applied when the member
+ * was first seen healthy (after a member came back, before the next one goes). Failed at the deadline with the member, its last answer and where to look;
  * a member whose hypervisor connection is dead fails at once (no answer could come through it).
  */
-export function healthWait(inventory: Inventory, members: readonly Member[], clients: EtcdClients): Wait<Health> {
+export function healthWait(
+  inventory: Inventory,
+  members: readonly Member[],
+  clients: EtcdClients,
+  { caughtUp = false }: { caughtUp?: boolean } = {},
+): Wait<Health> {
   const { targets, memberNamed } = memberTargets(members);
+  const marks = new Map<string, CatchUpMark>(members.map((member) => [member.name, {}]));
   return {
     name: 'health',
     targets,
@@ -27,7 +36,16 @@ export function healthWait(inventory: Inventory, members: readonly Member[], cli
     async look(name) {
       const member = memberNamed(name);
       const health = await memberHealth(inventory, clients, member);
-      if (health.healthy) return { ready: true, seen: health, warnings: alarmWarnings(health.alarms) };
+      if (health.healthy) {
+        const behind = caughtUp
+          ? await catchUp(inventory, clients, member, marks.get(name)!).then(
+              (progress) => (progress.caughtUp ? undefined : progress.what),
+              (error: unknown) => firstLineOf(error),
+            )
+          : undefined;
+        if (behind !== undefined) return { ready: false, reason: `healthy, catching up with the leader: ${behind}` };
+        return { ready: true, seen: health, warnings: alarmWarnings(health.alarms) };
+      }
       const unreachable = clients.unreachable(member);
       if (unreachable !== undefined) return { ready: false, reason: `etcd on ${name} cannot be asked: ${unreachable}`, final: true };
       return { ready: false, reason: health.reason };

@@ -5,7 +5,7 @@ import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
 import { hasLeaderNow, memberHealth } from '../etcd/health.ts';
 import { liveMember, MembershipRefusal, type LiveMember } from '../etcd/membership.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import { quorumOf } from '../etcd/roll.ts';
+import { moveLeader, quorumOf } from '../etcd/roll.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
 import { volInfo } from '../libvirt/volumes.ts';
 import { judgeOwnership, ownerQuestions, type Ownership } from '../libvirt/ownership.ts';
@@ -337,11 +337,8 @@ export function departStep(
     },
     async apply(changes) {
       for (const { action } of changes) {
-        if (action.kind === 'move-leader') {
-          // MoveLeader is the leader's to do: asked of the departing member itself, which leads.
-          const target = await (await clients.for(action.to)).maintenance.status({});
-          await (await clients.for(member)).maintenance.moveLeader({ targetID: target.header.member_id });
-        } else if (action.kind === 'remove') {
+        if (action.kind === 'move-leader') await moveLeader(clients, member, action.to);
+        else if (action.kind === 'remove') {
           await firstAnswering(clients, how.staying, (client) => client.cluster.memberRemove({ ID: action.id }));
         } else {
           await applyToVm(await remote.virshFor(member), member, action);

@@ -159,6 +159,14 @@ export const DEPLOY_STEPS = [
     doc: "the inventory's roles and users: created, changed, removed when they leave it (only the tool's own)",
   },
   {
+    id: 'rebuild',
+    kind: 'operation',
+    on: 'hypervisors',
+    selectable: true,
+    changes: ['libvirt', 'guest', 'vm'],
+    doc: 'a member built from another image than base_image: a new OS disk on it, data disk kept; one at a time, leader last',
+  },
+  {
     id: 'join',
     kind: 'operation',
     on: 'etcd',

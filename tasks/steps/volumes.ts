@@ -17,9 +17,28 @@ interface VolumesState {
   base?: { path: string; capacityBytes: number } | { missing: string };
 }
 
-type VolumeAction =
+export type VolumeAction =
   | { kind: 'overlay'; pool: string; name: string; capacityBytes: number; basePath: string }
   | { kind: 'data'; pool: string; name: string; capacityBytes: number };
+
+/** `virsh vol-create-as` for a data disk, or for an OS disk layered on its base image's path. */
+export function createVolumeArgs(action: VolumeAction): string[] {
+  const common = [
+    'vol-create-as',
+    '--pool',
+    action.pool,
+    '--name',
+    action.name,
+    '--capacity',
+    `${action.capacityBytes}`,
+    '--format',
+    'qcow2',
+  ];
+  return action.kind === 'overlay' ? [...common, '--backing-vol', action.basePath, '--backing-vol-format', 'qcow2'] : common;
+}
+
+/** An OS disk's size: the larger of os_volume_size_gib and the base image's own. */
+export const osDiskBytes = (os: { sizeGib?: number }, baseBytes: number): number => Math.max(os.sizeGib ? os.sizeGib * GIB : 0, baseBytes);
 
 type VolumeQuestion = 'os' | 'data' | 'basePath' | 'baseInfo';
 
@@ -101,7 +120,9 @@ export function volumesStep(
           throw new Error(
             `volume_id ${os.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}; create it or drop volume_id to let the tool make an overlay on base_image`,
           );
-        if (!joining && (!inventory.cluster.is_initializing || state.othersWithDisks.length > 0)) {
+        // A data disk that is there holds the member's etcd data: a new OS disk boots the same member (an image rebuild).
+        const dataKept = state.data?.exists === true;
+        if (!joining && !dataKept && (!inventory.cluster.is_initializing || state.othersWithDisks.length > 0)) {
           throw new Error(
             `refusing to create a new OS disk for ${name}: the cluster already exists (${state.othersWithDisks.length > 0 ? `other members have their disks: ${state.othersWithDisks.join(', ')}` : 'cluster.is_initializing is false'}), ` +
               'and a fresh member would start empty. Restore the volume, or remove the member from the cluster (etcdctl member remove <its ID, ' +
@@ -113,9 +134,10 @@ export function volumesStep(
             `base image ${state.base && 'missing' in state.base ? state.base.missing : '?'} not found on hypervisor ${member.hypervisor.name}; upload it (for the local lab: npm run lab:up)`,
           );
         }
-        const capacityBytes = Math.max(os.sizeGib ? os.sizeGib * GIB : 0, state.base.capacityBytes);
+        const capacityBytes = osDiskBytes(os, state.base.capacityBytes);
+        const kept = dataKept && data ? `; etcd's data stays on ${pool}/${'existing' in data ? data.existing : data.name}` : '';
         changes.push({
-          summary: `create OS disk ${pool}/${os.name} (${(capacityBytes / GIB).toFixed(0)} GiB qcow2 overlay on ${os.base.pool}/${os.base.volume})`,
+          summary: `create OS disk ${pool}/${os.name} (${(capacityBytes / GIB).toFixed(0)} GiB qcow2 overlay on ${os.base.pool}/${os.base.volume}${kept})`,
           action: { kind: 'overlay', pool, name: os.name, capacityBytes, basePath: state.base.path },
         });
       }
@@ -137,22 +159,7 @@ export function volumesStep(
     },
     async apply(changes, name) {
       const virsh = await context.virshFor(memberNamed(name));
-      for (const { action } of changes) {
-        const common = [
-          'vol-create-as',
-          '--pool',
-          action.pool,
-          '--name',
-          action.name,
-          '--capacity',
-          `${action.capacityBytes}`,
-          '--format',
-          'qcow2',
-        ];
-        await virsh.run(
-          action.kind === 'overlay' ? [...common, '--backing-vol', action.basePath, '--backing-vol-format', 'qcow2'] : common,
-        );
-      }
+      for (const { action } of changes) await virsh.run(createVolumeArgs(action));
     },
   };
 }

@@ -28,8 +28,13 @@ const record = (over: Partial<DeployRecord> = {}): DeployRecord => ({
   joiners: [],
   departures: [],
   peerStage: 'peer-only',
+  rebuilds: [],
   ...over,
 });
+
+/** Members built from image a.qcow2 while the inventory names images/b.qcow2, in the order the gather stage put them (leader last). */
+const onNewImage = (...members: string[]) => members.map((member) => ({ member, from: 'a.qcow2', to: 'images/b.qcow2' }));
+const REBUILD = (n: string) => [`rebuild etcd-${n}`, `render@${n}`, `guest@${n}`, `health@${n}`];
 const options = (over: Partial<PlanOptions> = {}): PlanOptions => ({ dryRun: false, ...over });
 
 /** A phase as one short token: title, `-` when skipped, `@` and its members for a pass. */
@@ -236,6 +241,34 @@ const rows: {
     options: { skipTags: ['guest'] },
     phases: ['-upgrade@1234', ...MAIN_ALL.slice(0, 5), '-guest@1234', ...MAIN_ALL.slice(6)],
   },
+  {
+    name: 'a new base image: after the main pass, each member rebuilt strictly one after another, its guest and health before the next',
+    record: record({ rebuilds: onNewImage('etcd-2', 'etcd-3', 'etcd-1') }),
+    phases: [...MAIN_ALL, ...REBUILD('2'), ...REBUILD('3'), ...REBUILD('1')],
+  },
+  {
+    name: 'a new base image with a joiner: members rebuilt before the joiner joins (it is made on the new image)',
+    record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'], rebuilds: onNewImage('etcd-1') }),
+    phases: [...MAIN_ALL.map((t) => t.replace('1234', '123')), ...REBUILD('1'), ...JOIN_4, 'health@1234', 'formed@1234'],
+  },
+  {
+    name: 'a new base image in a limited run: only the members --limit names',
+    record: record({ rebuilds: onNewImage('etcd-2', 'etcd-3') }),
+    options: { limit: ['etcd-3'] },
+    phases: [...MAIN_ALL.slice(0, 7).map((t) => t.replace('1234', '3')), 'auth@', 'users@', ...REBUILD('3')],
+  },
+  {
+    name: 'a new base image with --skip-tags rebuild: no rebuild',
+    record: record({ rebuilds: onNewImage('etcd-2') }),
+    options: { skipTags: ['rebuild'] },
+    phases: MAIN_ALL,
+  },
+  {
+    name: 'a new base image without the guest step: the rebuild is skipped, saying why',
+    record: record({ rebuilds: onNewImage('etcd-2') }),
+    options: { skipTags: ['guest'] },
+    phases: [...MAIN_ALL.slice(0, 5), '-guest@1234', ...MAIN_ALL.slice(6), '-rebuild etcd-2'],
+  },
 ];
 
 for (const row of rows) {
@@ -253,6 +286,17 @@ test('plan: with release binaries on a formed cluster, auth and users run only i
   t.deepEqual(clean('release', true), [true, true]);
   t.deepEqual(clean('release', false), [false, false]);
   t.deepEqual(clean('image', true), [false, false]);
+});
+
+test('plan: a rebuild and the phases after it run only while nothing has failed, and say the images from and to', (t) => {
+  const plan = buildPlan(fourMembers(), options(), record({ rebuilds: onNewImage('etcd-2') }));
+  const chain = plan.slice(MAIN_ALL.length);
+  t.deepEqual(
+    chain.map((phase) => phase.onlyIfClean),
+    [true, true, true, true],
+  );
+  t.is(chain.filter((phase) => phase.step === 'health' && phase.caughtUp).length, 1);
+  t.regex(describePlan(chain)[0]!, /^rebuild etcd-2 +etcd-2 from image a\.qcow2 onto images\/b\.qcow2, data disk kept/);
 });
 
 test('plan: a dry-run forms nothing and adds no member: `formed` says so', (t) => {

@@ -28,11 +28,19 @@ const rows: {
 }[] = [
   { title: 'both volumes there', facts: { os: EXISTS, data: EXISTS }, etcd: true, gone: false, why: undefined, asksEtcd: false },
   {
-    title: 'OS volume gone, etcd down: gone',
+    title: 'OS volume gone, data volume there, etcd down: kept (the OS disk is made again, the data disk holds etcd)',
     facts: { os: VOLUME_MISSING, data: EXISTS },
     etcd: false,
+    gone: false,
+    why: undefined,
+    asksEtcd: false,
+  },
+  {
+    title: 'both volumes gone, etcd down: gone',
+    facts: { os: VOLUME_MISSING, data: VOLUME_MISSING },
+    etcd: false,
     gone: true,
-    why: /OS volume is gone and its etcd does not answer/,
+    why: /OS volume is gone and its data volume is gone and its etcd does not answer/,
     asksEtcd: true,
   },
   {
@@ -53,7 +61,7 @@ const rows: {
   },
   {
     title: 'volume gone but etcd answers: kept',
-    facts: { os: VOLUME_MISSING, data: EXISTS },
+    facts: { os: EXISTS, data: VOLUME_MISSING },
     etcd: true,
     gone: false,
     why: /still answers/,

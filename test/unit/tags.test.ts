@@ -17,7 +17,7 @@ import { run } from '../helpers/exec.ts';
  */
 
 /** The selectable steps, written out: the list an operator reads in the refusal. */
-const STEPS = 'volumes, cloud-init, domain, restore, guest, health, auth, users';
+const STEPS = 'volumes, cloud-init, domain, restore, guest, health, auth, users, rebuild';
 
 test('the selectable steps are the ones --help lists', (t) => {
   t.is(SELECTABLE_STEPS.join(', '), STEPS);

@@ -11,7 +11,7 @@ import { baseDocument, load } from '../helpers/inventory.ts';
  * a missing OS disk is created only while no other member has one.
  */
 
-type Disks = Record<string, 'present' | 'missing' | 'unreadable' | 'data-missing' | 'pool-missing'>;
+type Disks = Record<string, 'present' | 'missing' | 'unreadable' | 'data-missing' | 'os-missing' | 'pool-missing'>;
 
 const found: ProbeAnswer = { code: 0, output: 'Name: x\nCapacity:       2147483648 bytes\n' };
 const absent: ProbeAnswer = {
@@ -31,6 +31,7 @@ function fakeHypervisor(disks: Disks): RemoteContext {
     const disk = disks[member.name];
     if (disk === 'pool-missing') return noPool;
     if (disk === 'data-missing') return question.at(-1)!.endsWith('-data.qcow2') ? absent : found;
+    if (disk === 'os-missing') return question.at(-1)!.endsWith('-os.qcow2') ? absent : found;
     return disk === 'present' ? found : absent;
   };
   return {
@@ -66,6 +67,18 @@ test('a new cluster gets an overlay OS disk per member, sized to the larger of t
   const outcome = await plans(load(doc), { 'etcd-1': 'missing', 'etcd-2': 'missing', 'etcd-3': 'missing' });
   t.is(outcome['etcd-1'], 'create OS disk default/etcd-1-os.qcow2 (2 GiB qcow2 overlay on images/base.qcow2)');
   t.is(outcome['etcd-3'], 'create OS disk default/etcd-3-os.qcow2 (4 GiB qcow2 overlay on images/base.qcow2)');
+});
+
+test('an OS disk missing beside its data disk in a formed cluster is made again on the base image: the data disk holds etcd (an image rebuild)', async (t) => {
+  const doc = baseDocument();
+  for (const member of doc.members as Record<string, unknown>[]) member.data_volume_size_gib = 1;
+  (doc.cluster as Record<string, unknown>).is_initializing = false;
+  const outcome = await plans(load(doc), { 'etcd-1': 'present', 'etcd-2': 'os-missing', 'etcd-3': 'present' }, { formed: true });
+  t.is(
+    outcome['etcd-2'],
+    "create OS disk default/etcd-2-os.qcow2 (2 GiB qcow2 overlay on images/base.qcow2; etcd's data stays on default/etcd-2-data.qcow2)",
+  );
+  t.is(outcome['etcd-1'], 'ok');
 });
 
 test('existing disks are ok; a disk missing next to existing ones is refused, never recreated', async (t) => {
