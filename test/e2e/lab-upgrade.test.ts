@@ -17,6 +17,7 @@ import {
   memberSsh,
   rootIdentity,
   tlsArgs,
+  virsh,
   type DeployRun,
   type Identity,
 } from '../helpers/lab.ts';
@@ -27,7 +28,8 @@ import { quorumKept, sampledHealth, withWriter } from '../helpers/lab-watch.ts';
  * of 3.4.23, 3.5.16 and 3.5.30 in etcd's release layout; the inventory says `binaries: release`. One
  * cluster, scenarios in a fixed order, each asserting only what it did: a cold deploy on 3.4.23 from
  * the release (not the image's etcd), a minor step with auth on and roles changed just before, a patch
- * step, and refusals that change nothing.
+ * step, refusals that change nothing, a failed roll, a killed one, and last the OS image changed under
+ * every member (base_image).
  */
 
 const INVENTORY = 'inventories/.e2e-upgrade.yaml';
@@ -39,10 +41,11 @@ const app: Identity = {
   key: join(LAB_STATE, 'pki/clients/app.key'),
 };
 
-/** The lab inventory with release binaries at `version`, and an application role that can read `/app2/` when asked. */
-function writeInventory(version: string, readsApp2 = false): void {
+/** The lab inventory with release binaries at `version`, an application role that can read `/app2/` when asked, on the lab's `image`. */
+function writeInventory(version: string, readsApp2 = false, image: string = LAB.baseVolume): void {
   const doc = parse(readFileSync('inventories/lab.yaml', 'utf8'));
   doc.etcd = { ...doc.etcd, binaries: 'release', version, release_url: LAB.releaseUrl };
+  doc.defaults.base_image = { pool: LAB.pools.images, volume: image };
   doc.roles = {
     app: {
       permissions: [{ prefix: '/app/', access: 'readwrite' }, ...(readsApp2 ? [{ prefix: '/app2/', access: 'read' }] : [])],
@@ -287,3 +290,60 @@ test.serial('kill -9 of the tool in the middle of a roll: the next run finishes 
   t.is(again.status, 0);
   t.deepEqual(changed(again), []);
 });
+
+/** Each member's etcd member ID, from etcd's own list. */
+function memberIds(): Record<string, string> {
+  const list = JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout) as {
+    members: { ID: number; name: string }[];
+  };
+  return Object.fromEntries(list.members.map((m) => [m.name, BigInt(m.ID).toString(16)]));
+}
+
+/** The image a member's OS disk is layered on: its backing file's name, as libvirt has it. */
+const backingImage = (member: string) =>
+  /<backingStore>[\s\S]*?<path>[^<]*\/([^/<]+)<\/path>/.exec(
+    virsh(['vol-dumpxml', '--pool', 'etcd-lab', `${member}-os.qcow2`]).stdout,
+  )?.[1];
+
+test.serial(
+  'a new base image: every member rebuilt on it one at a time, leader last, data, member IDs and host keys kept, no write lost',
+  async (t) => {
+    // On whatever version the scenarios before left: this one changes the image only.
+    const version = `v${versions()['etcd-1']}`;
+    writeInventory(version, true, LAB.secondBaseVolume);
+    const idsBefore = memberIds();
+    t.is(etcdctl(ALL, rootIdentity, ['put', '/image/before', 'kept']).status, 0);
+    for (const member of MEMBERS) t.is(backingImage(member), LAB.baseVolume, member);
+    const { leader } = leaderAndFollowers();
+
+    const dry = deployed(t, ['--dry-run']);
+    t.is(dry.status, 0);
+    for (const member of MEMBERS)
+      t.regex(
+        dry.output,
+        new RegExp(`rebuild ${member} on ${LAB.pools.images}/${LAB.secondBaseVolume} \\(built from ${LAB.baseVolume}\\)`),
+      );
+    for (const member of MEMBERS) t.is(backingImage(member), LAB.baseVolume, `${member} untouched by the dry-run`);
+
+    const run = await rolled(t, '/w-image/');
+    t.is(run.status, 0);
+    const rebuilt = run.report.results.filter((r) => r.step === 'rebuild' && r.status === 'changed').map((r) => r.host);
+    t.is(rebuilt.length, 3, JSON.stringify(rebuilt));
+    t.is(rebuilt.at(-1), leader, `rebuilt in the order ${rebuilt.join(', ')}; the leader was ${leader}`);
+    for (const member of MEMBERS) {
+      t.is(backingImage(member), LAB.secondBaseVolume, member);
+      // Over SSH with the state directory's known_hosts, strictly: the member kept its host key.
+      t.is(memberSsh(member, `cat ${LAB.secondImageMark.path}`).stdout.trim(), LAB.secondImageMark.line, member);
+      t.is(memberSsh(member, 'jq --version').status, 0, `${member} has the new image's jq`);
+    }
+    t.deepEqual(memberIds(), idsBefore);
+    t.is(etcdctl(ALL, rootIdentity, ['get', '/image/before', '--print-value-only']).stdout.trim(), 'kept');
+    t.deepEqual(versions(), Object.fromEntries(MEMBERS.map((m) => [m, version.slice(1)])));
+    hashesAtOneRevision(t);
+    usersWork(t, 'after-image');
+
+    const again = deployed(t);
+    t.is(again.status, 0);
+    t.deepEqual(changed(again), []);
+  },
+);
