@@ -3,7 +3,8 @@ import { connect, type PeerCertificate } from 'node:tls';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
-import { saysDomainMissing, Virsh } from '../libvirt/virsh.ts';
+import { saysDomainMissing, Virsh, virshSays, type ProbeAnswer, type Question } from '../libvirt/virsh.ts';
+import { backingPathOf, imageName, imageQuestions } from '../libvirt/os-image.ts';
 import { membersByHypervisor } from '../inventory/placement.ts';
 import { hexId, liveMember } from '../etcd/membership.ts';
 import { versionOf } from '../etcd/version.ts';
@@ -11,7 +12,7 @@ import { memberStatus, type EtcdMemberFacts } from '../etcd/member-status.ts';
 
 /**
  * What status reads, all of it read-only and asked at about the same moment: each hypervisor once
- * (virsh domstate of its members, one remote shell), each member's etcd once (status and alarms over
+ * (virsh domstate of its members and their OS volumes' XML, one remote shell), each member's etcd once (status and alarms over
  * gRPC, the certificate it serves over TLS), and one member list.
  */
 
@@ -22,6 +23,14 @@ export interface MemberFacts {
   hypervisor: string;
   /** virsh domstate's answer, `absent` when libvirt has no such domain, or why it is unknown. */
   vm: string;
+  /** The image its OS disk was built from (its overlay's backing file), and the one base_image names. */
+  image:
+    | { kind: 'built-from'; image: string }
+    /** A volume_id: the operator's own disk, whose image the tool does not manage. */
+    | { kind: 'own-disk' }
+    | { kind: 'unknown'; why: string };
+  /** base_image's volume, when the tool makes the member's OS disk. */
+  wantedImage?: string;
   etcd: EtcdMemberFacts | { error: string };
   /** notAfter of the certificate the member serves on its client port. */
   servedCertificate: { notAfter: Date } | { error: string };
@@ -47,26 +56,51 @@ export interface StatusFacts {
 
 export { hexId };
 
-export async function vmStates(members: readonly Member[], connections: HypervisorConnections): Promise<Map<string, string>> {
-  const states = new Map<string, string>();
+/** What libvirt says of a member: its domain's state, and the image its OS disk was built from. */
+export interface VmFacts {
+  vm: string;
+  image: MemberFacts['image'];
+}
+
+/** The image a member's OS disk was built from, from its vol-dumpxml (undefined: not asked, a volume_id). */
+function imageFrom(answer: ProbeAnswer | undefined): MemberFacts['image'] {
+  if (!answer) return { kind: 'own-disk' };
+  if (answer.code !== 0) return { kind: 'unknown', why: virshSays(answer) };
+  const path = backingPathOf(answer.output);
+  return path ? { kind: 'built-from', image: imageName(path) } : { kind: 'unknown', why: 'its OS disk has no backing image' };
+}
+
+/** Each member's VM facts, one probe per hypervisor. */
+export async function vmFacts(members: readonly Member[], connections: HypervisorConnections): Promise<Map<string, VmFacts>> {
+  const facts = new Map<string, VmFacts>();
   await Promise.all(
     [...membersByHypervisor(members).values()].map(async (hosted) => {
       const { hypervisor } = hosted[0]!;
       try {
         const virsh = new Virsh(await connections.get(hypervisor), hypervisor.libvirt_uri);
-        const answers = await virsh.probe(Object.fromEntries(hosted.map((member) => [member.name, ['domstate', member.name]])));
+        const questions = hosted.flatMap((member): [string, Question][] => {
+          const image = imageQuestions(member)?.osXml;
+          return [[member.name, ['domstate', member.name]], ...(image ? [[`${member.name}/image`, image] as [string, Question]] : [])];
+        });
+        const answers = await virsh.probe(Object.fromEntries(questions));
         for (const member of hosted) {
           const answer = answers[member.name];
-          if (!answer) states.set(member.name, 'unknown (no answer)');
-          else if (answer.code === 0) states.set(member.name, answer.output.trim());
-          else states.set(member.name, saysDomainMissing(answer.output) ? 'absent' : `unknown (${answer.output.trim().split('\n')[0]})`);
+          const vm = !answer
+            ? 'unknown (no answer)'
+            : answer.code === 0
+              ? answer.output.trim()
+              : saysDomainMissing(answer.output)
+                ? 'absent'
+                : `unknown (${answer.output.trim().split('\n')[0]})`;
+          facts.set(member.name, { vm, image: imageFrom(answers[`${member.name}/image`]) });
         }
       } catch (error) {
-        for (const member of hosted) states.set(member.name, `unknown (hypervisor ${hypervisor.name}: ${briefError(error)})`);
+        const why = `hypervisor ${hypervisor.name}: ${briefError(error)}`;
+        for (const member of hosted) facts.set(member.name, { vm: `unknown (${why})`, image: { kind: 'unknown', why } });
       }
     }),
   );
-  return states;
+  return facts;
 }
 
 /** The leaf certificate a member's client port presents, verified against the cluster's CA. */
@@ -93,7 +127,7 @@ export async function gatherStatus(
   const members = inventory.members;
   const at = new Date();
   const [vms, perMember] = await Promise.all([
-    vmStates(members, connections),
+    vmFacts(members, connections),
     Promise.all(
       members.map(async (member) => {
         const [etcd, certificate] = await Promise.allSettled([memberStatus(clients, member), servedCertificate(clients, member, identity)]);
@@ -129,7 +163,9 @@ export async function gatherStatus(
     members: members.map((member, index) => ({
       name: member.name,
       hypervisor: member.hypervisor.name,
-      vm: vms.get(member.name) ?? 'unknown',
+      vm: vms.get(member.name)?.vm ?? 'unknown',
+      image: vms.get(member.name)?.image ?? { kind: 'unknown', why: 'not asked' },
+      ...('base' in member.volumes.os ? { wantedImage: member.volumes.os.base.volume } : {}),
       ...perMember[index]!,
     })),
     memberList,

@@ -1,6 +1,6 @@
 import { formatBytes } from '../etcd/maintenance.ts';
 import { compareVersions, parseVersion } from '../upgrade/version.ts';
-import type { EtcdMemberFacts, ListedMember, StatusFacts } from './facts.ts';
+import type { EtcdMemberFacts, ListedMember, MemberFacts, StatusFacts } from './facts.ts';
 
 /**
  * What status says, pure: the facts in; per member a row, the cluster's verdict (healthy or
@@ -13,6 +13,8 @@ export interface MemberRow {
   name: string;
   hypervisor: string;
   vm: string;
+  /** The image its OS disk was built from (`own disk` for a volume_id), or null when libvirt could not say. */
+  image: string | null;
   id: string | null;
   role: Role;
   raftTerm: string | null;
@@ -86,11 +88,14 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
       else if (days < CERTIFICATE_WARNING_DAYS)
         warnings.push(`${member.name}: its certificate expires in ${Math.floor(days)} days (${certificateExpires}): deploy --renew-certs`);
     }
+    const image = imageOf(member);
+    if (image.warning) warnings.push(`${member.name}: ${image.warning}`);
     const role: Role = !etcd ? 'unknown' : learner ? 'learner' : etcd.id === leaderId ? 'leader' : 'follower';
     return {
       name: member.name,
       hypervisor: member.hypervisor,
       vm: member.vm,
+      image: image.shown,
       id: etcd?.id ?? null,
       role,
       raftTerm: etcd?.raftTerm ?? null,
@@ -149,6 +154,21 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
   };
 }
 
+/** The image a member was built from, as the table shows it, and a warning when it is not base_image's. */
+function imageOf(member: MemberFacts): { shown: string | null; warning?: string } {
+  const { image, wantedImage } = member;
+  if (image.kind === 'own-disk') return { shown: 'own disk' };
+  if (image.kind === 'unknown')
+    return member.vm === 'absent'
+      ? { shown: null }
+      : { shown: null, warning: `the image its OS disk was built from is unknown (${image.why})` };
+  if (wantedImage === undefined || image.image === wantedImage) return { shown: image.image };
+  return {
+    shown: image.image,
+    warning: `built from ${image.image}, not base_image's ${wantedImage}: a deploy rebuilds it on ${wantedImage} (its data disk kept)`,
+  };
+}
+
 /** The versions the members report, each with its members, in version order. */
 function versionsRun(rows: readonly MemberRow[]): StatusReport['versions'] {
   const byVersion = new Map<string, string[]>();
@@ -175,6 +195,7 @@ export function formatStatusTable(report: StatusReport): string {
     'MEMBER',
     'HYPERVISOR',
     'VM',
+    'IMAGE',
     'ID',
     'ROLE',
     'TERM',
@@ -190,6 +211,7 @@ export function formatStatusTable(report: StatusReport): string {
     m.name,
     m.hypervisor,
     m.vm,
+    m.image ?? '-',
     m.id ?? '-',
     m.role,
     m.raftTerm ?? '-',

@@ -30,6 +30,8 @@ function healthy(): StatusFacts {
     name,
     hypervisor: 'lab',
     vm: 'running',
+    image: { kind: 'built-from', image: 'debian-12.qcow2' },
+    wantedImage: 'debian-12.qcow2',
     etcd: etcdOf(index),
     servedCertificate: { notAfter: new Date('2027-11-22T00:00:00Z') },
   }));
@@ -137,6 +139,26 @@ const cases: Case[] = [
     warnings: [/the cluster version could not be read \(etcd-1: \/version: no answer in 5 s\)/],
   },
   {
+    name: 'a member built from another image than base_image: healthy, with a warning that a deploy rebuilds it',
+    facts: (f) => (f.members[1]!.image = { kind: 'built-from', image: 'debian-11.qcow2' }),
+    healthy: true,
+    warnings: [/^etcd-2: built from debian-11\.qcow2, not base_image's debian-12\.qcow2: a deploy rebuilds it/],
+  },
+  {
+    name: "a member on the operator's own disk (volume_id): no image to compare",
+    facts: (f) => {
+      f.members[1]!.image = { kind: 'own-disk' };
+      delete f.members[1]!.wantedImage;
+    },
+    healthy: true,
+  },
+  {
+    name: 'the image unknown (the hypervisor did not answer): healthy, with a warning',
+    facts: (f) => (f.members[0]!.image = { kind: 'unknown', why: 'hypervisor lab: connection refused' }),
+    healthy: true,
+    warnings: [/^etcd-1: the image its OS disk was built from is unknown \(hypervisor lab: connection refused\)/],
+  },
+  {
     name: 'no member list at all: degraded',
     facts: (f) => (f.memberList = { error: 'no member answered' }),
     healthy: false,
@@ -177,8 +199,11 @@ test('status: the leader is named, and the table has a row per member with its I
   const report = summarizeStatus(healthy(), NAMES);
   t.is(report.leader, 'etcd-3');
   const lines = formatStatusTable(report).split('\n');
-  t.regex(lines[0]!, /^MEMBER\s+HYPERVISOR\s+VM\s+ID\s+ROLE/);
-  t.regex(lines[3]!, /^etcd-3\s+lab\s+running\s+c3\s+leader\s+6\s+12\s+40\s+32 KiB\s+16 KiB\s+3\.4\.23\s+-\s+2027-11-22$/);
+  t.regex(lines[0]!, /^MEMBER\s+HYPERVISOR\s+VM\s+IMAGE\s+ID\s+ROLE/);
+  t.regex(
+    lines[3]!,
+    /^etcd-3\s+lab\s+running\s+debian-12\.qcow2\s+c3\s+leader\s+6\s+12\s+40\s+32 KiB\s+16 KiB\s+3\.4\.23\s+-\s+2027-11-22$/,
+  );
   t.is(lines[4], 'etcd: cluster version 3.4, every member that answered runs 3.4.23');
   t.is(lines.at(-1), 'cluster: healthy, 3 of 3 members voting, leader etcd-3');
 });
