@@ -16,6 +16,7 @@ import {
 } from 'node:fs';
 import { join } from 'node:path';
 import { $ } from 'zx';
+import { ownApt, type OwnApt } from './apt.ts';
 import { ETCD_RELEASES, LAB, labPath } from './config.ts';
 
 /**
@@ -69,8 +70,8 @@ export async function ensureReleases(log: (line: string) => void): Promise<void>
   mkdirSync(BUILD_DIR, { recursive: true, mode: 0o755 });
   try {
     log(`releases: fetching etcd ${missing.map((release) => release.debianVersion).join(', ')} from Debian`);
-    await updateLists([...new Set(missing.map((release) => release.suite))]);
-    for (const release of missing) await downloadDebs(release);
+    const apt = await updateLists([...new Set(missing.map((release) => release.suite))]);
+    for (const release of missing) await downloadDebs(apt, release);
     const fetched = performance.now();
     for (const release of missing) await repackage(release);
     log(
@@ -87,39 +88,18 @@ export function releasesStatus(): string {
   return `releases ${LAB.releaseUrl}: ${states.join(', ')}`;
 }
 
-const aptConfig = () => join(APT_DIR, 'apt.conf');
-const apt = (args: string[], cwd?: string) => $({ cwd })`apt-get -q -c ${aptConfig()} ${args}`;
-
-/** Lists of the suites asked for only, in the lab's directory, with the same Debian archive key as the machine's. */
-async function updateLists(suites: string[]): Promise<void> {
-  const dirs = ['sources.list.d', 'preferences.d', 'lists/partial', 'cache/archives/partial'];
-  for (const dir of dirs) mkdirSync(join(APT_DIR, dir), { recursive: true });
-  const sources = suites.map(
-    (suite) => `deb [arch=amd64 signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian ${suite} main\n`,
+/** Lists of the suites asked for only, in the lab's own apt directory; the apt that reads them. */
+async function updateLists(suites: string[]): Promise<OwnApt['run']> {
+  const { run } = ownApt(
+    APT_DIR,
+    suites.map((suite) => `deb http://deb.debian.org/debian ${suite} main`),
   );
-  writeFileSync(join(APT_DIR, 'sources.list'), sources.join(''));
-  // Read after the machine's apt.conf.d, so these win. The update hooks there (AppStream, PackageKit)
-  // would refresh the machine's own caches: cleared, since nothing of the machine changed.
-  writeFileSync(
-    aptConfig(),
-    [
-      `Dir::Etc::sourcelist "${join(APT_DIR, 'sources.list')}";`,
-      `Dir::Etc::sourceparts "${join(APT_DIR, 'sources.list.d')}";`,
-      `Dir::Etc::preferences "${join(APT_DIR, 'preferences')}";`,
-      `Dir::Etc::preferencesparts "${join(APT_DIR, 'preferences.d')}";`,
-      `Dir::State::Lists "${join(APT_DIR, 'lists')}";`,
-      `Dir::Cache "${join(APT_DIR, 'cache')}";`,
-      'APT::Architecture "amd64";',
-      '#clear APT::Update::Post-Invoke-Success;',
-      '#clear APT::Update::Post-Invoke;',
-      '',
-    ].join('\n'),
-  );
-  await apt(['update']);
+  await run(['update']);
+  return run;
 }
 
 /** Into a directory of the release's own, owned by _apt so that apt's download sandbox can write there. */
-async function downloadDebs(release: Release): Promise<void> {
+async function downloadDebs(apt: OwnApt['run'], release: Release): Promise<void> {
   const dir = join(BUILD_DIR, release.version);
   mkdirSync(dir, { mode: 0o755 });
   await $`chown _apt ${dir}`;

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { $ } from 'zx';
+import { ownApt } from './apt.ts';
 import { IMAGE_CACHE_DIR, LAB, labPath } from './config.ts';
 import { IMAGE_RECIPE, cleanStaleBuilds, recipeHash, seconds, waitForDevice } from './image.ts';
 
@@ -29,7 +30,6 @@ export const cachedSecondImagePath = (): string => join(IMAGE_CACHE_DIR, `debian
 
 /** The lab's own apt sources, lists and downloads for this build (the machine's are never used nor changed); kept for the next build. */
 const APT_DIR = labPath('image-apt');
-const KEYRING = '/usr/share/keyrings/debian-archive-keyring.gpg';
 /** Where the packages are copied inside the mounted image for dpkg, removed before it is packed. */
 const DEBS_IN_IMAGE = '/tmp/etcd-kvm-lab-debs';
 /** What runs in the image's chroot sees the image's programs only, and no terminal: none of the machine's environment. */
@@ -81,43 +81,24 @@ export async function ensureSecondImage(baseImage: string, log: (line: string) =
   }
 }
 
-const aptConfig = () => join(APT_DIR, 'apt.conf');
 const archives = () => join(APT_DIR, 'archives');
-const apt = (args: string[]) => $`apt-get -q -c ${aptConfig()} ${args}`;
 
 /**
  * The recipe's packages and whichever of their dependencies the image lacks, resolved against the image's
  * own dpkg status, from the archive the base image was bootstrapped from. Returns the downloaded files.
  */
 async function downloadDebs(imageStatus: string): Promise<string[]> {
-  for (const dir of ['sources.list.d', 'preferences.d', 'state', 'lists/partial', 'cache', 'archives/partial']) {
-    mkdirSync(join(APT_DIR, dir), { recursive: true, mode: 0o755 });
-  }
-  const sources = IMAGE_RECIPE.mirrors.map((line) => `${line.replace(/^deb /, `deb [arch=amd64 signed-by=${KEYRING}] `)}\n`);
-  writeFileSync(join(APT_DIR, 'sources.list'), sources.join(''));
-  // Read after the machine's apt.conf.d, so these win; the update hooks there would refresh the machine's own caches.
-  writeFileSync(
-    aptConfig(),
-    [
-      `Dir::Etc::sourcelist "${join(APT_DIR, 'sources.list')}";`,
-      `Dir::Etc::sourceparts "${join(APT_DIR, 'sources.list.d')}";`,
-      `Dir::Etc::preferences "${join(APT_DIR, 'preferences')}";`,
-      `Dir::Etc::preferencesparts "${join(APT_DIR, 'preferences.d')}";`,
-      `Dir::State "${join(APT_DIR, 'state')}";`,
-      `Dir::State::Lists "${join(APT_DIR, 'lists')}";`,
-      `Dir::State::status "${imageStatus}";`,
-      `Dir::Cache "${join(APT_DIR, 'cache')}";`,
-      `Dir::Cache::archives "${archives()}";`,
-      'APT::Architecture "amd64";',
-      '#clear APT::Architectures;',
-      'APT::Architectures { "amd64"; };',
-      'APT::Install-Recommends "false";',
-      'Acquire::Languages "none";',
-      '#clear APT::Update::Post-Invoke-Success;',
-      '#clear APT::Update::Post-Invoke;',
-      '',
-    ].join('\n'),
-  );
+  mkdirSync(join(APT_DIR, 'state'), { recursive: true, mode: 0o755 });
+  mkdirSync(join(archives(), 'partial'), { recursive: true, mode: 0o755 });
+  const apt = ownApt(APT_DIR, IMAGE_RECIPE.mirrors, [
+    `Dir::State "${join(APT_DIR, 'state')}";`,
+    `Dir::State::status "${imageStatus}";`,
+    `Dir::Cache::archives "${archives()}";`,
+    '#clear APT::Architectures;',
+    'APT::Architectures { "amd64"; };',
+    'APT::Install-Recommends "false";',
+    'Acquire::Languages "none";',
+  ]).run;
   await apt(['update']);
   // Whatever a killed build downloaded goes: only this run's packages are installed.
   await apt(['clean']);
@@ -146,7 +127,8 @@ async function installDebs(root: string, debs: string[]): Promise<string[]> {
     await inChroot(['dpkg', '--install', ...files]);
   } finally {
     rmSync(inImage, { recursive: true, force: true });
-    await apt(['clean']).nothrow();
+    // What apt downloaded is not kept: the next build downloads afresh (apt clean does the same).
+    for (const deb of debs) rmSync(deb, { force: true });
   }
   const wanted = new Set<string>(SECOND_IMAGE_RECIPE.packages);
   const dependencies = packages.filter((name) => !wanted.has(name));
