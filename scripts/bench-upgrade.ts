@@ -1,0 +1,139 @@
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import { join } from 'node:path';
+import { parse, stringify } from 'yaml';
+import { $ } from 'zx';
+import { LAB } from './lab/config.ts';
+
+/**
+ * What an etcd upgrade costs per member, against its lower bound (issue 26: ≤ 1.2×), on the local lab
+ * (`npm run lab:up` first; it removes the lab's members and state, as the e2e tests do):
+ *
+ * - a cluster deployed with `binaries: release` on the lab's 3.5.16, then rolled to 3.5.30 and back by
+ *   the tool N times (a patch step either way, which the pre-flight allows while the cluster version
+ *   stays 3.5); each roll's wall time, and its guest step's (the roll itself), per member;
+ * - the lower bound, without the tool: on each member in turn, `systemctl restart etcd` over SSH until
+ *   etcd answers healthy again (the swap of a binary already in place costs nothing more).
+ *
+ *   npx tsx scripts/bench-upgrade.ts [--rolls N]   (default 2: up and down each twice)
+ */
+
+const INVENTORY = 'inventories/.bench-upgrade.yaml';
+const STATE = 'inventories/.etcd-kvm/lab';
+const REPORT = '/tmp/etcd-kvm-bench-upgrade.json';
+const MEMBERS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' } as const;
+const VERSIONS = ['v3.5.16', 'v3.5.30'] as const;
+
+const arg = (name: string, fallback: number) => {
+  const i = process.argv.indexOf(name);
+  return i > 0 ? Number(process.argv[i + 1]) : fallback;
+};
+const rolls = arg('--rolls', 2);
+
+$.verbose = false;
+const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
+const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
+
+function writeInventory(version: string): void {
+  const doc = parse(readFileSync('inventories/lab.yaml', 'utf8'));
+  doc.etcd = { ...doc.etcd, binaries: 'release', version, release_url: LAB.releaseUrl };
+  writeFileSync(INVENTORY, stringify(doc), { mode: 0o600 });
+}
+
+interface Report {
+  results: { step: string; host: string; status: string; durationMs: number }[];
+}
+
+async function deployed(): Promise<{ ms: number; report: Report }> {
+  const started = performance.now();
+  const result = await $`npx tsx tasks/deploy.ts -i ${INVENTORY} --json ${REPORT}`.nothrow();
+  const ms = performance.now() - started;
+  if (result.exitCode !== 0) throw new Error(`deploy failed:\n${result.stdout.slice(-3000)}\n${result.stderr}`);
+  return { ms, report: JSON.parse(readFileSync(REPORT, 'utf8')) as Report };
+}
+
+const tls = () => ['--cacert', `${STATE}/pki/ca.crt`, '--cert', `${STATE}/pki/clients/root.crt`, '--key', `${STATE}/pki/clients/root.key`];
+
+async function healthy(ip: string): Promise<boolean> {
+  const endpoint = `https://${ip}:2379`;
+  const result =
+    await $`ip netns exec etcd-kvm-lab etcdctl --dial-timeout=1s --command-timeout=2s --endpoints=${endpoint} ${tls()} endpoint health`
+      .nothrow()
+      .quiet();
+  return result.exitCode === 0;
+}
+
+/** A command in a member over SSH, through the lab hypervisor's sshd, with the state directory's pinned host keys. */
+function inMember(ip: string, command: string) {
+  const hypervisor = '.etcd-kvm/lab/hypervisor';
+  const proxy = `ssh -i ${hypervisor}/client_key -o UserKnownHostsFile=${hypervisor}/known_hosts -o StrictHostKeyChecking=yes -p 2222 -W %h:%p root@127.0.0.1`;
+  const options = ['-o', 'BatchMode=yes', '-o', `UserKnownHostsFile=${join(STATE, 'ssh/known_hosts')}`, '-o', `ProxyCommand=${proxy}`];
+  return $`ssh ${options} -i ${join(STATE, 'ssh/admin.key')} ${`admin@${ip}`} ${command}`;
+}
+
+/** One member's etcd restarted by hand, to healthy: the floor of what a roll can cost per member. */
+async function restartToHealthy(ip: string): Promise<number> {
+  const started = performance.now();
+  await inMember(ip, 'sudo systemctl restart etcd');
+  while (!(await healthy(ip))) {
+    if (performance.now() - started > 300_000) throw new Error(`${ip} not healthy 5 min after its restart`);
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  return performance.now() - started;
+}
+
+async function main(): Promise<void> {
+  await $`npm run lab:up`.quiet();
+  for (const name of Object.keys(MEMBERS)) {
+    await $`virsh -q -c qemu:///system destroy ${name}`.nothrow();
+    await $`virsh -q -c qemu:///system undefine ${name}`.nothrow();
+  }
+  for (const volume of Object.keys(MEMBERS).flatMap((name) => [`${name}-os.qcow2`, `${name}-data.qcow2`, `${name}-cloud-init.iso`]))
+    await $`virsh -q -c qemu:///system vol-delete --pool etcd-lab ${volume}`.nothrow();
+  rmSync(STATE, { recursive: true, force: true });
+  writeInventory(VERSIONS[0]);
+  await deployed();
+  console.error(`deployed on ${VERSIONS[0]}`);
+
+  const perMemberRun: number[] = [];
+  const perMemberRoll: number[] = [];
+  const bounds: number[] = [];
+  for (let i = 0; i < rolls * 2; i++) {
+    const to = VERSIONS[(i + 1) % 2]!;
+    writeInventory(to);
+    const run = await deployed();
+    const rolled = run.report.results.filter((r) => r.step === 'guest' && r.status === 'changed');
+    if (rolled.length !== 3) throw new Error(`the roll to ${to} changed ${rolled.length} members, not 3`);
+    const members = rolled.length;
+    perMemberRun.push(run.ms / members);
+    perMemberRoll.push(Math.max(...rolled.map((r) => r.durationMs)) / members);
+    // The floor under the same load: each member restarted by hand, one after another.
+    for (const ip of Object.values(MEMBERS)) bounds.push(await restartToHealthy(ip));
+    console.error(
+      `roll ${i + 1}/${rolls * 2} to ${to}: ${seconds(run.ms)} (${seconds(run.ms / members)} per member); restarts by hand: ${bounds
+        .slice(-3)
+        .map(seconds)
+        .join(', ')}`,
+    );
+  }
+  rmSync(INVENTORY, { force: true });
+  const load = (await $`cat /proc/loadavg`).stdout.split(' ').slice(0, 3).join(' ');
+  const bound = median(bounds);
+  const cost = median(perMemberRoll);
+  console.log(
+    `Measured ${new Date().toISOString().slice(0, 10)} on ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, QEMU TCG (no KVM), 3 members, ${VERSIONS.join(' ⇄ ')}.\n`,
+  );
+  console.log('| per member | median | runs |');
+  console.log('|---|---|---|');
+  console.log(
+    `| the whole run (start-up, pre-flight, snapshot, roll) ÷ members | ${seconds(median(perMemberRun))} | ${perMemberRun.map(seconds).join(', ')} |`,
+  );
+  console.log(`| the roll (the guest step) ÷ members | ${seconds(cost)} | ${perMemberRoll.map(seconds).join(', ')} |`);
+  console.log(`| lower bound: systemctl restart etcd → healthy, by hand | ${seconds(bound)} | ${bounds.map(seconds).join(', ')} |`);
+  console.log(
+    `\nThe roll per member against the lower bound: ${(cost / bound).toFixed(2)} × (target ≤ 1.2: ${cost / bound <= 1.2 ? 'met' : 'NOT met'}).`,
+  );
+  console.log(`Load average at the end: ${load}.`);
+}
+
+await main();
