@@ -17,6 +17,7 @@ import { BootWaitFailed, waitForBoot, type BootWait, type BootWatch } from '../g
 import type { SshConnection } from '../remote/ssh.ts';
 import type { DesiredGuest } from '../render/guest/desired.ts';
 import { memberTargets } from './member-targets.ts';
+import { ReleaseStaging } from './release-staging.ts';
 
 /**
  * The inside of every member, converged on every run: the files and services the guest features
@@ -74,6 +75,11 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
   const { targets, memberNamed } = memberTargets(options.members);
   const guest: GuestContext = { ...options, memberNamed, timeoutMs: options.inventory.cluster.health_timeout * 1000 };
   const { inventory, clients, clusterFormed } = options;
+  const staging = new ReleaseStaging(async (name) => {
+    const member = memberNamed(name);
+    const release = desiredOf(guest, name).release;
+    if (release) await installRelease(guest, await guest.ssh.reach(member, { windowMs: guest.timeoutMs }), release);
+  });
   return {
     name: 'guest',
     targets,
@@ -92,6 +98,7 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
       ];
     },
     rollingOrder(pending) {
+      staging.learn(pending);
       const guestChanges = (changes: readonly Change<GuestStepAction>[]) =>
         changes.filter((change): change is GuestChange => change.action.kind !== 'after-boot');
       return rollWaves(
@@ -102,8 +109,12 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
     },
     async apply(changes, name) {
       const member = memberNamed(name);
+      const staged = await staging.staged();
       const ssh = await guest.ssh.reach(member, { windowMs: guest.timeoutMs });
-      for (const { action } of changes) await applyGuestAction(guest, member, ssh, action);
+      for (const { action } of changes) {
+        if (action.kind === 'install-release' && staged.has(name)) continue;
+        await applyGuestAction(guest, member, ssh, action);
+      }
     },
   };
 }
