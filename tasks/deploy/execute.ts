@@ -11,6 +11,7 @@ import { PEER_STAGE_DOC, writePeerTrust } from '../pki/peer-trust.ts';
 import type { RenderedFile } from '../render/member.ts';
 import { authStep } from '../steps/auth.ts';
 import { cloudInitIsoStep } from '../steps/cloud-init-iso.ts';
+import { clusterVersionWait } from '../steps/cluster-version.ts';
 import { domainsStep } from '../steps/domains.ts';
 import { formationStep } from '../steps/formation.ts';
 import { guestQuestions, guestStep } from '../steps/guest.ts';
@@ -154,6 +155,15 @@ export class DeployExecution {
           healthWait(this.clusterOf(planned.pass.cluster), this.context.membersNamed(planned.pass.members), this.context.clients, {
             caughtUp: planned.caughtUp === true,
           }),
+        );
+      case 'cluster-version':
+        return this.runner.runWait(
+          clusterVersionWait(
+            this.clusterOf(planned.pass.cluster),
+            this.context.membersNamed(planned.pass.members),
+            this.context.clients,
+            this.context.identities.root,
+          ),
         );
       case 'rebuild':
         return this.runner.runStep(

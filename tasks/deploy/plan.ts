@@ -56,7 +56,19 @@ export interface Pass {
 export type PlannedPhase = (
   | { step: 'depart'; departure: Departure; member: string; assumedRemoved: readonly string[] }
   | {
-      step: 'render' | 'owner' | 'volumes' | 'cloud-init' | 'domain' | 'restore' | 'upgrade' | 'guest' | 'health' | 'auth' | 'users';
+      step:
+        | 'render'
+        | 'owner'
+        | 'volumes'
+        | 'cloud-init'
+        | 'domain'
+        | 'restore'
+        | 'upgrade'
+        | 'guest'
+        | 'health'
+        | 'cluster-version'
+        | 'auth'
+        | 'users';
       pass: Pass;
       skip?: string;
       note?: string;
@@ -260,22 +272,19 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
   // The guest step moves members to another etcd version: on a formed cluster, only after the pre-flight
   // passed, which comes first of all so that a refusal leaves everything as it was (the seeds and the
   // rendered record name the version too).
-  const upgrade: PlannedPhase[] =
-    inventory.etcd.binaries === 'release' && record.formed
-      ? [
-          {
-            step: 'upgrade',
-            pass: main,
-            ...(selected('guest') ? {} : { skip: 'the guest step, which rolls the version, is not selected' }),
-          },
-        ]
-      : [];
+  const rolls = inventory.etcd.binaries === 'release' && record.formed;
+  const noRoll = selected('guest') ? {} : { skip: 'the guest step, which rolls the version, is not selected' };
+  const upgrade: PlannedPhase[] = rolls ? [{ step: 'upgrade', pass: main, ...noRoll }] : [];
+  // The roll's end: the cluster version moved (it moves only once every member runs the new minor).
+  const partial = options.limit ? { skip: 'a run limited to some members may leave others on the previous minor' } : {};
+  const clusterVersion: PlannedPhase[] = rolls ? [{ step: 'cluster-version', pass: main, ...noRoll, ...partial }] : [];
   return [
     ...upgrade,
     ...departing,
     { step: 'render', pass: main },
     ...convergePhases(main, selected, inventory.restore.enabled),
     checkedPhase('health', main, selected),
+    ...clusterVersion,
     // From the member that bootstraps auth, when the run includes it.
     { ...checkedPhase('auth', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected), ...authFreeze },
     { ...checkedPhase('users', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected), ...authFreeze },

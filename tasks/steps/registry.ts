@@ -143,6 +143,14 @@ export const DEPLOY_STEPS = [
     doc: "every member healthy with the inventory's voting members, within cluster.health_timeout",
   },
   {
+    id: 'cluster-version',
+    kind: 'wait',
+    on: 'etcd',
+    selectable: false,
+    changes: [],
+    doc: "with binaries: release on a formed cluster: /version's cluster version at etcd.version's minor on every member",
+  },
+  {
     id: 'auth',
     kind: 'operation',
     on: 'etcd',

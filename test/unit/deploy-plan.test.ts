@@ -210,10 +210,10 @@ const rows: {
   },
   { name: '--render-only: the render alone', record: record(), options: { renderOnly: '/tmp/rendered' }, phases: ['render@1234'] },
   {
-    name: "release binaries on a formed cluster: the upgrade's pre-flight and snapshot before anything changes",
+    name: "release binaries on a formed cluster: the upgrade's pre-flight and snapshot before anything changes, the cluster version after health",
     record: record(),
     binaries: 'release',
-    phases: ['upgrade@1234', ...MAIN_ALL],
+    phases: ['upgrade@1234', ...MAIN_ALL.slice(0, 7), 'cluster-version@1234', ...MAIN_ALL.slice(7)],
   },
   {
     name: 'release binaries on a first deploy: no upgrade (nothing runs yet)',
@@ -226,7 +226,7 @@ const rows: {
     record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'] }),
     binaries: 'release',
     phases: [
-      ...['upgrade', 'render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health'].map((t) => `${t}@123`),
+      ...['upgrade', 'render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health', 'cluster-version'].map((t) => `${t}@123`),
       'auth@1',
       'users@1',
       ...JOIN_4,
@@ -239,7 +239,14 @@ const rows: {
     record: record(),
     binaries: 'release',
     options: { skipTags: ['guest'] },
-    phases: ['-upgrade@1234', ...MAIN_ALL.slice(0, 5), '-guest@1234', ...MAIN_ALL.slice(6)],
+    phases: ['-upgrade@1234', ...MAIN_ALL.slice(0, 5), '-guest@1234', 'health@1234', '-cluster-version@1234', ...MAIN_ALL.slice(7)],
+  },
+  {
+    name: 'release binaries in a limited run: the cluster version is not waited for (the others may still run the previous minor)',
+    record: record(),
+    binaries: 'release',
+    options: { limit: ['etcd-2'] },
+    phases: ['upgrade@2', ...MAIN_ALL.slice(0, 7).map((t) => t.replace('1234', '2')), '-cluster-version@2', 'auth@', 'users@'],
   },
   {
     name: 'a new base image: after the main pass, each member rebuilt strictly one after another, its guest and health before the next',
