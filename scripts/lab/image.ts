@@ -54,6 +54,15 @@ chroot "$root" systemctl mask apt-daily.timer apt-daily-upgrade.timer man-db.tim
 printf 'LANG=C.UTF-8\\n' > "$root/etc/default/locale"
 mkdir -p "$root/etc/cloud/cloud.cfg.d"
 printf 'datasource_list: [ NoCloud, None ]\\n' > "$root/etc/cloud/cloud.cfg.d/90-etcd-kvm-lab.cfg"
+# The tool renders accept-ra: false on every interface (no router advertisements: without it networkd holds
+# each link in 'configuring' for its 12 s router-solicitation timeout, and every first boot waits in
+# systemd-networkd-wait-online). cloud-init 22.4's networkd renderer drops accept-ra unless DHCPv6 is on;
+# from 24.1 it writes IPv6AcceptRA= whenever accept-ra is set: give this image that behaviour. The build
+# fails if the line is not there (another cloud-init).
+networkd_renderer="$root/usr/lib/python3/dist-packages/cloudinit/net/networkd.py"
+grep -q 'if dhcp in ."ipv6", "yes". and isinstance($' "$networkd_renderer"
+sed -i 's/if dhcp in ."ipv6", "yes". and isinstance($/if isinstance(/' "$networkd_renderer"
+test "$(grep -c 'if dhcp in ."ipv6", "yes". and isinstance(' "$networkd_renderer")" = 0
 chroot "$root" apt-get clean
 rm -rf "$root"/var/lib/apt/lists/*
 `,

@@ -46,6 +46,12 @@ export function renderNetworkConfig(member: Member): string {
       match: { macaddress: nic.mac },
       dhcp4: false,
       dhcp6: false,
+      // Addresses come from the inventory (IPv4 only), never from router advertisements. Left on, networkd
+      // solicits routers and holds the link in 'configuring' until a router answers or its 12 s timeout ends:
+      // on a LAN without IPv6 routers every first boot waits those 12 s in systemd-networkd-wait-online,
+      // before cloud-init's network stage. IPv6 link-local addresses stay. Honoured by netplan and by
+      // cloud-init's networkd renderer from 24.1 (22.4, Debian 12's, drops it unless DHCPv6 is on).
+      'accept-ra': false,
       addresses: [`${nic.ip}/${nic.prefixLength}`],
       ...(nic.gateway ? { routes: [{ to: '0.0.0.0/0', via: nic.gateway, metric: 100 * (i + 1) }] } : {}),
       ...(nic.dnsServers.length > 0 ? { nameservers: { addresses: nic.dnsServers } } : {}),

@@ -126,6 +126,19 @@ test('user-data with admin_user_password_hash: cloud-init gets hashed_passwd on 
   t.false(userData.display.includes(hash));
 });
 
+test('network-config: no interface takes router advertisements (a YAML boolean), so networkd never waits 12 s for a router at first boot', (t) => {
+  const doc = baseDocument();
+  (doc.members[0]!.libvirt_networks as Record<string, unknown>[]).push({ network_name: 'net2', ip: '10.20.0.11', prefix_length: 24 });
+  const config = parse(fileOf(rendered(load(doc)), 'network-config').content, { version: '1.1' });
+  const nics = Object.values(config.ethernets as Record<string, Record<string, unknown>>);
+  t.is(nics.length, 2);
+  for (const nic of nics) {
+    // A string 'false' would be truthy to cloud-init's isinstance(…, bool) check and never rendered.
+    t.is(nic['accept-ra'], false);
+    t.is(nic.dhcp6, false);
+  }
+});
+
 test('network-config matches NICs by MAC, quoted so YAML 1.1 cannot read an all-digit MAC as a number', (t) => {
   const doc = baseDocument();
   (doc.members[0]!.libvirt_networks as Record<string, unknown>[])[0]!.mac = '52:54:00:12:34:56';
@@ -141,6 +154,7 @@ test('network-config matches NICs by MAC, quoted so YAML 1.1 cannot read an all-
         match: { macaddress: '52:54:00:12:34:56' },
         dhcp4: false,
         dhcp6: false,
+        'accept-ra': false,
         addresses: ['10.10.0.11/24'],
         routes: [{ to: '0.0.0.0/0', via: '10.10.0.1', metric: 100 }],
         nameservers: { addresses: ['10.10.0.1'] },
