@@ -85,11 +85,11 @@ async function restartToHealthy(ip: string): Promise<number> {
 async function main(): Promise<void> {
   await $`npm run lab:up`.quiet();
   for (const name of Object.keys(MEMBERS)) {
-    await $`virsh -q -c qemu:///system destroy ${name}`.nothrow();
-    await $`virsh -q -c qemu:///system undefine ${name}`.nothrow();
+    await $`virsh -q -c qemu:///system destroy ${name}`.nothrow().quiet();
+    await $`virsh -q -c qemu:///system undefine ${name}`.nothrow().quiet();
   }
   for (const volume of Object.keys(MEMBERS).flatMap((name) => [`${name}-os.qcow2`, `${name}-data.qcow2`, `${name}-cloud-init.iso`]))
-    await $`virsh -q -c qemu:///system vol-delete --pool etcd-lab ${volume}`.nothrow();
+    await $`virsh -q -c qemu:///system vol-delete --pool etcd-lab ${volume}`.nothrow().quiet();
   rmSync(STATE, { recursive: true, force: true });
   writeInventory(VERSIONS[0]);
   await deployed();
