@@ -17,8 +17,9 @@ export const alarmWarnings = (alarms: readonly string[]): string[] =>
 /**
  * A wait: every member healthy over TLS with the inventory's member list, within
  * cluster.health_timeout; with `caughtUp`, also applied what the leader had applied when the member
- * was first seen healthy (after a member came back, before the next one goes). Failed at the deadline with the member, its last answer and where to look;
- * a member whose hypervisor connection is dead fails at once (no answer could come through it).
+ * was first seen healthy (after a member came back, before the next one goes). Failed at the
+ * deadline with the member, its last answer and where to look; a member whose hypervisor connection
+ * is dead fails at once (no answer could come through it).
  */
 export function healthWait(
   inventory: Inventory,
