@@ -53,7 +53,7 @@ export function judgeImage(member: Member, facts: ImageFacts): ImageVerdict {
     if (!isNotFound(facts.basePath, 'volume') && !isNotFound(facts.basePath, 'pool'))
       throw new Error(`cannot read base image ${wanted}: ${virshSays(facts.basePath)}`);
     // Nothing to rebuild onto: only a problem when the member is not already on it (then the rebuild says so).
-    return from === undefined
+    return from === undefined || imageName(from) === os.base.volume
       ? { kind: 'current' }
       : { kind: 'refused', from: imageName(from), to: wanted, why: `base image ${wanted} is not on hypervisor ${member.hypervisor.name}` };
   }

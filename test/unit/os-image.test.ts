@@ -49,6 +49,12 @@ const rows: { title: string; facts: Omit<ImageFacts, 'dataDisk'>; dataDisk: bool
     verdict: 'refused debian-12-etcd.qcow2 → images/b.qcow2: base image images/b.qcow2 is not on hypervisor',
   },
   {
+    title: 'the image gone from the hypervisor, the member built from it: nothing to rebuild',
+    facts: { osXml: overlayOn(NEW), basePath: VOLUME_MISSING },
+    dataDisk: true,
+    verdict: 'current',
+  },
+  {
     title: 'no OS disk yet: the volumes step makes it',
     facts: { osXml: VOLUME_MISSING, basePath: at(NEW) },
     dataDisk: true,
