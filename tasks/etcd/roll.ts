@@ -107,8 +107,12 @@ export async function catchUp(
   clients: EtcdClients,
   member: Member,
   mark: CatchUpMark,
+  version?: string,
 ): Promise<{ version: string; caughtUp: boolean; what: string }> {
   const status = await (await clients.for(member)).maintenance.status({});
+  // With a version asked for, the leader's index is taken only once the member runs it (when it came back on it).
+  if (version !== undefined && status.version !== version)
+    return { version: status.version, caughtUp: false, what: `it runs etcd ${status.version}, not ${version}` };
   mark.target ??= await leaderApplied(inventory, clients, status.leader);
   const caughtUp = BigInt(status.raftAppliedIndex) >= mark.target;
   return { version: status.version, caughtUp, what: `it has applied ${status.raftAppliedIndex} of the leader's ${mark.target}` };
@@ -130,10 +134,9 @@ export async function waitForRelease(
   let last = 'no answer yet';
   for (;;) {
     try {
-      const progress = await catchUp(inventory, clients, member, mark);
-      if (progress.version !== version) last = `it runs etcd ${progress.version}, not ${version}`;
-      else if (progress.caughtUp) return;
-      else last = progress.what;
+      const progress = await catchUp(inventory, clients, member, mark, version);
+      if (progress.caughtUp) return;
+      last = progress.what;
     } catch (error) {
       last = firstLineOf(error);
     }
