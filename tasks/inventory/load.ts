@@ -404,6 +404,7 @@ export function loadInventory(inventoryPath: string): Inventory {
     members: built.filter((_, i) => members[i]!.state === 'present'),
     absentMembers: built.filter((_, i) => members[i]!.state === 'absent'),
     restore: restoreOf(members, baseDir, problems),
+    backup: doc.backup,
     roles: doc.roles,
     users: doc.users,
   };

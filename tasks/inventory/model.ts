@@ -1,5 +1,14 @@
 import type { Secret } from '../core/secret.ts';
-import type { ClusterSettings, EtcdSettings, HypervisorInput, MemberInput, PkiSettings, RoleInput, UserInput } from './schema.ts';
+import type {
+  BackupSettings,
+  ClusterSettings,
+  EtcdSettings,
+  HypervisorInput,
+  MemberInput,
+  PkiSettings,
+  RoleInput,
+  UserInput,
+} from './schema.ts';
 
 /**
  * The validated inventory, with defaults merged, derived values filled in and PEM files read.
@@ -111,6 +120,8 @@ export interface Inventory {
   /** Members marked `state: absent`: to leave the cluster; nothing else in the tool sees them. */
   absentMembers: Member[];
   restore: RestoreSettings;
+  /** Scheduled backups by the members' agent, to where restore.s3 points. */
+  backup: BackupSettings;
   /** Application roles and users (not root), by name. */
   roles: Record<string, RoleSettings>;
   users: Record<string, UserSettings>;

@@ -1,4 +1,5 @@
 import type {
+  BackupSettings,
   BastionInput,
   ClusterSettings,
   EtcdSettings,
@@ -22,6 +23,7 @@ export interface ParsedDocument {
   cluster: ClusterSettings;
   etcd: EtcdSettings;
   pki: PkiSettings;
+  backup: BackupSettings;
   hypervisors: Record<string, HypervisorInput>;
   bastions: Record<string, BastionInput>;
   ssh_config?: string | false | undefined;
@@ -761,6 +763,56 @@ const restoreIsClusterWide: Rule = (doc) => {
   });
 };
 
+/** S3 as every member's agent writes it: the restore's settings, complete and the same on every member. */
+function backupTarget(member: MemberInput): string {
+  const { s3, encryption_key: key } = member.restore;
+  return JSON.stringify([
+    s3.endpoint,
+    s3.bucket,
+    s3.object_prefix,
+    s3.region,
+    s3.access_key.reveal(),
+    s3.secret_key.reveal(),
+    s3.ca_cert,
+    key.reveal(),
+  ]);
+}
+
+const backupSettingsAreSound: Rule = (doc) => {
+  if (!doc.backup.enabled) return [];
+  const problems: Problem[] = [];
+  if (!doc.etcd.client_cert_auth)
+    problems.push({
+      path: ['backup', 'enabled'],
+      message: 'needs etcd.client_cert_auth: true',
+      hint: 'the agent logs into etcd with a client certificate of its own (CN=etcd-kvm-agent); in password mode it has no identity yet: not implemented',
+    });
+  if (doc.backup.endpoint && !/^https?:\/\//.test(doc.backup.endpoint))
+    problems.push({ path: ['backup', 'endpoint'], message: 'is not an http(s) URL', hint: 'e.g. http://10.0.0.5:9000, or leave it empty' });
+  const first = doc.members[0];
+  if (!first) return problems;
+  const { s3 } = first.restore;
+  const missing: string[] = [
+    ...(['endpoint', 'bucket', 'object_prefix'] as const).filter((field) => !s3[field]),
+    ...(['access_key', 'secret_key'] as const).filter((field) => s3[field].isEmpty),
+  ];
+  for (const field of missing)
+    problems.push({
+      path: ['members', 0, 'restore', 's3', field],
+      message: 'is empty while backup.enabled is true',
+      hint: 'the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    });
+  doc.members.forEach((member, i) => {
+    if (backupTarget(member) !== backupTarget(first))
+      problems.push({
+        path: ['members', i, 'restore'],
+        message: `its s3 settings or encryption_key differ from ${first.name}'s`,
+        hint: 'every member backs up to the same place: set restore.s3 and restore.encryption_key once under defaults',
+      });
+  });
+  return problems;
+};
+
 const installNeedsReleaseVersion: Rule = (doc) =>
   (doc.etcd.binaries === 'release' || doc.members.some((member) => member.install_dependencies)) &&
   !/^v\d+\.\d+\.\d+$/.test(doc.etcd.version)
@@ -805,6 +857,7 @@ export const RULES: readonly Rule[] = [
   dynamicConfigCredentialsAreSound,
   restoreSettingsAreSound,
   restoreIsClusterWide,
+  backupSettingsAreSound,
   installNeedsReleaseVersion,
 ];
 

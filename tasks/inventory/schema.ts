@@ -784,12 +784,54 @@ export const userSchema = z
   })
   .strict();
 
+/**
+ * systemd calendar events (systemd.time(7)) in the forms operators write: the shorthands, and
+ * `[weekday] [date] time` with `*`, lists, ranges and repetitions. systemd in the guest has the last
+ * word; this keeps out what is surely not one (an empty string, a cron line, shell text).
+ */
+const CALENDAR =
+  /^(minutely|hourly|daily|weekly|monthly|yearly|annually|quarterly|semiannually|((Mon|Tue|Wed|Thu|Fri|Sat|Sun)([.,-]{1,2}(Mon|Tue|Wed|Thu|Fri|Sat|Sun))* )?([0-9*/,.~-]+-[0-9*/,.~-]+-[0-9*/,.~-]+ )?[0-9*/,.-]+:[0-9*/,.-]+(:[0-9*/,.-]+)?( UTC)?)$/;
+
+export const backupSchema = z
+  .object({
+    enabled: z
+      .boolean()
+      .default(false)
+      .describe(
+        'Every member gets a timer; at each tick the one member whose etcd first claims it takes a snapshot, seals it and uploads it ' +
+          "where `restore.s3` points (etcd-backup's format, `restore.encryption_key`), then prunes. No control node needed.",
+      ),
+    schedule: line
+      .regex(CALENDAR, 'must be a systemd calendar event, e.g. "hourly", "*:0/15" or "*-*-* 02:30:00"')
+      .default('hourly')
+      .describe(
+        'When, as a systemd calendar event (`OnCalendar=`): `hourly`, `*:0/15`, `*-*-* 02:30:00`… Ticks closer than a minute are one.',
+      ),
+    keep: z
+      .number()
+      .int()
+      .min(1, 'keeps at least the newest snapshot')
+      .max(100_000)
+      .default(48)
+      .describe('After each upload, the newest `keep` snapshots under the prefix stay; older ones are deleted with their `.key`.'),
+    endpoint: line
+      .default('')
+      .describe(
+        "The S3 endpoint as the members reach it, where it differs from the control node's (`restore.s3.endpoint`): a private address, a " +
+          'VPC endpoint. Empty: the same.',
+      ),
+  })
+  .strict()
+  .default({})
+  .describe("Scheduled backups taken inside the cluster by every member's agent (etcd-kvm-agent), to the bucket `restore.s3` names.");
+
 /** The document as written; `defaults` and `members` are validated separately by the loader. */
 export const documentSchema = z
   .object({
     cluster: clusterSchema,
     etcd: etcdSchema,
     pki: pkiSchema,
+    backup: backupSchema,
     hypervisors: z.record(name, hypervisorSchema).describe('The KVM hosts, by name: how the tool logs into each over SSH and its libvirt.'),
     bastions: z
       .record(name, bastionSchema)
@@ -828,5 +870,6 @@ export type BastionInput = z.infer<typeof bastionSchema>;
 export type EtcdSettings = z.infer<typeof etcdSchema>;
 export type ClusterSettings = z.infer<typeof clusterSchema>;
 export type PkiSettings = z.infer<typeof pkiSchema>;
+export type BackupSettings = z.infer<typeof backupSchema>;
 export type RoleInput = z.infer<typeof roleSchema>;
 export type UserInput = z.infer<typeof userSchema>;

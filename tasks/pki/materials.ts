@@ -3,6 +3,7 @@ import { Secret } from '../core/secret.ts';
 import type { Inventory } from '../inventory/model.ts';
 import { readIdentity, type ClusterIdentity } from './identity.ts';
 import type { MaterialId } from './store.ts';
+import { AGENT_USER, certifiedUsers, toolUsers } from '../inventory/tool-users.ts';
 import { applicationUsers, caOf, identityOf, membersDeployedBefore, type PkiFacts } from './plan.ts';
 import { PEER_COMMON_NAME, peerStageOf, readPeerTrust, type PeerTrustStage } from './peer-trust.ts';
 import type { PkiStore } from './store.ts';
@@ -16,6 +17,8 @@ export interface MemberTls {
   peer?: { trustedCa?: string; cert?: string; key?: Secret; allowedCn?: string };
   /** The member's SSH host key (ECDSA), absent while not yet generated. */
   sshHostKey?: { privateKey: Secret; publicLine: string };
+  /** The backup agent's client certificate and key (CN=etcd-kvm-agent), while scheduled backups are on. */
+  agent?: { cert?: string; key?: Secret };
 }
 
 /** What rendering needs from the PKI: certificates are public, keys stay Secrets. */
@@ -34,7 +37,7 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
     leaves.set(`peer/${member.name}`, store.read(`peer/${member.name}`));
   }
   leaves.set('client/root', store.read('client/root'));
-  for (const user of applicationUsers(inventory)) leaves.set(`client/${user}`, store.read(`client/${user}`));
+  for (const user of certifiedUsers(inventory)) leaves.set(`client/${user}`, store.read(`client/${user}`));
   const hostKeys = new Map(inventory.members.map((member) => [member.name, store.read(`ssh-host/${member.name}`)]));
   const knownHosts = readIfExists(store.knownHostsPath);
   const identity = readIdentity(store.stateDir, inventory.cluster.name);
@@ -64,6 +67,7 @@ export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMateria
     ...(bundle ? { trustedCa: bundle } : {}),
     ...(peerStage === 'peer-only' && !inventory.members.some((member) => member.suppliedTls) ? { allowedCn: PEER_COMMON_NAME } : {}),
   };
+  const agent = toolUsers(inventory)[AGENT_USER] ? { agent: pairOf(facts.leaves.get(`client/${AGENT_USER}`)) } : {};
   const members = new Map<string, MemberTls>();
   for (const member of inventory.members) {
     const host = facts.hostKeys.get(member.name);
@@ -71,12 +75,19 @@ export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMateria
       host?.public && host.privateKey ? { sshHostKey: { privateKey: new Secret(host.privateKey), publicLine: host.public.trim() } } : {};
     if (member.suppliedTls) {
       const supplied = { cert: member.suppliedTls.serverCert, key: member.suppliedTls.serverKey };
-      members.set(member.name, { caCert: member.suppliedTls.caCert, ...supplied, peer: { ...peerTrust, ...supplied }, ...sshHostKey });
+      members.set(member.name, {
+        caCert: member.suppliedTls.caCert,
+        ...supplied,
+        peer: { ...peerTrust, ...supplied },
+        ...sshHostKey,
+        ...agent,
+      });
       continue;
     }
     const server = pairOf(facts.leaves.get(`member/${member.name}`));
     members.set(member.name, {
       ...sshHostKey,
+      ...agent,
       ...(caCert ? { caCert } : {}),
       ...server,
       // Until every member trusts the peer CA, the peer port presents the server certificate, which all of them trust.

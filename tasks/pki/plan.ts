@@ -3,6 +3,7 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClusterIdentity } from './identity.ts';
 import type { MaterialId, StoredPair } from './store.ts';
 import { PEER_COMMON_NAME, type PeerTrustStage } from './peer-trust.ts';
+import { certifiedUsers } from '../inventory/tool-users.ts';
 import {
   BACKDATE_MS,
   certificatesIn,
@@ -121,7 +122,7 @@ export function wantedCertificates(inventory: Inventory): WantedCertificate[] {
     : [{ id: 'client/root', commonName: 'root', profile: 'client', sans: { dns: [], ips: [] } }];
   // Certificate mode: each application user logs in with a certificate whose CN is its name.
   const users = inventory.etcd.client_cert_auth
-    ? applicationUsers(inventory).map(
+    ? certifiedUsers(inventory).map(
         (user): WantedCertificate => ({ id: `client/${user}`, commonName: user, profile: 'client', sans: { dns: [], ips: [] } }),
       )
     : [];

@@ -3,6 +3,7 @@ import type { SecretWriter } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberTls } from '../pki/materials.ts';
 import type { InitialClusterState } from './etcd.ts';
+import { backupAgentFragment } from './guest/backup-agent.ts';
 import { chronyFragment } from './guest/chrony.ts';
 import { dataVolumeFragment } from './guest/data-volume.ts';
 import { dependenciesFragment } from './guest/dependencies.ts';
@@ -72,6 +73,7 @@ export function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
     fluentBitFragment({ fluentbit: member.services.fluentbit, dynamic: usesDynamicConfig(member.services) }, writeSecret),
     fluentBitDynamicFragment(member.services, writeSecret),
     vaultAgentFragment(member.services.vault_agent, writeSecret),
+    backupAgentFragment(inventory, member, input.tls, writeSecret),
   ];
 }
 

@@ -1,3 +1,5 @@
+import type { Etcd3 } from 'etcd3';
+import { BACKUP_RECORD_KEYS, BACKUP_RECORD_PREFIX } from '../backup/runs.ts';
 import { briefError } from '../core/errors.ts';
 import { connect, type PeerCertificate } from 'node:tls';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -51,6 +53,8 @@ export interface StatusFacts {
   /** `/version`'s `etcdcluster` (`3.5.0`), from the first member that answered: the minor every member supports. */
   clusterVersion: string | { error: string };
   caNotAfter?: Date;
+  /** With scheduled backups on: the agent's records in etcd (backup/runs.ts), as their text, from the first member that answered. */
+  backupRecords?: { lastRun?: string; lastSuccess?: string } | { error: string };
   at: Date;
 }
 
@@ -142,15 +146,18 @@ export async function gatherStatus(
   let memberList: StatusFacts['memberList'] = { error: 'no member answered' };
   let alarms: StatusFacts['alarms'] = [];
   let clusterVersion: StatusFacts['clusterVersion'] = { error: 'no member answered' };
+  let backupRecords: StatusFacts['backupRecords'] = { error: 'no member answered' };
   const answering = members.filter((_, index) => !('error' in perMember[index]!.etcd));
   for (const member of answering) {
     try {
       const client = await clients.for(member);
-      const [list, alarm, versions] = await Promise.all([
+      const [list, alarm, versions, records] = await Promise.all([
         client.cluster.memberList({}),
         client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' }),
         versionOf(clients, member, identity).catch((error: unknown) => ({ error: `${member.name}: ${briefError(error)}` })),
+        inventory.backup.enabled ? backupRecordsOf(client) : undefined,
       ]);
+      backupRecords = records;
       clusterVersion = 'error' in versions ? versions : versions.etcdcluster;
       memberList = list.members.map((m) => ({ ...liveMember(m), id: hexId(m.ID) }));
       alarms = alarm.alarms.map((a) => ({ memberId: hexId(a.memberID), alarm: String(a.alarm).toUpperCase() }));
@@ -172,6 +179,19 @@ export async function gatherStatus(
     alarms,
     clusterVersion,
     ...(caNotAfter ? { caNotAfter } : {}),
+    ...(inventory.backup.enabled ? { backupRecords } : {}),
     at,
   };
+}
+
+/** The backup agent's two records (the last run, the last success), read in one request; an answer without them is no error. */
+async function backupRecordsOf(client: Etcd3): Promise<NonNullable<StatusFacts['backupRecords']>> {
+  try {
+    const found = await client.getAll().prefix(BACKUP_RECORD_PREFIX).strings();
+    const lastRun = found[BACKUP_RECORD_KEYS.lastRun];
+    const lastSuccess = found[BACKUP_RECORD_KEYS.lastSuccess];
+    return { ...(lastRun !== undefined ? { lastRun } : {}), ...(lastSuccess !== undefined ? { lastSuccess } : {}) };
+  } catch (error) {
+    return { error: briefError(error) };
+  }
 }

@@ -1,3 +1,4 @@
+import { BACKUP_RECORD_KEYS, backupLine, judgeBackups, parseBackupRun, type BackupRun, type BackupVerdict } from '../backup/runs.ts';
 import { formatBytes } from '../etcd/maintenance.ts';
 import { compareVersions, parseVersion } from '../upgrade/version.ts';
 import type { EtcdMemberFacts, ListedMember, MemberFacts, StatusFacts } from './facts.ts';
@@ -40,6 +41,8 @@ export interface StatusReport {
   clusterVersion: string | null;
   /** Each version the members run, with the members that run it, oldest first. */
   versions: { version: string; members: string[] }[];
+  /** With scheduled backups on: the last successful one and its age (null when none succeeded). */
+  backup?: { lastSuccess: BackupVerdict['lastSuccess'] };
   problems: string[];
   warnings: string[];
 }
@@ -140,6 +143,11 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
     if (days < CERTIFICATE_WARNING_DAYS)
       warnings.push(`the CA expires in ${Math.floor(days)} days (${caExpires}): see "Rotating the CA" in the README`);
   }
+  const backup = facts.backupRecords ? backupsOf(facts.backupRecords, facts.at) : undefined;
+  if (backup) {
+    problems.push(...backup.problems);
+    warnings.push(...backup.warnings);
+  }
   return {
     at: facts.at.toISOString(),
     healthy: problems.length === 0,
@@ -149,9 +157,31 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
     caExpires,
     clusterVersion,
     versions,
+    ...(backup ? { backup: { lastSuccess: backup.lastSuccess } } : {}),
     problems,
     warnings,
   };
+}
+
+/** The agent's records judged: unreadable ones are warnings, the rest goes to judgeBackups. */
+function backupsOf(records: NonNullable<StatusFacts['backupRecords']>, at: Date): BackupVerdict {
+  if ('error' in records) return { lastSuccess: null, problems: [], warnings: [`the backup records could not be read (${records.error})`] };
+  const warnings: string[] = [];
+  const parsed = (text: string | undefined, key: string): BackupRun | undefined => {
+    if (text === undefined) return undefined;
+    const run = parseBackupRun(text);
+    if ('error' in run) {
+      warnings.push(`${key} is ${run.error}`);
+      return undefined;
+    }
+    return run;
+  };
+  const verdict = judgeBackups(
+    parsed(records.lastSuccess, BACKUP_RECORD_KEYS.lastSuccess),
+    parsed(records.lastRun, BACKUP_RECORD_KEYS.lastRun),
+    at,
+  );
+  return { ...verdict, warnings: [...warnings, ...verdict.warnings] };
 }
 
 /** The image a member was built from, as the table shows it, and a warning when it is not base_image's. */
@@ -230,6 +260,7 @@ export function formatStatusTable(report: StatusReport): string {
       .join('  ')
       .trimEnd();
   const lines = [line(header), ...rows.map(line), versionLine(report)];
+  if (report.backup) lines.push(backupLine(report.backup));
   for (const problem of report.problems) lines.push(`problem: ${problem}`);
   for (const warning of report.warnings) lines.push(`warning: ${warning}`);
   const voting = report.members.filter((m) => m.role === 'leader' || m.role === 'follower').length;

@@ -25,6 +25,7 @@ import {
 } from '../etcd/access.ts';
 import { authEnabled, notHealthy } from './auth.ts';
 import { memberTargets } from './member-targets.ts';
+import { toolUsers } from '../inventory/tool-users.ts';
 
 /**
  * Application users and roles, converged from the designated member after the auth bootstrap: the
@@ -153,7 +154,11 @@ export function usersStep(
       member,
       (await retryTransient(() => authEnabled(clients, member, identities))) ? identities.root() : identities.beforeAuth(),
     );
-  const wanted: WantedAccess = { roles: inventory.roles, users: inventory.users, certificateMode: inventory.etcd.client_cert_auth };
+  const wanted: WantedAccess = {
+    roles: inventory.roles,
+    users: { ...inventory.users, ...toolUsers(inventory) },
+    certificateMode: inventory.etcd.client_cert_auth,
+  };
   return {
     name: 'users',
     targets,

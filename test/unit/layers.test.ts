@@ -19,7 +19,7 @@ const ALLOWED: Record<string, string[]> = {
   guest: ['core', 'inventory', 'remote', 'render', 'libvirt', 'upgrade'],
   backup: ['core', 'inventory'],
   steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade'],
-  status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade'],
+  status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade', 'backup'],
   // The deploy's stages: gather, plan, execute, over the steps.
   deploy: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'steps'],
   // The CLI's help lists the steps from their registry.

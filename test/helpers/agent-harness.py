@@ -1,0 +1,58 @@
+"""Runs pieces of the member agent (templates/etcd-kvm-agent.py) on the control node for the unit tests.
+
+Usage: python3 agent-harness.py COMMAND JSON-ARGUMENT; prints a JSON answer. Where the guest has
+PyNaCl and this machine may not, libsodium's XChaCha20-Poly1305 is stood in for by @noble/ciphers
+(test/helpers/xchacha-seal.mjs): another implementation of the same construction.
+"""
+
+import datetime
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def encrypt(message, aad, nonce, key):
+    assert aad is None
+    answer = subprocess.run(
+        ["node", os.path.join(HERE, "xchacha-seal.mjs")],
+        input=json.dumps({"message": message.hex(), "nonce": nonce.hex(), "key": key.hex()}).encode(),
+        capture_output=True,
+        check=True,
+    )
+    return bytes.fromhex(answer.stdout.decode())
+
+
+try:
+    import nacl.bindings  # noqa: F401
+except ImportError:
+    nacl = types.ModuleType("nacl")
+    bindings = types.ModuleType("nacl.bindings")
+    bindings.crypto_aead_xchacha20poly1305_ietf_encrypt = encrypt
+    nacl.bindings = bindings
+    sys.modules["nacl"], sys.modules["nacl.bindings"] = nacl, bindings
+
+spec = importlib.util.spec_from_file_location("agent", os.path.join(HERE, "..", "..", "templates", "etcd-kvm-agent.py"))
+agent = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(agent)
+
+command, argument = sys.argv[1], json.loads(sys.argv[2])
+if command == "seal":
+    sealed_key, digest = agent.seal_file(argument["source"], argument["destination"], bytes.fromhex(argument["master_key"]))
+    print(json.dumps({"key": sealed_key.hex(), "sha256": digest}))
+elif command == "retention":
+    print(json.dumps(agent.retention(argument["names"], argument["prefix"], argument["keep"])))
+elif command == "sign":
+    now = datetime.datetime.strptime(argument["now"], "%Y%m%dT%H%M%SZ")
+    args = (argument["method"], argument["url"], argument["region"], argument["access_key"], argument["secret_key"])
+    print(json.dumps(agent.sign(*args, argument["payload_hash"], now, argument.get("query"))))
+elif command == "tick":
+    print(json.dumps(agent.tick_of(datetime.datetime.fromisoformat(argument))))
+elif command == "dump-name":
+    print(json.dumps(agent.dump_name(argument["prefix"], datetime.datetime.fromisoformat(argument["when"]))))
+else:
+    sys.exit(f"unknown command {command}")

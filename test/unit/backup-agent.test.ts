@@ -1,0 +1,171 @@
+import test from 'ava';
+import { spawnSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { backupTimestamp, dumpObjectName, masterKeyFromHex, openDataKey, openStream, retention } from '../../tasks/backup/format.ts';
+import { AGENT_USER } from '../../tasks/inventory/tool-users.ts';
+import { AGENT_PATHS, BACKUP_UNITS } from '../../tasks/render/guest/backup-agent.ts';
+import { baseDocument, load, problemsOf } from '../helpers/inventory.ts';
+import { renderWithPki } from '../helpers/render.ts';
+
+/**
+ * The member agent (templates/etcd-kvm-agent.py) writes what the tool's restore reads: its sealing
+ * and retention are run here with the machine's python3 and checked against the tool's own format
+ * code; its S3 signature against AWS's published example. Its rendering and the inventory's rules.
+ */
+
+function agent<T>(command: string, argument: unknown): T {
+  const done = spawnSync('python3', ['test/helpers/agent-harness.py', command, JSON.stringify(argument)], { encoding: 'utf8' });
+  if (done.status !== 0) throw new Error(`agent-harness ${command}: ${done.stderr}`);
+  return JSON.parse(done.stdout) as T;
+}
+
+async function opened(dump: Buffer, dataKey: Uint8Array): Promise<Buffer> {
+  const pieces: Uint8Array[] = [];
+  const source = (async function* () {
+    yield dump;
+  })();
+  for await (const piece of openStream(source, dataKey)) pieces.push(piece);
+  return Buffer.concat(pieces);
+}
+
+test('a snapshot the agent seals is opened by the restore with the master key, chunk by chunk', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-agent-'));
+  // Two whole chunks and a short one: the last chunk's length is where layouts disagree.
+  const snapshot = randomBytes(2 * 1024 * 1024 + 4321);
+  writeFileSync(join(dir, 'snapshot.db'), snapshot);
+  const master = 'c4'.repeat(32);
+  const sealed = agent<{ key: string; sha256: string }>('seal', {
+    source: join(dir, 'snapshot.db'),
+    destination: join(dir, 'sealed'),
+    master_key: master,
+  });
+  const dump = readFileSync(join(dir, 'sealed'));
+  t.is(dump.length, snapshot.length + 3 * (24 + 16));
+  const dataKey = openDataKey(Buffer.from(sealed.key, 'hex'), masterKeyFromHex(master));
+  t.deepEqual(await opened(dump, dataKey), snapshot);
+  t.throws(() => openDataKey(Buffer.from(sealed.key, 'hex'), masterKeyFromHex('c5'.repeat(32))), { message: /does not decrypt/ });
+});
+
+test('the agent and the tool prune the same objects, and name snapshots alike', (t) => {
+  const names = [
+    'lab-2026-11-25T01:00:00Z.dump',
+    'lab-2026-11-25T01:00:00Z.key',
+    'lab-2026-11-25T03:00:00Z.dump',
+    'lab-2026-11-25T02:00:00Z.dump',
+    'lab-2026-11-25T02:00:00Z.key',
+    'lab-2026-11-25T04:00:00.5Z.dump',
+    'lab-notes.txt',
+    'labx-2026-11-25T00:00:00Z.dump',
+    'lab-2026-11-25T05:00:00Z.key',
+  ];
+  for (const keep of [1, 2, 3, 4, 10]) {
+    const tool = retention(names, 'lab', keep).deleted;
+    t.deepEqual(agent<string[]>('retention', { names, prefix: 'lab', keep }), tool, `keep ${keep}`);
+  }
+  t.deepEqual(retention(names, 'lab', 2).deleted, [
+    'lab-2026-11-25T01:00:00Z.dump',
+    'lab-2026-11-25T01:00:00Z.key',
+    'lab-2026-11-25T02:00:00Z.dump',
+    'lab-2026-11-25T02:00:00Z.key',
+  ]);
+  const when = new Date('2026-11-25T03:04:05.678Z');
+  t.is(agent<string>('dump-name', { prefix: 'lab', when: '2026-11-25T03:04:05.678+00:00' }), dumpObjectName('lab', backupTimestamp(when)));
+  t.is(agent<string>('tick', '2026-11-25T03:04:05.678+00:00'), '2026-11-25T03:04:00Z');
+});
+
+test("the agent signs S3 requests as AWS's Signature Version 4 example does", (t) => {
+  // "Example: GET Bucket Lifecycle", from AWS's S3 API reference (sig-v4-header-based-auth).
+  const headers = agent<Record<string, string>>('sign', {
+    method: 'GET',
+    url: 'https://examplebucket.s3.amazonaws.com/',
+    region: 'us-east-1',
+    access_key: 'AKIAIOSFODNN7EXAMPLE',
+    secret_key: 'wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY',
+    payload_hash: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855',
+    now: '20130524T000000Z',
+    query: { lifecycle: '' },
+  });
+  t.is(
+    headers.authorization,
+    'AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature=fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543',
+  );
+});
+
+const s3 = { endpoint: 'https://s3.example.org', bucket: 'b', object_prefix: 'lab', access_key: 'AK', secret_key: 'SK' };
+const withBackup = (backup: Record<string, unknown>, restore: Record<string, unknown> = { s3, encryption_key: 'ab'.repeat(32) }) => {
+  const doc = baseDocument();
+  return { ...doc, backup, defaults: { ...(doc.defaults as object), restore } };
+};
+
+test('every member gets the agent, its timer and its secrets 0400 to etcd; nothing when backups are off', async (t) => {
+  const { guests } = await renderWithPki(
+    load(withBackup({ enabled: true, schedule: '*:0/15', keep: 5, endpoint: 'http://10.0.0.5:9000' })),
+  );
+  const files = new Map(guests.get('etcd-2')!.files.map((file) => [file.path, file]));
+  for (const path of [AGENT_PATHS.key, AGENT_PATHS.accessKey, AGENT_PATHS.secretKey, AGENT_PATHS.encryptionKey]) {
+    t.is(files.get(path)?.mode, 0o400, path);
+    t.is(files.get(path)?.owner, 'etcd:etcd', path);
+    t.true(files.get(path)?.secret, path);
+  }
+  t.is(files.get(AGENT_PATHS.accessKey)?.content, 'AK');
+  t.regex(files.get(AGENT_PATHS.cert)!.content, /BEGIN CERTIFICATE/);
+  t.is(files.get(AGENT_PATHS.program)?.mode, 0o755);
+  t.regex(files.get(AGENT_PATHS.timer)!.content, /^OnCalendar=\*:0\/15$/m);
+  const config = JSON.parse(files.get(AGENT_PATHS.config)!.content);
+  t.like(config, {
+    member: 'etcd-2',
+    keep: 5,
+    etcd: { endpoint: 'https://10.10.0.12:2379', etcdctl: '/usr/bin/etcdctl', cert_file: AGENT_PATHS.cert },
+    s3: { endpoint: 'http://10.0.0.5:9000', bucket: 'b', object_prefix: 'lab' },
+    secrets: { encryption_key: AGENT_PATHS.encryptionKey },
+  });
+  t.false(JSON.stringify(config).includes('SK'));
+  t.true(guests.get('etcd-2')!.services.some((service) => service.unit === BACKUP_UNITS.timer));
+
+  const off = await renderWithPki(load(withBackup({ enabled: false })));
+  t.false(off.guests.get('etcd-2')!.files.some((file) => file.path.startsWith('/etc/etcd-kvm/agent')));
+  t.false(off.guests.get('etcd-2')!.services.some((service) => service.unit === BACKUP_UNITS.timer));
+});
+
+test(`the agent's certificate says ${AGENT_USER}`, async (t) => {
+  const { guests } = await renderWithPki(load(withBackup({ enabled: true })));
+  const pem = guests.get('etcd-1')!.files.find((file) => file.path === AGENT_PATHS.cert)!.content;
+  const { X509Certificate } = await import('node:crypto');
+  t.regex(new X509Certificate(pem).subject, new RegExp(`CN=${AGENT_USER}`));
+});
+
+test('backups are refused, with paths, where the agent could not write', (t) => {
+  t.deepEqual(problemsOf(withBackup({ enabled: true }, {})), [
+    'members[0].restore.s3.endpoint (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    'members[0].restore.s3.bucket (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    'members[0].restore.s3.object_prefix (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    'members[0].restore.s3.access_key (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    'members[0].restore.s3.secret_key (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
+  ]);
+  const password = withBackup({ enabled: true });
+  (password as Record<string, unknown>).etcd = { client_cert_auth: false };
+  (password.members[0]!.authentication_bootstrap as Record<string, unknown>).root_password = 'pw';
+  t.true(problemsOf(password).some((problem) => problem.startsWith('backup.enabled: needs etcd.client_cert_auth: true')));
+  const differing = withBackup({ enabled: true });
+  differing.members[2]!.restore = { s3: { ...s3, bucket: 'other' } };
+  t.true(
+    problemsOf(differing).some((problem) =>
+      problem.startsWith("members[2].restore (member etcd-3): its s3 settings or encryption_key differ from etcd-1's"),
+    ),
+  );
+});
+
+test('a schedule must be a systemd calendar event', (t) => {
+  for (const schedule of ['hourly', '*:0/15', '*-*-* 02:30:00', 'Mon..Fri *-*-* 01:00', '*:*:00', 'daily'])
+    t.notThrows(() => load(withBackup({ enabled: true, schedule })), schedule);
+  for (const schedule of ['0 * * * *', '', 'hourly; rm -rf /', 'every hour']) {
+    const problems = problemsOf(withBackup({ enabled: true, schedule }));
+    t.true(
+      problems.some((problem) => problem.startsWith('backup.schedule: must be a systemd calendar event')),
+      `${schedule}: ${problems.join('; ')}`,
+    );
+  }
+});
