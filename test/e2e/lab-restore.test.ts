@@ -1,32 +1,40 @@
 import test from 'ava';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
 import { parse, stringify } from 'yaml';
 import { SnapshotBucket } from '../../tasks/backup/s3.ts';
 import { Secret } from '../../tasks/core/secret.ts';
 import { run } from '../helpers/exec.ts';
-import { deploy, endpoint, etcdctl, lab, LAB_STATE, MEMBER_IPS, rootIdentity, type DeployRun } from '../helpers/lab.ts';
+import { deploy, endpoint, etcdctl, lab, LAB_STATE, MEMBER_IPS, memberSsh, rootIdentity, type DeployRun } from '../helpers/lab.ts';
+import { LAB_S3_CREDENTIALS, startLabS3, type LabS3 } from '../helpers/lab-s3.ts';
 
 /**
- * Backup and restore on the real lab, against a real S3-compatible server (s3rver, on the control
- * node's loopback in its own process, where the tool reads and writes): deploy, write keys, back up encrypted, tear
- * the whole lab down, deploy again with restore.enabled, and read the keys back.
+ * Backups and restore on the real lab, against a real S3-compatible server (s3rver, on the control
+ * node's loopback, which the members reach through the lab's bridge: test/helpers/lab-s3.ts): deploy
+ * with scheduled backups, write keys, let the members' agents back up on their own, back up from the
+ * control node too, tear the whole lab down, deploy again restoring the agents' latest backup, and
+ * read the keys back.
  */
 
 const INVENTORY = 'inventories/.e2e-restore.yaml';
 const MASTER_KEY = randomBytes(32).toString('hex');
 const ALL = Object.keys(MEMBER_IPS).map((name) => endpoint(name as keyof typeof MEMBER_IPS));
-const s3Dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-s3-'));
-let s3: ChildProcess | undefined;
+/** Every minute: ticks as often as systemd's calendar and the agent's claims allow. */
+const SCHEDULE = '*:*:00';
+const KEEP = 2;
+let s3: LabS3 | undefined;
 let s3Settings: Record<string, string> = {};
 
-function writeInventory(restoreEnabled: boolean): void {
+function writeInventory(options: { restore: boolean; backup: boolean; timestamp?: string }): void {
   const doc = parse(readFileSync('inventories/lab.yaml', 'utf8'));
-  doc.defaults.restore = { enabled: restoreEnabled, s3: s3Settings, encryption_key: MASTER_KEY };
+  doc.defaults.restore = {
+    enabled: options.restore,
+    s3: s3Settings,
+    encryption_key: MASTER_KEY,
+    ...(options.timestamp ? { backup_timestamp: options.timestamp } : {}),
+  };
+  doc.backup = { enabled: options.backup, schedule: SCHEDULE, keep: KEEP, endpoint: s3!.memberEndpoint };
   writeFileSync(INVENTORY, stringify(doc), { mode: 0o600 });
 }
 
@@ -38,39 +46,97 @@ function deployed(t: { log: (...values: unknown[]) => void }): DeployRun {
   return result;
 }
 
+/** The snapshots in the bucket, by name, oldest first (s3rver keeps each object as <name>._S3rver_object). */
+const dumps = () =>
+  readdirSync(join(s3!.dir, s3!.bucket))
+    .filter((file) => file.endsWith('.dump._S3rver_object'))
+    .map((file) => file.replace(/\._S3rver_object$/, ''))
+    .sort();
+const timeOf = (dump: string) => Date.parse(/-(\d{4}-.*Z)\.dump$/.exec(dump)![1]!);
+
+async function until(what: string, condition: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs / 1000} s (bucket: ${dumps().join(', ')})`);
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+  }
+}
+
+/** What the members' agents said, tick by tick: "tick <minute>: backed up …" lines from every journal. */
+function agentLines(): { member: string; line: string }[] {
+  return (['etcd-1', 'etcd-2', 'etcd-3'] as const).flatMap((member) =>
+    memberSsh(member, 'sudo journalctl -u etcd-kvm-backup -o cat --no-pager')
+      .stdout.split('\n')
+      .filter((line) => line.startsWith('tick '))
+      .map((line) => ({ member, line })),
+  );
+}
+
 test.before(async (t) => {
-  s3 = spawn(process.execPath, ['--import', 'tsx', 'test/helpers/s3-server.ts', s3Dir, 'etcd-backups'], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const [firstLine] = (await once(s3.stdout!, 'data')) as [Buffer];
-  const port = Number(firstLine.toString().trim());
-  // s3rver's built-in account.
-  s3Settings = {
-    endpoint: `http://127.0.0.1:${port}`,
-    bucket: 'etcd-backups',
-    object_prefix: 'lab',
-    access_key: 'S3RVER',
-    secret_key: 'S3RVER',
-  };
   lab('down');
   rmSync(LAB_STATE, { recursive: true, force: true });
   const up = lab('up');
   if (up.status !== 0) throw new Error(`lab:up failed: ${up.stderr}`);
   t.log(up.stdout);
+  // After lab:up: the forwarder lives in the lab's namespace, which lab:down deletes.
+  s3 = await startLabS3();
+  s3Settings = { endpoint: s3.endpoint, bucket: s3.bucket, object_prefix: 'lab', ...LAB_S3_CREDENTIALS };
 });
 
 test.after.always(async () => {
   lab('down');
   rmSync(INVENTORY, { force: true });
-  s3?.kill('SIGTERM');
-  rmSync(s3Dir, { recursive: true, force: true });
+  await s3?.stop();
 });
 
-test.serial('backup (encrypted) → teardown → deploy with restore.enabled brings the keys back', async (t) => {
-  writeInventory(false);
-  t.is(deployed(t).status, 0);
-  for (const i of [1, 2, 3]) t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', `e2e/restore/${i}`, `value ${i}`]).status, 0);
+test.serial(
+  'scheduled backups: one member takes each tick, also with a member stopped; pruned to keep; status shows the last',
+  async (t) => {
+    writeInventory({ restore: false, backup: true });
+    t.is(deployed(t).status, 0);
+    for (const i of [1, 2, 3]) t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', `e2e/restore/${i}`, `value ${i}`]).status, 0);
+    const written = Date.now();
+    // Two ticks after the keys: the second one prunes (keep 2) whatever the first boots' ticks left.
+    await until('two backups after the keys', () => dumps().filter((dump) => timeOf(dump) > written).length >= 2, 4 * 60_000);
 
+    // A member whose etcd is down takes no backup; the others still take every tick.
+    t.is(memberSsh('etcd-3', 'sudo systemctl stop etcd').status, 0);
+    const stopped = Date.now();
+    // Ticks are minutes of the members' clocks, which the lab's guests keep within seconds of the host's.
+    await until('a backup while etcd-3 is stopped', () => dumps().some((dump) => timeOf(dump) > stopped + 5_000), 3 * 60_000);
+    t.is(memberSsh('etcd-3', 'sudo systemctl start etcd').status, 0);
+
+    const bucket = dumps();
+    t.is(bucket.length, KEEP, bucket.join(', '));
+    for (const dump of bucket) t.true(readdirSync(join(s3!.dir, s3!.bucket)).includes(`${dump.replace(/\.dump$/, '.key')}._S3rver_object`));
+    // Sealed: the raw object does not contain the values written.
+    t.false(readFileSync(join(s3!.dir, s3!.bucket, `${bucket.at(-1)}._S3rver_object`)).includes('value 1'));
+
+    // Exactly one member backed up each tick; none failed.
+    const lines = agentLines();
+    t.log(lines.map(({ member, line }) => `${member}: ${line}`).join('\n'));
+    const takers = new Map<string, string[]>();
+    for (const { member, line } of lines) {
+      const taken = /^tick (\S+): backed up revision \d+ as (\S+) /.exec(line);
+      if (taken) takers.set(taken[1]!, [...(takers.get(taken[1]!) ?? []), member]);
+    }
+    t.true(takers.size >= 3, `${takers.size} ticks backed up`);
+    for (const [tick, members] of takers) t.is(members.length, 1, `tick ${tick}: ${members.join(', ')}`);
+    t.deepEqual(
+      lines.filter(({ line }) => line.includes('backup failed')),
+      [],
+    );
+    const stoppedTick = [...takers].find(([tick]) => Date.parse(tick) > stopped + 5_000);
+    t.truthy(stoppedTick);
+    t.not(stoppedTick![1][0], 'etcd-3');
+
+    const status = run(process.execPath, ['--import', 'tsx', 'tasks/status.ts', '-i', INVENTORY]);
+    t.is(status.status, 0, status.stdout + status.stderr);
+    t.regex(status.stdout, /^backup: last success \d+ (s|min) ago \(\S+\) by etcd-\d, revision \d+, lab-\S+\.dump$/m);
+  },
+);
+
+test.serial("backup from the control node too → teardown → deploy restoring the agents' latest backup brings the keys back", async (t) => {
   const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY], { timeoutMs: 5 * 60_000 });
   t.is(backup.status, 0, backup.stderr);
   t.regex(
@@ -85,24 +151,31 @@ test.serial('backup (encrypted) → teardown → deploy with restore.enabled bri
     access_key: new Secret('S3RVER'),
     secret_key: new Secret('S3RVER'),
   } as never);
+  const made = /as (lab-\S+\.dump)/.exec(backup.stdout)![1]!;
   const objects = await bucket.list('lab-');
   bucket.close();
-  t.is(objects.length, 2, objects.join(', '));
-  t.true(objects.some((name) => name.endsWith('.dump')) && objects.some((name) => name.endsWith('.key')));
-  // Sealed: the raw object does not contain the values written.
-  const dumpPath = objects.find((name) => name.endsWith('.dump'))!;
-  t.false(readFileSync(join(s3Dir, 'etcd-backups', `${dumpPath}._S3rver_object`)).includes('value 1'));
+  t.true(objects.includes(made) && objects.includes(made.replace(/\.dump$/, '.key')), objects.join(', '));
+  t.false(readFileSync(join(s3!.dir, s3!.bucket, `${made}._S3rver_object`)).includes('value 1'));
 
   // Tear everything down: VMs, volumes, network, pools. Only the state directory (PKI) and S3 remain.
   t.is(lab('down').status, 0);
+  // The agents' newest backup (a tick may have come after the control node's backup, pruning an older one).
+  const agents = dumps()
+    .filter((dump) => dump !== made)
+    .at(-1)!;
+  t.truthy(agents);
   t.is(lab('up').status, 0);
 
-  writeInventory(true);
+  // The new cluster restores the agents' backup; it takes none of its own (the next test counts the bucket's).
+  writeInventory({ restore: true, backup: false, timestamp: /-(\d{4}-.*Z)\.dump$/.exec(agents)![1]! });
   const restored = deployed(t);
   t.is(restored.status, 0);
   const restoreSteps = restored.report.results.filter((r) => r.step === 'restore');
   t.deepEqual(restoreSteps.map((r) => `${r.host} ${r.status}`).sort(), ['etcd-1 changed', 'etcd-2 changed', 'etcd-3 changed']);
-  t.regex(restoreSteps[0]!.changes[0]!.summary, /^restore etcd-\d's data directory from lab-.*\.dump in s3 bucket etcd-backups/);
+  t.regex(
+    restoreSteps[0]!.changes[0]!.summary,
+    new RegExp(`^restore etcd-\\d's data directory from ${agents.replace(/[.]/g, '\\.')} in s3 bucket etcd-backups`),
+  );
 
   for (const i of [1, 2, 3])
     t.is(
@@ -153,8 +226,8 @@ test.serial('backup --keep 2: two more backups of the restored cluster leave the
       bucket.close();
     }
   };
-  const before = await listing();
-  t.is(before.filter((name) => name.endsWith('.dump')).length, 1, before.join(', '));
+  // The agents' and the control node's backups are there; the restored cluster takes none.
+  t.true((await listing()).some((name) => name.endsWith('.dump')));
   const made: string[] = [];
   for (const round of [1, 2]) {
     // Object names carry the time to the second: never two in one second.
