@@ -64,6 +64,12 @@ export const COMMANDS: readonly Command[] = [
     flags: ['--inventory', '--member', '--keep', '--help'],
   },
   {
+    name: 'recover',
+    module: 'recover',
+    summary: 'bring back a cluster that lost its quorum for good, from its most advanced survivor',
+    flags: ['--inventory', '--from-member', '--from-snapshot', '--dry-run', '--help'],
+  },
+  {
     name: 'client',
     module: 'client',
     summary: "write a user's CA, certificate, key and etcdctl.env for a client machine",

@@ -3,6 +3,8 @@ import type { Runner } from '../core/runner.ts';
 import { preloadEtcdClient } from '../etcd/client.ts';
 import { orderDepartures } from '../etcd/departures.ts';
 import { etcdAnswers, formedCluster, type FormedCluster } from '../etcd/health.ts';
+import { gatherQuorumFacts } from '../recover/facts.ts';
+import { chooseSurvivor, judgeQuorum } from '../recover/verdict.ts';
 import { planMembership, type LiveMember, type MembershipPlan } from '../etcd/membership.ts';
 import type { SeenDomains } from '../etcd/formation.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -253,7 +255,32 @@ async function clusterFacts(
     formationFact(inventory.stateDir, inventory.cluster.is_initializing, domainUuids(context)),
   );
   const verdict = answers.get(CONTROL_NODE);
+  if (verdict?.formed) await refuseLostQuorum(context);
   return verdict ? { shown: verdict.why, value: { formed: verdict.formed, membership: everyoneVotes(inventory) } } : { shown: results };
+}
+
+/** Thrown when the cluster lost its quorum for good: the deploy cannot bring it back, recover can. */
+export class QuorumLostError extends Error {}
+
+/**
+ * A formed cluster in which no member knows a leader: if that is for good (fewer members than a
+ * quorum hold their data), stop before anything changes and say what recover would keep, instead of
+ * waiting out the health timeout. Members that are merely down (a power cut) are the deploy's to start.
+ */
+async function refuseLostQuorum(context: DeployContext): Promise<void> {
+  const { inventory, remote, clients } = context;
+  const facts = await gatherQuorumFacts(inventory, remote, clients);
+  const quorum = judgeQuorum(facts.members, facts.voting);
+  if (quorum.kind !== 'lost') return;
+  const best = chooseSurvivor(quorum.survivors);
+  const fromMember =
+    'refused' in best
+      ? 'no member survived with its data'
+      : `--from-member ${best.name} keeps every write ${best.name} had applied (revision ${best.revision}, raft index ${best.raftIndex})`;
+  throw new QuorumLostError(
+    `the cluster has lost its quorum for good: ${quorum.why}. Nothing was changed. See what recover would do with ` +
+      `etcd-kvm recover -i ${inventory.path} --dry-run: ${fromMember}; a backup in S3 keeps what the backup holds (see "Disaster recovery" in docs/operating.md)`,
+  );
 }
 
 export interface GatherOptions extends PlanOptions {

@@ -20,8 +20,10 @@ const ALLOWED: Record<string, string[]> = {
   backup: ['core', 'inventory'],
   steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade'],
   status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade', 'backup'],
+  // Whether the quorum is lost for good, and from which survivor it comes back: the deploy asks it too.
+  recover: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'steps'],
   // The deploy's stages: gather, plan, execute, over the steps.
-  deploy: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'steps'],
+  deploy: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'steps', 'recover'],
   // The CLI's help lists the steps from their registry.
   cli: ['core', 'steps'],
 };

@@ -1,0 +1,191 @@
+#!/usr/bin/env -S npx tsx
+import { spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import { runTool } from './cli/tool.ts';
+import { EXIT, InputError } from './core/errors.ts';
+import { FactCache } from './core/facts.ts';
+import { RunLock } from './core/lock.ts';
+import { PACKAGE_ROOT } from './core/package-root.ts';
+import { DeployContext } from './deploy/context.ts';
+import { loadInventory } from './inventory/load.ts';
+import type { Inventory, Member } from './inventory/model.ts';
+import { gatherQuorumFacts, type QuorumFacts } from './recover/facts.ts';
+import {
+  hasForceFlag,
+  readRecovery,
+  recoveryDone,
+  setAside,
+  startForcingNewCluster,
+  startNormally,
+  stopEtcd,
+  untilLeading,
+  writeRecovery,
+  type RecoveryRecord,
+} from './recover/force-new-cluster.ts';
+import { normalizeArgs } from './recover/args.ts';
+import { chooseSurvivor, judgeQuorum, type Survivor } from './recover/verdict.ts';
+
+const HELP = `Usage: etcd-kvm recover -i INVENTORY [--from-member NAME | --from-snapshot [TIMESTAMP]] [--dry-run]
+
+Brings back a cluster that lost its quorum for good: fewer members than a quorum still hold their
+data (the others' disks are gone). It establishes that from live facts first, and refuses while the
+cluster has a leader, or while members that still hold their data could come back (a deploy starts
+them). From a survivor: every survivor's raft index and revision are read, the most advanced one is
+chosen (or --from-member), etcd stops everywhere, the survivor starts once with --force-new-cluster
+and then normally, and a deploy makes the other members again and joins them one at a time as
+learners with empty data. A recovery killed at any point is finished by running the same command.
+
+  -i, --inventory FILE     the inventory (required)
+      --from-member NAME   recover from this survivor instead of the most advanced one
+      --from-snapshot [T]  recover from a backup in S3 (not implemented: see "Disaster recovery" in
+                           docs/operating.md for the deploy that does it when no member survived)
+      --dry-run            say which member, at which revision, and what would be lost; change nothing
+  -h, --help               this text
+
+Exit: 0 recovered (or the dry-run's plan), 1 refused or failed, 2 bad input.`;
+
+/** How long a survivor may take to lead again after a (forced) start: as long as a member's first start. */
+const leadTimeoutMs = (inventory: Inventory) => inventory.cluster.health_timeout * 1000;
+
+function describeFacts(facts: QuorumFacts): string[] {
+  return facts.members.map((member) =>
+    member.etcd
+      ? `  ${member.name}: etcd answers, raft index ${member.etcd.raftIndex}, revision ${member.etcd.revision}, leader ${member.etcd.leader === '0' ? 'none' : member.etcd.leader}`
+      : `  ${member.name}: ${member.dataGone ? `data gone (${member.dataGone})` : `etcd silent (${member.silent}), its disks still there`}`,
+  );
+}
+
+function describePlan(inventory: Inventory, chosen: Survivor, survivors: readonly Survivor[], gone: readonly string[]): string[] {
+  const others = inventory.members.map((member) => member.name).filter((name) => name !== chosen.name);
+  const asideNames = survivors.filter((survivor) => survivor.name !== chosen.name).map((survivor) => survivor.name);
+  return [
+    `recover from ${chosen.name} at revision ${chosen.revision} (raft index ${chosen.raftIndex}): every write ${chosen.name} had applied is kept;` +
+      ` writes that ${gone.join(', ') || 'the lost members'} applied after raft index ${chosen.raftIndex}, if any, are lost`,
+    '  1. stop etcd on every survivor',
+    ...(asideNames.length
+      ? [`  2. move ${asideNames.join(', ')}'s data aside on its own disk (<data_dir>/member.before-recover-<time>, never deleted)`]
+      : []),
+    `  ${asideNames.length ? 3 : 2}. start ${chosen.name} once with --force-new-cluster (a cluster of one member, with its data), then normally`,
+    `  ${asideNames.length ? 4 : 3}. deploy: ${others.join(', ')} made again where gone, and joined one at a time as learners with empty data, then promoted`,
+  ];
+}
+
+function runDeploy(inventoryPath: string): number {
+  console.log(`\ndeploy: the other members rejoin (etcd-kvm deploy -i ${inventoryPath})`);
+  const done = spawnSync(process.execPath, [join(PACKAGE_ROOT, 'bin', 'etcd-kvm.mjs'), 'deploy', '-i', inventoryPath], {
+    stdio: 'inherit',
+  });
+  return done.status ?? EXIT.failed;
+}
+
+/**
+ * Up to the deploy: the verdict, the plan, and the survivor leading a cluster of its own again. Resolves
+ * to the record of the recovery when the deploy is to run, or to an exit code when it is not.
+ */
+async function recoverSurvivor(inventory: Inventory, options: { fromMember?: string; dryRun: boolean }): Promise<RecoveryRecord | number> {
+  const context = await DeployContext.open(inventory, [], new FactCache());
+  try {
+    const memberNamed = (name: string): Member => {
+      const member = inventory.members.find((m) => m.name === name);
+      if (!member) throw new InputError(`${name} is not a member of the inventory`);
+      return member;
+    };
+    const begun = readRecovery(inventory.stateDir);
+    const facts = await gatherQuorumFacts(inventory, context.remote, context.clients);
+    console.log(`members (${facts.voting} voting in etcd's member list):\n${describeFacts(facts).join('\n')}`);
+    let record: RecoveryRecord;
+    if (begun) {
+      if (options.fromMember !== undefined && options.fromMember !== begun.from)
+        throw new InputError(`a recovery from ${begun.from} is under way (since ${begun.started}): finish it without --from-member`);
+      console.log(`resuming the recovery from ${begun.from} begun ${begun.started}`);
+      if (options.dryRun) return EXIT.ok;
+      record = begun;
+    } else {
+      const verdict = judgeQuorum(facts.members, facts.voting);
+      if (verdict.kind !== 'lost') {
+        console.log(`refused: ${verdict.why}`);
+        return EXIT.failed;
+      }
+      console.log(`quorum lost: ${verdict.why}`);
+      const chosen = chooseSurvivor(verdict.survivors, options.fromMember);
+      if ('refused' in chosen) {
+        console.log(`refused: ${chosen.refused}`);
+        return EXIT.failed;
+      }
+      console.log(describePlan(inventory, chosen, verdict.survivors, verdict.gone).join('\n'));
+      if (options.dryRun) return EXIT.ok;
+      record = {
+        from: chosen.name,
+        raftIndex: String(chosen.raftIndex),
+        revision: String(chosen.revision),
+        started: new Date().toISOString(),
+      };
+      writeRecovery(inventory.stateDir, record);
+    }
+    const from = memberNamed(record.from);
+    const fromFacts = facts.members.find((member) => member.name === from.name);
+    const leads = fromFacts?.etcd !== undefined && fromFacts.etcd.leader === fromFacts.etcd.id;
+    const ssh = await context.memberSsh.reach(from, { windowMs: leadTimeoutMs(inventory) });
+    if (!leads) {
+      const stamp = record.started.replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
+      for (const other of facts.members.filter((member) => member.etcd && member.name !== from.name)) {
+        const otherSsh = await context.memberSsh.reach(memberNamed(other.name), { windowMs: leadTimeoutMs(inventory) });
+        console.log(`${other.name}: etcd stopped, its data moved aside`);
+        await stopEtcd(otherSsh);
+        await setAside(otherSsh, inventory.etcd.data_dir, stamp);
+      }
+      console.log(`${from.name}: etcd started with --force-new-cluster`);
+      await stopEtcd(ssh);
+      await startForcingNewCluster(ssh);
+      await untilLeading(context.clients, from, leadTimeoutMs(inventory));
+    }
+    if (await hasForceFlag(ssh)) {
+      console.log(`${from.name}: etcd started again without --force-new-cluster`);
+      await startNormally(ssh);
+      await untilLeading(context.clients, from, leadTimeoutMs(inventory));
+    }
+    return record;
+  } finally {
+    await context.close();
+  }
+}
+
+process.exitCode = await runTool(
+  {
+    help: HELP,
+    options: { 'from-member': { type: 'string' }, 'from-snapshot': { type: 'string' }, 'dry-run': { type: 'boolean', default: false } },
+    failure: 'recover failed',
+    async run(values, path) {
+      const inventory = loadInventory(path);
+      if (values['from-snapshot'] !== undefined) {
+        if (values['from-member'] !== undefined) throw new InputError('give --from-member or --from-snapshot, not both');
+        console.error(
+          'error: recover --from-snapshot is not implemented yet. When no member survived (every VM and disk gone), a deploy with ' +
+            'restore.enabled: true founds the cluster anew from the latest backup (restore.backup_timestamp picks another): see ' +
+            '"Disaster recovery" in docs/operating.md.',
+        );
+        return EXIT.failed;
+      }
+      const dryRun = values['dry-run'] === true;
+      const fromMember = typeof values['from-member'] === 'string' ? { fromMember: values['from-member'] } : {};
+      const lock = dryRun ? undefined : RunLock.acquire(inventory.stateDir);
+      let outcome: RecoveryRecord | number;
+      try {
+        outcome = await recoverSurvivor(inventory, { dryRun, ...fromMember });
+      } finally {
+        // The deploy takes the state directory's lock itself.
+        lock?.release();
+      }
+      if (typeof outcome === 'number') return outcome;
+      const deployed = runDeploy(inventory.path);
+      if (deployed !== EXIT.ok) {
+        console.error(`error: the deploy that rejoins the members failed (exit ${deployed}): fix what it says, then run recover again`);
+        return EXIT.failed;
+      }
+      recoveryDone(inventory.stateDir);
+      console.log(`recovered from ${outcome.from} (revision ${outcome.revision} when the recovery began)`);
+      return EXIT.ok;
+    },
+  },
+  normalizeArgs(process.argv.slice(2)),
+);

@@ -1,0 +1,80 @@
+import { setTimeout as delay } from 'node:timers/promises';
+import { briefError } from '../core/errors.ts';
+import type { EtcdClients } from '../etcd/client.ts';
+import { memberStatus } from '../etcd/member-status.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { RemoteContext } from '../libvirt/context.ts';
+import { judgeDisks } from '../libvirt/lost-disks.ts';
+import type { Question } from '../libvirt/virsh.ts';
+import { volumeQuestions } from '../steps/volumes.ts';
+import type { MemberQuorumFacts } from './verdict.ts';
+
+/**
+ * What the quorum verdict reads, read-only: each member's etcd status (raft index, revision, the
+ * leader it knows) and, for a member whose etcd is silent, whether libvirt says its disks are gone;
+ * etcd's member list from a member that answered, for the number of voting members.
+ */
+
+/** A member that does not answer by then is silent: recover decides on members gone, not on slow ones (it is run again). */
+const ANSWER_MS = 10_000;
+
+export interface QuorumFacts {
+  members: MemberQuorumFacts[];
+  /** Voting members in etcd's member list, as a survivor tells it; the inventory's count when none answered. */
+  voting: number;
+  /** Member names in that list (the inventory's when none answered). */
+  listed: string[];
+}
+
+async function statusOf(clients: EtcdClients, member: Member): Promise<Pick<MemberQuorumFacts, 'etcd' | 'silent'>> {
+  const asked = memberStatus(clients, member).then(
+    (status) => ({
+      etcd: {
+        id: status.id,
+        leader: status.leader,
+        raftIndex: BigInt(status.raftIndex),
+        revision: BigInt(status.revision),
+        isLearner: status.isLearner,
+      },
+    }),
+    (error: unknown) => ({ silent: briefError(error) }),
+  );
+  return Promise.race([asked, delay(ANSWER_MS, { silent: `no answer within ${ANSWER_MS / 1000} s` }, { ref: false })]);
+}
+
+async function dataGone(remote: RemoteContext, clients: EtcdClients, member: Member): Promise<string | undefined> {
+  const { os, data } = volumeQuestions(member);
+  if (!os) return undefined;
+  const questions: Record<string, Question> = data ? { os, data } : { os };
+  const virsh = await remote.virshFor(member).catch(() => undefined);
+  const answers = await virsh?.probe(questions).catch(() => undefined);
+  if (!answers?.os) return undefined;
+  const verdict = await judgeDisks({
+    os: answers.os,
+    ...(answers.data ? { data: answers.data } : {}),
+    etcdAnswers: async () => !('silent' in (await statusOf(clients, member))),
+  });
+  return verdict.gone ? verdict.why : undefined;
+}
+
+export async function gatherQuorumFacts(inventory: Inventory, remote: RemoteContext, clients: EtcdClients): Promise<QuorumFacts> {
+  const members = await Promise.all(
+    inventory.members.map(async (member): Promise<MemberQuorumFacts> => {
+      const status = await statusOf(clients, member);
+      if (status.etcd) return { name: member.name, etcd: status.etcd };
+      const gone = await dataGone(remote, clients, member);
+      return { name: member.name, ...status, ...(gone ? { dataGone: gone } : {}) };
+    }),
+  );
+  for (const member of inventory.members.filter((m) => members.find((f) => f.name === m.name)?.etcd)) {
+    try {
+      const client = await clients.for(member);
+      const list = await client.cluster.memberList({});
+      const voting = list.members.filter((m) => !m.isLearner);
+      return { members, voting: voting.length, listed: list.members.map((m) => m.name) };
+    } catch {
+      // The next survivor's list.
+    }
+  }
+  return { members, voting: inventory.members.length, listed: inventory.members.map((member) => member.name) };
+}

@@ -1,0 +1,90 @@
+import { quorumOf } from '../etcd/roll.ts';
+
+/**
+ * Has the cluster lost its quorum for good, and from which member could it come back? Pure: the
+ * facts of each member in, a verdict out. Lost for good means that the members that still hold
+ * their data (their etcd answers, or their VM or disks are still there and a deploy could start them)
+ * are fewer than a quorum of the voting members. A cluster whose etcd is merely down everywhere (a
+ * power cut) has not lost its quorum: a deploy starts it again, and recover refuses it.
+ */
+
+export interface MemberQuorumFacts {
+  name: string;
+  /** Its etcd's own status, when it answered: its raft index, revision and the leader it knows ('0': none). */
+  etcd?: { id: string; leader: string; raftIndex: bigint; revision: bigint; isLearner: boolean };
+  /** Why its etcd did not answer. */
+  silent?: string;
+  /** Its OS or data volume is gone for certain (libvirt says so, and its etcd does not answer): its data is gone. */
+  dataGone?: string;
+}
+
+export interface Survivor {
+  name: string;
+  raftIndex: bigint;
+  revision: bigint;
+}
+
+export type QuorumVerdict =
+  | { kind: 'quorum'; leader: string; why: string }
+  | { kind: 'may-return'; why: string }
+  | { kind: 'lost'; why: string; survivors: Survivor[]; gone: string[]; voting: number };
+
+/**
+ * `voting` is the number of voting members etcd's member list names (from a survivor), or the
+ * inventory's member count when no member answered.
+ */
+export function judgeQuorum(members: readonly MemberQuorumFacts[], voting: number): QuorumVerdict {
+  const needed = quorumOf(voting);
+  const leading = members.find((member) => member.etcd && member.etcd.leader !== '0');
+  if (leading)
+    return {
+      kind: 'quorum',
+      leader: leading.name,
+      why: `${leading.name} knows a leader (${leading.etcd!.leader}): the cluster has a quorum`,
+    };
+  const survivors = members
+    .filter((member) => member.etcd && !member.etcd.isLearner)
+    .map(({ name, etcd }): Survivor => ({ name, raftIndex: etcd!.raftIndex, revision: etcd!.revision }));
+  const gone = members.filter((member) => !member.etcd && member.dataGone).map((member) => member.name);
+  const maybe = members.filter((member) => !member.etcd && !member.dataGone);
+  if (survivors.length + maybe.length >= needed) {
+    const waiting = maybe.map((member) => `${member.name} (${member.silent ?? 'not answering'})`);
+    return {
+      kind: 'may-return',
+      why: `${survivors.length + maybe.length} of ${voting} voting members still hold their data, a quorum is ${needed}: ${
+        waiting.length ? `run the deploy, which starts ${waiting.join(', ')}` : 'wait for the election to end'
+      }`,
+    };
+  }
+  return {
+    kind: 'lost',
+    why: `only ${survivors.length} of ${voting} voting members hold their data (${gone.map((name) => `${name}: ${members.find((m) => m.name === name)!.dataGone}`).join('; ')}); a quorum is ${needed}`,
+    survivors,
+    gone,
+    voting,
+  };
+}
+
+/** The most advanced survivor: the highest raft index, then revision, then name (the same choice on every run). */
+export function chooseSurvivor(survivors: readonly Survivor[], named?: string): Survivor | { refused: string } {
+  if (named !== undefined) {
+    const survivor = survivors.find((candidate) => candidate.name === named);
+    return (
+      survivor ?? {
+        refused: `${named} is not a survivor: its etcd does not answer with its data (survivors: ${survivors.map((s) => s.name).join(', ') || 'none'})`,
+      }
+    );
+  }
+  const ranked = [...survivors].sort((a, b) =>
+    a.raftIndex !== b.raftIndex
+      ? a.raftIndex > b.raftIndex
+        ? -1
+        : 1
+      : a.revision !== b.revision
+        ? a.revision > b.revision
+          ? -1
+          : 1
+        : a.name.localeCompare(b.name),
+  );
+  return ranked[0] ?? { refused: 'no member survived with its data: only a snapshot can bring the cluster back (--from-snapshot)' };
+}

@@ -1,0 +1,68 @@
+import test from 'ava';
+import { normalizeArgs } from '../../tasks/recover/args.ts';
+import { chooseSurvivor, judgeQuorum, type MemberQuorumFacts, type QuorumVerdict } from '../../tasks/recover/verdict.ts';
+
+const answering = (name: string, raftIndex: number, revision: number, leader = '0', isLearner = false): MemberQuorumFacts => ({
+  name,
+  etcd: { id: `id-${name}`, leader, raftIndex: BigInt(raftIndex), revision: BigInt(revision), isLearner },
+});
+const gone = (name: string): MemberQuorumFacts => ({ name, silent: 'connection refused', dataGone: 'its OS volume is gone' });
+const silent = (name: string): MemberQuorumFacts => ({ name, silent: 'connection refused' });
+
+const table: [string, MemberQuorumFacts[], number, QuorumVerdict['kind'], string[]?][] = [
+  ['a leader is known: quorum', [answering('a', 10, 5, 'id-b'), gone('b'), gone('c')], 3, 'quorum'],
+  ['all up, an election under way', [answering('a', 10, 5), answering('b', 10, 5), answering('c', 10, 5)], 3, 'may-return'],
+  ['a power cut: every etcd silent, every disk there', [silent('a'), silent('b'), silent('c')], 3, 'may-return'],
+  [
+    'one survivor, one silent with its disks: a deploy may bring the quorum back',
+    [answering('a', 10, 5), silent('b'), gone('c')],
+    3,
+    'may-return',
+  ],
+  ['one survivor, two gone: lost', [answering('a', 10, 5), gone('b'), gone('c')], 3, 'lost', ['a']],
+  ['none survived: lost, no survivor', [gone('a'), gone('b'), gone('c')], 3, 'lost', []],
+  ['two of five: lost', [answering('a', 10, 5), answering('b', 12, 6), gone('c'), gone('d'), gone('e')], 5, 'lost', ['a', 'b']],
+  ['three of five: may return', [answering('a', 10, 5), answering('b', 12, 6), silent('c'), gone('d'), gone('e')], 5, 'may-return'],
+  ['a learner is no survivor', [answering('a', 10, 5, '0', true), gone('b'), gone('c')], 3, 'lost', []],
+];
+
+for (const [title, members, voting, kind, survivors] of table) {
+  test(`quorum verdict: ${title}`, (t) => {
+    const verdict = judgeQuorum(members, voting);
+    t.is(verdict.kind, kind, verdict.why);
+    if (verdict.kind === 'lost')
+      t.deepEqual(
+        verdict.survivors.map((survivor) => survivor.name),
+        survivors ?? [],
+      );
+  });
+}
+
+test('the lost verdict names what is gone and the quorum needed', (t) => {
+  const verdict = judgeQuorum([answering('a', 10, 5), gone('b'), gone('c')], 3);
+  t.is(verdict.why, 'only 1 of 3 voting members hold their data (b: its OS volume is gone; c: its OS volume is gone); a quorum is 2');
+});
+
+const survivors = [
+  { name: 'b', raftIndex: 12n, revision: 6n },
+  { name: 'a', raftIndex: 12n, revision: 7n },
+  { name: 'c', raftIndex: 9n, revision: 9n },
+];
+
+test('the most advanced survivor: the highest raft index, then revision, then name', (t) => {
+  t.like(chooseSurvivor(survivors), { name: 'a' });
+  t.like(chooseSurvivor([survivors[0]!, { ...survivors[1]!, revision: 6n }]), { name: 'a' });
+  t.like(chooseSurvivor([survivors[2]!]), { name: 'c' });
+});
+
+test('a named survivor is taken even if another is more advanced; a member that is none is refused', (t) => {
+  t.like(chooseSurvivor(survivors, 'c'), { name: 'c' });
+  t.regex((chooseSurvivor(survivors, 'd') as { refused: string }).refused, /^d is not a survivor/);
+  t.regex((chooseSurvivor([]) as { refused: string }).refused, /only a snapshot can bring the cluster back/);
+});
+
+test('--from-snapshot takes an optional timestamp', (t) => {
+  t.deepEqual(normalizeArgs(['-i', 'x', '--from-snapshot']), ['-i', 'x', '--from-snapshot', '']);
+  t.deepEqual(normalizeArgs(['--from-snapshot', '--dry-run']), ['--from-snapshot', '', '--dry-run']);
+  t.deepEqual(normalizeArgs(['--from-snapshot', '2026-11-25T02:48:00Z']), ['--from-snapshot', '2026-11-25T02:48:00Z']);
+});
