@@ -31,7 +31,7 @@ Brings back a cluster that lost its quorum for good: fewer members than a quorum
 data (the others' disks are gone). It establishes that from live facts first, and refuses while the
 cluster has a leader, or while members that still hold their data could come back (a deploy starts
 them). From a survivor: every survivor's raft index and revision are read, the most advanced one is
-chosen (or --from-member), etcd stops everywhere, the survivor starts once with --force-new-cluster
+chosen (or --from-member), etcd stops everywhere, the survivor starts once forcing a new cluster
 and then normally, and a deploy makes the other members again and joins them one at a time as
 learners with empty data. A recovery killed at any point is finished by running the same command.
 
@@ -134,9 +134,10 @@ async function recoverSurvivor(inventory: Inventory, options: { fromMember?: str
         await stopEtcd(otherSsh);
         await setAside(otherSsh, inventory.etcd.data_dir, stamp);
       }
-      console.log(`${from.name}: etcd started with --force-new-cluster`);
+      console.log(`${from.name}: starting etcd with --force-new-cluster`);
       await stopEtcd(ssh);
       await startForcingNewCluster(ssh);
+      console.log(`${from.name}: etcd started with --force-new-cluster`);
       await untilLeading(context.clients, from, leadTimeoutMs(inventory));
     }
     if (await hasForceFlag(ssh)) {

@@ -1,20 +1,21 @@
 import test from 'ava';
-import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { parse, stringify } from 'yaml';
 import { SnapshotBucket } from '../../tasks/backup/s3.ts';
 import { Secret } from '../../tasks/core/secret.ts';
 import { run } from '../helpers/exec.ts';
-import { deploy, endpoint, etcdctl, lab, LAB_STATE, MEMBER_IPS, memberSsh, rootIdentity, type DeployRun } from '../helpers/lab.ts';
+import { deploy, endpoint, etcdctl, lab, LAB_STATE, MEMBER_IPS, memberSsh, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
 import { LAB_S3_CREDENTIALS, startLabS3, type LabS3 } from '../helpers/lab-s3.ts';
 
 /**
- * Backups and restore on the real lab, against a real S3-compatible server (s3rver, on the control
+ * Backups, restore and recovery on the real lab, against a real S3-compatible server (s3rver, on the control
  * node's loopback, which the members reach through the lab's bridge: test/helpers/lab-s3.ts): deploy
  * with scheduled backups, write keys, let the members' agents back up on their own, back up from the
  * control node too, tear the whole lab down, deploy again restoring the agents' latest backup, and
- * read the keys back.
+ * read the keys back; then lose two members of the restored cluster for good and recover from the third.
  */
 
 const INVENTORY = 'inventories/.e2e-restore.yaml';
@@ -249,3 +250,96 @@ test.serial('backup --keep 2: two more backups of the restored cluster leave the
   t.regex(refused.stderr, /--keep 0: give a whole number of at least 1/);
   t.deepEqual(await listing(), after);
 });
+
+test.serial(
+  'quorum loss: two members destroyed with their disks; status and deploy say so; recover (killed once, run again) brings back three voting members with every key; the next deploy changes nothing',
+  async (t) => {
+    // Backups play no part here: the restored cluster runs no agent (the inventory turned them off).
+    const keys = Array.from({ length: 20 }, (_, i) => `e2e/quorum/${i + 1}`);
+    for (const key of keys) t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', key, `acknowledged ${key}`]).status, 0);
+    const last = keys.at(-1)!;
+    // Every member has applied the last write: a serializable read answers from the member's own store.
+    for (const member of ['etcd-1', 'etcd-2', 'etcd-3'] as const) {
+      const deadline = Date.now() + 60_000;
+      while (
+        etcdctl([endpoint(member)], rootIdentity, ['get', '--consistency=s', '--print-value-only', last]).stdout.trim() !==
+        `acknowledged ${last}`
+      ) {
+        if (Date.now() > deadline) throw new Error(`${member} did not apply ${last}`);
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+      }
+    }
+
+    for (const member of ['etcd-2', 'etcd-3']) {
+      t.is(virsh(['destroy', member]).status, 0);
+      t.is(virsh(['undefine', member]).status, 0);
+      for (const volume of [`${member}-os.qcow2`, `${member}-data.qcow2`, `${member}-cloud-init.iso`])
+        t.is(virsh(['vol-delete', '--pool', 'etcd-lab', volume]).status, 0, volume);
+    }
+
+    const status = run(process.execPath, ['--import', 'tsx', 'tasks/status.ts', '-i', INVENTORY]);
+    t.is(status.status, 1);
+    t.regex(status.stdout, /^cluster: DEGRADED .* leader none$/m);
+
+    const refused = deployed(t);
+    t.is(refused.status, 1);
+    t.regex(
+      refused.output,
+      /the cluster has lost its quorum for good: only 1 of 3 voting members hold their data \(etcd-2: .*; etcd-3: .*\); a quorum is 2\. Nothing was changed\. .*--dry-run: --from-member etcd-1 keeps every write etcd-1 had applied \(revision \d+, raft index \d+\)/,
+    );
+    t.false(virsh(['dominfo', 'etcd-2']).status === 0, 'the deploy made no VM');
+
+    const recoverArgs = ['--import', 'tsx', 'tasks/recover.ts', '-i', INVENTORY];
+    const dry = run(process.execPath, [...recoverArgs, '--dry-run']);
+    t.is(dry.status, 0, dry.stdout + dry.stderr);
+    t.regex(dry.stdout, /^quorum lost: only 1 of 3 voting members hold their data/m);
+    t.regex(dry.stdout, /^recover from etcd-1 at revision \d+ \(raft index \d+\): every write etcd-1 had applied is kept;/m);
+    t.false(existsSync(join(LAB_STATE, 'recovery.json')), 'a dry-run records nothing');
+
+    // Killed once, right after the survivor was started with --force-new-cluster.
+    const first = spawn(process.execPath, recoverArgs, { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    let seen = '';
+    await new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`recover never forced a new cluster:\n${seen}`)), 10 * 60_000);
+      first.stdout!.on('data', (chunk: Buffer) => {
+        seen += chunk.toString();
+        if (seen.includes('etcd-1: etcd started with --force-new-cluster')) {
+          clearTimeout(timer);
+          process.kill(-first.pid!, 'SIGKILL');
+          resolve();
+        }
+      });
+    });
+    t.log(`killed: ${seen}`);
+    t.true(existsSync(join(LAB_STATE, 'recovery.json')));
+
+    const started = Date.now();
+    const again = run(process.execPath, recoverArgs, { timeoutMs: 30 * 60_000 });
+    t.log(
+      `recover: exit ${again.status} in ${((Date.now() - started) / 1000).toFixed(1)} s\n${again.stdout.slice(-3000)}\n${again.stderr.slice(-2000)}`,
+    );
+    t.is(again.status, 0);
+    t.regex(again.stdout, /^resuming the recovery from etcd-1/m);
+    t.regex(again.stdout, /^recovered from etcd-1/m);
+    t.false(existsSync(join(LAB_STATE, 'recovery.json')));
+
+    const list = JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout) as {
+      members: { name: string; isLearner?: boolean }[];
+    };
+    t.deepEqual(list.members.map((m) => `${m.name}${m.isLearner ? ' (learner)' : ''}`).sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
+    for (const member of ['etcd-1', 'etcd-2', 'etcd-3'] as const)
+      for (const key of [...keys, 'e2e/restore/1'])
+        t.not(
+          etcdctl([endpoint(member)], rootIdentity, ['get', '--consistency=s', '--print-value-only', key]).stdout.trim(),
+          '',
+          `${member}: ${key}`,
+        );
+
+    const unchanged = deployed(t);
+    t.is(unchanged.status, 0);
+    t.deepEqual(
+      unchanged.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`),
+      [],
+    );
+  },
+);
