@@ -1,5 +1,6 @@
 #!/usr/bin/env -S npx tsx
 import { spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { runTool } from './cli/tool.ts';
 import { EXIT, InputError } from './core/errors.ts';
@@ -23,7 +24,9 @@ import {
   type RecoveryRecord,
 } from './recover/force-new-cluster.ts';
 import { normalizeArgs } from './recover/args.ts';
+import { removeRestoringInventory, restoringInventoryPath, snapshotRefusal, writeRestoringInventory } from './recover/from-snapshot.ts';
 import { chooseSurvivor, judgeQuorum, type Survivor } from './recover/verdict.ts';
+import { SnapshotSource } from './backup/source.ts';
 
 const HELP = `Usage: etcd-kvm recover -i INVENTORY [--from-member NAME | --from-snapshot [TIMESTAMP]] [--dry-run]
 
@@ -33,12 +36,15 @@ cluster has a leader, or while members that still hold their data could come bac
 them). From a survivor: every survivor's raft index and revision are read, the most advanced one is
 chosen (or --from-member), etcd stops everywhere, the survivor starts once forcing a new cluster
 and then normally, and a deploy makes the other members again and joins them one at a time as
-learners with empty data. A recovery killed at any point is finished by running the same command.
+learners with empty data. From a backup, when no member survived (--from-snapshot): the cluster is
+founded anew, every member restoring the backup. A recovery killed at any point is finished by running
+the same command.
 
   -i, --inventory FILE     the inventory (required)
       --from-member NAME   recover from this survivor instead of the most advanced one
-      --from-snapshot [T]  recover from a backup in S3 (not implemented: see "Disaster recovery" in
-                           docs/operating.md for the deploy that does it when no member survived)
+      --from-snapshot [T]  when no member survived: found the cluster anew from the latest backup in
+                           restore.s3 (or the one taken at T, RFC 3339 as in its name), each new
+                           member restoring it before etcd first starts
       --dry-run            say which member, at which revision, and what would be lost; change nothing
   -h, --help               this text
 
@@ -151,6 +157,45 @@ async function recoverSurvivor(inventory: Inventory, options: { fromMember?: str
   }
 }
 
+/**
+ * Nothing survived: the backup to found the cluster anew from (the latest, or the one taken at
+ * `timestamp`), named with its time and revision before anything changes.
+ */
+async function recoverFromSnapshot(
+  inventory: Inventory,
+  timestamp: string,
+  dryRun: boolean,
+): Promise<{ object: string; timestamp: string } | number> {
+  const { s3 } = inventory.restore;
+  if (!s3.endpoint || !s3.bucket || !s3.object_prefix)
+    throw new InputError(
+      '--from-snapshot reads the backups where restore.s3 points: set restore.s3 (endpoint, bucket, object_prefix, keys)',
+    );
+  const context = await DeployContext.open(inventory, [], new FactCache());
+  const source = new SnapshotSource({ ...inventory.restore, backup_timestamp: timestamp }, inventory.etcd.space_quota);
+  try {
+    const facts = await gatherQuorumFacts(inventory, context.remote, context.clients);
+    console.log(`members (${facts.voting} voting):\n${describeFacts(facts).join('\n')}`);
+    const refusal = snapshotRefusal(facts.members);
+    if (refusal) {
+      console.log(`refused: ${refusal}`);
+      return EXIT.failed;
+    }
+    const object = await source.choose();
+    const taken = /-(\d{4}-\d{2}-\d{2}T[\d:.]+Z)\.dump$/.exec(object)![1]!;
+    const revision = await source.bucket.revisionOf(object).catch(() => undefined);
+    console.log(
+      `recover from ${object} in ${source.bucket.where}, taken ${taken}${revision ? ` at revision ${revision}` : " (its revision is not recorded: the control node's backup command took it)"}: ` +
+        `the cluster is founded anew holding exactly what it held then, auth and users included; every write after ${taken} is lost`,
+    );
+    console.log('  deploy: every member made again, each restoring that backup into its empty data directory before etcd first starts');
+    return dryRun ? EXIT.ok : { object, timestamp: taken };
+  } finally {
+    await source.close();
+    await context.close();
+  }
+}
+
 process.exitCode = await runTool(
   {
     help: HELP,
@@ -158,16 +203,29 @@ process.exitCode = await runTool(
     failure: 'recover failed',
     async run(values, path) {
       const inventory = loadInventory(path);
+      const dryRun = values['dry-run'] === true;
       if (values['from-snapshot'] !== undefined) {
         if (values['from-member'] !== undefined) throw new InputError('give --from-member or --from-snapshot, not both');
-        console.error(
-          'error: recover --from-snapshot is not implemented yet. When no member survived (every VM and disk gone), a deploy with ' +
-            'restore.enabled: true founds the cluster anew from the latest backup (restore.backup_timestamp picks another): see ' +
-            '"Disaster recovery" in docs/operating.md.',
-        );
-        return EXIT.failed;
+        // A recovery from a backup under way (its restoring inventory is there): the deploy finishes it, members restored once only.
+        const underWay = existsSync(restoringInventoryPath(inventory.path));
+        if (underWay) console.log(`resuming the recovery from the backup that ${restoringInventoryPath(inventory.path)} names`);
+        const chosen = underWay
+          ? { object: 'the backup', timestamp: '' }
+          : await recoverFromSnapshot(inventory, String(values['from-snapshot']), dryRun);
+        if (typeof chosen === 'number') return chosen;
+        if (underWay && dryRun) return EXIT.ok;
+        const restoring = underWay ? restoringInventoryPath(inventory.path) : writeRestoringInventory(inventory.path, chosen.timestamp);
+        const deployed = runDeploy(restoring);
+        if (deployed !== EXIT.ok) {
+          console.error(
+            `error: the deploy that restores ${chosen.object} failed (exit ${deployed}): fix what it says, then run recover again`,
+          );
+          return EXIT.failed;
+        }
+        removeRestoringInventory(inventory.path);
+        console.log(`recovered from ${chosen.object}: the cluster holds what it held then`);
+        return EXIT.ok;
       }
-      const dryRun = values['dry-run'] === true;
       const fromMember = typeof values['from-member'] === 'string' ? { fromMember: values['from-member'] } : {};
       const lock = dryRun ? undefined : RunLock.acquire(inventory.stateDir);
       let outcome: RecoveryRecord | number;

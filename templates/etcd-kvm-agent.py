@@ -5,7 +5,7 @@ At each tick every member's timer fires; the member whose etcd first claims the 
 transaction that creates etcd-kvm/backup/ticks/<minute> only if it does not exist, so it needs a
 quorum) takes the snapshot from its own etcd, seals it in etcd-backup's format (the one the tool's
 restore reads: XChaCha20-Poly1305 through libsodium, a random data key per backup sealed by the
-master key), uploads it to S3, prunes to `keep`, and records the run in etcd (etcd-kvm/backup/last-run,
+master key), uploads it to S3 (its revision in the object's metadata, x-amz-meta-revision), prunes to `keep`, and records the run in etcd (etcd-kvm/backup/last-run,
 etcd-kvm/backup/last-success) where `status` reads it. Every other member logs that it took none.
 
 Only what Debian packages: python3, python3-nacl, etcdctl. Secrets are read from files, never
@@ -134,12 +134,12 @@ def retention(names, prefix, keep):
 # --- S3, signed with AWS Signature Version 4 ---------------------------------------------------
 
 
-def sign(method, url, region, access_key, secret_key, payload_hash, now, query=None):
-    """The headers of a SigV4-signed request (path-style, service s3)."""
+def sign(method, url, region, access_key, secret_key, payload_hash, now, query=None, extra=None):
+    """The headers of a SigV4-signed request (path-style, service s3); `extra` headers (x-amz-meta-*) are signed too."""
     parts = urllib.parse.urlsplit(url)
     amz_date = now.strftime("%Y%m%dT%H%M%SZ")
     scope = f"{now.strftime('%Y%m%d')}/{region}/s3/aws4_request"
-    headers = {"host": parts.netloc, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date}
+    headers = {"host": parts.netloc, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date, **(extra or {})}
     signed = ";".join(sorted(headers))
     canonical_query = "&".join(
         f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}" for k, v in sorted((query or {}).items())
@@ -168,11 +168,12 @@ class Bucket:
         self.s3, self.access_key, self.secret_key = s3, access_key, secret_key
         self.base = s3["endpoint"].rstrip("/") + "/" + s3["bucket"]
 
-    def request(self, method, name="", query=None, body=None, payload_hash=hashlib.sha256(b"").hexdigest(), length=0):
+    def request(self, method, name="", query=None, body=None, payload_hash=hashlib.sha256(b"").hexdigest(), length=0, extra=None):
         url = self.base + ("/" + urllib.parse.quote(name, safe="/-_.~:") if name else "")
         parts = urllib.parse.urlsplit(url)
         now = datetime.datetime.now(datetime.timezone.utc)
-        headers = sign(method, url, self.s3["region"] or "us-east-1", self.access_key, self.secret_key, payload_hash, now, query)
+        region = self.s3["region"] or "us-east-1"
+        headers = sign(method, url, region, self.access_key, self.secret_key, payload_hash, now, query, extra)
         headers["content-length"] = str(length)
         if parts.scheme == "https":
             context = ssl.create_default_context(cafile=self.s3["ca_file"] or None)
@@ -188,9 +189,10 @@ class Bucket:
             raise RuntimeError(f"S3 {method} {name or self.s3['bucket']}: HTTP {answer.status} {content[:200]!r}")
         return content
 
-    def put_file(self, name, path, payload_hash):
+    def put_file(self, name, path, payload_hash, metadata=None):
+        extra = {f"x-amz-meta-{key}": str(value) for key, value in (metadata or {}).items()}
         with open(path, "rb") as body:
-            self.request("PUT", name, body=body, payload_hash=payload_hash, length=os.path.getsize(path))
+            self.request("PUT", name, body=body, payload_hash=payload_hash, length=os.path.getsize(path), extra=extra)
 
     def put_bytes(self, name, data):
         self.request("PUT", name, body=data, payload_hash=hashlib.sha256(data).hexdigest(), length=len(data))
@@ -258,12 +260,12 @@ def backup(config):
             sealed_key, digest = seal_file(snapshot, sealed, master)
             # The key first: whoever sees the .dump can already open it (as the tool's own backup does).
             bucket.put_bytes(name[: -len(".dump")] + ".key", sealed_key)
-            bucket.put_file(name, sealed, digest)
+            bucket.put_file(name, sealed, digest, {"revision": run["revision"]})
             run["size"] = os.path.getsize(sealed)
         else:
             with open(snapshot, "rb") as file:
                 digest = hashlib.file_digest(file, "sha256").hexdigest()
-            bucket.put_file(name, snapshot, digest)
+            bucket.put_file(name, snapshot, digest, {"revision": run["revision"]})
             run["size"] = os.path.getsize(snapshot)
         deleted = retention(bucket.list(s3["object_prefix"] + "-"), s3["object_prefix"], config["keep"])
         for old in deleted:

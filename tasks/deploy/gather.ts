@@ -279,7 +279,7 @@ async function refuseLostQuorum(context: DeployContext): Promise<void> {
       : `--from-member ${best.name} keeps every write ${best.name} had applied (revision ${best.revision}, raft index ${best.raftIndex})`;
   throw new QuorumLostError(
     `the cluster has lost its quorum for good: ${quorum.why}. Nothing was changed. See what recover would do with ` +
-      `etcd-kvm recover -i ${inventory.path} --dry-run: ${fromMember}; a backup in S3 keeps what the backup holds (see "Disaster recovery" in docs/operating.md)`,
+      `etcd-kvm recover -i ${inventory.path} --dry-run: ${fromMember}; --from-snapshot, once no member holds data, keeps what the backup holds (see "Disaster recovery" in docs/operating.md)`,
   );
 }
 

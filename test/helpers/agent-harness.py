@@ -49,7 +49,7 @@ elif command == "retention":
 elif command == "sign":
     now = datetime.datetime.strptime(argument["now"], "%Y%m%dT%H%M%SZ")
     args = (argument["method"], argument["url"], argument["region"], argument["access_key"], argument["secret_key"])
-    print(json.dumps(agent.sign(*args, argument["payload_hash"], now, argument.get("query"))))
+    print(json.dumps(agent.sign(*args, argument["payload_hash"], now, argument.get("query"), argument.get("extra"))))
 elif command == "tick":
     print(json.dumps(agent.tick_of(datetime.datetime.fromisoformat(argument))))
 elif command == "dump-name":

@@ -92,6 +92,19 @@ test("the agent signs S3 requests as AWS's Signature Version 4 example does", (t
     headers.authorization,
     'AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature=fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543',
   );
+  // The snapshot's revision travels as object metadata: signed, as S3 requires of every x-amz- header sent.
+  const withRevision = agent<Record<string, string>>('sign', {
+    method: 'PUT',
+    url: 'http://192.168.150.1:9000/etcd-backups/lab-2026-11-25T02:48:00Z.dump',
+    region: 'us-east-1',
+    access_key: 'S3RVER',
+    secret_key: 'S3RVER',
+    payload_hash: 'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855',
+    now: '20261125T024800Z',
+    extra: { 'x-amz-meta-revision': '42' },
+  });
+  t.is(withRevision['x-amz-meta-revision'], '42');
+  t.regex(withRevision.authorization!, /SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-meta-revision, /);
 });
 
 const s3 = { endpoint: 'https://s3.example.org', bucket: 'b', object_prefix: 'lab', access_key: 'AK', secret_key: 'SK' };

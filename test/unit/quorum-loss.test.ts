@@ -1,5 +1,7 @@
 import test from 'ava';
+import { parse } from 'yaml';
 import { normalizeArgs } from '../../tasks/recover/args.ts';
+import { snapshotRefusal, withRestoreForced } from '../../tasks/recover/from-snapshot.ts';
 import { chooseSurvivor, judgeQuorum, type MemberQuorumFacts, type QuorumVerdict } from '../../tasks/recover/verdict.ts';
 
 const answering = (name: string, raftIndex: number, revision: number, leader = '0', isLearner = false): MemberQuorumFacts => ({
@@ -65,4 +67,36 @@ test('--from-snapshot takes an optional timestamp', (t) => {
   t.deepEqual(normalizeArgs(['-i', 'x', '--from-snapshot']), ['-i', 'x', '--from-snapshot', '']);
   t.deepEqual(normalizeArgs(['--from-snapshot', '--dry-run']), ['--from-snapshot', '', '--dry-run']);
   t.deepEqual(normalizeArgs(['--from-snapshot', '2026-11-25T02:48:00Z']), ['--from-snapshot', '2026-11-25T02:48:00Z']);
+});
+
+test('a backup is restored only when no member holds data, or may', (t) => {
+  t.is(snapshotRefusal([gone('a'), gone('b'), gone('c')]), undefined);
+  t.regex(snapshotRefusal([answering('a', 10, 5), gone('b'), gone('c')])!, /^a still holds data \(or may\): a backup holds less/);
+  t.regex(snapshotRefusal([silent('a'), silent('b'), gone('c')])!, /^a, b still hold data/);
+});
+
+test("the restoring inventory is the operator's with the restore on, founding the cluster anew", (t) => {
+  const text = [
+    '# the lab',
+    'cluster:',
+    '  name: lab',
+    '  is_initializing: false',
+    'defaults:',
+    '  restore:',
+    '    s3: { endpoint: "http://s3", bucket: b }',
+    'members:',
+    '  - name: etcd-1',
+    '  - name: etcd-2',
+    '    restore: { enabled: false, s3: { endpoint: "http://s3", bucket: b } }',
+  ].join('\n');
+  const forced = parse(withRestoreForced(text, '2026-11-25T02:48:00Z'));
+  t.true(forced.cluster.is_initializing);
+  t.deepEqual(forced.defaults.restore, {
+    s3: { endpoint: 'http://s3', bucket: 'b' },
+    enabled: true,
+    backup_timestamp: '2026-11-25T02:48:00Z',
+  });
+  t.like(forced.members[1].restore, { enabled: true, backup_timestamp: '2026-11-25T02:48:00Z' });
+  t.is(forced.members[0].restore, undefined);
+  t.true(withRestoreForced(text, '').startsWith('# the lab'));
 });
