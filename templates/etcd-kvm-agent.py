@@ -117,13 +117,18 @@ def dump_name(prefix, when):
     return f"{prefix}-{when.strftime('%Y-%m-%dT%H:%M:%SZ')}.dump"
 
 
-def retention(names, prefix, keep):
-    """The objects to delete so that the `keep` newest snapshots stay: each older .dump, then its .key."""
+def retention(names, prefix, keep, max_age_seconds=0, now=None):
+    """The objects to delete so that the `keep` newest snapshots stay, and none older than `max_age_seconds`
+    (0: no limit) but the newest: each such .dump, then its .key."""
     pattern = re.compile("^" + re.escape(prefix) + r"-(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z)\.dump$")
-    dumps = sorted((m.group(1), name) for name in names if (m := pattern.match(name)))
+    dumps = sorted((datetime.datetime.fromisoformat(m.group(1)), name) for name in names if (m := pattern.match(name)))
+    old = dumps[: max(len(dumps) - keep, 0)]
+    if max_age_seconds and dumps:
+        limit = (now or datetime.datetime.now(datetime.timezone.utc)) - datetime.timedelta(seconds=max_age_seconds)
+        old = dumps[: max(len(old), len([d for d in dumps[:-1] if d[0] < limit]))]
     present = set(names)
     deleted = []
-    for _, name in dumps[: max(len(dumps) - keep, 0)]:
+    for _, name in old:
         deleted.append(name)
         key = name[: -len(".dump")] + ".key"
         if key in present:
@@ -267,7 +272,8 @@ def backup(config):
                 digest = hashlib.file_digest(file, "sha256").hexdigest()
             bucket.put_file(name, snapshot, digest, {"revision": run["revision"]})
             run["size"] = os.path.getsize(snapshot)
-        deleted = retention(bucket.list(s3["object_prefix"] + "-"), s3["object_prefix"], config["keep"])
+        names = bucket.list(s3["object_prefix"] + "-")
+        deleted = retention(names, s3["object_prefix"], config["keep"], config.get("max_age_seconds", 0))
         for old in deleted:
             bucket.delete(old)
         run.update(outcome="ok", pruned=deleted)

@@ -814,6 +814,13 @@ export const backupSchema = z
       .max(100_000)
       .default(48)
       .describe('After each upload, the newest `keep` snapshots under the prefix stay; older ones are deleted with their `.key`.'),
+    max_age_hours: z
+      .number()
+      .int()
+      .nonnegative()
+      .max(24 * 365 * 100)
+      .default(0)
+      .describe('Snapshots older than this many hours are deleted too (the newest never is); 0: `keep` alone decides.'),
     endpoint: line
       .default('')
       .describe(

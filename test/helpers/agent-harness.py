@@ -45,7 +45,9 @@ if command == "seal":
     sealed_key, digest = agent.seal_file(argument["source"], argument["destination"], bytes.fromhex(argument["master_key"]))
     print(json.dumps({"key": sealed_key.hex(), "sha256": digest}))
 elif command == "retention":
-    print(json.dumps(agent.retention(argument["names"], argument["prefix"], argument["keep"])))
+    now = datetime.datetime.fromisoformat(argument["now"]) if "now" in argument else None
+    args = (argument["names"], argument["prefix"], argument["keep"], argument.get("max_age_seconds", 0), now)
+    print(json.dumps(agent.retention(*args)))
 elif command == "sign":
     now = datetime.datetime.strptime(argument["now"], "%Y%m%dT%H%M%SZ")
     args = (argument["method"], argument["url"], argument["region"], argument["access_key"], argument["secret_key"])

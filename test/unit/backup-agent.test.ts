@@ -71,6 +71,12 @@ test('the agent and the tool prune the same objects, and name snapshots alike', 
     'lab-2026-11-25T02:00:00Z.dump',
     'lab-2026-11-25T02:00:00Z.key',
   ]);
+  // By age too: none older than the limit stays, but the newest always does.
+  const byAge = (maxAgeSeconds: number, keep = 10) =>
+    agent<string[]>('retention', { names, prefix: 'lab', keep, max_age_seconds: maxAgeSeconds, now: '2026-11-25T05:30:00+00:00' });
+  t.deepEqual(byAge(3 * 3600 + 31 * 60), ['lab-2026-11-25T01:00:00Z.dump', 'lab-2026-11-25T01:00:00Z.key']);
+  t.deepEqual(byAge(60), retention(names, 'lab', 1).deleted);
+  t.deepEqual(byAge(3 * 3600 + 60, 2), retention(names, 'lab', 2).deleted);
   const when = new Date('2026-11-25T03:04:05.678Z');
   t.is(agent<string>('dump-name', { prefix: 'lab', when: '2026-11-25T03:04:05.678+00:00' }), dumpObjectName('lab', backupTimestamp(when)));
   t.is(agent<string>('tick', '2026-11-25T03:04:05.678+00:00'), '2026-11-25T03:04:00Z');

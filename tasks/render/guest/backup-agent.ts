@@ -56,6 +56,7 @@ export function agentConfig(inventory: Inventory, member: Member): Record<string
     member: member.name,
     schedule: inventory.backup.schedule,
     keep: inventory.backup.keep,
+    max_age_seconds: inventory.backup.max_age_hours * 3600,
     work_dir: AGENT_PATHS.workDir,
     etcd: {
       endpoint: clientUrl(inventory, member),
