@@ -123,8 +123,10 @@ export class Runner {
   }
 
   get failed(): boolean {
-    return this.#failedHosts.size > 0;
+    return this.#failedHosts.size > 0 || this.#phaseThrew;
   }
+
+  #phaseThrew = false;
 
   /** Has a step failed on this host in this run (the later steps skip it)? */
   hasFailed(host: Target): boolean {
@@ -390,6 +392,8 @@ export class Runner {
     try {
       answer = await phase.run();
     } catch (error) {
+      // A phase that threw did not do its work: the run fails (exit 1), even though no step on a host did.
+      this.#phaseThrew = true;
       return { kind: 'failed', line: phase.title, error: describeError(error) };
     }
     if (typeof answer === 'string') return { kind: 'done', line: `${phase.title}: ${answer}` };

@@ -559,3 +559,27 @@ test('a failure on the control node skips every later phase; a failure on a memb
   t.false(onMember.runner.hasFailed(CONTROL_NODE));
   t.true(onMember.runner.hasFailed('localhost'));
 });
+
+test('a phase that throws fails the run (exit 1), though no step on a host failed; the phases after it still run', async (t) => {
+  const runner = new Runner({ dryRun: false, renderer: 'silent' });
+  t.false(runner.failed);
+  const ran: string[] = [];
+  await runner.runPhases([
+    {
+      title: 'cluster',
+      run: async () => {
+        throw new Error('the cluster has lost its quorum for good');
+      },
+    },
+    {
+      title: 'after',
+      run: async () => {
+        ran.push('after');
+        return 'ran';
+      },
+    },
+  ]);
+  t.true(runner.failed);
+  t.deepEqual(ran, ['after']);
+  t.deepEqual(runner.results, []);
+});
