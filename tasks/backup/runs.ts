@@ -23,14 +23,14 @@ export interface BackupRun {
 }
 
 /** A record as the agent wrote it, or why it is not one (an operator's hand, another tool). */
-export function parseBackupRun(text: string): BackupRun | { error: string } {
+export function parseBackupRun(text: string): { run: BackupRun } | { invalid: string } {
   try {
     const run = JSON.parse(text) as Partial<BackupRun>;
     if (typeof run.finished !== 'string' || Number.isNaN(Date.parse(run.finished)) || (run.outcome !== 'ok' && run.outcome !== 'failed'))
-      return { error: 'not a record the agent writes (no finished time or outcome)' };
-    return run as BackupRun;
+      return { invalid: 'not a record the agent writes (no finished time or outcome)' };
+    return { run: run as BackupRun };
   } catch {
-    return { error: 'not JSON' };
+    return { invalid: 'not JSON' };
   }
 }
 

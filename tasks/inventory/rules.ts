@@ -734,37 +734,8 @@ const restoreSettingsAreSound: Rule = (doc) =>
     return problems;
   });
 
-/** Every member restores from the same snapshot: their restore settings must agree. */
-const restoreIsClusterWide: Rule = (doc) => {
-  const restoring = doc.members.filter((member) => member.restore.enabled);
-  if (restoring.length === 0) return [];
-  const settingsOf = (member: MemberInput) => {
-    const { s3, encryption_key: key, backup_timestamp: timestamp } = member.restore;
-    return JSON.stringify([
-      s3.endpoint,
-      s3.bucket,
-      s3.object_prefix,
-      s3.region,
-      s3.access_key.reveal(),
-      s3.secret_key.reveal(),
-      s3.ca_cert,
-      key.reveal(),
-      timestamp,
-    ]);
-  };
-  const first = settingsOf(restoring[0]!);
-  const hint = 'all members restore from the same snapshot: set restore once under defaults';
-  return doc.members.flatMap((member, i): Problem[] => {
-    if (!member.restore.enabled)
-      return [{ path: ['members', i, 'restore', 'enabled'], message: 'is false while other members restore', hint }];
-    return settingsOf(member) === first
-      ? []
-      : [{ path: ['members', i, 'restore'], message: `differs from ${restoring[0]!.name}'s restore settings`, hint }];
-  });
-};
-
-/** S3 as every member's agent writes it: the restore's settings, complete and the same on every member. */
-function backupTarget(member: MemberInput): string {
+/** Where a member's snapshots are and how they are sealed, as one comparable string (secrets included, never shown). */
+function s3Target(member: MemberInput): string {
   const { s3, encryption_key: key } = member.restore;
   return JSON.stringify([
     s3.endpoint,
@@ -777,6 +748,22 @@ function backupTarget(member: MemberInput): string {
     key.reveal(),
   ]);
 }
+
+/** Every member restores from the same snapshot: their restore settings must agree. */
+const restoreIsClusterWide: Rule = (doc) => {
+  const restoring = doc.members.filter((member) => member.restore.enabled);
+  if (restoring.length === 0) return [];
+  const settingsOf = (member: MemberInput) => `${s3Target(member)} ${member.restore.backup_timestamp}`;
+  const first = settingsOf(restoring[0]!);
+  const hint = 'all members restore from the same snapshot: set restore once under defaults';
+  return doc.members.flatMap((member, i): Problem[] => {
+    if (!member.restore.enabled)
+      return [{ path: ['members', i, 'restore', 'enabled'], message: 'is false while other members restore', hint }];
+    return settingsOf(member) === first
+      ? []
+      : [{ path: ['members', i, 'restore'], message: `differs from ${restoring[0]!.name}'s restore settings`, hint }];
+  });
+};
 
 const backupSettingsAreSound: Rule = (doc) => {
   if (!doc.backup.enabled) return [];
@@ -803,7 +790,7 @@ const backupSettingsAreSound: Rule = (doc) => {
       hint: 'the agent uploads where restore.s3 points: set restore.s3 under defaults',
     });
   doc.members.forEach((member, i) => {
-    if (backupTarget(member) !== backupTarget(first))
+    if (s3Target(member) !== s3Target(first))
       problems.push({
         path: ['members', i, 'restore'],
         message: `its s3 settings or encryption_key differ from ${first.name}'s`,

@@ -169,12 +169,12 @@ function backupsOf(records: NonNullable<StatusFacts['backupRecords']>, at: Date)
   const warnings: string[] = [];
   const parsed = (text: string | undefined, key: string): BackupRun | undefined => {
     if (text === undefined) return undefined;
-    const run = parseBackupRun(text);
-    if ('error' in run) {
-      warnings.push(`${key} is ${run.error}`);
+    const parsed = parseBackupRun(text);
+    if ('invalid' in parsed) {
+      warnings.push(`${key} is ${parsed.invalid}`);
       return undefined;
     }
-    return run;
+    return parsed.run;
   };
   const verdict = judgeBackups(
     parsed(records.lastSuccess, BACKUP_RECORD_KEYS.lastSuccess),

@@ -60,7 +60,11 @@ test('the status line names the last success and its age', (t) => {
 });
 
 test('a record the agent did not write is refused', (t) => {
-  t.deepEqual(parseBackupRun('{'), { error: 'not JSON' });
-  t.regex((parseBackupRun('{"outcome":"ok"}') as { error: string }).error, /no finished time/);
-  t.like(parseBackupRun(JSON.stringify(run('2026-11-25T11:57:00Z'))), { member: 'etcd-2', revision: 42 });
+  t.deepEqual(parseBackupRun('{'), { invalid: 'not JSON' });
+  t.regex((parseBackupRun('{"outcome":"ok"}') as { invalid: string }).invalid, /no finished time/);
+  t.like(parseBackupRun(JSON.stringify(run('2026-11-25T11:57:00Z'))), { run: { member: 'etcd-2', revision: 42 } });
+  // A failed run carries its error: still a record.
+  t.like(parseBackupRun(JSON.stringify(run('2026-11-25T11:57:00Z', { outcome: 'failed', error: 'HTTP 403' }))), {
+    run: { outcome: 'failed', error: 'HTTP 403' },
+  });
 });

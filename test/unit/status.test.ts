@@ -233,3 +233,47 @@ test("status: etcd's decimal uint64 IDs become hex without losing precision", (t
   t.is(hexId('18446744073709551615'), 'ffffffffffffffff');
   t.is(hexId('1'), '1');
 });
+
+const backupRun = (finished: string, outcome: 'ok' | 'failed' = 'ok') =>
+  JSON.stringify({
+    member: 'etcd-2',
+    tick: finished.replace(/:\d\dZ$/, ':00Z'),
+    started: finished,
+    finished,
+    object: `lab-${finished}.dump`,
+    outcome,
+    revision: 99,
+    period_seconds: 3600,
+    ...(outcome === 'failed' ? { error: 'S3 PUT: HTTP 403' } : {}),
+  });
+
+test('status with scheduled backups: the last success and its age; degraded after two periods without one; a failed last run warned', (t) => {
+  const fresh = healthy();
+  fresh.backupRecords = { lastSuccess: backupRun('2026-11-22T09:30:00Z'), lastRun: backupRun('2026-11-22T09:30:00Z') };
+  const report = summarizeStatus(fresh, NAMES);
+  t.true(report.healthy);
+  t.like(report.backup?.lastSuccess, { member: 'etcd-2', revision: 99, ageSeconds: 1800 });
+  t.true(
+    formatStatusTable(report)
+      .split('\n')
+      .includes('backup: last success 30 min ago (2026-11-22T09:30:00Z) by etcd-2, revision 99, lab-2026-11-22T09:30:00Z.dump'),
+  );
+
+  const stale = healthy();
+  stale.backupRecords = { lastSuccess: backupRun('2026-11-22T07:30:00Z'), lastRun: backupRun('2026-11-22T09:00:00Z', 'failed') };
+  const degraded = summarizeStatus(stale, NAMES);
+  t.false(degraded.healthy);
+  t.regex(degraded.problems.join('\n'), /the last successful backup is 2\.5 h old .*more than two schedule periods/);
+  t.regex(degraded.warnings.join('\n'), /the last scheduled backup \(tick 2026-11-22T09:00:00Z, on etcd-2\) failed: S3 PUT: HTTP 403/);
+
+  const never = healthy();
+  never.backupRecords = {};
+  t.regex(summarizeStatus(never, NAMES).problems.join('\n'), /no scheduled backup has succeeded yet/);
+
+  const unreadable = healthy();
+  unreadable.backupRecords = { error: 'permission denied' };
+  const unread = summarizeStatus(unreadable, NAMES);
+  t.true(unread.healthy);
+  t.regex(unread.warnings.join('\n'), /the backup records could not be read \(permission denied\)/);
+  t.is(summarizeStatus(healthy(), NAMES).backup, undefined);
+});
