@@ -1,5 +1,6 @@
 import { BACKUP_RECORD_KEYS, backupLine, judgeBackups, parseBackupRun, type BackupRun, type BackupVerdict } from '../backup/runs.ts';
 import { formatBytes } from '../etcd/maintenance.ts';
+import { quorumOf } from '../etcd/roll.ts';
 import { compareVersions, parseVersion } from '../upgrade/version.ts';
 import type { EtcdMemberFacts, ListedMember, MemberFacts, StatusFacts } from './facts.ts';
 
@@ -62,7 +63,7 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
   const leaders = new Set(answered.map((etcd) => etcd.leader).filter((id) => id !== '0'));
   const leaderId = leaders.size === 1 ? [...leaders][0]! : undefined;
   if (leaders.size > 1) problems.push(`members disagree on the leader (${[...leaders].join(', ')})`);
-  else if (answered.length > 0 && !leaderId) problems.push('no leader');
+  else if (answered.length > 0 && !leaderId) problems.push(noLeader(facts, answered.length));
   const nameOfId = (id: string) =>
     list?.find((m) => m.id === id)?.name || facts.members.find((m) => !('error' in m.etcd) && m.etcd.id === id)?.name;
 
@@ -182,6 +183,16 @@ function backupsOf(records: NonNullable<StatusFacts['backupRecords']>, at: Date)
     at,
   );
   return { ...verdict, warnings: [...warnings, ...verdict.warnings] };
+}
+
+/**
+ * No member knows a leader. With fewer members answering than a quorum and the others' VMs gone, the
+ * quorum may be lost for good: recover's dry-run tells (it asks libvirt whether their disks are gone).
+ */
+function noLeader(facts: StatusFacts, answering: number): string {
+  const gone = facts.members.filter((member) => member.vm === 'absent').map((member) => member.name);
+  if (answering >= quorumOf(facts.members.length) || gone.length === 0) return 'no leader';
+  return `no leader: the quorum is lost (${answering} of ${facts.members.length} members answer; no VM for ${gone.join(', ')}): if their disks are gone too, etcd-kvm recover --dry-run says what recovering keeps; if not, a deploy starts them`;
 }
 
 /** The image a member was built from, as the table shows it, and a warning when it is not base_image's. */

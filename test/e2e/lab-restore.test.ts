@@ -279,6 +279,7 @@ test.serial(
 
     const status = run(process.execPath, ['--import', 'tsx', 'tasks/status.ts', '-i', INVENTORY]);
     t.is(status.status, 1);
+    t.regex(status.stdout, /^problem: no leader: the quorum is lost \(1 of 3 members answer; no VM for etcd-2, etcd-3\)/m);
     t.regex(status.stdout, /^cluster: DEGRADED .* leader none$/m);
 
     const refused = deployed(t);

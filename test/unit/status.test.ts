@@ -277,3 +277,22 @@ test('status with scheduled backups: the last success and its age; degraded afte
   t.regex(unread.warnings.join('\n'), /the backup records could not be read \(permission denied\)/);
   t.is(summarizeStatus(healthy(), NAMES).backup, undefined);
 });
+
+test('status: no leader, fewer members answering than a quorum and the others without a VM: the quorum is lost, recover named', (t) => {
+  const facts = healthy();
+  for (const index of [1, 2]) {
+    facts.members[index]!.vm = 'absent';
+    facts.members[index]!.etcd = { error: 'connect ECONNREFUSED' };
+  }
+  (facts.members[0]!.etcd as EtcdMemberFacts).leader = '0';
+  const report = summarizeStatus(facts, NAMES);
+  t.false(report.healthy);
+  t.regex(
+    report.problems.join('\n'),
+    /^no leader: the quorum is lost \(1 of 3 members answer; no VM for etcd-2, etcd-3\): .*etcd-kvm recover --dry-run/m,
+  );
+  // Their VMs still there (a power cut, etcd stopped): only "no leader", a deploy's to start.
+  facts.members[1]!.vm = 'shut off';
+  facts.members[2]!.vm = 'running';
+  t.true(summarizeStatus(facts, NAMES).problems.includes('no leader'));
+});
