@@ -89,6 +89,12 @@ function runDeploy(inventoryPath: string): number {
  * to the record of the recovery when the deploy is to run, or to an exit code when it is not.
  */
 async function recoverSurvivor(inventory: Inventory, options: { fromMember?: string; dryRun: boolean }): Promise<RecoveryRecord | number> {
+  // The rendered unit of a member restoring waits for its data: members rejoining empty would never start.
+  if (inventory.restore.enabled)
+    throw new InputError(
+      'restore.enabled is true: members that rejoin the recovered cluster would wait for a restore that never comes (their etcd unit starts only once its data directory holds a member)',
+      ['set restore.enabled: false (it only founds a cluster), then run recover again'],
+    );
   const context = await DeployContext.open(inventory, [], new FactCache());
   try {
     const memberNamed = (name: string): Member => {

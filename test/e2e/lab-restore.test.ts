@@ -254,7 +254,17 @@ test.serial('backup --keep 2: two more backups of the restored cluster leave the
 test.serial(
   'quorum loss: two members destroyed with their disks; status and deploy say so; recover (killed once, run again) brings back three voting members with every key; the next deploy changes nothing',
   async (t) => {
-    // Backups play no part here: the restored cluster runs no agent (the inventory turned them off).
+    // Backups play no part here: the restored cluster runs no agent (the inventory turned them off). The restore is
+    // off too: members rejoining empty would wait for one (recover refuses to run while it is on).
+    const recoverArgs = ['--import', 'tsx', 'tasks/recover.ts', '-i', INVENTORY];
+    const withRestore = run(process.execPath, [...recoverArgs, '--dry-run']);
+    t.is(withRestore.status, 2);
+    t.regex(withRestore.stderr, /restore\.enabled is true: members that rejoin the recovered cluster would wait for a restore/);
+    writeInventory({ restore: false, backup: false });
+    // A healthy cluster is not recovered.
+    const healthyRefused = run(process.execPath, [...recoverArgs, '--dry-run']);
+    t.is(healthyRefused.status, 1);
+    t.regex(healthyRefused.stdout, /^refused: etcd-\d knows a leader \([0-9a-f]+\): the cluster has a quorum$/m);
     const keys = Array.from({ length: 20 }, (_, i) => `e2e/quorum/${i + 1}`);
     for (const key of keys) t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', key, `acknowledged ${key}`]).status, 0);
     const last = keys.at(-1)!;
@@ -290,7 +300,6 @@ test.serial(
     );
     t.false(virsh(['dominfo', 'etcd-2']).status === 0, 'the deploy made no VM');
 
-    const recoverArgs = ['--import', 'tsx', 'tasks/recover.ts', '-i', INVENTORY];
     const dry = run(process.execPath, [...recoverArgs, '--dry-run']);
     t.is(dry.status, 0, dry.stdout + dry.stderr);
     t.regex(dry.stdout, /^quorum lost: only 1 of 3 voting members hold their data/m);
