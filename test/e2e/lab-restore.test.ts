@@ -3,6 +3,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { once } from 'node:events';
 import { parse, stringify } from 'yaml';
 import { SnapshotBucket } from '../../tasks/backup/s3.ts';
 import { Secret } from '../../tasks/core/secret.ts';
@@ -308,6 +309,7 @@ test.serial(
 
     // Killed once, right after the survivor was started with --force-new-cluster.
     const first = spawn(process.execPath, recoverArgs, { detached: true, stdio: ['ignore', 'pipe', 'pipe'] });
+    const exited = once(first, 'exit');
     let seen = '';
     await new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`recover never forced a new cluster:\n${seen}`)), 10 * 60_000);
@@ -320,6 +322,8 @@ test.serial(
         }
       });
     });
+    // Reaped before the next run looks at the lock: a killed process not yet waited for is a zombie, which still "runs".
+    await exited;
     t.log(`killed: ${seen}`);
     t.true(existsSync(join(LAB_STATE, 'recovery.json')));
 
