@@ -2,18 +2,17 @@ import { CONTROL_NODE, type ControlNode, type Fact } from '../core/step.ts';
 import type { Runner } from '../core/runner.ts';
 import { preloadEtcdClient } from '../etcd/client.ts';
 import { orderDepartures } from '../etcd/departures.ts';
-import { etcdAnswers, formedCluster, type FormedCluster } from '../etcd/health.ts';
-import { gatherQuorumFacts } from '../recover/facts.ts';
+import { formedCluster, type FormedCluster } from '../etcd/health.ts';
+import { diskVerdict, gatherQuorumFacts } from '../recover/facts.ts';
 import { chooseSurvivor, judgeQuorum } from '../recover/verdict.ts';
 import { planMembership, type LiveMember, type MembershipPlan } from '../etcd/membership.ts';
 import type { SeenDomains } from '../etcd/formation.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { peerUrl } from '../inventory/urls.ts';
 import { domainUuid } from '../libvirt/domain-xml.ts';
-import { judgeDisks, type DiskVerdict } from '../libvirt/lost-disks.ts';
 import { imageQuestions, judgeImage } from '../libvirt/os-image.ts';
 import { ownerQuestions } from '../libvirt/ownership.ts';
-import { isNotFound, type Question } from '../libvirt/virsh.ts';
+import { isNotFound } from '../libvirt/virsh.ts';
 import { membersDeployedBefore } from '../pki/plan.ts';
 import { peerStageOf, readPeerTrust } from '../pki/peer-trust.ts';
 import { readFacts } from '../pki/materials.ts';
@@ -116,22 +115,7 @@ async function disksGone(
 ): Promise<{ gone: Map<string, string>; doubts: string[] }> {
   const { inventory, remote, clients } = context;
   const listed = members.filter((member) => live.some((l) => l.peerURLs.includes(peerUrl(inventory, member))));
-  const verdicts = await Promise.all(
-    listed.map(async (member) => {
-      const { os, data } = volumeQuestions(member);
-      const questions: Record<string, Question> = data ? { os: os!, data } : { os: os! };
-      const answers = await remote.probe(member, questions).catch(() => undefined);
-      if (!answers) return [member.name, { gone: false } as DiskVerdict] as const;
-      return [
-        member.name,
-        await judgeDisks({
-          os: answers.os!,
-          ...(answers.data ? { data: answers.data } : {}),
-          etcdAnswers: () => etcdAnswers(clients, member),
-        }),
-      ] as const;
-    }),
-  );
+  const verdicts = await Promise.all(listed.map(async (member) => [member.name, await diskVerdict(remote, clients, member)] as const));
   return {
     gone: new Map(verdicts.flatMap(([name, verdict]) => (verdict.gone ? [[name, verdict.why]] : []))),
     doubts: verdicts.flatMap(([name, verdict]) =>

@@ -1,10 +1,11 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { briefError } from '../core/errors.ts';
 import type { EtcdClients } from '../etcd/client.ts';
+import { etcdAnswers } from '../etcd/health.ts';
 import { memberStatus } from '../etcd/member-status.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
-import { judgeDisks } from '../libvirt/lost-disks.ts';
+import { judgeDisks, type DiskVerdict } from '../libvirt/lost-disks.ts';
 import type { Question } from '../libvirt/virsh.ts';
 import { volumeQuestions } from '../steps/volumes.ts';
 import type { MemberQuorumFacts } from './verdict.ts';
@@ -42,19 +43,22 @@ async function statusOf(clients: EtcdClients, member: Member): Promise<Pick<Memb
   return Promise.race([asked, delay(ANSWER_MS, { silent: `no answer within ${ANSWER_MS / 1000} s` }, { ref: false })]);
 }
 
-async function dataGone(remote: RemoteContext, clients: EtcdClients, member: Member): Promise<string | undefined> {
+/**
+ * Is the member's OS or data volume gone for certain (judgeDisks: libvirt says so, and its etcd does not
+ * answer)? A hypervisor that does not answer, or a member without a volume the tool makes, says no.
+ * The deploy asks it of the members etcd lists, to replace them; the quorum verdict of silent members.
+ */
+export async function diskVerdict(remote: RemoteContext, clients: EtcdClients, member: Member): Promise<DiskVerdict> {
   const { os, data } = volumeQuestions(member);
-  if (!os) return undefined;
+  if (!os) return { gone: false };
   const questions: Record<string, Question> = data ? { os, data } : { os };
-  const virsh = await remote.virshFor(member).catch(() => undefined);
-  const answers = await virsh?.probe(questions).catch(() => undefined);
-  if (!answers?.os) return undefined;
-  const verdict = await judgeDisks({
+  const answers = await remote.probe(member, questions).catch(() => undefined);
+  if (!answers?.os) return { gone: false };
+  return judgeDisks({
     os: answers.os,
     ...(answers.data ? { data: answers.data } : {}),
-    etcdAnswers: async () => !('silent' in (await statusOf(clients, member))),
+    etcdAnswers: () => etcdAnswers(clients, member),
   });
-  return verdict.gone ? verdict.why : undefined;
 }
 
 export async function gatherQuorumFacts(inventory: Inventory, remote: RemoteContext, clients: EtcdClients): Promise<QuorumFacts> {
@@ -62,8 +66,8 @@ export async function gatherQuorumFacts(inventory: Inventory, remote: RemoteCont
     inventory.members.map(async (member): Promise<MemberQuorumFacts> => {
       const status = await statusOf(clients, member);
       if (status.etcd) return { name: member.name, etcd: status.etcd };
-      const gone = await dataGone(remote, clients, member);
-      return { name: member.name, ...status, ...(gone ? { dataGone: gone } : {}) };
+      const disks = await diskVerdict(remote, clients, member);
+      return { name: member.name, ...status, ...(disks.gone ? { dataGone: disks.why } : {}) };
     }),
   );
   for (const member of inventory.members.filter((m) => members.find((f) => f.name === m.name)?.etcd)) {
