@@ -1,4 +1,4 @@
-import test from 'ava';
+import test, { type ExecutionContext } from 'ava';
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -72,6 +72,16 @@ function agentLines(): { member: string; line: string }[] {
       .filter((line) => line.startsWith('tick '))
       .map((line) => ({ member, line })),
   );
+}
+
+/** Members lost for good: their VMs destroyed and undefined, their OS, data and seed volumes deleted. */
+function destroyWithDisks(t: ExecutionContext, members: readonly string[]): void {
+  for (const member of members) {
+    t.is(virsh(['destroy', member]).status, 0);
+    t.is(virsh(['undefine', member]).status, 0);
+    for (const volume of [`${member}-os.qcow2`, `${member}-data.qcow2`, `${member}-cloud-init.iso`])
+      t.is(virsh(['vol-delete', '--pool', 'etcd-lab', volume]).status, 0, volume);
+  }
 }
 
 test.before(async (t) => {
@@ -281,12 +291,7 @@ test.serial(
       }
     }
 
-    for (const member of ['etcd-2', 'etcd-3']) {
-      t.is(virsh(['destroy', member]).status, 0);
-      t.is(virsh(['undefine', member]).status, 0);
-      for (const volume of [`${member}-os.qcow2`, `${member}-data.qcow2`, `${member}-cloud-init.iso`])
-        t.is(virsh(['vol-delete', '--pool', 'etcd-lab', volume]).status, 0, volume);
-    }
+    destroyWithDisks(t, ['etcd-2', 'etcd-3']);
 
     const status = run(process.execPath, ['--import', 'tsx', 'tasks/status.ts', '-i', INVENTORY]);
     t.is(status.status, 1);
@@ -367,12 +372,7 @@ test.serial(
     const latest = /as (lab-\S+\.dump)/.exec(backup.stdout)![1]!;
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/snapshot/after', 'not in the backup']).status, 0);
 
-    for (const member of ['etcd-1', 'etcd-2', 'etcd-3']) {
-      t.is(virsh(['destroy', member]).status, 0);
-      t.is(virsh(['undefine', member]).status, 0);
-      for (const volume of [`${member}-os.qcow2`, `${member}-data.qcow2`, `${member}-cloud-init.iso`])
-        t.is(virsh(['vol-delete', '--pool', 'etcd-lab', volume]).status, 0, volume);
-    }
+    destroyWithDisks(t, ['etcd-1', 'etcd-2', 'etcd-3']);
 
     const recoverArgs = ['--import', 'tsx', 'tasks/recover.ts', '-i', INVENTORY, '--from-snapshot'];
     const dry = run(process.execPath, [...recoverArgs, '--dry-run']);
