@@ -1,3 +1,4 @@
+import { DISARM_BELOW_QUOTA } from '../inventory/model.ts';
 import type { Change } from '../core/step.ts';
 
 /**
@@ -61,7 +62,7 @@ export interface AlarmFacts {
 export type DisarmAction = { kind: 'disarm' };
 
 /** Disarm only once every member's database is this far under the quota: otherwise writes would fill it again at once. */
-export const DISARM_BELOW_QUOTA = 0.9;
+export { DISARM_BELOW_QUOTA };
 
 /**
  * Clears NOSPACE alarms once space has been freed (a compaction and a defragmentation): every

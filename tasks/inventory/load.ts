@@ -405,6 +405,8 @@ export function loadInventory(inventoryPath: string): Inventory {
     absentMembers: built.filter((_, i) => members[i]!.state === 'absent'),
     restore: restoreOf(members, baseDir, problems),
     backup: doc.backup,
+    monitoring: doc.monitoring,
+    maintenance: doc.maintenance,
     roles: doc.roles,
     users: doc.users,
   };

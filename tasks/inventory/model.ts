@@ -1,6 +1,8 @@
 import type { Secret } from '../core/secret.ts';
 import type {
   BackupSettings,
+  MaintenanceSettings,
+  MonitoringSettings,
   ClusterSettings,
   EtcdSettings,
   HypervisorInput,
@@ -122,7 +124,17 @@ export interface Inventory {
   restore: RestoreSettings;
   /** Scheduled backups by the members' agent, to where restore.s3 points. */
   backup: BackupSettings;
+  /** What the operator's Prometheus scrapes and the alerts' settings. */
+  monitoring: MonitoringSettings;
+  /** Scheduled maintenance by the members' agent (defragmentation by rule). */
+  maintenance: MaintenanceSettings;
   /** Application roles and users (not root), by name. */
   roles: Record<string, RoleSettings>;
   users: Record<string, UserSettings>;
 }
+
+/**
+ * A NOSPACE alarm is cleared (by `maintain --disarm` or the agent) only once every database is under this
+ * share of etcd.space_quota: cleared any closer, the next writes would raise it again at once.
+ */
+export const DISARM_BELOW_QUOTA = 0.9;

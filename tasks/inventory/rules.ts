@@ -1,5 +1,7 @@
 import type {
   BackupSettings,
+  MaintenanceSettings,
+  MonitoringSettings,
   BastionInput,
   ClusterSettings,
   EtcdSettings,
@@ -9,6 +11,7 @@ import type {
   RoleInput,
   UserInput,
 } from './schema.ts';
+import { NODE_EXPORTER_PORT } from './urls.ts';
 import type { Problem } from './problems.ts';
 import { CONTROL_NODE, targetName } from '../core/step.ts';
 import { isIPv4, isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
@@ -24,6 +27,8 @@ export interface ParsedDocument {
   etcd: EtcdSettings;
   pki: PkiSettings;
   backup: BackupSettings;
+  monitoring: MonitoringSettings;
+  maintenance: MaintenanceSettings;
   hypervisors: Record<string, HypervisorInput>;
   bastions: Record<string, BastionInput>;
   ssh_config?: string | false | undefined;
@@ -543,10 +548,22 @@ const suppliedTlsIsComplete: Rule = (doc) =>
         ];
   });
 
-const distinctPorts: Rule = (doc) =>
-  doc.etcd.client_port === doc.etcd.peer_port
-    ? [{ path: ['etcd', 'peer_port'], message: `equals client_port (${doc.etcd.client_port})` }]
-    : [];
+const distinctPorts: Rule = (doc) => {
+  const { client_port: client, peer_port: peer } = doc.etcd;
+  const metrics = doc.monitoring.metrics_port;
+  return [
+    ...(client === peer ? [{ path: ['etcd', 'peer_port'], message: `equals client_port (${client})` }] : []),
+    ...(metrics !== 0 && [client, peer, NODE_EXPORTER_PORT].includes(metrics)
+      ? [
+          {
+            path: ['monitoring', 'metrics_port'],
+            message: `equals another port of the member (${metrics})`,
+            hint: `etcd's client (${client}) and peer (${peer}) ports and the node exporter's (${NODE_EXPORTER_PORT}) are taken; etcd's convention is 2381`,
+          },
+        ]
+      : []),
+  ];
+};
 
 /** A required setting of an enabled feature: [path below the member, is it missing?, hint]. */
 type Requirement = [path: (string | number)[], missing: boolean, hint: string];
@@ -800,6 +817,17 @@ const backupSettingsAreSound: Rule = (doc) => {
   return problems;
 };
 
+const defragNeedsTheAgentsIdentity: Rule = (doc) =>
+  doc.maintenance.defrag.enabled && !doc.etcd.client_cert_auth
+    ? [
+        {
+          path: ['maintenance', 'defrag', 'enabled'],
+          message: 'needs etcd.client_cert_auth: true',
+          hint: 'the agent logs into etcd with a client certificate of its own (CN=etcd-kvm-agent); in password mode it has no identity yet: not implemented',
+        },
+      ]
+    : [];
+
 const installNeedsReleaseVersion: Rule = (doc) =>
   (doc.etcd.binaries === 'release' || doc.members.some((member) => member.install_dependencies)) &&
   !/^v\d+\.\d+\.\d+$/.test(doc.etcd.version)
@@ -845,6 +873,7 @@ export const RULES: readonly Rule[] = [
   restoreSettingsAreSound,
   restoreIsClusterWide,
   backupSettingsAreSound,
+  defragNeedsTheAgentsIdentity,
   installNeedsReleaseVersion,
 ];
 

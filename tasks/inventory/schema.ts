@@ -832,6 +832,122 @@ export const backupSchema = z
   .default({})
   .describe("Scheduled backups taken inside the cluster by every member's agent (etcd-kvm-agent), to the bucket `restore.s3` names.");
 
+/** A Prometheus duration (`30s`, `5m`, `1h30m`): what `for:` and `scrape_interval` take. */
+const promDuration = line.regex(/^(\d+(ms|s|m|h|d|w|y))+$/, 'must be a Prometheus duration, e.g. "30s", "5m" or "1h30m"');
+const alertFor = (fallback: string, what: string) => promDuration.default(fallback).describe(`How long ${what} before its alert fires.`);
+
+/** Each alert's `for:`, by the alert's key (tasks/monitoring/rules.ts names the alerts). */
+export const alertForSchema = z
+  .object({
+    member_down: alertFor('3m', "a member's etcd does not answer the scrape"),
+    node_exporter_down: alertFor('5m', "a member's node exporter does not answer"),
+    no_leader: alertFor('1m', 'a member sees no leader'),
+    leader_changes: alertFor('5m', 'leadership has changed more than 3 times within 15 minutes'),
+    database_near_quota: alertFor('10m', "a member's database stays above `monitoring.quota_fraction` of `space_quota`"),
+    database_fragmented: alertFor('30m', "less than half of a member's database file stays in use"),
+    nospace_alarm: alertFor('1m', 'a NOSPACE alarm is active'),
+    slow_wal_fsync: alertFor('10m', 'the 99th percentile of WAL fsyncs stays above 0.5 s'),
+    slow_backend_commit: alertFor('10m', 'the 99th percentile of backend commits stays above 0.25 s'),
+    proposals_failing: alertFor('15m', 'proposals keep failing'),
+    learner_not_promoted: alertFor('15m', 'a learner stays unpromoted'),
+    mixed_versions: alertFor('30m', 'members run different etcd versions (longer than a roll takes)'),
+    certificate_expiring: alertFor('1h', 'a certificate stays within `monitoring.certificate_expiry_days` of its end'),
+    backup_missing: alertFor('10m', 'no backup has succeeded for two schedule periods'),
+    drift: alertFor('30m', "a member's managed files differ from what the last converged run wrote"),
+  })
+  .strict()
+  .default({});
+
+export const monitoringSchema = z
+  .object({
+    metrics_port: z
+      .number()
+      .int()
+      .min(0)
+      .max(65535)
+      .default(2381)
+      .describe(
+        "etcd's `listen-metrics-urls` port: `/metrics` and `/health` over plain HTTP on the member's address, no client certificate and no " +
+          'etcd user (they carry no keys or values); 0: none.',
+      ),
+    scrape_interval: promDuration.default('30s').describe('How often the generated scrape configuration scrapes each target.'),
+    quota_fraction: z
+      .number()
+      .gt(0)
+      .max(1)
+      .default(0.8)
+      .describe('The database-near-quota alert fires above this share of `etcd.space_quota`.'),
+    fragmentation_floor_bytes: z
+      .number()
+      .int()
+      .nonnegative()
+      .default(100 * 1024 * 1024)
+      .describe('The fragmentation alert needs at least this many free bytes in the database file, besides less than half of it in use.'),
+    certificate_expiry_days: z
+      .number()
+      .int()
+      .min(1)
+      .max(3650)
+      .default(30)
+      .describe('The certificate alert fires when a certificate a member serves or uses ends within this many days.'),
+    alert_for: alertForSchema.describe("Each alert's `for:` duration, by alert."),
+  })
+  .strict()
+  .default({})
+  .describe(
+    "What an operator's Prometheus scrapes and which alerts it evaluates: `etcd-kvm monitoring` writes the scrape configuration and the " +
+      'rules from these settings.',
+  );
+
+export const defragRuleSchema = z
+  .object({
+    free_bytes: z
+      .number()
+      .int()
+      .nonnegative()
+      .default(200 * 1024 * 1024)
+      .describe('Fragmented: at least this many bytes of the database file are free (its size less its size in use)…'),
+    free_fraction: z.number().min(0).max(1).default(0).describe('… and at least this share of the file is free.'),
+    quota_fraction: z
+      .number()
+      .min(0)
+      .max(1)
+      .default(0.8)
+      .describe('Or: the file is at least this share of `etcd.space_quota` and has some free space (0: never on size alone).'),
+  })
+  .strict()
+  .default({});
+
+export const maintenanceSchema = z
+  .object({
+    defrag: z
+      .object({
+        enabled: z
+          .boolean()
+          .default(false)
+          .describe(
+            "Every member's agent, at each tick, defragments its own database when `rule` holds for it and the cluster is healthy with a " +
+              'leader: one member at a time under an etcd lock, followers first, the leader last (leadership moved away first).',
+          ),
+        schedule: line
+          .regex(CALENDAR, 'must be a systemd calendar event, e.g. "daily", "*:0/15" or "*-*-* 03:30:00"')
+          .default('*-*-* 03:30:00')
+          .describe('When the agents look, as a systemd calendar event (`OnCalendar=`).'),
+        rule: defragRuleSchema.describe(
+          'When a member is defragmented: (free ≥ `free_bytes` and free ÷ size ≥ `free_fraction`) or (size ≥ `quota_fraction` × quota and free > 0).',
+        ),
+      })
+      .strict()
+      .default({})
+      .describe(
+        'Defragmentation by rule on a schedule, inside the cluster. A NOSPACE alarm is the one unhealthy state it acts in: it defragments, and ' +
+          'clears the alarm once every database is under the quota again.',
+      ),
+  })
+  .strict()
+  .default({})
+  .describe("Scheduled maintenance inside the cluster, by the members' agent (etcd-kvm-agent).");
+
 /** The document as written; `defaults` and `members` are validated separately by the loader. */
 export const documentSchema = z
   .object({
@@ -839,6 +955,8 @@ export const documentSchema = z
     etcd: etcdSchema,
     pki: pkiSchema,
     backup: backupSchema,
+    monitoring: monitoringSchema,
+    maintenance: maintenanceSchema,
     hypervisors: z.record(name, hypervisorSchema).describe('The KVM hosts, by name: how the tool logs into each over SSH and its libvirt.'),
     bastions: z
       .record(name, bastionSchema)
@@ -878,5 +996,7 @@ export type EtcdSettings = z.infer<typeof etcdSchema>;
 export type ClusterSettings = z.infer<typeof clusterSchema>;
 export type PkiSettings = z.infer<typeof pkiSchema>;
 export type BackupSettings = z.infer<typeof backupSchema>;
+export type MonitoringSettings = z.infer<typeof monitoringSchema>;
+export type MaintenanceSettings = z.infer<typeof maintenanceSchema>;
 export type RoleInput = z.infer<typeof roleSchema>;
 export type UserInput = z.infer<typeof userSchema>;

@@ -10,9 +10,16 @@ import type { Inventory, UserSettings } from './model.ts';
  */
 export const AGENT_USER = 'etcd-kvm-agent';
 
-/** The users the tool adds for itself: the agent's, while scheduled backups are on. */
+/**
+ * Whether the members run the agent with an etcd identity: while scheduled backups or scheduled
+ * defragmentation are on (certificate mode only: in password mode the agent has no identity yet).
+ */
+export const agentInEtcd = (inventory: Pick<Inventory, 'backup' | 'maintenance' | 'etcd'>): boolean =>
+  inventory.etcd.client_cert_auth && (inventory.backup.enabled || inventory.maintenance.defrag.enabled);
+
+/** The users the tool adds for itself: the agent's, while it runs (agentInEtcd). */
 export const toolUsers = (inventory: Inventory): Record<string, UserSettings> =>
-  inventory.backup.enabled && inventory.etcd.client_cert_auth ? { [AGENT_USER]: { roles: ['root'], password: new Secret('') } } : {};
+  agentInEtcd(inventory) ? { [AGENT_USER]: { roles: ['root'], password: new Secret('') } } : {};
 
 /** Every etcd user with a client certificate the tool issues, but root: the inventory's and the tool's own. */
 export const certifiedUsers = (inventory: Inventory): string[] =>

@@ -8,3 +8,6 @@ export function peerUrl(inventory: Inventory, member: Member): string {
 export function clientUrl(inventory: Inventory, member: Member): string {
   return `https://${member.etcdIp}:${inventory.etcd.client_port}`;
 }
+
+/** The node exporter's port on every member (the Prometheus convention). */
+export const NODE_EXPORTER_PORT = 9100;

@@ -3,7 +3,9 @@ import type { SecretWriter } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberTls } from '../pki/materials.ts';
 import type { InitialClusterState } from './etcd.ts';
-import { backupAgentFragment } from './guest/backup-agent.ts';
+import { memberAgentFragment } from './guest/member-agent.ts';
+import { textfileFragment } from './guest/textfile.ts';
+import { agentInEtcd } from '../inventory/tool-users.ts';
 import { chronyFragment } from './guest/chrony.ts';
 import { dataVolumeFragment } from './guest/data-volume.ts';
 import { dependenciesFragment } from './guest/dependencies.ts';
@@ -64,7 +66,7 @@ export function renderNetworkConfig(member: Member): string {
 /** Every guest feature's contribution, in the order their commands must run. */
 export function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
   const { inventory, member, writeSecret } = input;
-  return [
+  const features = [
     dependenciesFragment(inventory, member),
     dataVolumeFragment(member, inventory.etcd.data_dir),
     etcdFragment(inventory, member, input.tls, input.initialClusterState, writeSecret),
@@ -73,8 +75,9 @@ export function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
     fluentBitFragment({ fluentbit: member.services.fluentbit, dynamic: usesDynamicConfig(member.services) }, writeSecret),
     fluentBitDynamicFragment(member.services, writeSecret),
     vaultAgentFragment(member.services.vault_agent, writeSecret),
-    backupAgentFragment(inventory, member, input.tls, writeSecret),
+    memberAgentFragment(inventory, member, input.tls, writeSecret),
   ];
+  return [...features, textfileFragment(input.tls, features, agentInEtcd(inventory))];
 }
 
 export function renderUserData(input: CloudInitInput): string {

@@ -60,6 +60,10 @@ export function etcdEnvironment(
     ['ETCD_QUOTA_BACKEND_BYTES', String(etcd.space_quota)],
     // etcd 3.4 enables the gateway unless told otherwise.
     ['ETCD_ENABLE_GRPC_GATEWAY', String(etcd.grpc_gateway_enabled)],
+    // /metrics and /health only, over plain HTTP: a scraper needs no identity that could reach keys (docs/monitoring.md).
+    ...(inventory.monitoring.metrics_port === 0
+      ? []
+      : [['ETCD_LISTEN_METRICS_URLS', `http://${member.etcdIp}:${inventory.monitoring.metrics_port}`] as [string, string]]),
     ...versionSettingsOf(inventory),
   ];
 }

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { backupTimestamp, dumpObjectName, masterKeyFromHex, openDataKey, openStream, retention } from '../../tasks/backup/format.ts';
 import { AGENT_USER } from '../../tasks/inventory/tool-users.ts';
-import { AGENT_PATHS, BACKUP_UNITS } from '../../tasks/render/guest/backup-agent.ts';
+import { AGENT_PATHS, BACKUP_UNITS } from '../../tasks/render/guest/member-agent.ts';
 import { baseDocument, load, problemsOf } from '../helpers/inventory.ts';
 import { renderWithPki } from '../helpers/render.ts';
 

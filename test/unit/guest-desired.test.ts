@@ -24,11 +24,13 @@ const ETCD_FILES: Held[] = [
   ['/etc/systemd/system/etcd.service', 0o644, 'root:root', false, 'etcd.service'],
 ];
 const CHRONY: Held = ['/etc/chrony/chrony.conf', 0o644, 'root:root', false, 'chrony.service'];
+/** Every certificate's end, for the node exporter's textfile collector. */
+const CERTIFICATE_METRICS: Held = ['/var/lib/prometheus/node-exporter/etcd-kvm-certificates.prom', 0o644, 'root:root', false];
 
 const expected: Record<string, { files: Held[]; services: string[] }> = {
   'inventories/lab.yaml': {
     // node exporter from the image's package (no unit file of ours), chrony pointed at the lab's servers.
-    files: [...ETCD_FILES, CHRONY],
+    files: [...ETCD_FILES, CHRONY, CERTIFICATE_METRICS],
     services: ['etcd.service', 'prometheus-node-exporter.service', 'chrony.service'],
   },
   'inventories/examples/all-services.yaml': {
@@ -57,6 +59,7 @@ const expected: Record<string, { files: Held[]; services: string[] }> = {
       ['/etc/vault-agent.d/role-id', 0o400, 'vault:vault', true, 'vault-agent.service'],
       ['/etc/vault-agent.d/secret-id', 0o400, 'vault:vault', true, 'vault-agent.service'],
       ['/etc/systemd/system/vault-agent.service', 0o644, 'root:root', false, 'vault-agent.service'],
+      CERTIFICATE_METRICS,
     ],
     services: [
       'etcd.service',

@@ -105,7 +105,10 @@ test('node exporter: enabled on every member; the upstream binary gets a unit of
   t.false(packaged.writes.has('/etc/systemd/system/prometheus-node-exporter.service'));
   const upstream = userDataOf(withDefaults({ install_dependencies: true }));
   const unit = upstream.writes.get('/etc/systemd/system/prometheus-node-exporter.service')!.content;
-  t.regex(unit, /^ExecStart=\/usr\/local\/bin\/node_exporter --web.listen-address=:9100$/m);
+  t.regex(
+    unit,
+    /^ExecStart=\/usr\/local\/bin\/node_exporter --web.listen-address=:9100 --collector.textfile.directory=\/var\/lib\/prometheus\/node-exporter$/m,
+  );
   t.regex(unit, /^User=prometheus$/m);
 });
 

@@ -26,6 +26,7 @@ const ALLOWED: Record<string, string[]> = {
   deploy: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'steps', 'recover'],
   // The CLI's help lists the steps from their registry.
   cli: ['core', 'steps'],
+  monitoring: ['core', 'inventory', 'render'],
 };
 
 const TASKS = resolve('tasks');

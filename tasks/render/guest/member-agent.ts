@@ -1,0 +1,210 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { AGENT_USER, agentInEtcd } from '../../inventory/tool-users.ts';
+import { PACKAGE_ROOT } from '../../core/package-root.ts';
+import type { SecretWriter } from '../../core/secret.ts';
+import type { Inventory, Member } from '../../inventory/model.ts';
+import { clientUrl } from '../../inventory/urls.ts';
+import type { MemberTls } from '../../pki/materials.ts';
+import { GUEST_PATHS } from '../etcd.ts';
+import { managedRelease } from '../etcd-release.ts';
+import { etcdBinaryDir } from './dependencies.ts';
+import { secretFile, type CloudConfigFragment, type WriteFile } from './fragment.ts';
+import { MANIFEST_PATH, TEXTFILE_DIR } from './textfile.ts';
+import { DISARM_BELOW_QUOTA } from '../../inventory/model.ts';
+
+/**
+ * The members' agent (templates/etcd-kvm-agent.py), while it has an etcd identity (agentInEtcd:
+ * scheduled backups or scheduled defragmentation on). Each task is a oneshot service on a timer:
+ *
+ * - `backup` (inventory `backup:`): at each tick the member whose etcd first claims the tick takes the
+ *   snapshot, seals it in etcd-backup's format, uploads it where restore.s3 points and prunes;
+ * - `defrag` (inventory `maintenance.defrag`): each member defragments itself when the rule holds, one
+ *   member at a time under a lease-backed lock in etcd, the leader last;
+ * - `metrics`: every minute, what etcd does not export (its alarms, the last backup, the last
+ *   defragmentation, drift of the managed files) into the node exporter's textfile directory.
+ *
+ * The agent runs as the etcd user: it reads what that user already holds (the member's whole data),
+ * plus the S3 keys and the master key. The master key seals each backup's data key, so it also opens
+ * every earlier backup: etcd-backup's format is symmetric and a member cannot write a backup without
+ * it. A member that leaks it leaks no more than its own data directory holds, except keys deleted
+ * since: rotate the key (and the bucket's old objects) if a member is compromised.
+ */
+
+export const BACKUP_UNITS = { service: 'etcd-kvm-backup.service', timer: 'etcd-kvm-backup.timer' } as const;
+export const DEFRAG_UNITS = { service: 'etcd-kvm-defrag.service', timer: 'etcd-kvm-defrag.timer' } as const;
+export const METRICS_UNITS = { service: 'etcd-kvm-metrics.service', timer: 'etcd-kvm-metrics.timer' } as const;
+
+const DIR = '/etc/etcd-kvm/agent';
+export const AGENT_PATHS = {
+  program: '/usr/local/sbin/etcd-kvm-agent',
+  config: `${DIR}/backup.json`,
+  cert: `${DIR}/agent.crt`,
+  key: `${DIR}/agent.key`,
+  s3Ca: `${DIR}/s3-ca.crt`,
+  accessKey: `${DIR}/s3-access-key`,
+  secretKey: `${DIR}/s3-secret-key`,
+  encryptionKey: `${DIR}/encryption-key`,
+  workDir: '/var/lib/etcd-kvm-agent',
+  service: `/etc/systemd/system/${BACKUP_UNITS.service}`,
+  timer: `/etc/systemd/system/${BACKUP_UNITS.timer}`,
+  defragService: `/etc/systemd/system/${DEFRAG_UNITS.service}`,
+  defragTimer: `/etc/systemd/system/${DEFRAG_UNITS.timer}`,
+  metricsService: `/etc/systemd/system/${METRICS_UNITS.service}`,
+  metricsTimer: `/etc/systemd/system/${METRICS_UNITS.timer}`,
+  /** Written by the agent as the etcd user, then moved into the textfile directory (root's) by its unit. */
+  metricsStaging: '/var/lib/etcd-kvm-agent/etcd-kvm-agent.prom',
+  metricsFile: `${TEXTFILE_DIR}/etcd-kvm-agent.prom`,
+} as const;
+
+/** The agent's user in the guest (not its etcd user, which is AGENT_USER). */
+const OWNER = 'etcd:etcd';
+
+let program: string | undefined;
+const agentProgram = () => (program ??= readFileSync(join(PACKAGE_ROOT, 'templates', 'etcd-kvm-agent.py'), 'utf8'));
+
+const pending = (what: string) => `(${what}: issued when the pki step applies)\n`;
+
+/** What the agent reads: no secret in it, only where the secrets are. */
+export function agentConfig(inventory: Inventory, member: Member): Record<string, unknown> {
+  const { s3, encryption_key: encryptionKey } = inventory.restore;
+  const etcdctl = `${managedRelease(inventory)?.dir ?? etcdBinaryDir(member)}/etcdctl`;
+  const { defrag } = inventory.maintenance;
+  return {
+    member: member.name,
+    backup_enabled: inventory.backup.enabled,
+    schedule: inventory.backup.schedule,
+    keep: inventory.backup.keep,
+    max_age_seconds: inventory.backup.max_age_hours * 3600,
+    work_dir: AGENT_PATHS.workDir,
+    etcd: {
+      endpoint: clientUrl(inventory, member),
+      etcdctl,
+      ca_file: GUEST_PATHS.caCert,
+      cert_file: AGENT_PATHS.cert,
+      key_file: AGENT_PATHS.key,
+    },
+    s3: {
+      endpoint: inventory.backup.endpoint || s3.endpoint,
+      bucket: s3.bucket,
+      object_prefix: s3.object_prefix,
+      region: s3.region,
+      ca_file: s3.ca_cert ? AGENT_PATHS.s3Ca : '',
+    },
+    secrets: {
+      access_key: AGENT_PATHS.accessKey,
+      secret_key: AGENT_PATHS.secretKey,
+      ...(encryptionKey.isEmpty ? {} : { encryption_key: AGENT_PATHS.encryptionKey }),
+    },
+    defrag: {
+      enabled: defrag.enabled,
+      rule: defrag.rule,
+      quota_bytes: inventory.etcd.space_quota,
+      // Under a NOSPACE alarm: cleared once every database is under this share of the quota (as maintain --disarm).
+      disarm_below_fraction: DISARM_BELOW_QUOTA,
+    },
+    metrics: { staging: AGENT_PATHS.metricsStaging, manifest: MANIFEST_PATH },
+  };
+}
+
+/** One task of the agent as a oneshot service, below etcd: it never takes the CPU or the disk from the member serving. */
+export function renderAgentService(task: 'backup' | 'defrag' | 'metrics', description: string, timeout: string): string {
+  return [
+    `# Managed by etcd-kvm: ${description}.`,
+    '[Unit]',
+    `Description=etcd-kvm ${description}`,
+    'After=network-online.target etcd.service',
+    'Wants=network-online.target',
+    '',
+    '[Service]',
+    'Type=oneshot',
+    'User=etcd',
+    'Group=etcd',
+    'StateDirectory=etcd-kvm-agent',
+    'StateDirectoryMode=0700',
+    `ExecStart=${AGENT_PATHS.program} ${task}`,
+    // The textfile directory is root's: the metrics the agent wrote as etcd are moved in (one rename, so
+    // the node exporter never reads half a file); none written, nothing moved.
+    ...(task === 'backup' ? [] : [`ExecStartPost=+-/bin/mv -f ${AGENT_PATHS.metricsStaging} ${AGENT_PATHS.metricsFile}`]),
+    'Nice=10',
+    'IOSchedulingClass=idle',
+    `TimeoutStartSec=${timeout}`,
+    '',
+  ].join('\n');
+}
+
+export const renderBackupService = (): string => renderAgentService('backup', 'scheduled backup', '1h');
+
+/** A task's schedule: every member fires at the same calendar time, each on its own clock. */
+export function renderAgentTimer(what: string, schedule: string): string {
+  return [
+    `# Managed by etcd-kvm: ${what}.`,
+    '[Unit]',
+    `Description=etcd-kvm ${what}`,
+    '',
+    '[Timer]',
+    `OnCalendar=${schedule}`,
+    // Every member fires at the same calendar time, each on its own clock: the tick they claim is that minute.
+    'AccuracySec=1s',
+    // A member that was off does not catch up on the ticks it missed: another member took them.
+    'Persistent=false',
+    '',
+    '[Install]',
+    'WantedBy=timers.target',
+    '',
+  ].join('\n');
+}
+
+export const renderBackupTimer = (schedule: string): string =>
+  renderAgentTimer('the backup schedule (inventory backup.schedule)', schedule);
+
+export function memberAgentFragment(inventory: Inventory, member: Member, tls: MemberTls, writeSecret: SecretWriter): CloudConfigFragment {
+  if (!agentInEtcd(inventory)) return {};
+  const { s3, encryption_key: encryptionKey } = inventory.restore;
+  const unit = (path: string, content: string, notify?: string): WriteFile => ({
+    path,
+    permissions: '0644',
+    content,
+    ...(notify ? { notify } : {}),
+  });
+  const backup: WriteFile[] = inventory.backup.enabled
+    ? [
+        secretFile(AGENT_PATHS.accessKey, OWNER, writeSecret(s3.access_key)),
+        secretFile(AGENT_PATHS.secretKey, OWNER, writeSecret(s3.secret_key)),
+        ...(encryptionKey.isEmpty ? [] : [secretFile(AGENT_PATHS.encryptionKey, OWNER, writeSecret(encryptionKey))]),
+        ...(s3.ca_cert ? [unit(AGENT_PATHS.s3Ca, s3.ca_cert)] : []),
+        unit(AGENT_PATHS.service, renderBackupService()),
+        unit(AGENT_PATHS.timer, renderBackupTimer(inventory.backup.schedule), BACKUP_UNITS.timer),
+      ]
+    : [];
+  const { defrag } = inventory.maintenance;
+  const defragFiles: WriteFile[] = defrag.enabled
+    ? [
+        unit(AGENT_PATHS.defragService, renderAgentService('defrag', 'scheduled defragmentation by rule', '1h')),
+        unit(
+          AGENT_PATHS.defragTimer,
+          renderAgentTimer('the defragmentation schedule (inventory maintenance.defrag.schedule)', defrag.schedule),
+          DEFRAG_UNITS.timer,
+        ),
+      ]
+    : [];
+  const files: WriteFile[] = [
+    { path: AGENT_PATHS.program, permissions: '0755', content: agentProgram() },
+    unit(AGENT_PATHS.config, `${JSON.stringify(agentConfig(inventory, member), null, 2)}\n`),
+    unit(AGENT_PATHS.cert, tls.agent?.cert ?? pending(`certificate of ${AGENT_USER}`)),
+    secretFile(AGENT_PATHS.key, OWNER, tls.agent?.key ? writeSecret(tls.agent.key) : pending(`private key of ${AGENT_USER}`)),
+    ...backup,
+    ...defragFiles,
+    unit(
+      AGENT_PATHS.metricsService,
+      renderAgentService('metrics', "metrics etcd does not export, for the node exporter's textfile collector", '5min'),
+    ),
+    unit(AGENT_PATHS.metricsTimer, renderAgentTimer('the metrics schedule (every minute)', 'minutely'), METRICS_UNITS.timer),
+  ];
+  const timers = [
+    ...(inventory.backup.enabled ? [BACKUP_UNITS.timer] : []),
+    ...(defrag.enabled ? [DEFRAG_UNITS.timer] : []),
+    METRICS_UNITS.timer,
+  ];
+  return { writeFiles: files, services: timers.map((timer) => ({ unit: timer, onChange: 'restart' as const })) };
+}
