@@ -1,5 +1,13 @@
 #!/usr/bin/python3
-"""etcd-kvm's agent in a member: `etcd-kvm-agent backup`, run by the etcd-kvm-backup timer.
+"""etcd-kvm's agent in a member: `etcd-kvm-agent backup|defrag|metrics`, each run by its own timer.
+
+backup: see below. defrag: the member defragments its own database when the inventory's rule holds
+for it and the cluster is healthy with a leader, one member at a time under a lease-backed lock in
+etcd, followers first and the leader last (it hands leadership away first); under a NOSPACE alarm
+(when etcd refuses the lock's writes) members take turns in one order every member computes alike,
+and the alarm is cleared once every database is back under the quota. metrics: what etcd does not
+export (this member's alarms, the last backup, the last defragmentation, drift of the files the tool
+manages here), in Prometheus's text format for the node exporter's textfile collector.
 
 At each tick every member's timer fires; the member whose etcd first claims the tick in etcd (a
 transaction that creates etcd-kvm/backup/ticks/<minute> only if it does not exist, so it needs a
@@ -9,19 +17,23 @@ master key), uploads it to S3 (its revision in the object's metadata, x-amz-meta
 etcd-kvm/backup/last-success) where `status` reads it. Every other member logs that it took none.
 
 Only what Debian packages: python3, python3-nacl, etcdctl. Secrets are read from files, never
-passed on a command line. Configuration: /etc/etcd-kvm/agent/backup.json (written by etcd-kvm).
+passed on a command line. Configuration: /etc/etcd-kvm/agent/backup.json (written by etcd-kvm; its name is older than the defrag and metrics tasks).
 """
 
+import base64
 import datetime
+import grp
 import hashlib
 import hmac
 import http.client
 import json
 import os
+import pwd
 import re
 import ssl
 import subprocess
 import sys
+import time
 import urllib.parse
 import xml.etree.ElementTree as ElementTree
 
@@ -39,21 +51,26 @@ class Skipped(Exception):
 # --- etcd, through etcdctl ---------------------------------------------------------------------
 
 
-def etcdctl(config, args, stdin=None):
-    env = {
+def etcdctl_env(config, command_timeout="15s"):
+    return {
         "PATH": "/usr/bin:/bin",
         "ETCDCTL_API": "3",
         "ETCDCTL_ENDPOINTS": config["etcd"]["endpoint"],
         "ETCDCTL_CACERT": config["etcd"]["ca_file"],
         "ETCDCTL_CERT": config["etcd"]["cert_file"],
         "ETCDCTL_KEY": config["etcd"]["key_file"],
-        "ETCDCTL_COMMAND_TIMEOUT": "15s",
+        "ETCDCTL_COMMAND_TIMEOUT": command_timeout,
         "ETCDCTL_DIAL_TIMEOUT": "5s",
     }
+
+
+def etcdctl(config, args, stdin=None, partial=False, command_timeout="15s"):
+    """etcdctl's stdout; a failure raises, unless `partial` (endpoint status --cluster prints the members
+    that answered and exits 1 for the others: what they printed is still the answer)."""
     done = subprocess.run(
-        [config["etcd"]["etcdctl"], *args], input=stdin, env=env, capture_output=True, timeout=600
+        [config["etcd"]["etcdctl"], *args], input=stdin, env=etcdctl_env(config, command_timeout), capture_output=True, timeout=3600
     )
-    if done.returncode != 0:
+    if done.returncode != 0 and not (partial and done.stdout.strip()):
         message = done.stderr.decode(errors="replace").strip().splitlines()
         raise RuntimeError(f"etcdctl {args[0]}: {message[-1] if message else 'exit ' + str(done.returncode)}")
     return done.stdout
@@ -242,6 +259,9 @@ def schedule_period(schedule):
 
 
 def backup(config):
+    if not config.get("backup_enabled", True):
+        print("scheduled backups are off (backup.enabled): none taken")
+        return 0
     started = datetime.datetime.now(datetime.timezone.utc)
     tick = tick_of(started)
     if not claim(config, tick):
@@ -298,14 +318,307 @@ def backup(config):
     return 0
 
 
+# --- defragmentation by rule --------------------------------------------------------------------
+
+ALARMS = {1: "NOSPACE", 2: "CORRUPT"}
+DEFRAG_PREFIX = "etcd-kvm/defrag/"
+LOCK_KEY = DEFRAG_PREFIX + "lock"
+LOCK_TTL_SECONDS = 60
+# How long a member that qualifies waits for another's defragmentation to end, within one tick.
+LOCK_WAIT_SECONDS = 45
+
+
+def rule_holds(size, in_use, rule, quota):
+    """The inventory's rule (maintenance.defrag.rule) for one database: fragmented, or near the quota with something to free."""
+    free = max(size - in_use, 0)
+    fragmented = free >= rule["free_bytes"] and size > 0 and free / size >= rule["free_fraction"]
+    near_quota = rule["quota_fraction"] > 0 and size >= quota * rule["quota_fraction"] and free > 0
+    return fragmented or near_quota
+
+
+def cluster_view(config):
+    """The facts a decision reads: the member list, the status of every member that answered, the alarms."""
+    listed = json.loads(etcdctl(config, ["member", "list", "-w", "json"]))["members"]
+    answered = json.loads(etcdctl(config, ["endpoint", "status", "--cluster", "-w", "json"], partial=True) or b"[]")
+    alarms = json.loads(etcdctl(config, ["alarm", "list", "-w", "json"])).get("alarms", [])
+    own = json.loads(etcdctl(config, ["endpoint", "status", "-w", "json"]))[0]["Status"]["header"]["member_id"]
+    return {
+        "me": own,
+        "members": [{"id": m["ID"], "name": m.get("name", ""), "learner": bool(m.get("isLearner"))} for m in listed],
+        "statuses": {
+            entry["Status"]["header"]["member_id"]: {
+                "size": entry["Status"].get("dbSize", 0),
+                "in_use": entry["Status"].get("dbSizeInUse", entry["Status"].get("dbSize", 0)),
+                "leader": entry["Status"].get("leader", 0),
+            }
+            for entry in answered
+        },
+        "alarms": [{"member": a.get("memberID", 0), "alarm": ALARMS.get(a.get("alarm"), str(a.get("alarm")))} for a in alarms],
+    }
+
+
+def defrag_turns(view, rule, quota):
+    """The members whose database the rule holds for, in the order they go: followers by name, the leader last."""
+    leaders = {status["leader"] for status in view["statuses"].values()}
+    names = {m["id"]: m["name"] for m in view["members"]}
+    due = [mid for mid, status in view["statuses"].items() if rule_holds(status["size"], status["in_use"], rule, quota)]
+    return sorted(due, key=lambda mid: (mid in leaders, names.get(mid, ""), mid))
+
+
+def decide(view, rule, quota, disarm_below):
+    """What this member does at this tick, and why: ("defrag", reason), ("defrag-turn", …) under NOSPACE
+    (no lock), ("disarm", …), or ("skip", reason). Pure: the tests hold it against tables."""
+    me, statuses = view["me"], view["statuses"]
+    names = {m["id"]: m["name"] or f"{m['id']:x}" for m in view["members"]}
+    kinds = {a["alarm"] for a in view["alarms"]}
+    if kinds - {"NOSPACE"}:
+        return ("skip", f"alarm {', '.join(sorted(kinds - {'NOSPACE'}))} active: no maintenance until an operator has looked")
+    silent = [names[m["id"]] for m in view["members"] if m["id"] not in statuses]
+    if me not in statuses:
+        return ("skip", "this member's etcd does not answer")
+    turns = defrag_turns(view, rule, quota)
+    if "NOSPACE" in kinds:
+        if all(status["size"] < quota * disarm_below for status in statuses.values()) and not silent:
+            return ("disarm", f"every database is under {int(disarm_below * 100)} % of the quota")
+        if turns and turns[0] == me:
+            return ("defrag-turn", "NOSPACE alarm: this member's turn (etcd refuses the lock's writes under the alarm)")
+        if not turns:
+            return ("skip", "NOSPACE alarm, and no database has space to free: delete keys and compact first")
+        return ("skip", f"NOSPACE alarm: {names.get(turns[0], turns[0])} goes first")
+    if silent:
+        return ("skip", f"the cluster is not healthy: {', '.join(sorted(silent))} does not answer")
+    leaders = {status["leader"] for status in statuses.values()}
+    if len(leaders) != 1 or 0 in leaders:
+        return ("skip", "the cluster is not healthy: no single leader")
+    mine = statuses[me]
+    if me not in turns:
+        return ("skip", f"the rule does not hold here (size {mine['size']}, in use {mine['in_use']})")
+    waiting = [names.get(mid, mid) for mid in turns if mid != me]
+    if me in leaders and waiting:
+        return ("skip", f"the leader goes last: {', '.join(waiting)} first")
+    return ("defrag", f"the rule holds (size {mine['size']}, in use {mine['in_use']})")
+
+
+def take_lock(config):
+    """A lease-backed lock in etcd (one key created only if absent), kept alive while this member holds
+    it; None when another member still held it after LOCK_WAIT_SECONDS."""
+    lease = json.loads(etcdctl(config, ["lease", "grant", str(LOCK_TTL_SECONDS), "-w", "json"]))["ID"]
+    txn = f'create("{LOCK_KEY}") = "0"\n\nput --lease={lease:x} {LOCK_KEY} {config["member"]}\n\n\n'
+    deadline = time.monotonic() + LOCK_WAIT_SECONDS
+    while not json.loads(etcdctl(config, ["txn", "-w", "json"], stdin=txn.encode())).get("succeeded"):
+        if time.monotonic() > deadline:
+            etcdctl(config, ["lease", "revoke", f"{lease:x}"])
+            return None
+        time.sleep(2)
+    keeper = subprocess.Popen(
+        [config["etcd"]["etcdctl"], "lease", "keep-alive", f"{lease:x}"], env=etcdctl_env(config), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    return lease, keeper
+
+
+def release_lock(config, lock):
+    lease, keeper = lock
+    keeper.terminate()
+    keeper.wait(timeout=10)
+    etcdctl(config, ["lease", "revoke", f"{lease:x}"])
+
+
+def hand_leadership_away(config, view):
+    """Moves leadership to the first answering voting member by name; returns its name."""
+    names = {m["id"]: m["name"] for m in view["members"]}
+    voters = sorted(
+        (m for m in view["members"] if not m["learner"] and m["id"] != view["me"] and m["id"] in view["statuses"]),
+        key=lambda m: (m["name"], m["id"]),
+    )
+    if not voters:
+        if sum(not m["learner"] for m in view["members"]) == 1:
+            return None  # a cluster of one: nobody to hand leadership to
+        raise RuntimeError("no other voting member answers to take leadership")
+    etcdctl(config, ["move-leader", f"{voters[0]['id']:x}"])
+    return names[voters[0]["id"]] or f"{voters[0]['id']:x}"
+
+
+def defragment_self(config, view, locked):
+    """Defragments this member's database; the record of it in etcd (when etcd takes writes) and in the state directory."""
+    before = view["statuses"][view["me"]]
+    moved = hand_leadership_away(config, view) if before["leader"] == view["me"] else None
+    started = time.monotonic()
+    etcdctl(config, ["defrag"], command_timeout="30m")
+    after = cluster_view(config)["statuses"].get(view["me"], {})
+    record_of = {
+        "member": config["member"],
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "seconds": round(time.monotonic() - started, 3),
+        "before": {"size": before["size"], "in_use": before["in_use"]},
+        "after": {"size": after.get("size"), "in_use": after.get("in_use")},
+        "locked": locked,
+        **({"leadership_moved_to": moved} if moved else {}),
+    }
+    with open(os.path.join(config["work_dir"], "last-defrag.json"), "w") as file:
+        json.dump(record_of, file)
+    try:
+        etcdctl(config, ["put", f"{DEFRAG_PREFIX}last/{config['member']}"], stdin=json.dumps(record_of, sort_keys=True).encode())
+    except RuntimeError as error:
+        print(f"could not record the defragmentation in etcd: {error}", file=sys.stderr)
+    moved_note = f"; leadership handed to {moved} first" if moved else ""
+    print(f"defragmented: {before['size']} -> {after.get('size')} bytes (in use {after.get('in_use')}) in {record_of['seconds']} s{moved_note}")
+
+
+def defrag(config):
+    settings = config["defrag"]
+    if not settings["enabled"]:
+        print("scheduled defragmentation is off (maintenance.defrag.enabled): nothing done")
+        return 0
+    rule, quota, below = settings["rule"], settings["quota_bytes"], settings["disarm_below_fraction"]
+    try:
+        view = cluster_view(config)
+    except (RuntimeError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired) as error:
+        print(f"nothing done: this member's etcd does not answer ({error})")
+        return write_metrics(config)
+    action, why = decide(view, rule, quota, below)
+    if action == "skip":
+        print(f"nothing done: {why}")
+    elif action == "disarm":
+        etcdctl(config, ["alarm", "disarm"])
+        print(f"NOSPACE alarm cleared: {why}")
+    elif action == "defrag-turn":
+        print(why)
+        defragment_self(config, view, locked=False)
+        if decide(cluster_view(config), rule, quota, below)[0] == "disarm":
+            etcdctl(config, ["alarm", "disarm"])
+            print("NOSPACE alarm cleared: every database is under the quota again")
+    else:
+        lock = take_lock(config)
+        if lock is None:
+            print(f"nothing done: another member still held {LOCK_KEY} after {LOCK_WAIT_SECONDS} s; the next tick looks again")
+            return write_metrics(config)
+        try:
+            # Looked at again under the lock: the member before may have changed who qualifies, or the health.
+            view = cluster_view(config)
+            action, why = decide(view, rule, quota, below)
+            if action == "defrag":
+                print(why)
+                defragment_self(config, view, locked=True)
+            else:
+                print(f"nothing done, under the lock: {why}")
+        finally:
+            release_lock(config, lock)
+    return write_metrics(config)
+
+
+# --- metrics for the node exporter's textfile collector -------------------------------------------
+
+
+def managed_file_drift(manifest_path):
+    """(files, drifted): the manifest the last converged run wrote, against each file's mode, owner and digest."""
+    try:
+        with open(manifest_path) as file:
+            entries = json.load(file)
+    except (OSError, ValueError):
+        return None
+    drifted = 0
+    for entry in entries:
+        try:
+            info = os.stat(entry["path"])
+        except OSError:
+            drifted += 1
+            continue
+        owner = f"{pwd.getpwuid(info.st_uid).pw_name}:{grp.getgrgid(info.st_gid).gr_name}"
+        if oct(info.st_mode & 0o7777)[2:].rjust(4, "0") != entry["mode"].rjust(4, "0") or owner != entry["owner"]:
+            drifted += 1
+            continue
+        if "sha256" in entry:
+            try:
+                with open(entry["path"], "rb") as file:
+                    if hashlib.file_digest(file, "sha256").hexdigest() != entry["sha256"]:
+                        drifted += 1
+            except PermissionError:
+                pass
+    return len(entries), drifted
+
+
+def metric_lines(name, help_text, samples):
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} gauge"]
+    for labels, value in samples:
+        lines.append(f"{name}{labels} {value}")
+    return lines
+
+
+def write_metrics(config):
+    """This member's series, written to the staging file its unit moves into the textfile directory."""
+    lines = metric_lines("etcd_kvm_agent_run_timestamp_seconds", "When the agent last wrote these series.", [("", int(time.time()))])
+    try:
+        own = json.loads(etcdctl(config, ["endpoint", "status", "-w", "json"]))[0]["Status"]["header"]["member_id"]
+        alarms = json.loads(etcdctl(config, ["alarm", "list", "-w", "json"])).get("alarms", [])
+        raised = {ALARMS.get(a.get("alarm")) for a in alarms if a.get("memberID") == own}
+        lines += metric_lines(
+            "etcd_kvm_alarm_active",
+            "1 while this member has the alarm raised (etcd exports no alarm metric).",
+            [(f'{{alarm="{kind}"}}', int(kind in raised)) for kind in ALARMS.values()],
+        )
+        if config.get("backup_enabled"):
+            lines += backup_lines(config)
+    except (RuntimeError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired) as error:
+        print(f"etcd did not answer the metrics' questions: {error}", file=sys.stderr)
+    try:
+        with open(os.path.join(config["work_dir"], "last-defrag.json")) as file:
+            last_defrag = datetime.datetime.fromisoformat(json.load(file)["time"]).timestamp()
+    except (OSError, ValueError, KeyError):
+        last_defrag = 0
+    lines += metric_lines("etcd_kvm_defrag_last_timestamp_seconds", "When this member was last defragmented by its agent (0: never).", [("", int(last_defrag))])
+    drift = managed_file_drift(config["metrics"]["manifest"])
+    if drift is not None:
+        lines += metric_lines("etcd_kvm_managed_files", "Files etcd-kvm manages in this member.", [("", drift[0])])
+        lines += metric_lines(
+            "etcd_kvm_managed_files_drifted", "Managed files whose mode, owner or content differ from the last converged run's.", [("", drift[1])]
+        )
+    staging = config["metrics"]["staging"]
+    with open(staging + ".tmp", "w") as file:
+        file.write("\n".join(lines) + "\n")
+    os.chmod(staging + ".tmp", 0o644)
+    os.replace(staging + ".tmp", staging)
+    return 0
+
+
+def backup_lines(config):
+    answer = json.loads(etcdctl(config, ["get", f"{KEY_PREFIX}last-", "--prefix", "-w", "json"]))
+    records = {}
+    for kv in answer.get("kvs", []):
+        key = base64.b64decode(kv["key"]).decode()
+        try:
+            records[key[len(KEY_PREFIX) :]] = json.loads(base64.b64decode(kv["value"]))
+        except ValueError:
+            continue
+    success, last = records.get("last-success", {}), records.get("last-run", {})
+    when = datetime.datetime.fromisoformat(success["finished"]).timestamp() if success.get("finished") else 0
+    period = last.get("period_seconds") or success.get("period_seconds") or schedule_period(config["schedule"]) or 0
+    return [
+        *metric_lines("etcd_kvm_backup_last_success_timestamp_seconds", "When the cluster's last backup succeeded (0: none yet).", [("", int(when))]),
+        *metric_lines("etcd_kvm_backup_period_seconds", "The backup schedule's period.", [("", int(period))]),
+        *metric_lines("etcd_kvm_backup_last_run_failed", "1 when the cluster's last backup run failed.", [("", int(last.get("outcome") == "failed"))]),
+    ]
+
+
+def defrag_task(config):
+    try:
+        return defrag(config)
+    except (RuntimeError, subprocess.TimeoutExpired) as error:
+        print(f"defragmentation failed: {error}", file=sys.stderr)
+        write_metrics(config)
+        return 1
+
+
+COMMANDS = {"backup": lambda config: backup(config), "defrag": defrag_task, "metrics": write_metrics}
+
+
 def main(argv):
-    if argv[1:] != ["backup"]:
-        print("usage: etcd-kvm-agent backup", file=sys.stderr)
+    if len(argv) != 2 or argv[1] not in COMMANDS:
+        print(f"usage: etcd-kvm-agent {'|'.join(COMMANDS)}", file=sys.stderr)
         return 2
     with open(CONFIG) as file:
         config = json.load(file)
     try:
-        return backup(config)
+        return COMMANDS[argv[1]](config)
     except Skipped as skipped:
         print(str(skipped), file=sys.stderr)
         return 0

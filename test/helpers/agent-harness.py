@@ -56,5 +56,11 @@ elif command == "tick":
     print(json.dumps(agent.tick_of(datetime.datetime.fromisoformat(argument))))
 elif command == "dump-name":
     print(json.dumps(agent.dump_name(argument["prefix"], datetime.datetime.fromisoformat(argument["when"]))))
+elif command == "decide":
+    view = dict(argument["view"])
+    view["statuses"] = {int(mid): status for mid, status in view["statuses"].items()}
+    print(json.dumps(list(agent.decide(view, argument["rule"], argument["quota"], argument["disarm_below"]))))
+elif command == "drift":
+    print(json.dumps(agent.managed_file_drift(argument["manifest"])))
 else:
     sys.exit(f"unknown command {command}")

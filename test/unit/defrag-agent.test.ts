@@ -1,0 +1,111 @@
+import test from 'ava';
+import { spawnSync } from 'node:child_process';
+import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { tmpdir, userInfo } from 'node:os';
+import { join } from 'node:path';
+
+/**
+ * The member agent's defragmentation decision (templates/etcd-kvm-agent.py `decide`), facts in and
+ * action out, and its drift check of the managed files: run with the machine's python3.
+ */
+
+function agent<T>(command: string, argument: unknown): T {
+  const done = spawnSync('python3', ['test/helpers/agent-harness.py', command, JSON.stringify(argument)], { encoding: 'utf8' });
+  if (done.status !== 0) throw new Error(`agent-harness ${command}: ${done.stderr}`);
+  return JSON.parse(done.stdout) as T;
+}
+
+const MiB = 1024 * 1024;
+const QUOTA = 512 * MiB;
+const RULE = { free_bytes: 1 * MiB, free_fraction: 0.25, quota_fraction: 0.8 };
+const members = [
+  { id: 1, name: 'etcd-1', learner: false },
+  { id: 2, name: 'etcd-2', learner: false },
+  { id: 3, name: 'etcd-3', learner: false },
+];
+/** Each member's database: [size, in use] in MiB; the leader is etcd-1 unless said. */
+function view(me: number, sizes: Record<number, [number, number] | undefined>, extra: { leader?: number; alarms?: string[] } = {}) {
+  const statuses = Object.fromEntries(
+    Object.entries(sizes)
+      .filter(([, size]) => size !== undefined)
+      .map(([id, size]) => [id, { size: size![0] * MiB, in_use: size![1] * MiB, leader: extra.leader ?? 1 }]),
+  );
+  return { me, members, statuses, alarms: (extra.alarms ?? []).map((alarm) => ({ member: 2, alarm })) };
+}
+const decide = (v: ReturnType<typeof view>) => agent<[string, string]>('decide', { view: v, rule: RULE, quota: QUOTA, disarm_below: 0.9 });
+
+const fragmented: [number, number] = [8, 2];
+const compact: [number, number] = [2, 2];
+
+const rows: [what: string, v: ReturnType<typeof view>, action: string, why: RegExp][] = [
+  ['a follower the rule holds for, healthy cluster', view(2, { 1: compact, 2: fragmented, 3: compact }), 'defrag', /rule holds/],
+  ['the rule does not hold: nothing', view(2, { 1: fragmented, 2: compact, 3: compact }), 'skip', /does not hold/],
+  ['too little free in bytes', view(2, { 1: compact, 2: [2, 1.5], 3: compact }), 'skip', /does not hold/],
+  [
+    'the leader waits while a follower qualifies',
+    view(1, { 1: fragmented, 2: fragmented, 3: compact }),
+    'skip',
+    /leader goes last: etcd-2/,
+  ],
+  ['the leader goes once no follower qualifies', view(1, { 1: fragmented, 2: compact, 3: compact }), 'defrag', /rule holds/],
+  ['a member silent: nothing, unhealthy', view(2, { 1: compact, 2: fragmented, 3: undefined }), 'skip', /etcd-3 does not answer/],
+  ['no leader: nothing', view(2, { 1: compact, 2: fragmented, 3: compact }, { leader: 0 }), 'skip', /no single leader/],
+  ['near the quota with free pages', view(3, { 1: compact, 2: compact, 3: [420, 418] }), 'defrag', /rule holds/],
+  ['near the quota, nothing free: nothing', view(3, { 1: compact, 2: compact, 3: [420, 420] }), 'skip', /does not hold/],
+  [
+    'NOSPACE, every database under 90 % of the quota: disarm',
+    view(3, { 1: compact, 2: compact, 3: compact }, { alarms: ['NOSPACE'] }),
+    'disarm',
+    /under 90 %/,
+  ],
+  [
+    'NOSPACE, over the quota: the first follower by name goes without a lock',
+    view(2, { 1: [500, 100], 2: [500, 100], 3: [500, 100] }, { alarms: ['NOSPACE'] }),
+    'defrag-turn',
+    /turn/,
+  ],
+  [
+    'NOSPACE, over the quota: the others wait their turn',
+    view(3, { 1: [500, 100], 2: [500, 100], 3: [500, 100] }, { alarms: ['NOSPACE'] }),
+    'skip',
+    /etcd-2 goes first/,
+  ],
+  [
+    'NOSPACE with nothing to free',
+    view(2, { 1: [500, 500], 2: [500, 500], 3: [500, 500] }, { alarms: ['NOSPACE'] }),
+    'skip',
+    /delete keys and compact/,
+  ],
+  ['CORRUPT: nothing at all', view(2, { 1: compact, 2: fragmented, 3: compact }, { alarms: ['CORRUPT'] }), 'skip', /CORRUPT/],
+  ["this member's etcd silent", view(2, { 1: compact, 2: undefined, 3: compact }), 'skip', /does not answer/],
+];
+
+for (const [what, v, action, why] of rows)
+  test(`defrag decision: ${what}`, (t) => {
+    const [got, reason] = decide(v);
+    t.is(got, action, reason);
+    t.regex(reason, why);
+  });
+
+test('drift: a file whose mode, owner or content differs from the manifest counts; a missing one too; a right one not', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-drift-'));
+  const owner = `${userInfo().username}:${spawnSync('id', ['-gn'], { encoding: 'utf8' }).stdout.trim()}`;
+  const file = (name: string, content: string, mode: number) => {
+    writeFileSync(join(dir, name), content);
+    chmodSync(join(dir, name), mode);
+    return join(dir, name);
+  };
+  const sha = (content: string) => createHash('sha256').update(content).digest('hex');
+  const manifest = [
+    { path: file('right', 'a\n', 0o644), mode: '0644', owner, sha256: sha('a\n') },
+    { path: file('edited', 'b edited\n', 0o644), mode: '0644', owner, sha256: sha('b\n') },
+    { path: file('mode', 'c\n', 0o644), mode: '0600', owner },
+    { path: file('owner', 'd\n', 0o644), mode: '0644', owner: 'nobody:nogroup', sha256: sha('d\n') },
+    { path: join(dir, 'gone'), mode: '0644', owner },
+    { path: file('secret', 'e\n', 0o400), mode: '0400', owner },
+  ];
+  writeFileSync(join(dir, 'manifest.json'), JSON.stringify(manifest));
+  t.deepEqual(agent('drift', { manifest: join(dir, 'manifest.json') }), [6, 4]);
+  t.is(agent('drift', { manifest: join(dir, 'absent.json') }), null);
+});
