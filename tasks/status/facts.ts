@@ -1,5 +1,6 @@
 import type { Etcd3 } from 'etcd3';
 import { BACKUP_RECORD_KEYS, BACKUP_RECORD_PREFIX } from '../backup/runs.ts';
+import { DEFRAG_RECORD_PREFIX } from './defrag-records.ts';
 import { briefError } from '../core/errors.ts';
 import { connect, type PeerCertificate } from 'node:tls';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -55,6 +56,8 @@ export interface StatusFacts {
   caNotAfter?: Date;
   /** With scheduled backups on: the agent's records in etcd (backup/runs.ts), as their text, from the first member that answered. */
   backupRecords?: { lastRun?: string; lastSuccess?: string } | { error: string };
+  /** With scheduled defragmentation on: each member's last one as the agent recorded it, by member name. */
+  defragRecords?: Record<string, string> | { error: string };
   at: Date;
 }
 
@@ -147,17 +150,20 @@ export async function gatherStatus(
   let alarms: StatusFacts['alarms'] = [];
   let clusterVersion: StatusFacts['clusterVersion'] = { error: 'no member answered' };
   let backupRecords: StatusFacts['backupRecords'] = { error: 'no member answered' };
+  let defragRecords: StatusFacts['defragRecords'] = { error: 'no member answered' };
   const answering = members.filter((_, index) => !('error' in perMember[index]!.etcd));
   for (const member of answering) {
     try {
       const client = await clients.for(member);
-      const [list, alarm, versions, records] = await Promise.all([
+      const [list, alarm, versions, records, defrags] = await Promise.all([
         client.cluster.memberList({}),
         client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' }),
         versionOf(clients, member, identity).catch((error: unknown) => ({ error: `${member.name}: ${briefError(error)}` })),
         inventory.backup.enabled ? backupRecordsOf(client) : undefined,
+        inventory.maintenance.defrag.enabled ? defragRecordsOf(client) : undefined,
       ]);
       backupRecords = records;
+      defragRecords = defrags;
       clusterVersion = 'error' in versions ? versions : versions.etcdcluster;
       memberList = list.members.map((m) => ({ ...liveMember(m), id: hexId(m.ID) }));
       alarms = alarm.alarms.map((a) => ({ memberId: hexId(a.memberID), alarm: String(a.alarm).toUpperCase() }));
@@ -180,6 +186,7 @@ export async function gatherStatus(
     clusterVersion,
     ...(caNotAfter ? { caNotAfter } : {}),
     ...(inventory.backup.enabled ? { backupRecords } : {}),
+    ...(inventory.maintenance.defrag.enabled ? { defragRecords } : {}),
     at,
   };
 }
@@ -191,6 +198,16 @@ async function backupRecordsOf(client: Etcd3): Promise<NonNullable<StatusFacts['
     const lastRun = found[BACKUP_RECORD_KEYS.lastRun];
     const lastSuccess = found[BACKUP_RECORD_KEYS.lastSuccess];
     return { ...(lastRun !== undefined ? { lastRun } : {}), ...(lastSuccess !== undefined ? { lastSuccess } : {}) };
+  } catch (error) {
+    return { error: briefError(error) };
+  }
+}
+
+/** The agents' defragmentation records, by member name, in one request. */
+async function defragRecordsOf(client: Etcd3): Promise<NonNullable<StatusFacts['defragRecords']>> {
+  try {
+    const found = await client.getAll().prefix(DEFRAG_RECORD_PREFIX).strings();
+    return Object.fromEntries(Object.entries(found).map(([key, value]) => [key.slice(DEFRAG_RECORD_PREFIX.length), value]));
   } catch (error) {
     return { error: briefError(error) };
   }

@@ -1,3 +1,4 @@
+import { defragLine } from './defrag-records.ts';
 import { BACKUP_RECORD_KEYS, backupLine, judgeBackups, parseBackupRun, type BackupRun, type BackupVerdict } from '../backup/runs.ts';
 import { formatBytes } from '../etcd/maintenance.ts';
 import { quorumOf } from '../etcd/roll.ts';
@@ -44,6 +45,8 @@ export interface StatusReport {
   versions: { version: string; members: string[] }[];
   /** With scheduled backups on: the last successful one and its age (null when none succeeded). */
   backup?: { lastSuccess: BackupVerdict['lastSuccess'] };
+  /** With scheduled defragmentation on: the line naming each member's last one. */
+  defrag?: string;
   problems: string[];
   warnings: string[];
 }
@@ -144,6 +147,8 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
     if (days < CERTIFICATE_WARNING_DAYS)
       warnings.push(`the CA expires in ${Math.floor(days)} days (${caExpires}): see "Rotating the CA" in the README`);
   }
+  if (facts.defragRecords && 'error' in facts.defragRecords)
+    warnings.push(`the defragmentation records could not be read (${facts.defragRecords.error})`);
   const backup = facts.backupRecords ? backupsOf(facts.backupRecords, facts.at) : undefined;
   if (backup) {
     problems.push(...backup.problems);
@@ -159,6 +164,9 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
     clusterVersion,
     versions,
     ...(backup ? { backup: { lastSuccess: backup.lastSuccess } } : {}),
+    ...(facts.defragRecords && !('error' in facts.defragRecords)
+      ? { defrag: defragLine(facts.defragRecords, inventoryNames, facts.at) }
+      : {}),
     problems,
     warnings,
   };
@@ -272,6 +280,7 @@ export function formatStatusTable(report: StatusReport): string {
       .trimEnd();
   const lines = [line(header), ...rows.map(line), versionLine(report)];
   if (report.backup) lines.push(backupLine(report.backup));
+  if (report.defrag) lines.push(report.defrag);
   for (const problem of report.problems) lines.push(`problem: ${problem}`);
   for (const warning of report.warnings) lines.push(`warning: ${warning}`);
   const voting = report.members.filter((m) => m.role === 'leader' || m.role === 'follower').length;
