@@ -24,18 +24,17 @@ import base64
 import datetime
 import grp
 import hashlib
-import hmac
-import http.client
 import json
 import os
 import pwd
 import re
-import ssl
 import subprocess
 import sys
 import time
 import urllib.parse
-import xml.etree.ElementTree as ElementTree
+
+# S3 and TLS (backup only) are imported where they are used: under emulation the metrics task, which
+# runs every minute on every member, would spend half a second of the guest's CPU importing them.
 
 CONFIG = "/etc/etcd-kvm/agent/backup.json"
 CHUNK_BYTES = 1024 * 1024
@@ -158,6 +157,7 @@ def retention(names, prefix, keep, max_age_seconds=0, now=None):
 
 def sign(method, url, region, access_key, secret_key, payload_hash, now, query=None, extra=None):
     """The headers of a SigV4-signed request (path-style, service s3); `extra` headers (x-amz-meta-*) are signed too."""
+    import hmac
     parts = urllib.parse.urlsplit(url)
     amz_date = now.strftime("%Y%m%dT%H%M%SZ")
     scope = f"{now.strftime('%Y%m%d')}/{region}/s3/aws4_request"
@@ -197,6 +197,9 @@ class Bucket:
         region = self.s3["region"] or "us-east-1"
         headers = sign(method, url, region, self.access_key, self.secret_key, payload_hash, now, query, extra)
         headers["content-length"] = str(length)
+        import http.client
+        import ssl
+
         if parts.scheme == "https":
             context = ssl.create_default_context(cafile=self.s3["ca_file"] or None)
             connection = http.client.HTTPSConnection(parts.netloc, timeout=300, context=context)
@@ -220,6 +223,8 @@ class Bucket:
         self.request("PUT", name, body=data, payload_hash=hashlib.sha256(data).hexdigest(), length=len(data))
 
     def list(self, prefix):
+        import xml.etree.ElementTree as ElementTree
+
         names, token = [], None
         for _ in range(1000):
             query = {"list-type": "2", "prefix": prefix, **({"continuation-token": token} if token else {})}
@@ -336,14 +341,18 @@ def rule_holds(size, in_use, rule, quota):
     return fragmented or near_quota
 
 
+def own_member_id(config):
+    """This member's ID, as its own etcd says (ETCDCTL_ENDPOINTS is its own endpoint; etcd's alarm answer has no header to tell)."""
+    return json.loads(etcdctl(config, ["endpoint", "status", "-w", "json"]))[0]["Status"]["header"]["member_id"]
+
+
 def cluster_view(config):
     """The facts a decision reads: the member list, the status of every member that answered, the alarms."""
     listed = json.loads(etcdctl(config, ["member", "list", "-w", "json"]))["members"]
     answered = json.loads(etcdctl(config, ["endpoint", "status", "--cluster", "-w", "json"], partial=True) or b"[]")
     alarms = json.loads(etcdctl(config, ["alarm", "list", "-w", "json"])).get("alarms", [])
-    own = json.loads(etcdctl(config, ["endpoint", "status", "-w", "json"]))[0]["Status"]["header"]["member_id"]
     return {
-        "me": own,
+        "me": own_member_id(config),
         "members": [{"id": m["ID"], "name": m.get("name", ""), "learner": bool(m.get("isLearner"))} for m in listed],
         "statuses": {
             entry["Status"]["header"]["member_id"]: {
@@ -444,7 +453,8 @@ def defragment_self(config, view, locked):
     moved = hand_leadership_away(config, view) if before["leader"] == view["me"] else None
     started = time.monotonic()
     etcdctl(config, ["defrag"], command_timeout="30m")
-    after = cluster_view(config)["statuses"].get(view["me"], {})
+    own = json.loads(etcdctl(config, ["endpoint", "status", "-w", "json"]))[0]["Status"]
+    after = {"size": own.get("dbSize"), "in_use": own.get("dbSizeInUse")}
     record_of = {
         "member": config["member"],
         "time": datetime.datetime.now(datetime.timezone.utc).isoformat(),
@@ -548,7 +558,7 @@ def write_metrics(config):
     """This member's series, written to the staging file its unit moves into the textfile directory."""
     lines = metric_lines("etcd_kvm_agent_run_timestamp_seconds", "When the agent last wrote these series.", [("", int(time.time()))])
     try:
-        own = json.loads(etcdctl(config, ["endpoint", "status", "-w", "json"]))[0]["Status"]["header"]["member_id"]
+        own = own_member_id(config)
         alarms = json.loads(etcdctl(config, ["alarm", "list", "-w", "json"])).get("alarms", [])
         raised = {ALARMS.get(a.get("alarm")) for a in alarms if a.get("memberID") == own}
         lines += metric_lines(
