@@ -17,6 +17,7 @@ const PACKAGES = {
   'cloud-init': "cloud-init schema and the guest's own network-config renderer",
   'etcd-server': 'a real 3-member etcd on loopback for the rendered etcd.env and certificates',
   'etcd-client': 'etcdctl: the tests look at etcd from outside the tool',
+  prometheus: 'promtool checks the generated Prometheus configuration and rules, and runs their unit tests',
   openssl: 'openssl verify / x509 / s_client read back what the PKI issues',
   'openssh-client': 'ssh-keygen reads the SSH key; ssh reaches the lab members',
   'openssh-server': 'a real sshd for the SSH transport tests and the lab hypervisor',
@@ -47,6 +48,7 @@ const TEST: PackageName[] = [
   'cloud-init',
   'etcd-server',
   'etcd-client',
+  'prometheus',
   'openssl',
   'openssh-client',
   'openssh-server',
@@ -158,5 +160,10 @@ export async function ensurePackages(set: PackageSet, log: (line: string) => voi
   }
   // Debian starts etcd.service on install where systemd runs; the tests start their own members on its ports.
   if (missing.includes('etcd-server')) await execFileAsync('systemctl', ['stop', 'etcd']).catch(() => undefined);
+  // And prometheus.service, with the node exporter it recommends where that is installed: the tests want promtool
+  // only, nothing scraping or listening on the machine's ports (9090, 9100). Disabled too: a reboot starts neither.
+  if (missing.includes('prometheus'))
+    for (const unit of ['prometheus', 'prometheus-node-exporter'])
+      await execFileAsync('systemctl', ['disable', '--now', unit]).catch(() => undefined);
   return missing;
 }

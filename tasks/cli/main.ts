@@ -76,6 +76,12 @@ export const COMMANDS: readonly Command[] = [
     flags: ['--inventory', '--user', '--out', '--help'],
   },
   {
+    name: 'monitoring',
+    module: 'monitoring',
+    summary: 'write a Prometheus configuration, scrape targets and alert rules for the cluster (offline)',
+    flags: ['--inventory', '--out', '--dry-run', '--help'],
+  },
+  {
     name: 'state',
     module: 'state',
     summary: "encrypt or decrypt the state directory's private keys with a passphrase",
