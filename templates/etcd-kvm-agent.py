@@ -530,6 +530,8 @@ def managed_file_drift(manifest_path):
     for entry in entries:
         try:
             info = os.stat(entry["path"])
+        except PermissionError:
+            continue  # in a directory the etcd user cannot enter: not checked here (the deploy still is)
         except OSError:
             drifted += 1
             continue
@@ -622,6 +624,8 @@ COMMANDS = {"backup": lambda config: backup(config), "defrag": defrag_task, "met
 
 
 def main(argv):
+    # Each line reaches the journal as it is said, not when the run ends (stdout is a pipe there).
+    sys.stdout.reconfigure(line_buffering=True)
     if len(argv) != 2 or argv[1] not in COMMANDS:
         print(f"usage: etcd-kvm-agent {'|'.join(COMMANDS)}", file=sys.stderr)
         return 2
