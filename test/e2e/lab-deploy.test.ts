@@ -12,6 +12,7 @@ import {
   endpoint,
   etcdctl,
   inLab,
+  raiseNospace,
   lab,
   LAB_INVENTORY,
   LAB_STATE,
@@ -1124,15 +1125,7 @@ test.serial(
 );
 
 test.serial('a NOSPACE alarm: status shows it and exits 1, writes are refused, maintain --disarm clears it and writes work again', (t) => {
-  const raised = inLab(process.execPath, [
-    '--import',
-    'tsx',
-    'test/helpers/raise-alarm.ts',
-    endpoint('etcd-2'),
-    rootIdentity.caCert,
-    rootIdentity.cert!,
-    rootIdentity.key!,
-  ]);
+  const raised = raiseNospace('etcd-2');
   t.is(raised.status, 0, raised.stderr);
   try {
     const degraded = status(t);

@@ -3,7 +3,7 @@ import { Agent, request } from 'node:https';
 
 /**
  * Samples every member's /health every 0.5 s and appends one JSON line per sample to a file:
- * {"at": ms, "healthy": ["etcd-1", …]}. Run inside the lab namespace, in its own process (the tests
+ * {"at": ms, "healthy": ["etcd-1", …], "answered": [… every member that answered /health at all]}. Run inside the lab namespace, in its own process (the tests
  * drive the tool with spawnSync, which blocks their own event loop). Stops on SIGTERM, or after
  * MAX_MS whatever happens.
  *
@@ -26,15 +26,16 @@ const agent = new Agent({
 const MAX_MS = 20 * 60_000;
 const started = Date.now();
 
-function healthy(url: string): Promise<boolean> {
+/** Whether the member answered /health within 2 s at all, and whether it said it is healthy (which needs a leader). */
+function health(url: string): Promise<{ answered: boolean; healthy: boolean }> {
   return new Promise((resolve) => {
     const req = request(`${url}/health`, { agent, timeout: 2_000 }, (res) => {
       let body = '';
       res.on('data', (chunk: Buffer) => (body += chunk.toString()));
-      res.on('end', () => resolve(res.statusCode === 200 && /"health":\s*"true"/.test(body)));
+      res.on('end', () => resolve({ answered: true, healthy: res.statusCode === 200 && /"health":\s*"true"/.test(body) }));
     });
     req.on('timeout', () => req.destroy());
-    req.on('error', () => resolve(false));
+    req.on('error', () => resolve({ answered: false, healthy: false }));
     req.end();
   });
 }
@@ -46,9 +47,10 @@ while (!stopping && Date.now() - started < MAX_MS) {
   const answers = await Promise.all(
     members.map(async (entry) => {
       const [name, url] = entry.split('=') as [string, string];
-      return (await healthy(url)) ? name : undefined;
+      return { name, ...(await health(url)) };
     }),
   );
-  appendFileSync(out, `${JSON.stringify({ at, healthy: answers.filter(Boolean) })}\n`);
+  const named = (which: 'answered' | 'healthy') => answers.filter((answer) => answer[which]).map((answer) => answer.name);
+  appendFileSync(out, `${JSON.stringify({ at, healthy: named('healthy'), answered: named('answered') })}\n`);
   await new Promise((resolve) => setTimeout(resolve, Math.max(0, 500 - (Date.now() - at))));
 }

@@ -31,7 +31,14 @@ const asRootInLab = (script: string, before: string[], after: string[], stdio: S
   );
 
 /** Runs `during` while a separate process samples every member's /health every 0.5 s; returns the samples. */
-export function sampledHealth<T>(during: () => T): { result: T; samples: { at: number; healthy: string[] }[] } {
+/** One sample: the members healthy (/health true: up, with a leader) and those that answered at all. */
+export interface HealthSample {
+  at: number;
+  healthy: string[];
+  answered: string[];
+}
+
+export function sampledHealth<T>(during: () => T): { result: T; samples: HealthSample[] } {
   const out = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-health-')), 'samples.jsonl');
   const sampler = asRootInLab(
     'test/helpers/health-sampler.ts',
@@ -45,7 +52,7 @@ export function sampledHealth<T>(during: () => T): { result: T; samples: { at: n
           .trim()
           .split('\n')
           .filter(Boolean)
-          .map((line) => JSON.parse(line) as { at: number; healthy: string[] })
+          .map((line) => JSON.parse(line) as HealthSample)
       : [];
   try {
     // The sampler's own start (node, TLS to three emulated members) is not the run's doing: begin once it sees all healthy.

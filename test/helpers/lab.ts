@@ -165,3 +165,15 @@ export function memberSsh(member: keyof typeof MEMBER_IPS, command: string): Com
 
 /** A program run inside the lab namespace, where the member addresses exist. */
 export const inLab = (program: string, args: string[]) => run(...within(NAMESPACE, program, args));
+
+/** A NOSPACE alarm raised on one member as etcd raises it at its quota (test/helpers/raise-alarm.ts), as root. */
+export const raiseNospace = (member: keyof typeof MEMBER_IPS) =>
+  inLab(process.execPath, [
+    '--import',
+    'tsx',
+    'test/helpers/raise-alarm.ts',
+    endpoint(member),
+    rootIdentity.caCert,
+    rootIdentity.cert!,
+    rootIdentity.key!,
+  ]);

@@ -1,0 +1,313 @@
+import test, { type ExecutionContext } from 'ava';
+import { X509Certificate } from 'node:crypto';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { parse, stringify } from 'yaml';
+import { run } from '../helpers/exec.ts';
+import {
+  deploy,
+  endpoint,
+  etcdctl,
+  freshLab,
+  raiseNospace,
+  LAB_STATE,
+  labRemoved,
+  MEMBER_IPS,
+  memberSsh,
+  NAMESPACE,
+  rootIdentity,
+  tlsArgs,
+} from '../helpers/lab.ts';
+import { startLabPrometheus, type LabPrometheus } from '../helpers/lab-prometheus.ts';
+import { LAB_S3_CREDENTIALS, startLabS3, type LabS3 } from '../helpers/lab-s3.ts';
+import { sampledHealth } from '../helpers/lab-watch.ts';
+
+/**
+ * Watching and tending on the real lab: Debian's Prometheus in the lab's namespace scrapes the members
+ * with the configuration `etcd-kvm monitoring` writes, and its alerts fire on real faults; the members'
+ * agents defragment by rule on a schedule, one at a time, the leader last, and clear a NOSPACE alarm.
+ * One cluster, deployed once, the scenarios in a fixed order, each asserting only what it does itself.
+ */
+
+const INVENTORY = 'inventories/.e2e-watch.yaml';
+const MEMBERS = Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[];
+const ALL = MEMBERS.map(endpoint);
+/** Every minute: the agents' ticks as often as systemd's calendar allows. */
+const EVERY_MINUTE = '*:*:00';
+/** The lab's data is small: a rule that holds after a few hundred KiB are written and deleted, and not after a defragmentation. */
+const RULE = { free_bytes: 256 * 1024, free_fraction: 0.3, quota_fraction: 0 };
+let s3: LabS3 | undefined;
+let prometheus: LabPrometheus | undefined;
+const configDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-monitoring-'));
+
+function writeInventory(): void {
+  const doc = parse(readFileSync('inventories/lab.yaml', 'utf8'));
+  doc.defaults.restore = {
+    enabled: false,
+    s3: { endpoint: s3!.endpoint, bucket: s3!.bucket, object_prefix: 'lab', ...LAB_S3_CREDENTIALS },
+  };
+  doc.backup = { enabled: true, schedule: EVERY_MINUTE, keep: 2, endpoint: s3!.memberEndpoint };
+  doc.maintenance = { defrag: { enabled: true, schedule: EVERY_MINUTE, rule: RULE } };
+  // The lab's rule options: short for: durations, so that an alert fires within the test's patience.
+  doc.monitoring = { scrape_interval: '5s', alert_for: { member_down: '15s', nospace_alarm: '0s' } };
+  writeFileSync(INVENTORY, stringify(doc), { mode: 0o600 });
+}
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+async function until<T>(what: string, probe: () => T | undefined | false, timeoutMs: number): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const found = probe();
+    if (found) return found;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs / 1000} s`);
+    await sleep(2_000);
+  }
+}
+
+const firing = (alert: string, member: string) =>
+  prometheus!.query(`ALERTS{alertname="${alert}",alertstate="firing",member="${member}"}`).length > 0;
+
+const agentJournal = (member: keyof typeof MEMBER_IPS, unit: string, since: string) =>
+  memberSsh(member, `sudo journalctl -u ${unit} -o cat --no-pager --since '${since}'`).stdout;
+
+/** The agents' defragmentation records in etcd, by member. */
+function defragRecords(): Record<string, { time: string; seconds: number; leadership_moved_to?: string }> {
+  const listed = etcdctl(ALL, rootIdentity, ['get', '--prefix', 'etcd-kvm/defrag/last/', '-w', 'json']);
+  const kvs = (JSON.parse(listed.stdout) as { kvs?: { key: string; value: string }[] }).kvs ?? [];
+  return Object.fromEntries(
+    kvs.map((kv) => [
+      Buffer.from(kv.key, 'base64').toString().replace('etcd-kvm/defrag/last/', ''),
+      JSON.parse(Buffer.from(kv.value, 'base64').toString()),
+    ]),
+  );
+}
+
+function leaderName(): (typeof MEMBERS)[number] | undefined {
+  const statuses = JSON.parse(etcdctl(ALL, rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout) as {
+    Endpoint: string;
+    Status: { header: { member_id: number }; leader: number };
+  }[];
+  const leader = statuses.find((status) => status.Status.header.member_id === status.Status.leader);
+  return MEMBERS.find((member) => leader && endpoint(member) === leader.Endpoint);
+}
+
+/** Seconds since the epoch, as the journal's --since takes them. */
+const journalNow = () => `@${Math.floor(Date.now() / 1000)}`;
+
+test.before(async (t) => {
+  freshLab(t, LAB_STATE);
+  s3 = await startLabS3();
+  writeInventory();
+  const started = Date.now();
+  const deployed = deploy(['-i', INVENTORY]);
+  t.log(`deploy: exit ${deployed.status} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+  if (deployed.status !== 0) throw new Error(`the cold deploy failed:\n${deployed.output.slice(-4000)}`);
+});
+
+test.after.always(async () => {
+  await prometheus?.stop();
+  labRemoved(LAB_STATE);
+  rmSync(INVENTORY, { force: true });
+  rmSync(configDir, { recursive: true, force: true });
+  await s3?.stop();
+});
+
+test.serial(
+  "Prometheus scrapes every member with the generated configuration: every target up, the certificates' ends and the backups' age right",
+  async (t) => {
+    const written = run(process.execPath, ['bin/etcd-kvm.mjs', 'monitoring', '-i', INVENTORY, '--out', configDir]);
+    t.is(written.status, 0, written.stderr);
+    for (const file of ['prometheus.yml', 'etcd-kvm-rules.yml', 'targets/etcd-kvm-etcd.json', 'targets/etcd-kvm-node.json'])
+      t.true(existsSync(join(configDir, file)), file);
+    prometheus = await startLabPrometheus(join(configDir, 'prometheus.yml'));
+
+    const targets = await until(
+      'every target up',
+      () => {
+        const seen = prometheus!.targets();
+        return seen.length === 6 && seen.every((target) => target.health === 'up') && seen;
+      },
+      90_000,
+    );
+    t.deepEqual(targets.map((target) => `${target.job} ${target.member}`).sort(), [
+      'etcd-kvm-etcd etcd-1',
+      'etcd-kvm-etcd etcd-2',
+      'etcd-kvm-etcd etcd-3',
+      'etcd-kvm-node etcd-1',
+      'etcd-kvm-node etcd-2',
+      'etcd-kvm-node etcd-3',
+    ]);
+    // etcd's own series through the plain-HTTP listener: the version the members run, and one leader.
+    t.is(prometheus.query('sum(etcd_server_is_leader{cluster="lab"})')[0]?.value, 1);
+
+    // Each member's served certificate: the end the series says is the end of the certificate the state directory issued.
+    for (const member of MEMBERS) {
+      const pem = readFileSync(join(LAB_STATE, 'pki/members', `${member}.crt`), 'utf8');
+      const notAfter = Math.floor(new Date(new X509Certificate(pem).validTo).getTime() / 1000);
+      const [series] = prometheus.query(`etcd_kvm_certificate_expiry_timestamp_seconds{member="${member}",certificate="server"}`);
+      t.is(series?.value, notAfter, member);
+    }
+
+    // The backups: every member reports the cluster's last success, as the agents recorded it in etcd, and the schedule's period.
+    const lastSuccess = await until(
+      'a backup recorded and seen by every member',
+      () => {
+        const record = etcdctl(ALL, rootIdentity, ['get', 'etcd-kvm/backup/last-success', '--print-value-only']).stdout.trim();
+        if (!record) return undefined;
+        const finished = Math.floor(Date.parse((JSON.parse(record) as { finished: string }).finished) / 1000);
+        const seen = prometheus!.query('etcd_kvm_backup_last_success_timestamp_seconds{cluster="lab"}');
+        return seen.length === 3 && seen.every((series) => series.value === finished) && finished;
+      },
+      4 * 60_000,
+    );
+    t.true(Date.now() / 1000 - lastSuccess < 300, `last success ${lastSuccess}`);
+    t.deepEqual(
+      prometheus.query('etcd_kvm_backup_period_seconds{cluster="lab"}').map((series) => series.value),
+      [60, 60, 60],
+    );
+    t.deepEqual(
+      prometheus.query('etcd_kvm_managed_files_drifted{cluster="lab"}').map((series) => series.value),
+      [0, 0, 0],
+    );
+    t.deepEqual(prometheus.query('ALERTS{alertstate="firing"}'), [], 'no alert fires on a healthy cluster');
+  },
+);
+
+test.serial('etcd stopped on one member: EtcdKvmMemberDown fires for it, and stops once it runs again', async (t) => {
+  t.truthy(prometheus, 'Prometheus runs (the scenario before started it)');
+  t.is(memberSsh('etcd-3', 'sudo systemctl stop etcd').status, 0);
+  try {
+    await until('EtcdKvmMemberDown firing for etcd-3', () => firing('EtcdKvmMemberDown', 'etcd-3'), 120_000);
+    t.false(firing('EtcdKvmMemberDown', 'etcd-1'));
+  } finally {
+    t.is(memberSsh('etcd-3', 'sudo systemctl start etcd').status, 0);
+  }
+  await until('EtcdKvmMemberDown resolved', () => !firing('EtcdKvmMemberDown', 'etcd-3'), 120_000);
+  t.pass();
+});
+
+/** No member's defrag task runs, or starts, until the timers are started again (a tick already running ends first). */
+async function holdDefragTicks(t: ExecutionContext): Promise<void> {
+  for (const member of MEMBERS) t.is(memberSsh(member, 'sudo systemctl stop etcd-kvm-defrag.timer').status, 0, member);
+  await until(
+    'every running defrag tick ended',
+    () => MEMBERS.every((member) => memberSsh(member, 'systemctl is-active etcd-kvm-defrag.service').stdout.trim() !== 'active'),
+    120_000,
+  );
+}
+const releaseDefragTicks = (t: ExecutionContext) => {
+  for (const member of MEMBERS) t.is(memberSsh(member, 'sudo systemctl start etcd-kvm-defrag.timer').status, 0, member);
+};
+
+test.serial('a NOSPACE alarm: EtcdKvmNospaceAlarm fires for its member; the next scheduled maintenance clears it', async (t) => {
+  t.truthy(prometheus, 'Prometheus runs (the first scenario started it)');
+  // The agents' maintenance held back while the alarm is raised and seen (a tick clears it within seconds); then the schedule alone clears it.
+  await holdDefragTicks(t);
+  let since = journalNow();
+  try {
+    const raised = raiseNospace('etcd-2');
+    t.is(raised.status, 0, raised.stderr);
+    t.regex(etcdctl(ALL, rootIdentity, ['alarm', 'list']).stdout, /alarm:NOSPACE/);
+    await until('EtcdKvmNospaceAlarm firing for etcd-2', () => firing('EtcdKvmNospaceAlarm', 'etcd-2'), 150_000);
+    t.false(firing('EtcdKvmNospaceAlarm', 'etcd-1'));
+    t.not(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', 'e2e/watch/refused', 'x']).status, 0, 'writes are refused under NOSPACE');
+    since = journalNow();
+  } finally {
+    releaseDefragTicks(t);
+  }
+  await until('the alarm cleared', () => etcdctl(ALL, rootIdentity, ['alarm', 'list']).stdout.trim() === '', 150_000);
+  // The tick that cleared it says so in its member's journal (once its run has written the line).
+  const said = await until(
+    'the clearing tick in a journal',
+    () => {
+      const lines = MEMBERS.map((member) => agentJournal(member, 'etcd-kvm-defrag', since)).join('\n');
+      return /NOSPACE alarm cleared: every database is under 90 % of the quota/.test(lines) && lines;
+    },
+    60_000,
+  );
+  t.regex(said, /NOSPACE alarm cleared/);
+  t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', 'e2e/watch/after', 'x']).status, 0, 'writes work again');
+  await until('EtcdKvmNospaceAlarm resolved', () => !firing('EtcdKvmNospaceAlarm', 'etcd-2'), 150_000);
+});
+
+/** A few hundred KiB written and deleted, then compacted: every member's database file is then mostly free. */
+function fragmentEveryDatabase(t: ExecutionContext): void {
+  const value = 'v'.repeat(2048);
+  for (let batch = 0; batch < 4; batch++) {
+    const puts = Array.from({ length: 100 }, (_, i) => `put e2e/watch/frag/${batch}/${i} ${value}`).join('\n');
+    const done = run('ip', ['netns', 'exec', NAMESPACE, 'etcdctl', ...tlsArgs(rootIdentity), '--endpoints', endpoint('etcd-1'), 'txn'], {
+      // No compares, the puts, no failure ops: each list ends with an empty line.
+      input: `\n${puts}\n\n\n`,
+    });
+    t.is(done.status, 0, done.stderr);
+  }
+  t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['del', '--prefix', 'e2e/watch/frag/']).status, 0);
+  const revision = (
+    JSON.parse(etcdctl([endpoint('etcd-1')], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout) as {
+      Status: { header: { revision: number } };
+    }[]
+  )[0]!.Status.header.revision;
+  const compacted = etcdctl(ALL, rootIdentity, ['compact', String(revision), '--physical']);
+  t.is(compacted.status, 0, compacted.stderr);
+  // Pages freed by a compaction count as in use until etcd's backend commits another write: one more key, as any live cluster writes.
+  t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/watch/after-compaction', 'x']).status, 0);
+}
+
+test.serial(
+  'defragmentation by rule on a one-minute schedule: every member once, one at a time, the leader last; the next ticks do nothing',
+  async (t) => {
+    const before = defragRecords();
+    fragmentEveryDatabase(t);
+    const leader = leaderName()!;
+    t.truthy(leader, 'one member leads before the ticks');
+    const startedAt = Date.now();
+    const { result: records, samples } = sampledHealth(() => {
+      const deadline = Date.now() + 5 * 60_000;
+      for (;;) {
+        const now = defragRecords();
+        if (MEMBERS.every((member) => now[member] && now[member]!.time !== before[member]?.time)) return now;
+        if (Date.now() > deadline) return now;
+        run('sleep', ['2']);
+      }
+    });
+    t.log(`every member defragmented within ${((Date.now() - startedAt) / 1000).toFixed(0)} s: ${JSON.stringify(records)}`);
+    for (const member of MEMBERS) t.not(records[member]?.time, before[member]?.time, `${member} defragmented`);
+
+    // One at a time: each defragmentation began after the one before it ended; the leader's was the last.
+    const spans = MEMBERS.map((member) => {
+      const end = Date.parse(records[member]!.time);
+      return { member, start: end - records[member]!.seconds * 1000, end };
+    }).sort((a, b) => a.start - b.start);
+    for (let i = 1; i < spans.length; i++)
+      t.true(spans[i]!.start >= spans[i - 1]!.end, `${spans[i]!.member} began after ${spans[i - 1]!.member} ended`);
+    t.is(spans.at(-1)!.member, leader, 'the leader last');
+    t.truthy(records[leader]!.leadership_moved_to, 'the leader handed leadership away first');
+    // The health sampler: never more than one member not answering at a sample (a member answers nothing while it
+    // defragments; the others may say unhealthy for a moment while leadership moves, and still answer).
+    t.true(samples.length >= 10, `${samples.length} samples`);
+    t.deepEqual(
+      samples.filter((sample) => sample.answered.length < MEMBERS.length - 1),
+      [],
+    );
+    t.log(
+      `samples with a member not answering: ${samples.filter((sample) => sample.answered.length < MEMBERS.length).length} of ${samples.length}`,
+    );
+
+    // The next ticks: the rule holds nowhere, nothing is done.
+    const since = journalNow();
+    await sleep(75_000);
+    t.deepEqual(defragRecords(), records);
+    for (const member of MEMBERS)
+      t.regex(agentJournal(member, 'etcd-kvm-defrag', since), /nothing done: the rule does not hold here/, member);
+
+    // What status and Prometheus say of it.
+    const status = run(process.execPath, ['bin/etcd-kvm.mjs', 'status', '-i', INVENTORY]);
+    t.regex(status.stdout, /^defrag \(scheduled\): etcd-1 \d+ (s|min) ago \(.*\), etcd-2 \d+ (s|min) ago .*, etcd-3 \d+ (s|min) ago/m);
+    for (const member of MEMBERS) {
+      const [series] = prometheus!.query(`etcd_kvm_defrag_last_timestamp_seconds{member="${member}"}`);
+      t.is(series?.value, Math.floor(Date.parse(records[member]!.time) / 1000), member);
+    }
+  },
+);
