@@ -297,7 +297,7 @@ test.serial(
 
     // The next ticks: the rule holds nowhere, nothing is done.
     const since = journalNow();
-    await sleep(75_000);
+    await sleep(65_000);
     t.deepEqual(defragRecords(), records);
     for (const member of MEMBERS)
       t.regex(agentJournal(member, 'etcd-kvm-defrag', since), /nothing done: the rule does not hold here/, member);

@@ -36,6 +36,7 @@ export const DEFRAG_UNITS = { service: 'etcd-kvm-defrag.service', timer: 'etcd-k
 export const METRICS_UNITS = { service: 'etcd-kvm-metrics.service', timer: 'etcd-kvm-metrics.timer' } as const;
 
 const DIR = '/etc/etcd-kvm/agent';
+const WORK_DIR = '/var/lib/etcd-kvm-agent';
 export const AGENT_PATHS = {
   program: '/usr/local/sbin/etcd-kvm-agent',
   config: `${DIR}/backup.json`,
@@ -45,7 +46,7 @@ export const AGENT_PATHS = {
   accessKey: `${DIR}/s3-access-key`,
   secretKey: `${DIR}/s3-secret-key`,
   encryptionKey: `${DIR}/encryption-key`,
-  workDir: '/var/lib/etcd-kvm-agent',
+  workDir: WORK_DIR,
   service: `/etc/systemd/system/${BACKUP_UNITS.service}`,
   timer: `/etc/systemd/system/${BACKUP_UNITS.timer}`,
   defragService: `/etc/systemd/system/${DEFRAG_UNITS.service}`,
@@ -53,7 +54,7 @@ export const AGENT_PATHS = {
   metricsService: `/etc/systemd/system/${METRICS_UNITS.service}`,
   metricsTimer: `/etc/systemd/system/${METRICS_UNITS.timer}`,
   /** Written by the agent as the etcd user, then moved into the textfile directory (root's) by its unit. */
-  metricsStaging: '/var/lib/etcd-kvm-agent/etcd-kvm-agent.prom',
+  metricsStaging: `${WORK_DIR}/etcd-kvm-agent.prom`,
   metricsFile: `${TEXTFILE_DIR}/etcd-kvm-agent.prom`,
 } as const;
 
