@@ -61,9 +61,6 @@ export interface AlarmFacts {
 
 export type DisarmAction = { kind: 'disarm' };
 
-/** Disarm only once every member's database is this far under the quota: otherwise writes would fill it again at once. */
-export { DISARM_BELOW_QUOTA };
-
 /**
  * Clears NOSPACE alarms once space has been freed (a compaction and a defragmentation): every
  * member answers, and every database is below 90 % of etcd.space_quota. Alarms other than NOSPACE
