@@ -47,6 +47,8 @@ function loopbackInventory(clientCertAuth: boolean, clientPort: number) {
     // The tool reaches loopback members directly, without a hypervisor.
     member.reach_via = 'direct';
   });
+  // Each test's cluster on loopback has ports of its own, the metrics listener's too.
+  doc.monitoring = { metrics_port: clientPort + 2 };
   if (!clientCertAuth) doc.members[0]!.authentication_bootstrap = { bootstrap: true, root_password: 'loopback-root-pw' };
   // An application user: in certificate mode it gets a client certificate from the cluster CA.
   else doc.users = { alice: { roles: [] } };
@@ -93,6 +95,18 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
   // etcdctl 3.4 prints health lines on stderr.
   const healthLines = `${health.stdout}${health.stderr}`;
   t.is(healthLines.match(/is healthy/g)?.length, 3, healthLines);
+
+  // The metrics listener the rendered environment opens: plain HTTP, no certificate, etcd's own series.
+  for (const ip of IPS) {
+    const metrics = run('curl', ['--silent', '--fail', '--max-time', '10', `http://${ip}:${CLIENT_PORT + 2}/metrics`]);
+    t.is(metrics.status, 0, `${ip}: ${metrics.stderr}`);
+    t.regex(metrics.stdout, /^etcd_server_has_leader 1$/m, ip);
+    t.is(
+      run('curl', ['--silent', '--fail', '--max-time', '10', `http://${ip}:${CLIENT_PORT + 2}/v3/kv/range`]).status,
+      22,
+      'no key-value API there',
+    );
+  }
 
   const members = etcdctl(['member', 'list', '-w', 'json']);
   const list = JSON.parse(members.stdout) as { members: { name: string; peerURLs: string[]; clientURLs: string[] }[] };

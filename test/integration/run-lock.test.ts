@@ -53,6 +53,8 @@ function loopbackDocument(): Doc {
   const doc = baseDocument();
   doc.hypervisors = { hv: { address: '127.0.0.254' } };
   doc.etcd = { client_port: CLIENT_PORT, peer_port: CLIENT_PORT + 1, listen_localhost: false, client_cert_auth: true };
+  // Ports of its own beside the other loopback clusters', the metrics listener's too.
+  doc.monitoring = { metrics_port: CLIENT_PORT + 2 };
   doc.members.forEach((member, i) => {
     member.libvirt_networks = [{ network_name: 'net', ip: IPS[i], prefix_length: 8 }];
     member.reach_via = 'direct';
