@@ -10,6 +10,7 @@ import { Secret } from '../../tasks/core/secret.ts';
 import { run } from '../helpers/exec.ts';
 import { deploy, endpoint, etcdctl, lab, LAB_STATE, MEMBER_IPS, memberSsh, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
 import { LAB_S3_CREDENTIALS, startLabS3, type LabS3 } from '../helpers/lab-s3.ts';
+import { stopWatching, WATCH_SCENARIOS, WATCH_SETTINGS } from '../helpers/lab-watch-scenarios.ts';
 
 /**
  * Backups, restore and recovery on the real lab, against a real S3-compatible server (s3rver, on the control
@@ -37,6 +38,8 @@ function writeInventory(options: { restore: boolean; backup: boolean; timestamp?
     ...(options.timestamp ? { backup_timestamp: options.timestamp } : {}),
   };
   doc.backup = { enabled: options.backup, schedule: SCHEDULE, keep: KEEP, endpoint: s3!.memberEndpoint };
+  // Scheduled defragmentation and the lab's alert settings throughout: the watching scenarios run on this chain's first cluster.
+  Object.assign(doc, WATCH_SETTINGS);
   writeFileSync(INVENTORY, stringify(doc), { mode: 0o600 });
 }
 
@@ -96,6 +99,7 @@ test.before(async (t) => {
 });
 
 test.after.always(async () => {
+  await stopWatching();
   lab('down');
   rmSync(INVENTORY, { force: true });
   await s3?.stop();
@@ -147,6 +151,9 @@ test.serial(
     t.regex(status.stdout, /^backup: last success \d+ (s|min) ago \(\S+\) by etcd-\d, revision \d+, lab-\S+\.dump$/m);
   },
 );
+
+// Watching and tending, on the cluster the first scenario left (scheduled backups taken, healthy): test/helpers/lab-watch-scenarios.ts.
+for (const [title, run] of WATCH_SCENARIOS) test.serial(title, (t) => run(t, INVENTORY));
 
 test.serial("backup from the control node too → teardown → deploy restoring the agents' latest backup brings the keys back", async (t) => {
   const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY], { timeoutMs: 5 * 60_000 });

@@ -1,58 +1,36 @@
-import test, { type ExecutionContext } from 'ava';
+import type { ExecutionContext } from 'ava';
 import { X509Certificate } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { parse, stringify } from 'yaml';
-import { run } from '../helpers/exec.ts';
-import {
-  deploy,
-  endpoint,
-  etcdctl,
-  freshLab,
-  raiseNospace,
-  LAB_STATE,
-  labRemoved,
-  MEMBER_IPS,
-  memberSsh,
-  NAMESPACE,
-  rootIdentity,
-  tlsArgs,
-} from '../helpers/lab.ts';
-import { startLabPrometheus, type LabPrometheus } from '../helpers/lab-prometheus.ts';
-import { LAB_S3_CREDENTIALS, startLabS3, type LabS3 } from '../helpers/lab-s3.ts';
-import { sampledHealth } from '../helpers/lab-watch.ts';
+import { run } from './exec.ts';
+import { endpoint, etcdctl, raiseNospace, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, tlsArgs } from './lab.ts';
+import { startLabPrometheus, type LabPrometheus } from './lab-prometheus.ts';
+import { sampledHealth } from './lab-watch.ts';
 
 /**
- * Watching and tending on the real lab: Debian's Prometheus in the lab's namespace scrapes the members
- * with the configuration `etcd-kvm monitoring` writes, and its alerts fire on real faults; the members'
- * agents defragment by rule on a schedule, one at a time, the leader last, and clear a NOSPACE alarm.
- * One cluster, deployed once, the scenarios in a fixed order, each asserting only what it does itself.
+ * Watching and tending on the real lab, as scenarios of a chain whose cluster has scheduled backups and
+ * `WATCH_SETTINGS` (lab-restore.test.ts runs them right after its first scenario): Debian's Prometheus in
+ * the lab's namespace scrapes the members with the configuration `etcd-kvm monitoring` writes, and its
+ * alerts fire on real faults; the members' agents defragment by rule on a schedule, one at a time, the
+ * leader last, and clear a NOSPACE alarm. Each scenario asserts only what it does itself.
  */
 
-const INVENTORY = 'inventories/.e2e-watch.yaml';
 const MEMBERS = Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[];
 const ALL = MEMBERS.map(endpoint);
 /** Every minute: the agents' ticks as often as systemd's calendar allows. */
 const EVERY_MINUTE = '*:*:00';
 /** The lab's data is small: a rule that holds after a few hundred KiB are written and deleted, and not after a defragmentation. */
 const RULE = { free_bytes: 256 * 1024, free_fraction: 0.3, quota_fraction: 0 };
-let s3: LabS3 | undefined;
 let prometheus: LabPrometheus | undefined;
 const configDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-monitoring-'));
 
-function writeInventory(): void {
-  const doc = parse(readFileSync('inventories/lab.yaml', 'utf8'));
-  doc.defaults.restore = {
-    enabled: false,
-    s3: { endpoint: s3!.endpoint, bucket: s3!.bucket, object_prefix: 'lab', ...LAB_S3_CREDENTIALS },
-  };
-  doc.backup = { enabled: true, schedule: EVERY_MINUTE, keep: 2, endpoint: s3!.memberEndpoint };
-  doc.maintenance = { defrag: { enabled: true, schedule: EVERY_MINUTE, rule: RULE } };
+/** What the chain's inventory sets for these scenarios: defragmentation every minute, and the lab's short for: durations. */
+export const WATCH_SETTINGS = {
+  maintenance: { defrag: { enabled: true, schedule: EVERY_MINUTE, rule: RULE } },
   // The lab's rule options: short for: durations, so that an alert fires within the test's patience.
-  doc.monitoring = { scrape_interval: '5s', alert_for: { member_down: '15s', nospace_alarm: '0s' } };
-  writeFileSync(INVENTORY, stringify(doc), { mode: 0o600 });
-}
+  monitoring: { scrape_interval: '5s', alert_for: { member_down: '15s', nospace_alarm: '0s' } },
+};
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -96,28 +74,21 @@ function leaderName(): (typeof MEMBERS)[number] | undefined {
 /** Seconds since the epoch, as the journal's --since takes them. */
 const journalNow = () => `@${Math.floor(Date.now() / 1000)}`;
 
-test.before(async (t) => {
-  freshLab(t, LAB_STATE);
-  s3 = await startLabS3();
-  writeInventory();
-  const started = Date.now();
-  const deployed = deploy(['-i', INVENTORY]);
-  t.log(`deploy: exit ${deployed.status} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
-  if (deployed.status !== 0) throw new Error(`the cold deploy failed:\n${deployed.output.slice(-4000)}`);
-});
+/** The scenarios, in their order, each run as `test.serial(title, (t) => run(t, inventory))` by the chain that hosts them. */
+type Scenario = [title: string, run: (t: ExecutionContext, inventory: string) => Promise<void>];
+export const WATCH_SCENARIOS: Scenario[] = [];
+const scenario = (title: string, run: Scenario[1]) => WATCH_SCENARIOS.push([title, run]);
 
-test.after.always(async () => {
+/** For the chain's after.always: Prometheus stopped, its configuration removed. */
+export async function stopWatching(): Promise<void> {
   await prometheus?.stop();
-  labRemoved(LAB_STATE);
-  rmSync(INVENTORY, { force: true });
   rmSync(configDir, { recursive: true, force: true });
-  await s3?.stop();
-});
+}
 
-test.serial(
+scenario(
   "Prometheus scrapes every member with the generated configuration: every target up, the certificates' ends and the backups' age right",
-  async (t) => {
-    const written = run(process.execPath, ['bin/etcd-kvm.mjs', 'monitoring', '-i', INVENTORY, '--out', configDir]);
+  async (t, inventory) => {
+    const written = run(process.execPath, ['bin/etcd-kvm.mjs', 'monitoring', '-i', inventory, '--out', configDir]);
     t.is(written.status, 0, written.stderr);
     for (const file of ['prometheus.yml', 'etcd-kvm-rules.yml', 'targets/etcd-kvm-etcd.json', 'targets/etcd-kvm-node.json'])
       t.true(existsSync(join(configDir, file)), file);
@@ -175,7 +146,7 @@ test.serial(
   },
 );
 
-test.serial('etcd stopped on one member: EtcdKvmMemberDown fires for it, and stops once it runs again', async (t) => {
+scenario('etcd stopped on one member: EtcdKvmMemberDown fires for it, and stops once it runs again', async (t) => {
   t.truthy(prometheus, 'Prometheus runs (the scenario before started it)');
   t.is(memberSsh('etcd-3', 'sudo systemctl stop etcd').status, 0);
   try {
@@ -201,7 +172,7 @@ const releaseDefragTicks = (t: ExecutionContext) => {
   for (const member of MEMBERS) t.is(memberSsh(member, 'sudo systemctl start etcd-kvm-defrag.timer').status, 0, member);
 };
 
-test.serial('a NOSPACE alarm: EtcdKvmNospaceAlarm fires for its member; the next scheduled maintenance clears it', async (t) => {
+scenario('a NOSPACE alarm: EtcdKvmNospaceAlarm fires for its member; the next scheduled maintenance clears it', async (t) => {
   t.truthy(prometheus, 'Prometheus runs (the first scenario started it)');
   // The agents' maintenance held back while the alarm is raised and seen (a tick clears it within seconds); then the schedule alone clears it.
   await holdDefragTicks(t);
@@ -255,9 +226,9 @@ function fragmentEveryDatabase(t: ExecutionContext): void {
   t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/watch/after-compaction', 'x']).status, 0);
 }
 
-test.serial(
+scenario(
   'defragmentation by rule on a one-minute schedule: every member once, one at a time, the leader last; the next ticks do nothing',
-  async (t) => {
+  async (t, inventory) => {
     const before = defragRecords();
     fragmentEveryDatabase(t);
     const leader = leaderName()!;
@@ -303,7 +274,7 @@ test.serial(
       t.regex(agentJournal(member, 'etcd-kvm-defrag', since), /nothing done: the rule does not hold here/, member);
 
     // What status and Prometheus say of it.
-    const status = run(process.execPath, ['bin/etcd-kvm.mjs', 'status', '-i', INVENTORY]);
+    const status = run(process.execPath, ['bin/etcd-kvm.mjs', 'status', '-i', inventory]);
     t.regex(status.stdout, /^defrag \(scheduled\): etcd-1 \d+ (s|min) ago \(.*\), etcd-2 \d+ (s|min) ago .*, etcd-3 \d+ (s|min) ago/m);
     for (const member of MEMBERS) {
       const [series] = prometheus!.query(`etcd_kvm_defrag_last_timestamp_seconds{member="${member}"}`);
