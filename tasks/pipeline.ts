@@ -7,7 +7,7 @@ import type { RunLockGate } from './etcd/run-lock.ts';
 import type { HypervisorConnections, Unreachable } from './remote/hypervisors.ts';
 import { pkiStep } from './steps/pki.ts';
 import { DeployContext } from './deploy/context.ts';
-import { gather, prefetchGuestFacts } from './deploy/gather.ts';
+import { gather, prefetchFacts } from './deploy/gather.ts';
 import { buildPlan, selectedBy, selectMembers, validateTags, type PlannedPhase } from './deploy/plan.ts';
 import { DeployExecution } from './deploy/execute.ts';
 
@@ -101,8 +101,9 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     ...extra,
   });
   try {
-    // The guests' facts first: the longest wait of a run that changes nothing, asked while the lock is looked at.
-    if (selectedBy(options)('guest') && options.renderOnly === undefined) prefetchGuestFacts(context, members);
+    // Every fact the gather and the steps read, asked while the lock is looked at: libvirt's on each
+    // hypervisor, and the guests' own (the longest wait of a run that changes nothing).
+    if (options.renderOnly === undefined) prefetchFacts(context, members, selectedBy(options)('guest'));
     held = await options.hold?.({ connections: context.remote.connections, identities: context.identities, clients: context.clients });
     const gate = held;
     if (gate) runner.gateChanges(() => gate.beforeFirstChange());

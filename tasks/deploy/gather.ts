@@ -59,7 +59,7 @@ export function prefetchFacts(
  * The guests' facts, the longest wait of a run that changes nothing: asked as soon as the run starts,
  * while the cluster's run lock is taken (the guest step asks again before acting on drift they show).
  */
-export function prefetchGuestFacts(
+function prefetchGuestFacts(
   context: DeployContext,
   of: readonly Member[],
   guests = guestsOf(context.inventory, of, context.store),
