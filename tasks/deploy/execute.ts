@@ -183,6 +183,7 @@ export class DeployExecution {
             inventory: this.clusterOf(planned.pass.cluster),
             clients: this.context.clients,
             root: this.context.identities.root,
+            inMember: async (member, argv) => (await this.context.memberSsh.get(member)).exec(argv),
           }),
         );
       case 'guest':

@@ -59,11 +59,7 @@ export function prefetchFacts(
  * The guests' facts, the longest wait of a run that changes nothing: asked as soon as the run starts,
  * while the cluster's run lock is taken (the guest step asks again before acting on drift they show).
  */
-function prefetchGuestFacts(
-  context: DeployContext,
-  of: readonly Member[],
-  guests = guestsOf(context.inventory, of, context.store),
-): void {
+function prefetchGuestFacts(context: DeployContext, of: readonly Member[], guests = guestsOf(context.inventory, of, context.store)): void {
   context.guestProbe.prefetch(of, (member) => guestQuestions(guests.get(member.name)!));
 }
 

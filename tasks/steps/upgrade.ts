@@ -11,9 +11,12 @@ import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import { versionOf } from '../etcd/version.ts';
 import { memberStatus } from '../etcd/member-status.ts';
 import { hexId } from '../etcd/membership.ts';
-import type { Inventory } from '../inventory/model.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { ExecResult } from '../remote/ssh.ts';
+import { guestReleaseOf } from '../render/etcd-release.ts';
 import { preflight, type MemberVersionAnswer, type PreflightCheck, type UpgradeFacts } from '../upgrade/preflight.ts';
-import { formatVersion, parseVersion, type EtcdVersion } from '../upgrade/version.ts';
+import { v2StoreCheckCommand, v2StoreVerdict, type V2StoreVerdict } from '../upgrade/v2store.ts';
+import { formatVersion, minorOf, parseVersion, sameVersion, type EtcdVersion } from '../upgrade/version.ts';
 
 /**
  * With binaries: release on a formed cluster, before the guest step moves any member to another etcd
@@ -37,6 +40,8 @@ export interface UpgradeStepOptions {
   clients: EtcdClients;
   /** Who takes the snapshot: root (a snapshot is the whole keyspace). */
   root: () => ClientIdentity;
+  /** Runs a read-only command in a member (over its SSH connection): etcdutl's check before a step into 3.6. */
+  inMember: (member: Member, argv: readonly string[]) => Promise<ExecResult>;
 }
 
 export class UpgradeRefused extends Error {}
@@ -55,7 +60,7 @@ export function upgradeStep(options: UpgradeStepOptions): Step<UpgradeState, Upg
     name: 'upgrade',
     targets: [CONTROL_NODE],
     async check() {
-      const facts = await upgradeFacts(options);
+      const facts = await upgradeFacts(options, target);
       const verdict = preflight(facts, target);
       const path = verdict.kind === 'roll' ? snapshotBefore(inventory, verdict.from, verdict.to) : undefined;
       const snapshotAt = path && existsSync(path) ? statSync(path).mtimeMs : undefined;
@@ -89,8 +94,34 @@ export function upgradeStep(options: UpgradeStepOptions): Step<UpgradeState, Upg
 
 const passed = (checks: readonly PreflightCheck[]) => checks.map((check) => `${check.name} (${check.detail})`).join(', ');
 
-/** Each member's Status, the alarms and the cluster version, asked at about the same moment. */
-async function upgradeFacts({ inventory, clients, root }: UpgradeStepOptions): Promise<UpgradeFacts> {
+/**
+ * Each member's Status, the alarms and the cluster version, asked at about the same moment; for a
+ * step into 3.6, also etcdutl's check of the v2 store of every member still on 3.5.
+ */
+async function upgradeFacts(options: UpgradeStepOptions, target: EtcdVersion): Promise<UpgradeFacts> {
+  const facts = await clusterFacts(options);
+  if (minorOf(target) !== '3.6') return facts;
+  const onOld = facts.members.flatMap((answer) => {
+    const version = 'version' in answer ? parseVersion(answer.version) : undefined;
+    const member = options.inventory.members.find((m) => m.name === answer.name);
+    return version && member && minorOf(version) === '3.5' && !sameVersion(version, target) ? [{ member, version }] : [];
+  });
+  if (onOld.length === 0) return facts;
+  const verdicts = await Promise.all(onOld.map(({ member, version }) => v2StoreOf(options, member, version)));
+  return { ...facts, v2store: new Map(onOld.map(({ member }, i) => [member.name, verdicts[i]!])) };
+}
+
+async function v2StoreOf({ inventory, inMember }: UpgradeStepOptions, member: Member, running: EtcdVersion): Promise<V2StoreVerdict> {
+  try {
+    const etcdutl = `${guestReleaseOf(running).dir}/etcdutl`;
+    const { code, stdout, stderr } = await inMember(member, v2StoreCheckCommand(etcdutl, inventory.etcd.data_dir));
+    return v2StoreVerdict(code, `${stdout}\n${stderr}`);
+  } catch (error) {
+    return { unchecked: briefError(error) };
+  }
+}
+
+async function clusterFacts({ inventory, clients, root }: UpgradeStepOptions): Promise<UpgradeFacts> {
   const members: MemberVersionAnswer[] = await Promise.all(
     inventory.members.map(async (member): Promise<MemberVersionAnswer> => {
       try {

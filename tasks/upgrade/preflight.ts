@@ -8,6 +8,7 @@ import {
   type EtcdVersion,
   type VersionStep,
 } from './version.ts';
+import type { V2StoreVerdict } from './v2store.ts';
 
 /**
  * Whether etcd's version may move, decided from live facts only, before anything changes: every
@@ -22,8 +23,7 @@ export type MemberVersionAnswer =
   | { name: string; id: string; leader: string; isLearner: boolean; version: string }
   | { name: string; error: string };
 
-/** `etcdutl check v2store` on a member's data: clean, or what it printed. */
-export type V2StoreVerdict = { clean: true } | { clean: false; detail: string };
+export type { V2StoreVerdict } from './v2store.ts';
 
 export interface UpgradeFacts {
   members: readonly MemberVersionAnswer[];
@@ -31,7 +31,7 @@ export interface UpgradeFacts {
   alarms: readonly string[];
   /** `/version`'s `etcdcluster` (`3.5.0`): moves only once every member runs the new minor. */
   clusterVersion: string | undefined;
-  /** Asked only for a step into 3.6 (a process in every member): absent until asked. */
+  /** Asked only for a step into 3.6 (a process in every member still on 3.5): absent until asked. */
   v2store?: ReadonlyMap<string, V2StoreVerdict>;
 }
 
@@ -153,10 +153,18 @@ function into36Checks(members: readonly Answered[], to: EtcdVersion, facts: Upgr
     check(
       'etcdutl check v2store clean',
       v2.flatMap(({ member, verdict }) =>
-        verdict === undefined ? [`${member.name}: not checked`] : verdict.clean ? [] : [`${member.name}: ${verdict.detail}`],
+        verdict === undefined
+          ? [`${member.name}: not checked`]
+          : 'unchecked' in verdict
+            ? [`${member.name}: not checked (${verdict.unchecked})`]
+            : verdict.clean
+              ? []
+              : [`${member.name}: ${verdict.detail}`],
       ),
-      'no custom data in any member v2 store',
-      "remove it as etcd's 3.6 upgrade guide says (a restart with --snapshot-count=1), then run again",
+      `no custom data in the v2 store of ${onOld.map((member) => member.name).join(', ')}`,
+      v2.some(({ verdict }) => verdict !== undefined && 'clean' in verdict && !verdict.clean)
+        ? "remove it as etcd's 3.6 upgrade guide says (a restart with --snapshot-count=1), then run again"
+        : 'the check runs the etcdutl of the release each member runs (binaries: release); run again once it can',
     ),
   ];
 }
@@ -195,5 +203,10 @@ export function preflight(facts: UpgradeFacts, to: EtcdVersion): Preflight {
     }
   }
   const failed = checks.filter((verdict) => !verdict.ok);
-  return { kind: 'refused', reason: failed.map((verdict) => `${verdict.name}: ${verdict.detail}`).join('\n'), checks };
+  const passed = checks.filter((verdict) => verdict.ok).map((verdict) => `${verdict.name} (${verdict.detail})`);
+  const reason = [
+    ...failed.map((verdict) => `${verdict.name}: ${verdict.detail}`),
+    ...(passed.length ? [`passed: ${passed.join('; ')}`] : []),
+  ];
+  return { kind: 'refused', reason: reason.join('\n'), checks };
 }

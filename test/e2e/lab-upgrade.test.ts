@@ -1,7 +1,9 @@
 import test, { type ExecutionContext } from 'ava';
 import { setTimeout as delay } from 'node:timers/promises';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
 import { parse, stringify } from 'yaml';
 import { LAB } from '../../scripts/lab/config.ts';
 import {
@@ -22,6 +24,9 @@ import {
   type Identity,
 } from '../helpers/lab.ts';
 import { quorumKept, sampledHealth, withWriter } from '../helpers/lab-watch.ts';
+import { Processes } from '../helpers/processes.ts';
+import { RELEASES_DIR } from '../../scripts/lab/releases.ts';
+import { v2StoreCheckCommand, v2StoreVerdict } from '../../tasks/upgrade/v2store.ts';
 
 /**
  * etcd's version moved on a running cluster, for real: the lab's release server holds Debian's builds
@@ -155,6 +160,54 @@ test.after.always(() => {
   labRemoved(LAB_STATE);
 });
 
+test.serial(
+  "etcdutl's check of a v2 store, as the pre-flight runs it, on a running etcd of the lab's 3.5.30 release (on loopback): clean, then custom data once v2 writes are in a snapshot",
+  async (t) => {
+    const dir = mkdtempSync(join(tmpdir(), 'e2e-v2store-'));
+    const daemons = new Processes();
+    try {
+      const archive = join(RELEASES_DIR, 'v3.5.30', 'etcd-v3.5.30-linux-amd64.tar.gz');
+      t.is(spawnSync('tar', ['-xzf', archive, '-C', dir]).status, 0);
+      const bin = join(dir, 'etcd-v3.5.30-linux-amd64');
+      const data = join(dir, 'data');
+      const [client, peer] = ['http://127.0.0.1:23379', 'http://127.0.0.1:23380'];
+      // v2 on and a snapshot every 5 entries: what a cluster that once served v2 writes holds (3.5.30's etcdutl reads snapshots).
+      daemons.start(
+        join(bin, 'etcd'),
+        ['--name', 'v2', '--data-dir', data, '--listen-client-urls', client, '--advertise-client-urls', client],
+        {
+          env: {
+            ...process.env,
+            ETCD_LISTEN_PEER_URLS: peer,
+            ETCD_INITIAL_ADVERTISE_PEER_URLS: peer,
+            ETCD_INITIAL_CLUSTER: `v2=${peer}`,
+            ETCD_ENABLE_V2: 'true',
+            ETCD_SNAPSHOT_COUNT: '5',
+          },
+          logFile: join(dir, 'etcd.log'),
+        },
+      );
+      const check = () => {
+        // The pre-flight's command, as the host's root instead of the member's etcd user (sudo -u etcd).
+        const [sudo, , , etcdutl, ...args] = v2StoreCheckCommand(join(bin, 'etcdutl'), data);
+        t.is(sudo, 'sudo');
+        const run = spawnSync(etcdutl!, args, { encoding: 'utf8' });
+        return v2StoreVerdict(run.status ?? -1, `${run.stdout}\n${run.stderr}`);
+      };
+      const up = () => spawnSync('curl', ['-sf', `${client}/health`]).status === 0;
+      for (let i = 0; i < 40 && !up(); i++) await delay(250);
+      t.true(up(), 'the loopback etcd answers');
+      t.deepEqual(check(), { clean: true });
+      for (let i = 0; i < 8; i++) t.is(spawnSync('curl', ['-sf', '-XPUT', `${client}/v2/keys/custom-${i}`, '-d', 'value=x']).status, 0);
+      await delay(500);
+      t.deepEqual(check(), { clean: false, detail: 'custom (non-membership) data in its v2 store' });
+    } finally {
+      await daemons.stopAll();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  },
+);
+
 test.serial('cold deploy with binaries: release on 3.4.23: every member runs the release the tool installed, not the image etcd', (t) => {
   writeInventory('v3.4.23');
   const first = deployed(t);
@@ -219,6 +272,11 @@ test.serial('refused with nothing changed: back to 3.4 once the cluster is 3.5, 
   };
   refused('v3.4.23', /below the cluster version 3\.5/);
   refused('v3.7.0', /moves 2 minors/);
+  // Into 3.6: etcdutl of each member's release checked its v2 store (clean), and the 3.5 patch etcd's guide asks is missing.
+  refused(
+    'v3.6.5',
+    /every member at 3\.5\.32 or later: etcd-1 runs 3\.5\.30[\s\S]*passed: [\s\S]*etcdutl check v2store clean \(no custom data in the v2 store of etcd-1, etcd-2, etcd-3\)/,
+  );
   t.is(memberSsh('etcd-3', 'sudo systemctl stop etcd').status, 0);
   try {
     // A patch back (allowed while every member answers) with a member down.

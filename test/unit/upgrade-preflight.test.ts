@@ -201,6 +201,28 @@ const rows: Row[] = [
     says: /etcd-2: detected custom v2store data/,
   },
   {
+    name: '3.5 → 3.6 where etcdutl could not check a member: refused, saying why',
+    facts: facts(members(['3.5.33', '3.5.33', '3.5.33']), {
+      clusterVersion: '3.5.0',
+      v2store: new Map<string, V2StoreVerdict>([
+        ...cleanV2(['etcd-1', 'etcd-2']),
+        ['etcd-3', { unchecked: 'etcdutl check v2store exited 1: command not found' }],
+      ]),
+    }),
+    to: 'v3.6.5',
+    kind: 'refused',
+    failed: ['etcdutl check v2store clean'],
+    says: /etcd-3: not checked \(etcdutl check v2store exited 1: command not found\): the check runs the etcdutl of the release/,
+  },
+  {
+    name: '3.5.30 → 3.6 with clean v2 stores: refused on the patch alone, the refusal listing what passed',
+    facts: facts(members(['3.5.30', '3.5.30', '3.5.30']), { clusterVersion: '3.5.0', v2store: cleanV2(['etcd-1', 'etcd-2', 'etcd-3']) }),
+    to: 'v3.6.5',
+    kind: 'refused',
+    failed: ['every member at 3.5.32 or later'],
+    says: /\npassed: .*etcdutl check v2store clean \(no custom data in the v2 store of etcd-1, etcd-2, etcd-3\)/,
+  },
+  {
     name: '3.5.33 → 3.6 with clean v2 stores: a minor step',
     facts: facts(members(['3.5.33', '3.6.5', '3.5.33']), { clusterVersion: '3.5.0', v2store: cleanV2(['etcd-1', 'etcd-3']) }),
     to: 'v3.6.5',

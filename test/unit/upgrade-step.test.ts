@@ -13,7 +13,8 @@ function step() {
   doc.etcd = { version: 'v3.5.16', binaries: 'release' };
   const inventory = load(doc);
   // The plan is pure: it never asks etcd.
-  return { inventory, step: upgradeStep({ inventory, clients: {} as EtcdClients, root: () => ({ label: 'root', caCert: '' }) }) };
+  const inMember = () => Promise.reject(new Error('the plan runs nothing in a member'));
+  return { inventory, step: upgradeStep({ inventory, clients: {} as EtcdClients, root: () => ({ label: 'root', caCert: '' }), inMember }) };
 }
 
 const answers = (versions: string[]): MemberVersionAnswer[] =>
