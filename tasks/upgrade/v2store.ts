@@ -1,10 +1,10 @@
 /**
  * etcd's 3.6 upgrade guide: before the first 3.6 member, `etcdutl check v2store` must find nothing in
- * any member's v2 store besides membership. etcdutl only reads the snapshot
- * files and the WAL, so it is run beside the running etcd, as the etcd user, with the etcdutl of the
- * release the member runs now (3.5.x has the command). Checked on real 3.5.30 binaries: exit 0 and
- * "No custom content found in v2store." on a clean store, exit 1 and "Error: detected custom content
- * in v2store" after v2 writes, with etcd running on the data directory both times.
+ * any member's v2 store besides membership. etcdutl only reads the snapshot files and the WAL, so it
+ * is run beside the running etcd, as the etcd user, with the etcdutl of the release the member runs
+ * now (3.5.x has the command). Checked on real 3.5.30 binaries: exit 0 and "No custom content found
+ * in v2store." on a clean store, exit 1 and "Error: detected custom content in v2store" after v2
+ * writes, with etcd running on the data directory both times.
  */
 
 /** `etcdutl check v2store` on a member's data, or why it could not be asked. */
