@@ -25,7 +25,6 @@ import { networkIdsOf, networksFact, type NetworkNames } from '../steps/networks
 import { volumeQuestions } from '../steps/volumes.ts';
 import { guestsOf, type DeployContext } from './context.ts';
 import type { DeployRecord, ImageChange, PlanOptions } from './plan.ts';
-import { selectedBy } from './plan.ts';
 
 /** What the gather stage learned: the plan's record, and what the phases take as it is (members, network names). */
 export interface Gathered {
@@ -224,8 +223,6 @@ async function clusterFacts(
 ): Promise<{ shown: string | Awaited<ReturnType<Runner['runStep']>>; value?: ClusterFacts }> {
   const { inventory, clients } = context;
   void preloadEtcdClient();
-  // Asked while etcd answers.
-  prefetchFacts(context, members, selectedBy(options)('guest'));
   // No member's VM running (a first deploy): nothing can answer, so the probe's timeout is not waited for.
   const asking = formedCluster(clients, inventory.members);
   const formed = await Promise.race([asking, noDomainRunning(context).then((none) => (none ? undefined : asking))]);
