@@ -14,7 +14,7 @@ import { hexId } from '../etcd/membership.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ExecResult } from '../remote/ssh.ts';
 import { guestReleaseOf } from '../render/etcd-release.ts';
-import { preflight, type MemberVersionAnswer, type PreflightCheck, type UpgradeFacts } from '../upgrade/preflight.ts';
+import { describePassed, preflight, type MemberVersionAnswer, type PreflightCheck, type UpgradeFacts } from '../upgrade/preflight.ts';
 import { v2StoreCheckCommand, v2StoreVerdict, type V2StoreVerdict } from '../upgrade/v2store.ts';
 import { formatVersion, minorOf, parseVersion, sameVersion, type EtcdVersion } from '../upgrade/version.ts';
 
@@ -92,7 +92,7 @@ export function upgradeStep(options: UpgradeStepOptions): Step<UpgradeState, Upg
   };
 }
 
-const passed = (checks: readonly PreflightCheck[]) => checks.map((check) => `${check.name} (${check.detail})`).join(', ');
+const passed = (checks: readonly PreflightCheck[]) => checks.map(describePassed).join(', ');
 
 /**
  * Each member's Status, the alarms and the cluster version, asked at about the same moment; for a

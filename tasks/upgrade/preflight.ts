@@ -56,6 +56,9 @@ export const MIN_3_5_FOR_3_6: EtcdVersion = { major: 3, minor: 5, patch: 32 };
 type Answered = Extract<MemberVersionAnswer, { id: string }>;
 const answered = (member: MemberVersionAnswer): member is Answered => !('error' in member);
 
+/** A check that passed, as the plan's summary and a refusal list it: its name and what it saw. */
+export const describePassed = (check: PreflightCheck) => `${check.name} (${check.detail})`;
+
 const check = (name: string, failures: readonly string[], okDetail: string, whatToDo: string): PreflightCheck =>
   failures.length === 0 ? { name, ok: true, detail: okDetail } : { name, ok: false, detail: `${failures.join('; ')}: ${whatToDo}` };
 
@@ -203,7 +206,7 @@ export function preflight(facts: UpgradeFacts, to: EtcdVersion): Preflight {
     }
   }
   const failed = checks.filter((verdict) => !verdict.ok);
-  const passed = checks.filter((verdict) => verdict.ok).map((verdict) => `${verdict.name} (${verdict.detail})`);
+  const passed = checks.filter((verdict) => verdict.ok).map(describePassed);
   const reason = [
     ...failed.map((verdict) => `${verdict.name}: ${verdict.detail}`),
     ...(passed.length ? [`passed: ${passed.join('; ')}`] : []),
