@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { $ } from 'zx';
 import { LAB } from './lab/config.ts';
+import { argument, median } from './bench/cli.ts';
 
 /**
  * What an etcd upgrade costs per member, against its lower bound (issue 26: ≤ 1.2×), on the local lab
@@ -24,14 +25,9 @@ const REPORT = '/tmp/etcd-kvm-bench-upgrade.json';
 const MEMBERS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' } as const;
 const VERSIONS = ['v3.5.16', 'v3.5.30'] as const;
 
-const arg = (name: string, fallback: number) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? Number(process.argv[i + 1]) : fallback;
-};
-const rolls = arg('--rolls', 2);
+const rolls = Number(argument('--rolls', '2'));
 
 $.verbose = false;
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
 function writeInventory(version: string): void {

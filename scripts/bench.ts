@@ -5,6 +5,7 @@ import { $ } from 'zx';
 import { buildCloudInitIso } from '../tasks/libvirt/cloud-init-iso.ts';
 import { idleRate, qemuPids, withGuestCpu } from './bench/guest-cpu.ts';
 import { scaleSeries, type ScalePoint } from './bench/scale.ts';
+import { argument, median } from './bench/cli.ts';
 
 /**
  * Deploy timings on the local lab (run `npm run lab:up` first): cold deploys of the 3 members, each
@@ -27,17 +28,12 @@ const REPORT = '/tmp/etcd-kvm-bench-report.json';
 const MEMBERS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' };
 const POOL = 'etcd-lab';
 
-const arg = (name: string, fallback: number) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? Number(process.argv[i + 1]) : fallback;
-};
-const coldRuns = arg('--cold', 3);
-const warmRuns = arg('--warm', 7);
-const scaleRuns = arg('--scale', warmRuns);
+const coldRuns = Number(argument('--cold', '3'));
+const warmRuns = Number(argument('--warm', '7'));
+const scaleRuns = Number(argument('--scale', String(warmRuns)));
 
 $.verbose = false;
 const virsh = (args: string[]) => $`virsh -q -c qemu:///system ${args}`.quiet();
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
 
 interface Report {

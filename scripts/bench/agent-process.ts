@@ -3,6 +3,7 @@ import { FactCache } from '../../tasks/core/facts.ts';
 import { DeployContext } from '../../tasks/deploy/context.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import type { VirshAsker } from '../../tasks/libvirt/session.ts';
+import { argument, median } from './cli.ts';
 
 /**
  * What the guest probe cannot go below, on the deployed lab (`npm run lab:up`, then a deploy): one
@@ -14,16 +15,11 @@ import type { VirshAsker } from '../../tasks/libvirt/session.ts';
  *   npx tsx scripts/bench/agent-process.ts [--rounds N] [--member NAME] [-i INVENTORY]
  */
 
-const arg = (name: string, fallback: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : fallback;
-};
-const rounds = Number(arg('--rounds', '5'));
-const inventory = loadInventory(arg('-i', 'inventories/lab.yaml'));
-const member = inventory.members.find((m) => m.name === arg('--member', inventory.members[0]!.name));
+const rounds = Number(argument('--rounds', '5'));
+const inventory = loadInventory(argument('-i', 'inventories/lab.yaml'));
+const member = inventory.members.find((m) => m.name === argument('--member', inventory.members[0]!.name));
 if (!member) throw new Error('no such member in the inventory');
 
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 const agent = (execute: string, args: object) => [
   'qemu-agent-command',
   '--timeout',

@@ -6,6 +6,7 @@ import { guestProbeScript, parseGuestProbe } from '../../tasks/guest/facts.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import { OWNER_NAMESPACE } from '../../tasks/render/domain.ts';
 import { guestQuestions } from '../../tasks/steps/guest.ts';
+import { argument, median } from './cli.ts';
 
 /**
  * The guest probe alone, on the deployed lab (`npm run lab:up`, then a deploy): every member's facts
@@ -17,15 +18,9 @@ import { guestQuestions } from '../../tasks/steps/guest.ts';
  *   npx tsx scripts/bench/guest-probe.ts [--rounds N] [-i INVENTORY]
  */
 
-const arg = (name: string, fallback: string) => {
-  const i = process.argv.indexOf(name);
-  return i > 0 ? process.argv[i + 1]! : fallback;
-};
-const rounds = Number(arg('--rounds', '7'));
-const inventory = loadInventory(arg('-i', 'inventories/lab.yaml'));
+const rounds = Number(argument('--rounds', '7'));
+const inventory = loadInventory(argument('-i', 'inventories/lab.yaml'));
 $.verbose = false;
-
-const median = (values: number[]) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!;
 
 /** The members' domains' CPU time so far, in ms (libvirt's cpu.time: every thread of each QEMU). */
 async function guestCpuMs(): Promise<number> {
