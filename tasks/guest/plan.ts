@@ -47,6 +47,8 @@ export const sha256 = (text: string) => createHash('sha256').update(text).digest
 
 const octal = (mode: number) => mode.toString(8).padStart(4, '0');
 const SYSTEMD_DIR = /^\/etc\/systemd\/system\//;
+/** A unit file systemd reads only when told to reload. */
+export const isUnitFile = (path: string) => SYSTEMD_DIR.test(path);
 const RUNNING = new Set(['active', 'activating', 'reloading']);
 
 /** Files whose content differs from what is wanted (absent included): their current text is worth fetching for a diff. */
@@ -138,7 +140,7 @@ function planContents(desired: DesiredGuest, facts: GuestFacts, context: GuestPl
   }
 
   const units = desired.services.map((service) => ({ service, fact: facts.units.get(service.unit) }));
-  const unitFilesChanged = [...changedPaths].some((path) => SYSTEMD_DIR.test(path));
+  const unitFilesChanged = [...changedPaths].some(isUnitFile);
   if (unitFilesChanged || units.some(({ fact }) => fact?.needsDaemonReload)) {
     changes.push({ summary: 'reload systemd (unit files changed)', action: { kind: 'daemon-reload' } });
   }

@@ -1,6 +1,7 @@
 import type { Inventory, Member } from '../inventory/model.ts';
 import { clientUrl, peerUrl } from '../inventory/urls.ts';
-import { etcdBinaryPath, managedRelease, versionSettings } from './etcd-release.ts';
+import { ANY_RELEASE_BINARY, managedRelease, RELEASE_BINARY_VARIABLE, versionSettings } from './etcd-release.ts';
+import { etcdBinaryDir } from './guest/dependencies.ts';
 import { renderTemplate } from './templates.ts';
 
 /** Where the member's etcd files live inside the guest. */
@@ -68,9 +69,10 @@ export function etcdEnvironment(
   ];
 }
 
+/** With binaries: release, the release's binary the unit runs, then the settings that differ by version. */
 function versionSettingsOf(inventory: Inventory): [string, string][] {
   const release = managedRelease(inventory);
-  return release ? versionSettings(release.version) : [];
+  return release ? [[RELEASE_BINARY_VARIABLE, release.binary], ...versionSettings(release.version)] : [];
 }
 
 /** systemd EnvironmentFile syntax: plain values as they are, anything else double-quoted with escapes. */
@@ -103,8 +105,10 @@ export function renderUnitFile(inventory: Inventory, member: Member): string {
     name: member.name,
     cluster: inventory.cluster.name,
     environmentFile: GUEST_PATHS.environmentFile,
-    binary: etcdBinaryPath(inventory, member),
-    releaseBinary: managedRelease(inventory)?.binary,
+    // The image's etcd; a release's is named by the environment file.
+    binary: `${etcdBinaryDir(member)}/etcd`,
+    anyRelease: managedRelease(inventory) ? ANY_RELEASE_BINARY : undefined,
+    binaryVariable: RELEASE_BINARY_VARIABLE,
     dataDir: inventory.etcd.data_dir,
     onDataDisk: member.volumes.data !== undefined,
     restoreFirst: inventory.restore.enabled,

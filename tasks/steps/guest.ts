@@ -10,7 +10,7 @@ import type { Release } from '../upgrade/release.ts';
 import { formatVersion } from '../upgrade/version.ts';
 import { waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
 import type { GuestProbe } from '../guest/probe.ts';
-import { driftedContent, planGuest, PREVIOUS_DIR, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
+import { driftedContent, isUnitFile, planGuest, PREVIOUS_DIR, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { BOOTING_RETRY_MS, HypervisorUnreachable, type MemberConnections } from '../remote/members.ts';
 import { BootWaitFailed, waitForBoot, type BootWait, type BootWatch } from '../guest/boot.ts';
@@ -299,7 +299,9 @@ async function keepPrevious(ssh: SshConnection, paths: readonly string[]): Promi
 
 /** The kept files back in place, and the service restarted on them; true when it is healthy again. */
 async function rollBack(guest: GuestContext, member: Member, ssh: SshConnection, unit: string, paths: readonly string[]): Promise<boolean> {
-  const script = `set -e; for f; do cp -p -- "$0$f" "$f"; done; systemctl daemon-reload; systemctl restart ${quote(unit)}`;
+  // systemd rereads its units only when a unit file is put back (a release's roll changes the environment file alone).
+  const reload = paths.some(isUnitFile) ? 'systemctl daemon-reload; ' : '';
+  const script = `set -e; for f; do cp -p -- "$0$f" "$f"; done; ${reload}systemctl restart ${quote(unit)}`;
   try {
     await ssh.run(['sudo', 'sh', '-c', script, PREVIOUS_DIR, ...paths], { timeoutMs: guest.timeoutMs, describe: 'roll back' });
     await waitForHealth(guest.inventory, guest.clients, member, HEALTH_AFTER_START_MS);

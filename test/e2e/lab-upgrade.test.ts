@@ -312,7 +312,7 @@ test.serial(
     const failed = deployed(t);
     t.is(failed.status, 1);
     t.regex(failed.output, new RegExp(`etcd on ${second} did not come back after its restart`));
-    t.regex(failed.output, /It is back on its previous \/etc\/systemd\/system\/etcd\.service.* and healthy/);
+    t.regex(failed.output, /It is back on its previous \/etc\/etcd\/etcd\.env and healthy/);
     t.deepEqual(versions(), { [first]: '3.5.16', [second]: '3.5.30', [leader]: '3.5.30' });
     t.is(runningBinary(second), '/opt/etcd-kvm/etcd-v3.5.30-linux-amd64/etcd');
 

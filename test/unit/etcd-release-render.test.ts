@@ -32,14 +32,27 @@ function releaseInventory(version: string) {
   return load(doc);
 }
 
-test('binaries: release: the unit runs the release directory of etcd.version, and waits for it to be installed', (t) => {
+test('binaries: release: the environment file names the release of etcd.version, and the unit waits for a release to be installed', (t) => {
   const inventory = releaseInventory('v3.5.16');
   const unit = renderUnitFile(inventory, inventory.members[0]!);
-  t.regex(unit, /^ExecStart=\/opt\/etcd-kvm\/etcd-v3\.5\.16-linux-amd64\/etcd$/m);
-  t.regex(unit, /^ConditionPathExists=\/opt\/etcd-kvm\/etcd-v3\.5\.16-linux-amd64\/etcd$/m);
+  t.regex(unit, /^ExecStart=\/usr\/bin\/env \$\{ETCDKVM_BINARY\}$/m);
+  t.regex(unit, /^ConditionPathExistsGlob=\/opt\/etcd-kvm\/etcd-v\*-linux-amd64\/etcd$/m);
   t.is(guestReleaseOf(parseVersion('v3.5.16')!).dir, '/opt/etcd-kvm/etcd-v3.5.16-linux-amd64');
   const env = Object.fromEntries(etcdEnvironment(inventory, inventory.members[0]!, 'existing'));
-  t.like(env, settings('3.5.16'));
+  t.like(env, { ...settings('3.5.16'), ETCDKVM_BINARY: '/opt/etcd-kvm/etcd-v3.5.16-linux-amd64/etcd' });
+  // etcd warns of every ETCD_* variable it has no flag for: the tool's own is not one.
+  t.false(Object.keys(env).some((key) => key.startsWith('ETCD_') && key.includes('BINARY')));
+});
+
+test('binaries: release: a roll changes the environment file alone, never the unit (no daemon-reload per member)', (t) => {
+  const [before, after] = ['v3.5.16', 'v3.6.5'].map((version) => {
+    const inventory = releaseInventory(version);
+    const member = inventory.members[0]!;
+    return { unit: renderUnitFile(inventory, member), env: Object.fromEntries(etcdEnvironment(inventory, member, 'existing')) };
+  });
+  t.is(after!.unit, before!.unit);
+  t.is(after!.env.ETCDKVM_BINARY, '/opt/etcd-kvm/etcd-v3.6.5-linux-amd64/etcd');
+  t.not(after!.env.ETCDKVM_BINARY, before!.env.ETCDKVM_BINARY);
 });
 
 test("binaries: image: the image's etcd, no condition, no version settings (as before)", (t) => {

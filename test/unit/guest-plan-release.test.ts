@@ -9,13 +9,19 @@ import { parseVersion } from '../../tasks/upgrade/version.ts';
 /**
  * The guest plan with binaries: release, as a table: a member's facts in (the release installed or
  * not, the unit and environment as they are), changes out — the install first, and a restart that
- * can be undone (the unit and environment it replaces kept before they are written).
+ * can be undone (the environment, which names the release's binary, kept before it is written). The
+ * unit is the same for every version: a roll reloads no systemd.
  */
 
 const ENV = '/etc/etcd/etcd.env';
 const UNIT = '/etc/systemd/system/etcd.service';
 const STARTED = 1_000;
 const release = guestReleaseOf(parseVersion('v3.5.30')!);
+const previous = guestReleaseOf(parseVersion('v3.5.16')!);
+const INSTALL: [GuestAction['kind'], string] = [
+  'install-release',
+  `install etcd 3.5.30 into ${release.dir} (its release archive, verified on the control node and again in the guest)`,
+];
 
 const file = (path: string, content: string, notify?: string): ManagedFile => ({
   path,
@@ -29,8 +35,8 @@ const file = (path: string, content: string, notify?: string): ManagedFile => ({
 
 const desired: DesiredGuest = {
   files: [
-    file(ENV, 'ETCD_NAME=etcd-1\nETCD_SNAPSHOT_COUNT=10000\n'),
-    file(UNIT, `[Service]\nExecStart=${release.binary}\n`, 'etcd.service'),
+    file(ENV, `ETCD_NAME=etcd-1\nETCDKVM_BINARY=${release.binary}\nETCD_SNAPSHOT_COUNT=10000\n`),
+    file(UNIT, '[Service]\nExecStart=/usr/bin/env ${ETCDKVM_BINARY}\n', 'etcd.service'),
   ],
   services: [{ unit: 'etcd.service', onChange: 'restart', rolling: true, environment: { path: ENV, ignore: [] } }],
   dataDir: '/var/lib/etcd',
@@ -57,6 +63,7 @@ function converged(): GuestFacts {
         'etcd.service',
         new Map([
           ['ETCD_NAME', 'etcd-1'],
+          ['ETCDKVM_BINARY', release.binary],
           ['ETCD_SNAPSHOT_COUNT', '10000'],
         ]),
       ],
@@ -67,10 +74,11 @@ function converged(): GuestFacts {
   };
 }
 
-/** The member still on 3.5.16: its unit names the old release and its environment is the old one. */
+/** The member still on 3.5.16: its environment names the old release's binary, and etcd runs it. */
 const onPreviousRelease = (f: GuestFacts) => {
   f.releaseInstalled = false;
-  f.files.get(UNIT)!.digest = sha256('[Service]\nExecStart=/opt/etcd-kvm/etcd-v3.5.16-linux-amd64/etcd\n');
+  f.files.get(ENV)!.digest = sha256(`ETCD_NAME=etcd-1\nETCDKVM_BINARY=${previous.binary}\nETCD_SNAPSHOT_COUNT=10000\n`);
+  f.environments.get('etcd.service')!.set('ETCDKVM_BINARY', previous.binary);
 };
 
 const rows: {
@@ -82,48 +90,42 @@ const rows: {
 }[] = [
   { name: 'the release installed, everything as desired: nothing', facts: () => {}, changes: [], roll: 'keeps-running' },
   {
-    name: 'a version change: the release installed first, unit kept and written, etcd restarted with a way back',
+    name: 'a version change: the release installed first, the environment kept and written, etcd restarted with a way back, no reload',
     facts: onPreviousRelease,
     changes: [
-      [
-        'install-release',
-        `install etcd 3.5.30 into ${release.dir} (its release archive, verified on the control node and again in the guest)`,
-      ],
-      ['keep-previous', `keep the current ${UNIT} for a rollback`],
-      ['write', `update ${UNIT}`],
-      ['daemon-reload', 'reload systemd (unit files changed)'],
-      ['restart', `restart etcd.service (one member at a time): ${UNIT} changes`],
+      INSTALL,
+      ['keep-previous', `keep the current ${ENV} for a rollback`],
+      ['write', `update ${ENV}`],
+      ['restart', 'restart etcd.service (one member at a time): running with other ETCDKVM_BINARY'],
     ],
-    rollback: [UNIT],
+    rollback: [ENV],
     roll: 'restarts',
   },
   {
-    name: 'a version change with a new environment too: both kept before either is written',
+    name: 'a member whose unit named its binary (before the environment did): both kept before either is written, systemd reloaded once',
     facts: (f) => {
       onPreviousRelease(f);
-      f.files.get(ENV)!.digest = sha256('ETCD_NAME=etcd-1\n');
-      f.environments.get('etcd.service')!.delete('ETCD_SNAPSHOT_COUNT');
+      f.files.get(UNIT)!.digest = sha256(`[Service]\nExecStart=${previous.binary}\n`);
+      f.environments.get('etcd.service')!.delete('ETCDKVM_BINARY');
     },
     changes: [
-      [
-        'install-release',
-        `install etcd 3.5.30 into ${release.dir} (its release archive, verified on the control node and again in the guest)`,
-      ],
+      INSTALL,
       ['keep-previous', `keep the current ${ENV}, ${UNIT} for a rollback`],
       ['write', `update ${ENV}`],
       ['write', `update ${UNIT}`],
       ['daemon-reload', 'reload systemd (unit files changed)'],
-      ['restart', `restart etcd.service (one member at a time): ${UNIT} changes; running with other ETCD_SNAPSHOT_COUNT`],
+      ['restart', `restart etcd.service (one member at a time): ${UNIT} changes; running with other ETCDKVM_BINARY`],
     ],
     rollback: [ENV, UNIT],
     roll: 'restarts',
   },
   {
-    name: 'a killed roll: the unit already written, the restart not done: the restart alone, nothing kept (the unit is not rewritten)',
+    name: 'a killed roll: the environment already written, the restart not done: the restart alone, nothing kept (nothing is rewritten)',
     facts: (f) => {
-      f.files.get(UNIT)!.mtime = STARTED + 5;
+      f.files.get(ENV)!.mtime = STARTED + 5;
+      f.environments.get('etcd.service')!.set('ETCDKVM_BINARY', previous.binary);
     },
-    changes: [['restart', `restart etcd.service (one member at a time): ${UNIT} changed after it started`]],
+    changes: [['restart', 'restart etcd.service (one member at a time): running with other ETCDKVM_BINARY']],
     roll: 'restarts',
   },
   {
@@ -133,24 +135,13 @@ const rows: {
       f.units.set('etcd.service', { loaded: true, enabled: 'enabled', active: 'inactive', sub: 'dead', needsDaemonReload: false });
       f.environments.clear();
     },
-    changes: [
-      [
-        'install-release',
-        `install etcd 3.5.30 into ${release.dir} (its release archive, verified on the control node and again in the guest)`,
-      ],
-      ['start', 'start etcd.service (was inactive/dead)'],
-    ],
+    changes: [INSTALL, ['start', 'start etcd.service (was inactive/dead)']],
     roll: 'starts',
   },
   {
     name: 'the release directory removed by hand, nothing else changed: installed again, etcd keeps running',
     facts: (f) => (f.releaseInstalled = false),
-    changes: [
-      [
-        'install-release',
-        `install etcd 3.5.30 into ${release.dir} (its release archive, verified on the control node and again in the guest)`,
-      ],
-    ],
+    changes: [INSTALL],
     roll: 'keeps-running',
   },
 ];
