@@ -8,6 +8,7 @@ import { quote } from '../core/shell.ts';
 import { RELEASES_GUEST_DIR, type GuestRelease } from '../render/etcd-release.ts';
 import type { Release } from '../upgrade/release.ts';
 import { formatVersion } from '../upgrade/version.ts';
+import { batched, fileBatch, FILE_BATCH_SCRIPT, isFileAction, type FileAction } from '../guest/file-batch.ts';
 import { waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
 import type { GuestProbe } from '../guest/probe.ts';
 import { driftedContent, isUnitFile, planGuest, PREVIOUS_DIR, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
@@ -111,9 +112,10 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
       const member = memberNamed(name);
       const staged = await staging.staged();
       const ssh = await guest.ssh.reach(member, { windowMs: guest.timeoutMs });
-      for (const { action } of changes) {
-        if (action.kind === 'install-release' && staged.has(name)) continue;
-        await applyGuestAction(guest, member, ssh, action);
+      const actions = changes.map(({ action }) => action).filter((action) => !(action.kind === 'install-release' && staged.has(name)));
+      for (const next of batched(actions)) {
+        if (Array.isArray(next)) await applyFileBatch(ssh, next);
+        else await applyGuestAction(guest, member, ssh, next);
       }
     },
   };
@@ -235,35 +237,21 @@ async function readDriftedContent(
   return contents;
 }
 
-/** One change over the member's SSH. */
+/** One change over the member's SSH (file changes go in batches: applyFileBatch). */
 async function applyGuestAction(guest: GuestContext, member: Member, ssh: SshConnection, action: GuestStepAction): Promise<void> {
   if (action.kind === 'after-boot') throw new Error('the guest could not be probed: nothing to apply');
-  if (action.kind === 'write' || action.kind === 'attributes') await writeGuestFile(ssh, action);
-  if (action.kind === 'daemon-reload') await ssh.run(['sudo', 'systemctl', 'daemon-reload']);
-  if (action.kind === 'enable') await ssh.run(['sudo', 'systemctl', 'enable', action.unit]);
+  if (isFileAction(action)) await applyFileBatch(ssh, [action]);
   if (action.kind === 'install-release') await installRelease(guest, ssh, action.release);
-  if (action.kind === 'keep-previous') await keepPrevious(ssh, action.paths);
   if (action.kind === 'start' || action.kind === 'restart') {
     if (action.service.rolling) await restartRolling(guest, member, ssh, action);
     else await ssh.run(['sudo', 'systemctl', startVerb(action), action.service.unit]);
   }
 }
 
-/** A file's content (with its owner and mode), or only its owner and mode. */
-async function writeGuestFile(ssh: SshConnection, action: Extract<GuestAction, { kind: 'write' | 'attributes' }>): Promise<void> {
-  const { file } = action;
-  const mode = file.mode.toString(8).padStart(4, '0');
-  if (action.kind === 'write') {
-    // Over stdin into a private temporary file, then renamed: never a half-written file, never a secret in argv.
-    const script = [
-      // biome-ignore lint/suspicious/noTemplateCurlyInString: shell parameter expansions, run by sh in the guest.
-      'set -e; umask 077; mkdir -p -- "${1%/*}"; t="$1.etcd-kvm-new"; cat > "$t"',
-      'chown -- "$2" "$t"; chmod -- "$3" "$t"; mv -f -- "$t" "$1"',
-    ].join('; ');
-    await ssh.run(['sudo', 'sh', '-c', script, 'sh', file.path, file.owner, mode], { stdin: file.content, describe: `write ${file.path}` });
-  } else {
-    await ssh.run(['sudo', 'sh', '-c', 'chown -- "$2" "$1" && chmod -- "$3" "$1"', 'sh', file.path, file.owner, mode]);
-  }
+/** File changes in a row, in one command: the files' contents over stdin, never in argv (guest/file-batch.ts). */
+async function applyFileBatch(ssh: SshConnection, actions: readonly FileAction[]): Promise<void> {
+  const batch = fileBatch(actions);
+  await ssh.run(['sudo', 'sh', '-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], { stdin: batch.stdin, describe: batch.describe });
 }
 
 /**
@@ -288,13 +276,6 @@ async function installRelease(guest: GuestContext, ssh: SshConnection, release: 
     timeoutMs: guest.timeoutMs,
     describe: `install etcd ${formatVersion(release.version)}`,
   });
-}
-
-/** Copies (mode and owner kept) of files about to be replaced, under PREVIOUS_DIR: what a rollback puts back. */
-async function keepPrevious(ssh: SshConnection, paths: readonly string[]): Promise<void> {
-  // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, run by sh in the guest.
-  const script = 'set -e; for f; do mkdir -p -- "$0${f%/*}"; cp -p -- "$f" "$0$f"; done';
-  await ssh.run(['sudo', 'sh', '-c', script, PREVIOUS_DIR, ...paths], { describe: 'keep the files a rollback needs' });
 }
 
 /** The kept files back in place, and the service restarted on them; true when it is healthy again. */

@@ -1,0 +1,100 @@
+import { PREVIOUS_DIR, type GuestAction } from './plan.ts';
+
+/**
+ * A member's file changes in a row — files kept for a rollback, written, their owner and mode fixed,
+ * systemd reloaded, a unit enabled — as one `sudo sh` over SSH instead of one each: every process
+ * started in an emulated guest costs tenths of a second, sudo most of all. Pure: the script, its
+ * arguments and its input; steps/guest.ts runs it.
+ */
+
+export type FileAction = Extract<GuestAction, { kind: 'write' | 'attributes' | 'keep-previous' | 'daemon-reload' | 'enable' }>;
+
+const BATCHED: ReadonlySet<string> = new Set<FileAction['kind']>(['write', 'attributes', 'keep-previous', 'daemon-reload', 'enable']);
+
+export const isFileAction = (action: { kind: string }): action is FileAction => BATCHED.has(action.kind);
+
+/**
+ * Reads its operations from its arguments, in order; each write's content is the next `size` bytes of
+ * stdin (GNU head -c reads no further than it is asked, even from a pipe), checked for length, written
+ * to a private temporary file beside the target and renamed over it: never a half-written file, never
+ * a secret in argv. The first error stops the batch (set -e): what came before it stays done, as when
+ * each was its own command.
+ */
+export const FILE_BATCH_SCRIPT = [
+  'set -e; umask 077; previous=$1; shift',
+  // A process only for a directory that is not there yet: each costs tenths of a second in an emulated guest.
+  'dir() { [ -d "$1" ] || mkdir -p -- "$1"; }',
+  'while [ $# -gt 0 ]; do',
+  '  case $1 in',
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: shell parameter expansions, run by sh in the guest.
+  '    keep) dir "$previous${2%/*}"; cp -p -- "$2" "$previous$2"; shift 2 ;;',
+  '    write)',
+  // biome-ignore lint/suspicious/noTemplateCurlyInString: shell parameter expansions, run by sh in the guest.
+  '      dir "${2%/*}"; t="$2.etcd-kvm-new"; head -c "$5" > "$t"',
+  '      [ "$(wc -c < "$t")" -eq "$5" ] || { rm -f -- "$t"; echo "$2: the input ended before its $5 bytes" >&2; exit 1; }',
+  '      chown -- "$3" "$t"; chmod -- "$4" "$t"; mv -f -- "$t" "$2"; shift 5 ;;',
+  '    attributes) chown -- "$3" "$2"; chmod -- "$4" "$2"; shift 4 ;;',
+  '    daemon-reload) systemctl daemon-reload; shift ;;',
+  '    enable) systemctl enable -- "$2"; shift 2 ;;',
+  '    *) echo "unknown operation: $1" >&2; exit 2 ;;',
+  '  esac',
+  'done',
+].join('\n');
+
+export interface FileBatch {
+  /** The arguments after `sh -c FILE_BATCH_SCRIPT sh`. */
+  args: string[];
+  /** Every written file's content, one after another. */
+  stdin: Buffer;
+  /** What the batch does, for an error's message. */
+  describe: string;
+}
+
+const octal = (mode: number) => mode.toString(8).padStart(4, '0');
+
+/** The batch for these actions, in their order; `previousDir` is where kept files go (PREVIOUS_DIR). */
+export function fileBatch(actions: readonly FileAction[], previousDir = PREVIOUS_DIR): FileBatch {
+  const args: string[] = [previousDir];
+  const contents: Buffer[] = [];
+  const said: string[] = [];
+  for (const action of actions) {
+    switch (action.kind) {
+      case 'keep-previous':
+        for (const path of action.paths) args.push('keep', path);
+        said.push(`keep ${action.paths.join(', ')}`);
+        break;
+      case 'write': {
+        const content = Buffer.from(action.file.content, 'utf8');
+        args.push('write', action.file.path, action.file.owner, octal(action.file.mode), String(content.length));
+        contents.push(content);
+        said.push(`write ${action.file.path}`);
+        break;
+      }
+      case 'attributes':
+        args.push('attributes', action.file.path, action.file.owner, octal(action.file.mode));
+        said.push(`fix ${action.file.path}`);
+        break;
+      case 'daemon-reload':
+        args.push('daemon-reload');
+        said.push('systemctl daemon-reload');
+        break;
+      case 'enable':
+        args.push('enable', action.unit);
+        said.push(`systemctl enable ${action.unit}`);
+        break;
+    }
+  }
+  return { args, stdin: Buffer.concat(contents), describe: said.join('; ') };
+}
+
+/** The actions in order, runs of file actions gathered into one batch each. */
+export function batched<A extends { kind: string }>(actions: readonly A[]): (A | FileAction[])[] {
+  const out: (A | FileAction[])[] = [];
+  for (const action of actions) {
+    const last = out.at(-1);
+    if (!isFileAction(action)) out.push(action);
+    else if (Array.isArray(last)) last.push(action);
+    else out.push([action]);
+  }
+  return out;
+}

@@ -1,0 +1,87 @@
+import test from 'ava';
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { userInfo } from 'node:os';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { batched, fileBatch, FILE_BATCH_SCRIPT, type FileAction } from '../../tasks/guest/file-batch.ts';
+import type { GuestAction } from '../../tasks/guest/plan.ts';
+import type { ManagedFile } from '../../tasks/render/guest/desired.ts';
+
+/** The batch script run for real by the host's sh (as the guest's, without sudo), in a directory of its own. */
+
+const gid = spawnSync('id', ['-gn'], { encoding: 'utf8' }).stdout.trim();
+const owner = `${userInfo().username}:${gid}`;
+
+const file = (path: string, content: string, mode: number, secret = false): ManagedFile => ({
+  path,
+  mode,
+  owner,
+  content,
+  display: secret ? '(secret)' : content,
+  secret,
+});
+
+function run(actions: FileAction[], previous: string, stdin?: Buffer) {
+  const batch = fileBatch(actions, previous);
+  const result = spawnSync('sh', ['-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], { input: stdin ?? batch.stdin, encoding: 'utf8' });
+  return { ...result, batch };
+}
+
+const modeOf = (path: string) => statSync(path).mode & 0o7777;
+
+test('a roll turn in one command: the environment kept, then it and a new file written (UTF-8 too), modes set; no content in argv', (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'file-batch-'));
+  const env = join(root, 'etc/etcd/etcd.env');
+  const key = join(root, 'etc/etcd/tls/server.key');
+  spawnSync('mkdir', ['-p', join(root, 'etc/etcd')]);
+  writeFileSync(env, 'ETCDKVM_BINARY=/old\n', { mode: 0o640 });
+  const actions: FileAction[] = [
+    { kind: 'keep-previous', paths: [env] },
+    { kind: 'write', file: file(env, 'ETCDKVM_BINARY=/new\nNAME=ètcd\n', 0o644) },
+    { kind: 'write', file: file(key, 'PRIVATE KEY\n', 0o400, true) },
+  ];
+  const { status, stderr, batch } = run(actions, join(root, 'previous'));
+  t.is(status, 0, stderr);
+  t.is(readFileSync(env, 'utf8'), 'ETCDKVM_BINARY=/new\nNAME=ètcd\n');
+  t.is(modeOf(env), 0o644);
+  t.is(readFileSync(key, 'utf8'), 'PRIVATE KEY\n');
+  t.is(modeOf(key), 0o400);
+  // The kept copy is the file as it was, mode included: what a rollback puts back.
+  t.is(readFileSync(join(root, 'previous', env), 'utf8'), 'ETCDKVM_BINARY=/old\n');
+  t.is(modeOf(join(root, 'previous', env)), 0o640);
+  t.false(batch.args.some((arg) => arg.includes('PRIVATE') || arg.includes('/new')));
+  t.is(batch.describe, `keep ${env}; write ${env}; write ${key}`);
+});
+
+test('attributes alone: owner and mode fixed, the content untouched', (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'file-batch-'));
+  const path = join(root, 'ca.crt');
+  writeFileSync(path, 'CA\n', { mode: 0o600 });
+  const { status, stderr } = run([{ kind: 'attributes', file: file(path, 'ignored', 0o644) }], join(root, 'previous'));
+  t.is(status, 0, stderr);
+  t.is(readFileSync(path, 'utf8'), 'CA\n');
+  t.is(modeOf(path), 0o644);
+});
+
+test('input that ends too early: the batch fails naming the file, which keeps its content; no temporary file is left', (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'file-batch-'));
+  const path = join(root, 'etcd.env');
+  writeFileSync(path, 'OLD\n');
+  const { status, stderr } = run([{ kind: 'write', file: file(path, 'NEW CONTENT\n', 0o644) }], join(root, 'previous'), Buffer.from('NEW'));
+  t.is(status, 1);
+  t.regex(stderr, new RegExp(`${path}: the input ended before its 12 bytes`));
+  t.is(readFileSync(path, 'utf8'), 'OLD\n');
+  t.false(spawnSync('ls', [`${path}.etcd-kvm-new`]).status === 0);
+});
+
+test('runs of file actions are gathered, in order; an install or a restart stays on its own', (t) => {
+  const write: GuestAction = { kind: 'write', file: file('/a', 'a', 0o644) };
+  const reload: GuestAction = { kind: 'daemon-reload' };
+  const install = { kind: 'install-release' } as unknown as GuestAction;
+  const restart = { kind: 'restart' } as unknown as GuestAction;
+  const keep: GuestAction = { kind: 'keep-previous', paths: ['/a'] };
+  t.deepEqual(batched<GuestAction>([install, keep, write, reload, restart]), [install, [keep, write, reload], restart]);
+  t.deepEqual(batched<GuestAction>([write, restart, reload]), [[write], restart, [reload]]);
+  t.deepEqual(batched<GuestAction>([]), []);
+});
