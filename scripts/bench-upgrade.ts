@@ -40,12 +40,16 @@ interface Report {
   results: { step: string; host: string; status: string; durationMs: number }[];
 }
 
-async function deployed(): Promise<{ ms: number; report: Report }> {
+async function deployed(): Promise<{ ms: number; report: Report; commands: string[] }> {
   const started = performance.now();
-  const result = await $`npx tsx tasks/deploy.ts -i ${INVENTORY} --json ${REPORT}`.nothrow();
+  const result = await $`npx tsx tasks/deploy.ts -i ${INVENTORY} --json ${REPORT} --profile`.nothrow();
   const ms = performance.now() - started;
   if (result.exitCode !== 0) throw new Error(`deploy failed:\n${result.stdout.slice(-3000)}\n${result.stderr}`);
-  return { ms, report: JSON.parse(readFileSync(REPORT, 'utf8')) as Report };
+  // --profile's slowest commands in members: where each member's turn spends its time.
+  const lines = result.stdout.split('\n');
+  const from = lines.findIndex((line) => line.startsWith('slowest commands over SSH'));
+  const commands = from < 0 ? [] : lines.slice(from + 1).filter((line) => line.startsWith('  '));
+  return { ms, report: JSON.parse(readFileSync(REPORT, 'utf8')) as Report, commands };
 }
 
 const tls = () => ['--cacert', `${STATE}/pki/ca.crt`, '--cert', `${STATE}/pki/clients/root.crt`, '--key', `${STATE}/pki/clients/root.key`];
@@ -111,6 +115,7 @@ async function main(): Promise<void> {
         .map(seconds)
         .join(', ')}`,
     );
+    console.error(`  its slowest commands in members:\n${run.commands.join('\n')}`);
   }
   rmSync(INVENTORY, { force: true });
   const load = (await $`cat /proc/loadavg`).stdout.split(' ').slice(0, 3).join(' ');

@@ -4,6 +4,8 @@ import { DEPLOY_HELP, parseDeployOptions, type DeployOptions } from './cli/optio
 import { describeError, EXIT, InputError, reportInputError } from './core/errors.ts';
 import { silenceKnownWarnings } from './core/warnings.ts';
 import { formatChanges, formatProfile, formatRecap, formatUnreachable, recapByHost } from './core/report.ts';
+import { forDisplay } from './core/display.ts';
+import { formatCommandTimes } from './remote/command-times.ts';
 import { placementWarnings } from './inventory/placement.ts';
 import { Runner } from './core/runner.ts';
 import { loadInventory } from './inventory/load.ts';
@@ -56,7 +58,7 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
             { connections, identity: identities.root, clients },
             { command: ['deploy', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost },
           );
-  const { written, unreachable, guestAgentUnanswered, plan } = await runDeploy(inventory, runner, { ...options, hold });
+  const { written, unreachable, guestAgentUnanswered, slowestCommands, plan } = await runDeploy(inventory, runner, { ...options, hold });
   if (plan) return listPhases(plan, runner, options.json);
 
   // Summaries by default; diffs where they are asked for, and in a dry-run, which is a plan to read.
@@ -69,6 +71,7 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
     console.log(`\n${formatProfile(runner.results, runner.phaseTimes)}`);
     // Why a member's facts took the slower way: an image without qemu-guest-agent, a domain without its channel.
     for (const { member, reason } of guestAgentUnanswered) console.log(`guest facts of ${member}: not through the guest agent (${reason})`);
+    for (const line of formatCommandTimes(slowestCommands)) console.log(forDisplay(line));
   }
   if (options.json) {
     // Where the time went: loading this process's modules (before main), and the run itself.

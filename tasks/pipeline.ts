@@ -10,6 +10,7 @@ import { DeployContext } from './deploy/context.ts';
 import { gather, prefetchFacts } from './deploy/gather.ts';
 import { buildPlan, selectedBy, selectMembers, validateTags, type PlannedPhase } from './deploy/plan.ts';
 import { DeployExecution } from './deploy/execute.ts';
+import type { CommandTime } from './remote/command-times.ts';
 
 /**
  * The deploy: the pki step, then gather → plan → execute.
@@ -64,7 +65,12 @@ export interface DeployOutcome {
   unreachable: (Unreachable & { hypervisor: string; members: string[] })[];
   /** Members whose guest agent did not answer this run (their facts came over SSH), and why. */
   guestAgentUnanswered: { member: string; reason: string }[];
+  /** The slowest commands sent into members (--profile). */
+  slowestCommands: CommandTime[];
 }
+
+/** How many of the run's commands in members --profile lists. */
+const SLOWEST_COMMANDS_SHOWN = 10;
 
 /** Names in --replace / --adopt must be the inventory's present members. */
 function validateNames(inventory: Inventory, options: PipelineOptions): void {
@@ -98,6 +104,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       members: members.filter((member) => member.hypervisor.name === hypervisor).map((member) => member.name),
     })),
     guestAgentUnanswered: [...context.guestProbe.agentFailures].map(([member, reason]) => ({ member, reason })),
+    slowestCommands: context.commandTimes.slowest(SLOWEST_COMMANDS_SHOWN),
     ...extra,
   });
   try {

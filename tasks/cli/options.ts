@@ -50,7 +50,8 @@ ${tagsHelp('                           ')}
                          this cluster's and mark them (as Terraform's import); a domain another
                          cluster marked is never taken
       --profile          after the recap, each step's time on each host, the slowest step first,
-                         then each phase's wall-clock time (what no step's time shows)
+                         then each phase's wall-clock time (what no step's time shows), then the
+                         slowest commands sent into members over SSH, start to exit
       --json FILE        also write a machine-readable report of every step and host to FILE
       --debug            show stack traces of unexpected errors
   -h, --help             show this help

@@ -16,6 +16,7 @@ import { renderGuest, renderMember, type RenderedFile } from '../render/member.t
 import type { DesiredGuest } from '../render/guest/desired.ts';
 import type { InitialClusterState } from '../render/etcd.ts';
 import type { NetworkNames } from '../steps/networks.ts';
+import { CommandTimes } from '../remote/command-times.ts';
 
 /** What one render made: each member's files (domain XML, cloud-init) and its guest's contents. */
 export interface Rendered {
@@ -60,6 +61,8 @@ export class DeployContext {
   readonly identities: ClientIdentities;
   readonly clients: EtcdClients;
   readonly memberSsh: MemberConnections;
+  /** Each command sent into a member and how long it took (--profile). */
+  readonly commandTimes = new CommandTimes();
   readonly guestProbe: GuestProbe;
 
   private constructor(
@@ -78,7 +81,11 @@ export class DeployContext {
       if (key === undefined) throw new Error(`the tool's SSH key ${store.pathsOf('ssh/admin').privateKey} is missing`);
       return key;
     };
-    this.memberSsh = new MemberConnections(this.remote.connections, { privateKey, knownHostsPath: store.knownHostsPath });
+    this.memberSsh = new MemberConnections(
+      this.remote.connections,
+      { privateKey, knownHostsPath: store.knownHostsPath },
+      this.commandTimes,
+    );
     this.guestProbe = new GuestProbe(
       facts,
       this.memberSsh,

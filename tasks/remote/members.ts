@@ -2,6 +2,7 @@ import type { Duplex } from 'node:stream';
 import type { Member } from '../inventory/model.ts';
 import type { HypervisorConnections } from './hypervisors.ts';
 import { retryWhile } from '../core/retry.ts';
+import type { CommandTimes } from './command-times.ts';
 import { ConnectionPool } from './pool.ts';
 import { SshConnection, SshError } from './ssh.ts';
 
@@ -24,6 +25,7 @@ export class MemberConnections {
   constructor(
     readonly hypervisors: HypervisorConnections,
     readonly identity: { privateKey: () => string; knownHostsPath: string },
+    readonly commandTimes?: CommandTimes,
   ) {}
 
   get(member: Member): Promise<SshConnection> {
@@ -38,6 +40,7 @@ export class MemberConnections {
         knownHostsPath: this.identity.knownHostsPath,
         trustOnFirstUse: false,
         connectTimeoutMs: 30_000,
+        ...(this.commandTimes ? { commandTimes: this.commandTimes } : {}),
         ...via,
       }),
     );

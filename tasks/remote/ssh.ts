@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { connect as tcpConnect, type Socket } from 'node:net';
 import { Readable, type Duplex } from 'node:stream';
 import { Client, type ClientChannel, type ConnectConfig } from 'ssh2';
+import type { CommandTimes } from './command-times.ts';
 import { type CapExceededError, CappedChunks, commandInBrief, SSH_STDERR_CAP, SSH_STDOUT_CAP } from '../core/limits.ts';
 import { commandLine } from '../core/shell.ts';
 import { verifyHostKey } from './known-hosts.ts';
@@ -35,6 +36,8 @@ export interface SshTarget {
   connectTimeoutMs?: number;
   /** A stream to speak SSH over instead of a TCP connection (a channel forwarded by another host). */
   via?: () => Promise<Duplex>;
+  /** Where each command's time is recorded (--profile lists the slowest). */
+  commandTimes?: CommandTimes;
 }
 
 /** What a command reads on stdin: text or bytes, or a stream for uploads too large to hold. */
@@ -156,7 +159,21 @@ export class SshConnection {
   }
 
   /** Runs a command built from an argument array; `stdin` carries secrets and uploads, never argv. */
-  exec(argv: readonly string[], options: { stdin?: Stdin; timeoutMs?: number } = {}): Promise<ExecResult> {
+  exec(argv: readonly string[], options: { stdin?: Stdin; timeoutMs?: number; describe?: string } = {}): Promise<ExecResult> {
+    const started = performance.now();
+    const running = this.#run(argv, options);
+    const times = this.target.commandTimes;
+    if (times) {
+      const command = options.describe ?? commandInBrief(argv);
+      void running.then(
+        () => times.record({ host: this.target.label, command, ms: performance.now() - started }),
+        () => undefined,
+      );
+    }
+    return running;
+  }
+
+  #run(argv: readonly string[], options: { stdin?: Stdin; timeoutMs?: number }): Promise<ExecResult> {
     const command = commandLine(argv);
     return this.#slots.use(
       () =>

@@ -6,6 +6,7 @@ import { userInfo } from 'node:os';
 import { Readable } from 'node:stream';
 import { connect } from 'node:net';
 import { MiB, SSH_STDERR_CAP, SSH_STDOUT_CAP } from '../../tasks/core/limits.ts';
+import { CommandTimes } from '../../tasks/remote/command-times.ts';
 import { SshConnection, type SshTarget } from '../../tasks/remote/ssh.ts';
 import { Tunnel } from '../../tasks/remote/tunnel.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
@@ -41,6 +42,29 @@ function knownHostsFile(name: string, content: string): string {
   writeFileSync(path, content);
   return path;
 }
+
+test('each command is timed, start to exit, under what its caller says it does: the slowest first (--profile)', async (t) => {
+  const commandTimes = new CommandTimes();
+  const connection = await SshConnection.open({ ...target(knownHostsFile('known_hosts_timed', sshd.knownHostsLine)), commandTimes });
+  try {
+    await connection.run(['sleep', '0.4'], { describe: 'systemctl daemon-reload' });
+    await connection.run(['true']);
+    t.is((await connection.exec(['sh', '-c', 'exit 3'])).code, 3);
+    const times = commandTimes.slowest(10);
+    t.deepEqual(times.map((time) => time.command).sort(), ["sh -c 'exit 3'", 'systemctl daemon-reload', 'true']);
+    t.true(times.every((time) => time.host === 'hypervisor test'));
+    const reload = times.find((time) => time.command === 'systemctl daemon-reload')!;
+    t.true(reload.ms >= 400, `${reload.ms} ms`);
+    t.deepEqual(
+      times.map((time) => time.ms),
+      times.map((time) => time.ms).sort((a, b) => b - a),
+      'slowest first',
+    );
+    t.is(commandTimes.slowest(1).length, 1);
+  } finally {
+    connection.close();
+  }
+});
 
 test('runs commands from argument arrays, passes stdin, reports exit codes, on one reused connection', async (t) => {
   const connection = await SshConnection.open(target(knownHostsFile('known_hosts_ok', sshd.knownHostsLine)));
