@@ -1,7 +1,7 @@
 /**
  * A release installed ahead of a roll on every member whose plan installs it, all at once: unpacking
  * an archive costs seconds of a TCG guest's CPU, which a member's turn in the roll then does not pay.
- * A release's directory sits beside the running one and changes nothing until the unit names it, so a
+ * A release's directory sits beside the running one and changes nothing until etcd.env names it, so a
  * roll that stops early leaves the later members running what they ran. Best effort: a member whose
  * install ahead failed installs in its own turn, and fails there if it must.
  */

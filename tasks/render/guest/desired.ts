@@ -30,7 +30,7 @@ export interface DesiredGuest {
   services: GuestService[];
   /** etcd's data directory: holds member/ once the member has joined its cluster. */
   dataDir: string;
-  /** With binaries: release, the etcd release the member runs (installed by the tool before the unit names it). */
+  /** With binaries: release, the etcd release the member runs (installed by the tool before etcd.env names it). */
   release?: GuestRelease;
 }
 
