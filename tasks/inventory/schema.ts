@@ -846,6 +846,7 @@ export const alertForSchema = z
     database_near_quota: alertFor('10m', "a member's database stays above `monitoring.quota_fraction` of `space_quota`"),
     database_fragmented: alertFor('30m', "less than half of a member's database file stays in use"),
     nospace_alarm: alertFor('1m', 'a NOSPACE alarm is active'),
+    corrupt_alarm: alertFor('1m', 'a CORRUPT alarm is active'),
     slow_wal_fsync: alertFor('10m', 'the 99th percentile of WAL fsyncs stays above 0.5 s'),
     slow_backend_commit: alertFor('10m', 'the 99th percentile of backend commits stays above 0.25 s'),
     proposals_failing: alertFor('15m', 'proposals keep failing'),

@@ -124,6 +124,17 @@ const DEFINITIONS: readonly AlertDefinition[] = [
       'Free space with `etcd-kvm maintain -i INV --compact --defrag` (or raise etcd.space_quota and run `etcd-kvm deploy -i INV`), then clear the alarm with `etcd-kvm maintain -i INV --disarm`.',
   },
   {
+    key: 'corrupt_alarm',
+    name: 'EtcdKvmCorruptAlarm',
+    severity: 'critical',
+    source: 'node',
+    // etcd's corruption check found members whose data differ; while the alarm stands etcd answers requests with "corrupt cluster".
+    expr: (s) => `etcd_kvm_alarm_active${s.node('alarm="CORRUPT"')} == 1`,
+    summary: `CORRUPT alarm raised on ${of}: members' data differ, and the cluster refuses requests`,
+    runbook:
+      'See which member the alarm names with `etcd-kvm status -i INV`, replace that member with `etcd-kvm deploy -i INV --replace MEMBER` (it joins again empty and takes its data from the others), then clear the alarm with `etcdctl alarm disarm` as root.',
+  },
+  {
     key: 'slow_wal_fsync',
     name: 'EtcdKvmSlowWalFsync',
     severity: 'warning',
