@@ -1,4 +1,4 @@
-import { PREVIOUS_DIR, type GuestAction } from './plan.ts';
+import { octal, PREVIOUS_DIR, type GuestAction } from './plan.ts';
 
 /**
  * A member's file changes in a row — files kept for a rollback, written, their owner and mode fixed,
@@ -7,9 +7,11 @@ import { PREVIOUS_DIR, type GuestAction } from './plan.ts';
  * arguments and its input; steps/guest.ts runs it.
  */
 
-export type FileAction = Extract<GuestAction, { kind: 'write' | 'attributes' | 'keep-previous' | 'daemon-reload' | 'enable' }>;
+const FILE_ACTION_KINDS = ['write', 'attributes', 'keep-previous', 'daemon-reload', 'enable'] as const;
 
-const BATCHED: ReadonlySet<string> = new Set<FileAction['kind']>(['write', 'attributes', 'keep-previous', 'daemon-reload', 'enable']);
+export type FileAction = Extract<GuestAction, { kind: (typeof FILE_ACTION_KINDS)[number] }>;
+
+const BATCHED: ReadonlySet<string> = new Set(FILE_ACTION_KINDS);
 
 export const isFileAction = (action: { kind: string }): action is FileAction => BATCHED.has(action.kind);
 
@@ -50,8 +52,6 @@ export interface FileBatch {
   describe: string;
 }
 
-const octal = (mode: number) => mode.toString(8).padStart(4, '0');
-
 /** The batch for these actions, in their order; `previousDir` is where kept files go (PREVIOUS_DIR). */
 export function fileBatch(actions: readonly FileAction[], previousDir = PREVIOUS_DIR): FileBatch {
   const args: string[] = [previousDir];
@@ -87,12 +87,12 @@ export function fileBatch(actions: readonly FileAction[], previousDir = PREVIOUS
   return { args, stdin: Buffer.concat(contents), describe: said.join('; ') };
 }
 
-/** The actions in order, runs of file actions gathered into one batch each. */
-export function batched<A extends { kind: string }>(actions: readonly A[]): (A | FileAction[])[] {
-  const out: (A | FileAction[])[] = [];
+/** The actions in order, runs of file actions gathered into one batch each: every other action stands alone. */
+export function batched<A extends { kind: string }>(actions: readonly A[]): (Exclude<A, FileAction> | FileAction[])[] {
+  const out: (Exclude<A, FileAction> | FileAction[])[] = [];
   for (const action of actions) {
     const last = out.at(-1);
-    if (!isFileAction(action)) out.push(action);
+    if (!isFileAction(action)) out.push(action as Exclude<A, FileAction>);
     else if (Array.isArray(last)) last.push(action);
     else out.push([action]);
   }

@@ -45,7 +45,8 @@ export class RefusedError extends Error {}
 
 export const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
-const octal = (mode: number) => mode.toString(8).padStart(4, '0');
+/** A file mode as chmod and a plan's summary write it: 0644. */
+export const octal = (mode: number) => mode.toString(8).padStart(4, '0');
 const SYSTEMD_DIR = /^\/etc\/systemd\/system\//;
 /** A unit file systemd reads only when told to reload. */
 export const isUnitFile = (path: string) => SYSTEMD_DIR.test(path);

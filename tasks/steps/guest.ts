@@ -8,7 +8,7 @@ import { quote } from '../core/shell.ts';
 import { RELEASES_GUEST_DIR, type GuestRelease } from '../render/etcd-release.ts';
 import type { Release } from '../upgrade/release.ts';
 import { formatVersion } from '../upgrade/version.ts';
-import { batched, fileBatch, FILE_BATCH_SCRIPT, isFileAction, type FileAction } from '../guest/file-batch.ts';
+import { batched, fileBatch, FILE_BATCH_SCRIPT, type FileAction } from '../guest/file-batch.ts';
 import { waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
 import type { GuestProbe } from '../guest/probe.ts';
 import { driftedContent, isUnitFile, planGuest, PREVIOUS_DIR, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
@@ -237,10 +237,14 @@ async function readDriftedContent(
   return contents;
 }
 
-/** One change over the member's SSH (file changes go in batches: applyFileBatch). */
-async function applyGuestAction(guest: GuestContext, member: Member, ssh: SshConnection, action: GuestStepAction): Promise<void> {
+/** One change over the member's SSH that is no file change (those go in batches: applyFileBatch). */
+async function applyGuestAction(
+  guest: GuestContext,
+  member: Member,
+  ssh: SshConnection,
+  action: Exclude<GuestStepAction, FileAction>,
+): Promise<void> {
   if (action.kind === 'after-boot') throw new Error('the guest could not be probed: nothing to apply');
-  if (isFileAction(action)) await applyFileBatch(ssh, [action]);
   if (action.kind === 'install-release') await installRelease(guest, ssh, action.release);
   if (action.kind === 'start' || action.kind === 'restart') {
     if (action.service.rolling) await restartRolling(guest, member, ssh, action);
