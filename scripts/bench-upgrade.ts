@@ -5,6 +5,7 @@ import { parse, stringify } from 'yaml';
 import { $ } from 'zx';
 import { LAB } from './lab/config.ts';
 import { argument, median } from './bench/cli.ts';
+import { COMMAND_TIMES_HEADING } from '../tasks/remote/command-times.ts';
 
 /**
  * What an etcd upgrade costs per member, against its lower bound (issue 26: ≤ 1.2×), on the local lab
@@ -47,7 +48,7 @@ async function deployed(): Promise<{ ms: number; report: Report; commands: strin
   if (result.exitCode !== 0) throw new Error(`deploy failed:\n${result.stdout.slice(-3000)}\n${result.stderr}`);
   // --profile's slowest commands in members: where each member's turn spends its time.
   const lines = result.stdout.split('\n');
-  const from = lines.findIndex((line) => line.startsWith('slowest commands over SSH'));
+  const from = lines.findIndex((line) => line.startsWith(COMMAND_TIMES_HEADING));
   const commands = from < 0 ? [] : lines.slice(from + 1).filter((line) => line.startsWith('  '));
   return { ms, report: JSON.parse(readFileSync(REPORT, 'utf8')) as Report, commands };
 }

@@ -25,11 +25,14 @@ export class CommandTimes {
   }
 }
 
+/** The first of --profile's lines for the slowest commands (bench:upgrade finds them by it). */
+export const COMMAND_TIMES_HEADING = 'slowest commands over SSH (start to exit)';
+
 /** --profile's lines for the slowest commands; none when no command ran over SSH. */
 export function formatCommandTimes(times: readonly CommandTime[]): string[] {
   if (times.length === 0) return [];
   return [
-    `slowest commands over SSH (start to exit): ${times.length}`,
+    `${COMMAND_TIMES_HEADING}: ${times.length}`,
     ...times.map(({ host, command, ms }) => `  ${(ms / 1000).toFixed(2).padStart(6)} s  ${host}: ${command}`),
   ];
 }
