@@ -36,6 +36,7 @@ const file = (path: string, content: string, notify?: string): ManagedFile => ({
 const desired: DesiredGuest = {
   files: [
     file(ENV, `ETCD_NAME=etcd-1\nETCDKVM_BINARY=${release.binary}\nETCD_SNAPSHOT_COUNT=10000\n`),
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: systemd's expansion of the environment file's variable.
     file(UNIT, '[Service]\nExecStart=/usr/bin/env ${ETCDKVM_BINARY}\n', 'etcd.service'),
   ],
   services: [{ unit: 'etcd.service', onChange: 'restart', rolling: true, environment: { path: ENV, ignore: [] } }],
