@@ -213,7 +213,7 @@ export class DeployExecution {
       case 'domain':
         return domainsStep({ inventory: cluster, members, rendered: rendered.files, context: remote, clients });
       case 'restore':
-        return restoreStep(cluster, members, memberSsh, snapshots!);
+        return restoreStep(cluster, members, memberSsh, snapshots!, () => this.context.releaseArchive());
       case 'guest': {
         const diffs = this.options.dryRun || this.options.diff === true;
         return guestStep({

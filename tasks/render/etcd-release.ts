@@ -1,4 +1,5 @@
-import type { Inventory } from '../inventory/model.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import { etcdBinaryDir } from './guest/dependencies.ts';
 import { compareVersions, parseVersion, releaseTag, type EtcdVersion } from '../upgrade/version.ts';
 
 /**
@@ -41,6 +42,21 @@ export function managedRelease(inventory: Inventory): GuestRelease | undefined {
 
 const V3_5: EtcdVersion = { major: 3, minor: 5, patch: 0 };
 const V3_6: EtcdVersion = { major: 3, minor: 6, patch: 0 };
+
+/** Where a member's etcdctl (and, from 3.5, etcdutl) are: the managed release's, else the image's or the installer's. */
+export const etcdToolsDir = (inventory: Inventory, member: Member): string => managedRelease(inventory)?.dir ?? etcdBinaryDir(member);
+
+/**
+ * The program that restores a snapshot into a data directory: etcdutl from 3.5 (etcdctl's `snapshot
+ * restore` is deprecated there and gone in 3.6), etcdctl before. Only a release the tool installs
+ * (binaries: release, or install_dependencies' download) has a version known here; an image's etcdctl
+ * restores as it always did.
+ */
+export function snapshotRestoreProgram(inventory: Inventory, member: Member): string[] {
+  const dir = etcdToolsDir(inventory, member);
+  const known = inventory.etcd.binaries === 'release' || member.installDependencies ? parseVersion(inventory.etcd.version) : undefined;
+  return known && compareVersions(known, V3_5) >= 0 ? [`${dir}/etcdutl`] : ['env', 'ETCDCTL_API=3', `${dir}/etcdctl`];
+}
 
 /**
  * The settings whose name or default differs between etcd versions, for the version the member runs

@@ -3,9 +3,9 @@ import type { Change, Patience, Step } from '../core/step.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
 import { ensureQuorumWithout, rollWaves, waitForRelease } from '../etcd/roll.ts';
-import { createReadStream } from 'node:fs';
 import { quote } from '../core/shell.ts';
-import { RELEASES_GUEST_DIR, type GuestRelease } from '../render/etcd-release.ts';
+import type { GuestRelease } from '../render/etcd-release.ts';
+import { installRelease as installReleaseArchive } from '../guest/release-install.ts';
 import type { Release } from '../upgrade/release.ts';
 import { formatVersion } from '../upgrade/version.ts';
 import { batched, fileBatch, FILE_BATCH_SCRIPT, type FileAction } from '../guest/file-batch.ts';
@@ -258,28 +258,10 @@ async function applyFileBatch(ssh: SshConnection, actions: readonly FileAction[]
   await ssh.run(['sudo', 'sh', '-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], { stdin: batch.stdin, describe: batch.describe });
 }
 
-/**
- * The release's archive over SSH, checked again against its digest in the guest, unpacked into a
- * temporary directory beside the releases and renamed into place whole: a member has a release's
- * directory only once all of it is there (the probe asks no more than that).
- */
+/** The run's release archive into a member (guest/release-install.ts). */
 async function installRelease(guest: GuestContext, ssh: SshConnection, release: GuestRelease): Promise<void> {
   if (!guest.releaseArchive) throw new Error('no release archive for binaries: release (the run was built without one)');
-  const archive = await guest.releaseArchive();
-  const script = [
-    'set -e; umask 022; mkdir -p -- "$1"',
-    't=$(mktemp -d "$1/.incoming.XXXXXX"); trap \'rm -rf -- "$t"\' EXIT',
-    'cat > "$t/release.tar.gz"',
-    'echo "$2  $t/release.tar.gz" | sha256sum --check --status || { echo "the archive received has another digest than $2" >&2; exit 1; }',
-    'tar -xzf "$t/release.tar.gz" -C "$t" --no-same-owner',
-    '[ -x "$t/$3/etcd" ] || { echo "the archive holds no $3/etcd" >&2; exit 1; }',
-    'rm -rf -- "$1/$3"; mv -- "$t/$3" "$1/$3"',
-  ].join('\n');
-  await ssh.run(['sudo', 'sh', '-c', script, 'sh', RELEASES_GUEST_DIR, archive.sha256, archive.name], {
-    stdin: createReadStream(archive.archivePath),
-    timeoutMs: guest.timeoutMs,
-    describe: `install etcd ${formatVersion(release.version)}`,
-  });
+  await installReleaseArchive(ssh, await guest.releaseArchive(), release, guest.timeoutMs);
 }
 
 /** The kept files back in place, and the service restarted on them; true when it is healthy again. */

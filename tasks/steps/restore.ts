@@ -4,7 +4,9 @@ import { waitForCloudInit } from '../guest/facts.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
-import { etcdBinaryDir } from '../render/guest/dependencies.ts';
+import { installRelease } from '../guest/release-install.ts';
+import { managedRelease, snapshotRestoreProgram } from '../render/etcd-release.ts';
+import type { Release } from '../upgrade/release.ts';
 import { peerUrl } from '../inventory/urls.ts';
 import { memberTargets } from './member-targets.ts';
 
@@ -13,7 +15,8 @@ import { memberTargets } from './member-targets.ts';
  * gets the same snapshot, restored with its own --name and the cluster's --initial-cluster,
  * --initial-cluster-token and its --initial-advertise-peer-urls, then etcd is started. The unit's
  * ConditionPathExists keeps etcd from founding an empty cluster meanwhile. A member whose data
- * directory already holds etcd's data is never touched again.
+ * directory already holds etcd's data is never touched again. With binaries: release, the release is
+ * installed first (the guest step, which would install it, runs after this one): its etcdutl restores.
  */
 
 interface RestoreState {
@@ -28,6 +31,8 @@ export function restoreStep(
   members: readonly Member[],
   connections: MemberConnections,
   source: SnapshotSource,
+  /** With binaries: release, the run's release archive on the control node. */
+  releaseArchive?: () => Promise<Release>,
 ): Step<RestoreState, 'restore'> {
   const { targets, memberNamed } = memberTargets(inventory.restore.enabled ? members : []);
   const dataDir = inventory.etcd.data_dir;
@@ -72,12 +77,15 @@ export function restoreStep(
       const upload = { stdin: snapshot, describe: 'snapshot upload', timeoutMs };
       await ssh.run(['sudo', 'sh', '-c', 'umask 077 && cat > "$1"', 'sh', file], upload);
       await ssh.run(['sudo', 'rm', '-rf', scratch]);
+      const release = managedRelease(inventory);
+      if (release) {
+        if (!releaseArchive) throw new Error('no release archive for binaries: release (the run was built without one)');
+        await installRelease(ssh, await releaseArchive(), release, timeoutMs);
+      }
       await ssh.run(
         [
           'sudo',
-          'env',
-          'ETCDCTL_API=3',
-          `${etcdBinaryDir(member)}/etcdctl`,
+          ...snapshotRestoreProgram(inventory, member),
           'snapshot',
           'restore',
           file,
@@ -92,7 +100,7 @@ export function restoreStep(
           '--data-dir',
           scratch,
         ],
-        { describe: 'etcdctl snapshot restore' },
+        { describe: 'snapshot restore' },
       );
       await ssh.run(['sudo', 'mv', `${scratch}/member`, `${dataDir}/member`]);
       await ssh.run(['sudo', 'chown', '-R', 'etcd:etcd', `${dataDir}/member`]);

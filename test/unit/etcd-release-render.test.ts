@@ -1,6 +1,6 @@
 import test from 'ava';
 import { etcdEnvironment, renderUnitFile } from '../../tasks/render/etcd.ts';
-import { guestReleaseOf, versionSettings } from '../../tasks/render/etcd-release.ts';
+import { guestReleaseOf, snapshotRestoreProgram, versionSettings } from '../../tasks/render/etcd-release.ts';
 import { renderInstaller } from '../../tasks/render/guest/dependencies.ts';
 import { parseVersion } from '../../tasks/upgrade/version.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
@@ -75,4 +75,36 @@ test('install_dependencies with binaries: release: the first-boot installer leav
   t.regex(script, /the tool installs it from the control node/);
   const image = load({ ...doc, etcd: { version: 'v3.5.16', binaries: 'image' } });
   t.regex(renderInstaller(image, image.members[0]!), /releases\/download\/v3\.5\.16\/etcd-v3\.5\.16-linux-amd64\.tar\.gz/);
+});
+
+/** Which program restores a snapshot in a member: etcdutl where the tool knows the release has one, else etcdctl. */
+const restoreRows: { binaries: 'release' | 'image'; installDependencies?: boolean; version: string; program: string[] }[] = [
+  { binaries: 'release', version: 'v3.4.33', program: ['env', 'ETCDCTL_API=3', '/opt/etcd-kvm/etcd-v3.4.33-linux-amd64/etcdctl'] },
+  { binaries: 'release', version: 'v3.5.16', program: ['/opt/etcd-kvm/etcd-v3.5.16-linux-amd64/etcdutl'] },
+  { binaries: 'release', version: 'v3.6.5', program: ['/opt/etcd-kvm/etcd-v3.6.5-linux-amd64/etcdutl'] },
+  // The image's etcd (Debian's 3.4 in the lab): its version is not the tool's to know, and its etcdctl restores.
+  { binaries: 'image', version: '3.4.23', program: ['env', 'ETCDCTL_API=3', '/usr/bin/etcdctl'] },
+  { binaries: 'image', installDependencies: true, version: 'v3.6.5', program: ['/usr/local/bin/etcdutl'] },
+];
+
+for (const row of restoreRows) {
+  test(`snapshot restore program: binaries ${row.binaries}${row.installDependencies ? ' with install_dependencies' : ''}, etcd ${row.version}`, (t) => {
+    const doc = baseDocument();
+    doc.etcd = { version: row.version, binaries: row.binaries };
+    if (row.installDependencies) doc.defaults = { ...(doc.defaults as object), install_dependencies: true };
+    const inventory = load(doc);
+    t.deepEqual(snapshotRestoreProgram(inventory, inventory.members[0]!), row.program);
+  });
+}
+
+test('install_dependencies installs etcdutl beside etcdctl when the release has it', (t) => {
+  const doc = baseDocument();
+  doc.etcd = { version: 'v3.5.16' };
+  doc.defaults = { ...(doc.defaults as object), install_dependencies: true };
+  const inventory = load(doc);
+  const script = renderInstaller(inventory, inventory.members[0]!);
+  t.regex(
+    script,
+    /if \[ -x "\$work\/etcd-v3\.5\.16-linux-amd64\/etcdutl" \]; then install -m 0755 "\$work\/etcd-v3\.5\.16-linux-amd64\/etcdutl" \/usr\/local\/bin\/; fi/,
+  );
 });

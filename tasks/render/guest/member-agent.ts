@@ -7,8 +7,7 @@ import type { Inventory, Member } from '../../inventory/model.ts';
 import { clientUrl } from '../../inventory/urls.ts';
 import type { MemberTls } from '../../pki/materials.ts';
 import { GUEST_PATHS } from '../etcd.ts';
-import { managedRelease } from '../etcd-release.ts';
-import { etcdBinaryDir } from './dependencies.ts';
+import { etcdToolsDir } from '../etcd-release.ts';
 import { secretFile, type CloudConfigFragment, type WriteFile } from './fragment.ts';
 import { MANIFEST_PATH, TEXTFILE_DIR } from './textfile.ts';
 import { DISARM_BELOW_QUOTA } from '../../inventory/model.ts';
@@ -69,7 +68,7 @@ const pending = (what: string) => `(${what}: issued when the pki step applies)\n
 /** What the agent reads: no secret in it, only where the secrets are. */
 export function agentConfig(inventory: Inventory, member: Member): Record<string, unknown> {
   const { s3, encryption_key: encryptionKey } = inventory.restore;
-  const etcdctl = `${managedRelease(inventory)?.dir ?? etcdBinaryDir(member)}/etcdctl`;
+  const etcdctl = `${etcdToolsDir(inventory, member)}/etcdctl`;
   const { defrag } = inventory.maintenance;
   return {
     member: member.name,

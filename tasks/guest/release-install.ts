@@ -1,0 +1,29 @@
+import { createReadStream } from 'node:fs';
+import { RELEASES_GUEST_DIR, type GuestRelease } from '../render/etcd-release.ts';
+import type { SshConnection } from '../remote/ssh.ts';
+import type { Release } from '../upgrade/release.ts';
+import { formatVersion } from '../upgrade/version.ts';
+
+/**
+ * A release's archive (on the control node) installed into a member over SSH, checked again against
+ * its digest in the guest, unpacked into a temporary directory beside the releases and renamed into
+ * place whole: a member has a release's directory only once all of it is there (the probe asks no
+ * more than that). Installing again replaces it, so a run killed halfway repeats it harmlessly.
+ */
+const INSTALL_SCRIPT = [
+  'set -e; umask 022; mkdir -p -- "$1"',
+  't=$(mktemp -d "$1/.incoming.XXXXXX"); trap \'rm -rf -- "$t"\' EXIT',
+  'cat > "$t/release.tar.gz"',
+  'echo "$2  $t/release.tar.gz" | sha256sum --check --status || { echo "the archive received has another digest than $2" >&2; exit 1; }',
+  'tar -xzf "$t/release.tar.gz" -C "$t" --no-same-owner',
+  '[ -x "$t/$3/etcd" ] || { echo "the archive holds no $3/etcd" >&2; exit 1; }',
+  'rm -rf -- "$1/$3"; mv -- "$t/$3" "$1/$3"',
+].join('\n');
+
+export async function installRelease(ssh: SshConnection, archive: Release, release: GuestRelease, timeoutMs: number): Promise<void> {
+  await ssh.run(['sudo', 'sh', '-c', INSTALL_SCRIPT, 'sh', RELEASES_GUEST_DIR, archive.sha256, archive.name], {
+    stdin: createReadStream(archive.archivePath),
+    timeoutMs,
+    describe: `install etcd ${formatVersion(release.version)}`,
+  });
+}
