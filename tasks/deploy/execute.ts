@@ -284,8 +284,12 @@ export class DeployExecution {
   /** One member replaced or leaving (its change drops what the run knew of its VM and guest). */
   async #depart(planned: Extract<PlannedPhase, { step: 'depart' }>): Shown {
     const { inventory, clients, remote } = this.context;
-    const departing = this.#departing(this.plan.flatMap((phase) => (phase.step === 'depart' ? [phase.member] : [])));
-    const [member] = this.#departing([planned.member]);
+    // The gather stage's departures are judged together; a replacement onto a new image, alone (each
+    // one after the member before it has joined again).
+    const departing = planned.image
+      ? [this.#member(planned.member)]
+      : this.#departing(this.plan.flatMap((phase) => (phase.step === 'depart' && !phase.image ? [phase.member] : [])));
+    const member = planned.image ? this.#member(planned.member) : this.#departing([planned.member])[0];
     return this.runner.runStep(
       departStep(inventory, clients, remote, {
         departure: planned.departure,

@@ -121,7 +121,7 @@ async function disksGone(
 
 /**
  * Members whose OS disk was built from another image than base_image, followers first and the
- * leader last (leadership moves once at most). A hypervisor that does not answer says nothing here:
+ * leader last (leadership moves once at most): rebuilt in place with a data disk, replaced without. A hypervisor that does not answer says nothing here:
  * its members are not rebuilt in this run.
  */
 async function imageChanges(context: DeployContext, members: readonly Member[], leader: string | undefined): Promise<ImageChange[]> {
@@ -139,7 +139,10 @@ async function imageChanges(context: DeployContext, members: readonly Member[], 
           return undefined;
         }
       })();
-      return !verdict || verdict.kind === 'current' ? undefined : { member: member.name, from: verdict.from, to: verdict.to };
+      if (!verdict || verdict.kind === 'current') return undefined;
+      // A refused one goes to the rebuild step, which says why and changes nothing.
+      const how = verdict.kind === 'replace' ? ('replace' as const) : ('rebuild' as const);
+      return { member: member.name, from: verdict.from, to: verdict.to, how };
     }),
   );
   const changes = verdicts.filter((change): change is ImageChange => change !== undefined);

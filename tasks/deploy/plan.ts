@@ -31,6 +31,11 @@ export interface ImageChange {
   member: string;
   from: string;
   to: string;
+  /**
+   * rebuild: a new OS disk, the data disk and etcd identity kept. replace: no data disk, so etcd's
+   * data is on the OS disk: the member leaves the cluster and joins again empty, as --replace does.
+   */
+  how: 'rebuild' | 'replace';
 }
 
 export interface PlanOptions {
@@ -54,7 +59,14 @@ export interface Pass {
 }
 
 export type PlannedPhase = (
-  | { step: 'depart'; departure: Departure; member: string; assumedRemoved: readonly string[] }
+  | {
+      step: 'depart';
+      departure: Departure;
+      member: string;
+      assumedRemoved: readonly string[];
+      /** A replacement onto a new base image (no data disk), not one of the gather stage's departures. */
+      image?: ImageChange;
+    }
   | {
       step:
         | 'render'
@@ -170,17 +182,28 @@ function joinPhases(
 const NEEDED_AFTER_REBUILD: readonly StepId[] = ['guest', 'health'];
 
 /**
- * Each member built from another image, strictly one after another: the new OS disk, its guest (the
- * files and the etcd release the image lacks), then its etcd healthy and caught up with the leader
- * before the next member goes. Only while nothing has failed in the run.
+ * Each member built from another image, strictly one after another, only while nothing has failed
+ * in the run. With a data disk: the new OS disk, its guest (the files and the etcd release the image
+ * lacks), then its etcd healthy and caught up with the leader. Without one: replaced as --replace
+ * does (leaves the cluster, its VM and disks go, it joins again on the new image as a learner and is
+ * promoted), the cluster healthy before the next member goes.
  */
 function rebuildPhases(record: DeployRecord, selection: readonly string[], selected: (step: StepId) => boolean): PlannedPhase[] {
   const rebuilds = record.rebuilds.filter(({ member }) => selection.includes(member));
   if (rebuilds.length === 0 || !selected('rebuild')) return [];
-  const missing = NEEDED_AFTER_REBUILD.filter((step) => !selected(step));
-  if (missing.length > 0)
-    return rebuilds.map((change) => ({ step: 'rebuild', ...change, skip: `a rebuild needs the steps ${missing.join(', ')} after it` }));
+  const needed = (change: ImageChange) => (change.how === 'replace' ? NEEDED_TO_JOIN : NEEDED_AFTER_REBUILD);
+  const missing = (change: ImageChange) => needed(change).filter((step) => !selected(step));
   return rebuilds.flatMap((change): PlannedPhase[] => {
+    const lacking = missing(change);
+    if (lacking.length > 0)
+      return [
+        {
+          step: 'rebuild',
+          ...change,
+          skip: `a ${change.how === 'replace' ? 'replacement' : 'rebuild'} needs the steps ${lacking.join(', ')} after it`,
+        },
+      ];
+    if (change.how === 'replace') return imageReplacementPhases(record, change, selection, selected);
     const pass: Pass = { cluster: record.voting, members: [change.member], joining: false, formed: true };
     return [
       { step: 'rebuild', ...change, onlyIfClean: true },
@@ -189,6 +212,20 @@ function rebuildPhases(record: DeployRecord, selection: readonly string[], selec
       { step: 'health', pass, caughtUp: true, onlyIfClean: true },
     ];
   });
+}
+
+/** A member without a data disk onto its new image: it departs as a replacement, then joins again as a joiner does. */
+function imageReplacementPhases(
+  record: DeployRecord,
+  change: ImageChange,
+  selection: readonly string[],
+  selected: (step: StepId) => boolean,
+): PlannedPhase[] {
+  const before = record.voting.filter((name) => name !== change.member);
+  return [
+    { step: 'depart', departure: 'replace', member: change.member, assumedRemoved: [], image: change, onlyIfClean: true },
+    ...joinPhases(change.member, before, [], selection, selected).map((phase) => ({ ...phase, onlyIfClean: true as const })),
+  ];
 }
 
 /** The peer port's stages still to go, each rolled over the main pass once every member runs the one before. */
@@ -317,6 +354,8 @@ export function describePlan(plan: readonly PlannedPhase[]): string[] {
     const title = phaseTitle(phase).padEnd(18);
     switch (phase.step) {
       case 'depart':
+        if (phase.image)
+          return `${title}${phase.member} from image ${phase.image.from} onto ${phase.image.to}: no data disk, so it leaves and joins again empty; never below a healthy quorum`;
         return `${title}${phase.member}, one at a time, never below a healthy quorum${phase.assumedRemoved.length ? ` (judged as if ${phase.assumedRemoved.join(', ')} had left)` : ''}`;
       case 'join':
         return `${title}${phase.member} as a learner beside ${phase.before.join(', ')}`;

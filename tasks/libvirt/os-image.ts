@@ -13,6 +13,11 @@ export type ImageVerdict =
   | { kind: 'current' }
   /** Built from another image: rebuilt on the new one, keeping its data disk. */
   | { kind: 'rebuild'; from: string; to: string }
+  /**
+   * Built from another image, with etcd's data on the OS disk (no data disk): replaced on the new
+   * image — removed from the cluster, joined again empty as a learner, its data from the cluster.
+   */
+  | { kind: 'replace'; from: string; to: string }
   /** Built from another image, but not rebuilt in place: why, and what to do. */
   | { kind: 'refused'; from: string; to: string; why: string };
 
@@ -59,14 +64,6 @@ export function judgeImage(member: Member, facts: ImageFacts): ImageVerdict {
   }
   const to = facts.basePath.output.trim();
   if (from === undefined || from === to) return { kind: 'current' };
-  if (!facts.dataDisk)
-    return {
-      kind: 'refused',
-      from: imageName(from),
-      to: wanted,
-      why:
-        `${member.name} has no data disk, so its etcd data lives on the OS disk a rebuild would replace. ` +
-        `Replace it on the new image instead (--replace ${member.name}: removed, then joined again empty as a learner), one member per run`,
-    };
+  if (!facts.dataDisk) return { kind: 'replace', from: imageName(from), to: wanted };
   return { kind: 'rebuild', from: imageName(from), to: wanted };
 }

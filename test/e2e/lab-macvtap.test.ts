@@ -1,5 +1,7 @@
 import test from 'ava';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { LAB } from '../../scripts/lab/config.ts';
 import { run } from '../helpers/exec.ts';
 import { CLIENT_NAMESPACE, deploy, etcdctl, freshLab, inLab, labRemoved, virsh, type DeployRun, type Identity } from '../helpers/lab.ts';
 
@@ -22,9 +24,9 @@ const ROOT: Identity = {
 /** etcdctl from the client namespace, where the tool runs. */
 const fromClient = (endpoints: string[], args: string[], identity = ROOT) => etcdctl(endpoints, identity, args, CLIENT_NAMESPACE);
 
-function deployed(t: { log: (...values: unknown[]) => void }, args: string[] = []): DeployRun {
+function deployed(t: { log: (...values: unknown[]) => void }, args: string[] = [], inventory = INVENTORY): DeployRun {
   const started = Date.now();
-  const result = deploy(['-i', INVENTORY, ...args], join(STATE, 'e2e-report.json'), CLIENT_NAMESPACE);
+  const result = deploy(['-i', inventory, ...args], join(STATE, 'e2e-report.json'), CLIENT_NAMESPACE);
   t.log(`deploy ${args.join(' ')} from ${CLIENT_NAMESPACE}: exit ${result.status} in ${((Date.now() - started) / 1000).toFixed(1)} s`);
   if (result.status !== 0) t.log(result.output.slice(-4000));
   return result;
@@ -135,5 +137,91 @@ test.serial(
     // The chain as served: the member's certificate, then the intermediate.
     t.regex(handshake.stdout, /0 s:.*CN ?= ?etcd-mv-2[\s\S]*1 s:.*CN ?= ?lab-macvtap etcd intermediate CA/);
     t.is(handshake.stdout.match(/BEGIN CERTIFICATE/g)?.length, 2);
+  },
+);
+
+/** The image a member's OS disk is an overlay on, as libvirt says (its backing file's name). */
+const backingImage = (member: string) =>
+  /<backingStore>[\s\S]*?<path>[^<]*\/([^/<]+)<\/path>/.exec(
+    virsh(['vol-dumpxml', '--pool', 'etcd-lab', `${member}-os.qcow2`]).stdout,
+  )?.[1];
+
+/** Each member's ID and whether it is a learner, by name, from etcd's member list. */
+function membersByName(): Record<string, string> {
+  const list = fromClient(ALL, ['member', 'list', '-w', 'json']);
+  const { members } = JSON.parse(list.stdout) as { members: { name: string; ID: string; isLearner?: boolean }[] };
+  return Object.fromEntries(members.map((m) => [m.name, `${BigInt(m.ID).toString(16)}${m.isLearner ? ' (learner)' : ''}`]));
+}
+
+// Last: it leaves etcd-mv-2 on the lab's second image.
+test.serial(
+  'a new base image on a member without a data disk: replaced on it (leaves, joins again empty, promoted), its host key kept, its data from the cluster, the others untouched',
+  (t) => {
+    // etcd-mv-2 alone onto the second image: one replacement proves the path (the order of several is the plan's table).
+    const moved = 'inventories/.e2e-macvtap-image.yaml';
+    const text = readFileSync(INVENTORY, 'utf8');
+    const withImage = text.replace(
+      /( {2}- name: etcd-mv-2\n)/,
+      `$1    base_image: { pool: ${LAB.pools.images}, volume: ${LAB.secondBaseVolume} }\n`,
+    );
+    t.not(withImage, text);
+    writeFileSync(moved, withImage);
+    try {
+      t.is(fromClient(ALL, ['put', 'e2e/image', 'written before the replacement']).status, 0);
+      const before = membersByName();
+      t.is(backingImage('etcd-mv-2'), LAB.baseVolume);
+
+      const dry = deployed(t, ['--dry-run'], moved);
+      t.is(dry.status, 0, dry.output.slice(-1500));
+      t.regex(dry.output, /replace: would remove etcd-mv-2 from the cluster \(member ID [0-9a-f]+\); it joins again empty/);
+      t.is(backingImage('etcd-mv-2'), LAB.baseVolume, 'untouched by the dry-run');
+
+      const result = deployed(t, [], moved);
+      t.is(result.status, 0, result.output.slice(-1500));
+      t.deepEqual(
+        result.report.results
+          .filter((r) => r.status === 'changed' && ['replace', 'join', 'promote'].includes(r.step))
+          .map((r) => `${r.host}/${r.step}`),
+        ['etcd-mv-2/replace', 'etcd-mv-2/join', 'etcd-mv-2/promote'],
+      );
+      t.is(backingImage('etcd-mv-2'), LAB.secondBaseVolume);
+      for (const member of ['etcd-mv-1', 'etcd-mv-3']) t.is(backingImage(member), LAB.baseVolume, member);
+
+      // A new member ID for etcd-mv-2, a voter again; the others' IDs as they were.
+      const after = membersByName();
+      t.not(after['etcd-mv-2'], before['etcd-mv-2']);
+      t.regex(after['etcd-mv-2']!, /^[0-9a-f]+$/);
+      t.deepEqual([after['etcd-mv-1'], after['etcd-mv-3']], [before['etcd-mv-1'], before['etcd-mv-3']]);
+      // Its own copy of the data (a serializable read answers from the member's store), taken from the cluster.
+      const local = fromClient([ALL[1]!], ['get', '--consistency=s', '--print-value-only', 'e2e/image']);
+      t.is(local.stdout.trim(), 'written before the replacement', local.stderr);
+      // The new image's mark, over SSH from the segment with the state directory's known_hosts, strictly: the host key kept.
+      const ssh = run('ip', [
+        'netns',
+        'exec',
+        CLIENT_NAMESPACE,
+        'ssh',
+        '-o',
+        'BatchMode=yes',
+        '-o',
+        'StrictHostKeyChecking=yes',
+        '-o',
+        `UserKnownHostsFile=${join(STATE, 'ssh/known_hosts')}`,
+        '-i',
+        join(STATE, 'ssh/admin.key'),
+        `admin@${MEMBERS['etcd-mv-2']}`,
+        `cat ${LAB.secondImageMark.path}`,
+      ]);
+      t.is(ssh.stdout.trim(), LAB.secondImageMark.line, ssh.stderr);
+
+      const again = deployed(t, [], moved);
+      t.is(again.status, 0, again.output.slice(-1500));
+      t.deepEqual(
+        again.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`),
+        [],
+      );
+    } finally {
+      rmSync(moved, { force: true });
+    }
   },
 );

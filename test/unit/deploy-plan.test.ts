@@ -33,8 +33,23 @@ const record = (over: Partial<DeployRecord> = {}): DeployRecord => ({
 });
 
 /** Members built from image a.qcow2 while the inventory names images/b.qcow2, in the order the gather stage put them (leader last). */
-const onNewImage = (...members: string[]) => members.map((member) => ({ member, from: 'a.qcow2', to: 'images/b.qcow2' }));
+const onNewImage = (...members: string[]) =>
+  members.map((member) => ({ member, from: 'a.qcow2', to: 'images/b.qcow2', how: 'rebuild' as const }));
 const REBUILD = (n: string) => [`rebuild etcd-${n}`, `render@${n}`, `guest@${n}`, `health@${n}`];
+/** Members without a data disk on a new image: replaced, not rebuilt. */
+const replacedOnNewImage = (...members: string[]) => onNewImage(...members).map((change) => ({ ...change, how: 'replace' as const }));
+const REPLACE = (n: string) => [
+  `replace etcd-${n}`,
+  `join etcd-${n}`,
+  `render@${n}`,
+  `owner@${n}`,
+  `volumes@${n}`,
+  `cloud-init@${n}`,
+  `domain@${n}`,
+  `guest@${n}`,
+  `promote etcd-${n}`,
+  'health@1234',
+];
 const options = (over: Partial<PlanOptions> = {}): PlanOptions => ({ dryRun: false, ...over });
 
 /** A phase as one short token: title, `-` when skipped, `@` and its members for a pass. */
@@ -254,6 +269,22 @@ const rows: {
     phases: [...MAIN_ALL, ...REBUILD('2'), ...REBUILD('3'), ...REBUILD('1')],
   },
   {
+    name: 'a new base image, members without a data disk: each replaced strictly one after another (leaves, joins again, promoted, the cluster healthy), the leader last',
+    record: record({ rebuilds: replacedOnNewImage('etcd-2', 'etcd-3', 'etcd-1') }),
+    phases: [...MAIN_ALL, ...REPLACE('2'), ...REPLACE('3'), ...REPLACE('1')],
+  },
+  {
+    name: 'a new base image, one member with a data disk and one without: rebuilt and replaced in the gather order',
+    record: record({ rebuilds: [...replacedOnNewImage('etcd-3'), ...onNewImage('etcd-1')] }),
+    phases: [...MAIN_ALL, ...REPLACE('3'), ...REBUILD('1')],
+  },
+  {
+    name: 'a new base image, a member without a data disk, without the domain step: the replacement is skipped, saying why',
+    record: record({ rebuilds: replacedOnNewImage('etcd-2') }),
+    options: { skipTags: ['domain'] },
+    phases: [...MAIN_ALL.slice(0, 4), '-domain@1234', ...MAIN_ALL.slice(5), '-rebuild etcd-2'],
+  },
+  {
     name: 'a new base image with a joiner: members rebuilt before the joiner joins (it is made on the new image)',
     record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'], rebuilds: onNewImage('etcd-1') }),
     phases: [...MAIN_ALL.map((t) => t.replace('1234', '123')), ...REBUILD('1'), ...JOIN_4, 'health@1234', 'formed@1234'],
@@ -293,6 +324,29 @@ test('plan: with release binaries on a formed cluster, auth and users run only i
   t.deepEqual(clean('release', true), [true, true]);
   t.deepEqual(clean('release', false), [false, false]);
   t.deepEqual(clean('image', true), [false, false]);
+});
+
+test('plan: a replacement onto a new image departs alone (never judged with others), and it and its join run only while nothing has failed', (t) => {
+  const plan = buildPlan(fourMembers(), options(), record({ rebuilds: replacedOnNewImage('etcd-2', 'etcd-1') }));
+  const chain = plan.slice(MAIN_ALL.length);
+  t.true(chain.every((phase) => phase.onlyIfClean === true));
+  const departs = chain.filter((phase) => phase.step === 'depart');
+  t.deepEqual(
+    departs.map((phase) => [phase.member, phase.departure, phase.assumedRemoved, phase.image?.to]),
+    [
+      ['etcd-2', 'replace', [], 'images/b.qcow2'],
+      ['etcd-1', 'replace', [], 'images/b.qcow2'],
+    ],
+  );
+  // etcd-1 joins again beside the others, etcd-2 back among them.
+  t.deepEqual(
+    chain.flatMap((phase) => (phase.step === 'join' ? [[phase.member, phase.before]] : [])),
+    [
+      ['etcd-2', ['etcd-1', 'etcd-3', 'etcd-4']],
+      ['etcd-1', ['etcd-2', 'etcd-3', 'etcd-4']],
+    ],
+  );
+  t.regex(describePlan(departs)[0]!, /etcd-2 from image a\.qcow2 onto images\/b\.qcow2: no data disk, so it leaves and joins again empty/);
 });
 
 test('plan: a rebuild and the phases after it run only while nothing has failed, and say the images from and to', (t) => {

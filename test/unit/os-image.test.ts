@@ -37,10 +37,10 @@ const rows: { title: string; facts: Omit<ImageFacts, 'dataDisk'>; dataDisk: bool
     verdict: 'rebuild debian-12-etcd.qcow2 → images/b.qcow2',
   },
   {
-    title: 'built from another image, no data disk: refused (its data is on the OS disk)',
+    title: 'built from another image, no data disk: replaced (its data is on the OS disk, so it comes from the cluster)',
     facts: { osXml: overlayOn(OLD), basePath: at(NEW) },
     dataDisk: false,
-    verdict: 'refused debian-12-etcd.qcow2 → images/b.qcow2: etcd-2 has no data disk',
+    verdict: 'replace debian-12-etcd.qcow2 → images/b.qcow2',
   },
   {
     title: 'the new image is not on the hypervisor: refused',
