@@ -172,7 +172,7 @@ export const DEPLOY_STEPS = [
     on: 'hypervisors',
     selectable: true,
     changes: ['libvirt', 'guest', 'vm'],
-    doc: 'a member built from another image than base_image: a new OS disk on it, data disk kept; one at a time, leader last',
+    doc: 'a member built from another image than base_image: a new OS disk on it, data disk kept (without one: replaced on it); one at a time, leader last',
   },
   {
     id: 'join',
