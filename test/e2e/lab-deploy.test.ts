@@ -60,6 +60,9 @@ const phasesRun = (reportPath: string): string[] =>
     .map(({ phase }) => phase)
     .filter((phase) => !['pki', 'cluster', 'networks'].includes(phase));
 
+/** A failed run's last lines, as an assertion's message: CI's summary of a failure then says why (its logs come earlier). */
+const endOf = (result: DeployRun) => result.output.slice(-1500);
+
 const changed = (result: DeployRun) =>
   result.report.results
     .filter((r) => r.status !== 'ok')
@@ -81,7 +84,7 @@ test.after.always(() => {
 
 test.serial('a cold deploy creates a healthy, TLS-only, authenticated 3-member cluster', (t) => {
   const result = deployed(t);
-  t.is(result.status, 0);
+  t.is(result.status, 0, endOf(result));
 
   const list = etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']);
   t.is(list.status, 0, list.stderr);
@@ -361,7 +364,7 @@ test.serial('drift: a destroyed member VM is started again and the data survives
   );
   t.regex(down.table, /\ncluster: DEGRADED \(\d+ problems?\), 2 of 3 members voting/);
   const result = deployed(t);
-  t.is(result.status, 0);
+  t.is(result.status, 0, endOf(result));
   t.deepEqual(changed(result), ['etcd-2/domain: changed start etcd-2 (was shut off)']);
   t.regex(virsh(['domstate', 'etcd-2']).stdout, /running/);
   t.is(etcdctl(ALL, rootIdentity, ['endpoint', 'health']).status, 0);
@@ -371,7 +374,7 @@ test.serial('drift: a destroyed member VM is started again and the data survives
 test.serial('drift: a deleted cloud-init ISO is recreated and nothing else changes', (t) => {
   t.is(virsh(['vol-delete', '--pool', 'etcd-lab', 'etcd-3-cloud-init.iso']).status, 0);
   const result = deployed(t);
-  t.is(result.status, 0);
+  t.is(result.status, 0, endOf(result));
   // The size the tool reports is the size libvirt has for the new volume, asked independently.
   const info = virsh(['vol-info', '--bytes', '--pool', 'etcd-lab', 'etcd-3-cloud-init.iso']);
   t.is(info.status, 0);
@@ -880,7 +883,7 @@ test.serial('a changed guest setting reaches every running etcd in one run, roll
     for (let i = 0; i < 5; i++) t.is(etcdctl(ALL, rootIdentity, ['put', `e2e/roll/${i}`, `value ${i}`]).status, 0);
     const leader = leaderName();
     const { result, samples } = sampledHealth(() => deployed(t, ['-i', retention]));
-    t.is(result.status, 0);
+    t.is(result.status, 0, endOf(result));
     quorumKept(t, samples);
     const order = guestRoll(result);
     t.is(order.length, 3);
@@ -930,7 +933,7 @@ test.serial(
     );
 
     const { result, samples } = sampledHealth(() => deployed(t));
-    t.is(result.status, 0);
+    t.is(result.status, 0, endOf(result));
     quorumKept(t, samples);
     t.regex(
       result.output,
@@ -986,7 +989,7 @@ test.serial('drift inside the members is repaired by one run, each with its exac
   t.is(memberSsh('etcd-2', 'echo "# edited by hand" | sudo tee -a /etc/etcd/etcd.env >/dev/null').status, 0);
   t.is(memberSsh('etcd-3', 'sudo chmod 0644 /etc/etcd/tls/server.key && sudo rm /etc/etcd/tls/ca.crt').status, 0);
   const result = deployed(t, ['--diff']);
-  t.is(result.status, 0);
+  t.is(result.status, 0, endOf(result));
   t.deepEqual(changed(result).sort(), [
     'etcd-1/guest: changed start etcd.service (was inactive/dead)',
     'etcd-2/guest: changed update /etc/etcd/etcd.env',
@@ -1016,7 +1019,7 @@ test.serial(
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/outage', 'before']).status, 0);
     for (const member of MEMBERS) t.is(memberSsh(member, 'sudo systemctl stop etcd').status, 0);
     const result = deployed(t);
-    t.is(result.status, 0);
+    t.is(result.status, 0, endOf(result));
     // Without the record, is_initializing: true made this run render `new` into every seed and etcd.env, then `existing` again.
     t.regex(
       result.output,
@@ -1059,7 +1062,7 @@ test.serial('--renew-certs: every member serves a new certificate without losing
   const rootBefore = readFileSync(rootIdentity.cert!, 'utf8');
   t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', 'e2e/renewal', 'written before the renewal']).status, 0);
   const { result, samples } = sampledHealth(() => deployed(t, ['--renew-certs']));
-  t.is(result.status, 0);
+  t.is(result.status, 0, endOf(result));
   quorumKept(t, samples);
   t.regex(changed(result).join('\n'), /localhost\/pki: changed issue certificate member\/etcd-1 \(renewal asked for/);
   const after = served();
@@ -1451,7 +1454,7 @@ test.serial('drift: more memory in the inventory redefines the domain and restar
   t.regex(before, /^\/dev\/vdb [0-9a-f-]{36}$/);
   try {
     const result = deployed(t, ['-i', resized, '--limit', 'etcd-2']);
-    t.is(result.status, 0);
+    t.is(result.status, 0, endOf(result));
     t.deepEqual(
       changed(result).map((line) => line.replace(/: changed .*/, '')),
       ['etcd-2/render', 'etcd-2/domain'],
