@@ -290,8 +290,13 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
   const everyone: Pass = { cluster: inventory.members.map((member) => member.name), members: selection, joining: false, formed: true };
   // A dry-run neither forms the cluster nor adds a member: there is nothing yet to render as existing.
   const dryNote = options.dryRun ? { note: record.formed ? 'a dry-run adds no member' : 'a dry-run forms nothing' } : {};
+  const rebuilding = rebuildPhases(record, main.members, selected);
+  // A member replaced on a new image is a new VM too: formed.json and the rendered record learn of it,
+  // once every replacement went through (a failed one is a replacement or a joiner to the next run).
+  const replacedOnImage = rebuilding.some((phase) => phase.step === 'depart');
+  const onlyAfterReplacements = record.formed && joins.length === 0 ? { onlyIfClean: true as const } : {};
   const settle: PlannedPhase[] =
-    record.formed && joins.length === 0
+    record.formed && joins.length === 0 && !replacedOnImage
       ? []
       : [
           {
@@ -301,6 +306,7 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
             guests: selected('guest'),
             formedBefore: record.formed,
             ...dryNote,
+            ...onlyAfterReplacements,
           },
         ];
   // No auth change while a roll of etcd's version may be left half done: members of two versions
@@ -325,7 +331,7 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
     // From the member that bootstraps auth, when the run includes it.
     { ...checkedPhase('auth', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected), ...authFreeze },
     { ...checkedPhase('users', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected), ...authFreeze },
-    ...rebuildPhases(record, main.members, selected),
+    ...rebuilding,
     ...joins,
     ...settle,
     ...peerTrustPhases(record, main, options, selected),

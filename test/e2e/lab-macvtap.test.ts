@@ -180,9 +180,9 @@ test.serial(
       t.is(result.status, 0, result.output.slice(-1500));
       t.deepEqual(
         result.report.results
-          .filter((r) => r.status === 'changed' && ['replace', 'join', 'promote'].includes(r.step))
+          .filter((r) => r.status === 'changed' && ['replace', 'add', 'promote'].includes(r.step))
           .map((r) => `${r.host}/${r.step}`),
-        ['etcd-mv-2/replace', 'etcd-mv-2/join', 'etcd-mv-2/promote'],
+        ['etcd-mv-2/replace', 'etcd-mv-2/add', 'etcd-mv-2/promote'],
       );
       t.is(backingImage('etcd-mv-2'), LAB.secondBaseVolume);
       for (const member of ['etcd-mv-1', 'etcd-mv-3']) t.is(backingImage(member), LAB.baseVolume, member);

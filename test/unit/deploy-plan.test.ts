@@ -271,12 +271,12 @@ const rows: {
   {
     name: 'a new base image, members without a data disk: each replaced strictly one after another (leaves, joins again, promoted, the cluster healthy), the leader last',
     record: record({ rebuilds: replacedOnNewImage('etcd-2', 'etcd-3', 'etcd-1') }),
-    phases: [...MAIN_ALL, ...REPLACE('2'), ...REPLACE('3'), ...REPLACE('1')],
+    phases: [...MAIN_ALL, ...REPLACE('2'), ...REPLACE('3'), ...REPLACE('1'), 'formed@1234'],
   },
   {
     name: 'a new base image, one member with a data disk and one without: rebuilt and replaced in the gather order',
     record: record({ rebuilds: [...replacedOnNewImage('etcd-3'), ...onNewImage('etcd-1')] }),
-    phases: [...MAIN_ALL, ...REPLACE('3'), ...REBUILD('1')],
+    phases: [...MAIN_ALL, ...REPLACE('3'), ...REBUILD('1'), 'formed@1234'],
   },
   {
     name: 'a new base image, a member without a data disk, without the domain step: the replacement is skipped, saying why',
