@@ -121,8 +121,8 @@ async function disksGone(
 
 /**
  * Members whose OS disk was built from another image than base_image, followers first and the
- * leader last (leadership moves once at most): rebuilt in place with a data disk, replaced without. A hypervisor that does not answer says nothing here:
- * its members are not rebuilt in this run.
+ * leader last (leadership moves once at most): rebuilt in place with a data disk, replaced without.
+ * A hypervisor that does not answer says nothing here: its members are not rebuilt in this run.
  */
 async function imageChanges(context: DeployContext, members: readonly Member[], leader: string | undefined): Promise<ImageChange[]> {
   const verdicts = await Promise.all(
