@@ -289,12 +289,13 @@ export class DeployExecution {
     const departing = planned.image
       ? [this.#member(planned.member)]
       : this.#departing(this.plan.flatMap((phase) => (phase.step === 'depart' && !phase.image ? [phase.member] : [])));
-    const member = planned.image ? this.#member(planned.member) : this.#departing([planned.member])[0];
+    const member = planned.image ? this.#member(planned.member) : this.#departing([planned.member])[0]!;
     return this.runner.runStep(
       departStep(inventory, clients, remote, {
         departure: planned.departure,
-        member: member!,
-        staying: this.membership.voting,
+        member,
+        // A member replaced on a new image is still among the voters the gather stage saw.
+        staying: this.membership.voting.filter((voter) => voter.name !== member.name),
         alsoDeparting: departing,
         assumedRemoved: this.#departing(planned.assumedRemoved),
         owner: this.context.owner(),

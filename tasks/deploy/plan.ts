@@ -203,7 +203,15 @@ function rebuildPhases(record: DeployRecord, selection: readonly string[], selec
           skip: `a ${change.how === 'replace' ? 'replacement' : 'rebuild'} needs the steps ${lacking.join(', ')} after it`,
         },
       ];
-    if (change.how === 'replace') return imageReplacementPhases(record, change, selection, selected);
+    if (change.how === 'replace') {
+      // A learner already in the cluster would keep the next one out (etcd takes one at a time), and a
+      // departure's quorum is judged on the members it expects to stay: each waits for the other.
+      if (record.joiners.length > 0 || record.departures.length > 0)
+        return [{ step: 'rebuild', ...change, skip: 'waits for the members joining or leaving in this run: the next run replaces it' }];
+      // The only voter cannot leave: the rebuild step refuses it, saying so.
+      if (record.voting.length < 2) return [{ step: 'rebuild', ...change, onlyIfClean: true }];
+      return imageReplacementPhases(record, change, selection, selected);
+    }
     const pass: Pass = { cluster: record.voting, members: [change.member], joining: false, formed: true };
     return [
       { step: 'rebuild', ...change, onlyIfClean: true },

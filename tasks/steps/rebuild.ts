@@ -52,6 +52,12 @@ export function rebuildStep(
         throw new Error(
           `refusing to rebuild ${member.name} on ${verdict.to} (built from ${verdict.from}): ${verdict.why}. Nothing was changed.`,
         );
+      // The plan replaces such a member instead, with other voters to keep the quorum; a sole voter comes here.
+      if (verdict.kind === 'replace')
+        throw new Error(
+          `refusing to move ${member.name} onto ${verdict.to} (built from ${verdict.from}): it has no data disk, so it would leave ` +
+            'its cluster and join again empty, and it is the only voting member. Grow the cluster first, or give members a data disk. Nothing was changed.',
+        );
       const { os, pool } = member.volumes;
       if (!('base' in os) || !state.disk) return [];
       return [

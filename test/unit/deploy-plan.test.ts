@@ -285,6 +285,34 @@ const rows: {
     phases: [...MAIN_ALL.slice(0, 4), '-domain@1234', ...MAIN_ALL.slice(5), '-rebuild etcd-2'],
   },
   {
+    name: 'a new base image, a member without a data disk while another joins: its replacement waits for the next run (one learner at a time)',
+    record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'], rebuilds: replacedOnNewImage('etcd-2') }),
+    phases: [...MAIN_ALL.map((t) => t.replace('1234', '123')), '-rebuild etcd-2', ...JOIN_4, 'health@1234', 'formed@1234'],
+  },
+  {
+    name: 'a new base image, a member without a data disk while another is replaced: its replacement waits for the next run',
+    record: record({
+      voting: ['etcd-1', 'etcd-2', 'etcd-3'],
+      departures: [{ departure: 'replace', member: 'etcd-4' }],
+      joiners: ['etcd-4'],
+      rebuilds: replacedOnNewImage('etcd-2'),
+    }),
+    phases: [
+      'replace etcd-4',
+      ...MAIN_ALL.map((t) => t.replace('1234', '123')),
+      '-rebuild etcd-2',
+      ...JOIN_4,
+      'health@1234',
+      'formed@1234',
+    ],
+  },
+  {
+    name: 'a new base image, the only voting member without a data disk: no replacement, the rebuild step refuses it',
+    record: record({ voting: ['etcd-1'], rebuilds: replacedOnNewImage('etcd-1') }),
+    options: { limit: ['etcd-1'] },
+    phases: [...MAIN_ALL.slice(0, 7).map((t) => t.replace('1234', '1')), 'auth@1', 'users@1', 'rebuild etcd-1'],
+  },
+  {
     name: 'a new base image with a joiner: members rebuilt before the joiner joins (it is made on the new image)',
     record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'], rebuilds: onNewImage('etcd-1') }),
     phases: [...MAIN_ALL.map((t) => t.replace('1234', '123')), ...REBUILD('1'), ...JOIN_4, 'health@1234', 'formed@1234'],

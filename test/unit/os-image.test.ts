@@ -1,6 +1,9 @@
 import test from 'ava';
 import { backingPathOf, judgeImage, type ImageFacts } from '../../tasks/libvirt/os-image.ts';
 import type { ProbeAnswer } from '../../tasks/libvirt/virsh.ts';
+import type { EtcdClients } from '../../tasks/etcd/client.ts';
+import type { RemoteContext } from '../../tasks/libvirt/context.ts';
+import { rebuildStep } from '../../tasks/steps/rebuild.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 
 /** Which image a member's OS disk was built from, against base_image: facts in, verdict out. */
@@ -95,4 +98,15 @@ test('image: an unreadable OS volume is an error, never a verdict', (t) => {
 test('image: the backing path read from vol-dumpxml', (t) => {
   t.is(backingPathOf(overlayOn(OLD).output), OLD);
   t.is(backingPathOf(flat.output), undefined);
+});
+
+test('rebuild step: a member without a data disk that the plan could not replace (the only voter) is refused, naming why, nothing changed', (t) => {
+  const doc = baseDocument();
+  const inventory = load(doc);
+  const step = rebuildStep(inventory, member(false), {} as RemoteContext, {} as EtcdClients);
+  const error = t.throws(() => step.plan({ verdict: { kind: 'replace', from: 'a.qcow2', to: 'images/b.qcow2' }, running: true }, 'etcd-2'));
+  t.regex(
+    error.message,
+    /^refusing to move etcd-2 onto images\/b\.qcow2 \(built from a\.qcow2\): it has no data disk.*only voting member.*Nothing was changed\.$/,
+  );
 });
