@@ -286,10 +286,10 @@ export class DeployExecution {
     const { inventory, clients, remote } = this.context;
     // The gather stage's departures are judged together; a replacement onto a new image, alone (each
     // one after the member before it has joined again).
-    const departing = planned.image
-      ? [this.#member(planned.member)]
-      : this.#departing(this.plan.flatMap((phase) => (phase.step === 'depart' && !phase.image ? [phase.member] : [])));
     const member = planned.image ? this.#member(planned.member) : this.#departing([planned.member])[0]!;
+    const departing = planned.image
+      ? [member]
+      : this.#departing(this.plan.flatMap((phase) => (phase.step === 'depart' && !phase.image ? [phase.member] : [])));
     return this.runner.runStep(
       departStep(inventory, clients, remote, {
         departure: planned.departure,

@@ -9,6 +9,7 @@ import { formatVersion } from '../upgrade/version.ts';
  * its digest in the guest, unpacked into a temporary directory beside the releases and renamed into
  * place whole: a member has a release's directory only once all of it is there (the probe asks no
  * more than that). Installing again replaces it, so a run killed halfway repeats it harmlessly.
+ * The archive is the run's (downloaded and verified once per run, when first needed).
  */
 const INSTALL_SCRIPT = [
   'set -e; umask 022; mkdir -p -- "$1"',
@@ -20,7 +21,14 @@ const INSTALL_SCRIPT = [
   'rm -rf -- "$1/$3"; mv -- "$t/$3" "$1/$3"',
 ].join('\n');
 
-export async function installRelease(ssh: SshConnection, archive: Release, release: GuestRelease, timeoutMs: number): Promise<void> {
+export async function installRelease(
+  ssh: SshConnection,
+  releaseArchive: (() => Promise<Release>) | undefined,
+  release: GuestRelease,
+  timeoutMs: number,
+): Promise<void> {
+  if (!releaseArchive) throw new Error('no release archive for binaries: release (the run was built without one)');
+  const archive = await releaseArchive();
   await ssh.run(['sudo', 'sh', '-c', INSTALL_SCRIPT, 'sh', RELEASES_GUEST_DIR, archive.sha256, archive.name], {
     stdin: createReadStream(archive.archivePath),
     timeoutMs,

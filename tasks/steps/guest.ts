@@ -259,10 +259,8 @@ async function applyFileBatch(ssh: SshConnection, actions: readonly FileAction[]
 }
 
 /** The run's release archive into a member (guest/release-install.ts). */
-async function installRelease(guest: GuestContext, ssh: SshConnection, release: GuestRelease): Promise<void> {
-  if (!guest.releaseArchive) throw new Error('no release archive for binaries: release (the run was built without one)');
-  await installReleaseArchive(ssh, await guest.releaseArchive(), release, guest.timeoutMs);
-}
+const installRelease = (guest: GuestContext, ssh: SshConnection, release: GuestRelease) =>
+  installReleaseArchive(ssh, guest.releaseArchive, release, guest.timeoutMs);
 
 /** The kept files back in place, and the service restarted on them; true when it is healthy again. */
 async function rollBack(guest: GuestContext, member: Member, ssh: SshConnection, unit: string, paths: readonly string[]): Promise<boolean> {

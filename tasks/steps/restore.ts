@@ -78,10 +78,7 @@ export function restoreStep(
       await ssh.run(['sudo', 'sh', '-c', 'umask 077 && cat > "$1"', 'sh', file], upload);
       await ssh.run(['sudo', 'rm', '-rf', scratch]);
       const release = managedRelease(inventory);
-      if (release) {
-        if (!releaseArchive) throw new Error('no release archive for binaries: release (the run was built without one)');
-        await installRelease(ssh, await releaseArchive(), release, timeoutMs);
-      }
+      if (release) await installRelease(ssh, releaseArchive, release, timeoutMs);
       await ssh.run(
         [
           'sudo',
