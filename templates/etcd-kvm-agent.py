@@ -351,8 +351,10 @@ def cluster_view(config):
     listed = json.loads(etcdctl(config, ["member", "list", "-w", "json"]))["members"]
     answered = json.loads(etcdctl(config, ["endpoint", "status", "--cluster", "-w", "json"], partial=True) or b"[]")
     alarms = json.loads(etcdctl(config, ["alarm", "list", "-w", "json"])).get("alarms", [])
+    # This member answered the member list, so it is among those that answered: its entry names it.
+    mine = [entry["Status"]["header"]["member_id"] for entry in answered if entry.get("Endpoint") == config["etcd"]["endpoint"]]
     return {
-        "me": own_member_id(config),
+        "me": mine[0] if mine else own_member_id(config),
         "members": [{"id": m["ID"], "name": m.get("name", ""), "learner": bool(m.get("isLearner"))} for m in listed],
         "statuses": {
             entry["Status"]["header"]["member_id"]: {
@@ -488,7 +490,8 @@ def defrag(config):
     action, why = decide(view, rule, quota, below)
     if action == "skip":
         print(f"nothing done: {why}")
-    elif action == "disarm":
+        return write_metrics(config, view)
+    if action == "disarm":
         etcdctl(config, ["alarm", "disarm"])
         print(f"NOSPACE alarm cleared: {why}")
     elif action == "defrag-turn":
@@ -511,6 +514,7 @@ def defrag(config):
                 defragment_self(config, view, locked=True)
             else:
                 print(f"nothing done, under the lock: {why}")
+                return write_metrics(config, view)
         finally:
             release_lock(config, lock)
     return write_metrics(config)
@@ -556,13 +560,21 @@ def metric_lines(name, help_text, samples):
     return lines
 
 
-def write_metrics(config):
-    """This member's series, written to the staging file its unit moves into the textfile directory."""
+def raised_alarms(config, view=None):
+    """The alarms raised on this member: from a cluster view still current, else asked."""
+    if view is not None:
+        return {a["alarm"] for a in view["alarms"] if a["member"] == view["me"]}
+    own = own_member_id(config)
+    alarms = json.loads(etcdctl(config, ["alarm", "list", "-w", "json"])).get("alarms", [])
+    return {ALARMS.get(a.get("alarm")) for a in alarms if a.get("memberID") == own}
+
+
+def write_metrics(config, view=None):
+    """This member's series, written to the staging file its unit moves into the textfile directory.
+    `view`: a cluster view nothing has changed since (the defrag tick's), so its alarms are not asked again."""
     lines = metric_lines("etcd_kvm_agent_run_timestamp_seconds", "When the agent last wrote these series.", [("", int(time.time()))])
     try:
-        own = own_member_id(config)
-        alarms = json.loads(etcdctl(config, ["alarm", "list", "-w", "json"])).get("alarms", [])
-        raised = {ALARMS.get(a.get("alarm")) for a in alarms if a.get("memberID") == own}
+        raised = raised_alarms(config, view)
         lines += metric_lines(
             "etcd_kvm_alarm_active",
             "1 while this member has the alarm raised (etcd exports no alarm metric).",
@@ -620,7 +632,7 @@ def defrag_task(config):
         return 1
 
 
-COMMANDS = {"backup": lambda config: backup(config), "defrag": defrag_task, "metrics": write_metrics}
+COMMANDS = {"backup": backup, "defrag": defrag_task, "metrics": write_metrics}
 
 
 def main(argv):

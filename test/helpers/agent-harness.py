@@ -5,6 +5,7 @@ PyNaCl and this machine may not, libsodium's XChaCha20-Poly1305 is stood in for 
 (test/helpers/xchacha-seal.mjs): another implementation of the same construction.
 """
 
+import contextlib
 import datetime
 import importlib.util
 import json
@@ -62,5 +63,23 @@ elif command == "decide":
     print(json.dumps(list(agent.decide(view, argument["rule"], argument["quota"], argument["disarm_below"]))))
 elif command == "drift":
     print(json.dumps(agent.managed_file_drift(argument["manifest"])))
+elif command == "defrag-tick":
+    # A whole defrag tick against canned etcdctl answers (by its first argument, or its first two):
+    # prints the tick's exit code, the etcdctl calls it made and the metrics file it wrote.
+    calls = []
+
+    def canned(config, args, stdin=None, partial=False, command_timeout="15s"):
+        calls.append(args)
+        answer = argument["answers"].get(" ".join(args[:2]), argument["answers"].get(args[0]))
+        if answer is None:
+            raise RuntimeError(f"etcdctl {args[0]}: no canned answer")
+        return json.dumps(answer).encode()
+
+    agent.etcdctl = canned
+    with contextlib.redirect_stdout(sys.stderr):
+        code = agent.defrag(argument["config"])
+    with open(argument["config"]["metrics"]["staging"]) as file:
+        metrics = file.read()
+    print(json.dumps({"code": code, "calls": calls, "metrics": metrics}))
 else:
     sys.exit(f"unknown command {command}")

@@ -109,3 +109,34 @@ test('drift: a file whose mode, owner or content differs from the manifest count
   t.deepEqual(agent('drift', { manifest: join(dir, 'manifest.json') }), [6, 4]);
   t.is(agent('drift', { manifest: join(dir, 'absent.json') }), null);
 });
+
+test('a defrag tick with nothing to do asks etcd once for each fact, and its metrics reuse them', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-tick-'));
+  const endpoint = 'https://192.168.150.12:2379';
+  const status = (id: number, url: string, size: number) => ({
+    Endpoint: url,
+    Status: { header: { member_id: id }, dbSize: size * MiB, dbSizeInUse: size * MiB, leader: 1 },
+  });
+  const answers = {
+    'member list': { members: members.map((m) => ({ ID: m.id, name: m.name })) },
+    'endpoint status': [status(1, 'https://192.168.150.11:2379', 2), status(2, endpoint, 2), status(3, 'https://192.168.150.13:2379', 2)],
+    'alarm list': { alarms: [{ memberID: 2, alarm: 2 }] },
+  };
+  const config = {
+    member: 'etcd-2',
+    backup_enabled: false,
+    work_dir: dir,
+    etcd: { endpoint },
+    defrag: { enabled: true, rule: RULE, quota_bytes: QUOTA, disarm_below_fraction: 0.9 },
+    metrics: { staging: join(dir, 'agent.prom'), manifest: join(dir, 'absent.json') },
+  };
+  const tick = agent<{ code: number; calls: string[][]; metrics: string }>('defrag-tick', { config, answers });
+  t.is(tick.code, 0);
+  // The member's own ID comes from its entry in the cluster's statuses; the alarms are asked once.
+  t.deepEqual(
+    tick.calls.map((args) => args.slice(0, 2).join(' ')),
+    ['member list', 'endpoint status', 'alarm list'],
+  );
+  t.regex(tick.metrics, /^etcd_kvm_alarm_active\{alarm="CORRUPT"\} 1$/m);
+  t.regex(tick.metrics, /^etcd_kvm_alarm_active\{alarm="NOSPACE"\} 0$/m);
+});
