@@ -54,6 +54,8 @@ export interface GuestFacts {
   cloudInit: CloudInitFact;
   /** The etcd release the unit is to run is installed (its binary is there); asked with binaries: release only. */
   releaseInstalled?: boolean;
+  /** Of the retired paths asked for (GuestQuestions.retired), those still there. */
+  retiredFound: Set<string>;
 }
 
 export interface GuestQuestions {
@@ -65,6 +67,8 @@ export interface GuestQuestions {
   dataDir: string;
   /** With binaries: release, the binary of the release the unit runs: is it installed? (stat only: an install renames a whole, verified directory into place.) */
   releaseBinary?: string;
+  /** Paths that must not be there (a turned-off task's files and enable links): stat only. */
+  retired?: readonly string[];
 }
 
 const MARK = '@@etcd-kvm@@';
@@ -81,12 +85,14 @@ const SYSTEMD_RELOADED = '/run/systemd/generator';
 /** A symlink systemd creates when a unit's invocation begins: its time is the unit's start. */
 const invocationOf = (unit: string) => `/run/systemd/units/invocation:${unit}`;
 /**
- * The link `systemctl enable` makes for a unit installed for multi-user.target (the tool's units, and
- * Debian's services it manages). A unit enabled elsewhere is not settled by files: systemd is asked.
+ * The link `systemctl enable` makes for one of the tool's units: its timers are installed for
+ * timers.target, its services (and Debian's it manages) for multi-user.target. A unit enabled
+ * elsewhere is not settled by files: systemd is asked.
  */
-const enableLinkOf = (unit: string) => `/etc/systemd/system/multi-user.target.wants/${unit}`;
-/** A symlink here (to /dev/null) masks the unit. */
-const overrideOf = (unit: string) => `/etc/systemd/system/${unit}`;
+export const enableLinkOf = (unit: string) =>
+  `/etc/systemd/system/${unit.endsWith('.timer') ? 'timers' : 'multi-user'}.target.wants/${unit}`;
+/** A symlink here (to /dev/null) masks the unit; the tool's own unit files are here too. */
+export const overrideOf = (unit: string) => `/etc/systemd/system/${unit}`;
 /** A unit's processes (cgroup v2): the first one listed is its main process. */
 export const processesOf = (unit: string) => `/sys/fs/cgroup/system.slice/${unit}/cgroup.procs`;
 /** Where a data directory that holds a member keeps it. */
@@ -124,6 +130,7 @@ export function statPaths(questions: GuestQuestions): string[] {
       CLOUD_INIT_RESULT,
       CLOUD_INIT_STATUS,
       ...(questions.releaseBinary ? [questions.releaseBinary] : []),
+      ...(questions.retired ?? []),
     ]),
   ];
 }
@@ -312,6 +319,7 @@ export function factsFromParts(
       dataDirInitialized: memberDir !== undefined && (memberDir.mode & S_IFMT) === S_IFDIR,
       cloudInit: parseCloudInit(parts.cloudInitResult, parts.cloudInitStatus),
       ...(questions.releaseBinary ? { releaseInstalled: releaseBinary !== undefined && (releaseBinary.mode & S_IFMT) === S_IFREG } : {}),
+      retiredFound: new Set((questions.retired ?? []).filter((path) => parts.stats.has(path))),
     },
     units: unitsFromFiles(parts.processes, parts.stats, questions),
   };

@@ -2,12 +2,12 @@ import { octal, PREVIOUS_DIR, type GuestAction } from './plan.ts';
 
 /**
  * A member's file changes in a row — files kept for a rollback, written, their owner and mode fixed,
- * systemd reloaded, a unit enabled — as one `sudo sh` over SSH instead of one each: every process
+ * a turned-off task's units stopped and files removed, systemd reloaded, a unit enabled — as one `sudo sh` over SSH instead of one each: every process
  * started in an emulated guest costs tenths of a second, sudo most of all. Pure: the script, its
  * arguments and its input; steps/guest.ts runs it.
  */
 
-const FILE_ACTION_KINDS = ['write', 'attributes', 'keep-previous', 'daemon-reload', 'enable'] as const;
+const FILE_ACTION_KINDS = ['write', 'attributes', 'keep-previous', 'daemon-reload', 'enable', 'stop', 'remove'] as const;
 
 export type FileAction = Extract<GuestAction, { kind: (typeof FILE_ACTION_KINDS)[number] }>;
 
@@ -38,6 +38,8 @@ export const FILE_BATCH_SCRIPT = [
   '    attributes) chown -- "$3" "$2"; chmod -- "$4" "$2"; shift 4 ;;',
   '    daemon-reload) systemctl daemon-reload; shift ;;',
   '    enable) systemctl enable -- "$2"; shift 2 ;;',
+  '    stop) systemctl stop -- "$2"; shift 2 ;;',
+  '    remove) rm -f -- "$2"; shift 2 ;;',
   '    *) echo "unknown operation: $1" >&2; exit 2 ;;',
   '  esac',
   'done',
@@ -81,6 +83,14 @@ export function fileBatch(actions: readonly FileAction[], previousDir = PREVIOUS
       case 'enable':
         args.push('enable', action.unit);
         said.push(`systemctl enable ${action.unit}`);
+        break;
+      case 'stop':
+        for (const unit of action.units) args.push('stop', unit);
+        said.push(`systemctl stop ${action.units.join(' ')}`);
+        break;
+      case 'remove':
+        args.push('remove', action.path);
+        said.push(`rm ${action.path}`);
         break;
     }
   }

@@ -5,7 +5,7 @@ import { parseEnvironmentFile } from '../render/etcd.ts';
 import type { GuestService } from '../render/guest/fragment.ts';
 import { formatVersion } from '../upgrade/version.ts';
 import type { GuestRelease } from '../render/etcd-release.ts';
-import type { GuestFacts } from './facts.ts';
+import { enableLinkOf, overrideOf, type GuestFacts } from './facts.ts';
 
 /**
  * The guest step's decisions, pure: the member's desired contents and its facts in, the changes out,
@@ -19,6 +19,9 @@ export type GuestAction =
   | { kind: 'attributes'; file: ManagedFile }
   | { kind: 'daemon-reload' }
   | { kind: 'enable'; unit: string }
+  /** A turned-off task's units stopped (a run of its service cut short), before their files go. */
+  | { kind: 'stop'; units: string[] }
+  | { kind: 'remove'; path: string }
   /**
    * `configChanged`: this plan writes a file the service reads. A unit systemd restarts by itself
    * (Restart=on-failure) can come up between the probe and the start, still with the old files:
@@ -140,6 +143,9 @@ function planContents(desired: DesiredGuest, facts: GuestFacts, context: GuestPl
     }
   }
 
+  changes.push(...retirements(desired, facts));
+  for (const change of changes) if (change.action.kind === 'remove') changedPaths.add(change.action.path);
+
   const units = desired.services.map((service) => ({ service, fact: facts.units.get(service.unit) }));
   const unitFilesChanged = [...changedPaths].some(isUnitFile);
   if (unitFilesChanged || units.some(({ fact }) => fact?.needsDaemonReload)) {
@@ -169,6 +175,22 @@ function planContents(desired: DesiredGuest, facts: GuestFacts, context: GuestPl
       });
   }
   return changes;
+}
+
+/**
+ * What a task turned off left behind: its units stopped while their files are there (a killed run that
+ * removed them has stopped them already), then every file and enable link of it removed.
+ */
+function retirements(desired: DesiredGuest, facts: GuestFacts): GuestChange[] {
+  const found = (path: string) => facts.retiredFound.has(path);
+  const running = desired.retired.units.filter((unit) => found(overrideOf(unit)));
+  const leftovers = [...desired.retired.paths, ...desired.retired.units.map(enableLinkOf)].filter(found);
+  return [
+    ...(running.length > 0
+      ? [{ summary: `stop ${running.join(', ')} (turned off in the inventory)`, action: { kind: 'stop' as const, units: running } }]
+      : []),
+    ...leftovers.map((path) => ({ summary: `remove ${path} (turned off in the inventory)`, action: { kind: 'remove' as const, path } })),
+  ];
 }
 
 /** Why a running service does not run what is wanted, or undefined when it does. */

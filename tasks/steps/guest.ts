@@ -9,7 +9,7 @@ import { installRelease as installReleaseArchive } from '../guest/release-instal
 import type { Release } from '../upgrade/release.ts';
 import { formatVersion } from '../upgrade/version.ts';
 import { batched, fileBatch, FILE_BATCH_SCRIPT, type FileAction } from '../guest/file-batch.ts';
-import { waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
+import { enableLinkOf, waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
 import type { GuestProbe } from '../guest/probe.ts';
 import { driftedContent, isUnitFile, planGuest, PREVIOUS_DIR, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -331,5 +331,6 @@ export function guestQuestions(wanted: DesiredGuest): GuestQuestions {
     environmentUnits: wanted.services.filter((service) => service.environment).map((service) => service.unit),
     dataDir: wanted.dataDir,
     ...(wanted.release ? { releaseBinary: wanted.release.binary } : {}),
+    retired: [...wanted.retired.paths, ...wanted.retired.units.map(enableLinkOf)],
   };
 }

@@ -155,6 +155,41 @@ test.serial(
 // Watching and tending, on the cluster the first scenario left (scheduled backups taken, healthy): test/helpers/lab-watch-scenarios.ts.
 for (const [title, run] of WATCH_SCENARIOS) test.serial(title, (t) => run(t, INVENTORY));
 
+test.serial(
+  "backups turned off: each member's backup timer stops and its S3 keys go, defragmentation stays; the next run changes nothing",
+  (t) => {
+    writeInventory({ restore: false, backup: false });
+    const off = deployed(t);
+    t.is(off.status, 0);
+    const guest = off.report.results.filter((r) => r.step === 'guest');
+    t.deepEqual(guest.map((r) => `${r.host} ${r.status}`).sort(), ['etcd-1 changed', 'etcd-2 changed', 'etcd-3 changed']);
+    for (const result of guest) {
+      const said = result.changes.map((change) => change.summary);
+      t.true(said.includes('stop etcd-kvm-backup.timer, etcd-kvm-backup.service (turned off in the inventory)'), said.join('\n'));
+      t.true(said.includes('remove /etc/etcd-kvm/agent/s3-secret-key (turned off in the inventory)'), said.join('\n'));
+    }
+    for (const member of Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[]) {
+      const look = memberSsh(
+        member,
+        'for u in etcd-kvm-backup.timer etcd-kvm-defrag.timer; do echo "$u $(systemctl is-active $u)"; done; sudo ls /etc/etcd-kvm/agent /etc/systemd/system/timers.target.wants',
+      );
+      t.is(look.status, 0, look.stderr);
+      const lines = look.stdout.split('\n');
+      t.true(lines.includes('etcd-kvm-backup.timer inactive'), `${member}: ${look.stdout}`);
+      t.true(lines.includes('etcd-kvm-defrag.timer active'), `${member}: ${look.stdout}`);
+      for (const gone of ['s3-access-key', 's3-secret-key', 'encryption-key', 'etcd-kvm-backup.timer'])
+        t.false(lines.includes(gone), `${member}: ${gone}`);
+      for (const kept of ['agent.key', 'backup.json', 'etcd-kvm-defrag.timer']) t.true(lines.includes(kept), `${member}: ${kept}`);
+    }
+    const again = deployed(t);
+    t.is(again.status, 0);
+    t.deepEqual(
+      again.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`),
+      [],
+    );
+  },
+);
+
 test.serial("backup from the control node too → teardown → deploy restoring the agents' latest backup brings the keys back", async (t) => {
   const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY], { timeoutMs: 5 * 60_000 });
   t.is(backup.status, 0, backup.stderr);

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { backupTimestamp, dumpObjectName, masterKeyFromHex, openDataKey, openStream, retention } from '../../tasks/backup/format.ts';
 import { AGENT_USER } from '../../tasks/inventory/tool-users.ts';
-import { AGENT_PATHS, BACKUP_UNITS } from '../../tasks/render/guest/member-agent.ts';
+import { AGENT_PATHS, BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS } from '../../tasks/render/guest/member-agent.ts';
 import { baseDocument, load, problemsOf } from '../helpers/inventory.ts';
 import { renderWithPki } from '../helpers/render.ts';
 
@@ -147,6 +147,43 @@ test('every member gets the agent, its timer and its secrets 0400 to etcd; nothi
   const off = await renderWithPki(load(withBackup({ enabled: false })));
   t.false(off.guests.get('etcd-2')!.files.some((file) => file.path.startsWith('/etc/etcd-kvm/agent')));
   t.false(off.guests.get('etcd-2')!.services.some((service) => service.unit === BACKUP_UNITS.timer));
+});
+
+test('a task turned off is retired: its units and files (the S3 secrets with backups, all of the agent with both off), never what is written', async (t) => {
+  const render = async (backup: boolean, defrag: boolean) => {
+    const doc = withBackup({ enabled: backup, schedule: '*:0/15', keep: 5 }, { s3, encryption_key: '' });
+    const inventory = load({ ...doc, maintenance: { defrag: { enabled: defrag, schedule: '*:0/10' } } });
+    const guest = (await renderWithPki(inventory)).guests.get('etcd-2')!;
+    const written = new Set(guest.files.map((file) => file.path));
+    t.deepEqual(
+      guest.retired.paths.filter((path) => written.has(path)),
+      [],
+      'a retired path is also written',
+    );
+    return guest.retired;
+  };
+  const backupOnly = await render(true, false);
+  t.deepEqual(backupOnly.units, [DEFRAG_UNITS.timer, DEFRAG_UNITS.service]);
+  // No encryption key in this inventory: the one an earlier configuration wrote goes too.
+  t.deepEqual(
+    backupOnly.paths.sort(),
+    [AGENT_PATHS.encryptionKey, AGENT_PATHS.s3Ca, AGENT_PATHS.defragService, AGENT_PATHS.defragTimer].sort(),
+  );
+
+  const defragOnly = await render(false, true);
+  t.deepEqual(defragOnly.units, [BACKUP_UNITS.timer, BACKUP_UNITS.service]);
+  for (const path of [AGENT_PATHS.accessKey, AGENT_PATHS.secretKey, AGENT_PATHS.timer, AGENT_PATHS.service])
+    t.true(defragOnly.paths.includes(path), path);
+  t.false(defragOnly.paths.includes(AGENT_PATHS.metricsFile));
+
+  const neither = await render(false, false);
+  t.deepEqual(
+    neither.units,
+    [BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS].flatMap(({ service, timer }) => [timer, service]),
+  );
+  for (const path of [AGENT_PATHS.program, AGENT_PATHS.key, AGENT_PATHS.metricsTimer, AGENT_PATHS.metricsFile])
+    t.true(neither.paths.includes(path), path);
+  t.false(neither.paths.includes(AGENT_PATHS.workDir));
 });
 
 test(`the agent's certificate says ${AGENT_USER}`, async (t) => {

@@ -75,6 +75,28 @@ test('input that ends too early: the batch fails naming the file, which keeps it
   t.false(spawnSync('ls', [`${path}.etcd-kvm-new`]).status === 0);
 });
 
+test('retired files are removed, a dangling enable link and one already gone too; the units are stopped first', (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'file-batch-'));
+  const key = join(root, 's3-secret-key');
+  const link = join(root, 'etcd-kvm-backup.timer');
+  writeFileSync(key, 'SECRET\n', { mode: 0o400 });
+  spawnSync('ln', ['-s', join(root, 'gone.timer'), link]);
+  const actions: FileAction[] = [
+    { kind: 'remove', path: key },
+    { kind: 'remove', path: link },
+    { kind: 'remove', path: join(root, 'never-there') },
+  ];
+  const { status, stderr } = run(actions, join(root, 'previous'));
+  t.is(status, 0, stderr);
+  t.deepEqual(spawnSync('ls', ['-A', root], { encoding: 'utf8' }).stdout, '');
+  const stop = fileBatch([
+    { kind: 'stop', units: ['a.timer', 'a.service'] },
+    { kind: 'remove', path: '/etc/systemd/system/a.timer' },
+  ]);
+  t.deepEqual(stop.args.slice(1), ['stop', 'a.timer', 'stop', 'a.service', 'remove', '/etc/systemd/system/a.timer']);
+  t.is(stop.describe, 'systemctl stop a.timer a.service; rm /etc/systemd/system/a.timer');
+});
+
 test('runs of file actions are gathered, in order; an install or a restart stays on its own', (t) => {
   const write: GuestAction = { kind: 'write', file: file('/a', 'a', 0o644) };
   const reload: GuestAction = { kind: 'daemon-reload' };

@@ -42,6 +42,7 @@ const desired: DesiredGuest = {
   services: [{ unit: 'etcd.service', onChange: 'restart', rolling: true, environment: { path: ENV, ignore: [] } }],
   dataDir: '/var/lib/etcd',
   release,
+  retired: { units: [], paths: [] },
 };
 
 function converged(): GuestFacts {
@@ -72,6 +73,7 @@ function converged(): GuestFacts {
     dataDirInitialized: true,
     cloudInit: { state: 'done' },
     releaseInstalled: true,
+    retiredFound: new Set(),
   };
 }
 

@@ -10,6 +10,11 @@ const UNIT = '/etc/systemd/system/etcd.service';
 const KEY = '/etc/etcd/tls/server.key';
 const CHRONY = '/etc/chrony/chrony.conf';
 const STARTED = 1_000;
+/** A task turned off in the inventory: what it left behind is retired. */
+const BACKUP_SERVICE = 'etcd-kvm-backup.service';
+const BACKUP_TIMER = 'etcd-kvm-backup.timer';
+const BACKUP_TIMER_LINK = `/etc/systemd/system/timers.target.wants/${BACKUP_TIMER}`;
+const S3_KEY = '/etc/etcd-kvm/agent/s3-secret-key';
 
 const file = (path: string, content: string, extra: Partial<ManagedFile> = {}): ManagedFile => ({
   path,
@@ -33,6 +38,10 @@ const desired: DesiredGuest = {
     { unit: 'chrony.service', onChange: 'restart' },
   ],
   dataDir: '/var/lib/etcd',
+  retired: {
+    units: [BACKUP_TIMER, BACKUP_SERVICE],
+    paths: [`/etc/systemd/system/${BACKUP_SERVICE}`, `/etc/systemd/system/${BACKUP_TIMER}`, S3_KEY],
+  },
 };
 
 const RUNNING_ENV = new Map([
@@ -64,6 +73,7 @@ function converged(): GuestFacts {
     environments: new Map([['etcd.service', new Map(RUNNING_ENV)]]),
     dataDirInitialized: true,
     cloudInit: { state: 'done' },
+    retiredFound: new Set(),
   };
 }
 
@@ -184,6 +194,37 @@ const cases: Case[] = [
     name: 'disabled service: enabled',
     facts: (f) => (f.units.get('chrony.service')!.enabled = 'disabled'),
     changes: [['enable', 'enable chrony.service (was disabled)']],
+  },
+  {
+    name: 'a task turned off: its units stopped, then its unit files, enable link and secrets removed, systemd reloaded',
+    facts: (f) => {
+      f.retiredFound = new Set([`/etc/systemd/system/${BACKUP_SERVICE}`, `/etc/systemd/system/${BACKUP_TIMER}`, BACKUP_TIMER_LINK, S3_KEY]);
+    },
+    changes: [
+      ['stop', `stop ${BACKUP_TIMER}, ${BACKUP_SERVICE} (turned off in the inventory)`],
+      ['remove', `remove /etc/systemd/system/${BACKUP_SERVICE} (turned off in the inventory)`],
+      ['remove', `remove /etc/systemd/system/${BACKUP_TIMER} (turned off in the inventory)`],
+      ['remove', `remove ${S3_KEY} (turned off in the inventory)`],
+      ['remove', `remove ${BACKUP_TIMER_LINK} (turned off in the inventory)`],
+      ['daemon-reload', 'reload systemd (unit files changed)'],
+    ],
+  },
+  {
+    name: 'a run killed after the unit files went: the enable link left is removed, nothing stopped again',
+    facts: (f) => {
+      f.retiredFound = new Set([BACKUP_TIMER_LINK]);
+    },
+    changes: [
+      ['remove', `remove ${BACKUP_TIMER_LINK} (turned off in the inventory)`],
+      ['daemon-reload', 'reload systemd (unit files changed)'],
+    ],
+  },
+  {
+    name: 'a secret left alone (no unit of it there): removed, no reload',
+    facts: (f) => {
+      f.retiredFound = new Set([S3_KEY]);
+    },
+    changes: [['remove', `remove ${S3_KEY} (turned off in the inventory)`]],
   },
   {
     name: 'unknown unit: enabled and started',

@@ -266,7 +266,9 @@ function dryRunCases() {
     bucket: { where: 's3 bucket backups' },
     choose: async () => 'etcd-2026-11-21T09:30:00Z.dump',
   } as unknown as SnapshotSource;
-  const desired = new Map([['etcd-1', { files: [], services: [], dataDir: '/var/lib/etcd' } as unknown as DesiredGuest]]);
+  const desired = new Map([
+    ['etcd-1', { files: [], services: [], dataDir: '/var/lib/etcd', retired: { units: [], paths: [] } } satisfies DesiredGuest],
+  ]);
   /** The guest agent: nothing taken early; its boot looked at as `boot` says. */
   const agent = (boot: 'running' | { unanswered: string }) =>
     ({ takeEarly: async () => undefined, lookAtBoot: async () => boot }) as unknown as GuestProbe;
@@ -385,13 +387,16 @@ function dryRunCases() {
       display: 'server a\n',
       secret: false,
     };
-    const wanted = new Map([['etcd-1', { files: [chrony], services: [], dataDir: '/var/lib/etcd' } as DesiredGuest]]);
+    const wanted = new Map([
+      ['etcd-1', { files: [chrony], services: [], dataDir: '/var/lib/etcd', retired: { units: [], paths: [] } } satisfies DesiredGuest],
+    ]);
     const factsWith = (content: string) => ({
       files: new Map([[chrony.path, { digest: sha256(content), mode: 0o644, owner: 'root:root', mtime: 1 }]]),
       units: new Map(),
       environments: new Map(),
       dataDirInitialized: true,
       cloudInit: { state: 'done' as const },
+      retiredFound: new Set<string>(),
     });
     const step = (early: ReturnType<typeof factsWith>, asked: ReturnType<typeof factsWith>[]) => {
       const probe = { takeEarly: async () => early, askNow: async () => asked.shift() } as unknown as GuestProbe;

@@ -1,6 +1,6 @@
 import { maskSecret, revealSecret } from '../../core/secret.ts';
 import { guestFragments, type CloudInitInput } from '../cloud-init.ts';
-import type { GuestService } from './fragment.ts';
+import type { GuestService, RetiredParts } from './fragment.ts';
 import { managedRelease, type GuestRelease } from '../etcd-release.ts';
 
 /**
@@ -32,6 +32,8 @@ export interface DesiredGuest {
   dataDir: string;
   /** With binaries: release, the etcd release the member runs (installed by the tool before etcd.env names it). */
   release?: GuestRelease;
+  /** Units and files the features installed under another configuration: stopped and removed where found. */
+  retired: RetiredParts;
 }
 
 export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>): DesiredGuest {
@@ -59,5 +61,9 @@ export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>): Desire
     services: real.flatMap((fragment) => fragment.services ?? []),
     dataDir: input.inventory.etcd.data_dir,
     ...(release ? { release } : {}),
+    retired: {
+      units: real.flatMap((fragment) => fragment.retired?.units ?? []),
+      paths: real.flatMap((fragment) => fragment.retired?.paths ?? []),
+    },
   };
 }

@@ -43,6 +43,18 @@ export interface CloudConfigFragment {
   runcmd?: Command[];
   /** Services enabled and (re)started at first boot after the preparation, and kept so on every run. */
   services?: GuestService[];
+  /**
+   * What this feature installs under another configuration of the inventory and must not outlive it
+   * (a task turned off): the guest step stops the units and removes the files wherever they are left.
+   * A first boot has none of them: cloud-init ignores it.
+   */
+  retired?: RetiredParts;
+}
+
+export interface RetiredParts {
+  /** Units stopped and their enable links removed (their unit files are among `paths`). */
+  units: string[];
+  paths: string[];
 }
 
 /** Secrets inside the guest: readable by the owning service only, written after its user exists. */

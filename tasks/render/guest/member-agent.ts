@@ -8,7 +8,7 @@ import { clientUrl } from '../../inventory/urls.ts';
 import type { MemberTls } from '../../pki/materials.ts';
 import { GUEST_PATHS } from '../etcd.ts';
 import { etcdToolsDir } from '../etcd-release.ts';
-import { secretFile, type CloudConfigFragment, type WriteFile } from './fragment.ts';
+import { secretFile, type CloudConfigFragment, type RetiredParts, type WriteFile } from './fragment.ts';
 import { MANIFEST_PATH, TEXTFILE_DIR } from './textfile.ts';
 import { DISARM_BELOW_QUOTA } from '../../inventory/model.ts';
 
@@ -158,8 +158,30 @@ export function renderAgentTimer(what: string, schedule: string): string {
 export const renderBackupTimer = (schedule: string): string =>
   renderAgentTimer('the backup schedule (inventory backup.schedule)', schedule);
 
+/** Every unit the agent may run: a task's timer, then its service (stopped in this order, the timer cannot start it again). */
+const AGENT_UNITS = [BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS].flatMap(({ service, timer }) => [timer, service]);
+
+/**
+ * What the agent leaves in a member under another configuration: every unit and file of a task that is
+ * off (the S3 keys with backups, the whole agent with neither task), so a task turned off stops and
+ * takes its secrets with it.
+ */
+function retiredAgentParts(written: readonly WriteFile[], timers: readonly string[]): RetiredParts {
+  const kept = new Set([
+    ...written.map((file) => file.path),
+    ...(written.length ? [AGENT_PATHS.metricsStaging, AGENT_PATHS.metricsFile] : []),
+  ]);
+  const runs = new Set(timers.flatMap((timer) => [timer, timer.replace(/\.timer$/, '.service')]));
+  return {
+    units: AGENT_UNITS.filter((unit) => !runs.has(unit)),
+    paths: Object.entries(AGENT_PATHS)
+      .filter(([what, path]) => what !== 'workDir' && !kept.has(path))
+      .map(([, path]) => path),
+  };
+}
+
 export function memberAgentFragment(inventory: Inventory, member: Member, tls: MemberTls, writeSecret: SecretWriter): CloudConfigFragment {
-  if (!agentInEtcd(inventory)) return {};
+  if (!agentInEtcd(inventory)) return { retired: retiredAgentParts([], []) };
   const { s3, encryption_key: encryptionKey } = inventory.restore;
   const unit = (path: string, content: string, notify?: string): WriteFile => ({
     path,
@@ -206,5 +228,9 @@ export function memberAgentFragment(inventory: Inventory, member: Member, tls: M
     ...(defrag.enabled ? [DEFRAG_UNITS.timer] : []),
     METRICS_UNITS.timer,
   ];
-  return { writeFiles: files, services: timers.map((timer) => ({ unit: timer, onChange: 'restart' as const })) };
+  return {
+    writeFiles: files,
+    services: timers.map((timer) => ({ unit: timer, onChange: 'restart' as const })),
+    retired: retiredAgentParts(files, timers),
+  };
 }
