@@ -1,7 +1,7 @@
 import type { FactCache } from '../core/facts.ts';
 import { join } from 'node:path';
 import { obtainRelease, type Release } from '../upgrade/release.ts';
-import { parseVersion } from '../upgrade/version.ts';
+import { releaseTag, type EtcdVersion } from '../upgrade/version.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { clientIdentities, type ClientIdentities } from '../etcd/identities.ts';
 import { EtcdClients } from '../etcd/client.ts';
@@ -127,24 +127,28 @@ export class DeployContext {
         .catch(() => undefined);
   }
 
-  #release: Promise<Release> | undefined;
+  #releases = new Map<string, Promise<Release>>();
 
   /**
-   * With binaries: release, etcd.version's archive in the state directory: downloaded (or found and
-   * checked again) once per run, when the first member needs it; a failed attempt is tried again.
+   * With binaries: release, a release's archive in the state directory (etcd.version's, or
+   * etcd.stage_version's): downloaded (or found and checked again) once per run, when the first member
+   * needs it; a failed attempt is tried again. etcd.sha256 pins etcd.version's archive only.
    */
-  releaseArchive(): Promise<Release> {
+  releaseArchive(version: EtcdVersion): Promise<Release> {
     const { etcd } = this.inventory;
-    const version = parseVersion(etcd.version);
-    if (!version) return Promise.reject(new Error(`etcd.version ${etcd.version} is not a release tag`));
-    this.#release ??= obtainRelease(
-      { baseUrl: etcd.release_url, version, ...(etcd.sha256 ? { pinnedSha256: etcd.sha256 } : {}) },
-      join(this.inventory.stateDir, 'releases'),
-    ).catch((error: unknown) => {
-      this.#release = undefined;
-      throw error;
-    });
-    return this.#release;
+    const tag = releaseTag(version);
+    const pinned = etcd.sha256 && etcd.version === tag ? { pinnedSha256: etcd.sha256 } : {};
+    let archive = this.#releases.get(tag);
+    if (!archive) {
+      archive = obtainRelease({ baseUrl: etcd.release_url, version, ...pinned }, join(this.inventory.stateDir, 'releases')).catch(
+        (error: unknown) => {
+          this.#releases.delete(tag);
+          throw error;
+        },
+      );
+      this.#releases.set(tag, archive);
+    }
+    return archive;
   }
 
   /** The inventory's members of these names, in the inventory's order. */

@@ -213,7 +213,7 @@ export class DeployExecution {
       case 'domain':
         return domainsStep({ inventory: cluster, members, rendered: rendered.files, context: remote, clients });
       case 'restore':
-        return restoreStep(cluster, members, memberSsh, snapshots!, () => this.context.releaseArchive());
+        return restoreStep(cluster, members, memberSsh, snapshots!, (version) => this.context.releaseArchive(version));
       case 'guest': {
         const diffs = this.options.dryRun || this.options.diff === true;
         return guestStep({
@@ -226,7 +226,7 @@ export class DeployExecution {
           clusterFormed: pass.formed && !pass.joining,
           diffs,
           progress: this.runner.progress,
-          releaseArchive: () => this.context.releaseArchive(),
+          releaseArchive: (version) => this.context.releaseArchive(version),
         });
       }
     }

@@ -54,6 +54,8 @@ export interface GuestFacts {
   cloudInit: CloudInitFact;
   /** The etcd release the unit is to run is installed (its binary is there); asked with binaries: release only. */
   releaseInstalled?: boolean;
+  /** The staged release (etcd.stage_version) is installed; asked only when one is staged. */
+  stagedInstalled?: boolean;
   /** Of the retired paths asked for (GuestQuestions.retired), those still there. */
   retiredFound: Set<string>;
 }
@@ -67,6 +69,8 @@ export interface GuestQuestions {
   dataDir: string;
   /** With binaries: release, the binary of the release the unit runs: is it installed? (stat only: an install renames a whole, verified directory into place.) */
   releaseBinary?: string;
+  /** The staged release's binary: is it installed? (stat only, as releaseBinary.) */
+  stagedBinary?: string;
   /** Paths that must not be there (a turned-off task's files and enable links): stat only. */
   retired?: readonly string[];
 }
@@ -130,6 +134,7 @@ export function statPaths(questions: GuestQuestions): string[] {
       CLOUD_INIT_RESULT,
       CLOUD_INIT_STATUS,
       ...(questions.releaseBinary ? [questions.releaseBinary] : []),
+      ...(questions.stagedBinary ? [questions.stagedBinary] : []),
       ...(questions.retired ?? []),
     ]),
   ];
@@ -311,14 +316,18 @@ export function factsFromParts(
     if (variables.size > 0) environments.set(unit, variables);
   }
   const memberDir = parts.stats.get(memberDirOf(questions.dataDir));
-  const releaseBinary = questions.releaseBinary ? parts.stats.get(questions.releaseBinary) : undefined;
+  const isFile = (path: string | undefined) => {
+    const entry = path === undefined ? undefined : parts.stats.get(path);
+    return entry !== undefined && (entry.mode & S_IFMT) === S_IFREG;
+  };
   return {
     facts: {
       files,
       environments,
       dataDirInitialized: memberDir !== undefined && (memberDir.mode & S_IFMT) === S_IFDIR,
       cloudInit: parseCloudInit(parts.cloudInitResult, parts.cloudInitStatus),
-      ...(questions.releaseBinary ? { releaseInstalled: releaseBinary !== undefined && (releaseBinary.mode & S_IFMT) === S_IFREG } : {}),
+      ...(questions.releaseBinary ? { releaseInstalled: isFile(questions.releaseBinary) } : {}),
+      ...(questions.stagedBinary ? { stagedInstalled: isFile(questions.stagedBinary) } : {}),
       retiredFound: new Set((questions.retired ?? []).filter((path) => parts.stats.has(path))),
     },
     units: unitsFromFiles(parts.processes, parts.stats, questions),

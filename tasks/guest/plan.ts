@@ -75,7 +75,16 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
           },
         ]
       : [];
-  return [...install, ...withRollback(changes, facts)];
+  const stage: GuestChange[] =
+    desired.staged && facts.stagedInstalled === false
+      ? [
+          {
+            summary: `stage etcd ${formatVersion(desired.staged.version)} into ${desired.staged.dir}, not run (etcd.stage_version: a roll to it then only restarts)`,
+            action: { kind: 'install-release', release: desired.staged },
+          },
+        ]
+      : [];
+  return [...install, ...withRollback(changes, facts), ...stage];
 }
 
 /**

@@ -2,7 +2,7 @@ import { createReadStream } from 'node:fs';
 import { RELEASES_GUEST_DIR, type GuestRelease } from '../render/etcd-release.ts';
 import type { SshConnection } from '../remote/ssh.ts';
 import type { Release } from '../upgrade/release.ts';
-import { formatVersion } from '../upgrade/version.ts';
+import { formatVersion, type EtcdVersion } from '../upgrade/version.ts';
 
 /**
  * A release's archive (on the control node) installed into a member over SSH, checked again against
@@ -21,14 +21,17 @@ const INSTALL_SCRIPT = [
   'rm -rf -- "$1/$3"; mv -- "$t/$3" "$1/$3"',
 ].join('\n');
 
+/** A release's archive on the control node, by version (downloaded and verified once per run, when first needed). */
+export type ReleaseArchives = (version: EtcdVersion) => Promise<Release>;
+
 export async function installRelease(
   ssh: SshConnection,
-  releaseArchive: (() => Promise<Release>) | undefined,
+  releaseArchive: ReleaseArchives | undefined,
   release: GuestRelease,
   timeoutMs: number,
 ): Promise<void> {
   if (!releaseArchive) throw new Error('no release archive for binaries: release (the run was built without one)');
-  const archive = await releaseArchive();
+  const archive = await releaseArchive(release.version);
   await ssh.run(['sudo', 'sh', '-c', INSTALL_SCRIPT, 'sh', RELEASES_GUEST_DIR, archive.sha256, archive.name], {
     stdin: createReadStream(archive.archivePath),
     timeoutMs,

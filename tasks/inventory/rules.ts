@@ -840,6 +840,17 @@ const installNeedsReleaseVersion: Rule = (doc) =>
       ]
     : [];
 
+const stageNeedsReleaseBinaries: Rule = (doc) => {
+  const staged = doc.etcd.stage_version;
+  if (staged === undefined) return [];
+  const path = ['etcd', 'stage_version'];
+  if (doc.etcd.binaries !== 'release')
+    return [{ path, message: 'needs etcd.binaries: release', hint: 'only a release the tool installs can be staged ahead of its roll' }];
+  if (!/^v\d+\.\d+\.\d+$/.test(staged))
+    return [{ path, message: `${JSON.stringify(staged)} is not an etcd release tag`, hint: 'stage a release by its tag, like v3.5.33' }];
+  return [];
+};
+
 export const RULES: readonly Rule[] = [
   uniqueNames,
   memberIsNotTheControlNode,
@@ -875,6 +886,7 @@ export const RULES: readonly Rule[] = [
   backupSettingsAreSound,
   defragNeedsTheAgentsIdentity,
   installNeedsReleaseVersion,
+  stageNeedsReleaseBinaries,
 ];
 
 export function checkRules(doc: ParsedDocument): Problem[] {

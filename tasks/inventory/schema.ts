@@ -584,6 +584,13 @@ export const etcdSchema = z
       .regex(/^[0-9a-fA-F]{64}$/, 'is a SHA-256 digest (64 hex digits)')
       .optional()
       .describe("The release archive's SHA-256, pinned: wins over the release's SHA256SUMS (which is then not read)."),
+    stage_version: line
+      .optional()
+      .describe(
+        'With `binaries: release`, a release (`vX.Y.Z`) installed into every member beside the one it runs, and not run: set it ahead of ' +
+          'a roll (kubeadm pulls its images ahead alike), and the roll, once `version` names it, costs a restart per member instead of an ' +
+          "install and a restart. Checked against the release's SHA256SUMS.",
+      ),
     auto_compaction_mode: z.enum(['revision', 'periodic']).default('revision').describe("etcd's `auto-compaction-mode`."),
     auto_compaction_retention: z.coerce
       .string()

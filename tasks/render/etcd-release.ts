@@ -40,6 +40,17 @@ export function managedRelease(inventory: Inventory): GuestRelease | undefined {
   return guestReleaseOf(version);
 }
 
+/**
+ * The release staged ahead of a roll (etcd.stage_version): installed beside the one that runs and
+ * not run. None when it is the running one.
+ */
+export function stagedRelease(inventory: Inventory): GuestRelease | undefined {
+  const running = managedRelease(inventory);
+  const version = inventory.etcd.stage_version === undefined ? undefined : parseVersion(inventory.etcd.stage_version);
+  if (!running || !version || compareVersions(version, running.version) === 0) return undefined;
+  return guestReleaseOf(version);
+}
+
 const V3_5: EtcdVersion = { major: 3, minor: 5, patch: 0 };
 const V3_6: EtcdVersion = { major: 3, minor: 6, patch: 0 };
 

@@ -5,8 +5,7 @@ import { waitForHealth } from '../etcd/health.ts';
 import { ensureQuorumWithout, rollWaves, waitForRelease } from '../etcd/roll.ts';
 import { quote } from '../core/shell.ts';
 import type { GuestRelease } from '../render/etcd-release.ts';
-import { installRelease as installReleaseArchive } from '../guest/release-install.ts';
-import type { Release } from '../upgrade/release.ts';
+import { installRelease as installReleaseArchive, type ReleaseArchives } from '../guest/release-install.ts';
 import { formatVersion } from '../upgrade/version.ts';
 import { batched, fileBatch, FILE_BATCH_SCRIPT, type FileAction } from '../guest/file-batch.ts';
 import { enableLinkOf, waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
@@ -50,7 +49,7 @@ export interface GuestStepOptions {
   /** Where the step says what a member waits on (its first boot). */
   progress?: Progress;
   /** With binaries: release, the release's archive on the control node (downloaded and verified once per run, when first needed). */
-  releaseArchive?: () => Promise<Release>;
+  releaseArchive?: ReleaseArchives;
 }
 
 /** After systemd says etcd is ready, the health wait gets at least this long, whatever is left of health_timeout. */
@@ -76,11 +75,9 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
   const { targets, memberNamed } = memberTargets(options.members);
   const guest: GuestContext = { ...options, memberNamed, timeoutMs: options.inventory.cluster.health_timeout * 1000 };
   const { inventory, clients, clusterFormed } = options;
-  const staging = new ReleaseStaging(async (name) => {
-    const member = memberNamed(name);
-    const release = desiredOf(guest, name).release;
-    if (release) await installRelease(guest, await guest.ssh.reach(member, { windowMs: guest.timeoutMs }), release);
-  });
+  const staging = new ReleaseStaging(async (name, release) =>
+    installRelease(guest, await guest.ssh.reach(memberNamed(name), { windowMs: guest.timeoutMs }), release),
+  );
   return {
     name: 'guest',
     targets,
@@ -110,9 +107,11 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
     },
     async apply(changes, name) {
       const member = memberNamed(name);
-      const staged = await staging.staged();
+      const stagedAhead = await staging.staged();
       const ssh = await guest.ssh.reach(member, { windowMs: guest.timeoutMs });
-      const actions = changes.map(({ action }) => action).filter((action) => !(action.kind === 'install-release' && staged.has(name)));
+      const actions = changes
+        .map(({ action }) => action)
+        .filter((action) => !(action.kind === 'install-release' && stagedAhead(name, action.release)));
       for (const next of batched(actions)) {
         if (Array.isArray(next)) await applyFileBatch(ssh, next);
         else await applyGuestAction(guest, member, ssh, next);
@@ -331,6 +330,7 @@ export function guestQuestions(wanted: DesiredGuest): GuestQuestions {
     environmentUnits: wanted.services.filter((service) => service.environment).map((service) => service.unit),
     dataDir: wanted.dataDir,
     ...(wanted.release ? { releaseBinary: wanted.release.binary } : {}),
+    ...(wanted.staged ? { stagedBinary: wanted.staged.binary } : {}),
     retired: [...wanted.retired.paths, ...wanted.retired.units.map(enableLinkOf)],
   };
 }

@@ -1,41 +1,62 @@
+import type { GuestRelease } from '../render/etcd-release.ts';
+
 /**
- * A release installed ahead of a roll on every member whose plan installs it, all at once: unpacking
- * an archive costs seconds of a TCG guest's CPU, which a member's turn in the roll then does not pay.
- * A release's directory sits beside the running one and changes nothing until etcd.env names it, so a
- * roll that stops early leaves the later members running what they ran. Best effort: a member whose
- * install ahead failed installs in its own turn, and fails there if it must.
+ * The releases a roll installs, installed ahead on every member whose plan installs one, all at once:
+ * unpacking an archive costs seconds of a TCG guest's CPU, which a member's turn in the roll then does
+ * not pay. A release's directory sits beside the running one and changes nothing until etcd.env names
+ * it, so a roll that stops early leaves the later members running what they ran. Best effort: a member
+ * whose install ahead failed installs in its own turn, and fails there if it must.
  */
+
+interface Install {
+  member: string;
+  release: GuestRelease;
+}
+
+type Pending = readonly { target: string; changes: readonly { action: { kind: string; release?: GuestRelease } }[] }[];
+
+const keyOf = ({ member, release }: Install) => `${member}\n${release.dir}`;
+
 export class ReleaseStaging {
-  /** The members whose plan installs a release, as the roll's order learned them. */
-  #wanted: string[] = [];
+  /** The installs the members' plans hold, as the roll's order learned them. */
+  #wanted: Install[] = [];
   #staged: Promise<Set<string>> | undefined;
 
-  constructor(readonly install: (member: string) => Promise<void>) {}
+  constructor(readonly install: (member: string, release: GuestRelease) => Promise<void>) {}
 
-  /** Remembers who installs a release in this roll (the runner hands the roll every member with changes). */
-  learn(pending: readonly { target: string; changes: readonly { action: { kind: string } }[] }[]): void {
-    this.#wanted = pending
-      .filter(({ changes }) => changes.some((change) => change.action.kind === 'install-release'))
-      .map(({ target }) => target);
+  /** Remembers what this roll installs where (the runner hands the roll every member with changes). */
+  learn(pending: Pending): void {
+    this.#wanted = pending.flatMap(({ target, changes }) =>
+      changes.flatMap(({ action }) =>
+        action.kind === 'install-release' && action.release ? [{ member: target, release: action.release }] : [],
+      ),
+    );
   }
 
-  /** Installs on every member that wants it, once per roll (when its first member applies); the members it got to. */
-  staged(): Promise<Set<string>> {
+  /** Installs everything wanted, once per roll (when its first member applies); then tells which installs were done ahead. */
+  async staged(): Promise<(member: string, release: GuestRelease) => boolean> {
     this.#staged ??= this.#stage();
-    return this.#staged;
+    const done = await this.#staged;
+    return (member, release) => done.has(keyOf({ member, release }));
   }
 
   async #stage(): Promise<Set<string>> {
     // One member alone gains nothing from going first.
-    if (this.#wanted.length < 2) return new Set();
+    const members = [...new Set(this.#wanted.map(({ member }) => member))];
+    if (members.length < 2) return new Set();
     const done = await Promise.all(
-      this.#wanted.map((member) =>
-        this.install(member).then(
-          () => member,
-          () => undefined,
-        ),
-      ),
+      members.map(async (member) => {
+        const installs = this.#wanted.filter((install) => install.member === member);
+        const ok: string[] = [];
+        // One member's installs one after another: its guest has one CPU.
+        for (const install of installs)
+          await this.install(install.member, install.release).then(
+            () => ok.push(keyOf(install)),
+            () => undefined,
+          );
+        return ok;
+      }),
     );
-    return new Set(done.filter((member): member is string => member !== undefined));
+    return new Set(done.flat());
   }
 }

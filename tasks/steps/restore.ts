@@ -4,9 +4,8 @@ import { waitForCloudInit } from '../guest/facts.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
-import { installRelease } from '../guest/release-install.ts';
+import { installRelease, type ReleaseArchives } from '../guest/release-install.ts';
 import { managedRelease, snapshotRestoreProgram } from '../render/etcd-release.ts';
-import type { Release } from '../upgrade/release.ts';
 import { peerUrl } from '../inventory/urls.ts';
 import { memberTargets } from './member-targets.ts';
 
@@ -32,7 +31,7 @@ export function restoreStep(
   connections: MemberConnections,
   source: SnapshotSource,
   /** With binaries: release, the run's release archive on the control node. */
-  releaseArchive?: () => Promise<Release>,
+  releaseArchive?: ReleaseArchives,
 ): Step<RestoreState, 'restore'> {
   const { targets, memberNamed } = memberTargets(inventory.restore.enabled ? members : []);
   const dataDir = inventory.etcd.data_dir;

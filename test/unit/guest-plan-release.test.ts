@@ -177,3 +177,28 @@ test('guest plan: with the image binaries nothing is installed and a restart has
   const restart = changes.at(-1)!.action;
   t.true(restart.kind === 'restart' && restart.rollback === undefined);
 });
+
+test('guest plan: etcd.stage_version staged beside the running release, never run; once there, nothing; with a roll, installed after it', (t) => {
+  const next = guestReleaseOf(parseVersion('v3.6.5')!);
+  const staging = { ...desired, staged: next };
+  const STAGE: [GuestAction['kind'], string] = [
+    'install-release',
+    `stage etcd 3.6.5 into ${next.dir}, not run (etcd.stage_version: a roll to it then only restarts)`,
+  ];
+  const plan = (facts: GuestFacts) => planGuest(staging, facts, { clusterFormed: true, currentContent: new Map() });
+  const absent = Object.assign(converged(), { stagedInstalled: false });
+  t.deepEqual(
+    plan(absent).map((change) => [change.action.kind, change.summary]),
+    [STAGE],
+  );
+  t.is(rollKindOf(plan(absent)), 'keeps-running');
+  t.deepEqual(plan(Object.assign(converged(), { stagedInstalled: true })), []);
+  const rolling = converged();
+  onPreviousRelease(rolling);
+  rolling.stagedInstalled = false;
+  t.deepEqual(
+    plan(rolling).map((change) => change.action.kind),
+    ['install-release', 'keep-previous', 'write', 'restart', 'install-release'],
+  );
+  t.deepEqual(plan(rolling).at(-1)!.summary, STAGE[1]);
+});

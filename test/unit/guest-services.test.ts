@@ -582,6 +582,14 @@ test('invalid combinations of the optional features are reported with their path
   t.deepEqual(problemsOf(withDefaults({ install_dependencies: true }, (doc) => (doc.etcd = { version: 'latest' }))), [
     'etcd.version: "latest" is not an etcd release tag — install_dependencies downloads that release: use a tag like v3.5.33',
   ]);
+  t.deepEqual(problemsOf(withDefaults({}, (doc) => (doc.etcd = { stage_version: 'v3.5.30' }))), [
+    'etcd.stage_version: needs etcd.binaries: release — only a release the tool installs can be staged ahead of its roll',
+  ]);
+  t.deepEqual(problemsOf(withDefaults({}, (doc) => (doc.etcd = { binaries: 'release', version: 'v3.5.16', stage_version: '3.5.30' }))), [
+    'etcd.stage_version: "3.5.30" is not an etcd release tag — stage a release by its tag, like v3.5.33',
+  ]);
+  const staged = load(withDefaults({}, (doc) => (doc.etcd = { binaries: 'release', version: 'v3.5.16', stage_version: 'v3.5.30' })));
+  t.is(staged.etcd.stage_version, 'v3.5.30');
 });
 
 test('invalid fluent-bit dynamic configurations are reported with their paths', (t) => {

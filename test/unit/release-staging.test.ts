@@ -1,12 +1,21 @@
 import test from 'ava';
+import { guestReleaseOf } from '../../tasks/render/etcd-release.ts';
 import { ReleaseStaging } from '../../tasks/steps/release-staging.ts';
 
-/** The release installed ahead of a roll: every member that installs one, at once, once; a failure is that member's own. */
+/** The releases installed ahead of a roll: every member that installs one, at once, once; a failure is that member's own. */
 
-const pendingOf = (installs: string[], others: string[] = []) => [
-  ...installs.map((target) => ({ target, changes: [{ action: { kind: 'install-release' } }, { action: { kind: 'restart' } }] })),
+const v3516 = guestReleaseOf({ major: 3, minor: 5, patch: 16 });
+const v3530 = guestReleaseOf({ major: 3, minor: 5, patch: 30 });
+
+const pendingOf = (installs: string[], others: string[] = [], release = v3516) => [
+  ...installs.map((target) => ({
+    target,
+    changes: [{ action: { kind: 'install-release', release } }, { action: { kind: 'restart' } }],
+  })),
   ...others.map((target) => ({ target, changes: [{ action: { kind: 'write' } }] })),
 ];
+const MEMBERS = ['etcd-1', 'etcd-2', 'etcd-3', 'etcd-4'];
+const stagedOf = (ahead: (member: string, release: typeof v3516) => boolean, release = v3516) => MEMBERS.filter((m) => ahead(m, release));
 
 test('every member whose plan installs a release, at the same time, once however many members apply', async (t) => {
   const started: string[] = [];
@@ -20,12 +29,33 @@ test('every member whose plan installs a release, at the same time, once however
   });
   staging.learn(pendingOf(['etcd-1', 'etcd-2', 'etcd-3'], ['etcd-4']));
   const [first, second] = await Promise.all([staging.staged(), staging.staged()]);
-  t.deepEqual([...first].sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
-  t.is(first, second);
+  t.deepEqual(stagedOf(first), ['etcd-1', 'etcd-2', 'etcd-3']);
+  t.deepEqual(stagedOf(second), ['etcd-1', 'etcd-2', 'etcd-3']);
+  // Another release than the one installed is not said to be there.
+  t.deepEqual(stagedOf(first, v3530), []);
   t.deepEqual(started.sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
   t.is(most, 3);
   await staging.staged();
   t.is(started.length, 3, 'installed once');
+});
+
+test("a member that installs two releases (the one it rolls to, and etcd.stage_version's) installs them one after the other", async (t) => {
+  const started: string[] = [];
+  const staging = new ReleaseStaging(async (member, release) => {
+    started.push(`${member} ${release.dir}`);
+  });
+  const pending = pendingOf(['etcd-1', 'etcd-2']).map(({ target, changes }) => ({
+    target,
+    changes: [...changes, { action: { kind: 'install-release', release: v3530 } }],
+  }));
+  staging.learn(pending);
+  const ahead = await staging.staged();
+  t.deepEqual(stagedOf(ahead), ['etcd-1', 'etcd-2']);
+  t.deepEqual(stagedOf(ahead, v3530), ['etcd-1', 'etcd-2']);
+  t.deepEqual(
+    started.filter((line) => line.startsWith('etcd-1')),
+    [`etcd-1 ${v3516.dir}`, `etcd-1 ${v3530.dir}`],
+  );
 });
 
 test('a member whose install ahead failed is left to its own turn; the others are staged', async (t) => {
@@ -33,7 +63,7 @@ test('a member whose install ahead failed is left to its own turn; the others ar
     if (member === 'etcd-2') throw new Error('no space left on device');
   });
   staging.learn(pendingOf(['etcd-1', 'etcd-2', 'etcd-3']));
-  t.deepEqual([...(await staging.staged())].sort(), ['etcd-1', 'etcd-3']);
+  t.deepEqual(stagedOf(await staging.staged()), ['etcd-1', 'etcd-3']);
 });
 
 test('one member alone, or none, installs nothing ahead', async (t) => {
@@ -43,8 +73,8 @@ test('one member alone, or none, installs nothing ahead', async (t) => {
   };
   const alone = new ReleaseStaging(install);
   alone.learn(pendingOf(['etcd-1'], ['etcd-2']));
-  t.deepEqual([...(await alone.staged())], []);
+  t.deepEqual(stagedOf(await alone.staged()), []);
   const unlearned = new ReleaseStaging(install);
-  t.deepEqual([...(await unlearned.staged())], []);
+  t.deepEqual(stagedOf(await unlearned.staged()), []);
   t.deepEqual(installed, []);
 });

@@ -1,7 +1,7 @@
 import { maskSecret, revealSecret } from '../../core/secret.ts';
 import { guestFragments, type CloudInitInput } from '../cloud-init.ts';
 import type { GuestService, RetiredParts } from './fragment.ts';
-import { managedRelease, type GuestRelease } from '../etcd-release.ts';
+import { managedRelease, stagedRelease, type GuestRelease } from '../etcd-release.ts';
 
 /**
  * What a member contains once it runs: every file the guest features write (path, content, mode,
@@ -32,6 +32,8 @@ export interface DesiredGuest {
   dataDir: string;
   /** With binaries: release, the etcd release the member runs (installed by the tool before etcd.env names it). */
   release?: GuestRelease;
+  /** etcd.stage_version's release: installed beside the running one, not run (a later roll to it restarts only). */
+  staged?: GuestRelease;
   /** Units and files the features installed under another configuration: stopped and removed where found. */
   retired: RetiredParts;
 }
@@ -56,11 +58,13 @@ export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>): Desire
     });
   });
   const release = managedRelease(input.inventory);
+  const staged = stagedRelease(input.inventory);
   return {
     files,
     services: real.flatMap((fragment) => fragment.services ?? []),
     dataDir: input.inventory.etcd.data_dir,
     ...(release ? { release } : {}),
+    ...(staged ? { staged } : {}),
     retired: {
       units: real.flatMap((fragment) => fragment.retired?.units ?? []),
       paths: real.flatMap((fragment) => fragment.retired?.paths ?? []),
