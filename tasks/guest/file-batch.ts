@@ -39,6 +39,7 @@ export const FILE_BATCH_SCRIPT = [
   '    daemon-reload) systemctl daemon-reload; shift ;;',
   '    enable) systemctl enable -- "$2"; shift 2 ;;',
   '    stop) systemctl stop -- "$2"; shift 2 ;;',
+  '    service) systemctl "$2" -- "$3"; shift 3 ;;',
   '    remove) rm -f -- "$2"; shift 2 ;;',
   '    *) echo "unknown operation: $1" >&2; exit 2 ;;',
   '  esac',
@@ -54,8 +55,11 @@ export interface FileBatch {
   describe: string;
 }
 
-/** The batch for these actions, in their order; `previousDir` is where kept files go (PREVIOUS_DIR). */
-export function fileBatch(actions: readonly FileAction[], previousDir = PREVIOUS_DIR): FileBatch {
+/**
+ * The batch for these actions, in their order; `previousDir` is where kept files go (PREVIOUS_DIR);
+ * `then`, a service started or restarted at the end, in the same command (a roll's turn).
+ */
+export function fileBatch(actions: readonly FileAction[], previousDir = PREVIOUS_DIR, then?: { verb: string; unit: string }): FileBatch {
   const args: string[] = [previousDir];
   const contents: Buffer[] = [];
   const said: string[] = [];
@@ -93,6 +97,10 @@ export function fileBatch(actions: readonly FileAction[], previousDir = PREVIOUS
         said.push(`rm ${action.path}`);
         break;
     }
+  }
+  if (then) {
+    args.push('service', then.verb, then.unit);
+    said.push(`systemctl ${then.verb} ${then.unit}`);
   }
   return { args, stdin: Buffer.concat(contents), describe: said.join('; ') };
 }

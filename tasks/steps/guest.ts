@@ -112,8 +112,15 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
       const actions = changes
         .map(({ action }) => action)
         .filter((action) => !(action.kind === 'install-release' && stagedAhead(name, action.release)));
-      for (const next of batched(actions)) {
-        if (Array.isArray(next)) await applyFileBatch(ssh, next);
+      const steps = batched(actions);
+      for (let i = 0; i < steps.length; i++) {
+        const next = steps[i]!;
+        const after = steps[i + 1];
+        // A roll's turn: its files and etcd's restart in one command (one sudo less, ~0.4 s per member under emulation).
+        if (Array.isArray(next) && after && !Array.isArray(after) && isRollingStart(after)) {
+          await restartRolling(guest, member, ssh, after, next);
+          i++;
+        } else if (Array.isArray(next)) await applyFileBatch(ssh, next);
         else await applyGuestAction(guest, member, ssh, next);
       }
     },
@@ -276,7 +283,21 @@ async function rollBack(guest: GuestContext, member: Member, ssh: SshConnection,
 }
 
 /** A rolling service (etcd) started or restarted, then waited for until healthy; a failure stops the roll, saying where to look. */
-async function restartRolling(guest: GuestContext, member: Member, ssh: SshConnection, action: StartAction): Promise<void> {
+const isRollingStart = (action: { kind: string }): action is StartAction =>
+  (action.kind === 'start' || action.kind === 'restart') && (action as StartAction).service.rolling === true;
+
+/**
+ * A rolling service (etcd) made to run what its files say, the quorum checked first; `files`, the
+ * file changes just before it, go in the same command. Not healthy on the new files in time: the
+ * files kept for a rollback are put back, and the error says so.
+ */
+async function restartRolling(
+  guest: GuestContext,
+  member: Member,
+  ssh: SshConnection,
+  action: StartAction,
+  files: readonly FileAction[] = [],
+): Promise<void> {
   const { inventory, clients, timeoutMs } = guest;
   if (action.kind === 'restart') await ensureQuorumWithout(inventory, clients, member);
   const verb = startVerb(action);
@@ -285,7 +306,15 @@ async function restartRolling(guest: GuestContext, member: Member, ssh: SshConne
   try {
     // Blocks until the old process has stopped and the new one is ready (Type=notify: etcd has joined
     // its cluster) or failed; only then can a health answer be the new process's.
-    await ssh.run(['sudo', 'systemctl', verb, unit], { timeoutMs, describe: `systemctl ${verb} ${unit}` });
+    if (files.length === 0) await ssh.run(['sudo', 'systemctl', verb, unit], { timeoutMs, describe: `systemctl ${verb} ${unit}` });
+    else {
+      const batch = fileBatch(files, PREVIOUS_DIR, { verb, unit });
+      await ssh.run(['sudo', 'sh', '-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], {
+        stdin: batch.stdin,
+        timeoutMs,
+        describe: batch.describe,
+      });
+    }
     await waitForHealth(inventory, clients, member, Math.max(deadline - Date.now(), HEALTH_AFTER_START_MS));
     const release = desiredOf(guest, member.name).release;
     if (release)

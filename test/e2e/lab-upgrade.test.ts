@@ -46,10 +46,13 @@ const app: Identity = {
   key: join(LAB_STATE, 'pki/clients/app.key'),
 };
 
-/** The lab inventory with release binaries at `version`, an application role that can read `/app2/` when asked, on the lab's `image`. */
-function writeInventory(version: string, readsApp2 = false, image: string = LAB.baseVolume): void {
+/**
+ * The lab inventory with release binaries at `version` (and `stage`, staged ahead), an application role
+ * that can read `/app2/` when asked, on the lab's `image`.
+ */
+function writeInventory(version: string, readsApp2 = false, image: string = LAB.baseVolume, stage?: string): void {
   const doc = parse(readFileSync('inventories/lab.yaml', 'utf8'));
-  doc.etcd = { ...doc.etcd, binaries: 'release', version, release_url: LAB.releaseUrl };
+  doc.etcd = { ...doc.etcd, binaries: 'release', version, release_url: LAB.releaseUrl, ...(stage ? { stage_version: stage } : {}) };
   doc.defaults.base_image = { pool: LAB.pools.images, volume: image };
   doc.roles = {
     app: {
@@ -254,15 +257,33 @@ test.serial(
   },
 );
 
-test.serial('3.5.16 → 3.5.30, a patch step: the same, every member on 3.5.30', async (t) => {
-  writeInventory('v3.5.30', true);
-  const run = await rolled(t, '/e2e/upgrade-3.5.30/');
-  t.is(run.status, 0);
-  t.regex(run.output, /etcd 3\.5\.16 → 3\.5\.30 \(patch step\)/);
-  t.deepEqual(versions(), { 'etcd-1': '3.5.30', 'etcd-2': '3.5.30', 'etcd-3': '3.5.30' });
-  hashesAtOneRevision(t);
-  usersWork(t, 'after-3.5.30');
-});
+test.serial(
+  '3.5.16 → 3.5.30, a patch step, staged ahead: staging restarts nothing, then the roll installs nothing; every member on 3.5.30',
+  async (t) => {
+    writeInventory('v3.5.16', true, LAB.baseVolume, 'v3.5.30');
+    const staged = deployed(t);
+    t.is(staged.status, 0);
+    t.deepEqual(changed(staged).sort(), [
+      ...MEMBERS.map(
+        (m) =>
+          `${m}/guest: changed stage etcd 3.5.30 into /opt/etcd-kvm/etcd-v3.5.30-linux-amd64, not run (etcd.stage_version: a roll to it then only restarts)`,
+      ),
+    ]);
+    t.deepEqual(versions(), { 'etcd-1': '3.5.16', 'etcd-2': '3.5.16', 'etcd-3': '3.5.16' });
+
+    writeInventory('v3.5.30', true);
+    const run = await rolled(t, '/e2e/upgrade-3.5.30/');
+    t.is(run.status, 0);
+    t.regex(run.output, /etcd 3\.5\.16 → 3\.5\.30 \(patch step\)/);
+    t.false(
+      changed(run).some((line) => line.includes('install etcd 3.5.30')),
+      changed(run).join('\n'),
+    );
+    t.deepEqual(versions(), { 'etcd-1': '3.5.30', 'etcd-2': '3.5.30', 'etcd-3': '3.5.30' });
+    hashesAtOneRevision(t);
+    usersWork(t, 'after-3.5.30');
+  },
+);
 
 test.serial('refused with nothing changed: back to 3.4 once the cluster is 3.5, two minors at once, a roll while a member is down', (t) => {
   const refused = (version: string, says: RegExp) => {

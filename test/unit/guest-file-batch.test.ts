@@ -97,6 +97,34 @@ test('retired files are removed, a dangling enable link and one already gone too
   t.is(stop.describe, 'systemctl stop a.timer a.service; rm /etc/systemd/system/a.timer');
 });
 
+test("a roll's turn: its files, then the service restarted, last, in the same command", (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'file-batch-'));
+  const env = file(join(root, 'etcd.env'), 'ETCDKVM_BINARY=/new\n', 0o644);
+  writeFileSync(env.path, 'ETCDKVM_BINARY=/old\n');
+  // systemctl stood in for by a script that says what it was asked and whether the file was written by then.
+  writeFileSync(join(root, 'systemctl'), `#!/bin/sh\necho "$* $(cat ${env.path})" >> ${root}/asked\n`, { mode: 0o755 });
+  const batch = fileBatch(
+    [
+      { kind: 'keep-previous', paths: [env.path] },
+      { kind: 'write', file: env },
+    ],
+    join(root, 'previous'),
+    {
+      verb: 'restart',
+      unit: 'etcd.service',
+    },
+  );
+  const result = spawnSync('sh', ['-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], {
+    input: batch.stdin,
+    encoding: 'utf8',
+    env: { ...process.env, PATH: `${root}:${process.env.PATH}` },
+  });
+  t.is(result.status, 0, result.stderr);
+  t.is(readFileSync(join(root, 'asked'), 'utf8'), 'restart -- etcd.service ETCDKVM_BINARY=/new\n');
+  t.is(readFileSync(join(root, 'previous', env.path), 'utf8'), 'ETCDKVM_BINARY=/old\n');
+  t.is(batch.describe, `keep ${env.path}; write ${env.path}; systemctl restart etcd.service`);
+});
+
 test('runs of file actions are gathered, in order; an install or a restart stays on its own', (t) => {
   const write: GuestAction = { kind: 'write', file: file('/a', 'a', 0o644) };
   const reload: GuestAction = { kind: 'daemon-reload' };
