@@ -116,7 +116,7 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
       for (let i = 0; i < steps.length; i++) {
         const next = steps[i]!;
         const after = steps[i + 1];
-        // A roll's turn: its files and etcd's restart in one command (one sudo less, ~0.4 s per member under emulation).
+        // A roll's turn: its files and etcd's restart in one command (one sudo and one SSH exec fewer per member).
         if (Array.isArray(next) && after && !Array.isArray(after) && isRollingStart(after)) {
           await restartRolling(guest, member, ssh, after, next);
           i++;
@@ -282,14 +282,14 @@ async function rollBack(guest: GuestContext, member: Member, ssh: SshConnection,
   }
 }
 
-/** A rolling service (etcd) started or restarted, then waited for until healthy; a failure stops the roll, saying where to look. */
+/** A start or restart of a rolling service (etcd): one member at a time, waited for until healthy. */
 const isRollingStart = (action: { kind: string }): action is StartAction =>
   (action.kind === 'start' || action.kind === 'restart') && (action as StartAction).service.rolling === true;
 
 /**
  * A rolling service (etcd) made to run what its files say, the quorum checked first; `files`, the
  * file changes just before it, go in the same command. Not healthy on the new files in time: the
- * files kept for a rollback are put back, and the error says so.
+ * files kept for a rollback are put back, and the error stops the roll, saying where to look.
  */
 async function restartRolling(
   guest: GuestContext,
