@@ -90,8 +90,9 @@ const SYSTEMD_RELOADED = '/run/systemd/generator';
 const invocationOf = (unit: string) => `/run/systemd/units/invocation:${unit}`;
 /**
  * The link `systemctl enable` makes for one of the tool's units: its timers are installed for
- * timers.target, its services (and Debian's it manages) for multi-user.target. A unit enabled
- * elsewhere is not settled by files: systemd is asked.
+ * timers.target (what a turned-off task's removal looks for), its services (and Debian's it manages)
+ * for multi-user.target. A unit enabled elsewhere is not settled by files: systemd is asked; so is a
+ * timer, which has neither processes nor an invocation link to tell its state by.
  */
 export const enableLinkOf = (unit: string) =>
   `/etc/systemd/system/${unit.endsWith('.timer') ? 'timers' : 'multi-user'}.target.wants/${unit}`;
@@ -336,7 +337,7 @@ export function factsFromParts(
 
 /**
  * Every unit's state from files, or undefined unless each one runs, is enabled (its link in
- * multi-user.target.wants, not masked), has an invocation time, and no managed unit file is newer than
+ * enableLinkOf, not masked), has an invocation time, and no managed unit file is newer than
  * systemd's last reload (then NeedDaemonReload is no).
  */
 export function unitsFromFiles(

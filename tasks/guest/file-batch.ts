@@ -15,6 +15,9 @@ const BATCHED: ReadonlySet<string> = new Set(FILE_ACTION_KINDS);
 
 export const isFileAction = (action: { kind: string }): action is FileAction => BATCHED.has(action.kind);
 
+/** The batch's exit when its files are done and the service it then starts or restarts fails: a roll's turn rolls back only then. */
+export const SERVICE_FAILED_EXIT = 97;
+
 /**
  * Reads its operations from its arguments, in order; each write's content is the next `size` bytes of
  * stdin (GNU head -c reads no further than it is asked, even from a pipe), checked for length, written
@@ -39,7 +42,7 @@ export const FILE_BATCH_SCRIPT = [
   '    daemon-reload) systemctl daemon-reload; shift ;;',
   '    enable) systemctl enable -- "$2"; shift 2 ;;',
   '    stop) systemctl stop -- "$2"; shift 2 ;;',
-  '    service) systemctl "$2" -- "$3"; shift 3 ;;',
+  `    service) systemctl "$2" -- "$3" || exit ${SERVICE_FAILED_EXIT}; shift 3 ;;`,
   '    remove) rm -f -- "$2"; shift 2 ;;',
   '    *) echo "unknown operation: $1" >&2; exit 2 ;;',
   '  esac',

@@ -84,7 +84,8 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
           },
         ]
       : [];
-  return [...install, ...withRollback(changes, facts), ...stage];
+  // Staged before the roll's turn: an archive that cannot be had stops the run before this member restarts.
+  return [...install, ...stage, ...withRollback(changes, facts)];
 }
 
 /**

@@ -7,7 +7,7 @@ import { quote } from '../core/shell.ts';
 import type { GuestRelease } from '../render/etcd-release.ts';
 import { installRelease as installReleaseArchive, type ReleaseArchives } from '../guest/release-install.ts';
 import { formatVersion } from '../upgrade/version.ts';
-import { batched, fileBatch, FILE_BATCH_SCRIPT, type FileAction } from '../guest/file-batch.ts';
+import { batched, fileBatch, FILE_BATCH_SCRIPT, SERVICE_FAILED_EXIT, type FileAction } from '../guest/file-batch.ts';
 import { enableLinkOf, waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
 import type { GuestProbe } from '../guest/probe.ts';
 import { driftedContent, isUnitFile, planGuest, PREVIOUS_DIR, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
@@ -306,15 +306,7 @@ async function restartRolling(
   try {
     // Blocks until the old process has stopped and the new one is ready (Type=notify: etcd has joined
     // its cluster) or failed; only then can a health answer be the new process's.
-    if (files.length === 0) await ssh.run(['sudo', 'systemctl', verb, unit], { timeoutMs, describe: `systemctl ${verb} ${unit}` });
-    else {
-      const batch = fileBatch(files, PREVIOUS_DIR, { verb, unit });
-      await ssh.run(['sudo', 'sh', '-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], {
-        stdin: batch.stdin,
-        timeoutMs,
-        describe: batch.describe,
-      });
-    }
+    await filesThenService(ssh, files, verb, unit, timeoutMs);
     await waitForHealth(inventory, clients, member, Math.max(deadline - Date.now(), HEALTH_AFTER_START_MS));
     const release = desiredOf(guest, member.name).release;
     if (release)
@@ -326,6 +318,7 @@ async function restartRolling(
         Math.max(deadline - Date.now(), HEALTH_AFTER_START_MS),
       );
   } catch (error) {
+    if (error instanceof FilesNotWrittenError) throw error;
     const journal = await ssh.exec(['sudo', 'journalctl', '-u', unit, '-n', '5', '--no-pager', '-o', 'cat']).catch(() => undefined);
     const tail = journal?.stdout.trim().split('\n').slice(-3).join(' | ');
     const rollback = action.kind === 'restart' && action.rollback ? action.rollback : undefined;
@@ -342,6 +335,41 @@ async function restartRolling(
         `Look at journalctl -u ${unit} on ${member.name}, fix it, and run again.`,
     );
   }
+}
+
+/** A roll's turn failed in its file changes, before its service was touched: nothing to roll back. */
+class FilesNotWrittenError extends Error {}
+
+/**
+ * The turn's files written and the service started or restarted, in one command. A failure in the
+ * files is told apart from one of the service (SERVICE_FAILED_EXIT): the files kept for a rollback
+ * may be an older roll's, and putting them back would move a healthy member that was never restarted.
+ */
+async function filesThenService(
+  ssh: SshConnection,
+  files: readonly FileAction[],
+  verb: string,
+  unit: string,
+  timeoutMs: number,
+): Promise<void> {
+  if (files.length === 0) {
+    await ssh.run(['sudo', 'systemctl', verb, unit], { timeoutMs, describe: `systemctl ${verb} ${unit}` });
+    return;
+  }
+  const batch = fileBatch(files, PREVIOUS_DIR, { verb, unit });
+  const done = await ssh.exec(['sudo', 'sh', '-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], {
+    stdin: batch.stdin,
+    timeoutMs,
+    describe: batch.describe,
+  });
+  if (done.code === 0) return;
+  const reason = done.stderr.trim().split('\n').slice(-3).join(' ') || '(no stderr)';
+  // A file operation's own exit (set -e) says the service was never touched; a signal (-1) says nothing, and counts as the service's.
+  if (done.code === SERVICE_FAILED_EXIT || done.code < 0)
+    throw new Error(`systemctl ${verb} ${unit} failed (exit ${done.code}): ${reason}`);
+  throw new FilesNotWrittenError(
+    `${batch.describe} failed (exit ${done.code}) before systemctl ${verb} ${unit}, which did not run: ${reason}`,
+  );
 }
 
 /** The systemctl verb that makes a service run what its files say (see GuestAction 'start'). */

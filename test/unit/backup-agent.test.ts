@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { backupTimestamp, dumpObjectName, masterKeyFromHex, openDataKey, openStream, retention } from '../../tasks/backup/format.ts';
 import { AGENT_USER } from '../../tasks/inventory/tool-users.ts';
 import { AGENT_PATHS, BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS } from '../../tasks/render/guest/member-agent.ts';
+import { MANIFEST_PATH } from '../../tasks/render/guest/textfile.ts';
 import { baseDocument, load, problemsOf } from '../helpers/inventory.ts';
 import { renderWithPki } from '../helpers/render.ts';
 
@@ -181,7 +182,7 @@ test('a task turned off is retired: its units and files (the S3 secrets with bac
     neither.units,
     [BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS].flatMap(({ service, timer }) => [timer, service]),
   );
-  for (const path of [AGENT_PATHS.program, AGENT_PATHS.key, AGENT_PATHS.metricsTimer, AGENT_PATHS.metricsFile])
+  for (const path of [AGENT_PATHS.program, AGENT_PATHS.key, AGENT_PATHS.metricsTimer, AGENT_PATHS.metricsFile, MANIFEST_PATH])
     t.true(neither.paths.includes(path), path);
   t.false(neither.paths.includes(AGENT_PATHS.workDir));
 });

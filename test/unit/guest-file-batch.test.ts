@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { batched, fileBatch, FILE_BATCH_SCRIPT, type FileAction } from '../../tasks/guest/file-batch.ts';
+import { batched, fileBatch, FILE_BATCH_SCRIPT, SERVICE_FAILED_EXIT, type FileAction } from '../../tasks/guest/file-batch.ts';
 import type { GuestAction } from '../../tasks/guest/plan.ts';
 import type { ManagedFile } from '../../tasks/render/guest/desired.ts';
 
@@ -97,32 +97,46 @@ test('retired files are removed, a dangling enable link and one already gone too
   t.is(stop.describe, 'systemctl stop a.timer a.service; rm /etc/systemd/system/a.timer');
 });
 
-test("a roll's turn: its files, then the service restarted, last, in the same command", (t) => {
+test("a roll's turn: its files, then the service restarted, last, in the same command; a failure says which part failed", (t) => {
   const root = mkdtempSync(join(tmpdir(), 'file-batch-'));
   const env = file(join(root, 'etcd.env'), 'ETCDKVM_BINARY=/new\n', 0o644);
-  writeFileSync(env.path, 'ETCDKVM_BINARY=/old\n');
-  // systemctl stood in for by a script that says what it was asked and whether the file was written by then.
-  writeFileSync(join(root, 'systemctl'), `#!/bin/sh\necho "$* $(cat ${env.path})" >> ${root}/asked\n`, { mode: 0o755 });
-  const batch = fileBatch(
-    [
-      { kind: 'keep-previous', paths: [env.path] },
-      { kind: 'write', file: env },
-    ],
-    join(root, 'previous'),
-    {
-      verb: 'restart',
-      unit: 'etcd.service',
-    },
-  );
-  const result = spawnSync('sh', ['-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], {
-    input: batch.stdin,
-    encoding: 'utf8',
-    env: { ...process.env, PATH: `${root}:${process.env.PATH}` },
-  });
-  t.is(result.status, 0, result.stderr);
-  t.is(readFileSync(join(root, 'asked'), 'utf8'), 'restart -- etcd.service ETCDKVM_BINARY=/new\n');
+  const turn = (systemctlExit: number, envFile = env) => {
+    writeFileSync(join(root, 'asked'), '');
+    writeFileSync(env.path, 'ETCDKVM_BINARY=/old\n');
+    // systemctl stood in for by a script that says what it was asked and what the file held by then.
+    writeFileSync(join(root, 'systemctl'), `#!/bin/sh\necho "$* $(cat ${env.path})" >> ${root}/asked\nexit ${systemctlExit}\n`, {
+      mode: 0o755,
+    });
+    const batch = fileBatch(
+      [
+        { kind: 'keep-previous', paths: [env.path] },
+        { kind: 'write', file: envFile },
+      ],
+      join(root, 'previous'),
+      {
+        verb: 'restart',
+        unit: 'etcd.service',
+      },
+    );
+    const result = spawnSync('sh', ['-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], {
+      input: batch.stdin,
+      encoding: 'utf8',
+      env: { ...process.env, PATH: `${root}:${process.env.PATH}` },
+    });
+    return { status: result.status, stderr: result.stderr, asked: readFileSync(join(root, 'asked'), 'utf8'), batch };
+  };
+  const ok = turn(0);
+  t.is(ok.status, 0, ok.stderr);
+  t.is(ok.asked, 'restart -- etcd.service ETCDKVM_BINARY=/new\n');
   t.is(readFileSync(join(root, 'previous', env.path), 'utf8'), 'ETCDKVM_BINARY=/old\n');
-  t.is(batch.describe, `keep ${env.path}; write ${env.path}; systemctl restart etcd.service`);
+  t.is(ok.batch.describe, `keep ${env.path}; write ${env.path}; systemctl restart etcd.service`);
+  // The service failed, the files done: the one exit a roll rolls back on.
+  t.is(turn(1).status, SERVICE_FAILED_EXIT);
+  // A file that could not be written (its directory is a file): another exit, and systemctl never asked.
+  const blocked = turn(0, file(join(root, 'etcd.env', 'inside'), 'X\n', 0o644));
+  t.not(blocked.status, 0);
+  t.not(blocked.status, SERVICE_FAILED_EXIT);
+  t.is(blocked.asked, '');
 });
 
 test('runs of file actions are gathered, in order; an install or a restart stays on its own', (t) => {

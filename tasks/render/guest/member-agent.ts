@@ -174,9 +174,13 @@ function retiredAgentParts(written: readonly WriteFile[], timers: readonly strin
   const runs = new Set(timers.flatMap((timer) => [timer, timer.replace(/\.timer$/, '.service')]));
   return {
     units: AGENT_UNITS.filter((unit) => !runs.has(unit)),
-    paths: Object.entries(AGENT_PATHS)
-      .filter(([what, path]) => what !== 'workDir' && !kept.has(path))
-      .map(([, path]) => path),
+    paths: [
+      ...Object.entries(AGENT_PATHS)
+        .filter(([what, path]) => what !== 'workDir' && !kept.has(path))
+        .map(([, path]) => path),
+      // The drift manifest (textfile.ts) is written for the agent alone.
+      ...(written.length ? [] : [MANIFEST_PATH]),
+    ],
   };
 }
 
