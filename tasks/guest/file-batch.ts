@@ -2,9 +2,9 @@ import { octal, PREVIOUS_DIR, type GuestAction } from './plan.ts';
 
 /**
  * A member's file changes in a row — files kept for a rollback, written, their owner and mode fixed,
- * a turned-off task's units stopped and files removed, systemd reloaded, a unit enabled — as one `sudo sh` over SSH instead of one each: every process
- * started in an emulated guest costs tenths of a second, sudo most of all. Pure: the script, its
- * arguments and its input; steps/guest.ts runs it.
+ * a turned-off task's units stopped and files removed, systemd reloaded, a unit enabled — as one
+ * `sudo sh` over SSH instead of one each: every process started in an emulated guest costs tenths of a
+ * second, sudo most of all. Pure: the script, its arguments and its input; steps/guest.ts runs it.
  */
 
 const FILE_ACTION_KINDS = ['write', 'attributes', 'keep-previous', 'daemon-reload', 'enable', 'stop', 'remove'] as const;
