@@ -237,7 +237,9 @@ test('the keep-alive goes on through another member while the one it used is sto
   const { members } = await cluster;
   const lost: string[] = [];
   const lock = held(
-    await acquire('roll', holderOf('operator-a.example', 7777), { ttlS: 3, answerMs: 1_000, onLost: (why) => lost.push(why) }),
+    // A TTL with room for an election: the stopped member may be the leader, and the other two take
+    // seconds to elect one on a loaded machine (CI saw "no member renewed its lease for 3 s" once with 3 s).
+    await acquire('roll', holderOf('operator-a.example', 7777), { ttlS: 5, answerMs: 1_000, onLost: (why) => lost.push(why) }),
   );
   // Let a renewal pass first: the first one names the member it went through.
   await sleep(1_000);
@@ -246,7 +248,8 @@ test('the keep-alive goes on through another member while the one it used is sto
   // Frozen, not ended: its connections hang, as a member whose VM restarts does.
   child.kill('SIGSTOP');
   t.teardown(() => child.kill('SIGCONT'));
-  await sleep(6_000);
+  // Longer than the TTL: the lock is kept only if its lease was renewed through another member meanwhile.
+  await sleep(7_000);
   child.kill('SIGCONT');
   t.deepEqual(lost, []);
   t.not(lock.renewingThrough, first);
