@@ -1,0 +1,30 @@
+import test from 'ava';
+import { shutDown } from '../../tasks/libvirt/power.ts';
+import type { Virsh } from '../../tasks/libvirt/virsh.ts';
+
+/** A domain stop waits until libvirt says it is off: "in shutdown" is still active. */
+
+const dominfo = (state: string) => `Id:             3\nName:           etcd-1\nState:          ${state}\nAutostart:      enable\n`;
+
+function fakeVirsh(states: string[]): { virsh: Virsh; asked: string[] } {
+  const asked: string[] = [];
+  const virsh = {
+    run: async (args: readonly string[]) => {
+      asked.push(args[0]!);
+      return args[0] === 'dominfo' ? dominfo(states.shift() ?? 'shut off') : '';
+    },
+  } as unknown as Virsh;
+  return { virsh, asked };
+}
+
+test('shutDown waits through "in shutdown" until the domain is shut off, then returns without a destroy', async (t) => {
+  const { virsh, asked } = fakeVirsh(['running', 'in shutdown', 'shut off']);
+  await shutDown(virsh, 'etcd-1', 10_000);
+  t.deepEqual(asked, ['shutdown', 'dominfo', 'dominfo', 'dominfo']);
+});
+
+test('shutDown powers the domain off once the grace is over', async (t) => {
+  const { virsh, asked } = fakeVirsh(['in shutdown', 'in shutdown', 'in shutdown']);
+  await shutDown(virsh, 'etcd-1', 500);
+  t.is(asked.at(-1), 'destroy');
+});
