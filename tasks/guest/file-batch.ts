@@ -108,6 +108,9 @@ export function fileBatch(actions: readonly FileAction[], previousDir = PREVIOUS
   return { args, stdin: Buffer.concat(contents), describe: said.join('; ') };
 }
 
+/** The command that runs a batch in a guest, as root (its contents go on stdin). */
+export const batchCommand = (batch: FileBatch): string[] => ['sudo', 'sh', '-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args];
+
 /** The actions in order, runs of file actions gathered into one batch each: every other action stands alone. */
 export function batched<A extends { kind: string }>(actions: readonly A[]): (Exclude<A, FileAction> | FileAction[])[] {
   const out: (Exclude<A, FileAction> | FileAction[])[] = [];

@@ -7,7 +7,7 @@ import { quote } from '../core/shell.ts';
 import type { GuestRelease } from '../render/etcd-release.ts';
 import { installRelease as installReleaseArchive, type ReleaseArchives } from '../guest/release-install.ts';
 import { formatVersion } from '../upgrade/version.ts';
-import { batched, fileBatch, FILE_BATCH_SCRIPT, SERVICE_FAILED_EXIT, type FileAction } from '../guest/file-batch.ts';
+import { batchCommand, batched, fileBatch, SERVICE_FAILED_EXIT, type FileAction } from '../guest/file-batch.ts';
 import { enableLinkOf, waitForCloudInit, type GuestFacts, type GuestQuestions } from '../guest/facts.ts';
 import type { GuestProbe } from '../guest/probe.ts';
 import { driftedContent, isUnitFile, planGuest, PREVIOUS_DIR, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
@@ -261,7 +261,7 @@ async function applyGuestAction(
 /** File changes in a row, in one command: the files' contents over stdin, never in argv (guest/file-batch.ts). */
 async function applyFileBatch(ssh: SshConnection, actions: readonly FileAction[]): Promise<void> {
   const batch = fileBatch(actions);
-  await ssh.run(['sudo', 'sh', '-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], { stdin: batch.stdin, describe: batch.describe });
+  await ssh.run(batchCommand(batch), { stdin: batch.stdin, describe: batch.describe });
 }
 
 /** The run's release archive into a member (guest/release-install.ts). */
@@ -357,7 +357,7 @@ async function filesThenService(
     return;
   }
   const batch = fileBatch(files, PREVIOUS_DIR, { verb, unit });
-  const done = await ssh.exec(['sudo', 'sh', '-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], {
+  const done = await ssh.exec(batchCommand(batch), {
     stdin: batch.stdin,
     timeoutMs,
     describe: batch.describe,
