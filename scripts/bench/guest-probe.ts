@@ -10,7 +10,7 @@ import { argument, median } from './cli.ts';
 
 /**
  * The guest probe alone, on the deployed lab (`npm run lab:up`, then a deploy): every member's facts
- * asked at once, as a no-op asks them (the agent's file calls and one stat per member), against the
+ * asked at once, as a no-op asks them (one process per member, a shell that becomes stat, and the agent's file calls), against the
  * probe as it was before (one script per member through the agent, still the way over SSH). Per
  * round: its wall-clock time, and the guests' CPU above their idle rate (libvirt's cpu.time of each
  * domain, the idle rate measured over 3 s before the round). Prints a Markdown table.
@@ -49,7 +49,7 @@ try {
   const questionsOf = (name: string) => guestQuestions(guests.get(name)!);
   const noSsh = () => Promise.reject(new Error('the bench asks through the agents only'));
   const ways: Record<string, () => Promise<void>> = {
-    'one stat, then file calls for what changed (a no-op now)': async () => {
+    'one process, then file calls for what changed (a no-op now)': async () => {
       await Promise.all(inventory.members.map((member) => context.guestProbe.askNow(member, questionsOf(member.name), noSsh)));
     },
     'one script per member (before; the SSH way)': async () => {

@@ -5,10 +5,11 @@ import { commandLine, quote } from '../core/shell.ts';
  * service's state, the running environment of services whose settings live in an EnvironmentFile,
  * whether etcd's data directory holds a member, and cloud-init's result. Under emulation every process
  * spawned in the guest costs 0.05-0.35 s even when the guest is idle, so most of it is read from
- * files: through the guest agent's file calls (guest/probe.ts), which start no process, with one
- * `stat` for what no file says (modes, owners, times, links); over SSH, for a member whose agent does
- * not answer, in one script run as root (guestProbeScript) printing the same parts. Both answers are
- * the same ProbeParts, turned into facts by factsFromParts.
+ * files: through the guest agent (guest/probe.ts), in one process that reads with shell builtins and
+ * then becomes `stat` for what no file says (modes, owners, times, links), and file calls, which start
+ * no process, for the rest; over SSH, for a member whose agent does not answer, in one script run
+ * as root (guestProbeScript) printing the same parts. Both answers are the same ProbeParts, turned
+ * into facts by factsFromParts.
  *
  * A service's state is read from what systemd leaves in files (its cgroup's processes, its enable
  * link, the time its invocation began, the time of systemd's last reload) when that settles it: the
@@ -75,11 +76,13 @@ export interface GuestQuestions {
   retired?: readonly string[];
 }
 
-const MARK = '@@etcd-kvm@@';
+/** Starts each section of a probe's answer: `MARK name` on a line of its own. */
+export const MARK = '@@etcd-kvm@@';
 const section = (name: string) => `echo ${quote(`${MARK} ${name}`)}`;
+/** Prints a text file (a quoted path, or a shell word) with shell builtins only: no process. */
+const printLines = (word: string) => `while IFS= read -r l || [ -n "$l" ]; do printf '%s\\n' "$l"; done < ${word}`;
 /** Prints a file with shell builtins only (no process): cloud-init's JSON results. */
-const printFile = (path: string) =>
-  `if [ -r ${quote(path)} ]; then while IFS= read -r l || [ -n "$l" ]; do printf '%s\\n' "$l"; done < ${quote(path)}; fi`;
+const printFile = (path: string) => `if [ -r ${quote(path)} ]; then ${printLines(quote(path))}; fi`;
 
 export const CLOUD_INIT_RESULT = '/run/cloud-init/result.json';
 export const CLOUD_INIT_STATUS = '/run/cloud-init/status.json';
@@ -184,6 +187,51 @@ export interface ProbeParts {
   cloudInitStatus: string;
 }
 
+/**
+ * The probe through a guest agent: one process. `sh -c AGENT_PROBE_SCRIPT sh ARGS` (agentProbeCommand)
+ * prints cloud-init's result and each unit's first process with shell builtins, then becomes stat
+ * (`exec`): one fork and two execs in the guest, where the agent's file calls for the same files
+ * cost a round trip each (libvirt sends a guest-sync before every agent command). What it leaves to
+ * read (managed files whose identity changed, a unit's environment: NULs a shell cannot hold) is
+ * read through the agent's file calls after it. ARGS: cloud-init's result, each unit and its cgroup's
+ * processes file, `--`, then stat's arguments.
+ */
+export const AGENT_PROBE_SCRIPT = [
+  section('cloud-init-result'),
+  `if [ -r "$1" ]; then ${printLines('"$1"')}; fi; shift`,
+  section('units'),
+  `while [ $# -gt 0 ] && [ "$1" != -- ]; do pid=; read -r pid 2>/dev/null < "$2"; [ -n "$pid" ] && echo "$1 $pid"; shift 2; done; shift`,
+  section('stat'),
+  `exec ${STAT_PROGRAM} "$@" 2>/dev/null`,
+].join('\n');
+
+/** The agent's probe (AGENT_PROBE_SCRIPT) as guest-exec's path and arguments. */
+export function agentProbeCommand(questions: GuestQuestions): { path: string; args: string[] } {
+  const units = questions.units.flatMap((unit) => [unit, processesOf(unit)]);
+  return { path: '/bin/sh', args: ['-c', AGENT_PROBE_SCRIPT, 'sh', CLOUD_INIT_RESULT, ...units, '--', ...statArguments(questions)] };
+}
+
+/** What the agent's probe says: stat's entries, each unit's first process, cloud-init's result; a throw when its stat never started. */
+export function parseAgentProbe(output: string): Pick<ProbeParts, 'stats' | 'processes' | 'cloudInitResult'> {
+  const parts = sections(output);
+  const stat = parts.get('stat');
+  if (stat === undefined) throw new ProbeOutputError(`the guest probe's answer is incomplete (${output.length} bytes, no stat)`);
+  return {
+    stats: parseStat(stat),
+    processes: processesFrom(parts.get('units') ?? ''),
+    cloudInitResult: parts.get('cloud-init-result') ?? '',
+  };
+}
+
+/** "unit pid" lines. */
+const processesFrom = (text: string): Map<string, string> =>
+  new Map(
+    text
+      .split('\n')
+      .map((line) => line.split(' '))
+      .filter((words): words is [string, string] => words.length === 2 && /^\d+$/.test(words[1]!)),
+  );
+
 /** Sets `pid` to the unit's first process, read with a builtin; empty when none runs. */
 const readFirstProcess = (unit: string) => `pid=; read -r pid < ${quote(processesOf(unit))} 2>/dev/null`;
 
@@ -259,12 +307,7 @@ export function partsFromScript(output: string): ProbeParts {
     const match = /^([0-9a-f]{64}) [ *](.*)$/.exec(line);
     if (match) digests.set(match[2]!, match[1]!);
   }
-  const processes = new Map(
-    (parts.get('units') ?? '')
-      .split('\n')
-      .map((line) => line.split(' '))
-      .filter((words): words is [string, string] => words.length === 2 && /^\d+$/.test(words[1]!)),
-  );
+  const processes = processesFrom(parts.get('units') ?? '');
   const environs = new Map(
     [...parts].flatMap(([name, text]) => (name.startsWith('environ ') ? [[name.slice('environ '.length), text] as const] : [])),
   );

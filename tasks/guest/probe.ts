@@ -18,16 +18,14 @@ import {
   type FileRead,
 } from './agent.ts';
 import {
+  agentProbeCommand,
   CLOUD_INIT_RESULT,
   CLOUD_INIT_STATUS,
   factsFromParts,
   guestProbeScript,
-  parseStat,
+  parseAgentProbe,
   parseUnitState,
   partsFromScript,
-  processesOf,
-  STAT_PROGRAM,
-  statArguments,
   unitStateScript,
   type GuestFacts,
   type GuestQuestions,
@@ -58,8 +56,8 @@ const AGENT_PROBE_TIMEOUT_MS = 30_000;
 const AGENT_LANES = 3;
 
 /**
- * Asks members for their guest facts: through the QEMU guest agent (one stat per member, then file
- * calls for what stat's answer leaves to read: guest/facts.ts, guest/agent.ts; a managed file whose
+ * Asks members for their guest facts: through the QEMU guest agent (one process per member, a shell
+ * that becomes stat, then file calls for what its answer leaves to read: guest/facts.ts, guest/agent.ts; a managed file whose
  * identity is unchanged since a run read it is not read again: guest/digest-memory.ts), on virsh
  * sessions of the agents' own beside libvirt's (lanes); over SSH, in one script, for a member whose
  * agent does not answer (an image without qemu-guest-agent, a domain defined before the tool added
@@ -198,10 +196,11 @@ export class GuestProbe {
 
   /**
    * The probe's parts of members of one hypervisor and lane, through their agents, all at once: the
-   * marks; one stat per member (and its clock); the files stat's answer leaves to read (managed files
-   * whose identity changed since they were last read, cloud-init's result, each unit's processes);
-   * then the environment of each environment unit's process. The managed files' bytes are hashed as
-   * they arrive and kept no longer. Why not, per member, when the agent cannot say.
+   * marks; one process per member (guest/facts.ts AGENT_PROBE_SCRIPT: cloud-init's result, the
+   * units' processes, then stat) and its clock; then, with file calls, what that leaves to read:
+   * managed files whose identity changed since they were last read, and the environment of each
+   * environment unit's process. The managed files' bytes are hashed as they arrive and kept no
+   * longer. Why not, per member, when the agent cannot say.
    */
   async #partsThroughAgents(
     requests: readonly { member: Member; questions: GuestQuestions }[],
@@ -219,15 +218,10 @@ export class GuestProbe {
         verdict === 'ours' ? { failed: 'not asked' } : { failed: verdict.ok ? 'no answer' : verdict.reason },
       );
       const ours = requests.flatMap((request, i) => (verdicts[i] === 'ours' ? [{ ...request, i }] : []));
-      const [stats, clocks] = await Promise.all([
+      const [probes, clocks] = await Promise.all([
         runThroughAgents(
           virsh,
-          ours.map(({ member, questions }) => ({
-            domain: member.name,
-            path: STAT_PROGRAM,
-            args: statArguments(questions),
-            answersWith: [0, 1],
-          })),
+          ours.map(({ member, questions }) => ({ domain: member.name, ...agentProbeCommand(questions), answersWith: [0, 1] })),
           AGENT_PROBE_TIMEOUT_MS,
         ),
         guestClocks(
@@ -235,33 +229,30 @@ export class GuestProbe {
           ours.map(({ member }) => member.name),
         ),
       ]);
-      const seen = ours.map(({ member, questions }, n) =>
-        stats[n]!.ok ? this.#toRead(member, questions, parseStat(stats[n]!.output)) : undefined,
-      );
+      const looked = probes.map((probe) => {
+        if (!probe.ok) return { failed: probe.reason };
+        try {
+          return parseAgentProbe(probe.output);
+        } catch (error) {
+          return { failed: (error as Error).message };
+        }
+      });
+      const toRead = ours.map(({ member, questions }, n) => {
+        const look = looked[n]!;
+        return 'failed' in look ? undefined : this.#toRead(member, questions, look);
+      });
       const files = await readThroughAgents(
         virsh,
-        ours.map(({ member }, n) => ({ domain: member.name, paths: seen[n]?.paths ?? [] })),
-      );
-      const processes = ours.map(({ questions }, n) => processesIn(questions, files[n]!));
-      const environs = await readThroughAgents(
-        virsh,
-        ours.map(({ member, questions }, n) => ({
-          domain: member.name,
-          paths: questions.environmentUnits.flatMap((unit) => (processes[n]!.has(unit) ? [environOf(processes[n]!.get(unit)!)] : [])),
-        })),
+        ours.map(({ member }, n) => ({ domain: member.name, paths: toRead[n]?.paths ?? [] })),
       );
       ours.forEach(({ member, questions, i }, n) => {
-        const stat = stats[n]!;
-        const found = seen[n];
-        if (!stat.ok || !found) {
-          answers[i] = { failed: `stat: ${stat.ok ? 'no answer' : stat.reason}` };
+        const look = looked[n]!;
+        if ('failed' in look) {
+          answers[i] = { failed: `the probe: ${look.failed}` };
           return;
         }
-        const read = this.#digestsRead(member, questions, found.stats, files[n]!, clocks[n]);
-        answers[i] =
-          'failed' in read
-            ? read
-            : partsOf(questions, found.stats, { ...read, recalled: found.recalled }, files[n]!, processes[n]!, environs[n]!);
+        const read = this.#digestsRead(member, questions, look.stats, files[n]!, clocks[n]);
+        answers[i] = 'failed' in read ? read : partsOf(questions, look, { ...read, recalled: toRead[n]!.recalled }, files[n]!);
       });
       return answers;
     } catch (error) {
@@ -269,24 +260,25 @@ export class GuestProbe {
     }
   }
 
-  /** What is left to read after stat: the managed files not recalled, cloud-init's result, each unit's processes. */
-  #toRead(
-    member: Member,
-    questions: GuestQuestions,
-    stats: Map<string, StatEntry>,
-  ): { stats: Map<string, StatEntry>; paths: string[]; recalled: Map<string, string> } {
+  /**
+   * What is left to read after the probe: the managed files whose identity changed since they were
+   * read (the others' digests are recalled), and each environment unit's environment.
+   */
+  #toRead(member: Member, questions: GuestQuestions, look: AgentLook): { paths: string[]; recalled: Map<string, string> } {
     const recalled = new Map<string, string>();
     const paths: string[] = [];
     for (const path of questions.paths) {
-      const entry = stats.get(path);
+      const entry = look.stats.get(path);
       if (!entry || !isRegular(entry)) continue;
       const digest = questions.secrets?.includes(path) ? undefined : this.digests.recall(member.name, path, entry.identity);
       if (digest === undefined) paths.push(path);
       else recalled.set(path, digest);
     }
-    // cloud-init's result holds every stage's errors; before it exists the boot still runs, whatever the status says.
-    const cloudInit = stats.has(CLOUD_INIT_RESULT) ? [CLOUD_INIT_RESULT] : [];
-    return { stats, paths: [...paths, ...cloudInit, ...questions.units.map(processesOf)], recalled };
+    const environs = questions.environmentUnits.flatMap((unit) => {
+      const pid = look.processes.get(unit);
+      return pid === undefined ? [] : [environOf(pid)];
+    });
+    return { paths: [...paths, ...environs], recalled };
   }
 
   /** The digests of the managed files just read, remembered for the next run; why not, when a regular file could not be read. */
@@ -322,43 +314,29 @@ export class GuestProbe {
 
 const environOf = (pid: string) => `/proc/${pid}/environ`;
 
-/** Each unit's main process (the first its cgroup lists), where one runs. */
-function processesIn(questions: GuestQuestions, files: ReadonlyMap<string, FileRead>): Map<string, string> {
-  return new Map(
-    questions.units.flatMap((unit) => {
-      const read = files.get(processesOf(unit));
-      const pid = read && 'content' in read ? /^\d+/.exec(read.content.toString('utf8'))?.[0] : undefined;
-      return pid === undefined ? [] : [[unit, pid] as const];
-    }),
-  );
-}
+/** What the agent's one process said (guest/facts.ts parseAgentProbe). */
+type AgentLook = ReturnType<typeof parseAgentProbe>;
 
 const textOf = (read: FileRead | undefined): string => (read && 'content' in read ? read.content.toString('utf8') : '');
 
 const isRegular = (entry: StatEntry) => (entry.mode & 0o170000) === 0o100000;
 
-/** One member's parts from its agents' answers: stat's, the digests recalled and read, the files read. */
+/** One member's parts from its agents' answers: the probe's, the digests recalled and read, the environments read. */
 function partsOf(
   questions: GuestQuestions,
-  stats: ReadonlyMap<string, StatEntry>,
+  look: AgentLook,
   digests: { read: ReadonlyMap<string, string>; recalled: ReadonlyMap<string, string> },
   files: ReadonlyMap<string, FileRead>,
-  processes: ReadonlyMap<string, string>,
-  environs: ReadonlyMap<string, FileRead>,
-): ProbeParts | { failed: string } {
-  const result = files.get(CLOUD_INIT_RESULT);
-  if (result && 'unreadable' in result) return { failed: `${CLOUD_INIT_RESULT}: ${result.unreadable}` };
+): ProbeParts {
   return {
-    stats,
+    ...look,
     digests: new Map([...digests.recalled, ...digests.read]),
-    processes,
     environs: new Map(
       questions.environmentUnits.flatMap((unit) => {
-        const pid = processes.get(unit);
-        return pid === undefined ? [] : [[unit, textOf(environs.get(environOf(pid)))] as const];
+        const pid = look.processes.get(unit);
+        return pid === undefined ? [] : [[unit, textOf(files.get(environOf(pid)))] as const];
       }),
     ),
-    cloudInitResult: textOf(result),
     cloudInitStatus: '',
   };
 }

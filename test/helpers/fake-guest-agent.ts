@@ -1,11 +1,12 @@
+import { AGENT_PROBE_SCRIPT, MARK } from '../../tasks/guest/facts.ts';
 import { VirshSession } from '../../tasks/libvirt/session.ts';
 import { FakeVirshSession } from './fake-virsh-session.ts';
 
 /**
  * Guests as their QEMU agents answer through virsh, over an in-memory file system per domain: the
- * cluster's mark, guest-exec of /usr/bin/stat (its answer printed in the probe's format from the
- * files), guest-file-open/-read/-close (reads of `chunk` bytes at most, directories refused as the
- * agent refuses them), guest-get-time. Every agent call is counted per domain and kind, and every
+ * cluster's mark, guest-exec of the agent's probe (guest/facts.ts AGENT_PROBE_SCRIPT: its answer
+ * printed from the files as the script and stat print it), guest-file-open/-read/-close (reads of
+ * `chunk` bytes at most, directories refused as the agent refuses them), guest-get-time. Every agent call is counted per domain and kind, and every
  * path opened is kept, so a test sees what the probe read.
  */
 
@@ -69,8 +70,9 @@ export class FakeGuests {
         return `{"return":${this.nowNs}}\n`;
       case 'guest-exec': {
         const pid = this.#nextHandle++;
-        const paths = (given.arg as string[]).slice((given.arg as string[]).indexOf('--') + 1);
-        this.#stats.set(pid, paths.flatMap((path) => this.#statLine(files, path)).join(''));
+        const args = given.arg as string[];
+        if (given.path !== '/bin/sh' || args[1] !== AGENT_PROBE_SCRIPT) return `error: unexpected program ${given.path}\n`;
+        this.#stats.set(pid, this.#probe(files, args.slice(3)));
         return reply({ pid });
       }
       case 'guest-exec-status': {
@@ -105,6 +107,22 @@ export class FakeGuests {
       default:
         return `error: unexpected ${execute}\n`;
     }
+  }
+
+  /** What AGENT_PROBE_SCRIPT prints, given its arguments: cloud-init's result, each unit's first process, stat's lines. */
+  #probe(files: Map<string, FakeFile>, args: string[]): string {
+    const [result, ...rest] = args;
+    const units = rest.slice(0, rest.indexOf('--'));
+    const statArgs = rest.slice(rest.indexOf('--') + 1);
+    const paths = statArgs.slice(statArgs.indexOf('--') + 1);
+    const lines = [`${MARK} cloud-init-result`, ...(files.has(result!) ? [files.get(result!)!.content.replace(/\n$/, '')] : [])];
+    lines.push(`${MARK} units`);
+    for (let i = 0; i < units.length; i += 2) {
+      const pid = files.get(units[i + 1]!)?.content.split('\n')[0];
+      if (pid) lines.push(`${units[i]} ${pid}`);
+    }
+    lines.push(`${MARK} stat`);
+    return `${lines.join('\n')}\n${paths.flatMap((path) => this.#statLine(files, path)).join('')}`;
   }
 
   /** One line as `stat -c '%f %U:%G %.9Y %.9Z %i %s %n'` prints it; nothing for a missing path. */

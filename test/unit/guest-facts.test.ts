@@ -1,10 +1,15 @@
 import test from 'ava';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
+  agentProbeCommand,
+  CLOUD_INIT_RESULT,
   guestProbeScript,
+  MARK,
+  parseAgentProbe,
+  processesOf,
   parseCloudInit,
   parseGuestProbe,
   parseStat,
@@ -175,6 +180,46 @@ test('the probe script, run by the real sh on this machine, reports absent files
   t.like(facts.files.get(join(dir, 'a file')), { mode: 0o640, digest: '5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03' });
   t.false(facts.dataDirInitialized);
   t.deepEqual(facts.cloudInit, { state: 'running' });
+});
+
+test("the agent's probe, run by the real sh and stat on this machine: cloud-init's result whole, each unit's first process, stat's entries; a missing path still answers", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-agent-probe-'));
+  const local = (name: string) => join(dir, name);
+  const resultJson = '{\n  "v1": {\n    "errors": [],\n    "datasource": "a \\\\ b"\n  }\n}';
+  writeFileSync(local('result.json'), resultJson);
+  writeFileSync(local('etcd.procs'), '543\n601\n');
+  mkdirSync(local('member'), { mode: 0o700 });
+  writeFileSync(local("it's a file"), 'hello\n', { mode: 0o640 });
+  const asked: GuestQuestions = {
+    paths: [local("it's a file"), local('missing')],
+    units: ['etcd.service', 'chrony.service'],
+    environmentUnits: ['etcd.service'],
+    dataDir: dir,
+  };
+  // The guest's own paths, here on this machine: cloud-init's result, and etcd's processes (chrony's are not there).
+  const here = new Map([
+    [CLOUD_INIT_RESULT, local('result.json')],
+    [processesOf('etcd.service'), local('etcd.procs')],
+    [processesOf('chrony.service'), local('chrony.procs')],
+  ]);
+  const { path, args } = agentProbeCommand(asked);
+  const result = spawnSync(
+    path,
+    args.map((arg) => here.get(arg) ?? arg),
+    { encoding: 'utf8' },
+  );
+  t.is(result.status, 1, 'stat exits 1 for the missing path');
+  const look = parseAgentProbe(result.stdout);
+  t.is(look.cloudInitResult, resultJson);
+  t.deepEqual([...look.processes], [['etcd.service', '543']]);
+  t.like(look.stats.get(local("it's a file")), { mode: 0o100640 });
+  t.false(look.stats.has(local('missing')));
+  t.like(look.stats.get(local('member')), { mode: 0o40700 });
+  rmSync(dir, { recursive: true });
+});
+
+test("the agent's probe without its stat's section is an error, never facts about nothing", (t) => {
+  t.throws(() => parseAgentProbe(`${MARK} cloud-init-result\n${MARK} units\n`), { instanceOf: ProbeOutputError });
 });
 
 test("the first boot's wait, run by the real sh: returns at once when cloud-init has finished or never ran, waits while it runs", (t) => {

@@ -10,9 +10,9 @@ import type { MemberConnections } from '../../tasks/remote/members.ts';
 import { FakeGuests } from '../helpers/fake-guest-agent.ts';
 
 /**
- * A member's facts through its guest agent, as a no-op asks them: one stat, then file calls for
- * what stat's answer leaves to read. The agents are a stand-in over in-memory files; the real ones
- * are the lab's.
+ * A member's facts through its guest agent, as a no-op asks them: one process (guest/facts.ts
+ * AGENT_PROBE_SCRIPT), then file calls for what its answer leaves to read. The agents are a
+ * stand-in over in-memory files; the real ones are the lab's.
  */
 
 const member = loadInventory('inventories/lab.yaml').members[0]!;
@@ -56,7 +56,7 @@ const probeOf = (guests: FakeGuests, digests = DigestMemory.empty()) => {
 const noSsh = () => Promise.reject(new Error('the agent answers: no SSH'));
 const managedOpened = (guests: FakeGuests) => guests.opened.filter(({ path }) => questions.paths.includes(path)).map(({ path }) => path);
 
-test('every fact from one stat and file calls: digests, modes, owners, units, environment, data, cloud-init; every handle closed', async (t) => {
+test('every fact from one process (the shell, then stat) and file calls: digests, modes, owners, units, environment, data, cloud-init; every handle closed', async (t) => {
   const guests = guest();
   const facts = await probeOf(guests).askNow(member, questions, noSsh);
   t.like(facts.files.get(KEY), { digest: sha256('PRIVATE KEY'), mode: 0o400, owner: 'root:root' });
@@ -66,7 +66,7 @@ test('every fact from one stat and file calls: digests, modes, owners, units, en
   t.is(facts.environments.get('etcd.service')?.get('ETCD_QUOTA_BACKEND_BYTES'), '100');
   t.true(facts.dataDirInitialized);
   t.deepEqual(facts.cloudInit, { state: 'done' });
-  t.is(guests.calls.get(`${member.name} guest-exec`), 1, 'one process: stat');
+  t.is(guests.calls.get(`${member.name} guest-exec`), 1, 'one process: the shell that becomes stat');
   t.is(guests.openHandles, 0);
 });
 
@@ -77,7 +77,11 @@ test('a file whose identity is unchanged since it was read is not read again; on
   t.deepEqual(managedOpened(guests).sort(), [ENV, KEY]);
   guests.opened.length = 0;
   const again = await probeOf(guests, digests).askNow(member, questions, noSsh);
-  t.deepEqual(managedOpened(guests), [], 'a no-op reads no managed file');
+  t.deepEqual(
+    guests.opened.map(({ path }) => path),
+    ['/proc/543/environ'],
+    "a no-op reads no managed file: cloud-init's result and the units' processes come with stat's answer",
+  );
   t.is(again.files.get(KEY)!.digest, sha256('PRIVATE KEY'));
 
   guests.write(member.name, ENV, 'ETCD_NAME=edited\n');
