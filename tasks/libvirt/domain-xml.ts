@@ -99,10 +99,17 @@ export function compareDomainXml(renderedXml: string, liveXml: string): DomainCo
   return { same: wanted === live, wanted, live };
 }
 
-/** The running state and autostart flag from `virsh dominfo`. */
-export function parseDomInfo(output: string): { running: boolean; autostart: boolean; state: string } {
+/**
+ * `virsh dominfo`'s states of a domain that is no longer active: anything else (running, paused,
+ * "in shutdown", a state not read) still has its QEMU, its disks in use, and refuses `virsh start`
+ * ("Domain is already active", seen in CI once after a stop judged done at "in shutdown").
+ */
+const INACTIVE_STATES = new Set(['shut off', 'crashed']);
+
+/** The state and autostart flag from `virsh dominfo`: `running` as libvirt says it, `active` until the domain is off. */
+export function parseDomInfo(output: string): { running: boolean; active: boolean; autostart: boolean; state: string } {
   const state = output.match(/^State:\s+(.+)$/m)?.[1]?.trim() ?? 'unknown';
-  return { running: state === 'running', autostart: /^Autostart:\s+enable/m.test(output), state };
+  return { running: state === 'running', active: !INACTIVE_STATES.has(state), autostart: /^Autostart:\s+enable/m.test(output), state };
 }
 
 /** The domain's UUID from `virsh dominfo`: libvirt makes it when the domain is first defined and keeps it across redefinitions. */

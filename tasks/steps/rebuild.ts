@@ -99,7 +99,8 @@ async function rebuildFacts(member: Member, context: RemoteContext): Promise<Reb
     info: domainQuestions(member).info,
   });
   const verdict = judgeImage(member, { osXml: answers.osXml, basePath: answers.basePath, dataDisk: member.volumes.data !== undefined });
-  const running = answers.info.code === 0 && parseDomInfo(answers.info.output).running;
+  // Stopped first unless it is off for certain: a domain caught "in shutdown" or paused still holds its OS disk.
+  const running = answers.info.code === 0 && parseDomInfo(answers.info.output).active;
   if (verdict.kind !== 'rebuild') return { verdict, running };
   const base = volumeState(answers.baseInfo, `base image ${os.base.pool}/${os.base.volume}`);
   const capacityBytes = osDiskBytes(os, base.exists ? base.capacityBytes : 0);

@@ -106,8 +106,25 @@ test('a batch command failed when it printed an error line; pipelines after the 
 });
 
 test('dominfo: state and autostart, recorded', (t) => {
-  t.deepEqual(parseDomInfo(fixture('virsh-dominfo-etcd-1.txt')), { running: true, autostart: true, state: 'running' });
-  t.deepEqual(parseDomInfo('State:          shut off\nAutostart:      disable\n'), { running: false, autostart: false, state: 'shut off' });
+  t.deepEqual(parseDomInfo(fixture('virsh-dominfo-etcd-1.txt')), { running: true, active: true, autostart: true, state: 'running' });
+  t.deepEqual(parseDomInfo('State:          shut off\nAutostart:      disable\n'), {
+    running: false,
+    active: false,
+    autostart: false,
+    state: 'shut off',
+  });
+});
+
+test('dominfo: a domain is active until it is off; "in shutdown", paused or unread is not off', (t) => {
+  const cases: [state: string, running: boolean, active: boolean][] = [
+    ['running', true, true],
+    ['in shutdown', false, true],
+    ['paused', false, true],
+    ['shut off', false, false],
+    ['crashed', false, false],
+  ];
+  for (const [state, running, active] of cases) t.like(parseDomInfo(`State:          ${state}\n`), { state, running, active }, state);
+  t.like(parseDomInfo('no state line'), { state: 'unknown', active: true });
 });
 
 /** etcd-1's domain as the tool renders it from the lab inventory, with `edit` applied to the inventory text first. */
