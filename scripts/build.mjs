@@ -8,7 +8,8 @@
 // about half the time (measured: `deploy --help` ~0.2 s against ~0.4 s, docs/benchmarks.md). Each
 // command script is an entry (tasks/cli/main.ts imports dist/tasks/<command>.js by path), code they
 // share goes into chunks, and a dynamic import stays a chunk loaded only when the run needs it.
-import { readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
 const root = fileURLToPath(new URL('../', import.meta.url));
@@ -21,12 +22,43 @@ try {
 }
 
 /**
- * Left to node_modules, loaded as they are: etcd3 reads its .proto files from beside its own code (and
- * cockatiel is its policies' package: the tool hands etcd3 a policy, which must be of the instance etcd3
- * loads), ssh2 has optional native bindings, and the S3 client (backups and restores only) is large and
- * loaded lazily anyway.
+ * Left to node_modules, loaded as they are: ssh2 has optional native bindings, and the S3 client
+ * (backups and restores only) is large and loaded lazily anyway.
  */
-const EXTERNAL = ['etcd3', 'cockatiel', 'ssh2', '@aws-sdk/*', '@smithy/*'];
+const EXTERNAL = ['ssh2', '@aws-sdk/*', '@smithy/*'];
+
+/**
+ * etcd3, bundled with etcd's protocol parsed here, once. etcd3 parses its rpc.proto (and the files it
+ * imports) from beside its own code when it is loaded: ~50 ms of a run's main thread, and a bundle has
+ * no "beside". Its connection pool's one call to proto-loader's loadSync is replaced by fromJSON of the
+ * same definitions, read now with the same protobufjs and options; the build stops if that call is not
+ * found as written (another etcd3 release), or if the two ways do not give the same services and types.
+ */
+function etcdProtocolAtBuild() {
+  const fromEtcd3 = createRequire(createRequire(`${root}package.json`).resolve('etcd3'));
+  const protoLoader = fromEtcd3('@grpc/proto-loader');
+  const protobuf = createRequire(fromEtcd3.resolve('@grpc/proto-loader'))('protobufjs');
+  const rpcProto = fromEtcd3.resolve('../proto/rpc.proto');
+  const call = /\(0, proto_loader_1\.loadSync\)\(`\$\{__dirname\}\/\.\.\/proto\/rpc\.proto`, (\{[^}]*\})\)/;
+  return {
+    name: 'etcd-protocol-at-build',
+    setup(build) {
+      build.onLoad({ filter: /[\\/]etcd3[\\/]lib[\\/]connection-pool\.js$/ }, ({ path }) => {
+        const source = readFileSync(path, 'utf8');
+        const found = call.exec(source);
+        if (!found) throw new Error(`${path}: etcd3 no longer loads rpc.proto with loadSync as this build expects`);
+        const options = Function(`return ${found[1]}`)();
+        const parsed = new protobuf.Root();
+        parsed.loadSync(rpcProto, { keepCase: options.keepCase });
+        const json = parsed.toJSON();
+        const names = (definition) => JSON.stringify(Object.keys(definition).sort());
+        if (names(protoLoader.loadSync(rpcProto, options)) !== names(protoLoader.fromJSON(json, options)))
+          throw new Error(`${path}: etcd's protocol read from JSON differs from rpc.proto`);
+        return { contents: source.replace(call, `(0, proto_loader_1.fromJSON)(${JSON.stringify(json)}, $1)`), loader: 'js' };
+      });
+    },
+  };
+}
 
 // The commands (tasks/*.ts: each runs itself when imported) and the dispatcher.
 const entryPoints = [
@@ -50,6 +82,7 @@ const { metafile } = await esbuild.build({
   platform: 'node',
   target: 'node20',
   external: EXTERNAL,
+  plugins: [etcdProtocolAtBuild()],
   // Packages written as CommonJS call require(); in an ES module it is made from the chunk's own URL.
   banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" },
   logLevel: 'warning',

@@ -11,9 +11,9 @@ import { Tunnel } from '../remote/tunnel.ts';
  * etcdctl inside an emulated guest costs over a second.
  */
 
-// etcd3 parses etcd's .proto files when imported (~170 ms here): load it while SSH is still connecting.
-let etcd3Module: Promise<typeof import('etcd3')> | undefined;
-export const preloadEtcdClient = () => (etcd3Module ??= import('etcd3'));
+// etcd3 and gRPC take 0.1-0.2 s of the main thread to load: started as the run starts.
+let etcd3Module: Promise<typeof import('./etcd3.ts')> | undefined;
+export const preloadEtcdClient = () => (etcd3Module ??= import('./etcd3.ts'));
 
 export interface ClientIdentity {
   /** Names the identity in the client cache. */
@@ -93,8 +93,7 @@ export class EtcdClients {
 
   async #open(member: Member, identity: ClientIdentity): Promise<Etcd3> {
     const { host, port } = await this.endpoint(member);
-    // cockatiel comes with etcd3 (its dependency): loaded with it, when a run first asks etcd.
-    const [{ Etcd3 }, { noop }] = await Promise.all([preloadEtcdClient(), import('cockatiel')]);
+    const { Etcd3, noop } = await preloadEtcdClient();
     return new Etcd3({
       hosts: [`https://${host}:${port}`],
       credentials: {
