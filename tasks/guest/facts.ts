@@ -187,20 +187,28 @@ export interface ProbeParts {
   cloudInitStatus: string;
 }
 
+/** After the last line of a secret that had no newline (AGENT_PROBE_SCRIPT): not a section's start. */
+const NO_NEWLINE = `${MARK}-no-newline`;
+
 /**
  * The probe through a guest agent: one process. `sh -c AGENT_PROBE_SCRIPT sh ARGS` (agentProbeCommand)
  * prints cloud-init's result and each unit's first process with shell builtins, then becomes stat
  * (`exec`): one fork and two execs in the guest, where the agent's file calls for the same files
  * cost a round trip each (libvirt sends a guest-sync before every agent command). What it leaves to
  * read (managed files whose identity changed, a unit's environment: NULs a shell cannot hold) is
- * read through the agent's file calls after it. ARGS: cloud-init's result, each unit and its cgroup's
- * processes file, `--`, then stat's arguments.
+ * read through the agent's file calls after it. The secrets (PEM keys, read on every run: no digest
+ * of them is remembered) are printed whole, byte for byte: each line, and NO_NEWLINE after a last
+ * line that had none. ARGS: cloud-init's result, each unit and its cgroup's processes file, `--`,
+ * the secrets, `--`, then stat's arguments.
  */
 export const AGENT_PROBE_SCRIPT = [
   section('cloud-init-result'),
   `if [ -r "$1" ]; then ${printLines('"$1"')}; fi; shift`,
   section('units'),
-  `while [ $# -gt 0 ] && [ "$1" != -- ]; do pid=; read -r pid 2>/dev/null < "$2"; [ -n "$pid" ] && echo "$1 $pid"; shift 2; done; shift`,
+  `while [ $# -gt 0 ] && [ "$1" != -- ]; do pid=; read -r pid 2>/dev/null < "$2"; [ -n "$pid" ] && printf '%s %s\\n' "$1" "$pid"; shift 2; done; shift`,
+  `while [ $# -gt 0 ] && [ "$1" != -- ]; do printf '${MARK} text %s\\n' "$1"; if [ -f "$1" ]; then`,
+  `  l=; while IFS= read -r l; do printf '%s\\n' "$l"; l=; done 2>/dev/null < "$1"; [ -z "$l" ] || printf '%s\\n${NO_NEWLINE}\\n' "$l"`,
+  'fi; shift; done; shift',
   section('stat'),
   `exec ${STAT_PROGRAM} "$@" 2>/dev/null`,
 ].join('\n');
@@ -208,18 +216,33 @@ export const AGENT_PROBE_SCRIPT = [
 /** The agent's probe (AGENT_PROBE_SCRIPT) as guest-exec's path and arguments. */
 export function agentProbeCommand(questions: GuestQuestions): { path: string; args: string[] } {
   const units = questions.units.flatMap((unit) => [unit, processesOf(unit)]);
-  return { path: '/bin/sh', args: ['-c', AGENT_PROBE_SCRIPT, 'sh', CLOUD_INIT_RESULT, ...units, '--', ...statArguments(questions)] };
+  const printed = questions.secrets ?? [];
+  return {
+    path: '/bin/sh',
+    args: ['-c', AGENT_PROBE_SCRIPT, 'sh', CLOUD_INIT_RESULT, ...units, '--', ...printed, '--', ...statArguments(questions)],
+  };
 }
 
-/** What the agent's probe says: stat's entries, each unit's first process, cloud-init's result; a throw when its stat never started. */
-export function parseAgentProbe(output: string): Pick<ProbeParts, 'stats' | 'processes' | 'cloudInitResult'> {
+/** What the agent's probe says: stat's entries, each unit's first process, cloud-init's result, the secrets' bytes; a throw when its stat never started. */
+export function parseAgentProbe(
+  output: string,
+): Pick<ProbeParts, 'stats' | 'processes' | 'cloudInitResult'> & { texts: Map<string, string> } {
   const parts = sections(output);
   const stat = parts.get('stat');
   if (stat === undefined) throw new ProbeOutputError(`the guest probe's answer is incomplete (${output.length} bytes, no stat)`);
+  const texts = new Map(
+    [...parts].flatMap(([name, text]) => {
+      if (!name.startsWith('text ')) return [];
+      const lines = text === '' ? [] : text.split('\n');
+      const whole = lines.at(-1) === NO_NEWLINE ? lines.slice(0, -1).join('\n') : lines.map((line) => `${line}\n`).join('');
+      return [[name.slice('text '.length), whole] as const];
+    }),
+  );
   return {
     stats: parseStat(stat),
     processes: processesFrom(parts.get('units') ?? ''),
     cloudInitResult: parts.get('cloud-init-result') ?? '',
+    texts,
   };
 }
 

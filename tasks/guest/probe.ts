@@ -252,7 +252,7 @@ export class GuestProbe {
           return;
         }
         const read = this.#digestsRead(member, questions, look.stats, files[n]!, clocks[n]);
-        answers[i] = 'failed' in read ? read : partsOf(questions, look, { ...read, recalled: toRead[n]!.recalled }, files[n]!);
+        answers[i] = 'failed' in read ? read : partsOf(questions, look, { ...read, known: toRead[n]!.known }, files[n]!);
       });
       return answers;
     } catch (error) {
@@ -261,24 +261,30 @@ export class GuestProbe {
   }
 
   /**
-   * What is left to read after the probe: the managed files whose identity changed since they were
-   * read (the others' digests are recalled), and each environment unit's environment.
+   * What is left to read after the probe: the managed files whose digest is not known (recalled, for
+   * a file whose identity has not changed since it was read; taken from the probe's print, for a
+   * secret), and each environment unit's environment.
    */
-  #toRead(member: Member, questions: GuestQuestions, look: AgentLook): { paths: string[]; recalled: Map<string, string> } {
-    const recalled = new Map<string, string>();
+  #toRead(member: Member, questions: GuestQuestions, look: AgentLook): { paths: string[]; known: Map<string, string> } {
+    const known = new Map<string, string>();
     const paths: string[] = [];
     for (const path of questions.paths) {
       const entry = look.stats.get(path);
       if (!entry || !isRegular(entry)) continue;
-      const digest = questions.secrets?.includes(path) ? undefined : this.digests.recall(member.name, path, entry.identity);
+      const printed = look.texts.get(path);
+      const digest = questions.secrets?.includes(path)
+        ? printed === undefined
+          ? undefined
+          : createHash('sha256').update(printed).digest('hex')
+        : this.digests.recall(member.name, path, entry.identity);
       if (digest === undefined) paths.push(path);
-      else recalled.set(path, digest);
+      else known.set(path, digest);
     }
     const environs = questions.environmentUnits.flatMap((unit) => {
       const pid = look.processes.get(unit);
       return pid === undefined ? [] : [environOf(pid)];
     });
-    return { paths: [...paths, ...environs], recalled };
+    return { paths: [...paths, ...environs], known };
   }
 
   /** The digests of the managed files just read, remembered for the next run; why not, when a regular file could not be read. */
@@ -321,16 +327,18 @@ const textOf = (read: FileRead | undefined): string => (read && 'content' in rea
 
 const isRegular = (entry: StatEntry) => (entry.mode & 0o170000) === 0o100000;
 
-/** One member's parts from its agents' answers: the probe's, the digests recalled and read, the environments read. */
+/** One member's parts from its agents' answers: the probe's, the digests known and read, the environments read. */
 function partsOf(
   questions: GuestQuestions,
   look: AgentLook,
-  digests: { read: ReadonlyMap<string, string>; recalled: ReadonlyMap<string, string> },
+  digests: { read: ReadonlyMap<string, string>; known: ReadonlyMap<string, string> },
   files: ReadonlyMap<string, FileRead>,
 ): ProbeParts {
   return {
-    ...look,
-    digests: new Map([...digests.recalled, ...digests.read]),
+    stats: look.stats,
+    processes: look.processes,
+    cloudInitResult: look.cloudInitResult,
+    digests: new Map([...digests.known, ...digests.read]),
     environs: new Map(
       questions.environmentUnits.flatMap((unit) => {
         const pid = look.processes.get(unit);

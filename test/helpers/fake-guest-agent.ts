@@ -113,13 +113,22 @@ export class FakeGuests {
   #probe(files: Map<string, FakeFile>, args: string[]): string {
     const [result, ...rest] = args;
     const units = rest.slice(0, rest.indexOf('--'));
-    const statArgs = rest.slice(rest.indexOf('--') + 1);
+    const afterUnits = rest.slice(rest.indexOf('--') + 1);
+    const printed = afterUnits.slice(0, afterUnits.indexOf('--'));
+    const statArgs = afterUnits.slice(afterUnits.indexOf('--') + 1);
     const paths = statArgs.slice(statArgs.indexOf('--') + 1);
     const lines = [`${MARK} cloud-init-result`, ...(files.has(result!) ? [files.get(result!)!.content.replace(/\n$/, '')] : [])];
     lines.push(`${MARK} units`);
     for (let i = 0; i < units.length; i += 2) {
       const pid = files.get(units[i + 1]!)?.content.split('\n')[0];
       if (pid) lines.push(`${units[i]} ${pid}`);
+    }
+    for (const path of printed) {
+      lines.push(`${MARK} text ${path}`);
+      const content = files.get(path)?.content ?? '';
+      // Each line, and a mark after a last line without its newline.
+      if (content !== '')
+        lines.push(...(content.endsWith('\n') ? content.slice(0, -1).split('\n') : [...content.split('\n'), `${MARK}-no-newline`]));
     }
     lines.push(`${MARK} stat`);
     return `${lines.join('\n')}\n${paths.flatMap((path) => this.#statLine(files, path)).join('')}`;

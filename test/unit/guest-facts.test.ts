@@ -190,8 +190,14 @@ test("the agent's probe, run by the real sh and stat on this machine: cloud-init
   writeFileSync(local('etcd.procs'), '543\n601\n');
   mkdirSync(local('member'), { mode: 0o700 });
   writeFileSync(local("it's a file"), 'hello\n', { mode: 0o640 });
+  // Keys as the probe prints them: byte for byte, with or without a last newline, a backslash, a blank line.
+  const keys = { ended: '-----BEGIN KEY-----\nab\\cd\n\n  x \n-----END KEY-----\n', unended: 'line one\nno newline at the end' };
+  writeFileSync(local('ended.key'), keys.ended, { mode: 0o600 });
+  writeFileSync(local('unended.key'), keys.unended, { mode: 0o600 });
+  writeFileSync(local('empty.key'), '', { mode: 0o600 });
   const asked: GuestQuestions = {
-    paths: [local("it's a file"), local('missing')],
+    paths: [local("it's a file"), local('missing'), local('ended.key'), local('unended.key'), local('empty.key')],
+    secrets: [local('ended.key'), local('unended.key'), local('empty.key'), local('missing')],
     units: ['etcd.service', 'chrony.service'],
     environmentUnits: ['etcd.service'],
     dataDir: dir,
@@ -215,6 +221,10 @@ test("the agent's probe, run by the real sh and stat on this machine: cloud-init
   t.like(look.stats.get(local("it's a file")), { mode: 0o100640 });
   t.false(look.stats.has(local('missing')));
   t.like(look.stats.get(local('member')), { mode: 0o40700 });
+  t.is(look.texts.get(local('ended.key')), keys.ended);
+  t.is(look.texts.get(local('unended.key')), keys.unended);
+  t.is(look.texts.get(local('empty.key')), '');
+  t.is(look.texts.get(local('missing')), '', 'a missing secret prints nothing (stat says it is not there)');
   rmSync(dir, { recursive: true });
 });
 

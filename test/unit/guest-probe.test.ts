@@ -110,11 +110,17 @@ test('a managed path that is a directory has no digest and fails nothing (as sha
   await t.throwsAsync(probeOf(broken).askNow(member, questions, noSsh), { message: 'the agent answers: no SSH' });
 });
 
-test("a secret's digest is never remembered: the key is read on every run, and guest-files.json holds nothing of it", async (t) => {
+test("a secret's digest is never remembered: the key is read on every run (printed by the probe, no file call), and guest-files.json holds nothing of it", async (t) => {
   const guests = guest();
   const digests = DigestMemory.empty();
   const withSecret: GuestQuestions = { ...questions, secrets: [KEY] };
-  for (let run = 0; run < 2; run++) await probeOf(guests, digests).askNow(member, withSecret, noSsh);
-  t.deepEqual(managedOpened(guests).sort(), [ENV, KEY, KEY], 'the settings once, the key every time');
+  const first = await probeOf(guests, digests).askNow(member, withSecret, noSsh);
+  t.is(first.files.get(KEY)!.digest, sha256('PRIVATE KEY'));
+  // Changed with its identity kept (same inode, size and times): a remembered digest would miss it.
+  const file = guests.files.get(member.name)!.get(KEY)!;
+  file.content = 'PRIVATE KAY';
+  const second = await probeOf(guests, digests).askNow(member, withSecret, noSsh);
+  t.is(second.files.get(KEY)!.digest, sha256('PRIVATE KAY'));
+  t.deepEqual(managedOpened(guests), [ENV], 'the settings once; the key never through a file call');
   t.deepEqual(Object.keys(digests.entries[member.name] ?? {}), [ENV]);
 });
