@@ -18,9 +18,18 @@ function fakeVirsh(states: string[]): { virsh: Virsh; asked: string[] } {
 }
 
 test('shutDown waits through "in shutdown" until the domain is shut off, then returns without a destroy', async (t) => {
-  const { virsh, asked } = fakeVirsh(['running', 'in shutdown', 'shut off']);
+  const { virsh, asked } = fakeVirsh(['running', 'running', 'in shutdown', 'shut off']);
   await shutDown(virsh, 'etcd-1', 10_000);
-  t.deepEqual(asked, ['shutdown', 'dominfo', 'dominfo', 'dominfo']);
+  t.deepEqual(asked, ['dominfo', 'shutdown', 'dominfo', 'dominfo', 'dominfo']);
+});
+
+test('shutDown sends no shutdown to a domain already shutting down (libvirt refuses it: not running), and resumes a paused one first', async (t) => {
+  const shuttingDown = fakeVirsh(['in shutdown', 'in shutdown', 'shut off']);
+  await shutDown(shuttingDown.virsh, 'etcd-1', 10_000);
+  t.deepEqual(shuttingDown.asked, ['dominfo', 'dominfo', 'dominfo']);
+  const paused = fakeVirsh(['paused', 'shut off']);
+  await shutDown(paused.virsh, 'etcd-1', 10_000);
+  t.deepEqual(paused.asked, ['dominfo', 'resume', 'shutdown', 'dominfo']);
 });
 
 test('shutDown powers the domain off once the grace is over', async (t) => {
