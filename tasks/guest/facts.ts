@@ -79,10 +79,10 @@ export interface GuestQuestions {
 /** Starts each section of a probe's answer: `MARK name` on a line of its own. */
 export const MARK = '@@etcd-kvm@@';
 const section = (name: string) => `echo ${quote(`${MARK} ${name}`)}`;
-/** Prints a text file (a quoted path, or a shell word) with shell builtins only: no process. */
-const printLines = (word: string) => `while IFS= read -r l || [ -n "$l" ]; do printf '%s\\n' "$l"; done < ${word}`;
+/** Prints standard input's text lines with shell builtins only: no process. */
+const PRINT_LINES = `while IFS= read -r l || [ -n "$l" ]; do printf '%s\\n' "$l"; done`;
 /** Prints a file with shell builtins only (no process): cloud-init's JSON results. */
-const printFile = (path: string) => `if [ -r ${quote(path)} ]; then ${printLines(quote(path))}; fi`;
+const printFile = (path: string) => `if [ -r ${quote(path)} ]; then ${PRINT_LINES} < ${quote(path)}; fi`;
 
 export const CLOUD_INIT_RESULT = '/run/cloud-init/result.json';
 export const CLOUD_INIT_STATUS = '/run/cloud-init/status.json';
@@ -189,6 +189,8 @@ export interface ProbeParts {
 
 /** After the last line of a secret that had no newline (AGENT_PROBE_SCRIPT): not a section's start. */
 const NO_NEWLINE = `${MARK}-no-newline`;
+/** In place of a file the probe's shell could not open. */
+const UNREADABLE = `${MARK}-unreadable`;
 
 /**
  * The probe through a guest agent: one process. `sh -c AGENT_PROBE_SCRIPT sh ARGS` (agentProbeCommand)
@@ -198,17 +200,18 @@ const NO_NEWLINE = `${MARK}-no-newline`;
  * read (managed files whose identity changed, a unit's environment: NULs a shell cannot hold) is
  * read through the agent's file calls after it. The secrets (PEM keys, read on every run: no digest
  * of them is remembered) are printed whole, byte for byte: each line, and NO_NEWLINE after a last
- * line that had none. ARGS: cloud-init's result, each unit and its cgroup's processes file, `--`,
- * the secrets, `--`, then stat's arguments.
+ * line that had none. A file there that cannot be opened prints UNREADABLE: the probe then goes over
+ * SSH, as it did when a file call failed, rather than report the file empty. ARGS: cloud-init's
+ * result, each unit and its cgroup's processes file, `--`, the secrets, `--`, then stat's arguments.
  */
 export const AGENT_PROBE_SCRIPT = [
   section('cloud-init-result'),
-  `if [ -r "$1" ]; then ${printLines('"$1"')}; fi; shift`,
+  `[ ! -e "$1" ] || { ${PRINT_LINES}; } 2>/dev/null < "$1" || printf '%s\\n' '${UNREADABLE}'; shift`,
   section('units'),
   `while [ $# -gt 0 ] && [ "$1" != -- ]; do pid=; read -r pid 2>/dev/null < "$2"; [ -n "$pid" ] && printf '%s %s\\n' "$1" "$pid"; shift 2; done; shift`,
-  `while [ $# -gt 0 ] && [ "$1" != -- ]; do printf '${MARK} text %s\\n' "$1"; if [ -f "$1" ]; then`,
-  `  l=; while IFS= read -r l; do printf '%s\\n' "$l"; l=; done 2>/dev/null < "$1"; [ -z "$l" ] || printf '%s\\n${NO_NEWLINE}\\n' "$l"`,
-  'fi; shift; done; shift',
+  `while [ $# -gt 0 ] && [ "$1" != -- ]; do printf '${MARK} text %s\\n' "$1"; [ ! -f "$1" ] ||`,
+  `  { l=; while IFS= read -r l; do printf '%s\\n' "$l"; l=; done; [ -z "$l" ] || printf '%s\\n${NO_NEWLINE}\\n' "$l"; } 2>/dev/null < "$1" ||`,
+  `  printf '%s\\n' '${UNREADABLE}'; shift; done; shift`,
   section('stat'),
   `exec ${STAT_PROGRAM} "$@" 2>/dev/null`,
 ].join('\n');
@@ -230,6 +233,11 @@ export function parseAgentProbe(
   const parts = sections(output);
   const stat = parts.get('stat');
   if (stat === undefined) throw new ProbeOutputError(`the guest probe's answer is incomplete (${output.length} bytes, no stat)`);
+  for (const [name, text] of parts)
+    if ((name === 'cloud-init-result' || name.startsWith('text ')) && text.split('\n').at(-1) === UNREADABLE)
+      throw new ProbeOutputError(
+        `the guest probe could not read ${name === 'cloud-init-result' ? CLOUD_INIT_RESULT : name.slice('text '.length)}`,
+      );
   const texts = new Map(
     [...parts].flatMap(([name, text]) => {
       if (!name.startsWith('text ')) return [];

@@ -117,7 +117,14 @@ export class FakeGuests {
     const printed = afterUnits.slice(0, afterUnits.indexOf('--'));
     const statArgs = afterUnits.slice(afterUnits.indexOf('--') + 1);
     const paths = statArgs.slice(statArgs.indexOf('--') + 1);
-    const lines = [`${MARK} cloud-init-result`, ...(files.has(result!) ? [files.get(result!)!.content.replace(/\n$/, '')] : [])];
+    // A file that cannot be read (failingReads) prints the mark the script prints when its open fails.
+    const unreadable = `${MARK}-unreadable`;
+    const resultLines = this.failingReads.has(result!)
+      ? [unreadable]
+      : files.has(result!)
+        ? [files.get(result!)!.content.replace(/\n$/, '')]
+        : [];
+    const lines = [`${MARK} cloud-init-result`, ...resultLines];
     lines.push(`${MARK} units`);
     for (let i = 0; i < units.length; i += 2) {
       const pid = files.get(units[i + 1]!)?.content.split('\n')[0];
@@ -127,7 +134,8 @@ export class FakeGuests {
       lines.push(`${MARK} text ${path}`);
       const content = files.get(path)?.content ?? '';
       // Each line, and a mark after a last line without its newline.
-      if (content !== '')
+      if (this.failingReads.has(path)) lines.push(unreadable);
+      else if (content !== '')
         lines.push(...(content.endsWith('\n') ? content.slice(0, -1).split('\n') : [...content.split('\n'), `${MARK}-no-newline`]));
     }
     lines.push(`${MARK} stat`);

@@ -1,6 +1,6 @@
 import test from 'ava';
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
@@ -228,8 +228,24 @@ test("the agent's probe, run by the real sh and stat on this machine: cloud-init
   rmSync(dir, { recursive: true });
 });
 
-test("the agent's probe without its stat's section is an error, never facts about nothing", (t) => {
+test("the agent's probe, run by the real sh: a secret there that its shell cannot open is an error, not an empty file", (t) => {
+  // Run as nobody, a root-only key is there (stat sees it) but cannot be opened: as a file gone between the two would be.
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-agent-probe-'));
+  chmodSync(dir, 0o755);
+  const key = join(dir, 'server.key');
+  writeFileSync(key, 'PRIVATE KEY\n', { mode: 0o600 });
+  const asked: GuestQuestions = { paths: [key], secrets: [key], units: [], environmentUnits: [], dataDir: dir };
+  const { path, args } = agentProbeCommand(asked);
+  const result = spawnSync(path, args, { encoding: 'utf8', uid: 65534, gid: 65534 });
+  t.throws(() => parseAgentProbe(result.stdout), { message: `the guest probe could not read ${key}` });
+  rmSync(dir, { recursive: true });
+});
+
+test("the agent's probe without its stat's section, or with a file its shell could not open, is an error, never facts about nothing", (t) => {
   t.throws(() => parseAgentProbe(`${MARK} cloud-init-result\n${MARK} units\n`), { instanceOf: ProbeOutputError });
+  const unreadable = (section: string) => `${MARK} ${section}\n${MARK}-unreadable\n${MARK} units\n${MARK} stat\n`;
+  t.throws(() => parseAgentProbe(unreadable('cloud-init-result')), { message: /could not read \/run\/cloud-init\/result\.json/ });
+  t.throws(() => parseAgentProbe(unreadable('text /etc/etcd/tls/server.key')), { message: /could not read \/etc\/etcd\/tls\/server\.key/ });
 });
 
 test("the first boot's wait, run by the real sh: returns at once when cloud-init has finished or never ran, waits while it runs", (t) => {

@@ -108,6 +108,16 @@ test('a managed path that is a directory has no digest and fails nothing (as sha
   const broken = guest();
   broken.failingReads.add(ENV);
   await t.throwsAsync(probeOf(broken).askNow(member, questions, noSsh), { message: 'the agent answers: no SSH' });
+  // The same for a secret, or cloud-init's result, that the probe's shell cannot open: never "empty", never "still booting".
+  for (const path of [KEY, '/run/cloud-init/result.json']) {
+    const unreadable = guest();
+    unreadable.failingReads.add(path);
+    await t.throwsAsync(
+      probeOf(unreadable).askNow(member, { ...questions, secrets: [KEY] }, noSsh),
+      { message: 'the agent answers: no SSH' },
+      path,
+    );
+  }
 });
 
 test("a secret's digest is never remembered: the key is read on every run (printed by the probe, no file call), and guest-files.json holds nothing of it", async (t) => {
