@@ -1,5 +1,7 @@
 // Whether the installed command may run dist/: a build (dist/.built, written last by scripts/build.mjs)
-// not older than any source under tasks/. Plain JS: it runs before any loader is registered.
+// not older than any source under tasks/, nor than package-lock.json where there is one: the bundle
+// holds packages too (etcd3, gRPC), and an `npm install` of another release of them must not leave the
+// command on the old ones. Plain JS: it runs before any loader is registered.
 import { readdirSync, statSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
@@ -11,6 +13,14 @@ export function freshBuild(root) {
   } catch {
     return false;
   }
+  const lock = (() => {
+    try {
+      return statSync(new URL('package-lock.json', root)).mtimeMs;
+    } catch {
+      return 0;
+    }
+  })();
+  if (lock > built) return false;
   const tasks = fileURLToPath(new URL('tasks/', root));
   return readdirSync(tasks, { recursive: true }).every((file) => statSync(`${tasks}${file}`).mtimeMs <= built);
 }

@@ -54,7 +54,9 @@ function etcdProtocolAtBuild() {
         const names = (definition) => JSON.stringify(Object.keys(definition).sort());
         if (names(protoLoader.loadSync(rpcProto, options)) !== names(protoLoader.fromJSON(json, options)))
           throw new Error(`${path}: etcd's protocol read from JSON differs from rpc.proto`);
-        return { contents: source.replace(call, `(0, proto_loader_1.fromJSON)(${JSON.stringify(json)}, $1)`), loader: 'js' };
+        // A function, not a string: `$` in the JSON must not be read as a replacement pattern.
+        const contents = source.replace(call, (_whole, options) => `(0, proto_loader_1.fromJSON)(${JSON.stringify(json)}, ${options})`);
+        return { contents, loader: 'js' };
       });
     },
   };
