@@ -198,8 +198,8 @@ const UNREADABLE = `${MARK}-unreadable`;
  * (`exec`): one fork and two execs in the guest, where the agent's file calls for the same files
  * cost a round trip each (libvirt sends a guest-sync before every agent command). What it leaves to
  * read (managed files whose identity changed, a unit's environment: NULs a shell cannot hold) is
- * read through the agent's file calls after it. The secrets (PEM keys, read on every run: no digest
- * of them is remembered) are printed whole, byte for byte: each line, and NO_NEWLINE after a last
+ * read through the agent's file calls after it. The secrets (keys and credentials, all text, read on
+ * every run: no digest of them is remembered) are printed whole, byte for byte: each line, and NO_NEWLINE after a last
  * line that had none. A file there that cannot be opened prints UNREADABLE: the probe then goes over
  * SSH, as it did when a file call failed, rather than report the file empty. ARGS: cloud-init's
  * result, each unit and its cgroup's processes file, `--`, the secrets, `--`, then stat's arguments.

@@ -57,8 +57,9 @@ const AGENT_LANES = 3;
 
 /**
  * Asks members for their guest facts: through the QEMU guest agent (one process per member, a shell
- * that becomes stat, then file calls for what its answer leaves to read: guest/facts.ts, guest/agent.ts; a managed file whose
- * identity is unchanged since a run read it is not read again: guest/digest-memory.ts), on virsh
+ * that becomes stat, then file calls for what its answer leaves to read: guest/facts.ts,
+ * guest/agent.ts; a managed file whose identity is unchanged since a run read it is not read
+ * again: guest/digest-memory.ts), on virsh
  * sessions of the agents' own beside libvirt's (lanes); over SSH, in one script, for a member whose
  * agent does not answer (an image without qemu-guest-agent, a domain defined before the tool added
  * the agent's channel). The deploy starts every member's probe as the run starts, and keeps the
@@ -197,7 +198,7 @@ export class GuestProbe {
   /**
    * The probe's parts of members of one hypervisor and lane, through their agents, all at once: the
    * marks; one process per member (guest/facts.ts AGENT_PROBE_SCRIPT: cloud-init's result, the
-   * units' processes, then stat) and its clock; then, with file calls, what that leaves to read:
+   * units' processes, the secrets, then stat) and its clock; then, with file calls, what that leaves to read:
    * managed files whose identity changed since they were last read, and the environment of each
    * environment unit's process. The managed files' bytes are hashed as they arrive and kept no
    * longer. Why not, per member, when the agent cannot say.
