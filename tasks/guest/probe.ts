@@ -7,6 +7,7 @@ import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
 import { createHash } from 'node:crypto';
 import type { DigestMemory } from './digest-memory.ts';
+import { sha256 } from './plan.ts';
 import {
   askThroughAgents,
   guestClocks,
@@ -273,10 +274,11 @@ export class GuestProbe {
       const entry = look.stats.get(path);
       if (!entry || !isRegular(entry)) continue;
       const printed = look.texts.get(path);
+      // A secret's digest as the plan takes the wanted content's (guest/plan.ts sha256): the same text, the same bytes.
       const digest = questions.secrets?.includes(path)
         ? printed === undefined
           ? undefined
-          : createHash('sha256').update(printed).digest('hex')
+          : sha256(printed)
         : this.digests.recall(member.name, path, entry.identity);
       if (digest === undefined) paths.push(path);
       else known.set(path, digest);
