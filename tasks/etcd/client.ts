@@ -54,9 +54,18 @@ export const callOptions =
   (deadlines: CallDeadlines) =>
   (context: CallContext): { deadline: number } => ({ deadline: Date.now() + (context.isStream ? deadlines.streamMs : deadlines.unaryMs) });
 
+/** Asked of the run's clients after close(): nothing opened then would ever be closed. */
+export class EtcdClientsClosed extends Error {}
+
 export class EtcdClients {
   readonly #clients = new Map<string, Promise<Etcd3>>();
   readonly #tunnels: Tunnel[] = [];
+  /**
+   * Set by close(). A client still opening then (a connection warmed for a step the run skipped) has
+   * its tunnel and channel closed as it comes: a listening tunnel, or a gRPC channel retrying, would
+   * keep the process alive after its run has ended (seen: `deploy --tags domain` never exited).
+   */
+  #closed = false;
 
   constructor(
     readonly connections: HypervisorConnections,
@@ -67,6 +76,7 @@ export class EtcdClients {
 
   /** A client bound to one member's endpoint only, so an answer is that member's own. */
   for(member: Member, identity: ClientIdentity = this.identity()): Promise<Etcd3> {
+    if (this.#closed) return Promise.reject(this.#closedError());
     const key = `${member.name}\0${identity.label}`;
     let client = this.#clients.get(key);
     if (!client) {
@@ -86,6 +96,10 @@ export class EtcdClients {
     // Connected first: a hypervisor that cannot be reached fails here, with its own error.
     await this.connections.get(member.hypervisor);
     const tunnel = await Tunnel.open(() => this.connections.get(member.hypervisor), member.etcdIp, this.clientPort);
+    if (this.#closed) {
+      tunnel.close();
+      throw this.#closedError();
+    }
     this.#tunnels.push(tunnel);
     // Certificates carry 127.0.0.1 as a SAN, so TLS verifies the member through the local end too.
     return { host: '127.0.0.1', port: tunnel.localPort };
@@ -94,6 +108,8 @@ export class EtcdClients {
   async #open(member: Member, identity: ClientIdentity): Promise<Etcd3> {
     const { host, port } = await this.endpoint(member);
     const { Etcd3, noop } = await preloadEtcdClient();
+    // The tunnel above, if any, is closed with the others; a direct endpoint has none.
+    if (this.#closed) throw this.#closedError();
     return new Etcd3({
       hosts: [`https://${host}:${port}`],
       credentials: {
@@ -126,7 +142,12 @@ export class EtcdClients {
     return member.reach === 'hypervisor' ? this.connections.unreachable.get(member.hypervisor.name)?.reason : undefined;
   }
 
+  #closedError(): EtcdClientsClosed {
+    return new EtcdClientsClosed("not connecting to etcd: the run's clients are closed");
+  }
+
   close(): void {
+    this.#closed = true;
     for (const client of this.#clients.values()) client.then((c) => c.close()).catch(() => {});
     for (const tunnel of this.#tunnels) tunnel.close();
     this.#clients.clear();

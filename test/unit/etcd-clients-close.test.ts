@@ -1,0 +1,68 @@
+import { connect } from 'node:net';
+import test from 'ava';
+import { EtcdClients, EtcdClientsClosed } from '../../tasks/etcd/client.ts';
+import { loadInventory } from '../../tasks/inventory/load.ts';
+import type { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
+import type { SshConnection } from '../../tasks/remote/ssh.ts';
+import { Tunnel } from '../../tasks/remote/tunnel.ts';
+
+/**
+ * A client still opening when the run closes its clients (a connection warmed for a step the run then
+ * skipped) is closed as it comes: its listening tunnel would keep the process alive after the run.
+ */
+
+const inventory = loadInventory('inventories/lab.yaml');
+const member = inventory.members[0]!;
+const identity = () => ({ label: 'root certificate', caCert: '' });
+
+/** Whether something listens on 127.0.0.1:port. */
+const listening = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = connect(port, '127.0.0.1');
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once('error', () => resolve(false));
+  });
+
+test.serial('a client whose tunnel opens after close() is refused, and its tunnel is closed', async (t) => {
+  t.is(member.reach, 'hypervisor');
+  let connected!: (ssh: SshConnection) => void;
+  const connection = new Promise<SshConnection>((resolve) => {
+    connected = resolve;
+  });
+  const connections = { get: () => connection } as unknown as HypervisorConnections;
+  const ports: number[] = [];
+  const open = Tunnel.open;
+  Tunnel.open = async (...args) => {
+    const tunnel = await open(...args);
+    ports.push(tunnel.localPort);
+    return tunnel;
+  };
+  t.teardown(() => {
+    Tunnel.open = open;
+  });
+
+  const clients = new EtcdClients(connections, inventory.etcd.client_port, identity);
+  const opening = clients.for(member);
+  clients.close();
+  connected({} as SshConnection);
+  await t.throwsAsync(opening, { instanceOf: EtcdClientsClosed });
+  t.is(ports.length, 1, 'the tunnel was opened, after close()');
+  t.false(await listening(ports[0]!), 'and closed');
+});
+
+test.serial('after close() no client is opened at all', async (t) => {
+  let asked = 0;
+  const connections = {
+    get: () => {
+      asked++;
+      return Promise.resolve({} as SshConnection);
+    },
+  } as unknown as HypervisorConnections;
+  const clients = new EtcdClients(connections, inventory.etcd.client_port, identity);
+  clients.close();
+  await t.throwsAsync(clients.for(member), { instanceOf: EtcdClientsClosed });
+  t.is(asked, 0);
+});
