@@ -193,11 +193,13 @@ function stepTimes(report: Report): Map<string, number> {
 
 /** The scale series as a table, and the work's ratio of 5 members to 3 (issue 29: ≤ 1.3). */
 function printScale(points: ScalePoint[]): void {
-  console.log("\n| no-op, installed command | total | start-up | the tool's work | guest CPU per member above idle | totals of the runs |");
-  console.log('|---|---|---|---|---|---|');
+  console.log(
+    "\n| no-op, installed command | total | start-up | the tool's work | guest CPU per member above idle | the idle guests' CPU | totals of the runs |",
+  );
+  console.log('|---|---|---|---|---|---|---|');
   for (const point of points)
     console.log(
-      `| ${point.members} members | ${seconds(median(point.total))} | ${seconds(median(point.startup))} | ${seconds(median(point.work))} | ${Math.round(median(point.guestCpu))} ms | ${point.total.map(seconds).join(', ')} |`,
+      `| ${point.members} members | ${seconds(median(point.total))} | ${seconds(median(point.startup))} | ${seconds(median(point.work))} | ${Math.round(median(point.guestCpu))} ms | ${point.idleCores.toFixed(2)} cores | ${point.total.map(seconds).join(', ')} |`,
     );
   const [three, five] = points.map((point) => median(point.work));
   if (three !== undefined && five !== undefined)

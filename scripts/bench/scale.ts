@@ -84,6 +84,8 @@ export interface ScalePoint {
   work: number[];
   /** The guests' CPU per member above idle, per run. */
   guestCpu: number[];
+  /** What the idle guests use of the machine, in cores (measured before the runs): capacity the no-ops cannot have. */
+  idleCores: number;
 }
 
 interface Report {
@@ -111,7 +113,7 @@ export async function scaleSeries(launcher: readonly string[], runs: number, log
       log(`scale: ${count} members deployed in ${(converged.ms / 1000).toFixed(1)} s`);
       const pids = await qemuPids(members.slice(0, count).map((member) => member.name));
       const rate = await idleRate(pids);
-      const point: ScalePoint = { members: count, total: [], startup: [], work: [], guestCpu: [] };
+      const point: ScalePoint = { members: count, total: [], startup: [], work: [], guestCpu: [], idleCores: rate };
       for (let i = 0; i < runs; i++) {
         const { result, perGuestMs } = await withGuestCpu(pids, rate, () => deploy(launcher));
         const changed = result.report.results.filter((r) => r.status !== 'ok');
