@@ -92,6 +92,7 @@ export class EtcdClients {
    * tunnel through its hypervisor (one per call: gRPC and a plain TLS probe each hold their own).
    */
   async endpoint(member: Member): Promise<{ host: string; port: number }> {
+    if (this.#closed) throw this.#closedError();
     if (member.reach !== 'hypervisor') return { host: member.etcdIp, port: this.clientPort };
     // Connected first: a hypervisor that cannot be reached fails here, with its own error.
     await this.connections.get(member.hypervisor);

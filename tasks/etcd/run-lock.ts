@@ -172,13 +172,9 @@ async function keepAliveOnce(client: Etcd3, leaseId: string, ms: number): Promis
 /**
  * The clients the lock asks etcd through, as root. Either the run's own (shared: the lock's calls open
  * the connections the run's later checks use, and the run closes them), or the lock's own, closed
- * for good: EtcdClients.close() closes what is open, but an open still under way (an SSH connection,
- * a tunnel) would finish afterwards and leave its tunnel listening, keeping the process alive after
- * the run. So close() closes again once every open begun has settled.
+ * for good (an open still under way then is closed as it finishes: EtcdClients.close()).
  */
 class LockClients {
-  readonly #opening = new Set<Promise<unknown>>();
-
   constructor(
     readonly clients: EtcdClients,
     readonly identity: () => ClientIdentity,
@@ -186,16 +182,11 @@ class LockClients {
   ) {}
 
   for(member: Member): Promise<Etcd3> {
-    const opened = this.clients.for(member, this.identity());
-    this.#opening.add(opened);
-    void opened.finally(() => this.#opening.delete(opened)).catch(() => undefined);
-    return opened;
+    return this.clients.for(member, this.identity());
   }
 
   close(): void {
-    if (this.shared) return;
-    this.clients.close();
-    if (this.#opening.size > 0) void Promise.allSettled([...this.#opening]).then(() => this.clients.close());
+    if (!this.shared) this.clients.close();
   }
 }
 

@@ -1,4 +1,3 @@
-import { connect } from 'node:net';
 import test from 'ava';
 import { EtcdClients, EtcdClientsClosed } from '../../tasks/etcd/client.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
@@ -15,17 +14,6 @@ const inventory = loadInventory('inventories/lab.yaml');
 const member = inventory.members[0]!;
 const identity = () => ({ label: 'root certificate', caCert: '' });
 
-/** Whether something listens on 127.0.0.1:port. */
-const listening = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const socket = connect(port, '127.0.0.1');
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(true);
-    });
-    socket.once('error', () => resolve(false));
-  });
-
 test.serial('a client whose tunnel opens after close() is refused, and its tunnel is closed', async (t) => {
   t.is(member.reach, 'hypervisor');
   let connected!: (ssh: SshConnection) => void;
@@ -33,11 +21,17 @@ test.serial('a client whose tunnel opens after close() is refused, and its tunne
     connected = resolve;
   });
   const connections = { get: () => connection } as unknown as HypervisorConnections;
-  const ports: number[] = [];
+  const tunnels: { closed: boolean }[] = [];
   const open = Tunnel.open;
   Tunnel.open = async (...args) => {
     const tunnel = await open(...args);
-    ports.push(tunnel.localPort);
+    const seen = { closed: false };
+    tunnels.push(seen);
+    const close = tunnel.close.bind(tunnel);
+    tunnel.close = () => {
+      seen.closed = true;
+      close();
+    };
     return tunnel;
   };
   t.teardown(() => {
@@ -49,8 +43,8 @@ test.serial('a client whose tunnel opens after close() is refused, and its tunne
   clients.close();
   connected({} as SshConnection);
   await t.throwsAsync(opening, { instanceOf: EtcdClientsClosed });
-  t.is(ports.length, 1, 'the tunnel was opened, after close()');
-  t.false(await listening(ports[0]!), 'and closed');
+  t.is(tunnels.length, 1, 'the tunnel was opened, after close()');
+  t.true(tunnels[0]!.closed, 'and closed');
 });
 
 test.serial('after close() no client is opened at all', async (t) => {
