@@ -39,7 +39,7 @@ const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
 interface Report {
   results: { step: string; host: string; status: string; durationMs: number }[];
   /** From tasks/deploy.ts: from its main (every static import loaded) to the report. */
-  timing: { modulesLoadedAtMs: number; workMs: number };
+  timing: { modulesLoadedAtMs: number; workMs: number; cpuMs: number };
 }
 
 /**
@@ -194,17 +194,18 @@ function stepTimes(report: Report): Map<string, number> {
 /** The scale series as a table, and the work's ratio of 5 members to 3 (issue 29: ≤ 1.3). */
 function printScale(points: ScalePoint[]): void {
   console.log(
-    "\n| no-op, installed command | total | start-up | the tool's work | guest CPU per member above idle | the idle guests' CPU | totals of the runs |",
+    "\n| no-op, installed command | total | start-up | the tool's work | the tool's CPU | guest CPU per member above idle | the idle guests' CPU | totals of the runs |",
   );
-  console.log('|---|---|---|---|---|---|---|');
+  console.log('|---|---|---|---|---|---|---|---|');
   for (const point of points)
     console.log(
-      `| ${point.members} members | ${seconds(median(point.total))} | ${seconds(median(point.startup))} | ${seconds(median(point.work))} | ${Math.round(median(point.guestCpu))} ms | ${point.idleCores.toFixed(2)} cores | ${point.total.map(seconds).join(', ')} |`,
+      `| ${point.members} members | ${seconds(median(point.total))} | ${seconds(median(point.startup))} | ${seconds(median(point.work))} | ${seconds(median(point.toolCpu))} | ${Math.round(median(point.guestCpu))} ms | ${point.idleCores.toFixed(2)} cores | ${point.total.map(seconds).join(', ')} |`,
     );
   const [three, five] = points.map((point) => median(point.work));
-  if (three !== undefined && five !== undefined)
+  const [threeCpu, fiveCpu] = points.map((point) => median(point.toolCpu));
+  if (three !== undefined && five !== undefined && threeCpu !== undefined && fiveCpu !== undefined)
     console.log(
-      `\nThe tool's work, 5 members against 3: ${(five / three).toFixed(2)} × (target ≤ 1.3: ${five / three <= 1.3 ? 'met' : 'NOT met'}).`,
+      `\nThe tool's work, 5 members against 3: ${(five / three).toFixed(2)} × (target ≤ 1.3: ${five / three <= 1.3 ? 'met' : 'NOT met'}); its own CPU: ${(fiveCpu / threeCpu).toFixed(2)} ×.`,
     );
 }
 

@@ -84,13 +84,15 @@ export interface ScalePoint {
   work: number[];
   /** The guests' CPU per member above idle, per run. */
   guestCpu: number[];
+  /** The tool's own CPU (user and system, start-up included), per run. */
+  toolCpu: number[];
   /** What the idle guests use of the machine, in cores (measured before the runs): capacity the no-ops cannot have. */
   idleCores: number;
 }
 
 interface Report {
   results: { status: string }[];
-  timing: { workMs: number };
+  timing: { workMs: number; cpuMs: number };
 }
 
 async function deploy(launcher: readonly string[]): Promise<{ ms: number; report: Report }> {
@@ -113,7 +115,7 @@ export async function scaleSeries(launcher: readonly string[], runs: number, log
       log(`scale: ${count} members deployed in ${(converged.ms / 1000).toFixed(1)} s`);
       const pids = await qemuPids(members.slice(0, count).map((member) => member.name));
       const rate = await idleRate(pids);
-      const point: ScalePoint = { members: count, total: [], startup: [], work: [], guestCpu: [], idleCores: rate };
+      const point: ScalePoint = { members: count, total: [], startup: [], work: [], guestCpu: [], toolCpu: [], idleCores: rate };
       for (let i = 0; i < runs; i++) {
         const { result, perGuestMs } = await withGuestCpu(pids, rate, () => deploy(launcher));
         const changed = result.report.results.filter((r) => r.status !== 'ok');
@@ -122,6 +124,7 @@ export async function scaleSeries(launcher: readonly string[], runs: number, log
         point.work.push(result.report.timing.workMs);
         point.startup.push(result.ms - result.report.timing.workMs);
         point.guestCpu.push(perGuestMs);
+        point.toolCpu.push(result.report.timing.cpuMs);
       }
       points.push(point);
     }

@@ -100,8 +100,11 @@ test('--render-only writes every file (secrets 0600), then a dry-run sees no cha
   const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as {
     dryRun: boolean;
     results: { step: string; host: string; status: string }[];
+    timing: { modulesLoadedAtMs: number; workMs: number; cpuMs: number };
   };
   t.true(report.dryRun);
+  // The process's own CPU beside its wall-clock times: loading its modules alone uses some.
+  t.true(report.timing.cpuMs > 0 && report.timing.workMs > 0, JSON.stringify(report.timing));
   t.deepEqual(report.results.find((r) => r.step === 'pki')?.status, 'ok');
   t.is(report.results.filter((r) => r.step === 'render' && r.status === 'changed').length, 3);
   assertNoSecrets(t, readFileSync(join(dir, 'report.json'), 'utf8'), stateDir);
