@@ -35,7 +35,14 @@ test('the same certificate inspected again gives the same facts, and one answer 
 test('another certificate is inspected for itself, not answered from the one before', async (t) => {
   const key = await generateRsaKey(2048);
   const issue = (commonName: string) =>
-    issueCertificate({ commonName, organization: 'etcd-kvm', profile: 'client', sans: { dns: [], ips: [] }, validityHours: 1, subjectKeyPem: key });
+    issueCertificate({
+      commonName,
+      organization: 'etcd-kvm',
+      profile: 'client',
+      sans: { dns: [], ips: [] },
+      validityHours: 1,
+      subjectKeyPem: key,
+    });
   t.is(inspectCertificate(issue('root')).commonName, 'root');
   t.is(inspectCertificate(issue('alice')).commonName, 'alice');
 });
