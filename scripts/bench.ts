@@ -6,6 +6,7 @@ import { buildCloudInitIso } from '../tasks/libvirt/cloud-init-iso.ts';
 import { idleRate, qemuPids, withGuestCpu } from './bench/guest-cpu.ts';
 import { scaleSeries, type ScalePoint } from './bench/scale.ts';
 import { argument, median } from './bench/cli.ts';
+import type { DeployTiming } from '../tasks/deploy.ts';
 
 /**
  * Deploy timings on the local lab (run `npm run lab:up` first): cold deploys of the 3 members, each
@@ -38,8 +39,7 @@ const seconds = (ms: number) => `${(ms / 1000).toFixed(2)} s`;
 
 interface Report {
   results: { step: string; host: string; status: string; durationMs: number }[];
-  /** From tasks/deploy.ts: from its main (every static import loaded) to the report. */
-  timing: { modulesLoadedAtMs: number; workMs: number; cpuMs: number };
+  timing: DeployTiming;
 }
 
 /**

@@ -5,6 +5,7 @@ import { pathToFileURL } from 'node:url';
 import { $ } from 'zx';
 import { freshBuild } from '../../bin/fresh-build.mjs';
 import { argument, median } from './cli.ts';
+import type { DeployTiming } from '../../tasks/deploy.ts';
 
 /**
  * A change's effect on a no-op, on the deployed lab (`npm run lab:up`, then a deploy): the installed
@@ -25,7 +26,7 @@ const REPORT = join(tmpdir(), 'etcd-kvm-ab-report.json');
 $.verbose = false;
 
 interface Report {
-  timing: { workMs: number; phases: { phase: string; ms: number }[] };
+  timing: DeployTiming;
 }
 
 /** One no-op of the installed command in `root`: its wall-clock time, its work and its guest phase, in ms. */

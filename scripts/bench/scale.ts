@@ -2,6 +2,7 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { $ } from 'zx';
 import { SECOND_URI } from '../lab/config.ts';
 import { idleRate, qemuPids, withGuestCpu } from './guest-cpu.ts';
+import type { DeployTiming } from '../../tasks/deploy.ts';
 
 /**
  * The scale series of `npm run bench`: the installed command's no-op on a cluster of 3 members, then
@@ -92,7 +93,7 @@ export interface ScalePoint {
 
 interface Report {
   results: { status: string }[];
-  timing: { workMs: number; cpuMs: number };
+  timing: DeployTiming;
 }
 
 async function deploy(launcher: readonly string[]): Promise<{ ms: number; report: Report }> {
