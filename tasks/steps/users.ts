@@ -8,7 +8,7 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import type { ClientIdentities } from '../etcd/identities.ts';
 import { retryTransient } from '../etcd/transient.ts';
-import { ignoreIf } from '../etcd/answers.ts';
+import { ignoreIf, notFound } from '../etcd/answers.ts';
 import {
   accessWarnings,
   AccessRefusal,
@@ -29,8 +29,8 @@ import { toolUsers } from '../inventory/tool-users.ts';
 
 /**
  * Application users and roles, converged from the designated member after the auth bootstrap: the
- * planning is etcd/access.ts; this step reads etcd's users, roles and the managed set in one round of
- * calls, and the state directory's own record of the managed set, and applies the operations in their
+ * planning is etcd/access.ts; this step reads etcd's users, roles and the managed set (readAccess),
+ * and the state directory's own record of the managed set, and applies the operations in their
  * order. Passwords travel only inside gRPC requests.
  */
 
@@ -55,32 +55,56 @@ const rejectedPassword = (error: unknown) =>
 
 const EMPTY: LiveAccess = { users: new Map(), roles: new Map(), managed: { users: [], roles: [] }, passwordsDiffer: [] };
 
-async function readAccess(client: Etcd3, inventory: Inventory): Promise<LiveAccess> {
-  const [userList, roleList, managedValue] = await Promise.all([
-    client.auth.userList({}),
-    client.auth.roleList({}),
-    client.get(MANAGED_KEY).string(),
-  ]);
-  const managed = parseManaged(managedValue);
-  // Only the users and roles the inventory names or the tool made: nobody else's are read.
-  const ofInterest = (names: readonly string[], listed: readonly string[], wanted: readonly string[]) =>
-    [...new Set([...wanted, ...names])].filter((name) => listed.includes(name));
-  const roleNames = ofInterest(managed.roles, roleList.roles, Object.keys(inventory.roles));
-  const userNames = ofInterest(managed.users, userList.users, Object.keys(inventory.users));
-  const [roles, users] = await Promise.all([
-    Promise.all(
-      roleNames.map(
-        async (role) =>
-          [
-            role,
-            (await client.auth.roleGet({ role })).perm.map(
-              (p): Permission => ({ permType: p.permType, key: Buffer.from(p.key), rangeEnd: Buffer.from(p.range_end) }),
-            ),
-          ] as const,
+/**
+ * Each of the names etcd has, with what `get` says of it; a name etcd does not know is left out. All
+ * asked at once: etcd puts UserGet and RoleGet through raft (etcd-io/etcd#18487), each an entry in
+ * every member's log, and entries proposed together are written together.
+ */
+async function present<T>(names: readonly string[], get: (name: string) => Promise<T>): Promise<(readonly [string, T])[]> {
+  const answers = await Promise.all(
+    names.map((name) =>
+      get(name).then(
+        (value) => [[name, value] as const],
+        (error) => (notFound(error) ? [] : Promise.reject(error)),
       ),
     ),
-    Promise.all(userNames.map(async (name) => [name, { roles: (await client.auth.userGet({ name })).roles }] as const)),
+  );
+  return answers.flat();
+}
+
+/**
+ * The users and roles the inventory names or the tool made: nobody else's are read. Those the
+ * inventory names are asked for beside the managed set; those only the managed set names (being
+ * removed), after it. Asked by name, not listed first: UserList and RoleList go through raft too, so
+ * an inventory without users or roles costs the members no log entry at all.
+ */
+async function readAccess(client: Etcd3, inventory: Inventory): Promise<LiveAccess> {
+  const roleOf = async (role: string) =>
+    (await client.auth.roleGet({ role })).perm.map(
+      (p): Permission => ({ permType: p.permType, key: Buffer.from(p.key), rangeEnd: Buffer.from(p.range_end) }),
+    );
+  const userOf = async (name: string) => ({ roles: (await client.auth.userGet({ name })).roles });
+  const wantedRoles = Object.keys(inventory.roles);
+  const wantedUsers = Object.keys(inventory.users);
+  const [managedValue, namedRoles, namedUsers] = await Promise.all([
+    client.get(MANAGED_KEY).string(),
+    present(wantedRoles, roleOf),
+    present(wantedUsers, userOf),
   ]);
+  const managed = parseManaged(managedValue);
+  const [managedRoles, managedUsers] = await Promise.all([
+    present(
+      managed.roles.filter((role) => !wantedRoles.includes(role)),
+      roleOf,
+    ),
+    present(
+      managed.users.filter((name) => !wantedUsers.includes(name)),
+      userOf,
+    ),
+  ]);
+  const roles = [...namedRoles, ...managedRoles];
+  const users = [...namedUsers, ...managedUsers];
+  const userNames = users.map(([name]) => name);
   // Password mode: whether etcd accepts each managed user's inventory password (etcd keeps only a hash).
   const checked = inventory.etcd.client_cert_auth
     ? []
