@@ -13,8 +13,8 @@ import { refuseMixedMinors } from '../etcd/version.ts';
  * Authentication bootstrap, from the one designated member: the root role, the root user holding it,
  * then auth enable. In certificate mode root has no password (the client certificate's CN=root maps
  * to it); in password mode the password travels only inside the gRPC request, never in argv or a file.
- * Probed first, so a second run is `ok`; the runner's re-check afterwards verifies it with the root
- * client certificate.
+ * Probed first, so a second run is `ok`: auth on is the whole bootstrap done (AUTH_ON); the runner's
+ * re-check afterwards sees auth on, and the users step then reads etcd as root.
  */
 
 interface AuthState {
