@@ -325,7 +325,9 @@ def backup(config):
 
 # --- defragmentation by rule --------------------------------------------------------------------
 
-ALARMS = {1: "NOSPACE", 2: "CORRUPT"}
+ALARMS = ("NOSPACE", "CORRUPT")
+# How a member's status lists each of the cluster's active alarms among its errors.
+ALARM_ERROR = re.compile(r"memberID:(\d+) alarm:([A-Z]+)")
 DEFRAG_PREFIX = "etcd-kvm/defrag/"
 LOCK_KEY = DEFRAG_PREFIX + "lock"
 LOCK_TTL_SECONDS = 60
@@ -341,20 +343,28 @@ def rule_holds(size, in_use, rule, quota):
     return fragmented or near_quota
 
 
-def own_member_id(config):
-    """This member's ID, as its own etcd says (ETCDCTL_ENDPOINTS is its own endpoint; etcd's alarm answer has no header to tell)."""
-    return json.loads(etcdctl(config, ["endpoint", "status", "-w", "json"]))[0]["Status"]["header"]["member_id"]
+def own_status(config):
+    """This member's status, as its own etcd says (ETCDCTL_ENDPOINTS is its own endpoint)."""
+    return json.loads(etcdctl(config, ["endpoint", "status", "-w", "json"]))[0]
+
+
+def alarms_in(statuses):
+    """The cluster's active alarms, as the members' statuses list them among their errors. Each member
+    lists all of them from its own applied state, so they are known without a leader; `alarm list`
+    would go through raft: an entry in every member's log at each ask, and no answer without quorum."""
+    errors = [error for entry in statuses for error in entry["Status"].get("errors") or []]
+    seen = {(int(match.group(1)), match.group(2)) for match in map(ALARM_ERROR.search, errors) if match}
+    return [{"member": member, "alarm": alarm} for member, alarm in sorted(seen)]
 
 
 def cluster_view(config):
     """The facts a decision reads: the member list, the status of every member that answered, the alarms."""
     listed = json.loads(etcdctl(config, ["member", "list", "-w", "json"]))["members"]
     answered = json.loads(etcdctl(config, ["endpoint", "status", "--cluster", "-w", "json"], partial=True) or b"[]")
-    alarms = json.loads(etcdctl(config, ["alarm", "list", "-w", "json"])).get("alarms", [])
     # This member answered the member list, so it is among those that answered: its entry names it.
     mine = [entry["Status"]["header"]["member_id"] for entry in answered if entry.get("Endpoint") == config["etcd"]["endpoint"]]
     return {
-        "me": mine[0] if mine else own_member_id(config),
+        "me": mine[0] if mine else own_status(config)["Status"]["header"]["member_id"],
         "members": [{"id": m["ID"], "name": m.get("name", ""), "learner": bool(m.get("isLearner"))} for m in listed],
         "statuses": {
             entry["Status"]["header"]["member_id"]: {
@@ -364,7 +374,7 @@ def cluster_view(config):
             }
             for entry in answered
         },
-        "alarms": [{"member": a.get("memberID", 0), "alarm": ALARMS.get(a.get("alarm"), str(a.get("alarm")))} for a in alarms],
+        "alarms": alarms_in(answered),
     }
 
 
@@ -564,9 +574,9 @@ def raised_alarms(config, view=None):
     """The alarms raised on this member: from a cluster view still current, else asked."""
     if view is not None:
         return {a["alarm"] for a in view["alarms"] if a["member"] == view["me"]}
-    own = own_member_id(config)
-    alarms = json.loads(etcdctl(config, ["alarm", "list", "-w", "json"])).get("alarms", [])
-    return {ALARMS.get(a.get("alarm")) for a in alarms if a.get("memberID") == own}
+    status = own_status(config)
+    own = status["Status"]["header"]["member_id"]
+    return {a["alarm"] for a in alarms_in([status]) if a["member"] == own}
 
 
 def write_metrics(config, view=None):
@@ -578,7 +588,7 @@ def write_metrics(config, view=None):
         lines += metric_lines(
             "etcd_kvm_alarm_active",
             "1 while this member has the alarm raised (etcd exports no alarm metric).",
-            [(f'{{alarm="{kind}"}}', int(kind in raised)) for kind in ALARMS.values()],
+            [(f'{{alarm="{kind}"}}', int(kind in raised)) for kind in ALARMS],
         )
         if config.get("backup_enabled"):
             lines += backup_lines(config)

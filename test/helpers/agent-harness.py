@@ -63,9 +63,9 @@ elif command == "decide":
     print(json.dumps(list(agent.decide(view, argument["rule"], argument["quota"], argument["disarm_below"]))))
 elif command == "drift":
     print(json.dumps(agent.managed_file_drift(argument["manifest"])))
-elif command == "defrag-tick":
-    # A whole defrag tick against canned etcdctl answers (by its first argument, or its first two):
-    # prints the tick's exit code, the etcdctl calls it made and the metrics file it wrote.
+elif command in ("defrag-tick", "metrics-tick"):
+    # A whole defrag tick, or the metrics task alone, against canned etcdctl answers (by its first
+    # argument, or its first two): prints its exit code, the etcdctl calls it made and the metrics file it wrote.
     calls = []
 
     def canned(config, args, stdin=None, partial=False, command_timeout="15s"):
@@ -77,7 +77,7 @@ elif command == "defrag-tick":
 
     agent.etcdctl = canned
     with contextlib.redirect_stdout(sys.stderr):
-        code = agent.defrag(argument["config"])
+        code = (agent.defrag if command == "defrag-tick" else agent.write_metrics)(argument["config"])
     with open(argument["config"]["metrics"]["staging"]) as file:
         metrics = file.read()
     print(json.dumps({"code": code, "calls": calls, "metrics": metrics}))
