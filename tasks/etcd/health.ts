@@ -11,10 +11,29 @@ import { liveMember, type LiveMember } from './membership.ts';
 /** `alarms`: the cluster's active alarms as this member reports them (NOSPACE: writes are refused). */
 export type Health = { healthy: true; leader: string; alarms: string[] } | { healthy: false; reason: string };
 
-/** etcd lists each active alarm among a member's status errors as "memberID:<id> alarm:NOSPACE". */
-export const alarmsIn = (errors: readonly string[]): string[] => [
-  ...new Set(errors.flatMap((error) => /alarm:([A-Z]+)/.exec(error)?.[1] ?? [])),
-];
+/** One active alarm: the member it is raised on (etcd's decimal ID, as its answers carry it) and its kind (NOSPACE, CORRUPT). */
+export interface ListedAlarm {
+  memberId: string;
+  alarm: string;
+}
+
+/**
+ * The cluster's active alarms, as members' statuses list them among their errors ("memberID:<id>
+ * alarm:NOSPACE"), once each. Every member lists all of them from its own applied state, so they are
+ * known without a leader. Never Maintenance.Alarm's Get: etcd puts every alarm request through raft,
+ * an entry in every member's log at each ask, and no answer without quorum.
+ */
+export function alarmsListed(errorLists: readonly (readonly string[])[]): ListedAlarm[] {
+  const seen = new Map<string, ListedAlarm>();
+  for (const error of errorLists.flat()) {
+    const match = /memberID:(\d+) alarm:([A-Z]+)/.exec(error);
+    if (match) seen.set(`${match[1]} ${match[2]}`, { memberId: match[1]!, alarm: match[2]! });
+  }
+  return [...seen.values()];
+}
+
+/** The kinds of the cluster's active alarms in one member's status errors. */
+export const alarmsIn = (errors: readonly string[]): string[] => [...new Set(alarmsListed([errors]).map(({ alarm }) => alarm))];
 
 export async function memberHealth(inventory: Inventory, clients: EtcdClients, member: Member): Promise<Health> {
   try {

@@ -12,11 +12,12 @@ import { membersByHypervisor } from '../inventory/placement.ts';
 import { hexId, liveMember } from '../etcd/membership.ts';
 import { versionOf } from '../etcd/version.ts';
 import { memberStatus, type EtcdMemberFacts } from '../etcd/member-status.ts';
+import { alarmsListed } from '../etcd/health.ts';
 
 /**
  * What status reads, all of it read-only and asked at about the same moment: each hypervisor once
- * (virsh domstate of its members and their OS volumes' XML, one remote shell), each member's etcd once (status and alarms over
- * gRPC, the certificate it serves over TLS), and one member list.
+ * (virsh domstate of its members and their OS volumes' XML, one remote shell), each member's etcd once (its status over
+ * gRPC, which lists the cluster's alarms; the certificate it serves over TLS), and one member list.
  */
 
 export type { EtcdMemberFacts };
@@ -145,9 +146,12 @@ export async function gatherStatus(
       }),
     ),
   ]);
-  // The member list and the alarms are the cluster's: ask the first member that answered status.
+  // The alarms are the cluster's, and every member that answered status listed them (etcd/health.ts).
+  const alarms: StatusFacts['alarms'] = alarmsListed(perMember.flatMap(({ etcd }) => ('error' in etcd ? [] : [etcd.errors]))).map(
+    ({ memberId, alarm }) => ({ memberId: hexId(memberId), alarm }),
+  );
+  // The member list is the cluster's too: ask the first member that answered status.
   let memberList: StatusFacts['memberList'] = { error: 'no member answered' };
-  let alarms: StatusFacts['alarms'] = [];
   let clusterVersion: StatusFacts['clusterVersion'] = { error: 'no member answered' };
   let backupRecords: StatusFacts['backupRecords'] = { error: 'no member answered' };
   let defragRecords: StatusFacts['defragRecords'] = { error: 'no member answered' };
@@ -155,9 +159,8 @@ export async function gatherStatus(
   for (const member of answering) {
     try {
       const client = await clients.for(member);
-      const [list, alarm, versions, records, defrags] = await Promise.all([
+      const [list, versions, records, defrags] = await Promise.all([
         client.cluster.memberList({}),
-        client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' }),
         versionOf(clients, member, identity).catch((error: unknown) => ({ error: `${member.name}: ${briefError(error)}` })),
         inventory.backup.enabled ? backupRecordsOf(client) : undefined,
         inventory.maintenance.defrag.enabled ? defragRecordsOf(client) : undefined,
@@ -166,7 +169,6 @@ export async function gatherStatus(
       defragRecords = defrags;
       clusterVersion = 'error' in versions ? versions : versions.etcdcluster;
       memberList = list.members.map((m) => ({ ...liveMember(m), id: hexId(m.ID) }));
-      alarms = alarm.alarms.map((a) => ({ memberId: hexId(a.memberID), alarm: String(a.alarm).toUpperCase() }));
       break;
     } catch (error) {
       memberList = { error: `${member.name}: ${briefError(error)}` };

@@ -2,7 +2,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import type { Etcd3 } from 'etcd3';
 import { CONTROL_NODE, type ControlNode, type Step } from '../core/step.ts';
 import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
-import { memberHealth, waitForHealth } from '../etcd/health.ts';
+import { alarmsListed, memberHealth, waitForHealth } from '../etcd/health.ts';
 import { RUN_LOCK_PREFIX } from '../etcd/run-lock.ts';
 import { prefixEnd } from '../inventory/reserved.ts';
 import { ensureQuorumWithout, rollWaves } from '../etcd/roll.ts';
@@ -175,19 +175,15 @@ export function disarmStep(
     targets: [CONTROL_NODE],
     async check() {
       const { client } = await anyAnswering(inventory, clients);
-      const [list, answer] = await Promise.all([
+      const [list, statuses] = await Promise.all([
         client.cluster.memberList({}),
-        client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' }),
+        Promise.all(inventory.members.map(async (member) => (await clients.for(member)).maintenance.status({}).catch(() => undefined))),
       ]);
       const nameOf = (id: string) => list.members.find((m) => m.ID === id)?.name || id;
-      const dbSizes = new Map<string, number | undefined>();
-      await Promise.all(
-        inventory.members.map(async (member) => {
-          const status = await (await clients.for(member)).maintenance.status({}).catch(() => undefined);
-          dbSizes.set(member.name, status ? Number(status.dbSize) : undefined);
-        }),
-      );
-      const alarms = answer.alarms.map((a) => ({ member: nameOf(a.memberID), alarm: String(a.alarm).toUpperCase(), id: a.memberID }));
+      const dbSizes = new Map(inventory.members.map((member, i) => [member.name, statuses[i] ? Number(statuses[i].dbSize) : undefined]));
+      // The alarms as the statuses list them (never Alarm's Get: etcd puts it through raft, etcd/health.ts).
+      const listed = alarmsListed(statuses.flatMap((status) => (status ? [status.errors] : [])));
+      const alarms = listed.map(({ memberId, alarm }) => ({ member: nameOf(memberId), alarm, id: memberId }));
       return { alarms, dbSizes, quota: inventory.etcd.space_quota, ids: new Map(alarms.map((a) => [a.member, a.id])) };
     },
     plan: (facts) => planDisarm(facts),

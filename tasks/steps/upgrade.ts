@@ -10,6 +10,7 @@ import { CONTROL_NODE, type ControlNode, type Step } from '../core/step.ts';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import { versionOf } from '../etcd/version.ts';
 import { memberStatus } from '../etcd/member-status.ts';
+import { alarmsListed } from '../etcd/health.ts';
 import { hexId } from '../etcd/membership.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ExecResult } from '../remote/ssh.ts';
@@ -122,8 +123,8 @@ async function v2StoreOf({ inventory, inMember }: UpgradeStepOptions, member: Me
 }
 
 async function clusterFacts({ inventory, clients, root }: UpgradeStepOptions): Promise<UpgradeFacts> {
-  const members: MemberVersionAnswer[] = await Promise.all(
-    inventory.members.map(async (member): Promise<MemberVersionAnswer> => {
+  const answers = await Promise.all(
+    inventory.members.map(async (member) => {
       try {
         return { name: member.name, ...(await memberStatus(clients, member)) };
       } catch (error) {
@@ -131,24 +132,17 @@ async function clusterFacts({ inventory, clients, root }: UpgradeStepOptions): P
       }
     }),
   );
-  const answering = inventory.members.filter((_, i) => !('error' in members[i]!));
-  for (const member of answering) {
-    try {
-      const client = await clients.for(member);
-      const [alarms, versions] = await Promise.all([
-        client.maintenance.alarm({ action: 'Get', memberID: '0', alarm: 'None' }),
-        versionOf(clients, member, root()).catch(() => undefined),
-      ]);
-      return {
-        members,
-        alarms: alarms.alarms.map((alarm) => `${String(alarm.alarm).toUpperCase()} on ${hexId(alarm.memberID)}`),
-        clusterVersion: versions?.etcdcluster,
-      };
-    } catch {
-      // The next member that answered is asked instead.
-    }
+  const members: MemberVersionAnswer[] = answers;
+  // The cluster's alarms as the members' statuses list them (never Alarm's Get: etcd puts it through raft).
+  const alarms = alarmsListed(answers.flatMap((answer) => ('error' in answer ? [] : [answer.errors]))).map(
+    ({ memberId, alarm }) => `${alarm} on ${hexId(memberId)}`,
+  );
+  for (const member of inventory.members.filter((_, i) => !('error' in members[i]!))) {
+    const versions = await versionOf(clients, member, root()).catch(() => undefined);
+    // The next member that answered is asked instead.
+    if (versions) return { members, alarms, clusterVersion: versions.etcdcluster };
   }
-  return { members, alarms: [], clusterVersion: undefined };
+  return { members, alarms, clusterVersion: undefined };
 }
 
 /** A snapshot of the cluster from the first member that gives one, into `path` (0600), whole or not at all. */

@@ -1,5 +1,5 @@
 import test from 'ava';
-import { alarmsIn } from '../../tasks/etcd/health.ts';
+import { alarmsIn, alarmsListed } from '../../tasks/etcd/health.ts';
 import { MaintenanceRefusal, planCompact, planDefrag, planDisarm, type AlarmFacts } from '../../tasks/etcd/maintenance.ts';
 
 /** maintain.ts's decisions as tables: facts in, changes (or a refusal) out. */
@@ -79,4 +79,13 @@ test("health: the alarms etcd lists among a member's status errors, each once", 
     'CORRUPT',
   ]);
   t.deepEqual(alarmsIn(['some other error']), []);
+});
+
+test("alarms: the cluster's, from every answering member's status errors, each alarm once with its member's decimal ID", (t) => {
+  const everyMember = ['memberID:16072858736840003364 alarm:NOSPACE '];
+  t.deepEqual(alarmsListed([everyMember, everyMember, ['etcdserver: no leader', 'memberID:7 alarm:CORRUPT ']]), [
+    { memberId: '16072858736840003364', alarm: 'NOSPACE' },
+    { memberId: '7', alarm: 'CORRUPT' },
+  ]);
+  t.deepEqual(alarmsListed([['etcdserver: no leader'], []]), []);
 });
