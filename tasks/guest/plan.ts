@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { sha256 } from '../core/digest.ts';
 import type { Change, RollKind } from '../core/step.ts';
 import type { DesiredGuest, ManagedFile } from '../render/guest/desired.ts';
 import { parseEnvironmentFile } from '../render/etcd.ts';
@@ -45,8 +45,6 @@ export interface GuestPlanContext {
 }
 
 export class RefusedError extends Error {}
-
-export const sha256 = (text: string) => createHash('sha256').update(text).digest('hex');
 
 /** A file mode as chmod and a plan's summary write it: 0644. */
 export const octal = (mode: number) => mode.toString(8).padStart(4, '0');

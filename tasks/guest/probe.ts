@@ -5,9 +5,8 @@ import { OWNER_NAMESPACE } from '../render/domain.ts';
 import type { VirshSessions } from '../libvirt/session.ts';
 import type { MemberConnections } from '../remote/members.ts';
 import type { SshConnection } from '../remote/ssh.ts';
-import { createHash } from 'node:crypto';
 import type { DigestMemory } from './digest-memory.ts';
-import { sha256 } from './plan.ts';
+import { sha256 } from '../core/digest.ts';
 import {
   askThroughAgents,
   guestClocks,
@@ -304,7 +303,7 @@ export class GuestProbe {
       const entry = stats.get(path);
       if (!file || !entry) continue;
       if (!('content' in file)) return { failed: `${path}: ${'unreadable' in file ? file.unreadable : 'gone between stat and read'}` };
-      const digest = createHash('sha256').update(file.content).digest('hex');
+      const digest = sha256(file.content);
       read.set(path, digest);
       // Without the guest's clock nothing is remembered: read again next time. Nor is a secret's digest.
       if (guestNowNs !== undefined && !questions.secrets?.includes(path))

@@ -1,8 +1,8 @@
-import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync, utimesSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
+import { sha256 } from '../core/digest.ts';
 import { promisify } from 'node:util';
 import { PRIVATE_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
 import { CapExceededError, SEED_IMAGE_CAP } from '../core/limits.ts';
@@ -44,7 +44,7 @@ export async function buildCloudInitIso(rendered: readonly RenderedFile[]): Prom
         env: { ...process.env, SOURCE_DATE_EPOCH: '0' },
       },
     );
-    return { bytes, sha256: digestOf(bytes) };
+    return { bytes, sha256: sha256(bytes) };
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'ENOENT') {
       throw new Error('cloud-init ISO: xorriso is not installed on the control node (apt-get install xorriso)');
@@ -94,8 +94,6 @@ interface SeedMemo {
   image?: { size: number; sha256: string };
 }
 
-const digestOf = (bytes: Buffer) => createHash('sha256').update(bytes).digest('hex');
-
 /**
  * The digest the seed image of these files has on a volume of `capacityBytes` (0: none yet), without
  * building the ISO when the files are unchanged: building costs a process per member (~100 ms each
@@ -115,7 +113,7 @@ export async function seedDigest(cacheFile: string, rendered: readonly RenderedF
   }
   const iso = await seedIso(rendered);
   const imageSize = seedImageSize(iso.bytes.length, capacityBytes);
-  return { sha256: digestOf(seedImage(iso, imageSize)), size: iso.bytes.length, imageSize };
+  return { sha256: sha256(seedImage(iso, imageSize)), size: iso.bytes.length, imageSize };
 }
 
 /** The ISOs built by this process, by their inputs: a new seed is built once, for the check's digest and the upload. */
@@ -139,12 +137,10 @@ export function rememberSeedDigest(cacheFile: string, rendered: readonly Rendere
     inputs: seedInputs(rendered),
     sha256: iso.sha256,
     size: iso.bytes.length,
-    image: { size: image.length, sha256: digestOf(image) },
+    image: { size: image.length, sha256: sha256(image) },
   };
   writeFileAtomic(cacheFile, `${JSON.stringify(memo)}\n`, PRIVATE_FILE_MODE);
 }
 
 const seedInputs = (rendered: readonly RenderedFile[]) =>
-  createHash('sha256')
-    .update(JSON.stringify(CLOUD_INIT_FILES.map((name) => [name, rendered.find((file) => file.name === name)?.content ?? ''])))
-    .digest('hex');
+  sha256(JSON.stringify(CLOUD_INIT_FILES.map((name) => [name, rendered.find((file) => file.name === name)?.content ?? ''])));

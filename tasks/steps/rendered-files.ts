@@ -1,5 +1,5 @@
-import { createHash } from 'node:crypto';
 import { join } from 'node:path';
+import { sha256 } from '../core/digest.ts';
 import { PRIVATE_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
 import type { Change, Step } from '../core/step.ts';
 import type { RenderedFile } from '../render/member.ts';
@@ -17,8 +17,6 @@ interface RecordedFile {
 
 type RenderRecord = { [file: string]: RecordedFile };
 
-const digest = (content: string) => createHash('sha256').update(content).digest('hex');
-
 export function renderedFilesStep(stateDir: string, rendered: ReadonlyMap<string, RenderedFile[]>): Step<RenderRecord, RenderedFile> {
   const recordPath = (member: string) => join(stateDir, 'rendered', `${member}.json`);
   return {
@@ -32,7 +30,7 @@ export function renderedFilesStep(stateDir: string, rendered: ReadonlyMap<string
       const changes: Change<RenderedFile>[] = [];
       for (const file of rendered.get(member) ?? []) {
         const recorded = record[file.name];
-        if (recorded?.sha256 === digest(file.content)) continue;
+        if (recorded?.sha256 === sha256(file.content)) continue;
         const verb = recorded ? 'update' : 'create';
         const secretOnly = recorded !== undefined && recorded.display === file.display;
         changes.push({
@@ -45,7 +43,7 @@ export function renderedFilesStep(stateDir: string, rendered: ReadonlyMap<string
     },
     async apply(changes, member, record) {
       const next: RenderRecord = { ...record };
-      for (const { action: file } of changes) next[file.name] = { sha256: digest(file.content), display: file.display };
+      for (const { action: file } of changes) next[file.name] = { sha256: sha256(file.content), display: file.display };
       writeFileAtomic(recordPath(member), `${JSON.stringify(next, null, 2)}\n`, PRIVATE_FILE_MODE);
     },
   };

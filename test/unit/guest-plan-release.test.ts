@@ -1,6 +1,7 @@
 import test from 'ava';
 import type { FileFact, GuestFacts, UnitFact } from '../../tasks/guest/facts.ts';
-import { planGuest, rollKindOf, sha256, type GuestAction } from '../../tasks/guest/plan.ts';
+import { sha256 } from '../../tasks/core/digest.ts';
+import { planGuest, rollKindOf, type GuestAction } from '../../tasks/guest/plan.ts';
 import { guestReleaseOf } from '../../tasks/render/etcd-release.ts';
 import type { DesiredGuest, ManagedFile } from '../../tasks/render/guest/desired.ts';
 import type { RollKind } from '../../tasks/core/step.ts';

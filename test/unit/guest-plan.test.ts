@@ -1,6 +1,7 @@
 import test from 'ava';
 import type { FileFact, GuestFacts, UnitFact } from '../../tasks/guest/facts.ts';
-import { planGuest, RefusedError, rollKindOf, sha256, type GuestAction, type GuestChange } from '../../tasks/guest/plan.ts';
+import { sha256 } from '../../tasks/core/digest.ts';
+import { planGuest, RefusedError, rollKindOf, type GuestAction, type GuestChange } from '../../tasks/guest/plan.ts';
 import type { DesiredGuest, ManagedFile } from '../../tasks/render/guest/desired.ts';
 
 /** The guest step's plan as a table: a member's desired contents and facts in, changes out. */

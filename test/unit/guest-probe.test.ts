@@ -2,7 +2,7 @@ import test from 'ava';
 import { FactCache } from '../../tasks/core/facts.ts';
 import { DigestMemory, RACY_NS } from '../../tasks/guest/digest-memory.ts';
 import type { GuestQuestions } from '../../tasks/guest/facts.ts';
-import { sha256 } from '../../tasks/guest/plan.ts';
+import { sha256 } from '../../tasks/core/digest.ts';
 import { GuestProbe } from '../../tasks/guest/probe.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import type { VirshSessions } from '../../tasks/libvirt/session.ts';

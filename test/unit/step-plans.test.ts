@@ -19,7 +19,7 @@ import { cloudInitIsoStep } from '../../tasks/steps/cloud-init-iso.ts';
 import { domainsStep } from '../../tasks/steps/domains.ts';
 import { alarmWarnings, healthWait } from '../../tasks/steps/health.ts';
 import { guestStep } from '../../tasks/steps/guest.ts';
-import { sha256 } from '../../tasks/guest/plan.ts';
+import { sha256 } from '../../tasks/core/digest.ts';
 import { restoreStep } from '../../tasks/steps/restore.ts';
 import { usersStep } from '../../tasks/steps/users.ts';
 

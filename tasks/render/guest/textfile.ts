@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { sha256 } from '../../core/digest.ts';
 import { certificatesIn, inspectCertificate } from '../../pki/x509.ts';
 import type { MemberTls } from '../../pki/materials.ts';
 import type { CloudConfigFragment, WriteFile } from './fragment.ts';
@@ -61,7 +61,7 @@ export function renderManifest(files: readonly WriteFile[]): string {
     path: file.path,
     mode: file.permissions,
     owner: file.owner ?? 'root:root',
-    ...(ownerOnly(file.permissions) ? {} : { sha256: createHash('sha256').update(file.content).digest('hex') }),
+    ...(ownerOnly(file.permissions) ? {} : { sha256: sha256(file.content) }),
   }));
   return `${JSON.stringify(entries, null, 2)}\n`;
 }
