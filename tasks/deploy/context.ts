@@ -12,7 +12,7 @@ import { identityFrom, materialsFrom, readFacts } from '../pki/materials.ts';
 import { PkiStore } from '../pki/store.ts';
 import { MemberConnections } from '../remote/members.ts';
 import type { SnapshotSource } from '../backup/source.ts';
-import { renderGuest, renderMember, type RenderedFile } from '../render/member.ts';
+import { renderGuest, renderMemberAndGuest, type RenderedFile } from '../render/member.ts';
 import type { DesiredGuest } from '../render/guest/desired.ts';
 import type { InitialClusterState } from '../render/etcd.ts';
 import type { NetworkNames } from '../steps/networks.ts';
@@ -39,9 +39,10 @@ export function renderAll(
   networkNames?: NetworkNames,
 ): Rendered {
   const context = renderContext(inventory, store, initialClusterState, networkNames);
+  const rendered = members.map((member) => [member.name, renderMemberAndGuest(context, member)] as const);
   return {
-    files: new Map(members.map((member) => [member.name, renderMember(context, member)])),
-    guests: new Map(members.map((member) => [member.name, renderGuest(context, member)])),
+    files: new Map(rendered.map(([name, { files }]) => [name, files])),
+    guests: new Map(rendered.map(([name, { guest }]) => [name, guest])),
   };
 }
 

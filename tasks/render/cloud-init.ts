@@ -1,5 +1,5 @@
 import { stringify } from 'yaml';
-import type { SecretWriter } from '../core/secret.ts';
+import { maskSecret, revealSecret, type SecretWriter } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberTls } from '../pki/materials.ts';
 import type { InitialClusterState } from './etcd.ts';
@@ -80,13 +80,24 @@ export function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
   return [...features, textfileFragment(input.tls, features, agentInEtcd(inventory))];
 }
 
-export function renderUserData(input: CloudInitInput): string {
+/** The guest features' fragments both ways: with the secrets written (what goes into the guest), and masked (what may be shown). */
+export interface GuestFragments {
+  real: CloudConfigFragment[];
+  shown: CloudConfigFragment[];
+}
+
+export const guestFragmentsBothWays = (input: Omit<CloudInitInput, 'writeSecret'>): GuestFragments => ({
+  real: guestFragments({ ...input, writeSecret: revealSecret }),
+  shown: guestFragments({ ...input, writeSecret: maskSecret }),
+});
+
+/** `fragments`: guestFragments of the same input, rendered with the same writeSecret, when the caller has them already. */
+export function renderUserData(input: CloudInitInput, fragments = guestFragments(input)): string {
   const { member, tls, writeSecret } = input;
   const authorizedKeys = [member.admin.publicKey, input.toolSshPublicKey].filter((key): key is string => Boolean(key));
   const hasPassword = !member.admin.password.isEmpty;
   // A hash is set on the user itself; only a plain password needs chpasswd.
   const hasHash = !member.admin.passwordHash.isEmpty;
-  const fragments = guestFragments(input);
   const config = {
     hostname: member.name,
     ...(member.fqdn ? { fqdn: member.fqdn } : {}),

@@ -7,7 +7,7 @@ import { XMLParser } from 'fast-xml-parser';
 import { parse } from 'yaml';
 import { renderAll } from '../../tasks/pipeline.ts';
 import { etcdEnvironment, parseEnvironmentFile, renderEnvironmentFile } from '../../tasks/render/etcd.ts';
-import { renderMember } from '../../tasks/render/member.ts';
+import { renderGuest, renderMember, renderMemberAndGuest } from '../../tasks/render/member.ts';
 import { renderedFilesStep } from '../../tasks/steps/rendered-files.ts';
 import { Secret } from '../../tasks/core/secret.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
@@ -108,6 +108,13 @@ test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 070
   t.true(userData.display.includes('CERT-PEM'));
   t.true(userData.display.includes('BBBB etcd-1 host key'));
   t.is((userData.display.match(/<redacted>/g) ?? []).length, 3);
+
+  // renderAll renders the guest's fragments once each way for both its user-data and its desired guest: the same as apart.
+  const context = { inventory, pki, initialClusterState: 'new' as const };
+  const together = renderMemberAndGuest(context, inventory.members[0]!);
+  t.deepEqual(together.files, files);
+  t.deepEqual(together.guest, renderGuest(context, inventory.members[0]!));
+  t.is(together.guest.files.find((file) => file.path === '/etc/etcd/tls/server.key')?.content, 'KEY-PEM\n');
 });
 
 test('user-data with admin_user_password_hash: cloud-init gets hashed_passwd on the admin user, no plain password and no chpasswd; the display masks the hash', (t) => {

@@ -1,5 +1,4 @@
-import { maskSecret, revealSecret } from '../../core/secret.ts';
-import { guestFragments, type CloudInitInput } from '../cloud-init.ts';
+import { guestFragmentsBothWays, type CloudInitInput } from '../cloud-init.ts';
 import type { GuestService, RetiredParts } from './fragment.ts';
 import { managedRelease, stagedRelease, type GuestRelease } from '../etcd-release.ts';
 
@@ -38,9 +37,9 @@ export interface DesiredGuest {
   retired: RetiredParts;
 }
 
-export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>): DesiredGuest {
-  const real = guestFragments({ ...input, writeSecret: revealSecret });
-  const shown = guestFragments({ ...input, writeSecret: maskSecret });
+/** `fragments`: the same input's, when the caller has them already (its user-data is rendered from them too). */
+export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>, fragments = guestFragmentsBothWays(input)): DesiredGuest {
+  const { real, shown } = fragments;
   const files: ManagedFile[] = [];
   real.forEach((fragment, i) => {
     const masked = shown[i]!.writeFiles ?? [];
