@@ -122,7 +122,9 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     if (!gathered) return outcome();
     const plan = buildPlan(inventory, options, gathered.record);
     if (options.listPhases) return outcome({ plan });
-    if (gathered.record.formed && options.renderOnly === undefined) context.warmAuthConnections();
+    // Only for a run that asks auth or users: no guest pays a TLS handshake for a connection nothing reads.
+    const asksAuth = (['auth', 'users'] as const).some(selectedBy(options));
+    if (gathered.record.formed && options.renderOnly === undefined && asksAuth) context.warmAuthConnections();
     const execution = new DeployExecution(context, runner, options, gathered.membership, gathered.networkNames, plan);
     await execution.run();
     return outcome({ written: execution.written });
