@@ -207,6 +207,14 @@ function printScale(points: ScalePoint[]): void {
     console.log(
       `\nThe tool's work, 5 members against 3: ${(five / three).toFixed(2)} × (target ≤ 1.3: ${five / three <= 1.3 ? 'met' : 'NOT met'}); its own CPU: ${(fiveCpu / threeCpu).toFixed(2)} ×.`,
     );
+  // A no-op that keeps the machine busy takes about the CPU it needs over what the idle guests leave:
+  // the ratio of what they leave is a floor under the work's ratio that no change to the tool moves.
+  const [left3, left5] = points.map((point) => cpus().length - point.idleCores);
+  if (left3 !== undefined && left5 !== undefined && left5 > 0)
+    console.log(
+      `What the idle guests leave of this machine's ${cpus().length} cores: ${left3.toFixed(2)} beside 3 members, ${left5.toFixed(2)} beside 5; ` +
+        `so a no-op that keeps the machine busy costs five members at least ${(left3 / left5).toFixed(2)} × three, before a fifth member asks anything.`,
+    );
 }
 
 async function main(): Promise<void> {
