@@ -6,7 +6,7 @@ import { memberHealth } from '../etcd/health.ts';
 import { revealSecret } from '../core/secret.ts';
 import { memberTargets } from './member-targets.ts';
 import { retryTransient } from '../etcd/transient.ts';
-import { ignoreIf, notFound } from '../etcd/answers.ts';
+import { ignoreIf, unlessNotFound } from '../etcd/answers.ts';
 import { refuseMixedMinors } from '../etcd/version.ts';
 
 /**
@@ -92,18 +92,14 @@ export function authStep(
       if (enabled) return AUTH_ON;
       const root = await clients.for(member, identities.beforeAuth());
       const [role, user] = await retryTransient(() =>
-        Promise.all([
-          root.auth.roleGet({ role: 'root' }).then(
-            () => true,
-            (error) => (notFound(error) ? false : Promise.reject(error)),
-          ),
-          root.auth.userGet({ name: 'root' }).then(
-            (answer) => answer.roles,
-            (error) => (notFound(error) ? undefined : Promise.reject(error)),
-          ),
-        ]),
+        Promise.all([unlessNotFound(root.auth.roleGet({ role: 'root' })), unlessNotFound(root.auth.userGet({ name: 'root' }))]),
       );
-      return { rootRole: role, rootUser: user !== undefined, rootUserHasRole: user?.includes('root') ?? false, authEnabled: false };
+      return {
+        rootRole: role !== undefined,
+        rootUser: user !== undefined,
+        rootUserHasRole: user?.roles.includes('root') ?? false,
+        authEnabled: false,
+      };
     },
     plan(state, name) {
       const passwordMode = !memberNamed(name).rootPassword.isEmpty;

@@ -8,7 +8,7 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import type { ClientIdentities } from '../etcd/identities.ts';
 import { retryTransient } from '../etcd/transient.ts';
-import { ignoreIf, notFound } from '../etcd/answers.ts';
+import { ignoreIf, unlessNotFound } from '../etcd/answers.ts';
 import {
   accessWarnings,
   AccessRefusal,
@@ -61,15 +61,8 @@ const EMPTY: LiveAccess = { users: new Map(), roles: new Map(), managed: { users
  * every member's log, and entries proposed together are written together.
  */
 async function present<T>(names: readonly string[], get: (name: string) => Promise<T>): Promise<(readonly [string, T])[]> {
-  const answers = await Promise.all(
-    names.map((name) =>
-      get(name).then(
-        (value) => [[name, value] as const],
-        (error) => (notFound(error) ? [] : Promise.reject(error)),
-      ),
-    ),
-  );
-  return answers.flat();
+  const answers = await Promise.all(names.map(async (name) => [name, await unlessNotFound(get(name))] as const));
+  return answers.flatMap(([name, value]) => (value === undefined ? [] : [[name, value] as const]));
 }
 
 /**
