@@ -1,4 +1,5 @@
 import test, { type ExecutionContext } from 'ava';
+import { scenario } from '../helpers/timing.ts';
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -82,7 +83,7 @@ test.after.always(() => {
   lab('down');
 });
 
-test.serial('a cold deploy creates a healthy, TLS-only, authenticated 3-member cluster', (t) => {
+scenario('a cold deploy creates a healthy, TLS-only, authenticated 3-member cluster', (t) => {
   const result = deployed(t);
   t.is(result.status, 0, endOf(result));
 
@@ -98,7 +99,7 @@ test.serial('a cold deploy creates a healthy, TLS-only, authenticated 3-member c
   t.is((health.stdout + health.stderr).match(/is healthy/g)?.length, 3);
 });
 
-test.serial("after the cold deploy every member's first boot ended in done, and its etcd environment says existing", (t) => {
+scenario("after the cold deploy every member's first boot ended in done, and its etcd environment says existing", (t) => {
   for (const member of MEMBERS) {
     const status = memberSsh(member, 'cloud-init status; grep ^ETCD_INITIAL_CLUSTER_STATE= /etc/etcd/etcd.env');
     t.is(status.status, 0, status.stderr);
@@ -106,13 +107,13 @@ test.serial("after the cold deploy every member's first boot ended in done, and 
   }
 });
 
-test.serial('a key written through etcd-1 is read back through etcd-3 with the root client certificate', (t) => {
+scenario('a key written through etcd-1 is read back through etcd-3 with the root client certificate', (t) => {
   t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', 'e2e/greeting', 'hello from etcd-1']).status, 0);
   const read = etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--print-value-only', 'e2e/greeting']);
   t.is(read.stdout.trim(), 'hello from etcd-1');
 });
 
-test.serial('clients without a certificate, with another CA, or without a user are refused; auth is enabled', (t) => {
+scenario('clients without a certificate, with another CA, or without a user are refused; auth is enabled', (t) => {
   const noCert = etcdctl([endpoint('etcd-1')], { caCert: rootIdentity.caCert }, ['get', 'e2e/greeting']);
   t.not(noCert.status, 0);
 
@@ -189,7 +190,7 @@ const peerPortAnswer = (member: keyof typeof MEMBER_IPS, cert: string, key: stri
     `https://${MEMBER_IPS[member]}:2380/members`,
   ]);
 
-test.serial(
+scenario(
   'the peer port admits members only: the root client certificate fails the TLS handshake on every member, and the members talk',
   (t) => {
     for (const member of MEMBERS) {
@@ -203,7 +204,7 @@ test.serial(
   },
 );
 
-test.serial('each VM serves the SSH host key the tool generated and pinned: ssh through the hypervisor with strict checking', (t) => {
+scenario('each VM serves the SSH host key the tool generated and pinned: ssh through the hypervisor with strict checking', (t) => {
   for (const member of MEMBERS) {
     const ssh = memberSsh(member, 'hostname');
     t.is(ssh.status, 0, ssh.stderr);
@@ -211,7 +212,7 @@ test.serial('each VM serves the SSH host key the tool generated and pinned: ssh 
   }
 });
 
-test.serial("etcd's data is on the data disk, chrony uses the inventory's sources, the node exporter answers", (t) => {
+scenario("etcd's data is on the data disk, chrony uses the inventory's sources, the node exporter answers", (t) => {
   for (const member of MEMBERS) {
     const mount = memberSsh(
       member,
@@ -240,7 +241,7 @@ test.serial("etcd's data is on the data disk, chrony uses the inventory's source
   }
 });
 
-test.serial(
+scenario(
   'a second run changes nothing, and a dry-run after it plans nothing; every guest answered through its agent; --list-phases said the phases it took',
   (t) => {
     const listed = listedPhases(t, []);
@@ -272,7 +273,7 @@ test.serial(
   },
 );
 
-test.serial('ten consecutive runs on a converged cluster: changed=0 every time', (t) => {
+scenario('ten consecutive runs on a converged cluster: changed=0 every time', (t) => {
   const times: number[] = [];
   for (let run = 1; run <= 10; run++) {
     const started = Date.now();
@@ -311,7 +312,7 @@ interface MemberList {
   members: { ID: string; name: string; isLearner?: boolean }[];
 }
 
-test.serial("status agrees with etcdctl's endpoint status and member list taken around it: IDs, leader, learners, revision", (t) => {
+scenario("status agrees with etcdctl's endpoint status and member list taken around it: IDs, leader, learners, revision", (t) => {
   // What status must agree on; raft indexes move even in a quiet cluster, these do not.
   const take = () => ({
     endpoints: etcdctlJson<EndpointStatus[]>(['endpoint', 'status', '--cluster']).map(({ Status: s }) => ({
@@ -348,7 +349,7 @@ test.serial("status agrees with etcdctl's endpoint status and member list taken 
   t.is(report.leader, byId.get(leaderId)!.name);
 });
 
-test.serial('drift: a destroyed member VM is started again and the data survives', (t) => {
+scenario('drift: a destroyed member VM is started again and the data survives', (t) => {
   t.is(virsh(['destroy', 'etcd-2']).status, 0);
   // Seen by status first: degraded, naming the member and why, exit 1.
   const down = status(t);
@@ -371,7 +372,7 @@ test.serial('drift: a destroyed member VM is started again and the data survives
   t.is(etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--print-value-only', 'e2e/greeting']).stdout.trim(), 'hello from etcd-1');
 });
 
-test.serial('drift: a deleted cloud-init ISO is recreated and nothing else changes', (t) => {
+scenario('drift: a deleted cloud-init ISO is recreated and nothing else changes', (t) => {
   t.is(virsh(['vol-delete', '--pool', 'etcd-lab', 'etcd-3-cloud-init.iso']).status, 0);
   const result = deployed(t);
   t.is(result.status, 0, endOf(result));
@@ -391,7 +392,7 @@ const markOf = (member: string) => virsh(['metadata', '--domain', member, '--uri
 /** QEMU's domain ID: a new one means the VM was started again. */
 const domainId = (member: string) => virsh(['domid', member]).stdout.trim();
 
-test.serial(
+scenario(
   "a second cluster whose members share etcd-1..3's names is refused on every member; the first cluster's domains, seeds and data are untouched",
   (t) => {
     const intruder = variant('intruder', (yaml) =>
@@ -439,7 +440,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   'a domain without the mark is refused until --adopt names it; a cluster deployed before marks gets them; marking restarts nothing',
   (t) => {
     const ids = Object.fromEntries(MEMBERS.map((member) => [member, domainId(member)]));
@@ -494,7 +495,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   'a member attached by network_id: resolved on the hypervisor to the same network, nothing changes; an unknown UUID fails that member alone',
   (t) => {
     const uuid = virsh(['net-uuid', 'etcd-lab']).stdout.trim();
@@ -540,7 +541,7 @@ const asBundle = (dir: string, args: string[]) =>
     ...args,
   ]);
 
-test.serial(
+scenario(
   'an application user: its bundle writes and reads under /app1/ only, a narrower permission applies on the next run, removed from the inventory it is gone; a user made by hand is left alone',
   (t) => {
     const users = (access: string) => (yaml: string) =>
@@ -600,7 +601,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   'encrypted state on the lab: deploys work with the passphrase and change nothing, no key is in the clear, a wrong passphrase is exit 2 with nothing changed',
   (t) => {
     const env = (passphrase: string) => ({ ...process.env, ETCD_KVM_PASSPHRASE: passphrase });
@@ -657,7 +658,7 @@ function runWith(t: { log: (...values: unknown[]) => void }, env: NodeJS.Process
   return { ...completed, output, report };
 }
 
-test.serial(
+scenario(
   'the hypervisor reached only through a bastion (a third sshd, in another namespace): a run converges through it and changes nothing; a bastion that does not answer fails every member, naming it',
   (t) => {
     // 192.168.160.1 is the hypervisor's address on the macvtap segment: the root namespace has no route
@@ -695,7 +696,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   'the hypervisor named by a Host alias in an ssh_config given to the run, its ProxyJump through the bastion: the run converges and changes nothing',
   (t) => {
     const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-sshcfg-'));
@@ -784,7 +785,7 @@ function stateSnapshot(dir = LAB_STATE): string[] {
   return entries;
 }
 
-test.serial('a dry-run that plans changes in every step writes nothing anywhere in the state directory', (t) => {
+scenario('a dry-run that plans changes in every step writes nothing anywhere in the state directory', (t) => {
   const changedSettings = variant('dry-run', (yaml) =>
     yaml.replace('space_quota: 536870912', 'space_quota: 536870912\n  auto_compaction_retention: "778"'),
   );
@@ -801,7 +802,7 @@ test.serial('a dry-run that plans changes in every step writes nothing anywhere 
   }
 });
 
-test.serial('two deploys started together on one state directory: one runs, the other exits 1 at once naming the holder', async (t) => {
+scenario('two deploys started together on one state directory: one runs, the other exits 1 at once naming the holder', async (t) => {
   const lockFile = join(LAB_STATE, 'run.lock');
   const first = spawn(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', '-i', 'inventories/lab.yaml'], { stdio: 'ignore' });
   const firstDone = new Promise<number | null>((resolve) => first.once('exit', resolve));
@@ -823,7 +824,7 @@ test.serial('two deploys started together on one state directory: one runs, the 
   t.false(existsSync(lockFile), 'released at the end');
 });
 
-test.serial(
+scenario(
   "two operators' clones of the state directory deploy one change at once: the cluster's lock in etcd lets exactly one change anything, the other is refused naming it before its first change",
   async (t) => {
     // Each clone: an inventory in its own directory (the hypervisor key paths resolve to the lab's), its own copy of the state directory.
@@ -875,7 +876,7 @@ test.serial(
   },
 );
 
-test.serial('a changed guest setting reaches every running etcd in one run, rolled followers first, never below quorum', (t) => {
+scenario('a changed guest setting reaches every running etcd in one run, rolled followers first, never below quorum', (t) => {
   const retention = variant('retention', (yaml) =>
     yaml.replace('space_quota: 536870912', 'space_quota: 536870912\n  auto_compaction_retention: "777"'),
   );
@@ -900,7 +901,7 @@ test.serial('a changed guest setting reaches every running etcd in one run, roll
   t.is(runningValue('etcd-1', 'ETCD_AUTO_COMPACTION_RETENTION'), '1000');
 });
 
-test.serial(
+scenario(
   'a cluster deployed before the peer CA moves to it in one run, stage by stage, never below quorum; the next run changes nothing',
   (t) => {
     // As an earlier version left it: the peer port on the cluster CA and the server certificate, no peer CA in the state directory.
@@ -953,7 +954,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   'a mistyped volume_pool on two members destroys nothing: those members stop there, saying what libvirt answered; no member is removed or undefined',
   (t) => {
     const typo = variant('pool-typo', (yaml) => yaml.replace(/( {2}- name: etcd-[23]\n)/g, '$1    volume_pool: etcd-lab-typo\n'));
@@ -984,7 +985,7 @@ test.serial(
   },
 );
 
-test.serial('drift inside the members is repaired by one run, each with its exact change', (t) => {
+scenario('drift inside the members is repaired by one run, each with its exact change', (t) => {
   t.is(memberSsh('etcd-1', 'sudo systemctl stop etcd').status, 0);
   t.is(memberSsh('etcd-2', 'echo "# edited by hand" | sudo tee -a /etc/etcd/etcd.env >/dev/null').status, 0);
   t.is(memberSsh('etcd-3', 'sudo chmod 0644 /etc/etcd/tls/server.key && sudo rm /etc/etcd/tls/ca.crt').status, 0);
@@ -1007,7 +1008,7 @@ test.serial('drift inside the members is repaired by one run, each with its exac
   t.deepEqual(changed(deployed(t)), []);
 });
 
-test.serial(
+scenario(
   'every etcd stopped at once (after a power cut): one run starts them again, members stay existing (the VMs the cluster formed on, from formed.json), nothing else changes',
   (t) => {
     const formed = JSON.parse(readFileSync(join(LAB_STATE, 'formed.json'), 'utf8')) as { domains: Record<string, string> };
@@ -1042,7 +1043,7 @@ test.serial(
   },
 );
 
-test.serial('--renew-certs: every member serves a new certificate without losing quorum; the new root certificate works', (t) => {
+scenario('--renew-certs: every member serves a new certificate without losing quorum; the new root certificate works', (t) => {
   const served = () =>
     Object.fromEntries(
       MEMBERS.map((member) => {
@@ -1095,7 +1096,7 @@ const dbSizes = () =>
     etcdctlJson<{ Endpoint: string; Status: { dbSize: number } }[]>(['endpoint', 'status']).map((e) => [e.Endpoint, e.Status.dbSize]),
   );
 
-test.serial(
+scenario(
   'maintain --compact --defrag: after data written and deleted, every database shrinks, one member at a time, the leader last',
   (t) => {
     t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', 'e2e/kept', 'through maintenance']).status, 0);
@@ -1127,7 +1128,7 @@ test.serial(
   },
 );
 
-test.serial('a NOSPACE alarm: status shows it and exits 1, writes are refused, maintain --disarm clears it and writes work again', (t) => {
+scenario('a NOSPACE alarm: status shows it and exits 1, writes are refused, maintain --disarm clears it and writes work again', (t) => {
   const raised = raiseNospace('etcd-2');
   t.is(raised.status, 0, raised.stderr);
   try {
@@ -1154,7 +1155,7 @@ test.serial('a NOSPACE alarm: status shows it and exits 1, writes are refused, m
   t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/nospace', 'written']).status, 0);
 });
 
-test.serial('a roll that fails stops at that member, exits 1 naming it, and the members after it keep running their configuration', (t) => {
+scenario('a roll that fails stops at that member, exits 1 naming it, and the members after it keep running their configuration', (t) => {
   const leader = leaderName();
   const victim = MEMBERS.find((member) => member !== leader)!;
   const quota = variant('failing-roll', (yaml) =>
@@ -1201,7 +1202,7 @@ function grownInventory(): string {
 
 /** A deploy in the background (the writer and the membership poller keep running meanwhile); resolves with its exit and output. */
 
-test.serial(
+scenario(
   'grow 3 → 4: a run killed (-9) right after adding the learner is finished by the next; learner, then voting; a writer never loses an acknowledged key',
   async (t) => {
     const grown = grownInventory();
@@ -1316,7 +1317,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   'shrink 4 → 3 removing the current leader: leadership moved first, the member removed, its VM undefined and its volumes kept; a writer loses nothing',
   async (t) => {
     const fourth = 'https://192.168.150.14:2379';
@@ -1394,7 +1395,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   'replace: etcd-2 destroyed and its OS and data volumes deleted with virsh; one run brings back three healthy voting members, its data from the cluster',
   async (t) => {
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/before-replace', 'kept']).status, 0);
@@ -1445,7 +1446,7 @@ test.serial(
 );
 
 // Last of the scenarios that change the cluster: it leaves etcd-2 with more memory than the lab inventory gives it.
-test.serial('drift: more memory in the inventory redefines the domain and restarts the member, then waits for health', (t) => {
+scenario('drift: more memory in the inventory redefines the domain and restarts the member, then waits for health', (t) => {
   // A copy beside the original, so its relative paths (hypervisor key, state directory) still resolve.
   const resized = 'inventories/.e2e-resized.yaml';
   writeFileSync(resized, readFileSync('inventories/lab.yaml', 'utf8').replace('memory: 1024', 'memory: 1152'));
@@ -1471,7 +1472,7 @@ test.serial('drift: more memory in the inventory redefines the domain and restar
   }
 });
 
-test.serial('no run printed private key material or a key file line, and keys are 0600', (t) => {
+scenario('no run printed private key material or a key file line, and keys are 0600', (t) => {
   const all = outputs.join('\n');
   t.false(all.includes('PRIVATE KEY'));
   const keysIn = (dir: string) =>

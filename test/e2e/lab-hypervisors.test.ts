@@ -1,4 +1,5 @@
 import test, { type ExecutionContext } from 'ava';
+import { scenario } from '../helpers/timing.ts';
 import { join } from 'node:path';
 import {
   deploy,
@@ -58,7 +59,7 @@ const healthyCount = () => {
 test.before((t) => freshLab(t, STATE));
 test.after.always(() => labRemoved(STATE));
 
-test.serial(
+scenario(
   'a cluster across two hypervisors: each member on its own libvirtd, peers across the segment, healthy; a re-run changes nothing',
   (t) => {
     const cold = deployed(t, 'cold deploy');
@@ -104,7 +105,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   "the second hypervisor's sshd stopped: the run fails exactly its member, says so in the recap, the cluster stays healthy; the next run converges",
   (t) => {
     converged(t);
@@ -144,7 +145,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   "the second hypervisor's SSH session killed during runs (at four points): each run ends within a minute, healed or failing with the hypervisor's name, and the next run converges",
   async (t) => {
     converged(t);

@@ -1,4 +1,5 @@
 import test from 'ava';
+import { scenario } from '../helpers/timing.ts';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { LAB } from '../../scripts/lab/config.ts';
@@ -35,7 +36,7 @@ function deployed(t: { log: (...values: unknown[]) => void }, args: string[] = [
 test.before((t) => freshLab(t, STATE));
 test.after.always(() => labRemoved(STATE));
 
-test.serial(
+scenario(
   'a cluster on macvtap NICs, deployed from another machine on the segment: healthy, peers over macvtap, unreachable from its own hypervisor',
   (t) => {
     const cold = deployed(t);
@@ -96,7 +97,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   'pki.intermediate on the lab: every member and client certificate verifies through the intermediate to the CA, and a member serves the chain',
   (t) => {
     const pki = join(STATE, 'pki');
@@ -154,7 +155,7 @@ function membersByName(): Record<string, string> {
 }
 
 // Last: it leaves etcd-mv-2 on the lab's second image.
-test.serial(
+scenario(
   'a new base image on a member without a data disk: replaced on it (leaves, joins again empty, promoted), its host key kept, its data from the cluster, the others untouched',
   (t) => {
     // etcd-mv-2 alone onto the second image: one replacement proves the path (the order of several is the plan's table).

@@ -1,4 +1,5 @@
 import test from 'ava';
+import { scenario } from '../helpers/timing.ts';
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { parse, stringify } from 'yaml';
 import { spawnSync } from 'node:child_process';
@@ -42,7 +43,7 @@ test.after.always(() => {
 /** Processes of this inventory's deploys still alive (none may be left behind by an interrupted run). */
 const leftover = () => spawnSync('pgrep', ['-f', `deploy -i ${INVENTORY}`], { encoding: 'utf8' }).stdout.trim();
 
-test.serial(
+scenario(
   'a cold deploy stopped four times (kill -9 after the volumes, kill -9 as the domains are defined, SIGINT during the first boot, kill -9 in the health wait) is finished by the next run',
   async (t) => {
     const stopAt = async (point: RegExp, signal: NodeJS.Signals, label: string) => {
@@ -80,7 +81,7 @@ test.serial(
   },
 );
 
-test.serial('a password-mode cluster: root by password, anonymous refused, the REST gateway answers, a re-run changes nothing', (t) => {
+scenario('a password-mode cluster: root by password, anonymous refused, the REST gateway answers, a re-run changes nothing', (t) => {
   // The run that finishes the interrupted cold deploy above (or, run alone, the cold deploy itself).
   const cold = deployed(t);
   t.is(cold.status, 0);

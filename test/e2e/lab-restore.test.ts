@@ -1,4 +1,5 @@
 import test, { type ExecutionContext } from 'ava';
+import { scenario } from '../helpers/timing.ts';
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -105,57 +106,54 @@ test.after.always(async () => {
   await s3?.stop();
 });
 
-test.serial(
-  'scheduled backups: one member takes each tick, also with a member stopped; pruned to keep; status shows the last',
-  async (t) => {
-    writeInventory({ restore: false, backup: true });
-    t.is(deployed(t).status, 0);
-    for (const i of [1, 2, 3]) t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', `e2e/restore/${i}`, `value ${i}`]).status, 0);
-    const written = Date.now();
-    // Two ticks after the keys: the second one prunes (keep 2) whatever the first boots' ticks left.
-    await until('two backups after the keys', () => dumps().filter((dump) => timeOf(dump) > written).length >= 2, 4 * 60_000);
+scenario('scheduled backups: one member takes each tick, also with a member stopped; pruned to keep; status shows the last', async (t) => {
+  writeInventory({ restore: false, backup: true });
+  t.is(deployed(t).status, 0);
+  for (const i of [1, 2, 3]) t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', `e2e/restore/${i}`, `value ${i}`]).status, 0);
+  const written = Date.now();
+  // Two ticks after the keys: the second one prunes (keep 2) whatever the first boots' ticks left.
+  await until('two backups after the keys', () => dumps().filter((dump) => timeOf(dump) > written).length >= 2, 4 * 60_000);
 
-    // A member whose etcd is down takes no backup; the others still take every tick.
-    t.is(memberSsh('etcd-3', 'sudo systemctl stop etcd').status, 0);
-    const stopped = Date.now();
-    // Ticks are minutes of the members' clocks, which the lab's guests keep within seconds of the host's.
-    await until('a backup while etcd-3 is stopped', () => dumps().some((dump) => timeOf(dump) > stopped + 5_000), 3 * 60_000);
-    t.is(memberSsh('etcd-3', 'sudo systemctl start etcd').status, 0);
+  // A member whose etcd is down takes no backup; the others still take every tick.
+  t.is(memberSsh('etcd-3', 'sudo systemctl stop etcd').status, 0);
+  const stopped = Date.now();
+  // Ticks are minutes of the members' clocks, which the lab's guests keep within seconds of the host's.
+  await until('a backup while etcd-3 is stopped', () => dumps().some((dump) => timeOf(dump) > stopped + 5_000), 3 * 60_000);
+  t.is(memberSsh('etcd-3', 'sudo systemctl start etcd').status, 0);
 
-    const bucket = dumps();
-    t.is(bucket.length, KEEP, bucket.join(', '));
-    for (const dump of bucket) t.true(readdirSync(join(s3!.dir, s3!.bucket)).includes(`${dump.replace(/\.dump$/, '.key')}._S3rver_object`));
-    // Sealed: the raw object does not contain the values written.
-    t.false(readFileSync(join(s3!.dir, s3!.bucket, `${bucket.at(-1)}._S3rver_object`)).includes('value 1'));
+  const bucket = dumps();
+  t.is(bucket.length, KEEP, bucket.join(', '));
+  for (const dump of bucket) t.true(readdirSync(join(s3!.dir, s3!.bucket)).includes(`${dump.replace(/\.dump$/, '.key')}._S3rver_object`));
+  // Sealed: the raw object does not contain the values written.
+  t.false(readFileSync(join(s3!.dir, s3!.bucket, `${bucket.at(-1)}._S3rver_object`)).includes('value 1'));
 
-    // Exactly one member backed up each tick; none failed.
-    const lines = agentLines();
-    t.log(lines.map(({ member, line }) => `${member}: ${line}`).join('\n'));
-    const takers = new Map<string, string[]>();
-    for (const { member, line } of lines) {
-      const taken = /^tick (\S+): backed up revision \d+ as (\S+) /.exec(line);
-      if (taken) takers.set(taken[1]!, [...(takers.get(taken[1]!) ?? []), member]);
-    }
-    t.true(takers.size >= 3, `${takers.size} ticks backed up`);
-    for (const [tick, members] of takers) t.is(members.length, 1, `tick ${tick}: ${members.join(', ')}`);
-    t.deepEqual(
-      lines.filter(({ line }) => line.includes('backup failed')),
-      [],
-    );
-    const stoppedTick = [...takers].find(([tick]) => Date.parse(tick) > stopped + 5_000);
-    t.truthy(stoppedTick);
-    t.not(stoppedTick![1][0], 'etcd-3');
+  // Exactly one member backed up each tick; none failed.
+  const lines = agentLines();
+  t.log(lines.map(({ member, line }) => `${member}: ${line}`).join('\n'));
+  const takers = new Map<string, string[]>();
+  for (const { member, line } of lines) {
+    const taken = /^tick (\S+): backed up revision \d+ as (\S+) /.exec(line);
+    if (taken) takers.set(taken[1]!, [...(takers.get(taken[1]!) ?? []), member]);
+  }
+  t.true(takers.size >= 3, `${takers.size} ticks backed up`);
+  for (const [tick, members] of takers) t.is(members.length, 1, `tick ${tick}: ${members.join(', ')}`);
+  t.deepEqual(
+    lines.filter(({ line }) => line.includes('backup failed')),
+    [],
+  );
+  const stoppedTick = [...takers].find(([tick]) => Date.parse(tick) > stopped + 5_000);
+  t.truthy(stoppedTick);
+  t.not(stoppedTick![1][0], 'etcd-3');
 
-    const status = run(process.execPath, ['--import', 'tsx', 'tasks/status.ts', '-i', INVENTORY]);
-    t.is(status.status, 0, status.stdout + status.stderr);
-    t.regex(status.stdout, /^backup: last success \d+ (s|min) ago \(\S+\) by etcd-\d, revision \d+, lab-\S+\.dump$/m);
-  },
-);
+  const status = run(process.execPath, ['--import', 'tsx', 'tasks/status.ts', '-i', INVENTORY]);
+  t.is(status.status, 0, status.stdout + status.stderr);
+  t.regex(status.stdout, /^backup: last success \d+ (s|min) ago \(\S+\) by etcd-\d, revision \d+, lab-\S+\.dump$/m);
+});
 
 // Watching and tending, on the cluster the first scenario left (scheduled backups taken, healthy): test/helpers/lab-watch-scenarios.ts.
-for (const [title, run] of WATCH_SCENARIOS) test.serial(title, (t) => run(t, INVENTORY));
+for (const [title, run] of WATCH_SCENARIOS) scenario(title, (t) => run(t, INVENTORY));
 
-test.serial(
+scenario(
   "backups turned off: each member's backup timer stops and its S3 keys go, defragmentation stays; the next run changes nothing",
   (t) => {
     writeInventory({ restore: false, backup: false });
@@ -190,7 +188,7 @@ test.serial(
   },
 );
 
-test.serial("backup from the control node too → teardown → deploy restoring the agents' latest backup brings the keys back", async (t) => {
+scenario("backup from the control node too → teardown → deploy restoring the agents' latest backup brings the keys back", async (t) => {
   const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY], { timeoutMs: 5 * 60_000 });
   t.is(backup.status, 0, backup.stderr);
   t.regex(
@@ -265,7 +263,7 @@ test.serial("backup from the control node too → teardown → deploy restoring 
   t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/after-restore']).stdout.trim(), 'yes');
 });
 
-test.serial('backup --keep 2: two more backups of the restored cluster leave the two newest, each with its key', async (t) => {
+scenario('backup --keep 2: two more backups of the restored cluster leave the two newest, each with its key', async (t) => {
   const listing = async () => {
     const bucket = new SnapshotBucket({
       ...s3Settings,
@@ -304,7 +302,7 @@ test.serial('backup --keep 2: two more backups of the restored cluster leave the
   t.deepEqual(await listing(), after);
 });
 
-test.serial(
+scenario(
   'quorum loss: two members destroyed with their disks; status and deploy say so; recover (killed once, run again) brings back three voting members with every key; the next deploy changes nothing',
   async (t) => {
     // Backups play no part here: the restored cluster runs no agent (the inventory turned them off). The restore is
@@ -405,7 +403,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   'nothing survives: every VM and disk gone; recover --from-snapshot founds the cluster anew holding exactly the latest backup, auth on',
   async (t) => {
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/snapshot/before', 'in the backup']).status, 0);

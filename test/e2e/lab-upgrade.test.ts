@@ -1,4 +1,5 @@
 import test, { type ExecutionContext } from 'ava';
+import { scenario } from '../helpers/timing.ts';
 import { setTimeout as delay } from 'node:timers/promises';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -163,7 +164,7 @@ test.after.always(() => {
   labRemoved(LAB_STATE);
 });
 
-test.serial(
+scenario(
   "etcdutl's check of a v2 store, as the pre-flight runs it, on a running etcd of the lab's 3.5.30 release (on loopback): clean, then custom data once v2 writes are in a snapshot",
   async (t) => {
     const dir = mkdtempSync(join(tmpdir(), 'e2e-v2store-'));
@@ -216,7 +217,7 @@ test.serial(
   },
 );
 
-test.serial('cold deploy with binaries: release on 3.4.23: every member runs the release the tool installed, not the image etcd', (t) => {
+scenario('cold deploy with binaries: release on 3.4.23: every member runs the release the tool installed, not the image etcd', (t) => {
   writeInventory('v3.4.23');
   const first = deployed(t);
   t.is(first.status, 0);
@@ -228,7 +229,7 @@ test.serial('cold deploy with binaries: release on 3.4.23: every member runs the
   t.deepEqual(changed(again), []);
 });
 
-test.serial(
+scenario(
   '3.4.23 → 3.5.16 with auth on and a role changed just before: one member at a time, leader last, data equal, users work, no write lost',
   async (t) => {
     // The role's change is in every member's WAL (snapshot-count 10000) when the 3.5 members replay it.
@@ -257,7 +258,7 @@ test.serial(
   },
 );
 
-test.serial(
+scenario(
   '3.5.16 → 3.5.30, a patch step, staged ahead: staging restarts nothing, then the roll installs nothing; every member on 3.5.30',
   async (t) => {
     writeInventory('v3.5.16', true, LAB.baseVolume, 'v3.5.30');
@@ -285,7 +286,7 @@ test.serial(
   },
 );
 
-test.serial('refused with nothing changed: back to 3.4 once the cluster is 3.5, two minors at once, a roll while a member is down', (t) => {
+scenario('refused with nothing changed: back to 3.4 once the cluster is 3.5, two minors at once, a roll while a member is down', (t) => {
   const refused = (version: string, says: RegExp) => {
     writeInventory(version, true);
     const run = deployed(t);
@@ -315,7 +316,7 @@ test.serial('refused with nothing changed: back to 3.4 once the cluster is 3.5, 
   t.deepEqual(versions(), { 'etcd-1': '3.5.30', 'etcd-2': '3.5.30', 'etcd-3': '3.5.30' });
 });
 
-test.serial(
+scenario(
   'a roll that fails on its second member: that member back on its previous release and healthy, the last untouched, exit 1; fixed, the next run finishes',
   (t) => {
     const { leader, followers } = leaderAndFollowers();
@@ -346,7 +347,7 @@ test.serial(
   },
 );
 
-test.serial('kill -9 of the tool in the middle of a roll: the next run finishes it', async (t) => {
+scenario('kill -9 of the tool in the middle of a roll: the next run finishes it', async (t) => {
   writeInventory('v3.5.30', true);
   let child: { kill: (signal: NodeJS.Signals) => boolean } | undefined;
   const background = deployInBackground(['-i', INVENTORY], (_output, spawned) => {
@@ -389,7 +390,7 @@ const backingImage = (member: string) =>
     virsh(['vol-dumpxml', '--pool', 'etcd-lab', `${member}-os.qcow2`]).stdout,
   )?.[1];
 
-test.serial(
+scenario(
   'a new base image: every member rebuilt on it one at a time, leader last, data, member IDs and host keys kept, no write lost',
   async (t) => {
     // On whatever version the scenarios before left: this one changes the image only.

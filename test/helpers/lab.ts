@@ -5,6 +5,7 @@ import { SECOND, SECOND_URI, labPath } from '../../scripts/lab/config.ts';
 import { livePid, processCommand } from '../../scripts/lab/processes.ts';
 import { freshBuild } from '../../bin/fresh-build.mjs';
 import { run, type Completed } from './exec.ts';
+import { timed } from './timing.ts';
 
 /** Driving the local lab and looking at it from outside the tool: virsh, and etcdctl inside the namespace. */
 
@@ -13,8 +14,15 @@ export const LAB_INVENTORY = 'inventories/lab.yaml';
 export const LAB_STATE = 'inventories/.etcd-kvm/lab';
 export const MEMBER_IPS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' } as const;
 
+/** Set by lab:up, cleared by the deploy after it: that deploy is the file's cold one (timed as such). */
+let coldDeployNext = false;
+
 export function lab(command: 'up' | 'down'): Completed {
-  return run(process.execPath, ['--import', 'tsx', 'scripts/lab/lab.ts', command], { timeoutMs: 30 * 60_000 });
+  const completed = timed(`lab:${command}`, `lab:${command}`, () =>
+    run(process.execPath, ['--import', 'tsx', 'scripts/lab/lab.ts', command], { timeoutMs: 30 * 60_000 }),
+  );
+  coldDeployNext = command === 'up';
+  return completed;
 }
 
 /** An e2e file owns the machine's one lab: it starts from an empty lab and no state (whatever a killed run left)... */
@@ -63,9 +71,10 @@ export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-re
   const inventory = args.includes('-i') ? [] : ['-i', LAB_INVENTORY];
   // A report left by an earlier run must not stand in for this one's.
   rmSync(reportPath, { force: true });
-  const completed = run(...within(namespace, process.execPath, [...installedDeploy(), ...inventory, '--json', reportPath, ...args]), {
-    timeoutMs: 20 * 60_000,
-  });
+  const command = within(namespace, process.execPath, [...installedDeploy(), ...inventory, '--json', reportPath, ...args]);
+  const runDeploy = () => run(...command, { timeoutMs: 20 * 60_000 });
+  const completed = coldDeployNext ? timed('cold deploy', `deploy ${args.join(' ')}`.trim(), runDeploy) : runDeploy();
+  coldDeployNext = false;
   let report: DeployRun['report'] = { results: [] };
   try {
     report = JSON.parse(readFileSync(reportPath, 'utf8')) as DeployRun['report'];

@@ -1,0 +1,89 @@
+/**
+ * The e2e suite's time, from the spans test/helpers/timing.ts records: each file's total, lab:up, lab:down
+ * and cold deploy, then every scenario and set-up sorted by duration, the longest first.
+ */
+
+export type SpanKind = 'lab:up' | 'lab:down' | 'cold deploy' | 'scenario';
+
+export interface Span {
+  /** The test file's name, e.g. lab-deploy.test.ts. */
+  file: string;
+  kind: SpanKind;
+  title: string;
+  /** When it began, in ms since the epoch: a file's time is from its first span's start to its last span's end. */
+  start: number;
+  ms: number;
+}
+
+export const parseSpans = (text: string): Span[] =>
+  text
+    .split('\n')
+    .filter((line) => line.trim())
+    .map((line) => JSON.parse(line) as Span);
+
+/** 83_400 ms → "1 min 23 s"; under a minute "23.4 s". */
+export function duration(ms: number): string {
+  if (ms < 60_000) return `${(ms / 1000).toFixed(1)} s`;
+  const seconds = Math.round(ms / 1000);
+  return `${Math.floor(seconds / 60)} min ${String(seconds % 60).padStart(2, '0')} s`;
+}
+
+const sum = (spans: readonly Span[]) => spans.reduce((total, span) => total + span.ms, 0);
+
+/** From the first span's start to the last one's end (spans nest: a cold deploy runs inside a scenario). */
+const extent = (spans: readonly Span[]) =>
+  spans.length ? Math.max(...spans.map((span) => span.start + span.ms)) - Math.min(...spans.map((span) => span.start)) : 0;
+
+const shorten = (title: string, width: number) => (title.length > width ? `${title.slice(0, width - 1)}…` : title);
+
+/** The summary printed after ava's own report: per file (lab:up, lab:down and the cold deploy summed), then every span by duration. */
+export function timingSummary(spans: readonly Span[], wallMs: number): string {
+  const files = [...new Set(spans.map((span) => span.file))];
+  const ofKind = (file: string, kind: SpanKind) => spans.filter((span) => span.file === file && span.kind === kind);
+  const perFile = files
+    .map((file) => ({
+      file,
+      total: extent(spans.filter((span) => span.file === file)),
+      up: sum(ofKind(file, 'lab:up')),
+      down: sum(ofKind(file, 'lab:down')),
+      cold: sum(ofKind(file, 'cold deploy')),
+      scenarios: ofKind(file, 'scenario').length,
+    }))
+    .sort((a, b) => b.total - a.total);
+  const lines = [
+    '',
+    `e2e time: ${duration(wallMs)} in all`,
+    '',
+    'file                        total        lab:up   lab:down  cold deploy  scenarios',
+    ...perFile.map(
+      (row) =>
+        `${row.file.padEnd(26)}  ${duration(row.total).padStart(11)}  ${duration(row.up).padStart(8)}  ${duration(row.down).padStart(8)}  ${duration(row.cold).padStart(11)}  ${String(row.scenarios).padStart(9)}`,
+    ),
+    '',
+    'by duration:',
+    ...[...spans]
+      .sort((a, b) => b.ms - a.ms)
+      .map(
+        (span) =>
+          `${duration(span.ms).padStart(11)}  ${span.file.replace(/\.test\.ts$/, '').padEnd(16)}  ${span.kind === 'scenario' ? '' : `[${span.kind}] `}${shorten(span.title, 110)}`,
+      ),
+  ];
+  return lines.join('\n');
+}
+
+/** ava's closing lines ("62 tests passed", "1 test failed", "2 known failures", …), from the end of its output. */
+export function avaClosingLines(output: string): string[] {
+  const lines = output
+    // ava colours its lines when it may.
+    .replace(/\u001b\[[0-9;]*m/g, '')
+    .split('\n')
+    .map((line) => line.trim())
+    .filter(Boolean);
+  const closing = /^\d+ (tests? |hooks? |known failures?$|unhandled rejections?$|uncaught exceptions?$|previous failures? )/;
+  const found: string[] = [];
+  for (let i = lines.length - 1; i >= 0 && found.length < 8; i--) {
+    if (closing.test(lines[i]!)) found.unshift(lines[i]!);
+    else if (found.length) break;
+  }
+  return found;
+}

@@ -1,0 +1,47 @@
+import test, { type ExecutionContext } from 'ava';
+import { appendFileSync, mkdirSync } from 'node:fs';
+import { basename, dirname } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import type { Span, SpanKind } from '../../scripts/e2e/summary.ts';
+
+/**
+ * Where the e2e suite spends its time: every scenario, every lab:up and lab:down and each file's cold
+ * deploy appends one JSON line to the timings file; `scripts/test/e2e.ts` starts it empty, runs ava and
+ * prints the lines as a summary sorted by duration. Each file runs in its own ava worker, one after
+ * another, so appending whole lines never interleaves.
+ */
+
+export const TIMINGS_ENV = 'ETCD_KVM_E2E_TIMINGS';
+export const DEFAULT_TIMINGS_PATH = '.etcd-kvm/e2e-timings.jsonl';
+
+/** The test file this worker runs (ava runs one file per worker). */
+const currentFile = (): string => basename(fileURLToPath(test.meta.file));
+
+function record(kind: SpanKind, title: string, start: number, ms: number): void {
+  const path = process.env[TIMINGS_ENV] ?? DEFAULT_TIMINGS_PATH;
+  mkdirSync(dirname(path), { recursive: true });
+  const span: Span = { file: currentFile(), kind, title, start, ms: Math.round(ms) };
+  appendFileSync(path, `${JSON.stringify(span)}\n`);
+}
+
+/** Runs `work` (synchronous or not) and records how long it took, also when it throws. */
+export function timed<T>(kind: SpanKind, title: string, work: () => T): T {
+  const start = Date.now();
+  const started = performance.now();
+  const done = () => record(kind, title, start, performance.now() - started);
+  let result: T;
+  try {
+    result = work();
+  } catch (error) {
+    done();
+    throw error;
+  }
+  if (result instanceof Promise) return result.finally(done) as T;
+  done();
+  return result;
+}
+
+/** A scenario of an e2e file: `test.serial` whose duration goes into the timings file. */
+export function scenario(title: string, run: (t: ExecutionContext) => unknown): void {
+  test.serial(title, (t) => timed('scenario', title, () => run(t)));
+}
