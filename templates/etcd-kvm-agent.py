@@ -10,7 +10,7 @@ export (this member's alarms, the last backup, the last defragmentation, drift o
 manages here), in Prometheus's text format for the node exporter's textfile collector.
 
 At each tick every member's timer fires; the member whose etcd first claims the tick in etcd (a
-transaction that creates etcd-kvm/backup/ticks/<minute> only if it does not exist, so it needs a
+transaction that creates etcd-kvm/backup/ticks/<elapse> only if it does not exist, so it needs a
 quorum) takes the snapshot from its own etcd, seals it in etcd-backup's format (the one the tool's
 restore reads: XChaCha20-Poly1305 through libsodium, a random data key per backup sealed by the
 master key), uploads it to S3 (its revision in the object's metadata, x-amz-meta-revision), prunes to `keep`, and records the run in etcd (etcd-kvm/backup/last-run,
@@ -75,10 +75,25 @@ def etcdctl(config, args, stdin=None, partial=False, command_timeout="15s"):
     return done.stdout
 
 
-def tick_of(now):
-    """The tick a timer run belongs to: its minute. Every member's timer fires on its own clock at the
-    same calendar time, so all of them name the same minute (schedules finer than a minute are one tick)."""
-    return now.strftime("%Y-%m-%dT%H:%M:00Z")
+TICK_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def nearest_elapse(started, elapses):
+    """Of the schedule's elapses around a run's start, the one it belongs to: the nearest."""
+    return min(elapses, key=lambda elapse: abs((elapse - started).total_seconds()))
+
+
+def tick_of(started, schedule, period):
+    """The tick a timer run belongs to: the schedule's elapse nearest to the run's start, to the second.
+    Every member's timer fires at the same calendar time on its own clock and its run starts a moment
+    later (seconds, in a busy guest): the nearest elapse is the same one for every member while each is
+    less than half a period late, across a minute's boundary too and for schedules finer than a minute.
+    `period`: schedule_period's answer at the start. If systemd cannot say, the minute."""
+    if period:
+        elapses = calendar_elapses(schedule, started - datetime.timedelta(seconds=period), 2)
+        if elapses:
+            return nearest_elapse(started, elapses).strftime(TICK_FORMAT)
+    return started.strftime("%Y-%m-%dT%H:%M:00Z")
 
 
 def claim(config, tick):
@@ -251,16 +266,23 @@ def read_secret(path):
         return file.read().strip()
 
 
-def schedule_period(schedule):
-    """Seconds between this schedule's next two elapses, as systemd computes them; None if it cannot say."""
+def calendar_elapses(schedule, base, iterations):
+    """The schedule's next `iterations` elapses after `base` (or now), in UTC, as systemd computes them."""
+    when = [f"--base-time={base.astimezone(datetime.timezone.utc):%Y-%m-%d %H:%M:%S} UTC"] if base else []
     done = subprocess.run(
-        ["systemd-analyze", "calendar", "--iterations=2", schedule], capture_output=True, env={"TZ": "UTC", "PATH": "/usr/bin:/bin"}
+        ["systemd-analyze", "calendar", f"--iterations={iterations}", *when, schedule],
+        capture_output=True,
+        env={"TZ": "UTC", "PATH": "/usr/bin:/bin"},
     )
-    times = re.findall(r"(?:Next elapse|Iter\. #2): \w+ (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})", done.stdout.decode())
-    if len(times) != 2:
-        return None
-    first, second = (datetime.datetime.strptime(t, "%Y-%m-%d %H:%M:%S") for t in times)
-    return int((second - first).total_seconds())
+    times = re.findall(r"(?:Next elapse|Iter\. #\d+): \w+ (\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})", done.stdout.decode())
+    elapses = [datetime.datetime.strptime(t, "%Y-%m-%d %H:%M:%S").replace(tzinfo=datetime.timezone.utc) for t in times]
+    return elapses if len(elapses) == iterations else []
+
+
+def schedule_period(schedule, base=None):
+    """Seconds between this schedule's next two elapses (after `base`, or now), as systemd computes them; None if it cannot say."""
+    elapses = calendar_elapses(schedule, base, 2)
+    return int((elapses[1] - elapses[0]).total_seconds()) if elapses else None
 
 
 def backup(config):
@@ -268,13 +290,14 @@ def backup(config):
         print("scheduled backups are off (backup.enabled): none taken")
         return 0
     started = datetime.datetime.now(datetime.timezone.utc)
-    tick = tick_of(started)
+    period = schedule_period(config["schedule"], started)
+    tick = tick_of(started, config["schedule"], period)
     if not claim(config, tick):
         print(f"tick {tick}: another member took this tick's backup; none taken here")
         return 0
     s3 = config["s3"]
     # Named by the tick, which every member agrees on, rather than by this member's clock.
-    name = dump_name(s3["object_prefix"], datetime.datetime.strptime(tick, "%Y-%m-%dT%H:%M:00Z"))
+    name = dump_name(s3["object_prefix"], datetime.datetime.strptime(tick, TICK_FORMAT))
     run = {"member": config["member"], "tick": tick, "started": started.isoformat(), "object": name}
     work = config["work_dir"]
     snapshot, sealed = os.path.join(work, "snapshot.db"), os.path.join(work, "snapshot.sealed")
@@ -309,7 +332,7 @@ def backup(config):
             if os.path.exists(leftover):
                 os.remove(leftover)
     run["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
-    run["period_seconds"] = schedule_period(config["schedule"])
+    run["period_seconds"] = period
     try:
         record(config, "last-run", run)
         if run["outcome"] == "ok":

@@ -9,7 +9,7 @@ export const BACKUP_RECORD_KEYS = { lastRun: `${BACKUP_RECORD_PREFIX}run`, lastS
 
 export interface BackupRun {
   member: string;
-  /** The tick's minute, as the members claimed it. */
+  /** The tick: the schedule's elapse, to the second, as the members claimed it. */
   tick: string;
   started: string;
   finished: string;

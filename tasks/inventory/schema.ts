@@ -812,7 +812,7 @@ export const backupSchema = z
       .regex(CALENDAR, 'must be a systemd calendar event, e.g. "hourly", "*:0/15" or "*-*-* 02:30:00"')
       .default('hourly')
       .describe(
-        'When, as a systemd calendar event (`OnCalendar=`): `hourly`, `*:0/15`, `*-*-* 02:30:00`… Ticks closer than a minute are one.',
+        'When, as a systemd calendar event (`OnCalendar=`): `hourly`, `*:0/15`, `*-*-* 02:30:00`… Each elapse is a tick, to the second.',
       ),
     keep: z
       .number()

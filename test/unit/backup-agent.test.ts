@@ -80,7 +80,23 @@ test('the agent and the tool prune the same objects, and name snapshots alike', 
   t.deepEqual(byAge(3 * 3600 + 60, 2), retention(names, 'lab', 2).deleted);
   const when = new Date('2026-11-25T03:04:05.678Z');
   t.is(agent<string>('dump-name', { prefix: 'lab', when: '2026-11-25T03:04:05.678+00:00' }), dumpObjectName('lab', backupTimestamp(when)));
-  t.is(agent<string>('tick', '2026-11-25T03:04:05.678+00:00'), '2026-11-25T03:04:00Z');
+});
+
+test("a backup run's tick: the schedule's elapse nearest to its start, to the second, from systemd's calendar", (t) => {
+  const tick = (started: string, schedule: string) => agent<string>('tick', { started, schedule });
+  // Three members' runs around one minute's boundary name the same tick (they named two minutes when ticks were minutes).
+  for (const started of ['2026-11-25T02:30:59.80+00:00', '2026-11-25T02:31:00.30+00:00', '2026-11-25T02:30:59.95+00:00'])
+    t.is(tick(started, '*:*:00'), '2026-11-25T02:31:00Z', started);
+  // Finer than a minute: each elapse is a tick of its own; a run less than half a period late still names its own.
+  t.is(tick('2026-11-25T02:31:00.40+00:00', '*:*:0/20'), '2026-11-25T02:31:00Z');
+  t.is(tick('2026-11-25T02:31:09.00+00:00', '*:*:0/20'), '2026-11-25T02:31:00Z');
+  t.is(tick('2026-11-25T02:31:19.70+00:00', '*:*:0/20'), '2026-11-25T02:31:20Z');
+  // A daily schedule off the hour, and the shorthands.
+  t.is(tick('2026-11-25T02:30:03.10+00:00', '*-*-* 02:30:00'), '2026-11-25T02:30:00Z');
+  t.is(tick('2026-11-25T02:29:58.00+00:00', '*-*-* 02:30:00'), '2026-11-25T02:30:00Z');
+  t.is(tick('2026-11-25T03:00:01.00+00:00', 'hourly'), '2026-11-25T03:00:00Z');
+  // What systemd cannot read: the minute, as before.
+  t.is(tick('2026-11-25T03:04:05.678+00:00', 'not a calendar'), '2026-11-25T03:04:00Z');
 });
 
 test("the agent signs S3 requests as AWS's Signature Version 4 example does", (t) => {

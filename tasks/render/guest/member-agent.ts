@@ -144,7 +144,7 @@ export function renderAgentTimer(what: string, schedule: string): string {
     '',
     '[Timer]',
     `OnCalendar=${schedule}`,
-    // Every member fires at the same calendar time, each on its own clock: the tick they claim is that minute.
+    // Every member fires at the same calendar time, each on its own clock: the tick they claim is that elapse.
     'AccuracySec=1s',
     // A member that was off does not catch up on the ticks it missed: another member took them.
     'Persistent=false',
