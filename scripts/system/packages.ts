@@ -38,6 +38,7 @@ const PACKAGES = {
   'grub2-common': 'boot loader of the image',
   fdisk: 'partitions the image',
   e2fsprogs: "file systems of the image; mkfs.ext4 for the data disk's format guard test",
+  systemd: "systemd-analyze calendar, which the members' agent reads its ticks from: its unit test runs it on the control node",
 } as const satisfies Record<string, string>;
 
 export type PackageName = keyof typeof PACKAGES;
@@ -56,6 +57,7 @@ const TEST: PackageName[] = [
   'curl',
   'sudo',
   'e2fsprogs',
+  'systemd',
 ];
 const LAB: PackageName[] = [
   'libvirt-daemon-system',

@@ -11,7 +11,7 @@ import { Secret } from '../../tasks/core/secret.ts';
 import { run } from '../helpers/exec.ts';
 import { deploy, endpoint, etcdctl, lab, LAB_STATE, MEMBER_IPS, memberSsh, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
 import { LAB_S3_CREDENTIALS, startLabS3, type LabS3 } from '../helpers/lab-s3.ts';
-import { stopWatching, WATCH_SCENARIOS, WATCH_SETTINGS } from '../helpers/lab-watch-scenarios.ts';
+import { stopWatching, TICK_SCHEDULE, WATCH_SCENARIOS, WATCH_SETTINGS } from '../helpers/lab-watch-scenarios.ts';
 
 /**
  * Backups, restore and recovery on the real lab, against a real S3-compatible server (s3rver, on the control
@@ -24,8 +24,7 @@ import { stopWatching, WATCH_SCENARIOS, WATCH_SETTINGS } from '../helpers/lab-wa
 const INVENTORY = 'inventories/.e2e-restore.yaml';
 const MASTER_KEY = randomBytes(32).toString('hex');
 const ALL = Object.keys(MEMBER_IPS).map((name) => endpoint(name as keyof typeof MEMBER_IPS));
-/** Every minute: ticks as often as systemd's calendar and the agent's claims allow. */
-const SCHEDULE = '*:*:00';
+
 const KEEP = 2;
 let s3: LabS3 | undefined;
 let s3Settings: Record<string, string> = {};
@@ -38,7 +37,7 @@ function writeInventory(options: { restore: boolean; backup: boolean; timestamp?
     encryption_key: MASTER_KEY,
     ...(options.timestamp ? { backup_timestamp: options.timestamp } : {}),
   };
-  doc.backup = { enabled: options.backup, schedule: SCHEDULE, keep: KEEP, endpoint: s3!.memberEndpoint };
+  doc.backup = { enabled: options.backup, schedule: TICK_SCHEDULE, keep: KEEP, endpoint: s3!.memberEndpoint };
   // Scheduled defragmentation and the lab's alert settings throughout: the watching scenarios run on this chain's first cluster.
   Object.assign(doc, WATCH_SETTINGS);
   writeFileSync(INVENTORY, stringify(doc), { mode: 0o600 });
@@ -68,7 +67,7 @@ async function until(what: string, condition: () => boolean, timeoutMs: number):
   }
 }
 
-/** What the members' agents said, tick by tick: "tick <minute>: backed up …" lines from every journal. */
+/** What the members' agents said, tick by tick: "tick <elapse>: backed up …" lines from every journal. */
 function agentLines(): { member: string; line: string }[] {
   return (['etcd-1', 'etcd-2', 'etcd-3'] as const).flatMap((member) =>
     memberSsh(member, 'sudo journalctl -u etcd-kvm-backup -o cat --no-pager')
@@ -117,7 +116,7 @@ scenario('scheduled backups: one member takes each tick, also with a member stop
   // A member whose etcd is down takes no backup; the others still take every tick.
   t.is(memberSsh('etcd-3', 'sudo systemctl stop etcd').status, 0);
   const stopped = Date.now();
-  // Ticks are minutes of the members' clocks, which the lab's guests keep within seconds of the host's.
+  // Ticks are the schedule's elapses on the members' clocks, which the lab's guests keep within seconds of the host's.
   await until('a backup while etcd-3 is stopped', () => dumps().some((dump) => timeOf(dump) > stopped + 5_000), 3 * 60_000);
   t.is(memberSsh('etcd-3', 'sudo systemctl start etcd').status, 0);
 
