@@ -8,6 +8,7 @@ import { renderAll } from '../../tasks/pipeline.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import type { RenderedFile } from '../../tasks/render/member.ts';
 import type { DesiredGuest } from '../../tasks/render/guest/desired.ts';
+import { ENABLE_UNLESS_ENABLED } from '../../tasks/render/guest/fragment.ts';
 import { pkiStep } from '../../tasks/steps/pki.ts';
 
 /** Issues the PKI into a fresh state directory and renders every member: what a deploy would upload. */
@@ -41,4 +42,16 @@ export interface WriteFile {
 export function writeFilesOf(userData: string): Map<string, WriteFile> {
   const config = parse(userData, { version: '1.1' }) as { write_files: WriteFile[] };
   return new Map(config.write_files.map((file) => [file.path, file]));
+}
+
+/**
+ * Where a first boot's runcmd enables `unit` if it is not (the one enabling command lists it), starts or
+ * restarts it (a systemctl command naming it among others): its index, -1 when it does none of that.
+ */
+export function firstBootStep(runcmd: readonly string[][], action: 'enable' | 'start' | 'restart', unit: string): number {
+  return runcmd.findIndex((argv) =>
+    action === 'enable'
+      ? argv[0] === 'sh' && argv[1] === '-c' && argv[2] === ENABLE_UNLESS_ENABLED && argv.slice(4).includes(unit)
+      : argv[0] === 'systemctl' && argv[1] === action && argv.slice(2).includes(unit),
+  );
 }

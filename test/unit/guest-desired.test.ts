@@ -1,7 +1,8 @@
 import test from 'ava';
 import { parse } from 'yaml';
 import { loadInventory } from '../../tasks/inventory/load.ts';
-import { fileOf, renderWithPki, writeFilesOf } from '../helpers/render.ts';
+import { ENABLE_UNLESS_ENABLED } from '../../tasks/render/guest/fragment.ts';
+import { fileOf, firstBootStep, renderWithPki, writeFilesOf } from '../helpers/render.ts';
 
 /**
  * One description of what a member contains: the guest step converges exactly what cloud-init writes
@@ -114,18 +115,24 @@ for (const [path, wanted] of Object.entries(expected)) {
         wanted.services,
         `${member.name}: services`,
       );
-      const runcmd = (parse(userData, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map((argv) => argv.join(' '));
+      const argvs = (parse(userData, { version: '1.1' }) as { runcmd: string[][] }).runcmd;
+      const runcmd = argvs.map((argv) => argv.join(' '));
       for (const service of guest.services) {
-        const enable = runcmd.indexOf(`sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh ${service.unit}`);
+        const enable = firstBootStep(argvs, 'enable', service.unit);
         const configured = guest.files.some((file) => file.notify === service.unit);
-        const start = runcmd.indexOf(`systemctl ${configured ? 'restart' : 'start'} ${service.unit}`);
+        const start = firstBootStep(argvs, configured ? 'restart' : 'start', service.unit);
         t.true(
           enable >= 0 && start > enable,
           `${service.unit} is enabled if it is not, then ${configured ? 'restarted (its configuration was written)' : 'started'} at first boot`,
         );
+        t.is(firstBootStep(argvs, configured ? 'start' : 'restart', service.unit), -1, `${service.unit}: one way of starting it`);
         t.true(runcmd.slice(0, start).includes('systemctl daemon-reload'), `${service.unit} starts after systemd read its units`);
       }
       t.is(runcmd.filter((command) => command === 'systemctl daemon-reload').length, 1, 'systemd reloads once');
+      // One command enables them all (asking every unit's state at once); at most one starts and one restarts the others.
+      t.is(argvs.filter((argv) => argv[0] === 'sh' && argv.includes(ENABLE_UNLESS_ENABLED)).length, 1);
+      t.true(runcmd.filter((command) => command.startsWith('systemctl start ')).length <= 1);
+      t.true(runcmd.filter((command) => /^systemctl restart (?!etcd\.service$)/.test(command)).length <= 1);
     }
   });
 }
@@ -133,14 +140,13 @@ for (const [path, wanted] of Object.entries(expected)) {
 test('etcd starts at first boot last, after its data directory is prepared, and restarts one member at a time', async (t) => {
   const { inventory, rendered, guests } = await renderWithPki(loadInventory('inventories/lab.yaml'));
   const member = inventory.members[0]!;
-  const runcmd = (parse(fileOf(rendered.get(member.name), 'user-data').content, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map(
-    (argv) => argv.join(' '),
-  );
+  const argvs = (parse(fileOf(rendered.get(member.name), 'user-data').content, { version: '1.1' }) as { runcmd: string[][] }).runcmd;
+  const runcmd = argvs.map((argv) => argv.join(' '));
   t.true(runcmd.indexOf('install -d -o etcd -g etcd -m 0700 /var/lib/etcd') < runcmd.indexOf('systemctl restart etcd.service'));
   t.true(runcmd.includes('systemctl restart etcd.service'));
   // Last: its start returns once the cluster has formed, and the first boot the deploy waits for ends with it.
   t.is(runcmd.at(-1), 'systemctl restart etcd.service');
-  t.true(runcmd.indexOf('systemctl restart chrony.service') < runcmd.indexOf('systemctl restart etcd.service'));
+  t.true(firstBootStep(argvs, 'restart', 'chrony.service') < runcmd.indexOf('systemctl restart etcd.service'));
   const etcd = guests.get(member.name)!.services.find((service) => service.unit === 'etcd.service')!;
   t.true(etcd.rolling);
   t.deepEqual(etcd.environment?.path, '/etc/etcd/etcd.env');

@@ -9,7 +9,7 @@ import { parseEnvironmentFile } from '../../tasks/render/etcd.ts';
 import { renderMember } from '../../tasks/render/member.ts';
 import { FORMAT_IF_BLANK } from '../../tasks/render/guest/data-volume.ts';
 import { baseDocument, load, problemsOf, type Doc } from '../helpers/inventory.ts';
-import { fileOf, writeFilesOf } from '../helpers/render.ts';
+import { fileOf, firstBootStep, writeFilesOf } from '../helpers/render.ts';
 
 /** The semantic content of every optional guest feature's rendered configuration. */
 
@@ -88,20 +88,15 @@ test('chrony: the inventory servers and pools with their options, makestep, chro
   t.true(directives.includes('makestep 1.5 3'));
   // Only the inventory's sources: Debian's default pool is gone.
   t.deepEqual(directives.filter((line) => /^(server|pool) /.test(line)).length, 2);
-  t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl restart chrony.service'));
+  t.true(firstBootStep(config.runcmd, 'restart', 'chrony.service') >= 0);
   t.false(userDataOf(withDefaults({})).writes.has('/etc/chrony/chrony.conf'));
 });
 
 test('node exporter: enabled on every member; the upstream binary gets a unit of the same name', (t) => {
   const packaged = userDataOf(withDefaults({}));
-  t.true(
-    packaged.config.runcmd.some(
-      (command: string[]) =>
-        command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh prometheus-node-exporter.service`,
-    ),
-  );
+  t.true(firstBootStep(packaged.config.runcmd, 'enable', 'prometheus-node-exporter.service') >= 0);
   // Debian's package already runs it with its own configuration: started, not restarted.
-  t.true(packaged.config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl start prometheus-node-exporter.service'));
+  t.true(firstBootStep(packaged.config.runcmd, 'start', 'prometheus-node-exporter.service') >= 0);
   t.false(packaged.writes.has('/etc/systemd/system/prometheus-node-exporter.service'));
   const upstream = userDataOf(withDefaults({ install_dependencies: true }));
   const unit = upstream.writes.get('/etc/systemd/system/prometheus-node-exporter.service')!.content;
@@ -142,12 +137,8 @@ test('fluent-bit: journal inputs tagged for etcd and the node exporter, forward 
     writes.get('/etc/systemd/system/fluent-bit.service.d/etcd-kvm.conf')!.content,
     /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit -c \/etc\/fluent-bit\/etcd-kvm.yaml$/m,
   );
-  t.true(
-    config.runcmd.some(
-      (command: string[]) => command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh fluent-bit.service`,
-    ),
-  );
-  t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl restart fluent-bit.service'));
+  t.true(firstBootStep(config.runcmd, 'enable', 'fluent-bit.service') >= 0);
+  t.true(firstBootStep(config.runcmd, 'restart', 'fluent-bit.service') >= 0);
   t.false(display.includes('fb-shared-secret'));
 });
 
@@ -231,8 +222,8 @@ test('fluent-bit dynamic config from etcd: the watcher syncs the prefix with a c
   t.regex(dropIn, /^ExecStart=\/opt\/fluent-bit\/bin\/fluent-bit --enable-hot-reload -c \/etc\/fluent-bit\/dynamic\/index.conf$/m);
   t.regex(dropIn, /^ExecReload=\/bin\/kill -HUP \$MAINPID$/m);
   t.true(runs(config, 'install -d -o fluent-bit-updater -g fluent-bit-updater -m 0700 /etc/fluent-bit/dynamic'));
-  t.true(runs(config, `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh fluent-bit-config-updater.service`));
-  t.true(runs(config, 'systemctl restart fluent-bit-config-updater.service'));
+  t.true(firstBootStep(config.runcmd, 'enable', 'fluent-bit-config-updater.service') >= 0);
+  t.true(firstBootStep(config.runcmd, 'restart', 'fluent-bit-config-updater.service') >= 0);
 
   // Without dynamic configuration none of it is there and fluent-bit runs the static pipeline.
   const plain = userDataOf(withDefaults({ fluentbit: FLUENTBIT }));
@@ -347,8 +338,8 @@ test('fluent-bit dynamic config from git: gitsync every minute, deploy key only 
   t.regex(service, /^Type=oneshot$/m);
   t.regex(service, /^Environment=GITSYNC_CONFIG_FILE=\/etc\/fluent-bit-config-updater\/config.yml$/m);
   t.regex(writes.get('/etc/systemd/system/fluent-bit-config-updater.timer')!.content, /^OnCalendar=\*-\*-\* \*:\*:00$/m);
-  t.true(runs(config, `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh fluent-bit-config-updater.timer`));
-  t.true(runs(config, 'systemctl restart fluent-bit-config-updater.timer'));
+  t.true(firstBootStep(config.runcmd, 'enable', 'fluent-bit-config-updater.timer') >= 0);
+  t.true(firstBootStep(config.runcmd, 'restart', 'fluent-bit-config-updater.timer') >= 0);
   t.false(display.includes('git-deploy-key'));
   // No trusted keys: unsigned commits are accepted, as in the module, and no key directory is configured.
   const unsigned = userDataOf(
@@ -428,13 +419,8 @@ test('vault agent: AppRole auto-auth from files only the vault user reads, addre
     writes.get('/etc/systemd/system/vault-agent.service')!.content,
     /^ExecStart=\/usr\/bin\/vault agent -config=\/etc\/vault-agent.d$/m,
   );
-  t.true(
-    config.runcmd.some(
-      (command: string[]) =>
-        command.join(' ') === `sh -c systemctl is-enabled --quiet "$1" || systemctl enable "$1" sh vault-agent.service`,
-    ),
-  );
-  t.true(config.runcmd.some((command: string[]) => command.join(' ') === 'systemctl restart vault-agent.service'));
+  t.true(firstBootStep(config.runcmd, 'enable', 'vault-agent.service') >= 0);
+  t.true(firstBootStep(config.runcmd, 'restart', 'vault-agent.service') >= 0);
   t.false(display.includes('role-id-secret') || display.includes('secret-id-secret'));
 });
 
