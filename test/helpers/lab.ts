@@ -14,14 +14,19 @@ export const LAB_INVENTORY = 'inventories/lab.yaml';
 export const LAB_STATE = 'inventories/.etcd-kvm/lab';
 export const MEMBER_IPS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' } as const;
 
-/** Set by lab:up, cleared by the deploy after it: that deploy is the file's cold one (timed as such). */
+/**
+ * Set by a lab:up right after a lab:down (an empty lab), cleared by the deploy after it: that deploy is a cold
+ * one, timed as such. A lab:up alone (a scenario bringing back a daemon it stopped) makes none.
+ */
 let coldDeployNext = false;
+let lastLabCommand: 'up' | 'down' | undefined;
 
 export function lab(command: 'up' | 'down'): Completed {
   const completed = timed(`lab:${command}`, `lab:${command}`, () =>
     run(process.execPath, ['--import', 'tsx', 'scripts/lab/lab.ts', command], { timeoutMs: 30 * 60_000 }),
   );
-  coldDeployNext = command === 'up';
+  coldDeployNext = command === 'up' && lastLabCommand === 'down';
+  lastLabCommand = command;
   return completed;
 }
 
