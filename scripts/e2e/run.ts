@@ -1,7 +1,7 @@
 import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
-import { avaClosingLines, parseSpans, timingSummary } from './summary.ts';
+import { avaClosingLines, DEFAULT_TIMINGS_PATH, parseSpans, TIMINGS_ENV, timingSummary } from './summary.ts';
 
 /**
  * `npm run test:e2e`: ava over test/e2e (the arguments are ava's), then where the time went. The
@@ -10,14 +10,14 @@ import { avaClosingLines, parseSpans, timingSummary } from './summary.ts';
  * ends on them. The exit code is ava's.
  */
 
-const TIMINGS = resolve('.etcd-kvm/e2e-timings.jsonl');
+const TIMINGS = resolve(DEFAULT_TIMINGS_PATH);
 mkdirSync(dirname(TIMINGS), { recursive: true });
 rmSync(TIMINGS, { force: true });
 
 const started = performance.now();
 const ava = spawn(process.execPath, ['node_modules/ava/entrypoints/cli.mjs', ...process.argv.slice(2)], {
   stdio: ['inherit', 'pipe', 'inherit'],
-  env: { ...process.env, ETCD_KVM_E2E_TIMINGS: TIMINGS },
+  env: { ...process.env, [TIMINGS_ENV]: TIMINGS },
 });
 // Forwarded as it comes; the tail is kept for the closing lines.
 let tail = '';

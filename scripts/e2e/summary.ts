@@ -3,6 +3,10 @@
  * and cold deploy, then every scenario and set-up sorted by duration, the longest first.
  */
 
+/** Where the spans go: the variable `npm run test:e2e` sets, or the default path (under the repository's ignored .etcd-kvm/). */
+export const TIMINGS_ENV = 'ETCD_KVM_E2E_TIMINGS';
+export const DEFAULT_TIMINGS_PATH = '.etcd-kvm/e2e-timings.jsonl';
+
 export type SpanKind = 'lab:up' | 'lab:down' | 'cold deploy' | 'scenario';
 
 export interface Span {

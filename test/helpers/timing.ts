@@ -2,17 +2,14 @@ import test, { type ExecutionContext } from 'ava';
 import { appendFileSync, mkdirSync } from 'node:fs';
 import { basename, dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { Span, SpanKind } from '../../scripts/e2e/summary.ts';
+import { DEFAULT_TIMINGS_PATH, TIMINGS_ENV, type Span, type SpanKind } from '../../scripts/e2e/summary.ts';
 
 /**
  * Where the e2e suite spends its time: every scenario, every lab:up and lab:down and each file's cold
- * deploy appends one JSON line to the timings file; `scripts/test/e2e.ts` starts it empty, runs ava and
+ * deploy appends one JSON line to the timings file; `scripts/e2e/run.ts` starts it empty, runs ava and
  * prints the lines as a summary sorted by duration. Each file runs in its own ava worker, one after
  * another, so appending whole lines never interleaves.
  */
-
-export const TIMINGS_ENV = 'ETCD_KVM_E2E_TIMINGS';
-export const DEFAULT_TIMINGS_PATH = '.etcd-kvm/e2e-timings.jsonl';
 
 /** The test file this worker runs (ava runs one file per worker). */
 const currentFile = (): string => basename(fileURLToPath(test.meta.file));
