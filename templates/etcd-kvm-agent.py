@@ -83,17 +83,19 @@ def nearest_elapse(started, elapses):
     return min(elapses, key=lambda elapse: abs((elapse - started).total_seconds()))
 
 
-def tick_of(started, schedule, period):
-    """The tick a timer run belongs to: the schedule's elapse nearest to the run's start, to the second.
+def tick_of(started, schedule):
+    """(tick, period): the tick a timer run belongs to is the schedule's elapse nearest to the run's start,
+    to the second, and the period the schedule's seconds between elapses (None if systemd cannot say).
     Every member's timer fires at the same calendar time on its own clock and its run starts a moment
     later (seconds, in a busy guest): the nearest elapse is the same one for every member while each is
     less than half a period late, across a minute's boundary too and for schedules finer than a minute.
-    `period`: schedule_period's answer at the start. If systemd cannot say, the minute."""
+    If systemd cannot say, the tick is the minute."""
+    period = schedule_period(schedule, started)
     if period:
         elapses = calendar_elapses(schedule, started - datetime.timedelta(seconds=period), 2)
         if elapses:
-            return nearest_elapse(started, elapses).strftime(TICK_FORMAT)
-    return started.strftime("%Y-%m-%dT%H:%M:00Z")
+            return nearest_elapse(started, elapses).strftime(TICK_FORMAT), period
+    return started.strftime("%Y-%m-%dT%H:%M:00Z"), period
 
 
 def claim(config, tick):
@@ -290,8 +292,7 @@ def backup(config):
         print("scheduled backups are off (backup.enabled): none taken")
         return 0
     started = datetime.datetime.now(datetime.timezone.utc)
-    period = schedule_period(config["schedule"], started)
-    tick = tick_of(started, config["schedule"], period)
+    tick, period = tick_of(started, config["schedule"])
     if not claim(config, tick):
         print(f"tick {tick}: another member took this tick's backup; none taken here")
         return 0

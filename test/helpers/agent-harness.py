@@ -54,8 +54,7 @@ elif command == "sign":
     args = (argument["method"], argument["url"], argument["region"], argument["access_key"], argument["secret_key"])
     print(json.dumps(agent.sign(*args, argument["payload_hash"], now, argument.get("query"), argument.get("extra"))))
 elif command == "tick":
-    started = datetime.datetime.fromisoformat(argument["started"])
-    print(json.dumps(agent.tick_of(started, argument["schedule"], agent.schedule_period(argument["schedule"], started))))
+    print(json.dumps(agent.tick_of(datetime.datetime.fromisoformat(argument["started"]), argument["schedule"])[0]))
 elif command == "dump-name":
     print(json.dumps(agent.dump_name(argument["prefix"], datetime.datetime.fromisoformat(argument["when"]))))
 elif command == "decide":
