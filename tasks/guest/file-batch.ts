@@ -1,3 +1,4 @@
+import { SYSTEMCTL_ENABLE } from '../render/guest/systemctl.ts';
 import { octal, PREVIOUS_DIR, type GuestAction } from './plan.ts';
 
 /**
@@ -40,7 +41,7 @@ export const FILE_BATCH_SCRIPT = [
   '      chown -- "$3" "$t"; chmod -- "$4" "$t"; mv -f -- "$t" "$2"; shift 5 ;;',
   '    attributes) chown -- "$3" "$2"; chmod -- "$4" "$2"; shift 4 ;;',
   '    daemon-reload) systemctl daemon-reload; shift ;;',
-  '    enable) systemctl enable -- "$2"; shift 2 ;;',
+  `    enable) ${SYSTEMCTL_ENABLE} -- "$2"; shift 2 ;;`,
   '    stop) systemctl stop -- "$2"; shift 2 ;;',
   `    service) systemctl "$2" -- "$3" || exit ${SERVICE_FAILED_EXIT}; shift 3 ;;`,
   '    remove) rm -f -- "$2"; shift 2 ;;',

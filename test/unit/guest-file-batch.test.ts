@@ -1,6 +1,6 @@
 import test from 'ava';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { userInfo } from 'node:os';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -148,4 +148,24 @@ test('runs of file actions are gathered, in order; an install or a restart stays
   t.deepEqual(batched<GuestAction>([install, keep, write, reload, restart]), [install, [keep, write, reload], restart]);
   t.deepEqual(batched<GuestAction>([write, restart, reload]), [[write], restart, [reload]]);
   t.deepEqual(batched<GuestAction>([]), []);
+});
+
+test("a unit enabled by a batch: without Debian's SysV sync and without enable's own reload (the batch reloads when files changed)", (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'file-batch-'));
+  writeFileSync(join(root, 'systemctl'), `#!/bin/sh\necho "SYSTEMCTL_SKIP_SYSV=\${SYSTEMCTL_SKIP_SYSV:-} $*" >> ${root}/asked\n`, {
+    mode: 0o755,
+  });
+  const batch = fileBatch([{ kind: 'daemon-reload' }, { kind: 'enable', unit: 'etcd-kvm-backup.timer' }], join(root, 'previous'));
+  const result = spawnSync('sh', ['-c', FILE_BATCH_SCRIPT, 'sh', ...batch.args], {
+    input: batch.stdin,
+    encoding: 'utf8',
+    env: { ...process.env, PATH: `${root}:${process.env.PATH}` },
+  });
+  t.is(result.status, 0, result.stderr);
+  t.is(
+    readFileSync(join(root, 'asked'), 'utf8'),
+    'SYSTEMCTL_SKIP_SYSV= daemon-reload\nSYSTEMCTL_SKIP_SYSV=1 enable --no-reload -- etcd-kvm-backup.timer\n',
+  );
+  t.is(batch.describe, 'systemctl daemon-reload; systemctl enable etcd-kvm-backup.timer');
+  rmSync(root, { recursive: true, force: true });
 });

@@ -3,6 +3,8 @@
  * node exporter, fluent-bit, vault agent, upstream installs). renderUserData merges them in order.
  */
 
+import { SYSTEMCTL_ENABLE } from './systemctl.ts';
+
 export interface WriteFile {
   path: string;
   permissions: string;
@@ -62,10 +64,7 @@ export function secretFile(path: string, owner: string, content: string, notify?
   return { path, permissions: owner === 'root:root' ? '0600' : '0400', owner, content, defer: true, ...(notify ? { notify } : {}) };
 }
 
-/**
- * The states `systemctl is-enabled --quiet` answers 0 for: nothing to enable. Enabling a unit Debian also
- * ships an init script for runs systemd-sysv-install (~12 s under emulation), so only the others are enabled.
- */
+/** The states `systemctl is-enabled --quiet` answers 0 for: nothing to enable. */
 const NEEDS_NO_ENABLE = ['enabled', 'enabled-runtime', 'static', 'indirect', 'generated', 'transient', 'alias'];
 
 /**
@@ -81,7 +80,7 @@ export const ENABLE_UNLESS_ENABLED = [
   'done <<EOF',
   '$(systemctl is-enabled "$@" 2>/dev/null)',
   'EOF',
-  '[ -z "$todo" ] || systemctl enable $todo',
+  `[ -z "$todo" ] || ${SYSTEMCTL_ENABLE} $todo`,
 ].join('\n');
 
 /**
