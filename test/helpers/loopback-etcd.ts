@@ -35,6 +35,7 @@ export function startRenderedMembers(
   processes: Processes,
 ): { work: string; members: Map<string, LoopbackMember> } {
   const work = mkdtempSync(join(tmpdir(), 'etcd-kvm-etcd-'));
+  processes.removeAfter(work);
   const members = new Map<string, LoopbackMember>();
   for (const member of inventory.members) {
     const files = writeFilesOf(fileOf(rendered.get(member.name), 'user-data').content);

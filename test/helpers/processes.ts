@@ -1,9 +1,15 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { openSync } from 'node:fs';
+import { openSync, rmSync } from 'node:fs';
 
 /** Daemons a test started, stopped by PID when it ends, whatever happened. */
 export class Processes {
   readonly #children: ChildProcess[] = [];
+  readonly #workDirs: string[] = [];
+
+  /** A directory the processes write in (an etcd's data: ~80 MB a member), removed by stopAll once they have exited. */
+  removeAfter(dir: string): void {
+    this.#workDirs.push(dir);
+  }
 
   start(command: string, args: string[], options: { env: NodeJS.ProcessEnv; logFile: string }): ChildProcess {
     const log = openSync(options.logFile, 'a');
@@ -27,5 +33,6 @@ export class Processes {
           }),
       ),
     );
+    for (const dir of this.#workDirs.splice(0)) rmSync(dir, { recursive: true, force: true });
   }
 }
