@@ -138,3 +138,7 @@ export interface Inventory {
  * share of etcd.space_quota: cleared any closer, the next writes would raise it again at once.
  */
 export const DISARM_BELOW_QUOTA = 0.9;
+
+/** etcd's own defaults for its raft timing, in milliseconds (etcd's tuning guide). */
+export const ETCD_DEFAULT_HEARTBEAT_MS = 100;
+export const ETCD_DEFAULT_ELECTION_MS = 1000;

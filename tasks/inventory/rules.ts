@@ -565,6 +565,20 @@ const distinctPorts: Rule = (doc) => {
   ];
 };
 
+/** etcd refuses to start with an election timeout under five heartbeats (its tuning guide asks for about ten). */
+const electionOutlastsHeartbeats: Rule = (doc) => {
+  const { heartbeat_interval: heartbeat, election_timeout: election } = doc.etcd;
+  return election < 5 * heartbeat
+    ? [
+        {
+          path: ['etcd', 'election_timeout'],
+          message: `is ${election} ms, under 5 heartbeats (heartbeat_interval ${heartbeat} ms): etcd refuses to start`,
+          hint: `etcd's tuning guide: about 10 heartbeats, here ${10 * heartbeat} ms`,
+        },
+      ]
+    : [];
+};
+
 /** A required setting of an enabled feature: [path below the member, is it missing?, hint]. */
 type Requirement = [path: (string | number)[], missing: boolean, hint: string];
 
@@ -879,6 +893,7 @@ export const RULES: readonly Rule[] = [
   osVolumeSource,
   suppliedTlsIsComplete,
   distinctPorts,
+  electionOutlastsHeartbeats,
   enabledFeaturesAreComplete,
   dynamicConfigCredentialsAreSound,
   restoreSettingsAreSound,

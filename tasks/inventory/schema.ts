@@ -3,6 +3,7 @@ import { z } from 'zod';
 import { Secret } from '../core/secret.ts';
 import { isIPv4 } from './ipv4.ts';
 import { MAC_PATTERN } from './mac.ts';
+import { ETCD_DEFAULT_ELECTION_MS, ETCD_DEFAULT_HEARTBEAT_MS } from './model.ts';
 
 /**
  * The inventory format. Field names and defaults follow the seed Terraform module's input
@@ -61,6 +62,8 @@ const dataDirectory = line
 const GIB = 1024 * 1024 * 1024;
 /** etcd's documented maximum backend quota. */
 const MAX_QUOTA_BYTES = 8 * GIB;
+/** etcd's longest election timeout, in milliseconds (its tuning guide). */
+const MAX_ELECTION_MS = 50_000;
 /** 1000 years: far inside what X.509's GeneralizedTime can express (year 9999). */
 const MAX_VALIDITY_HOURS = 1000 * 365 * 24;
 
@@ -604,6 +607,26 @@ export const etcdSchema = z
       .max(MAX_QUOTA_BYTES, `is in bytes; etcd's documented maximum is 8 GiB (${MAX_QUOTA_BYTES})`)
       .default(MAX_QUOTA_BYTES)
       .describe("etcd's `quota-backend-bytes`, in bytes (16 MiB to 8 GiB, etcd's documented maximum)."),
+    heartbeat_interval: z
+      .number()
+      .int()
+      .min(10, 'is in milliseconds; at least 10')
+      .max(MAX_ELECTION_MS / 5, `is in milliseconds; at most ${MAX_ELECTION_MS / 5} (a fifth of etcd's longest election timeout)`)
+      .default(ETCD_DEFAULT_HEARTBEAT_MS)
+      .describe(
+        "etcd's `heartbeat-interval` in milliseconds: how often the leader tells followers it is there; about the members' round trip " +
+          '(disk and CPU stalls included). Changed, the members are rolled onto it.',
+      ),
+    election_timeout: z
+      .number()
+      .int()
+      .min(50, 'is in milliseconds; at least 50')
+      .max(MAX_ELECTION_MS, `is in milliseconds; etcd's maximum is ${MAX_ELECTION_MS}`)
+      .default(ETCD_DEFAULT_ELECTION_MS)
+      .describe(
+        "etcd's `election-timeout` in milliseconds: how long a follower hears nothing from a leader before it campaigns; etcd's tuning " +
+          'guide: about 10 heartbeats (etcd refuses fewer than 5). Longer rides out stalls; shorter finds a lost leader sooner.',
+      ),
     /** maintain.ts --defrag skips a member whose database has less free space than this (bytes). */
     defrag_min_free: z
       .number()

@@ -1,4 +1,4 @@
-import type { Inventory, Member } from '../inventory/model.ts';
+import { ETCD_DEFAULT_ELECTION_MS, ETCD_DEFAULT_HEARTBEAT_MS, type Inventory, type Member } from '../inventory/model.ts';
 import { clientUrl, peerUrl } from '../inventory/urls.ts';
 import { ANY_RELEASE_BINARY, managedRelease, RELEASE_BINARY_VARIABLE, versionSettings } from './etcd-release.ts';
 import { etcdBinaryDir } from './guest/dependencies.ts';
@@ -59,6 +59,7 @@ export function etcdEnvironment(
     ['ETCD_AUTO_COMPACTION_MODE', etcd.auto_compaction_mode],
     ['ETCD_AUTO_COMPACTION_RETENTION', etcd.auto_compaction_retention],
     ['ETCD_QUOTA_BACKEND_BYTES', String(etcd.space_quota)],
+    ...raftTiming(etcd),
     // etcd 3.4 enables the gateway unless told otherwise.
     ['ETCD_ENABLE_GRPC_GATEWAY', String(etcd.grpc_gateway_enabled)],
     // /metrics and /health only, over plain HTTP: a scraper needs no identity that could reach keys (docs/monitoring.md).
@@ -67,6 +68,17 @@ export function etcdEnvironment(
       : [['ETCD_LISTEN_METRICS_URLS', `http://${member.etcdIp}:${inventory.monitoring.metrics_port}`] as [string, string]]),
     ...versionSettingsOf(inventory),
   ];
+}
+
+/**
+ * The heartbeat and election timeout, each only where it differs from etcd's default: a cluster deployed
+ * before they were settings keeps its environment file, and is not rolled for a change that changes nothing.
+ */
+function raftTiming(etcd: Inventory['etcd']): [string, string][] {
+  return [
+    ...(etcd.heartbeat_interval === ETCD_DEFAULT_HEARTBEAT_MS ? [] : [['ETCD_HEARTBEAT_INTERVAL', String(etcd.heartbeat_interval)]]),
+    ...(etcd.election_timeout === ETCD_DEFAULT_ELECTION_MS ? [] : [['ETCD_ELECTION_TIMEOUT', String(etcd.election_timeout)]]),
+  ] as [string, string][];
 }
 
 /** With binaries: release, the release's binary the unit runs, then the settings that differ by version. */

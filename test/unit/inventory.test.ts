@@ -455,6 +455,17 @@ const refusals: { name: string; edit: (doc: Doc) => void; problem: string }[] = 
     problem: "etcd.space_quota: is in bytes; etcd's documented maximum is 8 GiB (8589934592)",
   },
   {
+    name: 'an election timeout under five heartbeats (etcd would not start)',
+    edit: (doc) => (doc.etcd = { heartbeat_interval: 300, election_timeout: 1000 }),
+    problem:
+      "etcd.election_timeout: is 1000 ms, under 5 heartbeats (heartbeat_interval 300 ms): etcd refuses to start — etcd's tuning guide: about 10 heartbeats, here 3000 ms",
+  },
+  {
+    name: "an election timeout beyond etcd's maximum",
+    edit: (doc) => (doc.etcd = { election_timeout: 60_000 }),
+    problem: "etcd.election_timeout: is in milliseconds; etcd's maximum is 50000",
+  },
+  {
     name: 'a validity period beyond 1000 years',
     edit: (doc) => (doc.pki = { validity_period: 1e15 }),
     problem: 'pki.validity_period: is in hours; at most 8760000 (1000 years)',

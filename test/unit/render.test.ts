@@ -45,6 +45,25 @@ test('etcd settings: https URLs on the first interface, cluster-wide initial clu
   });
 });
 
+// etcd's raft timing: rendered only where it differs from etcd's defaults (100 / 1000 ms), so a cluster deployed before
+// these settings existed keeps its environment file and is not rolled for nothing.
+const raftTimings: { name: string; etcd: Record<string, number>; heartbeat?: string; election?: string }[] = [
+  { name: "etcd's defaults, unset: neither variable", etcd: {} },
+  { name: "etcd's defaults, given: neither variable", etcd: { heartbeat_interval: 100, election_timeout: 1000 } },
+  { name: 'both changed', etcd: { heartbeat_interval: 500, election_timeout: 5000 }, heartbeat: '500', election: '5000' },
+  { name: 'the election timeout alone', etcd: { election_timeout: 2500 }, election: '2500' },
+];
+for (const row of raftTimings) {
+  test(`raft timing in etcd.env: ${row.name}`, (t) => {
+    const doc = baseDocument();
+    doc.etcd = row.etcd;
+    const inventory = load(doc);
+    const env = new Map(etcdEnvironment(inventory, inventory.members[0]!, 'existing'));
+    t.is(env.get('ETCD_HEARTBEAT_INTERVAL'), row.heartbeat);
+    t.is(env.get('ETCD_ELECTION_TIMEOUT'), row.election);
+  });
+}
+
 test('environment file values round-trip, quoting what systemd would split', (t) => {
   const variables: [string, string][] = [
     ['ETCD_NAME', 'etcd-1'],

@@ -73,7 +73,7 @@ test('scheduled defragmentation alone: the agent, its defrag and metrics timers,
     files.get(AGENT_PATHS.metricsService)!.content,
     /^ExecStartPost=\+-\/bin\/mv -f \S+ \/var\/lib\/prometheus\/node-exporter\/etcd-kvm-agent\.prom$/m,
   );
-  t.regex(files.get(AGENT_PATHS.metricsTimer)!.content, /^OnCalendar=minutely$/m);
+  t.regex(files.get(AGENT_PATHS.metricsTimer)!.content, /^OnCalendar=\*:\*:30$/m);
   for (const path of [AGENT_PATHS.accessKey, AGENT_PATHS.secretKey, AGENT_PATHS.timer]) t.false(files.has(path), path);
   t.deepEqual(
     guest.services.map((service) => service.unit).filter((unit) => unit.startsWith('etcd-kvm-')),

@@ -20,7 +20,7 @@ import { DISARM_BELOW_QUOTA } from '../../inventory/model.ts';
  *   snapshot, seals it in etcd-backup's format, uploads it where restore.s3 points and prunes;
  * - `defrag` (inventory `maintenance.defrag`): each member defragments itself when the rule holds, one
  *   member at a time under a lease-backed lock in etcd, the leader last;
- * - `metrics`: every minute, what etcd does not export (its alarms, the last backup, the last
+ * - `metrics`: every minute at its half (METRICS_SCHEDULE), what etcd does not export (its alarms, the last backup, the last
  *   defragmentation, drift of the managed files) into the node exporter's textfile directory.
  *
  * The agent runs as the etcd user: it reads what that user already holds (the member's whole data),
@@ -133,6 +133,12 @@ export function renderAgentService(task: 'backup' | 'defrag' | 'metrics', descri
   ].join('\n');
 }
 
+/**
+ * Every minute at its half: schedules are mostly written for the top of a minute (`hourly`, `*:00`), and the
+ * metrics run then would add a process to every member at the moment the backups and defragmentations start.
+ */
+export const METRICS_SCHEDULE = '*:*:30';
+
 export const renderBackupService = (): string => renderAgentService('backup', 'scheduled backup', '1h');
 
 /** A task's schedule: every member fires at the same calendar time, each on its own clock. */
@@ -225,7 +231,7 @@ export function memberAgentFragment(inventory: Inventory, member: Member, tls: M
       AGENT_PATHS.metricsService,
       renderAgentService('metrics', "metrics etcd does not export, for the node exporter's textfile collector", '5min'),
     ),
-    unit(AGENT_PATHS.metricsTimer, renderAgentTimer('the metrics schedule (every minute)', 'minutely'), METRICS_UNITS.timer),
+    unit(AGENT_PATHS.metricsTimer, renderAgentTimer('the metrics schedule (every minute)', METRICS_SCHEDULE), METRICS_UNITS.timer),
   ];
   const timers = [
     ...(inventory.backup.enabled ? [BACKUP_UNITS.timer] : []),
