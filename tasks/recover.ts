@@ -27,6 +27,7 @@ import { normalizeArgs } from './recover/args.ts';
 import { removeRestoringInventory, restoringInventoryPath, snapshotRefusal, writeRestoringInventory } from './recover/from-snapshot.ts';
 import { chooseSurvivor, judgeQuorum, type Survivor } from './recover/verdict.ts';
 import { SnapshotSource } from './backup/source.ts';
+import { readIdentity } from './pki/identity.ts';
 
 const HELP = `Usage: etcd-kvm recover -i INVENTORY [--from-member NAME | --from-snapshot [TIMESTAMP]] [--dry-run]
 
@@ -178,7 +179,11 @@ async function recoverFromSnapshot(
       '--from-snapshot reads the backups where restore.s3 points: set restore.s3 (endpoint, bucket, object_prefix, keys)',
     );
   const context = await DeployContext.open(inventory, [], new FactCache());
-  const source = new SnapshotSource({ ...inventory.restore, backup_timestamp: timestamp }, inventory.etcd.space_quota);
+  const source = new SnapshotSource(
+    { ...inventory.restore, backup_timestamp: timestamp },
+    inventory.etcd.space_quota,
+    () => readIdentity(inventory.stateDir, inventory.cluster.name)?.id,
+  );
   try {
     const facts = await gatherQuorumFacts(inventory, context.remote, context.clients);
     console.log(`members (${facts.voting} voting):\n${describeFacts(facts).join('\n')}`);
@@ -187,11 +192,11 @@ async function recoverFromSnapshot(
       console.log(`refused: ${refusal}`);
       return EXIT.failed;
     }
-    const object = await source.choose();
+    const chosen = await source.choose();
+    const object = chosen.name;
     const taken = /-(\d{4}-\d{2}-\d{2}T[\d:.]+Z)\.dump$/.exec(object)![1]!;
-    const revision = await source.bucket.revisionOf(object).catch(() => undefined);
     console.log(
-      `recover from ${object} in ${source.bucket.where}, taken ${taken}${revision ? ` at revision ${revision}` : " (its revision is not recorded: the control node's backup command took it)"}: ` +
+      `recover from ${object} in ${source.bucket.where}, taken ${taken} (${chosen.provenance}): ` +
         `the cluster is founded anew holding exactly what it held then, auth and users included; every write after ${taken} is lost`,
     );
     console.log('  deploy: every member made again, each restoring that backup into its empty data directory before etcd first starts');

@@ -13,8 +13,11 @@ At each tick every member's timer fires; the member whose etcd first claims the 
 transaction that creates etcd-kvm/backup/ticks/<elapse> only if it does not exist, so it needs a
 quorum) takes the snapshot from its own etcd, seals it in etcd-backup's format (the one the tool's
 restore reads: XChaCha20-Poly1305 through libsodium, a random data key per backup sealed by the
-master key), uploads it to S3 (its revision in the object's metadata, x-amz-meta-revision), prunes to `keep`, and records the run in etcd (etcd-kvm/backup/last-run,
-etcd-kvm/backup/last-success) where `status` reads it. Every other member logs that it took none.
+master key), uploads it to S3 with its manifest (which binds it to the cluster, its name and its content under
+a MAC keyed from the master key: the tool's tasks/backup/manifest.ts), prunes the cluster's own snapshots to
+`keep` (objects whose manifest does not verify are passed over, named, and never deleted), and records the run
+in etcd (etcd-kvm/backup/last-run, etcd-kvm/backup/last-success) where `status` reads it. Every other member
+logs that it took none.
 
 Only what Debian packages: python3, python3-nacl, etcdctl. Secrets are read from files, never
 passed on a command line. Configuration: /etc/etcd-kvm/agent/backup.json (written by etcd-kvm; its name is older than the defrag and metrics tasks).
@@ -150,22 +153,92 @@ def dump_name(prefix, when):
     return f"{prefix}-{when.strftime('%Y-%m-%dT%H:%M:%SZ')}.dump"
 
 
-def retention(names, prefix, keep, max_age_seconds=0, now=None):
-    """The objects to delete so that the `keep` newest snapshots stay, and none older than `max_age_seconds`
-    (0: no limit) but the newest: each such .dump, then its .key."""
+# --- manifests: which snapshots are this cluster's own (the tool's tasks/backup/manifest.ts and trust.ts) ---
+
+MANIFEST_VERSION = "etcd-kvm backup manifest 1"
+MANIFEST_FIELDS = ("cluster", "object", "revision", "dump-sha256", "key-sha256", "taken", "by")
+# A name may be dated this far past this member's clock; beyond it, it is planted.
+FUTURE_SKEW_SECONDS = 300
+# A manifest is nine short lines.
+MANIFEST_CAP_BYTES = 4096
+
+
+def manifest_mac(body, master_key):
+    import hmac
+
+    key = hmac.new(master_key, MANIFEST_VERSION.encode(), hashlib.sha256).digest()
+    return hmac.new(key, body.encode(), hashlib.sha256).digest()
+
+
+def manifest_text(fields, master_key):
+    """The manifest binding a backup to this cluster, its name and its sealed objects: one field a line, then its MAC."""
+    body = "".join(f"{line}\n" for line in [MANIFEST_VERSION, *(f"{field} {fields[field]}" for field in MANIFEST_FIELDS)])
+    return body + f"mac {manifest_mac(body, master_key).hex()}\n"
+
+
+def verify_manifest(text, master_key):
+    """The manifest's fields when its MAC verifies with the master key and every field is there; None otherwise."""
+    import hmac
+
+    match = re.fullmatch(r"([\s\S]*\n)mac ([0-9a-f]{64})\n", text)
+    if not match or not hmac.compare_digest(manifest_mac(match.group(1), master_key), bytes.fromhex(match.group(2))):
+        return None
+    lines = match.group(1)[:-1].split("\n")
+    if lines[0] != MANIFEST_VERSION or len(lines) != len(MANIFEST_FIELDS) + 1:
+        return None
+    fields = dict(line.split(" ", 1) if " " in line else (line, "") for line in lines[1:])
+    if not re.fullmatch(r"\d+", fields.get("revision", "")):
+        return None
+    return fields
+
+
+def snapshots_in(names, prefix):
+    """(time, name) of the prefix's snapshots, oldest first."""
     pattern = re.compile("^" + re.escape(prefix) + r"-(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?Z)\.dump$")
-    dumps = sorted((datetime.datetime.fromisoformat(m.group(1)), name) for name in names if (m := pattern.match(name)))
-    old = dumps[: max(len(dumps) - keep, 0)]
-    if max_age_seconds and dumps:
+    return sorted((datetime.datetime.fromisoformat(m.group(1)), name) for name in names if (m := pattern.match(name)))
+
+
+def manifest_name(dump):
+    return dump[: -len(".dump")] + ".manifest"
+
+
+def judge(names, manifests, prefix, cluster, master_key, now):
+    """(trusted, ignored): this cluster's snapshots as (time, name), oldest first, and the others as (name, why)."""
+    trusted, ignored = [], []
+    for when, name in snapshots_in(names, prefix):
+        text = manifests.get(manifest_name(name))
+        fields = verify_manifest(text, master_key) if text is not None else None
+        if when > now + datetime.timedelta(seconds=FUTURE_SKEW_SECONDS):
+            why = f"dated {name[len(prefix) + 1 : -len('.dump')]}, after this machine's clock ({now.strftime(TICK_FORMAT)})"
+        elif text is None:
+            why = "no manifest: not made by etcd-kvm with a manifest (an older version, or another tool)"
+        elif fields is None:
+            why = "its manifest does not verify with restore.encryption_key"
+        elif fields["object"] != name:
+            why = f"its manifest is {fields['object']}'s: renamed or copied"
+        elif fields["cluster"] != cluster:
+            why = f"taken of another cluster ({fields['cluster']}), not this state directory's ({cluster or 'none made yet'})"
+        else:
+            trusted.append((when, name))
+            continue
+        ignored.append((name, why))
+    return trusted, ignored
+
+
+def retention(trusted, present, keep, max_age_seconds=0, now=None, uploaded=None):
+    """The objects to delete so that the `keep` newest of this cluster's snapshots stay, and none older than
+    `max_age_seconds` (0: no limit) but the newest: each such .dump, then its .key and .manifest. `uploaded`,
+    the one this run made, never goes; objects that are not this cluster's snapshots are never touched."""
+    old = trusted[: max(len(trusted) - keep, 0)]
+    if max_age_seconds and trusted:
         limit = (now or datetime.datetime.now(datetime.timezone.utc)) - datetime.timedelta(seconds=max_age_seconds)
-        old = dumps[: max(len(old), len([d for d in dumps[:-1] if d[0] < limit]))]
-    present = set(names)
+        old = trusted[: max(len(old), len([t for t in trusted[:-1] if t[0] < limit]))]
     deleted = []
     for _, name in old:
-        deleted.append(name)
-        key = name[: -len(".dump")] + ".key"
-        if key in present:
-            deleted.append(key)
+        if name == uploaded:
+            continue
+        stem = name[: -len(".dump")]
+        deleted += [object_name for object_name in (name, stem + ".key", stem + ".manifest") if object_name in present]
     return deleted
 
 
@@ -207,7 +280,9 @@ class Bucket:
         self.s3, self.access_key, self.secret_key = s3, access_key, secret_key
         self.base = s3["endpoint"].rstrip("/") + "/" + s3["bucket"]
 
-    def request(self, method, name="", query=None, body=None, payload_hash=hashlib.sha256(b"").hexdigest(), length=0, extra=None):
+    def request(
+        self, method, name="", query=None, body=None, payload_hash=hashlib.sha256(b"").hexdigest(), length=0, extra=None, limit=1 << 20
+    ):
         url = self.base + ("/" + urllib.parse.quote(name, safe="/-_.~:") if name else "")
         parts = urllib.parse.urlsplit(url)
         now = datetime.datetime.now(datetime.timezone.utc)
@@ -225,8 +300,11 @@ class Bucket:
         path = parts.path + ("?" + urllib.parse.urlencode(sorted(query.items()), quote_via=urllib.parse.quote) if query else "")
         connection.request(method, path, body=body, headers=headers)
         answer = connection.getresponse()
-        content = answer.read()
+        # Bounded: whoever answers for S3 (or sits on a plain http:// path) cannot fill the member's memory.
+        content = answer.read(limit + 1)
         connection.close()
+        if len(content) > limit:
+            raise RuntimeError(f"S3 {method} {name or self.s3['bucket']}: the answer is larger than {limit} bytes")
         if answer.status >= 300:
             raise RuntimeError(f"S3 {method} {name or self.s3['bucket']}: HTTP {answer.status} {content[:200]!r}")
         return content
@@ -245,7 +323,8 @@ class Bucket:
         names, token = [], None
         for _ in range(1000):
             query = {"list-type": "2", "prefix": prefix, **({"continuation-token": token} if token else {})}
-            root = ElementTree.fromstring(self.request("GET", query=query))
+            # A page lists at most 1000 keys: a few hundred KiB.
+            root = ElementTree.fromstring(self.request("GET", query=query, limit=4 << 20))
             space = {"s3": root.tag[1 : root.tag.index("}")]} if root.tag.startswith("{") else {}
             find = (lambda node, tag: node.findall(f"s3:{tag}", space)) if space else (lambda node, tag: node.findall(tag))
             names += [key.text for content in find(root, "Contents") for key in find(content, "Key")]
@@ -255,6 +334,9 @@ class Bucket:
                 return names
             token = tokens[0]
         raise RuntimeError(f"listing {prefix}* did not end after 1000 pages")
+
+    def get(self, name, limit):
+        return self.request("GET", name, limit=limit)
 
     def delete(self, name):
         self.request("DELETE", name)
@@ -309,22 +391,43 @@ def backup(config):
         etcdctl(config, ["snapshot", "save", snapshot])
         run["revision"] = snapshot_revision(config, snapshot)
         bucket = Bucket(s3, read_secret(config["secrets"]["access_key"]), read_secret(config["secrets"]["secret_key"]))
-        if config["secrets"].get("encryption_key"):
-            master = bytes.fromhex(read_secret(config["secrets"]["encryption_key"]))
-            sealed_key, digest = seal_file(snapshot, sealed, master)
-            # The key first: whoever sees the .dump can already open it (as the tool's own backup does).
-            bucket.put_bytes(name[: -len(".dump")] + ".key", sealed_key)
-            bucket.put_file(name, sealed, digest, {"revision": run["revision"]})
-            run["size"] = os.path.getsize(sealed)
-        else:
-            with open(snapshot, "rb") as file:
-                digest = hashlib.file_digest(file, "sha256").hexdigest()
-            bucket.put_file(name, snapshot, digest, {"revision": run["revision"]})
-            run["size"] = os.path.getsize(snapshot)
+        if not config["secrets"].get("encryption_key") or not config.get("cluster_id"):
+            raise RuntimeError("no encryption key or no cluster ID in the agent's configuration: a backup is sealed and bound to its cluster")
+        master = bytes.fromhex(read_secret(config["secrets"]["encryption_key"]))
+        sealed_key, digest = seal_file(snapshot, sealed, master)
+        stem = name[: -len(".dump")]
+        # The key first: whoever sees the .dump can already open it (as the tool's own backup does). The manifest
+        # last: until it is there the backup is not this cluster's (a run stopped half-way leaves objects that
+        # the restore and pruning pass over).
+        bucket.put_bytes(stem + ".key", sealed_key)
+        bucket.put_file(name, sealed, digest, {"revision": run["revision"]})
+        fields = {
+            "cluster": config["cluster_id"],
+            "object": name,
+            "revision": run["revision"],
+            "dump-sha256": digest,
+            "key-sha256": hashlib.sha256(sealed_key).hexdigest(),
+            "taken": tick,
+            "by": config["member"],
+        }
+        bucket.put_bytes(stem + ".manifest", manifest_text(fields, master).encode())
+        run["size"] = os.path.getsize(sealed)
         names = bucket.list(s3["object_prefix"] + "-")
-        deleted = retention(names, s3["object_prefix"], config["keep"], config.get("max_age_seconds", 0))
+        prefix = s3["object_prefix"]
+        manifests = {
+            manifest_name(dump): bucket.get(manifest_name(dump), MANIFEST_CAP_BYTES).decode(errors="replace")
+            for _, dump in snapshots_in(names, prefix)
+            if manifest_name(dump) in names
+        }
+        now = datetime.datetime.now(datetime.timezone.utc)
+        trusted, ignored = judge(names, manifests, prefix, config["cluster_id"], master, now)
+        deleted = retention(trusted, set(names), config["keep"], config.get("max_age_seconds", 0), now, uploaded=name)
         for old in deleted:
             bucket.delete(old)
+        # Said, never silently skipped: what a bucket writer planted shows in the journal and the run's record.
+        run["ignored"] = [f"{object_name}: {why}" for object_name, why in ignored][:20]
+        for line in run["ignored"]:
+            print(f"tick {tick}: ignored {line}")
         run.update(outcome="ok", pruned=deleted)
     except Exception as error:  # noqa: BLE001 - every failure is recorded and logged with its reason
         run.update(outcome="failed", error=str(error)[:500])

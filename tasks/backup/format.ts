@@ -1,5 +1,5 @@
 import { xchacha20poly1305 } from '@noble/ciphers/chacha';
-import { randomBytes } from 'node:crypto';
+import { randomBytes, type Hash } from 'node:crypto';
 
 /**
  * The snapshot format of the etcd-backup utility, which the seed module restores from:
@@ -64,6 +64,14 @@ export async function* rechunk(source: AsyncIterable<Uint8Array>, size: number):
   if (pendingBytes > 0) yield Buffer.concat(pending, pendingBytes);
 }
 
+/** A stream passed through as it is, each piece added to `hash` on the way (a manifest's SHA-256 of a sealed object). */
+export async function* hashedAlong<T extends Uint8Array>(source: AsyncIterable<T>, hash: Hash): AsyncGenerator<T> {
+  for await (const piece of source) {
+    hash.update(piece);
+    yield piece;
+  }
+}
+
 /** A new backup's data key, and the .key object that carries it sealed by the master key. */
 export function newDataKey(masterKey: Uint8Array): { dataKey: Uint8Array; sealedKey: Buffer } {
   const dataKey = randomBytes(KEY_BYTES);
@@ -90,44 +98,19 @@ export const backupTimestamp = (date: Date) => date.toISOString().replace(/\.\d{
 export const dumpObjectName = (prefix: string, timestamp: string) => `${prefix}-${timestamp}.dump`;
 export const keyObjectName = (dumpName: string) => dumpName.replace(/\.dump$/, '.key');
 
-interface Dump {
+export interface NamedSnapshot {
   name: string;
+  /** The time in its name, RFC 3339 UTC. */
   time: string;
 }
 
-/** The bucket's snapshots under a prefix, oldest first. Names that do not parse are not snapshots. */
-function dumpsIn(names: readonly string[], prefix: string): Dump[] {
+/** The bucket's snapshots under a prefix, by the time in their names, oldest first. Names that do not parse are not snapshots. */
+export function snapshotsIn(names: readonly string[], prefix: string): NamedSnapshot[] {
   const pattern = new RegExp(
     `^${prefix.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}-(\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}(?:\\.\\d+)?Z)\\.dump$`,
   );
   return names
     .map((name) => ({ name, time: pattern.exec(name)?.[1] }))
-    .filter((entry): entry is Dump => entry.time !== undefined && !Number.isNaN(Date.parse(entry.time)))
+    .filter((entry): entry is NamedSnapshot => entry.time !== undefined && !Number.isNaN(Date.parse(entry.time)))
     .sort((a, b) => Date.parse(a.time) - Date.parse(b.time));
-}
-
-/**
- * The snapshot to restore among the bucket's object names: the one at `timestamp` when given,
- * otherwise the latest. Names that do not parse are ignored.
- */
-export function chooseDump(names: readonly string[], prefix: string, timestamp = ''): string | undefined {
-  const dumps = dumpsIn(names, prefix);
-  if (timestamp) return dumps.find((entry) => entry.time === timestamp)?.name;
-  return dumps.at(-1)?.name;
-}
-
-/**
- * Retention: the `keep` newest snapshots stay, each older one goes with its .key object (the .dump
- * first: a key without its dump is harmless, a dump without its key is unreadable). Objects that are
- * not this prefix's snapshots are never touched; keep is at least 1, so the newest always stays.
- */
-export function retention(names: readonly string[], prefix: string, keep: number): { kept: string[]; deleted: string[] } {
-  if (!Number.isInteger(keep) || keep < 1) throw new RangeError(`keep must be a whole number of at least 1, not ${keep}`);
-  const dumps = dumpsIn(names, prefix);
-  const old = dumps.slice(0, Math.max(dumps.length - keep, 0));
-  const present = new Set(names);
-  return {
-    kept: dumps.slice(old.length).map((dump) => dump.name),
-    deleted: old.flatMap((dump) => [dump.name, ...(present.has(keyObjectName(dump.name)) ? [keyObjectName(dump.name)] : [])]),
-  };
 }

@@ -1,11 +1,4 @@
-import {
-  DeleteObjectCommand,
-  GetObjectCommand,
-  HeadObjectCommand,
-  ListObjectsV2Command,
-  PutObjectCommand,
-  S3Client,
-} from '@aws-sdk/client-s3';
+import { DeleteObjectCommand, GetObjectCommand, ListObjectsV2Command, PutObjectCommand, S3Client } from '@aws-sdk/client-s3';
 import { Agent } from 'node:https';
 import { Readable } from 'node:stream';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
@@ -104,13 +97,6 @@ export class SnapshotBucket {
     if (length > MAX_PUT_BYTES)
       throw new Error(`${name} is ${length} bytes, more than S3's 5 GiB for one upload; multipart uploads are not implemented`);
     await this.#client.send(new PutObjectCommand({ Bucket: this.settings.bucket, Key: name, Body: body, ContentLength: length }));
-  }
-
-  /** The revision a snapshot holds, where its uploader recorded it (the members' agent does: x-amz-meta-revision). */
-  async revisionOf(name: string): Promise<string | undefined> {
-    const head = await this.#client.send(new HeadObjectCommand({ Bucket: this.settings.bucket, Key: name }));
-    const revision = head.Metadata?.revision;
-    return revision && /^\d+$/.test(revision) ? revision : undefined;
   }
 
   /** One object at a time, in the order given (DeleteObjects would need a Content-MD5 that some S3-compatible servers refuse). */

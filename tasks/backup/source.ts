@@ -1,7 +1,11 @@
 import type { Readable } from 'node:stream';
 import { ETCD_MAX_QUOTA_BYTES, MiB, S3_KEY_OBJECT_CAP, type Cap } from '../core/limits.ts';
 import type { RestoreSettings } from '../inventory/model.ts';
-import { chooseDump, keyObjectName, masterKeyFromHex, openDataKey, openStream, sealedSize } from './format.ts';
+import { createHash } from 'node:crypto';
+import { dumpObjectName, hashedAlong, keyObjectName, masterKeyFromHex, openDataKey, openStream, sealedSize } from './format.ts';
+import type { BackupManifest } from './manifest.ts';
+import { judgeBucket } from './prune.ts';
+import type { IgnoredSnapshot } from './trust.ts';
 import { SnapshotBucket } from './s3.ts';
 import { SnapshotFile } from './snapshot-file.ts';
 
@@ -16,38 +20,94 @@ export function snapshotCap(quotaBytes: number = ETCD_MAX_QUOTA_BYTES): Cap {
   return { name: 's3-snapshot', bytes: sealedSize(database + 32) };
 }
 
+/** The snapshot a restore reads, and what is known of where it came from. */
+export interface ChosenSnapshot {
+  name: string;
+  /** Its verified manifest: this cluster's own, or (named explicitly) another cluster's made with the same key. */
+  manifest?: BackupManifest;
+  /** Why it is not this cluster's own, when restore.backup_timestamp named it anyway. */
+  unauthenticated?: string;
+  /** For the plan: whose it is, and what else the bucket held that was passed over. */
+  provenance: string;
+}
+
+/** A few ignored objects by name, with why: what a bucket writer planted is said, not silently skipped. */
+function ignoredNote(ignored: readonly IgnoredSnapshot[]): string {
+  if (ignored.length === 0) return '';
+  const named = ignored.slice(0, 3).map((snapshot) => `${snapshot.name} (${snapshot.why})`);
+  return `; ignored ${ignored.length} other snapshot(s) that are not this cluster's own: ${named.join(', ')}${ignored.length > 3 ? ', …' : ''}`;
+}
+
+const takenBy = (manifest: BackupManifest) => `taken by ${manifest.by} at revision ${manifest.revision}`;
+
 /**
- * The one snapshot every member restores from: chosen once per run (latest, or backup_timestamp),
- * downloaded and decrypted once on the control node — streamed into a private file, never whole in
- * memory —, its trailing SHA-256 checked, then pushed to each member from that file. The guests
- * never see S3 credentials or the master key.
+ * The one snapshot every member restores from: chosen once per run among the bucket's snapshots whose
+ * manifest proves them this cluster's own (backup/trust.ts; the latest, or backup_timestamp's, which
+ * may then be any snapshot, said to be unauthenticated), downloaded and decrypted once on the control
+ * node — streamed into a private file, never whole in memory —, its sealed objects checked against
+ * the manifest and its trailing SHA-256 against the data, then pushed to each member from that file.
+ * The guests never see S3 credentials or the master key.
  */
 export class SnapshotSource {
   readonly bucket: SnapshotBucket;
-  #chosen?: Promise<string>;
+  #chosen?: Promise<ChosenSnapshot>;
   #file?: Promise<SnapshotFile>;
 
   readonly #cap: Cap;
 
-  /** `quotaBytes`: etcd.space_quota, which bounds the snapshot's size (etcd's largest when not given). */
+  /**
+   * `quotaBytes`: etcd.space_quota, which bounds the snapshot's size (etcd's largest when not given).
+   * `clusterId`: the state directory's cluster ID when the snapshot is chosen (undefined before one was made).
+   */
   constructor(
     readonly restore: RestoreSettings,
     quotaBytes: number = ETCD_MAX_QUOTA_BYTES,
+    readonly clusterId: () => string | undefined = () => undefined,
   ) {
     this.bucket = new SnapshotBucket(restore.s3);
     this.#cap = snapshotCap(quotaBytes);
   }
 
-  choose(): Promise<string> {
-    this.#chosen ??= this.bucket.list(this.restore.s3.object_prefix).then((names) => {
-      const chosen = chooseDump(names, this.restore.s3.object_prefix, this.restore.backup_timestamp);
-      if (chosen) return chosen;
-      const which = this.restore.backup_timestamp
-        ? `${this.restore.s3.object_prefix}-${this.restore.backup_timestamp}.dump`
-        : `${this.restore.s3.object_prefix}-<timestamp>.dump`;
-      throw new Error(`no snapshot ${which} in ${this.bucket.where} (restore.s3.object_prefix, restore.backup_timestamp)`);
-    });
+  get #masterKey(): Uint8Array {
+    if (this.restore.encryption_key.isEmpty)
+      throw new Error('restore.encryption_key is empty: a backup cannot be authenticated without it');
+    return masterKeyFromHex(this.restore.encryption_key.reveal());
+  }
+
+  choose(): Promise<ChosenSnapshot> {
+    this.#chosen ??= this.#choose();
     return this.#chosen;
+  }
+
+  async #choose(): Promise<ChosenSnapshot> {
+    const prefix = this.restore.s3.object_prefix;
+    const verdict = await judgeBucket(this.bucket, { prefix, clusterId: this.clusterId(), masterKey: this.#masterKey, now: new Date() });
+    const timestamp = this.restore.backup_timestamp;
+    if (timestamp) {
+      const name = dumpObjectName(prefix, timestamp);
+      const own = verdict.trusted.find((snapshot) => snapshot.name === name);
+      if (own) return { name, manifest: own.manifest, provenance: `this cluster's, ${takenBy(own.manifest)}` };
+      const other = verdict.ignored.find((snapshot) => snapshot.name === name);
+      if (other)
+        return {
+          name,
+          ...(other.manifest ? { manifest: other.manifest } : {}),
+          unauthenticated: other.why,
+          provenance: `UNAUTHENTICATED: ${other.why}; restored only because restore.backup_timestamp names it`,
+        };
+      throw new Error(`no snapshot ${name} in ${this.bucket.where} (restore.s3.object_prefix, restore.backup_timestamp)`);
+    }
+    const latest = verdict.trusted.at(-1);
+    if (latest)
+      return {
+        name: latest.name,
+        manifest: latest.manifest,
+        provenance: `this cluster's latest, ${takenBy(latest.manifest)}${ignoredNote(verdict.ignored)}`,
+      };
+    throw new Error(
+      `no backup of this cluster under ${prefix}- in ${this.bucket.where}${ignoredNote(verdict.ignored)}. ` +
+        'To restore one of those anyway, name it with restore.backup_timestamp (the plan then says it is unauthenticated).',
+    );
   }
 
   /** The verified snapshot on the control node's disk: a new stream of it for each member. */
@@ -56,17 +116,20 @@ export class SnapshotSource {
   }
 
   #fetch(): Promise<SnapshotFile> {
-    this.#file ??= this.choose().then(async (name) => {
-      const key = this.restore.encryption_key;
+    this.#file ??= this.choose().then(async (chosen) => {
       const file = new SnapshotFile('restore');
       try {
-        const dump = await this.bucket.getStream(name, this.#cap);
-        await file.write(
-          key.isEmpty
-            ? dump
-            : openStream(dump, openDataKey(await this.bucket.get(keyObjectName(name), S3_KEY_OBJECT_CAP), masterKeyFromHex(key.reveal()))),
-        );
-        await file.verify(`${name}${key.isEmpty ? ' (restore.encryption_key is empty: read as unencrypted)' : ''}`);
+        const sealedKey = await this.bucket.get(keyObjectName(chosen.name), S3_KEY_OBJECT_CAP);
+        const dumpHash = createHash('sha256');
+        const dump = (await this.bucket.getStream(chosen.name, this.#cap)) as AsyncIterable<Buffer>;
+        await file.write(openStream(hashedAlong(dump, dumpHash), openDataKey(sealedKey, this.#masterKey)));
+        const manifest = chosen.manifest;
+        if (manifest) {
+          const keyHash = createHash('sha256').update(sealedKey).digest('hex');
+          if (keyHash !== manifest.keySha256 || dumpHash.digest('hex') !== manifest.dumpSha256)
+            throw new Error(`${chosen.name} or its .key is not what its manifest recorded: replaced in the bucket, or damaged`);
+        }
+        await file.verify(chosen.name);
         return file;
       } catch (error) {
         file.remove();

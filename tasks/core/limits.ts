@@ -46,6 +46,9 @@ export const SEED_IMAGE_CAP: Cap = { name: 'seed-image', bytes: 64 * MiB };
 /** A backup's .key object: 72 bytes (a nonce, a 32-byte data key, a tag). */
 export const S3_KEY_OBJECT_CAP: Cap = { name: 's3-key-object', bytes: 4 * KiB };
 
+/** A backup's .manifest object: nine short lines (backup/manifest.ts). */
+export const S3_MANIFEST_OBJECT_CAP: Cap = { name: 's3-manifest-object', bytes: 4 * KiB };
+
 /** etcd's documented maximum backend quota (the inventory's etcd.space_quota cannot exceed it): the largest a database, so a snapshot, can be. */
 export const ETCD_MAX_QUOTA_BYTES = 8 * GiB;
 

@@ -105,7 +105,12 @@ export class DeployContext {
     const store = await PkiStore.open(inventory.stateDir);
     // Loaded only when needed: importing the S3 SDK costs ~120 ms at every start otherwise.
     const snapshots = inventory.restore.enabled
-      ? new (await import('../backup/source.ts')).SnapshotSource(inventory.restore, inventory.etcd.space_quota)
+      ? new (await import('../backup/source.ts')).SnapshotSource(
+          inventory.restore,
+          inventory.etcd.space_quota,
+          // Read when the snapshot is chosen: a run on a new state directory makes the ID in its pki step.
+          () => identityFrom(inventory, store).id,
+        )
       : undefined;
     return new DeployContext(inventory, store, snapshots, new Set(adopt), facts);
   }

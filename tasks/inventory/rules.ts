@@ -754,7 +754,13 @@ const restoreSettingsAreSound: Rule = (doc) =>
         message: `${JSON.stringify(restore.backup_timestamp)} is not an RFC 3339 UTC timestamp`,
         hint: 'as in the object name, e.g. 2026-11-21T10:00:00Z; leave empty for the latest',
       });
-    if (!restore.encryption_key.isEmpty && !/^[0-9a-fA-F]{64}$/.test(restore.encryption_key.reveal()))
+    if (restore.encryption_key.isEmpty)
+      problems.push({
+        path: [...path, 'encryption_key'],
+        message: 'is empty while restore.enabled is true',
+        hint: "a restore reads only backups whose manifest verifies with this key (etcd-backup's 64-hex-digit master key)",
+      });
+    else if (!/^[0-9a-fA-F]{64}$/.test(restore.encryption_key.reveal()))
       problems.push({
         path: [...path, 'encryption_key'],
         message: 'is not 32 bytes of hex (64 hex digits)',
@@ -819,6 +825,12 @@ const backupSettingsAreSound: Rule = (doc) => {
       path: ['members', 0, 'restore', 's3', field],
       message: 'is empty while backup.enabled is true',
       hint: 'the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    });
+  if (first.restore.encryption_key.isEmpty)
+    problems.push({
+      path: ['members', 0, 'restore', 'encryption_key'],
+      message: 'is empty while backup.enabled is true',
+      hint: "every backup is sealed and authenticated with it (etcd-backup's 64-hex-digit master key): set restore.encryption_key under defaults",
     });
   doc.members.forEach((member, i) => {
     if (s3Target(member) !== s3Target(first))

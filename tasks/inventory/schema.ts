@@ -199,8 +199,16 @@ const restore = z
       .strict()
       .default({})
       .describe('Where the snapshots are: the bucket `backup` uploads to and a restore downloads from (path-style requests).'),
-    encryption_key: optionalSecret.describe("etcd-backup's master key, 64 hex digits (32 bytes); empty: snapshots are not encrypted."),
-    backup_timestamp: line.default('').describe('Restore the snapshot taken at this RFC 3339 time; empty: the latest.'),
+    encryption_key: optionalSecret.describe(
+      "etcd-backup's master key, 64 hex digits (32 bytes): seals every backup and keys its manifest. Required with `backup.enabled` " +
+        'or `restore.enabled`.',
+    ),
+    backup_timestamp: line
+      .default('')
+      .describe(
+        "Restore the snapshot taken at this RFC 3339 time, even one that is not this cluster's own (the plan then says it is " +
+          "unauthenticated, and why); empty: this cluster's latest.",
+      ),
   })
   .strict()
   .default({})

@@ -28,6 +28,8 @@ export interface CloudInitInput {
   /** The key the tool itself logs in with, authorised next to the operator's. */
   toolSshPublicKey?: string;
   initialClusterState: InitialClusterState;
+  /** The state directory's cluster ID, which the agent binds into every backup's manifest (absent in a new cluster's dry-run). */
+  clusterId?: string;
   writeSecret: SecretWriter;
 }
 
@@ -75,7 +77,7 @@ export function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
     fluentBitFragment({ fluentbit: member.services.fluentbit, dynamic: usesDynamicConfig(member.services) }, writeSecret),
     fluentBitDynamicFragment(member.services, writeSecret),
     vaultAgentFragment(member.services.vault_agent, writeSecret),
-    memberAgentFragment(inventory, member, input.tls, writeSecret),
+    memberAgentFragment({ inventory, member, tls: input.tls, clusterId: input.clusterId }, writeSecret),
   ];
   return [...features, textfileFragment(input.tls, features, agentInEtcd(inventory))];
 }

@@ -39,6 +39,7 @@ function cloudInitInput(context: RenderContext, member: Member): Omit<CloudInitI
     tls: pki.members.get(member.name) ?? {},
     ...(pki.adminSshPublicKey ? { toolSshPublicKey: pki.adminSshPublicKey } : {}),
     initialClusterState: context.initialClusterState,
+    ...(pki.identity.id ? { clusterId: pki.identity.id } : {}),
   };
 }
 

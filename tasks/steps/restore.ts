@@ -1,4 +1,4 @@
-import type { SnapshotSource } from '../backup/source.ts';
+import type { ChosenSnapshot, SnapshotSource } from '../backup/source.ts';
 import type { Step } from '../core/step.ts';
 import { waitForCloudInit } from '../guest/facts.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -22,7 +22,7 @@ interface RestoreState {
   /** Why the member could not be asked, in a dry-run while it boots (a run waits, then fails instead). */
   unreachable?: string;
   restored: boolean;
-  snapshot?: string;
+  snapshot?: ChosenSnapshot;
 }
 
 export function restoreStep(
@@ -60,7 +60,7 @@ export function restoreStep(
       const later = state.unreachable ? ' (once the member has booted)' : '';
       return [
         {
-          summary: `restore ${name}'s data directory from ${state.snapshot} in ${source.bucket.where}, then start etcd${later}`,
+          summary: `restore ${name}'s data directory from ${state.snapshot?.name} in ${source.bucket.where}, then start etcd${later} (${state.snapshot?.provenance})`,
           action: 'restore',
         },
       ];

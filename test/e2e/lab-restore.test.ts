@@ -59,6 +59,43 @@ const dumps = () =>
     .sort();
 const timeOf = (dump: string) => Date.parse(/-(\d{4}-.*Z)\.dump$/.exec(dump)![1]!);
 
+/** The lab's bucket through the S3 API, as anyone holding only its keys reaches it. */
+const labBucket = () =>
+  new SnapshotBucket({
+    ...s3Settings,
+    region: '',
+    ca_cert: '',
+    access_key: new Secret('S3RVER'),
+    secret_key: new Secret('S3RVER'),
+  } as never);
+const BACKUP_OBJECTS = ['dump', 'key', 'manifest'];
+
+/**
+ * An attacker with only the bucket's keys: a backup's objects (.dump, .key and its manifest) copied under
+ * another time, as the attack that once made pruning delete every real backup and the restore roll back.
+ */
+async function plantCopy(of: string, timestamp: string): Promise<string> {
+  const bucket = labBucket();
+  try {
+    for (const kind of BACKUP_OBJECTS)
+      await bucket.put(`lab-${timestamp}.${kind}`, await bucket.get(of.replace(/\.dump$/, `.${kind}`), { name: 'e2e', bytes: 1 << 30 }));
+  } finally {
+    bucket.close();
+  }
+  return `lab-${timestamp}.dump`;
+}
+
+async function removePlanted(planted: string): Promise<void> {
+  const bucket = labBucket();
+  try {
+    for (const kind of BACKUP_OBJECTS) await bucket.delete(planted.replace(/\.dump$/, `.${kind}`));
+  } finally {
+    bucket.close();
+  }
+}
+
+const PLANTED_IN_2099 = '2099-01-01T00:00:00Z';
+
 async function until(what: string, condition: () => boolean, timeoutMs: number): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!condition()) {
@@ -112,17 +149,25 @@ scenario('scheduled backups: one member takes each tick, also with a member stop
   const written = Date.now();
   // Two ticks after the keys: the second one prunes (keep 2) whatever the first boots' ticks left.
   await until('two backups after the keys', () => dumps().filter((dump) => timeOf(dump) > written).length >= 2, 4 * 60_000);
+  // The oldest backup copied under a name dated 2099: the agents' pruning passes it over and never deletes it.
+  const planted = await plantCopy(dumps()[0]!, PLANTED_IN_2099);
+  t.teardown(() => removePlanted(planted));
+  const real = () => dumps().filter((dump) => dump !== planted);
 
   // A member whose etcd is down takes no backup; the others still take every tick.
   t.is(memberSsh('etcd-3', 'sudo systemctl stop etcd').status, 0);
   const stopped = Date.now();
   // Ticks are the schedule's elapses on the members' clocks, which the lab's guests keep within seconds of the host's.
-  await until('a backup while etcd-3 is stopped', () => dumps().some((dump) => timeOf(dump) > stopped + 5_000), 3 * 60_000);
+  await until('a backup while etcd-3 is stopped', () => real().some((dump) => timeOf(dump) > stopped + 5_000), 3 * 60_000);
   t.is(memberSsh('etcd-3', 'sudo systemctl start etcd').status, 0);
 
-  const bucket = dumps();
+  const bucket = real();
   t.is(bucket.length, KEEP, bucket.join(', '));
-  for (const dump of bucket) t.true(readdirSync(join(s3!.dir, s3!.bucket)).includes(`${dump.replace(/\.dump$/, '.key')}._S3rver_object`));
+  t.true(dumps().includes(planted), 'the planted copy is left alone');
+  const stored = readdirSync(join(s3!.dir, s3!.bucket));
+  for (const dump of bucket)
+    for (const kind of ['key', 'manifest'])
+      t.true(stored.includes(`${dump.replace(/\.dump$/, `.${kind}`)}._S3rver_object`), `${dump} ${kind}`);
   // Sealed: the raw object does not contain the values written.
   t.false(readFileSync(join(s3!.dir, s3!.bucket, `${bucket.at(-1)}._S3rver_object`)).includes('value 1'));
 
@@ -139,6 +184,11 @@ scenario('scheduled backups: one member takes each tick, also with a member stop
   t.deepEqual(
     lines.filter(({ line }) => line.includes('backup failed')),
     [],
+  );
+  // The agent that pruned after the plant said what it passed over, and why.
+  t.true(
+    lines.some(({ line }) => line.includes(`: ignored ${planted}: dated ${PLANTED_IN_2099}, after this machine's clock`)),
+    'the planted copy is named in a journal',
   );
   const stoppedTick = [...takers].find(([tick]) => Date.parse(tick) > stopped + 5_000);
   t.truthy(stoppedTick);
@@ -192,20 +242,14 @@ scenario("backup from the control node too → teardown → deploy restoring the
   t.is(backup.status, 0, backup.stderr);
   t.regex(
     backup.stdout,
-    /^backed up \d+ bytes from etcd-\d to s3 bucket etcd-backups at http:\/\/127\.0\.0\.1:\d+ as lab-\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\.dump \(encrypted\)$/m,
+    /^backed up \d+ bytes from etcd-\d to s3 bucket etcd-backups at http:\/\/127\.0\.0\.1:\d+ as lab-\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\.dump \(encrypted, with its manifest\)$/m,
   );
   t.false(backup.stdout.includes(MASTER_KEY) || backup.stderr.includes(MASTER_KEY));
-  const bucket = new SnapshotBucket({
-    ...s3Settings,
-    region: '',
-    ca_cert: '',
-    access_key: new Secret('S3RVER'),
-    secret_key: new Secret('S3RVER'),
-  } as never);
+  const bucket = labBucket();
   const made = /as (lab-\S+\.dump)/.exec(backup.stdout)![1]!;
   const objects = await bucket.list('lab-');
   bucket.close();
-  t.true(objects.includes(made) && objects.includes(made.replace(/\.dump$/, '.key')), objects.join(', '));
+  for (const kind of BACKUP_OBJECTS) t.true(objects.includes(made.replace(/\.dump$/, `.${kind}`)), `${kind}: ${objects.join(', ')}`);
   t.false(readFileSync(join(s3!.dir, s3!.bucket, `${made}._S3rver_object`)).includes('value 1'));
 
   // Tear everything down: VMs, volumes, network, pools. Only the state directory (PKI) and S3 remain.
@@ -262,44 +306,49 @@ scenario("backup from the control node too → teardown → deploy restoring the
   t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/after-restore']).stdout.trim(), 'yes');
 });
 
-scenario('backup --keep 2: two more backups of the restored cluster leave the two newest, each with its key', async (t) => {
-  const listing = async () => {
-    const bucket = new SnapshotBucket({
-      ...s3Settings,
-      region: '',
-      ca_cert: '',
-      access_key: new Secret('S3RVER'),
-      secret_key: new Secret('S3RVER'),
-    } as never);
-    try {
-      return (await bucket.list('lab-')).sort();
-    } finally {
-      bucket.close();
+scenario(
+  'backup --keep 2: two more backups of the restored cluster leave the two newest, each with its key and manifest; a replayed copy pushes none out',
+  async (t) => {
+    const listing = async () => {
+      const bucket = labBucket();
+      try {
+        return (await bucket.list('lab-')).sort();
+      } finally {
+        bucket.close();
+      }
+    };
+    // The agents' and the control node's backups are there; the restored cluster takes none.
+    const before = (await listing()).filter((name) => name.endsWith('.dump'));
+    t.true(before.length > 0);
+    // A real backup replayed under a name newer than any (a minute ahead: within the clocks' allowed skew), with its
+    // manifest: before manifests, it was the newest and pushed a real backup out.
+    const replayed = await plantCopy(before[0]!, new Date(Date.now() + 60_000).toISOString().replace(/\.\d{3}Z$/, 'Z'));
+    t.teardown(() => removePlanted(replayed));
+    const made: string[] = [];
+    for (const round of [1, 2]) {
+      // Object names carry the time to the second: never two in one second.
+      await new Promise((resolve) => setTimeout(resolve, 1_100));
+      const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY, '--keep', '2'], {
+        timeoutMs: 5 * 60_000,
+      });
+      t.is(backup.status, 0, backup.stderr);
+      made.push(/ as (lab-\S+\.dump) /.exec(backup.stdout)![1]!);
+      t.regex(
+        backup.stdout,
+        round === 1
+          ? /\nkept 2 snapshot\(s\) .*; deleted \d+ object\(s\)/m // whatever the agents and the control node left: only these two stay
+          : /\nkept 2 snapshot\(s\) .*; deleted 3 object\(s\): lab-\S+\.dump, lab-\S+\.key, lab-\S+\.manifest$/m,
+      );
+      t.true(backup.stdout.includes(`\nignored ${replayed}: its manifest is ${before[0]}'s: renamed or copied`), backup.stdout);
     }
-  };
-  // The agents' and the control node's backups are there; the restored cluster takes none.
-  t.true((await listing()).some((name) => name.endsWith('.dump')));
-  const made: string[] = [];
-  for (const round of [1, 2]) {
-    // Object names carry the time to the second: never two in one second.
-    await new Promise((resolve) => setTimeout(resolve, 1_100));
-    const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY, '--keep', '2'], { timeoutMs: 5 * 60_000 });
-    t.is(backup.status, 0, backup.stderr);
-    made.push(/ as (lab-\S+\.dump) /.exec(backup.stdout)![1]!);
-    t.regex(
-      backup.stdout,
-      round === 1
-        ? /\nkept 2 snapshot\(s\) .*; deleted \d+ object\(s\)/m // whatever the agents and the control node left: only these two stay
-        : /\nkept 2 snapshot\(s\) .*; deleted 2 object\(s\): lab-\S+\.dump, lab-\S+\.key$/m,
-    );
-  }
-  const after = await listing();
-  t.deepEqual(after, made.flatMap((dump) => [dump, dump.replace(/\.dump$/, '.key')]).sort());
-  const refused = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY, '--keep', '0']);
-  t.is(refused.status, 2);
-  t.regex(refused.stderr, /--keep 0: give a whole number of at least 1/);
-  t.deepEqual(await listing(), after);
-});
+    const after = await listing();
+    t.deepEqual(after, [...made, replayed].flatMap((dump) => BACKUP_OBJECTS.map((kind) => dump.replace(/\.dump$/, `.${kind}`))).sort());
+    const refused = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY, '--keep', '0']);
+    t.is(refused.status, 2);
+    t.regex(refused.stderr, /--keep 0: give a whole number of at least 1/);
+    t.deepEqual(await listing(), after);
+  },
+);
 
 scenario(
   'quorum loss: two members destroyed with their disks; status and deploy say so; recover (killed once, run again) brings back three voting members with every key; the next deploy changes nothing',
@@ -410,6 +459,9 @@ scenario(
     t.is(backup.status, 0, backup.stderr);
     const latest = /as (lab-\S+\.dump)/.exec(backup.stdout)![1]!;
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/snapshot/after', 'not in the backup']).status, 0);
+    // The latest copied under a name dated 2099 (once restored for being the newest name): passed over, and said.
+    const planted = await plantCopy(latest, PLANTED_IN_2099);
+    t.teardown(() => removePlanted(planted));
 
     destroyWithDisks(t, ['etcd-1', 'etcd-2', 'etcd-3']);
 
@@ -418,6 +470,10 @@ scenario(
     t.is(dry.status, 0, dry.stdout + dry.stderr);
     t.regex(dry.stdout, new RegExp(`^recover from ${latest.replace(/[.]/g, '\\.')} in s3 bucket etcd-backups at \\S+, taken \\S+ `, 'm'));
     t.regex(dry.stdout, /every write after \S+ is lost$/m);
+    t.true(
+      dry.stdout.includes(`ignored 1 other snapshot(s) that are not this cluster's own: ${planted} (dated ${PLANTED_IN_2099}`),
+      dry.stdout,
+    );
 
     const started = Date.now();
     const recovered = run(process.execPath, recoverArgs, { timeoutMs: 30 * 60_000 });

@@ -45,10 +45,17 @@ command, argument = sys.argv[1], json.loads(sys.argv[2])
 if command == "seal":
     sealed_key, digest = agent.seal_file(argument["source"], argument["destination"], bytes.fromhex(argument["master_key"]))
     print(json.dumps({"key": sealed_key.hex(), "sha256": digest}))
-elif command == "retention":
-    now = datetime.datetime.fromisoformat(argument["now"]) if "now" in argument else None
-    args = (argument["names"], argument["prefix"], argument["keep"], argument.get("max_age_seconds", 0), now)
-    print(json.dumps(agent.retention(*args)))
+elif command == "manifest":
+    print(json.dumps(agent.manifest_text(argument["fields"], bytes.fromhex(argument["master_key"]))))
+elif command == "judge-and-retain":
+    # The agent's pruning decision: which snapshots are this cluster's own, and which objects go.
+    now = datetime.datetime.fromisoformat(argument["now"])
+    master = bytes.fromhex(argument["master_key"])
+    trusted, ignored = agent.judge(argument["names"], argument["manifests"], argument["prefix"], argument["cluster"], master, now)
+    deleted = agent.retention(
+        trusted, set(argument["names"]), argument["keep"], argument.get("max_age_seconds", 0), now, argument.get("uploaded")
+    )
+    print(json.dumps({"trusted": [name for _, name in trusted], "ignored": [list(entry) for entry in ignored], "deleted": deleted}))
 elif command == "sign":
     now = datetime.datetime.strptime(argument["now"], "%Y%m%dT%H%M%SZ")
     args = (argument["method"], argument["url"], argument["region"], argument["access_key"], argument["secret_key"])

@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { backupTimestamp, dumpObjectName, masterKeyFromHex, openDataKey, openStream, retention } from '../../tasks/backup/format.ts';
+import { backupTimestamp, dumpObjectName, masterKeyFromHex, openDataKey, openStream } from '../../tasks/backup/format.ts';
 import { AGENT_USER } from '../../tasks/inventory/tool-users.ts';
 import { AGENT_PATHS, BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS } from '../../tasks/render/guest/member-agent.ts';
 import { MANIFEST_PATH } from '../../tasks/render/guest/textfile.ts';
@@ -50,34 +50,8 @@ test('a snapshot the agent seals is opened by the restore with the master key, c
   t.throws(() => openDataKey(Buffer.from(sealed.key, 'hex'), masterKeyFromHex('c5'.repeat(32))), { message: /does not decrypt/ });
 });
 
-test('the agent and the tool prune the same objects, and name snapshots alike', (t) => {
-  const names = [
-    'lab-2026-11-25T01:00:00Z.dump',
-    'lab-2026-11-25T01:00:00Z.key',
-    'lab-2026-11-25T03:00:00Z.dump',
-    'lab-2026-11-25T02:00:00Z.dump',
-    'lab-2026-11-25T02:00:00Z.key',
-    'lab-2026-11-25T04:00:00.5Z.dump',
-    'lab-notes.txt',
-    'labx-2026-11-25T00:00:00Z.dump',
-    'lab-2026-11-25T05:00:00Z.key',
-  ];
-  for (const keep of [1, 2, 3, 4, 10]) {
-    const tool = retention(names, 'lab', keep).deleted;
-    t.deepEqual(agent<string[]>('retention', { names, prefix: 'lab', keep }), tool, `keep ${keep}`);
-  }
-  t.deepEqual(retention(names, 'lab', 2).deleted, [
-    'lab-2026-11-25T01:00:00Z.dump',
-    'lab-2026-11-25T01:00:00Z.key',
-    'lab-2026-11-25T02:00:00Z.dump',
-    'lab-2026-11-25T02:00:00Z.key',
-  ]);
-  // By age too: none older than the limit stays, but the newest always does.
-  const byAge = (maxAgeSeconds: number, keep = 10) =>
-    agent<string[]>('retention', { names, prefix: 'lab', keep, max_age_seconds: maxAgeSeconds, now: '2026-11-25T05:30:00+00:00' });
-  t.deepEqual(byAge(3 * 3600 + 31 * 60), ['lab-2026-11-25T01:00:00Z.dump', 'lab-2026-11-25T01:00:00Z.key']);
-  t.deepEqual(byAge(60), retention(names, 'lab', 1).deleted);
-  t.deepEqual(byAge(3 * 3600 + 60, 2), retention(names, 'lab', 2).deleted);
+// Which snapshots the agent trusts and prunes: test/unit/backup-trust.test.ts, against the tool's own tables.
+test('the agent names snapshots as the tool does', (t) => {
   const when = new Date('2026-11-25T03:04:05.678Z');
   t.is(agent<string>('dump-name', { prefix: 'lab', when: '2026-11-25T03:04:05.678+00:00' }), dumpObjectName('lab', backupTimestamp(when)));
 });
@@ -168,7 +142,7 @@ test('every member gets the agent, its timer and its secrets 0400 to etcd; nothi
 
 test('a task turned off is retired: its units and files (the S3 secrets with backups, all of the agent with both off), never what is written', async (t) => {
   const render = async (backup: boolean, defrag: boolean) => {
-    const doc = withBackup({ enabled: backup, schedule: '*:0/15', keep: 5 }, { s3, encryption_key: '' });
+    const doc = withBackup({ enabled: backup, schedule: '*:0/15', keep: 5 }, { s3, encryption_key: 'ab'.repeat(32) });
     const inventory = load({ ...doc, maintenance: { defrag: { enabled: defrag, schedule: '*:0/10' } } });
     const guest = (await renderWithPki(inventory)).guests.get('etcd-2')!;
     const written = new Set(guest.files.map((file) => file.path));
@@ -181,11 +155,8 @@ test('a task turned off is retired: its units and files (the S3 secrets with bac
   };
   const backupOnly = await render(true, false);
   t.deepEqual(backupOnly.units, [DEFRAG_UNITS.timer, DEFRAG_UNITS.service]);
-  // No encryption key in this inventory: the one an earlier configuration wrote goes too.
-  t.deepEqual(
-    backupOnly.paths.sort(),
-    [AGENT_PATHS.encryptionKey, AGENT_PATHS.s3Ca, AGENT_PATHS.defragService, AGENT_PATHS.defragTimer].sort(),
-  );
+  // No S3 CA in this inventory: the one an earlier configuration wrote goes too.
+  t.deepEqual(backupOnly.paths.sort(), [AGENT_PATHS.s3Ca, AGENT_PATHS.defragService, AGENT_PATHS.defragTimer].sort());
 
   const defragOnly = await render(false, true);
   t.deepEqual(defragOnly.units, [BACKUP_UNITS.timer, BACKUP_UNITS.service]);
@@ -217,6 +188,7 @@ test('backups are refused, with paths, where the agent could not write', (t) => 
     'members[0].restore.s3.object_prefix (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
     'members[0].restore.s3.access_key (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
     'members[0].restore.s3.secret_key (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    "members[0].restore.encryption_key (member etcd-1): is empty while backup.enabled is true — every backup is sealed and authenticated with it (etcd-backup's 64-hex-digit master key): set restore.encryption_key under defaults",
   ]);
   const password = withBackup({ enabled: true });
   (password as Record<string, unknown>).etcd = { client_cert_auth: false };

@@ -5,13 +5,11 @@ import { createRequire } from 'node:module';
 import {
   BackupFormatError,
   CHUNK_BYTES,
-  chooseDump,
   masterKeyFromHex,
   newDataKey,
   openDataKey,
   openStream,
   rechunk,
-  retention,
   sealedSize,
   sealStream,
 } from '../../tasks/backup/format.ts';
@@ -115,50 +113,4 @@ test('a wrong master key or a damaged chunk is an error that says so', async (t)
     instanceOf: BackupFormatError,
     message: /chunk 1 of the snapshot does not decrypt/,
   });
-});
-
-test('the latest dump is chosen unless a timestamp names one; other objects are ignored', (t) => {
-  const names = [
-    'etcd-2026-11-20T10:00:00Z.dump',
-    'etcd-2026-11-20T10:00:00Z.key',
-    'etcd-2026-11-21T09:30:00Z.dump',
-    'etcd-2026-11-21T09:30:00Z.key',
-    'etcd-2026-11-19T23:59:59Z.dump',
-    'etcd-other-2026-11-22T00:00:00Z.dump',
-    'etcd-garbage.dump',
-  ];
-  t.is(chooseDump(names, 'etcd'), 'etcd-2026-11-21T09:30:00Z.dump');
-  t.is(chooseDump(names, 'etcd', '2026-11-20T10:00:00Z'), 'etcd-2026-11-20T10:00:00Z.dump');
-  t.is(chooseDump(names, 'etcd', '2026-01-01T00:00:00Z'), undefined);
-  t.is(chooseDump(names, 'etcd-other'), 'etcd-other-2026-11-22T00:00:00Z.dump');
-});
-
-test('retention: the N newest snapshots stay; older ones go with their keys, dump first; other objects are never touched', (t) => {
-  const names = [
-    'lab-2026-11-20T10:00:00Z.dump',
-    'lab-2026-11-20T10:00:00Z.key',
-    'lab-2026-11-22T10:00:00Z.dump',
-    'lab-2026-11-22T10:00:00Z.key',
-    'lab-2026-11-21T10:00:00Z.dump', // not encrypted: no key
-    'lab-2026-11-19T10:00:00Z.key', // a key whose dump is gone: not a snapshot, left alone
-    'lab-notes.txt',
-    'other-2026-11-01T10:00:00Z.dump',
-  ];
-  t.deepEqual(retention(names, 'lab', 2), {
-    kept: ['lab-2026-11-21T10:00:00Z.dump', 'lab-2026-11-22T10:00:00Z.dump'],
-    deleted: ['lab-2026-11-20T10:00:00Z.dump', 'lab-2026-11-20T10:00:00Z.key'],
-  });
-  t.deepEqual(retention(names, 'lab', 1).deleted, [
-    'lab-2026-11-20T10:00:00Z.dump',
-    'lab-2026-11-20T10:00:00Z.key',
-    'lab-2026-11-21T10:00:00Z.dump',
-  ]);
-  t.deepEqual(retention(names, 'lab', 3).deleted, []);
-  t.deepEqual(retention(names, 'lab', 10).deleted, []);
-  t.deepEqual(retention([], 'lab', 1), { kept: [], deleted: [] });
-});
-
-test('retention: keep 0 (or not a whole number) is refused: the newest snapshot is never deleted', (t) => {
-  for (const keep of [0, -1, 1.5, Number.NaN])
-    t.throws(() => retention(['lab-2026-11-22T10:00:00Z.dump'], 'lab', keep), { instanceOf: RangeError });
 });

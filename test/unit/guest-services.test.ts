@@ -478,7 +478,7 @@ test('password mode: clients are not asked for certificates; restore mode: etcd 
     access_key: 'AKIA-E2E-ACCESS-KEY',
     secret_key: 'S3-SECRET-KEY-NEVER-IN-A-GUEST',
   };
-  const restoring = userDataOf(withDefaults({ restore: { enabled: true, s3 } }));
+  const restoring = userDataOf(withDefaults({ restore: { enabled: true, s3, encryption_key: 'ab'.repeat(32) } }));
   t.regex(restoring.writes.get('/etc/systemd/system/etcd.service')!.content, /^ConditionPathExists=\/var\/lib\/etcd\/member$/m);
   // S3 credentials never reach the guest: the tool fetches the snapshot itself.
   for (const value of [s3.endpoint, s3.access_key, s3.secret_key]) t.false(restoring.content.includes(value), value);
@@ -534,9 +534,11 @@ test('invalid combinations of the optional features are reported with their path
       'members[0].restore.s3.object_prefix',
       'members[0].restore.s3.access_key',
       'members[0].restore.s3.secret_key',
+      'members[0].restore.encryption_key',
     ],
   );
   const s3 = { endpoint: 'http://127.0.0.1:9000', bucket: 'b', object_prefix: 'etcd', access_key: 'a', secret_key: 's' };
+  const key = 'ab'.repeat(32);
   t.deepEqual(
     problemsOf(
       withDefaults(
@@ -550,15 +552,15 @@ test('invalid combinations of the optional features are reported with their path
       "members[0].restore.encryption_key (member etcd-1): is not 32 bytes of hex (64 hex digits) — etcd-backup's master key format",
     ],
   );
-  t.deepEqual(problemsOf(withDefaults({}, (doc) => (doc.members[1]!.restore = { enabled: true, s3 }))), [
+  t.deepEqual(problemsOf(withDefaults({}, (doc) => (doc.members[1]!.restore = { enabled: true, s3, encryption_key: key }))), [
     'members[0].restore.enabled (member etcd-1): is false while other members restore — all members restore from the same snapshot: set restore once under defaults',
     'members[2].restore.enabled (member etcd-3): is false while other members restore — all members restore from the same snapshot: set restore once under defaults',
   ]);
   t.deepEqual(
     problemsOf(
       withDefaults(
-        { restore: { enabled: true, s3 } },
-        (doc) => (doc.members[2]!.restore = { enabled: true, s3: { ...s3, bucket: 'other' } }),
+        { restore: { enabled: true, s3, encryption_key: key } },
+        (doc) => (doc.members[2]!.restore = { enabled: true, s3: { ...s3, bucket: 'other' }, encryption_key: key }),
       ),
     ),
     [

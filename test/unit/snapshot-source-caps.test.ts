@@ -1,8 +1,11 @@
 import test from 'ava';
+import { createHash } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { KiB, MiB } from '../../tasks/core/limits.ts';
 import { Secret } from '../../tasks/core/secret.ts';
+import { masterKeyFromHex, newDataKey, sealStream } from '../../tasks/backup/format.ts';
+import { manifestObjectName, renderManifest } from '../../tasks/backup/manifest.ts';
 import * as source from '../../tasks/backup/source.ts';
 import type { RestoreSettings } from '../../tasks/inventory/model.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
@@ -22,6 +25,8 @@ interface Body {
   bytes: number;
   /** Say the length up front (Content-Length), or send it chunked. */
   announced: boolean;
+  /** What the body is made of, repeated to `bytes` (filler bytes when absent). */
+  content?: Buffer;
 }
 
 /** How many bytes of the object the stand-in has sent, by name: a cap must stop the download, not only fail it at the end. */
@@ -52,7 +57,7 @@ function answer(objects: Record<string, Body>, sent: Sent) {
       ...(body.announced ? { 'content-length': String(body.bytes) } : {}),
     });
     sent.set(name, 0);
-    const chunk = Buffer.alloc(64 * KiB, 1);
+    const chunk = body.content ?? Buffer.alloc(64 * KiB, 1);
     // With backpressure, so that what was sent is what the client took (give or take the socket's buffers).
     const more = () => {
       while (!response.destroyed && sent.get(name)! < body.bytes) {
@@ -73,12 +78,29 @@ async function bucketServing(objects: Record<string, Body>): Promise<{ server: S
   return { server, endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`, sent };
 }
 
-function restoreFrom(endpoint: string, encryptionKey = ''): RestoreSettings {
+const MASTER_HEX = 'ab'.repeat(32);
+const MASTER = masterKeyFromHex(MASTER_HEX);
+const CLUSTER = '6f1c1f4e-3a7b-4c1e-9d55-0b5a0c3f9e21';
+/** A real .key object, and one real sealed chunk of its data key: a dump of any length is that chunk repeated. */
+const { dataKey, sealedKey } = newDataKey(MASTER);
+const oneMiB = (async function* () {
+  yield Buffer.alloc(MiB, 7);
+})();
+const SEALED_CHUNK = Buffer.from((await sealStream(oneMiB, dataKey).next()).value!);
+const sealedDump = (chunks: number, announced: boolean): Body => ({
+  bytes: chunks * SEALED_CHUNK.length,
+  announced,
+  content: SEALED_CHUNK,
+});
+const keyObject: Body = { bytes: sealedKey.length, announced: true, content: sealedKey };
+
+function restoreFrom(endpoint: string, backupTimestamp: string): RestoreSettings {
   const { restore } = load(baseDocument());
   return {
     ...restore,
     enabled: true,
-    encryption_key: new Secret(encryptionKey),
+    backup_timestamp: backupTimestamp,
+    encryption_key: new Secret(MASTER_HEX),
     s3: {
       ...restore.s3,
       endpoint,
@@ -90,9 +112,10 @@ function restoreFrom(endpoint: string, encryptionKey = ''): RestoreSettings {
   };
 }
 
-async function restoring(objects: Record<string, Body>, encryptionKey = '') {
+/** `backupTimestamp`: the snapshot named (unauthenticated unless its manifest verifies); empty: the cluster's latest. */
+async function restoring(objects: Record<string, Body>, backupTimestamp = '2024-05-01T10:00:00Z') {
   const { server, endpoint, sent } = await bucketServing(objects);
-  const snapshots = new source.SnapshotSource(restoreFrom(endpoint, encryptionKey), QUOTA);
+  const snapshots = new source.SnapshotSource(restoreFrom(endpoint, backupTimestamp), QUOTA, () => CLUSTER);
   return {
     source: snapshots,
     sent,
@@ -118,13 +141,13 @@ test('the snapshot cap follows etcd.space_quota: the largest database, a margin 
 });
 
 test('a snapshot the server announces as larger than the cap is refused before it is downloaded', async (t) => {
-  const bucket = await restoring({ [DUMP]: { bytes: 64 * MiB, announced: true } });
+  const bucket = await restoring({ [DUMP]: sealedDump(64, true), [KEY]: keyObject });
   try {
     const error = await t.throwsAsync(bucket.source.open());
     t.regex(
       error.message,
       new RegExp(
-        `^s3 bucket backups at http://127\\.0\\.0\\.1:\\d+: ${literally(DUMP)} \\(${64 * MiB} bytes, as the server announces it\\) exceeded ${CAP_SAID}$`,
+        `^s3 bucket backups at http://127\\.0\\.0\\.1:\\d+: ${literally(DUMP)} \\(${64 * SEALED_CHUNK.length} bytes, as the server announces it\\) exceeded ${CAP_SAID}$`,
       ),
     );
     t.true(bucket.sent.get(DUMP)! < 8 * MiB, `${bucket.sent.get(DUMP)} bytes sent`);
@@ -134,7 +157,7 @@ test('a snapshot the server announces as larger than the cap is refused before i
 });
 
 test('a snapshot sent without its length is counted as it comes, and the download stops at the cap', async (t) => {
-  const bucket = await restoring({ [DUMP]: { bytes: 128 * MiB, announced: false } });
+  const bucket = await restoring({ [DUMP]: sealedDump(128, false), [KEY]: keyObject });
   try {
     const error = await t.throwsAsync(bucket.source.open());
     t.regex(error.message, new RegExp(`^s3 bucket backups at http://127\\.0\\.0\\.1:\\d+: ${literally(DUMP)} exceeded ${CAP_SAID}$`));
@@ -145,16 +168,104 @@ test('a snapshot sent without its length is counted as it comes, and the downloa
 });
 
 test('a .key object larger than a key is refused, naming its cap', async (t) => {
-  const bucket = await restoring(
-    { [DUMP]: { bytes: 1 * MiB, announced: true }, [KEY]: { bytes: 1 * MiB, announced: false } },
-    'ab'.repeat(32),
-  );
+  const bucket = await restoring({ [DUMP]: sealedDump(1, true), [KEY]: { bytes: 1 * MiB, announced: false } });
   try {
     const error = await t.throwsAsync(bucket.source.open());
     t.regex(
       error.message,
       new RegExp(`^s3 bucket backups at http://127\\.0\\.0\\.1:\\d+: ${literally(KEY)} exceeded 4 KiB \\(cap s3-key-object\\)$`),
     );
+  } finally {
+    await bucket.close();
+  }
+});
+
+// Which snapshot a restore takes: this cluster's own, by its manifest; and one whose objects were replaced is refused.
+
+const manifestOf = (dump: string, dumpSha256: string): Body => {
+  const text = renderManifest(
+    {
+      cluster: CLUSTER,
+      object: dump,
+      revision: 7,
+      dumpSha256,
+      keySha256: createHash('sha256').update(sealedKey).digest('hex'),
+      taken: '2024-05-01T10:00:00Z',
+      by: 'etcd-2',
+    },
+    MASTER,
+  );
+  return { bytes: Buffer.byteLength(text), announced: true, content: Buffer.from(text) };
+};
+const PLANTED = 'lab-2099-01-01T00:00:00Z.dump';
+const sha256Of = (body: Body) => {
+  const hash = createHash('sha256');
+  for (let sent = 0; sent < body.bytes; sent += body.content!.length) hash.update(body.content!.subarray(0, body.bytes - sent));
+  return hash.digest('hex');
+};
+
+test("the latest is this cluster's own: a copy named 2099 is passed over and named", async (t) => {
+  const dump = sealedDump(2, true);
+  const manifest = manifestOf(DUMP, sha256Of(dump));
+  const bucket = await restoring(
+    {
+      [DUMP]: dump,
+      [KEY]: keyObject,
+      [manifestObjectName(DUMP)]: manifest,
+      [PLANTED]: dump,
+      [PLANTED.replace('.dump', '.key')]: keyObject,
+      [manifestObjectName(PLANTED)]: manifest,
+    },
+    '',
+  );
+  try {
+    const chosen = await bucket.source.choose();
+    t.is(chosen.name, DUMP);
+    t.regex(
+      chosen.provenance,
+      new RegExp(
+        `^this cluster's latest, taken by etcd-2 at revision 7; ignored 1 other snapshot\\(s\\) that are not this cluster's own: ${literally(PLANTED)} \\(dated 2099-01-01T00:00:00Z, after this machine's clock \\(\\S+Z\\)\\)$`,
+      ),
+    );
+  } catch (error) {
+    t.fail(String(error));
+  } finally {
+    await bucket.close();
+  }
+});
+
+test('no snapshot of this cluster: refused, naming what was passed over and how to restore one anyway', async (t) => {
+  const bucket = await restoring({ [DUMP]: sealedDump(1, true), [KEY]: keyObject }, '');
+  try {
+    const error = await t.throwsAsync(bucket.source.choose());
+    t.regex(
+      error.message,
+      /^no backup of this cluster under lab- in s3 bucket backups at \S+; ignored 1 other snapshot\(s\) .*: lab-2024-05-01T10:00:00Z\.dump \(no manifest: .*\)\. To restore one of those anyway, name it with restore\.backup_timestamp/,
+    );
+    // Named, it is taken, and the plan says what it is.
+    const named = await restoring({ [DUMP]: sealedDump(1, true), [KEY]: keyObject });
+    try {
+      t.regex(
+        (await named.source.choose()).provenance,
+        /^UNAUTHENTICATED: no manifest: .*; restored only because restore\.backup_timestamp names it$/,
+      );
+    } finally {
+      await named.close();
+    }
+  } finally {
+    await bucket.close();
+  }
+});
+
+test('a dump replaced under its real manifest is refused before any member sees it', async (t) => {
+  const bucket = await restoring(
+    { [DUMP]: sealedDump(2, true), [KEY]: keyObject, [manifestObjectName(DUMP)]: manifestOf(DUMP, 'f'.repeat(64)) },
+    '',
+  );
+  try {
+    t.is((await bucket.source.choose()).name, DUMP);
+    const error = await t.throwsAsync(bucket.source.open());
+    t.is(error.message, `${DUMP} or its .key is not what its manifest recorded: replaced in the bucket, or damaged`);
   } finally {
     await bucket.close();
   }

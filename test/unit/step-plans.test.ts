@@ -225,20 +225,31 @@ function restoreCases() {
   const source = { bucket: { where: 's3 bucket backups at http://127.0.0.1:9000' } } as unknown as SnapshotSource;
   const enabled = { ...lab, restore: { ...lab.restore, enabled: true } };
   const step = restoreStep(enabled, enabled.members, unused, source);
+  const CHOSEN = { name: 'etcd-2026-11-21T09:30:00Z.dump', provenance: "this cluster's latest, taken by etcd-2 at revision 41" };
   const cases: { name: string; state: Parameters<typeof step.plan>[0]; changes: string[] }[] = [
     { name: 'data there: nothing, ever again', state: { restored: true }, changes: [] },
     {
       name: 'empty data directory: restored from the chosen snapshot, then etcd starts',
-      state: { restored: false, snapshot: 'etcd-2026-11-21T09:30:00Z.dump' },
+      state: { restored: false, snapshot: CHOSEN },
       changes: [
-        "restore etcd-1's data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups at http://127.0.0.1:9000, then start etcd",
+        "restore etcd-1's data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups at http://127.0.0.1:9000, then start etcd (this cluster's latest, taken by etcd-2 at revision 41)",
       ],
     },
     {
       name: 'still booting (dry-run): planned for once it has booted',
-      state: { unreachable: 'connection refused', restored: false, snapshot: 'etcd-2026-11-21T09:30:00Z.dump' },
+      state: { unreachable: 'connection refused', restored: false, snapshot: CHOSEN },
       changes: [
-        "restore etcd-1's data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups at http://127.0.0.1:9000, then start etcd (once the member has booted)",
+        "restore etcd-1's data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups at http://127.0.0.1:9000, then start etcd (once the member has booted) (this cluster's latest, taken by etcd-2 at revision 41)",
+      ],
+    },
+    {
+      name: "a snapshot named by restore.backup_timestamp that is not this cluster's own: the plan says so",
+      state: {
+        restored: false,
+        snapshot: { name: 'etcd-2026-11-21T09:30:00Z.dump', unauthenticated: 'no manifest', provenance: 'UNAUTHENTICATED: no manifest' },
+      },
+      changes: [
+        "restore etcd-1's data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups at http://127.0.0.1:9000, then start etcd (UNAUTHENTICATED: no manifest)",
       ],
     },
   ];
@@ -264,7 +275,7 @@ function dryRunCases() {
   const quick = { ...lab, cluster: { ...lab.cluster, health_timeout: 1 }, restore: { ...lab.restore, enabled: true } };
   const source = {
     bucket: { where: 's3 bucket backups' },
-    choose: async () => 'etcd-2026-11-21T09:30:00Z.dump',
+    choose: async () => ({ name: 'etcd-2026-11-21T09:30:00Z.dump', provenance: "this cluster's latest, taken by etcd-1 at revision 7" }),
   } as unknown as SnapshotSource;
   const desired = new Map([
     ['etcd-1', { files: [], services: [], dataDir: '/var/lib/etcd', retired: { units: [], paths: [] } } satisfies DesiredGuest],
@@ -315,7 +326,7 @@ function dryRunCases() {
       name: 'restore, member still booting',
       step: () => restoreStep(quick, quick.members, sshRefused([]), source),
       dryRun: [
-        "restore etcd-1's data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups, then start etcd (once the member has booted)",
+        "restore etcd-1's data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups, then start etcd (once the member has booted) (this cluster's latest, taken by etcd-1 at revision 7)",
       ],
       run: 'member etcd-1: connect ECONNREFUSED',
     },

@@ -66,12 +66,14 @@ const agentProgram = () => (program ??= readFileSync(join(PACKAGE_ROOT, 'templat
 const pending = (what: string) => `(${what}: issued when the pki step applies)\n`;
 
 /** What the agent reads: no secret in it, only where the secrets are. */
-export function agentConfig(inventory: Inventory, member: Member): Record<string, unknown> {
+export function agentConfig(inventory: Inventory, member: Member, clusterId = ''): Record<string, unknown> {
   const { s3, encryption_key: encryptionKey } = inventory.restore;
   const etcdctl = `${etcdToolsDir(inventory, member)}/etcdctl`;
   const { defrag } = inventory.maintenance;
   return {
     member: member.name,
+    // Bound into every backup's manifest: a backup is this cluster's own (backup/manifest.ts).
+    cluster_id: clusterId,
     backup_enabled: inventory.backup.enabled,
     schedule: inventory.backup.schedule,
     keep: inventory.backup.keep,
@@ -190,7 +192,14 @@ function retiredAgentParts(written: readonly WriteFile[], timers: readonly strin
   };
 }
 
-export function memberAgentFragment(inventory: Inventory, member: Member, tls: MemberTls, writeSecret: SecretWriter): CloudConfigFragment {
+export interface AgentInput {
+  inventory: Inventory;
+  member: Member;
+  tls: MemberTls;
+  clusterId?: string;
+}
+
+export function memberAgentFragment({ inventory, member, tls, clusterId }: AgentInput, writeSecret: SecretWriter): CloudConfigFragment {
   if (!agentInEtcd(inventory)) return { retired: retiredAgentParts([], []) };
   const { s3, encryption_key: encryptionKey } = inventory.restore;
   const unit = (path: string, content: string, notify?: string): WriteFile => ({
@@ -222,7 +231,7 @@ export function memberAgentFragment(inventory: Inventory, member: Member, tls: M
     : [];
   const files: WriteFile[] = [
     { path: AGENT_PATHS.program, permissions: '0755', content: agentProgram() },
-    unit(AGENT_PATHS.config, `${JSON.stringify(agentConfig(inventory, member), null, 2)}\n`),
+    unit(AGENT_PATHS.config, `${JSON.stringify(agentConfig(inventory, member, clusterId), null, 2)}\n`),
     unit(AGENT_PATHS.cert, tls.agent?.cert ?? pending(`certificate of ${AGENT_USER}`)),
     secretFile(AGENT_PATHS.key, OWNER, tls.agent?.key ? writeSecret(tls.agent.key) : pending(`private key of ${AGENT_USER}`)),
     ...backup,
