@@ -133,7 +133,13 @@ test('every member gets the agent, its timer and its secrets 0400 to etcd; nothi
     secrets: { encryption_key: AGENT_PATHS.encryptionKey },
   });
   t.false(JSON.stringify(config).includes('SK'));
+  // The cluster every backup's manifest binds: the state directory's ID.
+  t.regex(config.cluster_id, /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/);
   t.true(guests.get('etcd-2')!.services.some((service) => service.unit === BACKUP_UNITS.timer));
+  // Fenced: bounded memory, nothing writable but its work directory.
+  const service = files.get(AGENT_PATHS.service)!.content.split('\n');
+  for (const line of ['MemoryMax=256M', 'ProtectSystem=strict', 'StateDirectory=etcd-kvm-agent', 'PrivateTmp=yes', 'NoNewPrivileges=yes'])
+    t.true(service.includes(line), line);
 
   const off = await renderWithPki(load(withBackup({ enabled: false })));
   t.false(off.guests.get('etcd-2')!.files.some((file) => file.path.startsWith('/etc/etcd-kvm/agent')));

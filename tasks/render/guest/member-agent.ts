@@ -130,6 +130,15 @@ export function renderAgentService(task: 'backup' | 'defrag' | 'metrics', descri
     ...(task === 'backup' ? [] : [`ExecStartPost=+-/bin/mv -f ${AGENT_PATHS.metricsStaging} ${AGENT_PATHS.metricsFile}`]),
     'Nice=10',
     'IOSchedulingClass=idle',
+    // Fenced: a run (Python, etcdctl) needs a few tens of MiB, its S3 answers are bounded too, and nothing but its
+    // work directory (StateDirectory, writable under ProtectSystem=strict) is its to write. The metrics' move
+    // above runs as root outside the fence (+).
+    'MemoryMax=256M',
+    'ProtectSystem=strict',
+    'ProtectHome=yes',
+    'PrivateTmp=yes',
+    'PrivateDevices=yes',
+    'NoNewPrivileges=yes',
     `TimeoutStartSec=${timeout}`,
     '',
   ].join('\n');
