@@ -5,8 +5,8 @@ import { manifestObjectName, verifyManifest, type BackupManifest } from './manif
  * Which of a bucket's snapshots are this cluster's own, decided from its listing and the manifests
  * read for it (manifest.ts), and what retention keeps of those. Pure: the restore, `recover
  * --from-snapshot` and `etcd-kvm backup` ask the bucket, then decide here; the members' agent decides
- * alike in Python (`judge` and `retention` in templates/etcd-kvm-agent.py, held to these tables by
- * test/unit/backup-agent.test.ts).
+ * alike in Python (`judge` and `retention` in templates/etcd-kvm-agent.py, held to the same tables by
+ * test/unit/backup-trust.test.ts).
  */
 
 /** A name may be dated this far past the control node's clock (members' clocks drift): beyond it, it is planted. */

@@ -382,8 +382,12 @@ scenario(
     destroyWithDisks(t, ['etcd-2', 'etcd-3']);
     // The survivor names its old leader until its election timeout has passed (5 s in the lab's inventory,
     // randomised up to twice that): only then does it know the quorum is gone.
-    const survivorsLeader = () =>
-      /"leader":(\d+)/.exec(etcdctl([endpoint('etcd-1')], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout)?.[1];
+    // etcdctl's JSON leaves a zero leader out (omitempty): an answer without one is "no leader".
+    const survivorsLeader = () => {
+      const answer = etcdctl([endpoint('etcd-1')], rootIdentity, ['endpoint', 'status', '-w', 'json']);
+      if (answer.status !== 0) return `no answer (${answer.stderr.trim()})`;
+      return /"leader":(\d+)/.exec(answer.stdout)?.[1] ?? '0';
+    };
     const noticed = Date.now() + 60_000;
     while (survivorsLeader() !== '0') {
       if (Date.now() > noticed) throw new Error(`etcd-1 still names a leader 60 s after the others went: ${survivorsLeader()}`);
