@@ -27,7 +27,6 @@ import { normalizeArgs } from './recover/args.ts';
 import { removeRestoringInventory, restoringInventoryPath, snapshotRefusal, writeRestoringInventory } from './recover/from-snapshot.ts';
 import { chooseSurvivor, judgeQuorum, type Survivor } from './recover/verdict.ts';
 import { SnapshotSource } from './backup/source.ts';
-import { readIdentity } from './pki/identity.ts';
 
 const HELP = `Usage: etcd-kvm recover -i INVENTORY [--from-member NAME | --from-snapshot [TIMESTAMP]] [--dry-run]
 
@@ -182,7 +181,7 @@ async function recoverFromSnapshot(
   const source = new SnapshotSource(
     { ...inventory.restore, backup_timestamp: timestamp },
     inventory.etcd.space_quota,
-    () => readIdentity(inventory.stateDir, inventory.cluster.name)?.id,
+    () => context.owner().identity.id,
   );
   try {
     const facts = await gatherQuorumFacts(inventory, context.remote, context.clients);

@@ -207,12 +207,12 @@ def judge(names, manifests, prefix, cluster, master_key, now):
     trusted, ignored = [], []
     for when, name in snapshots_in(names, prefix):
         text = manifests.get(manifest_name(name))
-        fields = verify_manifest(text, master_key) if text is not None else None
+        # In the order the tool's trust.ts judges: a planted date first, then the manifest (verified only if it gets there).
         if when > now + datetime.timedelta(seconds=FUTURE_SKEW_SECONDS):
             why = f"dated {name[len(prefix) + 1 : -len('.dump')]}, after this machine's clock ({now.strftime(TICK_FORMAT)})"
         elif text is None:
             why = "no manifest: not made by etcd-kvm with a manifest (an older version, or another tool)"
-        elif fields is None:
+        elif (fields := verify_manifest(text, master_key)) is None:
             why = "its manifest does not verify with restore.encryption_key"
         elif fields["object"] != name:
             why = f"its manifest is {fields['object']}'s: renamed or copied"
