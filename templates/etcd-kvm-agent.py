@@ -19,7 +19,7 @@ a MAC keyed from the master key: the tool's tasks/backup/manifest.ts), prunes th
 in etcd (etcd-kvm/backup/last-run, etcd-kvm/backup/last-success) where `status` reads it. Every other member
 logs that it took none.
 
-Only what Debian packages: python3, python3-nacl, etcdctl. Secrets are read from files, never
+Only what Debian packages: python3, python3-nacl, python3-botocore (its SigV4 signer), etcdctl. Secrets are read from files, never
 passed on a command line. Configuration: /etc/etcd-kvm/agent/backup.json (written by etcd-kvm; its name is older than the defrag and metrics tasks).
 """
 
@@ -242,37 +242,36 @@ def retention(trusted, present, keep, max_age_seconds=0, now=None, uploaded=None
     return deleted
 
 
-# --- S3, signed with AWS Signature Version 4 ---------------------------------------------------
+# --- S3: requests signed by botocore, sent with bounded answers ---------------------------------
 
 
-def sign(method, url, region, access_key, secret_key, payload_hash, now, query=None, extra=None):
-    """The headers of a SigV4-signed request (path-style, service s3); `extra` headers (x-amz-meta-*) are signed too."""
-    import hmac
-    parts = urllib.parse.urlsplit(url)
-    amz_date = now.strftime("%Y%m%dT%H%M%SZ")
-    scope = f"{now.strftime('%Y%m%d')}/{region}/s3/aws4_request"
-    headers = {"host": parts.netloc, "x-amz-content-sha256": payload_hash, "x-amz-date": amz_date, **(extra or {})}
-    signed = ";".join(sorted(headers))
-    canonical_query = "&".join(
-        f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}" for k, v in sorted((query or {}).items())
-    )
-    canonical = "\n".join(
-        [
-            method,
-            urllib.parse.quote(parts.path or "/", safe="/-_.~"),
-            canonical_query,
-            "".join(f"{name}:{headers[name]}\n" for name in sorted(headers)),
-            signed,
-            payload_hash,
-        ]
-    )
-    to_sign = "\n".join(["AWS4-HMAC-SHA256", amz_date, scope, hashlib.sha256(canonical.encode()).hexdigest()])
-    key = ("AWS4" + secret_key).encode()
-    for part in (now.strftime("%Y%m%d"), region, "s3", "aws4_request"):
-        key = hmac.new(key, part.encode(), hashlib.sha256).digest()
-    signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    headers["authorization"] = f"AWS4-HMAC-SHA256 Credential={access_key}/{scope}, SignedHeaders={signed}, Signature={signature}"
-    return headers
+def signed_headers(method, url, region, access_key, secret_key, payload_hash, extra=None):
+    """The headers that sign a request with AWS Signature Version 4 as S3 checks it, computed by botocore's own
+    signer: `url` is the request's URL exactly as it is sent (the object's name encoded once, the query encoded
+    and in any order), `payload_hash` the body's SHA-256 (known here already: the signer need not read a
+    snapshot twice), `extra` headers (x-amz-meta-*) are signed too. Only the signer is botocore's: its client
+    would read every answer whole into memory, and an answer's size is what a hostile endpoint chooses."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    class KnownPayload(S3SigV4Auth):
+        def payload(self, request):
+            return payload_hash
+
+    request = AWSRequest(method=method, url=url, headers=dict(extra or {}))
+    KnownPayload(Credentials(access_key, secret_key), "s3", region).add_auth(request)
+    return {name.lower(): value for name, value in request.headers.items()}
+
+
+def object_path(name):
+    """An object's name as a URL path: every byte but S3's unreserved ones and '/' percent-encoded, once (what S3
+    signs: a name with a space, '+', ':' or a non-ASCII letter is signed as it is sent)."""
+    return urllib.parse.quote(name, safe="/-_.~")
+
+
+def query_string(query):
+    return "&".join(f"{urllib.parse.quote(k, safe='-_.~')}={urllib.parse.quote(v, safe='-_.~')}" for k, v in sorted(query.items()))
 
 
 class Bucket:
@@ -283,11 +282,9 @@ class Bucket:
     def request(
         self, method, name="", query=None, body=None, payload_hash=hashlib.sha256(b"").hexdigest(), length=0, extra=None, limit=1 << 20
     ):
-        url = self.base + ("/" + urllib.parse.quote(name, safe="/-_.~:") if name else "")
+        url = self.base + ("/" + object_path(name) if name else "") + ("?" + query_string(query) if query else "")
         parts = urllib.parse.urlsplit(url)
-        now = datetime.datetime.now(datetime.timezone.utc)
-        region = self.s3["region"] or "us-east-1"
-        headers = sign(method, url, region, self.access_key, self.secret_key, payload_hash, now, query, extra)
+        headers = signed_headers(method, url, self.s3["region"] or "us-east-1", self.access_key, self.secret_key, payload_hash, extra)
         headers["content-length"] = str(length)
         import http.client
         import ssl
@@ -297,8 +294,7 @@ class Bucket:
             connection = http.client.HTTPSConnection(parts.netloc, timeout=300, context=context)
         else:
             connection = http.client.HTTPConnection(parts.netloc, timeout=300)
-        path = parts.path + ("?" + urllib.parse.urlencode(sorted(query.items()), quote_via=urllib.parse.quote) if query else "")
-        connection.request(method, path, body=body, headers=headers)
+        connection.request(method, parts.path + ("?" + parts.query if parts.query else ""), body=body, headers=headers)
         answer = connection.getresponse()
         # Bounded: whoever answers for S3 (or sits on a plain http:// path) cannot fill the member's memory.
         content = answer.read(limit + 1)

@@ -37,6 +37,8 @@ export const IMAGE_RECIPE = {
     'qemu-guest-agent',
     // A backup agent in every member seals snapshots with libsodium's XChaCha20-Poly1305 (etcd-backup's format): Debian's binding, the guests have no internet.
     'python3-nacl',
+    // ...and signs its S3 requests with botocore's SigV4 signer.
+    'python3-botocore',
   ],
   // The lab inventories' os_volume_size_gib: their OS volumes are the image's own size, with nothing to grow.
   diskMiB: 4096,

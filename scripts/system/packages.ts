@@ -38,6 +38,8 @@ const PACKAGES = {
   'grub2-common': 'boot loader of the image',
   fdisk: 'partitions the image',
   e2fsprogs: "file systems of the image; mkfs.ext4 for the data disk's format guard test",
+  'python3-botocore':
+    "botocore's SigV4 signer, which the members' agent signs its S3 requests with: its unit test signs on the control node",
   systemd: "systemd-analyze calendar, which the members' agent reads its ticks from: its unit test runs it on the control node",
 } as const satisfies Record<string, string>;
 
@@ -58,6 +60,7 @@ const TEST: PackageName[] = [
   'sudo',
   'e2fsprogs',
   'systemd',
+  'python3-botocore',
 ];
 const LAB: PackageName[] = [
   'libvirt-daemon-system',

@@ -2,7 +2,7 @@ import test, { type ExecutionContext } from 'ava';
 import { scenario } from '../helpers/timing.ts';
 import { spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { parse, stringify } from 'yaml';
@@ -51,11 +51,24 @@ function deployed(t: { log: (...values: unknown[]) => void }): DeployRun {
   return result;
 }
 
-/** The snapshots in the bucket, by name, oldest first (s3rver keeps each object as <name>._S3rver_object). */
+/**
+ * The snapshots' object prefix: a space, '+', '/' and a non-ASCII letter, which S3 signs as sent and a naive
+ * signer encodes twice; the lab's S3 checks every request's signature with AWS's own signer, so every backup,
+ * listing, pruning and restore below proves the agent's and the tool's signatures for it.
+ */
+const PREFIX = 'e2e lab+prod/étcd';
+const regexEscaped = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+/** A snapshot's object name, as a regular expression's source. */
+const DUMP = `${regexEscaped(PREFIX)}-\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}Z\\.dump`;
+/** Where s3rver keeps an object: <bucket>/<name>._S3rver_object, the name's '/' a directory. */
+const storedAt = (name: string) => join(s3!.dir, s3!.bucket, `${name}._S3rver_object`);
+
+/** The snapshots in the bucket, by name, oldest first. */
 const dumps = () =>
-  readdirSync(join(s3!.dir, s3!.bucket))
-    .filter((file) => file.endsWith('.dump._S3rver_object'))
-    .map((file) => file.replace(/\._S3rver_object$/, ''))
+  readdirSync(dirname(storedAt(PREFIX)))
+    .map((file) => `${dirname(PREFIX)}/${file}`)
+    .filter((name) => name.startsWith(`${PREFIX}-`) && name.endsWith('.dump._S3rver_object'))
+    .map((name) => name.replace(/\._S3rver_object$/, ''))
     .sort();
 const timeOf = (dump: string) => Date.parse(/-(\d{4}-.*Z)\.dump$/.exec(dump)![1]!);
 
@@ -78,11 +91,14 @@ async function plantCopy(of: string, timestamp: string): Promise<string> {
   const bucket = labBucket();
   try {
     for (const kind of BACKUP_OBJECTS)
-      await bucket.put(`lab-${timestamp}.${kind}`, await bucket.get(of.replace(/\.dump$/, `.${kind}`), { name: 'e2e', bytes: 1 << 30 }));
+      await bucket.put(
+        `${PREFIX}-${timestamp}.${kind}`,
+        await bucket.get(of.replace(/\.dump$/, `.${kind}`), { name: 'e2e', bytes: 1 << 30 }),
+      );
   } finally {
     bucket.close();
   }
-  return `lab-${timestamp}.dump`;
+  return `${PREFIX}-${timestamp}.dump`;
 }
 
 async function removePlanted(planted: string): Promise<void> {
@@ -132,7 +148,7 @@ test.before(async (t) => {
   t.log(up.stdout);
   // After lab:up: the forwarder lives in the lab's namespace, which lab:down deletes.
   s3 = await startLabS3();
-  s3Settings = { endpoint: s3.endpoint, bucket: s3.bucket, object_prefix: 'lab', ...LAB_S3_CREDENTIALS };
+  s3Settings = { endpoint: s3.endpoint, bucket: s3.bucket, object_prefix: PREFIX, ...LAB_S3_CREDENTIALS };
 });
 
 test.after.always(async () => {
@@ -164,12 +180,10 @@ scenario('scheduled backups: one member takes each tick, also with a member stop
   const bucket = real();
   t.is(bucket.length, KEEP, bucket.join(', '));
   t.true(dumps().includes(planted), 'the planted copy is left alone');
-  const stored = readdirSync(join(s3!.dir, s3!.bucket));
   for (const dump of bucket)
-    for (const kind of ['key', 'manifest'])
-      t.true(stored.includes(`${dump.replace(/\.dump$/, `.${kind}`)}._S3rver_object`), `${dump} ${kind}`);
+    for (const kind of ['key', 'manifest']) t.true(existsSync(storedAt(dump.replace(/\.dump$/, `.${kind}`))), `${dump} ${kind}`);
   // Sealed: the raw object does not contain the values written.
-  t.false(readFileSync(join(s3!.dir, s3!.bucket, `${bucket.at(-1)}._S3rver_object`)).includes('value 1'));
+  t.false(readFileSync(storedAt(bucket.at(-1)!)).includes('value 1'));
 
   // Exactly one member backed up each tick; none failed.
   const lines = agentLines();
@@ -196,7 +210,7 @@ scenario('scheduled backups: one member takes each tick, also with a member stop
 
   const status = run(process.execPath, ['--import', 'tsx', 'tasks/status.ts', '-i', INVENTORY]);
   t.is(status.status, 0, status.stdout + status.stderr);
-  t.regex(status.stdout, /^backup: last success \d+ (s|min) ago \(\S+\) by etcd-\d, revision \d+, lab-\S+\.dump$/m);
+  t.regex(status.stdout, new RegExp(`^backup: last success \\d+ (s|min) ago \\(\\S+\\) by etcd-\\d, revision \\d+, ${DUMP}$`, 'm'));
 });
 
 // Watching and tending, on the cluster the first scenario left (scheduled backups taken, healthy): test/helpers/lab-watch-scenarios.ts.
@@ -242,15 +256,18 @@ scenario("backup from the control node too → teardown → deploy restoring the
   t.is(backup.status, 0, backup.stderr);
   t.regex(
     backup.stdout,
-    /^backed up \d+ bytes from etcd-\d to s3 bucket etcd-backups at http:\/\/127\.0\.0\.1:\d+ as lab-\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\.dump \(encrypted, with its manifest\)$/m,
+    new RegExp(
+      `^backed up \\d+ bytes from etcd-\\d to s3 bucket etcd-backups at http://127\\.0\\.0\\.1:\\d+ as ${DUMP} \\(encrypted, with its manifest\\)$`,
+      'm',
+    ),
   );
   t.false(backup.stdout.includes(MASTER_KEY) || backup.stderr.includes(MASTER_KEY));
   const bucket = labBucket();
-  const made = /as (lab-\S+\.dump)/.exec(backup.stdout)![1]!;
-  const objects = await bucket.list('lab-');
+  const made = new RegExp(`as (${DUMP})`).exec(backup.stdout)![1]!;
+  const objects = await bucket.list(`${PREFIX}-`);
   bucket.close();
   for (const kind of BACKUP_OBJECTS) t.true(objects.includes(made.replace(/\.dump$/, `.${kind}`)), `${kind}: ${objects.join(', ')}`);
-  t.false(readFileSync(join(s3!.dir, s3!.bucket, `${made}._S3rver_object`)).includes('value 1'));
+  t.false(readFileSync(storedAt(made)).includes('value 1'));
 
   // Tear everything down: VMs, volumes, network, pools. Only the state directory (PKI) and S3 remain.
   t.is(lab('down').status, 0);
@@ -312,7 +329,7 @@ scenario(
     const listing = async () => {
       const bucket = labBucket();
       try {
-        return (await bucket.list('lab-')).sort();
+        return (await bucket.list(`${PREFIX}-`)).sort();
       } finally {
         bucket.close();
       }
@@ -332,12 +349,15 @@ scenario(
         timeoutMs: 5 * 60_000,
       });
       t.is(backup.status, 0, backup.stderr);
-      made.push(/ as (lab-\S+\.dump) /.exec(backup.stdout)![1]!);
+      made.push(new RegExp(` as (${DUMP}) `).exec(backup.stdout)![1]!);
       t.regex(
         backup.stdout,
         round === 1
           ? /\nkept 2 snapshot\(s\) .*; deleted \d+ object\(s\)/m // whatever the agents and the control node left: only these two stay
-          : /\nkept 2 snapshot\(s\) .*; deleted 3 object\(s\): lab-\S+\.dump, lab-\S+\.key, lab-\S+\.manifest$/m,
+          : new RegExp(
+              `\\nkept 2 snapshot\\(s\\) .*; deleted 3 object\\(s\\): ${['dump', 'key', 'manifest'].map((kind) => DUMP.replace(/dump$/, kind)).join(', ')}$`,
+              'm',
+            ),
       );
       t.true(backup.stdout.includes(`\nignored ${replayed}: its manifest is ${before[0]}'s: renamed or copied`), backup.stdout);
     }
@@ -470,7 +490,7 @@ scenario(
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/snapshot/before', 'in the backup']).status, 0);
     const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY], { timeoutMs: 5 * 60_000 });
     t.is(backup.status, 0, backup.stderr);
-    const latest = /as (lab-\S+\.dump)/.exec(backup.stdout)![1]!;
+    const latest = new RegExp(`as (${DUMP})`).exec(backup.stdout)![1]!;
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/snapshot/after', 'not in the backup']).status, 0);
     // The latest copied under a name dated 2099 (once restored for being the newest name): passed over, and said.
     const planted = await plantCopy(latest, PLANTED_IN_2099);
@@ -481,7 +501,7 @@ scenario(
     const recoverArgs = ['--import', 'tsx', 'tasks/recover.ts', '-i', INVENTORY, '--from-snapshot'];
     const dry = run(process.execPath, [...recoverArgs, '--dry-run']);
     t.is(dry.status, 0, dry.stdout + dry.stderr);
-    t.regex(dry.stdout, new RegExp(`^recover from ${latest.replace(/[.]/g, '\\.')} in s3 bucket etcd-backups at \\S+, taken \\S+ `, 'm'));
+    t.regex(dry.stdout, new RegExp(`^recover from ${regexEscaped(latest)} in s3 bucket etcd-backups at \\S+, taken \\S+ `, 'm'));
     t.regex(dry.stdout, /every write after \S+ is lost$/m);
     t.true(
       dry.stdout.includes(`ignored 1 other snapshot(s) that are not this cluster's own: ${planted} (dated ${PLANTED_IN_2099}`),
@@ -494,7 +514,7 @@ scenario(
       `recover --from-snapshot: exit ${recovered.status} in ${((Date.now() - started) / 1000).toFixed(1)} s\n${recovered.stdout.slice(-2000)}`,
     );
     t.is(recovered.status, 0, recovered.stderr);
-    t.regex(recovered.stdout, new RegExp(`^recovered from ${latest.replace(/[.]/g, '\\.')}`, 'm'));
+    t.regex(recovered.stdout, new RegExp(`^recovered from ${regexEscaped(latest)}`, 'm'));
 
     const list = JSON.parse(etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']).stdout) as {
       members: { name: string; isLearner?: boolean }[];

@@ -57,9 +57,54 @@ elif command == "judge-and-retain":
     )
     print(json.dumps({"trusted": [name for _, name in trusted], "ignored": [list(entry) for entry in ignored], "deleted": deleted}))
 elif command == "sign":
-    now = datetime.datetime.strptime(argument["now"], "%Y%m%dT%H%M%SZ")
-    args = (argument["method"], argument["url"], argument["region"], argument["access_key"], argument["secret_key"])
-    print(json.dumps(agent.sign(*args, argument["payload_hash"], now, argument.get("query"), argument.get("extra"))))
+    # botocore's signer reads the clock itself (datetime.datetime.utcnow in Debian's 1.29, get_current_datetime in
+    # later releases, which a pyenv python3 on this machine may carry): fixed here.
+    import botocore.auth
+
+    fixed = datetime.datetime.strptime(argument["now"], "%Y%m%dT%H%M%SZ")
+
+    class FixedClock(datetime.datetime):
+        @classmethod
+        def utcnow(cls):
+            return fixed
+
+        @classmethod
+        def now(cls, tz=None):
+            return fixed.replace(tzinfo=tz) if tz else fixed
+
+    if hasattr(botocore.auth, "get_current_datetime"):
+        botocore.auth.get_current_datetime = lambda *_, **__: fixed
+    botocore.auth.datetime = types.SimpleNamespace(datetime=FixedClock, timezone=datetime.timezone, timedelta=datetime.timedelta)
+    if "name" in argument:
+        url = argument["base"] + "/" + agent.object_path(argument["name"])
+    else:
+        url = argument["url"]
+    if argument.get("query"):
+        url += "?" + agent.query_string(argument["query"])
+    args = (argument["method"], url, argument["region"], argument["access_key"], argument["secret_key"])
+    headers = agent.signed_headers(*args, argument["payload_hash"], argument.get("extra"))
+    print(json.dumps({"url": url, "headers": headers}))
+elif command == "s3-roundtrip":
+    # The agent's S3 requests, as a backup run makes them, against an S3 endpoint: what each answered.
+    import hashlib
+    import tempfile
+
+    bucket = agent.Bucket(argument["s3"], argument["access_key"], argument["secret_key"])
+    name = argument["name"]
+    answers = {}
+    try:
+        bucket.put_bytes(name + ".key", b"sealed key")
+        with tempfile.NamedTemporaryFile() as dump:
+            dump.write(b"sealed dump" * 1000)
+            dump.flush()
+            bucket.put_file(name + ".dump", dump.name, hashlib.sha256(b"sealed dump" * 1000).hexdigest(), {"revision": 7})
+        answers["listed"] = bucket.list(argument["list_prefix"])
+        answers["key"] = bucket.get(name + ".key", 1024).decode()
+        bucket.delete(name + ".key")
+        answers["after_delete"] = bucket.list(argument["list_prefix"])
+    except RuntimeError as error:
+        answers["error"] = str(error)
+    print(json.dumps(answers))
 elif command == "tick":
     print(json.dumps(agent.tick_of(datetime.datetime.fromisoformat(argument["started"]), argument["schedule"])[0]))
 elif command == "dump-name":

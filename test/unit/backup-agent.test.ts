@@ -14,7 +14,8 @@ import { renderWithPki } from '../helpers/render.ts';
 /**
  * The member agent (templates/etcd-kvm-agent.py) writes what the tool's restore reads: its sealing
  * and retention are run here with the machine's python3 and checked against the tool's own format
- * code; its S3 signature against AWS's published example. Its rendering and the inventory's rules.
+ * code; its S3 signature against AWS's published example (and, in test/integration/s3-signatures.test.ts, against
+ * AWS's own signer for names with a space, '+' and non-ASCII letters). Its rendering and the inventory's rules.
  */
 
 function agent<T>(command: string, argument: unknown): T {
@@ -73,9 +74,9 @@ test("a backup run's tick: the schedule's elapse nearest to its start, to the se
   t.is(tick('2026-11-25T03:04:05.678+00:00', 'not a calendar'), '2026-11-25T03:04:00Z');
 });
 
-test("the agent signs S3 requests as AWS's Signature Version 4 example does", (t) => {
+test("the agent signs S3 requests (botocore's signer) as AWS's Signature Version 4 example does", (t) => {
   // "Example: GET Bucket Lifecycle", from AWS's S3 API reference (sig-v4-header-based-auth).
-  const headers = agent<Record<string, string>>('sign', {
+  const { headers } = agent<{ headers: Record<string, string> }>('sign', {
     method: 'GET',
     url: 'https://examplebucket.s3.amazonaws.com/',
     region: 'us-east-1',
@@ -90,9 +91,10 @@ test("the agent signs S3 requests as AWS's Signature Version 4 example does", (t
     'AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request, SignedHeaders=host;x-amz-content-sha256;x-amz-date, Signature=fea454ca298b7da1c68078a5d1bdbfbbe0d65c699e0f91ac7a200a0136783543',
   );
   // The snapshot's revision travels as object metadata: signed, as S3 requires of every x-amz- header sent.
-  const withRevision = agent<Record<string, string>>('sign', {
+  const { url, headers: withRevision } = agent<{ url: string; headers: Record<string, string> }>('sign', {
     method: 'PUT',
-    url: 'http://192.168.150.1:9000/etcd-backups/lab-2026-11-25T02:48:00Z.dump',
+    base: 'http://192.168.150.1:9000/etcd-backups',
+    name: 'lab-2026-11-25T02:48:00Z.dump',
     region: 'us-east-1',
     access_key: 'S3RVER',
     secret_key: 'S3RVER',
@@ -100,6 +102,7 @@ test("the agent signs S3 requests as AWS's Signature Version 4 example does", (t
     now: '20261125T024800Z',
     extra: { 'x-amz-meta-revision': '42' },
   });
+  t.is(url, 'http://192.168.150.1:9000/etcd-backups/lab-2026-11-25T02%3A48%3A00Z.dump', "the name encoded once, ':' too");
   t.is(withRevision['x-amz-meta-revision'], '42');
   t.regex(withRevision.authorization!, /SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-meta-revision, /);
 });
