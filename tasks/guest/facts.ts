@@ -59,6 +59,8 @@ export interface GuestFacts {
   stagedInstalled?: boolean;
   /** Of the retired paths asked for (GuestQuestions.retired), those still there. */
   retiredFound: Set<string>;
+  /** Of the packages' files asked for (GuestQuestions.packageFiles), those absent: their packages are not installed. */
+  packageFilesMissing: Set<string>;
 }
 
 export interface GuestQuestions {
@@ -74,6 +76,8 @@ export interface GuestQuestions {
   stagedBinary?: string;
   /** Paths that must not be there (a turned-off task's files and enable links): stat only. */
   retired?: readonly string[];
+  /** A file of each Debian package the member's programs need (ImagePackage.path): stat only. */
+  packageFiles?: readonly string[];
 }
 
 /** Starts each section of a probe's answer: `MARK name` on a line of its own. */
@@ -140,6 +144,7 @@ export function statPaths(questions: GuestQuestions): string[] {
       ...(questions.releaseBinary ? [questions.releaseBinary] : []),
       ...(questions.stagedBinary ? [questions.stagedBinary] : []),
       ...(questions.retired ?? []),
+      ...(questions.packageFiles ?? []),
     ]),
   ];
 }
@@ -404,6 +409,7 @@ export function factsFromParts(
       ...(questions.releaseBinary ? { releaseInstalled: isFile(questions.releaseBinary) } : {}),
       ...(questions.stagedBinary ? { stagedInstalled: isFile(questions.stagedBinary) } : {}),
       retiredFound: new Set((questions.retired ?? []).filter((path) => parts.stats.has(path))),
+      packageFilesMissing: new Set((questions.packageFiles ?? []).filter((path) => !isFile(path))),
     },
     units: unitsFromFiles(parts.processes, parts.stats, questions),
   };

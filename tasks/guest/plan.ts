@@ -33,7 +33,9 @@ export type GuestAction =
   /** etcd's release unpacked into its own directory, from the control node's verified archive: etcd keeps running. */
   | { kind: 'install-release'; release: GuestRelease }
   /** Copies of files about to be written, kept in the guest (PREVIOUS_DIR) for a rollback. */
-  | { kind: 'keep-previous'; paths: string[] };
+  | { kind: 'keep-previous'; paths: string[] }
+  /** Debian packages the member's programs need and its image lacks, installed with apt (install_dependencies). */
+  | { kind: 'install-packages'; packages: string[] };
 
 export type GuestChange = Change<GuestAction>;
 
@@ -62,7 +64,7 @@ export function driftedContent(desired: DesiredGuest, facts: GuestFacts): Manage
 export const PREVIOUS_DIR = '/var/lib/etcd-kvm/previous';
 
 export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: GuestPlanContext): GuestChange[] {
-  const changes = planContents(desired, facts, context);
+  const changes = [...planPackages(desired, facts), ...planContents(desired, facts, context)];
   if (!desired.release) return changes;
   const install: GuestChange[] =
     facts.releaseInstalled === false
@@ -84,6 +86,28 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
       : [];
   // Staged before the roll's turn: an archive that cannot be had stops the run before this member restarts.
   return [...install, ...stage, ...withRollback(changes, facts)];
+}
+
+/**
+ * The Debian packages the member's programs need (DesiredGuest.packages): none missing, nothing; missing, installed
+ * first (before the files and timers that would run without them) with install_dependencies, and otherwise refused
+ * by name: a member whose image lacks them would get timers that fail at every tick.
+ */
+function planPackages(desired: DesiredGuest, facts: GuestFacts): GuestChange[] {
+  const missing = desired.packages.needed.filter((need) => facts.packageFilesMissing.has(need.path));
+  if (missing.length === 0) return [];
+  const names = missing.map((need) => need.name);
+  if (!desired.packages.install)
+    throw new RefusedError(
+      `the image lacks ${missing.map((need) => `${need.name} (${need.path} is not there; ${need.why})`).join(' and ')}. ` +
+        `Install ${names.join(' ')} in the member's image (apt-get install ${names.join(' ')}), or set the member's install_dependencies: true to have the tool install them.`,
+    );
+  return [
+    {
+      summary: `install ${names.join(', ')} from Debian (${missing.map((need) => need.why).join('; ')})`,
+      action: { kind: 'install-packages', packages: names },
+    },
+  ];
 }
 
 /**

@@ -93,6 +93,17 @@ export const guestFragmentsBothWays = (input: Omit<CloudInitInput, 'writeSecret'
   shown: guestFragments({ ...input, writeSecret: maskSecret }),
 });
 
+/**
+ * cloud-init's `packages`: those the fragments install, and with install_dependencies the Debian packages
+ * their programs need (CloudConfigFragment.needs); none, no key.
+ */
+function firstBootPackages(fragments: readonly CloudConfigFragment[], installDependencies: boolean): { packages?: string[] } {
+  const listed = fragments.flatMap((fragment) => (fragment.modules?.packages as string[] | undefined) ?? []);
+  const needed = installDependencies ? fragments.flatMap((fragment) => fragment.needs ?? []).map((need) => need.name) : [];
+  const packages = [...new Set([...listed, ...needed])];
+  return packages.length > 0 ? { packages } : {};
+}
+
 /** `fragments`: guestFragments of the same input, rendered with the same writeSecret, when the caller has them already. */
 export function renderUserData(input: CloudInitInput, fragments = guestFragments(input)): string {
   const { member, tls, writeSecret } = input;
@@ -135,6 +146,7 @@ export function renderUserData(input: CloudInitInput, fragments = guestFragments
       ? { chpasswd: { expire: false, users: [{ name: member.admin.user, password: writeSecret(member.admin.password), type: 'text' }] } }
       : {}),
     ...Object.assign({}, ...fragments.map((fragment) => fragment.modules ?? {})),
+    ...firstBootPackages(fragments, member.installDependencies),
     // notify is the guest step's business, not a cloud-init key.
     write_files: fragments.flatMap((fragment) => fragment.writeFiles ?? []).map(({ notify: _notify, ...file }) => file),
     runcmd: firstBootCommands(fragments),

@@ -252,10 +252,23 @@ async function applyGuestAction(
 ): Promise<void> {
   if (action.kind === 'after-boot') throw new Error('the guest could not be probed: nothing to apply');
   if (action.kind === 'install-release') await installRelease(guest, ssh, action.release);
+  if (action.kind === 'install-packages') await installPackages(ssh, action.packages);
   if (action.kind === 'start' || action.kind === 'restart') {
     if (action.service.rolling) await restartRolling(guest, member, ssh, action);
     else await ssh.run(['sudo', 'systemctl', startVerb(action), action.service.unit]);
   }
+}
+
+/** apt's answer for a few packages and their dependencies, from the member's mirror, under emulation. */
+const APT_INSTALL_TIMEOUT_MS = 15 * 60_000;
+
+/** Debian packages into a member (install_dependencies): the package lists refreshed first, as cloud-init's packages module does. */
+async function installPackages(ssh: SshConnection, packages: readonly string[]): Promise<void> {
+  const script = 'apt-get update -q && exec apt-get install -y -q --no-install-recommends "$@"';
+  await ssh.run(['sudo', 'env', 'DEBIAN_FRONTEND=noninteractive', 'sh', '-c', script, 'apt-get', ...packages], {
+    timeoutMs: APT_INSTALL_TIMEOUT_MS,
+    describe: `apt-get install ${packages.join(' ')}`,
+  });
 }
 
 /** File changes in a row, in one command: the files' contents over stdin, never in argv (guest/file-batch.ts). */
@@ -389,5 +402,6 @@ export function guestQuestions(wanted: DesiredGuest): GuestQuestions {
     ...(wanted.release ? { releaseBinary: wanted.release.binary } : {}),
     ...(wanted.staged ? { stagedBinary: wanted.staged.binary } : {}),
     retired: [...wanted.retired.paths, ...wanted.retired.units.map(enableLinkOf)],
+    packageFiles: wanted.packages.needed.map((need) => need.path),
   };
 }

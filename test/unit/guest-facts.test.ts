@@ -182,6 +182,24 @@ test('the probe script, run by the real sh on this machine, reports absent files
   t.deepEqual(facts.cloudInit, { state: 'running' });
 });
 
+test("packages' files, stat'ed by the probe run by the real sh: those absent name the packages not installed", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-probe-packages-'));
+  writeFileSync(join(dir, 'auth.py'), '# botocore\n');
+  mkdirSync(join(dir, 'nacl'));
+  const asked: GuestQuestions = {
+    paths: [],
+    units: [],
+    environmentUnits: [],
+    dataDir: dir,
+    // A directory where a package's file should be is no installed package either.
+    packageFiles: [join(dir, 'auth.py'), join(dir, 'missing.py'), join(dir, 'nacl')],
+  };
+  const result = spawnSync('sh', ['-s'], { input: guestProbeScript(asked), encoding: 'utf8' });
+  t.is(result.status, 0, result.stderr);
+  t.deepEqual([...parseGuestProbe(result.stdout, asked).facts.packageFilesMissing], [join(dir, 'missing.py'), join(dir, 'nacl')]);
+  rmSync(dir, { recursive: true });
+});
+
 test("the agent's probe, run by the real sh and stat on this machine: cloud-init's result whole, each unit's first process, stat's entries; a missing path still answers", (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-agent-probe-'));
   const local = (name: string) => join(dir, name);

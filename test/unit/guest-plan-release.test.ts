@@ -44,6 +44,7 @@ const desired: DesiredGuest = {
   dataDir: '/var/lib/etcd',
   release,
   retired: { units: [], paths: [] },
+  packages: { needed: [], install: false },
 };
 
 function converged(): GuestFacts {
@@ -75,6 +76,7 @@ function converged(): GuestFacts {
     cloudInit: { state: 'done' },
     releaseInstalled: true,
     retiredFound: new Set(),
+    packageFilesMissing: new Set(),
   };
 }
 

@@ -3,6 +3,7 @@ import type { FileFact, GuestFacts, UnitFact } from '../../tasks/guest/facts.ts'
 import { sha256 } from '../../tasks/core/digest.ts';
 import { planGuest, RefusedError, rollKindOf, type GuestAction, type GuestChange } from '../../tasks/guest/plan.ts';
 import type { DesiredGuest, ManagedFile } from '../../tasks/render/guest/desired.ts';
+import { BACKUP_PACKAGES } from '../../tasks/render/guest/member-agent.ts';
 
 /** The guest step's plan as a table: a member's desired contents and facts in, changes out. */
 
@@ -43,6 +44,7 @@ const desired: DesiredGuest = {
     units: [BACKUP_TIMER, BACKUP_SERVICE],
     paths: [`/etc/systemd/system/${BACKUP_SERVICE}`, `/etc/systemd/system/${BACKUP_TIMER}`, S3_KEY],
   },
+  packages: { needed: [], install: false },
 };
 
 const RUNNING_ENV = new Map([
@@ -75,6 +77,7 @@ function converged(): GuestFacts {
     dataDirInitialized: true,
     cloudInit: { state: 'done' },
     retiredFound: new Set(),
+    packageFilesMissing: new Set(),
   };
 }
 
@@ -310,3 +313,57 @@ test('guest plan: a stopped service whose files change is started with restart s
   chrony.files.delete(CHRONY);
   t.like(startOf(planGuest(desired, chrony, context)), { kind: 'start', configChanged: true });
 });
+
+/** The packages the backup agent needs (python3-nacl, python3-botocore): absent, equal, refused, installed. */
+const packageCases: {
+  name: string;
+  install: boolean;
+  missing: string[];
+  drifted?: boolean;
+  changes?: [GuestAction['kind'], string][];
+  refused?: RegExp;
+}[] = [
+  { name: 'both there: nothing', install: false, missing: [], changes: [] },
+  { name: 'both there, install_dependencies: nothing', install: true, missing: [], changes: [] },
+  {
+    name: 'botocore absent from the image: refused by name, with what needs it and how to mend it',
+    install: false,
+    missing: ['python3-botocore'],
+    refused:
+      /^the image lacks python3-botocore \(\/usr\/lib\/python3\/dist-packages\/botocore\/auth\.py is not there; the backup agent signs its S3 requests with its SigV4 signer\)\. Install python3-botocore in the member's image \(apt-get install python3-botocore\), or set the member's install_dependencies: true/,
+  },
+  {
+    name: 'both absent: both named',
+    install: false,
+    missing: ['python3-nacl', 'python3-botocore'],
+    refused: /lacks python3-nacl .* and python3-botocore .*apt-get install python3-nacl python3-botocore/,
+  },
+  {
+    name: 'install_dependencies: the missing one installed, first of all',
+    install: true,
+    missing: ['python3-nacl'],
+    drifted: true,
+    changes: [
+      ['install-packages', "install python3-nacl from Debian (the backup agent seals snapshots with it (libsodium's XChaCha20-Poly1305))"],
+      ['write', `update ${CHRONY}`],
+      ['restart', `restart chrony.service: ${CHRONY} changes`],
+    ],
+  },
+];
+
+for (const row of packageCases) {
+  test(`guest plan, packages: ${row.name}`, (t) => {
+    const wanted: DesiredGuest = { ...desired, packages: { needed: [...BACKUP_PACKAGES], install: row.install } };
+    const facts = converged();
+    facts.packageFilesMissing = new Set(BACKUP_PACKAGES.filter((need) => row.missing.includes(need.name)).map((need) => need.path));
+    if (row.drifted) facts.files.get(CHRONY)!.digest = sha256('server 10.9.9.9\n');
+    if (row.refused) {
+      t.throws(() => planGuest(wanted, facts, context), { instanceOf: RefusedError, message: row.refused });
+      return;
+    }
+    t.deepEqual(
+      planGuest(wanted, facts, context).map((change) => [change.action.kind, change.summary]),
+      row.changes,
+    );
+  });
+}

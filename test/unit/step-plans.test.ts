@@ -278,7 +278,16 @@ function dryRunCases() {
     choose: async () => ({ name: 'etcd-2026-11-21T09:30:00Z.dump', provenance: "this cluster's latest, taken by etcd-1 at revision 7" }),
   } as unknown as SnapshotSource;
   const desired = new Map([
-    ['etcd-1', { files: [], services: [], dataDir: '/var/lib/etcd', retired: { units: [], paths: [] } } satisfies DesiredGuest],
+    [
+      'etcd-1',
+      {
+        files: [],
+        services: [],
+        dataDir: '/var/lib/etcd',
+        retired: { units: [], paths: [] },
+        packages: { needed: [], install: false },
+      } satisfies DesiredGuest,
+    ],
   ]);
   /** The guest agent: nothing taken early; its boot looked at as `boot` says. */
   const agent = (boot: 'running' | { unanswered: string }) =>
@@ -399,7 +408,16 @@ function dryRunCases() {
       secret: false,
     };
     const wanted = new Map([
-      ['etcd-1', { files: [chrony], services: [], dataDir: '/var/lib/etcd', retired: { units: [], paths: [] } } satisfies DesiredGuest],
+      [
+        'etcd-1',
+        {
+          files: [chrony],
+          services: [],
+          dataDir: '/var/lib/etcd',
+          retired: { units: [], paths: [] },
+          packages: { needed: [], install: false },
+        } satisfies DesiredGuest,
+      ],
     ]);
     const factsWith = (content: string) => ({
       files: new Map([[chrony.path, { digest: sha256(content), mode: 0o644, owner: 'root:root', mtime: 1 }]]),

@@ -1,5 +1,5 @@
 import { guestFragmentsBothWays, type CloudInitInput } from '../cloud-init.ts';
-import type { GuestService, RetiredParts } from './fragment.ts';
+import type { GuestService, ImagePackage, RetiredParts } from './fragment.ts';
 import { managedRelease, stagedRelease, type GuestRelease } from '../etcd-release.ts';
 
 /**
@@ -35,6 +35,8 @@ export interface DesiredGuest {
   staged?: GuestRelease;
   /** Units and files the features installed under another configuration: stopped and removed where found. */
   retired: RetiredParts;
+  /** Debian packages the features' programs need; `install`: the guest step installs those missing (install_dependencies). */
+  packages: { needed: ImagePackage[]; install: boolean };
 }
 
 /** `fragments`: the same input's, when the caller has them already (its user-data is rendered from them too). */
@@ -68,5 +70,6 @@ export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>, fragmen
       units: real.flatMap((fragment) => fragment.retired?.units ?? []),
       paths: real.flatMap((fragment) => fragment.retired?.paths ?? []),
     },
+    packages: { needed: real.flatMap((fragment) => fragment.needs ?? []), install: input.member.installDependencies },
   };
 }

@@ -51,6 +51,21 @@ export interface CloudConfigFragment {
    * A first boot has none of them: cloud-init ignores it.
    */
   retired?: RetiredParts;
+  /** Debian packages this feature's programs need in the guest (see ImagePackage). */
+  needs?: ImagePackage[];
+}
+
+/**
+ * A Debian package a feature's program needs in the member's image. With install_dependencies it is among
+ * cloud-init's packages at first boot, and the guest step installs it where it is missing; without, a member
+ * whose image lacks it is refused by name (never a timer that fails at every tick). The probe stats `path`,
+ * a file the package installs (no process in the guest).
+ */
+export interface ImagePackage {
+  name: string;
+  path: string;
+  /** What needs it, for the refusal. */
+  why: string;
 }
 
 export interface RetiredParts {

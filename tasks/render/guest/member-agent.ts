@@ -8,7 +8,7 @@ import { clientUrl } from '../../inventory/urls.ts';
 import type { MemberTls } from '../../pki/materials.ts';
 import { GUEST_PATHS } from '../etcd.ts';
 import { etcdToolsDir } from '../etcd-release.ts';
-import { secretFile, type CloudConfigFragment, type RetiredParts, type WriteFile } from './fragment.ts';
+import { secretFile, type CloudConfigFragment, type ImagePackage, type RetiredParts, type WriteFile } from './fragment.ts';
 import { MANIFEST_PATH, TEXTFILE_DIR } from './textfile.ts';
 import { DISARM_BELOW_QUOTA } from '../../inventory/model.ts';
 
@@ -208,6 +208,20 @@ export interface AgentInput {
   clusterId?: string;
 }
 
+/** What the agent's backups import beyond python3 (templates/etcd-kvm-agent.py): Debian's packages of them. */
+export const BACKUP_PACKAGES: readonly ImagePackage[] = [
+  {
+    name: 'python3-nacl',
+    path: '/usr/lib/python3/dist-packages/nacl/bindings/__init__.py',
+    why: "the backup agent seals snapshots with it (libsodium's XChaCha20-Poly1305)",
+  },
+  {
+    name: 'python3-botocore',
+    path: '/usr/lib/python3/dist-packages/botocore/auth.py',
+    why: 'the backup agent signs its S3 requests with its SigV4 signer',
+  },
+];
+
 export function memberAgentFragment({ inventory, member, tls, clusterId }: AgentInput, writeSecret: SecretWriter): CloudConfigFragment {
   if (!agentInEtcd(inventory)) return { retired: retiredAgentParts([], []) };
   const { s3, encryption_key: encryptionKey } = inventory.restore;
@@ -260,5 +274,6 @@ export function memberAgentFragment({ inventory, member, tls, clusterId }: Agent
     writeFiles: files,
     services: timers.map((timer) => ({ unit: timer, onChange: 'restart' as const })),
     retired: retiredAgentParts(files, timers),
+    ...(inventory.backup.enabled ? { needs: [...BACKUP_PACKAGES] } : {}),
   };
 }
