@@ -86,19 +86,32 @@ def nearest_elapse(started, elapses):
     return min(elapses, key=lambda elapse: abs((elapse - started).total_seconds()))
 
 
-def tick_of(started, schedule):
-    """(tick, period): the tick a timer run belongs to is the schedule's elapse nearest to the run's start,
-    to the second, and the period the schedule's seconds between elapses (None if systemd cannot say).
-    Every member's timer fires at the same calendar time on its own clock and its run starts a moment
-    later (seconds, in a busy guest): the nearest elapse is the same one for every member while each is
-    less than half a period late, across a minute's boundary too and for schedules finer than a minute.
-    If systemd cannot say, the tick is the minute."""
-    period = schedule_period(schedule, started)
+def fired_at(environ):
+    """When systemd's timer fired this run, on this member's clock: systemd (251 and later) passes it to the service
+    it starts, TRIGGER_TIMER_REALTIME_USEC; None for a run started otherwise (by hand)."""
+    usec = environ.get("TRIGGER_TIMER_REALTIME_USEC", "")
+    if not usec.isdigit():
+        return None
+    return datetime.datetime.fromtimestamp(int(usec) / 1e6, datetime.timezone.utc)
+
+
+def tick_of(started, schedule, fired=None):
+    """(tick, period): the schedule's elapse a run belongs to, to the second, and the schedule's seconds between
+    elapses (None if systemd cannot say).
+    Fired by its timer: the latest elapse at or before the moment it fired. A timer never fires before its elapse on
+    its member's clock and fires the elapse it missed while the last run went on as soon as that run ends, so every
+    member names the same elapse for it however late it fires or its program starts (a busy guest's Python took a
+    minute), and whatever its clock's offset, as long as that is less than a period.
+    Started by hand: the elapse nearest to the run's start. If systemd cannot say, the tick is the minute."""
+    when = fired or started
+    period = schedule_period(schedule, when)
     if period:
-        elapses = calendar_elapses(schedule, started - datetime.timedelta(seconds=period), 2)
+        elapses = calendar_elapses(schedule, when - datetime.timedelta(seconds=period), 2)
+        if fired and elapses and elapses[0] <= fired:
+            return max(elapse for elapse in elapses if elapse <= fired).strftime(TICK_FORMAT), period
         if elapses:
             return nearest_elapse(started, elapses).strftime(TICK_FORMAT), period
-    return started.strftime("%Y-%m-%dT%H:%M:00Z"), period
+    return when.strftime("%Y-%m-%dT%H:%M:00Z"), period
 
 
 def claim(config, tick):
@@ -370,7 +383,7 @@ def backup(config):
         print("scheduled backups are off (backup.enabled): none taken")
         return 0
     started = datetime.datetime.now(datetime.timezone.utc)
-    tick, period = tick_of(started, config["schedule"])
+    tick, period = tick_of(started, config["schedule"], fired_at(os.environ))
     if not claim(config, tick):
         print(f"tick {tick}: another member took this tick's backup; none taken here")
         return 0

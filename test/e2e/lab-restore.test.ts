@@ -7,6 +7,7 @@ import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { parse, stringify } from 'yaml';
 import { SnapshotBucket } from '../../tasks/backup/s3.ts';
+import { BACKUP_PACKAGES } from '../../tasks/render/guest/member-agent.ts';
 import { Secret } from '../../tasks/core/secret.ts';
 import { run } from '../helpers/exec.ts';
 import { deploy, endpoint, etcdctl, lab, LAB_STATE, MEMBER_IPS, memberSsh, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
@@ -63,9 +64,9 @@ const DUMP = `${regexEscaped(PREFIX)}-\\d{4}-\\d{2}-\\d{2}T\\d{2}:\\d{2}:\\d{2}Z
 /** Where s3rver keeps an object: <bucket>/<name>._S3rver_object, the name's '/' a directory. */
 const storedAt = (name: string) => join(s3!.dir, s3!.bucket, `${name}._S3rver_object`);
 
-/** The snapshots in the bucket, by name, oldest first. */
+/** The snapshots in the bucket, by name, oldest first (none yet: not even their directory). */
 const dumps = () =>
-  readdirSync(dirname(storedAt(PREFIX)))
+  (existsSync(dirname(storedAt(PREFIX))) ? readdirSync(dirname(storedAt(PREFIX))) : [])
     .map((file) => `${dirname(PREFIX)}/${file}`)
     .filter((name) => name.startsWith(`${PREFIX}-`) && name.endsWith('.dump._S3rver_object'))
     .map((name) => name.replace(/\._S3rver_object$/, ''))
@@ -211,6 +212,30 @@ scenario('scheduled backups: one member takes each tick, also with a member stop
   const status = run(process.execPath, ['--import', 'tsx', 'tasks/status.ts', '-i', INVENTORY]);
   t.is(status.status, 0, status.stdout + status.stderr);
   t.regex(status.stdout, new RegExp(`^backup: last success \\d+ (s|min) ago \\(\\S+\\) by etcd-\\d, revision \\d+, ${DUMP}$`, 'm'));
+});
+
+scenario('a member whose image lacks python3-botocore: the deploy refuses that member by name and changes nothing', (t) => {
+  // What the probe looks for: a file the package installs (ImagePackage.path), put aside as a stock image would lack it.
+  const botocore = BACKUP_PACKAGES.find((need) => need.name === 'python3-botocore')!.path;
+  t.is(memberSsh('etcd-2', `sudo mv ${botocore} ${botocore}.away`).status, 0);
+  try {
+    const refused = deployed(t);
+    t.is(refused.status, 1);
+    t.regex(
+      refused.output,
+      /guest: FAILED: the image lacks python3-botocore \(\/usr\/lib\/python3\/dist-packages\/botocore\/auth\.py is not there; the backup agent signs its S3 requests with its SigV4 signer\)\. Install python3-botocore in the member's image/,
+    );
+    t.deepEqual(
+      refused.report.results.filter((r) => r.status === 'failed').map((r) => `${r.host}/${r.step}`),
+      ['etcd-2/guest'],
+    );
+    t.deepEqual(
+      refused.report.results.filter((r) => r.status === 'changed').map((r) => `${r.host}/${r.step}`),
+      [],
+    );
+  } finally {
+    t.is(memberSsh('etcd-2', `sudo mv ${botocore}.away ${botocore}`).status, 0);
+  }
 });
 
 // Watching and tending, on the cluster the first scenario left (scheduled backups taken, healthy): test/helpers/lab-watch-scenarios.ts.

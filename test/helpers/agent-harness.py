@@ -106,7 +106,8 @@ elif command == "s3-roundtrip":
         answers["error"] = str(error)
     print(json.dumps(answers))
 elif command == "tick":
-    print(json.dumps(agent.tick_of(datetime.datetime.fromisoformat(argument["started"]), argument["schedule"])[0]))
+    fired = agent.fired_at(argument.get("environ", {}))
+    print(json.dumps(agent.tick_of(datetime.datetime.fromisoformat(argument["started"]), argument["schedule"], fired)[0]))
 elif command == "dump-name":
     print(json.dumps(agent.dump_name(argument["prefix"], datetime.datetime.fromisoformat(argument["when"]))))
 elif command == "decide":

@@ -6,10 +6,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { backupTimestamp, dumpObjectName, masterKeyFromHex, openDataKey, openStream } from '../../tasks/backup/format.ts';
 import { AGENT_USER } from '../../tasks/inventory/tool-users.ts';
-import { AGENT_PATHS, BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS } from '../../tasks/render/guest/member-agent.ts';
+import { AGENT_PATHS, BACKUP_PACKAGES, BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS } from '../../tasks/render/guest/member-agent.ts';
 import { MANIFEST_PATH } from '../../tasks/render/guest/textfile.ts';
 import { baseDocument, load, problemsOf } from '../helpers/inventory.ts';
-import { renderWithPki } from '../helpers/render.ts';
+import { fileOf, renderWithPki } from '../helpers/render.ts';
+import { parse } from 'yaml';
 
 /**
  * The member agent (templates/etcd-kvm-agent.py) writes what the tool's restore reads: its sealing
@@ -57,7 +58,7 @@ test('the agent names snapshots as the tool does', (t) => {
   t.is(agent<string>('dump-name', { prefix: 'lab', when: '2026-11-25T03:04:05.678+00:00' }), dumpObjectName('lab', backupTimestamp(when)));
 });
 
-test("a backup run's tick: the schedule's elapse nearest to its start, to the second, from systemd's calendar", (t) => {
+test("a backup run started by hand (no timer's trigger time): the schedule's elapse nearest to its start, to the second, from systemd's calendar", (t) => {
   const tick = (started: string, schedule: string) => agent<string>('tick', { started, schedule });
   // Three members' runs around one minute's boundary name the same tick (they named two minutes when ticks were minutes).
   for (const started of ['2026-11-25T02:30:59.80+00:00', '2026-11-25T02:31:00.30+00:00', '2026-11-25T02:30:59.95+00:00'])
@@ -72,6 +73,24 @@ test("a backup run's tick: the schedule's elapse nearest to its start, to the se
   t.is(tick('2026-11-25T03:00:01.00+00:00', 'hourly'), '2026-11-25T03:00:00Z');
   // What systemd cannot read: the minute, as before.
   t.is(tick('2026-11-25T03:04:05.678+00:00', 'not a calendar'), '2026-11-25T03:04:00Z');
+});
+
+test("a timer's run: its tick is the latest elapse at or before the moment systemd fired it, however late the program starts", (t) => {
+  const tick = (fired: string, started: string, schedule = '*:*:00') =>
+    agent<string>('tick', { started, schedule, environ: { TRIGGER_TIMER_REALTIME_USEC: String(Date.parse(fired) * 1000) } });
+  // A busy guest's Python started a minute after its timer fired (the lab, 2026-11-28 08:29: named 08:30 before, a second backup).
+  t.is(tick('2026-11-28T08:29:00.62Z', '2026-11-28T08:29:59.90+00:00'), '2026-11-28T08:29:00Z');
+  // Fired late, once the last run ended (systemd fires the elapse it missed then): still that elapse.
+  t.is(tick('2026-11-28T08:33:38.00Z', '2026-11-28T08:33:39.00+00:00'), '2026-11-28T08:33:00Z');
+  // Members whose clocks differ by a fraction of a second each fire at the elapse on their own clock.
+  for (const fired of ['2026-11-25T02:31:00.001Z', '2026-11-25T02:31:00.450Z', '2026-11-25T02:31:01.900Z'])
+    t.is(tick(fired, '2026-11-25T02:31:03.00+00:00'), '2026-11-25T02:31:00Z', fired);
+  // A clock a minute ahead fires its 03:00 a minute early, and names 03:00 as the others will: one backup for it.
+  t.is(tick('2026-11-25T03:00:00.30Z', '2026-11-25T02:59:00.40+00:00', 'hourly'), '2026-11-25T03:00:00Z');
+  // Finer than a minute: the elapse it fired for, not the nearest one to a late start.
+  t.is(tick('2026-11-25T02:31:19.90Z', '2026-11-25T02:31:19.95+00:00', '*:*:0/20'), '2026-11-25T02:31:00Z');
+  // A daily schedule, fired on time.
+  t.is(tick('2026-11-25T02:30:00.20Z', '2026-11-25T02:30:09.00+00:00', '*-*-* 02:30:00'), '2026-11-25T02:30:00Z');
 });
 
 test("the agent signs S3 requests (botocore's signer) as AWS's Signature Version 4 example does", (t) => {
@@ -222,4 +241,23 @@ test('a schedule must be a systemd calendar event', (t) => {
       `${schedule}: ${problems.join('; ')}`,
     );
   }
+});
+
+test("the backup agent's Debian packages: cloud-init installs them with install_dependencies, the guest step is told to look for them either way", async (t) => {
+  const packagesOf = async (installDependencies: boolean, backup: boolean) => {
+    const doc = withBackup({ enabled: backup, schedule: 'hourly', keep: 5 });
+    Object.assign(doc.defaults as object, { install_dependencies: installDependencies });
+    const { rendered, guests } = await renderWithPki(load(doc));
+    const userData = parse(fileOf(rendered.get('etcd-1'), 'user-data').content, { version: '1.1' }) as { packages?: string[] };
+    return { cloudInit: userData.packages ?? [], guest: guests.get('etcd-1')!.packages };
+  };
+  const installed = await packagesOf(true, true);
+  t.deepEqual(installed.cloudInit, ['curl', 'ca-certificates', 'qemu-guest-agent', 'python3-nacl', 'python3-botocore']);
+  t.deepEqual(installed.guest, { needed: [...BACKUP_PACKAGES], install: true });
+  const image = await packagesOf(false, true);
+  t.deepEqual(image.cloudInit, [], "the image's: nothing installed at first boot");
+  t.deepEqual(image.guest, { needed: [...BACKUP_PACKAGES], install: false });
+  const off = await packagesOf(true, false);
+  t.false(off.cloudInit.includes('python3-botocore'));
+  t.deepEqual(off.guest.needed, [], 'no backups, no need');
 });
