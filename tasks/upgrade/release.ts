@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { createReadStream, createWriteStream, existsSync, renameSync, rmSync } from 'node:fs';
+import { createReadStream, createWriteStream, existsSync, renameSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
@@ -10,8 +10,11 @@ import { releaseTag, type EtcdVersion } from './version.ts';
 /**
  * etcd's release tarballs on the control node: downloaded once per version into the state directory,
  * verified against the release's SHA256SUMS (or a digest the inventory pins, which wins), and checked
- * again each time they are used, so a member only ever receives the bits the release published. The
- * members never need the internet for etcd: the tool pushes the archive to them.
+ * again whenever the file is not the one verified (its identity: device, inode, size, modification and
+ * change times, as git's index tells a file unchanged; a write changes the change time, which no one can
+ * set), so a member only ever receives the bits the release published, and a run with a kept, unchanged
+ * archive reads none of its bytes. The members never need the internet for etcd: the tool pushes the
+ * archive to them.
  */
 
 /** etcd's GitHub releases; a mirror keeps the same layout (`<base>/vX.Y.Z/<archive>`, `<base>/vX.Y.Z/SHA256SUMS`). */
@@ -72,6 +75,9 @@ async function get(url: string): Promise<Response> {
   return response;
 }
 
+/** Reads a whole file for its digest: what a run with a kept, unchanged archive must not do. */
+export type FileHasher = (path: string) => Promise<string>;
+
 async function sha256Of(path: string): Promise<string> {
   const hash = createHash('sha256');
   await pipeline(createReadStream(path), hash);
@@ -113,19 +119,47 @@ async function expectedDigest(source: ReleaseSource, folder: string): Promise<{ 
   return { sha256, verifiedBy: 'SHA256SUMS' };
 }
 
+/** A file's identity: changed by any write to it, or any replacement of it. */
+function identityOf(path: string): string {
+  const stat = statSync(path, { bigint: true });
+  return [stat.dev, stat.ino, stat.size, stat.mtimeNs, stat.ctimeNs].join(':');
+}
+
+/** Beside the archive: the digest it had when verified, and the file's identity then. */
+const verifiedRecordOf = (archivePath: string) => `${archivePath}.verified`;
+
+function verifiedUnchanged(archivePath: string, sha256: string): boolean {
+  try {
+    const record = JSON.parse(readIfExists(verifiedRecordOf(archivePath)) ?? '{}') as { sha256?: unknown; identity?: unknown };
+    return record.sha256 === sha256 && record.identity === identityOf(archivePath);
+  } catch {
+    return false;
+  }
+}
+
+const rememberVerified = (archivePath: string, sha256: string) =>
+  writeFileAtomic(verifiedRecordOf(archivePath), `${JSON.stringify({ sha256, identity: identityOf(archivePath) })}\n`, PUBLIC_FILE_MODE);
+
 /**
  * The release's archive in `<directory>/<tag>/`, downloaded if it is not there yet, and verified
- * either way: a kept archive whose digest no longer matches is downloaded again; a download whose
- * digest does not match is deleted and refused.
+ * either way: a kept archive is hashed again only when it is not the file verified before, one whose
+ * digest no longer matches is downloaded again; a download whose digest does not match is deleted and
+ * refused. `hashFile`: how a kept archive is read for its digest (the tests count it).
  */
-export async function obtainRelease(source: ReleaseSource, directory: string): Promise<Release> {
+export async function obtainRelease(source: ReleaseSource, directory: string, hashFile: FileHasher = sha256Of): Promise<Release> {
   const names = releaseNames(source);
   const folder = join(directory, names.tag);
   ensurePrivateDir(folder);
   const expected = await expectedDigest(source, folder);
   const archivePath = join(folder, names.archive);
   const release: Release = { version: source.version, name: names.name, archivePath, ...expected };
-  if (existsSync(archivePath) && (await sha256Of(archivePath)) === expected.sha256) return release;
+  if (existsSync(archivePath)) {
+    if (verifiedUnchanged(archivePath, expected.sha256)) return release;
+    if ((await hashFile(archivePath)) === expected.sha256) {
+      rememberVerified(archivePath, expected.sha256);
+      return release;
+    }
+  }
   const partial = `${archivePath}.partial-${process.pid}`;
   try {
     const got = await download(names.archiveUrl, partial);
@@ -135,6 +169,8 @@ export async function obtainRelease(source: ReleaseSource, directory: string): P
       );
     }
     renameSync(partial, archivePath);
+    // After the rename, which changes the file's change time.
+    rememberVerified(archivePath, expected.sha256);
   } finally {
     rmSync(partial, { force: true });
   }

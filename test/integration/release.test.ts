@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -54,6 +54,44 @@ test('a release is downloaded once, verified against its SHA256SUMS, and checked
   await obtainRelease({ baseUrl: server.baseUrl, version }, directory);
   t.deepEqual(readFileSync(first.archivePath), archive, 'a kept archive that no longer matches is downloaded again');
   t.is(server.asked.length, 3);
+});
+
+test('a kept archive is read again only when its file changed: a run that finds it as verified reads none of its bytes', async (t) => {
+  const server = await releaseServer({ [`/releases/v3.5.16/${NAME}`]: archive, '/releases/v3.5.16/SHA256SUMS': sums(digest) });
+  t.teardown(server.close);
+  const directory = mkdtempSync(join(tmpdir(), 'releases-'));
+  const hashed: string[] = [];
+  const counting = async (path: string) => {
+    hashed.push(path);
+    return createHash('sha256').update(readFileSync(path)).digest('hex');
+  };
+  const { archivePath } = await obtainRelease({ baseUrl: server.baseUrl, version }, directory, counting);
+  t.deepEqual(hashed, [], 'hashed as it was downloaded');
+  for (let run = 0; run < 3; run++) await obtainRelease({ baseUrl: server.baseUrl, version }, directory, counting);
+  t.deepEqual(hashed, [], 'three runs later: not opened once');
+  t.is(server.asked.length, 2);
+
+  // Changed in place, its size and modification time put back: the change time still tells it.
+  const { mtime } = statSync(archivePath);
+  const tampered = Buffer.from(archive);
+  tampered[0] = 0x50 ^ tampered[0]!;
+  writeFileSync(archivePath, tampered);
+  utimesSync(archivePath, mtime, mtime);
+  await obtainRelease({ baseUrl: server.baseUrl, version }, directory, counting);
+  t.deepEqual(hashed, [archivePath], 'read once, found wrong');
+  t.deepEqual(readFileSync(archivePath), archive, 'and downloaded again');
+  t.is(server.asked.length, 3);
+
+  // A kept archive verified by hashing (a state directory from before the record, or a record lost) is recorded too.
+  rmSync(`${archivePath}.verified`);
+  await obtainRelease({ baseUrl: server.baseUrl, version }, directory, counting);
+  await obtainRelease({ baseUrl: server.baseUrl, version }, directory, counting);
+  t.deepEqual(hashed, [archivePath, archivePath]);
+  // Another pinned digest is another verification.
+  await t.throwsAsync(obtainRelease({ baseUrl: server.baseUrl, version, pinnedSha256: 'e'.repeat(64) }, directory, counting), {
+    instanceOf: ReleaseError,
+  });
+  t.is(hashed.length, 3);
 });
 
 test('an archive whose digest is not the release says is refused and nothing is kept', async (t) => {
