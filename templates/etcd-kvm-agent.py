@@ -86,29 +86,43 @@ def nearest_elapse(started, elapses):
     return min(elapses, key=lambda elapse: abs((elapse - started).total_seconds()))
 
 
-def fired_at(environ):
-    """When systemd's timer fired this run, on this member's clock: systemd (251 and later) passes it to the service
-    it starts, TRIGGER_TIMER_REALTIME_USEC; None for a run started otherwise (by hand)."""
-    usec = environ.get("TRIGGER_TIMER_REALTIME_USEC", "")
-    if not usec.isdigit():
+def forked_at():
+    """When this process was started, on this member's clock (None if /proc cannot say): its start time since boot
+    against the uptime now, to a clock tick. For a timer's run that is the moment systemd started the service,
+    however long Python then took to get here (a minute, in a busy emulated guest)."""
+    try:
+        with open("/proc/self/stat") as file:
+            # After the command's name (in parentheses, which may hold spaces): field 3 on; starttime is field 22.
+            start_ticks = int(file.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as file:
+            uptime = float(file.read().split()[0])
+    except (OSError, ValueError, IndexError):
         return None
-    return datetime.datetime.fromtimestamp(int(usec) / 1e6, datetime.timezone.utc)
+    age = max(uptime - start_ticks / os.sysconf("SC_CLK_TCK"), 0.0)
+    return datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=age)
+
+
+# A process's start is known to a clock tick (10 ms) and the uptime to 10 ms: a run systemd started right at its
+# elapse may be reckoned a moment before it.
+START_TOLERANCE = datetime.timedelta(milliseconds=100)
 
 
 def tick_of(started, schedule, fired=None):
     """(tick, period): the schedule's elapse a run belongs to, to the second, and the schedule's seconds between
     elapses (None if systemd cannot say).
-    Fired by its timer: the latest elapse at or before the moment it fired. A timer never fires before its elapse on
-    its member's clock and fires the elapse it missed while the last run went on as soon as that run ends, so every
-    member names the same elapse for it however late it fires or its program starts (a busy guest's Python took a
-    minute), and whatever its clock's offset, as long as that is less than a period.
-    Started by hand: the elapse nearest to the run's start. If systemd cannot say, the tick is the minute."""
+    `fired`, when this process was started (forked_at): the latest elapse at or before it. A timer never starts its
+    service before its elapse on its member's clock, and starts the elapse it missed while the last run went on as
+    soon as that run ends, so every member names the same elapse for it however late its Python gets going, and
+    whatever its clock's offset, as long as that is less than a period. (systemd 252's TRIGGER_TIMER_REALTIME_USEC
+    would have said when the timer fired, but kept its first value: every run of a minutely timer in the lab was
+    told 08:43.)
+    Without it: the elapse nearest to `started`. If systemd cannot say, the tick is the minute."""
     when = fired or started
     period = schedule_period(schedule, when)
     if period:
         elapses = calendar_elapses(schedule, when - datetime.timedelta(seconds=period), 2)
-        if fired and elapses and elapses[0] <= fired:
-            return max(elapse for elapse in elapses if elapse <= fired).strftime(TICK_FORMAT), period
+        if fired and elapses and elapses[0] <= fired + START_TOLERANCE:
+            return max(elapse for elapse in elapses if elapse <= fired + START_TOLERANCE).strftime(TICK_FORMAT), period
         if elapses:
             return nearest_elapse(started, elapses).strftime(TICK_FORMAT), period
     return when.strftime("%Y-%m-%dT%H:%M:00Z"), period
@@ -383,7 +397,7 @@ def backup(config):
         print("scheduled backups are off (backup.enabled): none taken")
         return 0
     started = datetime.datetime.now(datetime.timezone.utc)
-    tick, period = tick_of(started, config["schedule"], fired_at(os.environ))
+    tick, period = tick_of(started, config["schedule"], forked_at())
     if not claim(config, tick):
         print(f"tick {tick}: another member took this tick's backup; none taken here")
         return 0
@@ -465,7 +479,6 @@ ALARMS = ("NOSPACE", "CORRUPT")
 # How a member's status lists each of the cluster's active alarms among its errors.
 ALARM_ERROR = re.compile(r"memberID:(\d+) alarm:([A-Z]+)")
 DEFRAG_PREFIX = "etcd-kvm/defrag/"
-LOCK_KEY = DEFRAG_PREFIX + "lock"
 LOCK_TTL_SECONDS = 60
 # How long a member that qualifies waits for another's defragmentation to end, within one tick.
 LOCK_WAIT_SECONDS = 45
@@ -556,21 +569,39 @@ def decide(view, rule, quota, disarm_below):
     return ("defrag", f"the rule holds (size {mine['size']}, in use {mine['in_use']})")
 
 
+def run_lock_holder(answer):
+    """The run lock's holder, as the failed lock transaction read it (the tool's JSON record); None when it is free."""
+    for response in answer.get("responses", []):
+        for kv in response.get("Response", {}).get("ResponseRange", {}).get("kvs", []):
+            return base64.b64decode(kv.get("value", "")).decode(errors="replace")
+    return None
+
+
 def take_lock(config):
-    """A lease-backed lock in etcd (one key created only if absent), kept alive while this member holds
-    it; None when another member still held it after LOCK_WAIT_SECONDS."""
+    """(lock, why not): a lease-backed lock in etcd (one key created only if absent), kept alive while this member
+    holds it. Taken only while no run of the tool holds the cluster's run lock (both in one transaction: a deploy
+    takes its lock only while no defragmentation holds this one, so a roll and a defragmentation never overlap);
+    while one does, none and who holds it at once (runs take minutes). None too when another member still held
+    the defragmentation's lock after LOCK_WAIT_SECONDS."""
+    lock_key, run_lock = config["defrag"]["lock_key"], config["run_lock_key"]
     lease = json.loads(etcdctl(config, ["lease", "grant", str(LOCK_TTL_SECONDS), "-w", "json"]))["ID"]
-    txn = f'create("{LOCK_KEY}") = "0"\n\nput --lease={lease:x} {LOCK_KEY} {config["member"]}\n\n\n'
+    txn = f'create("{lock_key}") = "0"\ncreate("{run_lock}") = "0"\n\nput --lease={lease:x} {lock_key} {config["member"]}\n\nget {run_lock}\n\n'
     deadline = time.monotonic() + LOCK_WAIT_SECONDS
-    while not json.loads(etcdctl(config, ["txn", "-w", "json"], stdin=txn.encode())).get("succeeded"):
-        if time.monotonic() > deadline:
+    while True:
+        answer = json.loads(etcdctl(config, ["txn", "-w", "json"], stdin=txn.encode()))
+        if answer.get("succeeded"):
+            break
+        holder = run_lock_holder(answer)
+        if holder is not None or time.monotonic() > deadline:
             etcdctl(config, ["lease", "revoke", f"{lease:x}"])
-            return None
+            if holder is not None:
+                return None, f"a run of etcd-kvm holds the cluster's run lock ({run_lock}: {holder[:300]})"
+            return None, f"another member still held {lock_key} after {LOCK_WAIT_SECONDS} s"
         time.sleep(2)
     keeper = subprocess.Popen(
         [config["etcd"]["etcdctl"], "lease", "keep-alive", f"{lease:x}"], env=etcdctl_env(config), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
-    return lease, keeper
+    return (lease, keeper), None
 
 
 def release_lock(config, lock):
@@ -647,9 +678,9 @@ def defrag(config):
             etcdctl(config, ["alarm", "disarm"])
             print("NOSPACE alarm cleared: every database is under the quota again")
     else:
-        lock = take_lock(config)
+        lock, why_not = take_lock(config)
         if lock is None:
-            print(f"nothing done: another member still held {LOCK_KEY} after {LOCK_WAIT_SECONDS} s; the next tick looks again")
+            print(f"nothing done: {why_not}; the next tick looks again")
             return write_metrics(config)
         try:
             # Looked at again under the lock: the member before may have changed who qualifies, or the health.

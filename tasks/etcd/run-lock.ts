@@ -7,6 +7,7 @@ import { LockHeldError, processExists } from '../core/lock.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
 import { EtcdClients, type ClientIdentity } from './client.ts';
+import { DEFRAG_LOCK_KEY, runLockEpochKey, runLockKey } from './lock-keys.ts';
 
 /**
  * One run at a time across machines. The run lock file (core/lock.ts) keeps out runs of the same
@@ -32,12 +33,7 @@ export const RUN_LOCK_TTL_S = 30;
 /** How long the members have to answer before the lock is taken as unavailable: a live member answers in milliseconds. */
 const ANSWER_MS = 5_000;
 
-/** Under the tool's own prefix, named for the cluster. */
-/** Where the runs' locks live, one key per cluster. */
-export const RUN_LOCK_PREFIX = 'etcd-kvm/run-lock/';
-export const runLockKey = (cluster: string): string => `${RUN_LOCK_PREFIX}${cluster}`;
-/** The last acquisition's holder, kept (no lease): its revision moves with every acquisition. */
-export const runLockEpochKey = (cluster: string): string => `etcd-kvm/run-lock-epoch/${cluster}`;
+export { RUN_LOCK_PREFIX, runLockEpochKey, runLockKey } from './lock-keys.ts';
 
 /** Who holds the lock: the key's value, read by a run it refuses. */
 export interface RunLockHolder {
@@ -75,11 +71,15 @@ export type LockAnswer =
   | { created: false; value: string; lease: string }
   /** The key is free, but another run took it (and may have let it go) since this run looked: its record. */
   | { created: false; overtakenBy: string }
+  /** The key is free, but a member's scheduled defragmentation holds its lock (DEFRAG_LOCK_KEY): that member. */
+  | { created: false; defragBy: string }
   | { failed: unknown };
 
 export type LockDecision =
   | { kind: 'acquired' }
   | { kind: 'refused'; holder: RunLockHolder | undefined; message: string }
+  /** Not now: a scheduled defragmentation is under way (it ends within minutes); asked again until patience runs out. */
+  | { kind: 'busy'; why: string }
   | { kind: 'local-only'; why: string };
 
 /** An error's first line, or each distinct one of a Promise.any's errors. */
@@ -109,7 +109,7 @@ function describeHolder(value: string): { holder: RunLockHolder | undefined; who
   return { holder, who };
 }
 
-function refusal(key: string, value: string, lease: string, ttlS: number): Exclude<LockDecision, { kind: 'acquired' }> {
+function refusal(key: string, value: string, lease: string, ttlS: number): Extract<LockDecision, { kind: 'refused' }> {
   const { holder, who } = describeHolder(value);
   // A key with no lease was not made by a run: it never expires by itself.
   const gone =
@@ -124,7 +124,7 @@ function refusal(key: string, value: string, lease: string, ttlS: number): Exclu
 }
 
 /** Another run took the lock after this one looked: what this run read may predate its changes. */
-function overtaken(key: string, value: string): Exclude<LockDecision, { kind: 'acquired' }> {
+function overtaken(key: string, value: string): Extract<LockDecision, { kind: 'refused' }> {
   const { holder, who } = describeHolder(value);
   return {
     kind: 'refused',
@@ -138,6 +138,11 @@ export function decideLock(answer: LockAnswer, key: string, ttlS = RUN_LOCK_TTL_
   if ('failed' in answer) return { kind: 'local-only', why: whyUnanswered(answer.failed) };
   if (answer.created) return { kind: 'acquired' };
   if ('overtakenBy' in answer) return overtaken(key, answer.overtakenBy);
+  if ('defragBy' in answer)
+    return {
+      kind: 'busy',
+      why: `${forDisplay(answer.defragBy).slice(0, 100)} is defragmenting its database on its schedule (it holds ${DEFRAG_LOCK_KEY})`,
+    };
   return refusal(key, answer.value, answer.lease, ttlS);
 }
 
@@ -326,14 +331,16 @@ async function firstAnswering(clients: LockClients, members: readonly Member[], 
 
 /**
  * The lock's transaction on one member: our record on our lease, and in the epoch key, unless the key
- * exists (then its record and lease) or, when `epoch` is given, the epoch moved since it was seen
- * (then the record of the run that moved it).
+ * exists (then its record and lease), a scheduled defragmentation holds its lock (then the member), or,
+ * when `epoch` is given, the epoch moved since it was seen (then the record of the run that moved it).
  */
 async function createOrRead(client: Etcd3, keys: LockKeys, value: string, leaseId: string, epoch?: string): Promise<LockAnswer> {
-  const [keyBytes, epochBytes] = [Buffer.from(keys.lock), Buffer.from(keys.epoch)];
+  const [keyBytes, epochBytes, defragBytes] = [Buffer.from(keys.lock), Buffer.from(keys.epoch), Buffer.from(DEFRAG_LOCK_KEY)];
   const response = await client.kv.txn({
     compare: [
       { key: keyBytes, target: 'Create', result: 'Equal', create_revision: 0 },
+      // No scheduled defragmentation under way: the agent takes its lock only while this key is absent, likewise.
+      { key: defragBytes, target: 'Create', result: 'Equal', create_revision: 0 },
       // A key that does not exist compares as revision 0.
       ...(epoch === undefined ? [] : [{ key: epochBytes, target: 'Mod' as const, result: 'Equal' as const, mod_revision: epoch }]),
     ],
@@ -341,11 +348,13 @@ async function createOrRead(client: Etcd3, keys: LockKeys, value: string, leaseI
       { request_put: { key: keyBytes, value: Buffer.from(value), lease: leaseId } },
       { request_put: { key: epochBytes, value: Buffer.from(value) } },
     ],
-    failure: [{ request_range: { key: keyBytes } }, { request_range: { key: epochBytes } }],
+    failure: [{ request_range: { key: keyBytes } }, { request_range: { key: epochBytes } }, { request_range: { key: defragBytes } }],
   });
   if (response.succeeded) return { created: true };
   const existing = response.responses[0]?.response_range.kvs[0];
   if (existing) return { created: false, value: existing.value.toString(), lease: existing.lease };
+  const defragmenting = response.responses[2]?.response_range.kvs[0];
+  if (defragmenting) return { created: false, defragBy: defragmenting.value.toString() };
   return { created: false, overtakenBy: response.responses[1]?.response_range.kvs[0]?.value.toString() ?? '(no record)' };
 }
 
@@ -453,7 +462,7 @@ export async function acquireClusterRunLock(options: ClusterRunLockOptions): Pro
 }
 
 /** What a run finds before reading anything it plans from: free (and the epoch to compare later), refused, or local-only. */
-export type LockLook = { kind: 'free'; epoch: string } | Exclude<LockDecision, { kind: 'acquired' }>;
+export type LockLook = { kind: 'free'; epoch: string } | Exclude<LockDecision, { kind: 'acquired' | 'busy' }>;
 
 /**
  * Looks at the cluster's run lock without writing: one read-only transaction, answered by the first
@@ -514,14 +523,18 @@ export async function takeClusterRunLock(
   run: CliLockRun,
   { command, say, onLost }: CliLockSay,
 ): Promise<{ release(): Promise<void> } | undefined> {
-  const acquired = await acquireClusterRunLock({
-    ...run,
-    clientPort: inventory.etcd.client_port,
-    members: inventory.members,
-    cluster: inventory.cluster.name,
-    holder: thisRun(command),
-    onLost,
-  });
+  const acquired = await unlessBusy(
+    () =>
+      acquireClusterRunLock({
+        ...run,
+        clientPort: inventory.etcd.client_port,
+        members: inventory.members,
+        cluster: inventory.cluster.name,
+        holder: thisRun(command),
+        onLost,
+      }),
+    { say },
+  );
   if (acquired.kind === 'refused') throw new ClusterRunLockHeldError(acquired.message);
   if (acquired.kind === 'local-only') {
     say(localOnlyLine(inventory, acquired.why));
@@ -534,6 +547,34 @@ export async function takeClusterRunLock(
 export const ACQUIRE_AFTER_LOOK_MS = RUN_LOCK_TTL_S * 1000;
 
 /**
+ * How long a run waits for a member's scheduled defragmentation to end before it refuses: the agent holds
+ * its lock for one member's defragmentation (tens of seconds under emulation, its unit's timeout an hour).
+ */
+export const DEFRAG_PATIENCE_MS = 180_000;
+
+/**
+ * The acquisition, asked again every `pauseMs` while a scheduled defragmentation is under way (said once
+ * through `say`), and refused (ClusterRunLockHeldError, nothing changed) when it is still under way after
+ * `patienceMs`: a deploy's roll and a defragmentation, which can move leadership, never run at once.
+ */
+export async function unlessBusy(
+  acquire: () => Promise<Acquisition>,
+  { patienceMs = DEFRAG_PATIENCE_MS, pauseMs = 2_000, say }: { patienceMs?: number; pauseMs?: number; say?: (line: string) => void } = {},
+): Promise<Exclude<Acquisition, { kind: 'busy' }>> {
+  const deadline = Date.now() + patienceMs;
+  for (let said = false; ; said = true) {
+    const acquired = await acquire();
+    if (acquired.kind !== 'busy') return acquired;
+    if (Date.now() >= deadline)
+      throw new ClusterRunLockHeldError(
+        `${acquired.why}, still after ${Math.round(patienceMs / 1000)} s: this run changed nothing; run it again once it has ended`,
+      );
+    if (!said) say?.(`lock: waiting: ${acquired.why}`);
+    await delay(pauseMs);
+  }
+}
+
+/**
  * The lock, for a run whose look etcd answered (so it may not go on with the local lock only): asked
  * again every `pauseMs` while etcd does not answer — most likely another run's roll restarting the
  * leader, which a run going on unlocked would collide with — and refused (ClusterRunLockHeldError,
@@ -541,11 +582,15 @@ export const ACQUIRE_AFTER_LOOK_MS = RUN_LOCK_TTL_S * 1000;
  */
 export async function acquireAfterLook(
   acquire: () => Promise<Acquisition>,
-  { patienceMs = ACQUIRE_AFTER_LOOK_MS, pauseMs = 1_000 } = {},
+  {
+    patienceMs = ACQUIRE_AFTER_LOOK_MS,
+    pauseMs = 1_000,
+    busy = {},
+  }: { patienceMs?: number; pauseMs?: number; busy?: Parameters<typeof unlessBusy>[1] } = {},
 ): Promise<HeldRunLock> {
   const deadline = Date.now() + patienceMs;
   for (;;) {
-    const acquired = await acquire();
+    const acquired = await unlessBusy(acquire, busy);
     if (acquired.kind === 'acquired') return acquired.lock;
     if (acquired.kind === 'refused') throw new ClusterRunLockHeldError(acquired.message);
     if (Date.now() >= deadline)
@@ -582,7 +627,9 @@ export async function lockBeforeFirstChange(
   }
   let taking: Promise<{ release(): Promise<void> } | undefined> | undefined;
   const take = async () => {
-    const lock = await acquireAfterLook(() => acquireClusterRunLock({ ...where, holder: thisRun(command), onLost, epoch: look.epoch }));
+    const lock = await acquireAfterLook(() => acquireClusterRunLock({ ...where, holder: thisRun(command), onLost, epoch: look.epoch }), {
+      busy: { say },
+    });
     return releasing(lock, say);
   };
   return {

@@ -8,6 +8,7 @@ PyNaCl and this machine may not, libsodium's XChaCha20-Poly1305 is stood in for 
 import contextlib
 import datetime
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -106,8 +107,12 @@ elif command == "s3-roundtrip":
         answers["error"] = str(error)
     print(json.dumps(answers))
 elif command == "tick":
-    fired = agent.fired_at(argument.get("environ", {}))
+    fired = datetime.datetime.fromisoformat(argument["fired"]) if "fired" in argument else None
     print(json.dumps(agent.tick_of(datetime.datetime.fromisoformat(argument["started"]), argument["schedule"], fired)[0]))
+elif command == "forked-at":
+    # This harness's own start, as the agent reckons it, against the clock now: seconds ago.
+    forked = agent.forked_at()
+    print(json.dumps((datetime.datetime.now(datetime.timezone.utc) - forked).total_seconds() if forked else None))
 elif command == "dump-name":
     print(json.dumps(agent.dump_name(argument["prefix"], datetime.datetime.fromisoformat(argument["when"]))))
 elif command == "decide":
@@ -129,10 +134,11 @@ elif command in ("defrag-tick", "metrics-tick"):
         return json.dumps(answer).encode()
 
     agent.etcdctl = canned
-    with contextlib.redirect_stdout(sys.stderr):
+    said = io.StringIO()
+    with contextlib.redirect_stdout(said):
         code = (agent.defrag if command == "defrag-tick" else agent.write_metrics)(argument["config"])
     with open(argument["config"]["metrics"]["staging"]) as file:
         metrics = file.read()
-    print(json.dumps({"code": code, "calls": calls, "metrics": metrics}))
+    print(json.dumps({"code": code, "calls": calls, "metrics": metrics, "said": said.getvalue()}))
 else:
     sys.exit(f"unknown command {command}")

@@ -22,6 +22,7 @@ import {
   type HeldRunLock,
   type RunLockHolder,
 } from '../../tasks/etcd/run-lock.ts';
+import { DEFRAG_LOCK_KEY } from '../../tasks/etcd/lock-keys.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
@@ -126,6 +127,23 @@ async function keyOf(name: string): Promise<{ value: string; lease: string } | u
   const kv = response.kvs[0];
   return kv && { value: kv.value.toString(), lease: kv.lease };
 }
+
+test.serial(
+  "a member's scheduled defragmentation holds its lock: the run's lock is not taken meanwhile, and is once it ends",
+  async (t) => {
+    const client = await anyClient();
+    await client.kv.put({ key: Buffer.from(DEFRAG_LOCK_KEY), value: Buffer.from('etcd-2') });
+    try {
+      const busy = await acquire('defragmenting', holderOf('operator-a.example', 3333));
+      t.deepEqual(busy, { kind: 'busy', why: 'etcd-2 is defragmenting its database on its schedule (it holds etcd-kvm/defrag/lock)' });
+      t.is(await keyOf('defragmenting'), undefined, 'nothing put');
+    } finally {
+      await client.kv.deleteRange({ key: Buffer.from(DEFRAG_LOCK_KEY) });
+    }
+    const lock = held(await acquire('defragmenting', holderOf('operator-a.example', 3333)));
+    t.is(await lock.release(), undefined);
+  },
+);
 
 test('two runs at once: exactly one holds the lock, the other is refused naming its host and PID; after release the other takes it', async (t) => {
   const a = holderOf('operator-a.example', 1111);

@@ -5,6 +5,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { backupTimestamp, dumpObjectName, masterKeyFromHex, openDataKey, openStream } from '../../tasks/backup/format.ts';
+import { DEFRAG_LOCK_KEY, runLockKey } from '../../tasks/etcd/lock-keys.ts';
 import { AGENT_USER } from '../../tasks/inventory/tool-users.ts';
 import { AGENT_PATHS, BACKUP_PACKAGES, BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS } from '../../tasks/render/guest/member-agent.ts';
 import { MANIFEST_PATH } from '../../tasks/render/guest/textfile.ts';
@@ -75,9 +76,8 @@ test("a backup run started by hand (no timer's trigger time): the schedule's ela
   t.is(tick('2026-11-25T03:04:05.678+00:00', 'not a calendar'), '2026-11-25T03:04:00Z');
 });
 
-test("a timer's run: its tick is the latest elapse at or before the moment systemd fired it, however late the program starts", (t) => {
-  const tick = (fired: string, started: string, schedule = '*:*:00') =>
-    agent<string>('tick', { started, schedule, environ: { TRIGGER_TIMER_REALTIME_USEC: String(Date.parse(fired) * 1000) } });
+test("a timer's run: its tick is the latest elapse at or before the moment systemd started it, however late the program gets going", (t) => {
+  const tick = (fired: string, started: string, schedule = '*:*:00') => agent<string>('tick', { started, schedule, fired });
   // A busy guest's Python started a minute after its timer fired (the lab, 2026-11-28 08:29: named 08:30 before, a second backup).
   t.is(tick('2026-11-28T08:29:00.62Z', '2026-11-28T08:29:59.90+00:00'), '2026-11-28T08:29:00Z');
   // Fired late, once the last run ended (systemd fires the elapse it missed then): still that elapse.
@@ -88,9 +88,20 @@ test("a timer's run: its tick is the latest elapse at or before the moment syste
   // A clock a minute ahead fires its 03:00 a minute early, and names 03:00 as the others will: one backup for it.
   t.is(tick('2026-11-25T03:00:00.30Z', '2026-11-25T02:59:00.40+00:00', 'hourly'), '2026-11-25T03:00:00Z');
   // Finer than a minute: the elapse it fired for, not the nearest one to a late start.
-  t.is(tick('2026-11-25T02:31:19.90Z', '2026-11-25T02:31:19.95+00:00', '*:*:0/20'), '2026-11-25T02:31:00Z');
+  t.is(tick('2026-11-25T02:31:19.80Z', '2026-11-25T02:31:19.95+00:00', '*:*:0/20'), '2026-11-25T02:31:00Z');
   // A daily schedule, fired on time.
   t.is(tick('2026-11-25T02:30:00.20Z', '2026-11-25T02:30:09.00+00:00', '*-*-* 02:30:00'), '2026-11-25T02:30:00Z');
+  // A start reckoned a few clock ticks before its elapse (/proc's precision) is still that elapse's.
+  t.is(tick('2026-11-25T02:30:59.98Z', '2026-11-25T02:31:05.00+00:00'), '2026-11-25T02:31:00Z');
+});
+
+test("the agent reckons its process's start from /proc, not from when its Python got going", (t) => {
+  // The harness's start is before its imports and the agent's: a fraction of a second ago, never in the future.
+  const ago = agent<number>('forked-at', {});
+  t.true(ago >= 0 && ago < 30, `${ago} s`);
+  const slow = spawnSync('sh', ['-c', 'sleep 1.5; exec python3 test/helpers/agent-harness.py forked-at "{}"'], { encoding: 'utf8' });
+  // exec keeps the shell's process, started 1.5 s before Python: the agent counts from the process's start.
+  t.true(Number(slow.stdout) >= 1.4, slow.stdout + slow.stderr);
 });
 
 test("the agent signs S3 requests (botocore's signer) as AWS's Signature Version 4 example does", (t) => {
@@ -260,4 +271,11 @@ test("the backup agent's Debian packages: cloud-init installs them with install_
   const off = await packagesOf(true, false);
   t.false(off.cloudInit.includes('python3-botocore'));
   t.deepEqual(off.guest.needed, [], 'no backups, no need');
+});
+
+test("the agent is given the locks' names by the tool: one place names them (etcd/lock-keys.ts)", async (t) => {
+  const { inventory, guests } = await renderWithPki(load(withBackup({ enabled: true, schedule: 'hourly', keep: 5 })));
+  const config = JSON.parse(guests.get('etcd-1')!.files.find((file) => file.path === AGENT_PATHS.config)!.content);
+  t.is(config.run_lock_key, runLockKey(inventory.cluster.name));
+  t.is(config.defrag.lock_key, DEFRAG_LOCK_KEY);
 });

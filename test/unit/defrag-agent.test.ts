@@ -175,3 +175,45 @@ test("the metrics task reads this member's alarms from its own status, in one ca
   t.regex(here.metrics, /^etcd_kvm_alarm_active\{alarm="NOSPACE"\} 1$/m);
   t.regex(here.metrics, /^etcd_kvm_alarm_active\{alarm="CORRUPT"\} 0$/m);
 });
+
+test("a defrag tick that qualifies while a run of the tool holds the cluster's run lock: nothing defragmented, the holder named", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-tick-'));
+  const endpoint = 'https://192.168.150.12:2379';
+  const fragmented = (id: number, url: string) => ({
+    Endpoint: url,
+    Status: { header: { member_id: id }, dbSize: 8 * MiB, dbSizeInUse: 2 * MiB, leader: 1, errors: [] },
+  });
+  const holder = '{"host":"operator-a","pid":4242,"since":"2026-11-28T09:00:00Z","command":"deploy"}';
+  const answers = {
+    'member list': { members: members.map((m) => ({ ID: m.id, name: m.name })) },
+    'endpoint status': [
+      statusOf(1, 'https://192.168.150.11:2379', 2),
+      fragmented(2, endpoint),
+      statusOf(3, 'https://192.168.150.13:2379', 2),
+    ],
+    'lease grant': { ID: 7 },
+    // The lock's transaction failed, and read the run lock's key (etcdctl's JSON, as etcd 3.4 and 3.5 print it).
+    'txn -w': { responses: [{ Response: { ResponseRange: { kvs: [{ key: 'eA==', value: Buffer.from(holder).toString('base64') }] } } }] },
+    'lease revoke': {},
+  };
+  const config = {
+    member: 'etcd-2',
+    backup_enabled: false,
+    work_dir: dir,
+    etcd: { endpoint },
+    run_lock_key: 'etcd-kvm/run-lock/lab',
+    defrag: { enabled: true, rule: RULE, quota_bytes: QUOTA, disarm_below_fraction: 0.9, lock_key: 'etcd-kvm/defrag/lock' },
+    metrics: { staging: join(dir, 'agent.prom'), manifest: join(dir, 'absent.json') },
+  };
+  const tick = agent<{ code: number; calls: string[][]; said: string }>('defrag-tick', { config, answers });
+  t.is(tick.code, 0);
+  t.deepEqual(
+    tick.calls.map((args) => args.slice(0, 2).join(' ')),
+    ['member list', 'endpoint status', 'lease grant', 'txn -w', 'lease revoke', 'endpoint status'],
+    'no defrag, no move-leader; the lease given back',
+  );
+  t.is(
+    tick.said,
+    `nothing done: a run of etcd-kvm holds the cluster's run lock (etcd-kvm/run-lock/lab: ${holder}); the next tick looks again\n`,
+  );
+});

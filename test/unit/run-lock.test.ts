@@ -15,6 +15,7 @@ import {
   parseHolderRecord,
   runLockKey,
   thisRun,
+  unlessBusy,
   type Acquisition,
   type HeldRunLock,
   type LockAnswer,
@@ -164,6 +165,40 @@ test('after an answered look the lock is asked again while etcd does not answer,
     refused?.message,
     "etcd answered this run's look at the cluster's run lock but not its acquisition for 0 s (etcd does not answer (etcdserver: leader changed)); another run may be changing the cluster, so this run changed nothing: run it again",
   );
+});
+
+test("a member's scheduled defragmentation under way: not now, naming the member and its lock; waited for, said once, refused at the deadline", async (t) => {
+  const busy = expectKind(decideLock({ created: false, defragBy: 'etcd-2' }, KEY), 'busy');
+  t.is(busy.why, 'etcd-2 is defragmenting its database on its schedule (it holds etcd-kvm/defrag/lock)');
+  // Its value comes from etcd: shown without a terminal's control sequences.
+  t.false(expectKind(decideLock({ created: false, defragBy: 'etcd-2\u001b[2J' }, KEY), 'busy').why.includes('\u001b'));
+
+  const lock = { key: 'held' } as unknown as HeldRunLock;
+  const said: string[] = [];
+  let asked = 0;
+  const answers: Acquisition[] = [busy, busy, { kind: 'acquired', lock }];
+  t.is(
+    await acquireAfterLook(async () => answers[asked++]!, {
+      patienceMs: 5_000,
+      pauseMs: 1,
+      busy: { pauseMs: 1, say: (line) => said.push(line) },
+    }),
+    lock,
+  );
+  t.is(asked, 3);
+  t.deepEqual(said, ['lock: waiting: etcd-2 is defragmenting its database on its schedule (it holds etcd-kvm/defrag/lock)']);
+
+  const refused = await t.throwsAsync(
+    unlessBusy(async () => busy, { patienceMs: 30, pauseMs: 5 }),
+    { instanceOf: ClusterRunLockHeldError },
+  );
+  t.is(
+    refused?.message,
+    'etcd-2 is defragmenting its database on its schedule (it holds etcd-kvm/defrag/lock), still after 0 s: this run changed nothing; run it again once it has ended',
+  );
+  // Whatever else comes is the caller's: a refusal or the local lock alone, at once.
+  const unanswered: Acquisition = { kind: 'local-only', why: 'etcd does not answer' };
+  t.is(await unlessBusy(async () => unanswered), unanswered);
 });
 
 test('a refusal is a LockHeldError: the CLIs exit 1 with its message, as for the lock file', (t) => {

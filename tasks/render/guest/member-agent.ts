@@ -6,6 +6,7 @@ import type { SecretWriter } from '../../core/secret.ts';
 import type { Inventory, Member } from '../../inventory/model.ts';
 import { clientUrl } from '../../inventory/urls.ts';
 import type { MemberTls } from '../../pki/materials.ts';
+import { DEFRAG_LOCK_KEY, runLockKey } from '../../etcd/lock-keys.ts';
 import { GUEST_PATHS } from '../etcd.ts';
 import { etcdToolsDir } from '../etcd-release.ts';
 import { secretFile, type CloudConfigFragment, type ImagePackage, type RetiredParts, type WriteFile } from './fragment.ts';
@@ -104,7 +105,10 @@ export function agentConfig(inventory: Inventory, member: Member, clusterId = ''
       quota_bytes: inventory.etcd.space_quota,
       // Under a NOSPACE alarm: cleared once every database is under this share of the quota (as maintain --disarm).
       disarm_below_fraction: DISARM_BELOW_QUOTA,
+      lock_key: DEFRAG_LOCK_KEY,
     },
+    // Taken by the tool's runs: while one holds it the agent does not defragment (etcd/lock-keys.ts).
+    run_lock_key: runLockKey(inventory.cluster.name),
     metrics: { staging: AGENT_PATHS.metricsStaging, manifest: MANIFEST_PATH },
   };
 }
