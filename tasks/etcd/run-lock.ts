@@ -7,7 +7,7 @@ import { LockHeldError, processExists } from '../core/lock.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
 import { EtcdClients, type ClientIdentity } from './client.ts';
-import { DEFRAG_LOCK_KEY, runLockEpochKey, runLockKey } from './lock-keys.ts';
+import { DEFRAG_LOCK_KEY, runLockEpochKey, runLockKey } from '../inventory/lock-keys.ts';
 
 /**
  * One run at a time across machines. The run lock file (core/lock.ts) keeps out runs of the same
@@ -33,7 +33,7 @@ export const RUN_LOCK_TTL_S = 30;
 /** How long the members have to answer before the lock is taken as unavailable: a live member answers in milliseconds. */
 const ANSWER_MS = 5_000;
 
-export { RUN_LOCK_PREFIX, runLockEpochKey, runLockKey } from './lock-keys.ts';
+export { RUN_LOCK_PREFIX, runLockEpochKey, runLockKey } from '../inventory/lock-keys.ts';
 
 /** Who holds the lock: the key's value, read by a run it refuses. */
 export interface RunLockHolder {

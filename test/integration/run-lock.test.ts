@@ -22,7 +22,7 @@ import {
   type HeldRunLock,
   type RunLockHolder,
 } from '../../tasks/etcd/run-lock.ts';
-import { DEFRAG_LOCK_KEY } from '../../tasks/etcd/lock-keys.ts';
+import { DEFRAG_LOCK_KEY } from '../../tasks/inventory/lock-keys.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';

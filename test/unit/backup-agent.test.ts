@@ -5,7 +5,7 @@ import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { backupTimestamp, dumpObjectName, masterKeyFromHex, openDataKey, openStream } from '../../tasks/backup/format.ts';
-import { DEFRAG_LOCK_KEY, runLockKey } from '../../tasks/etcd/lock-keys.ts';
+import { DEFRAG_LOCK_KEY, runLockKey } from '../../tasks/inventory/lock-keys.ts';
 import { AGENT_USER } from '../../tasks/inventory/tool-users.ts';
 import { AGENT_PATHS, BACKUP_PACKAGES, BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS } from '../../tasks/render/guest/member-agent.ts';
 import { MANIFEST_PATH } from '../../tasks/render/guest/textfile.ts';
@@ -273,7 +273,7 @@ test("the backup agent's Debian packages: cloud-init installs them with install_
   t.deepEqual(off.guest.needed, [], 'no backups, no need');
 });
 
-test("the agent is given the locks' names by the tool: one place names them (etcd/lock-keys.ts)", async (t) => {
+test("the agent is given the locks' names by the tool: one place names them (inventory/lock-keys.ts)", async (t) => {
   const { inventory, guests } = await renderWithPki(load(withBackup({ enabled: true, schedule: 'hourly', keep: 5 })));
   const config = JSON.parse(guests.get('etcd-1')!.files.find((file) => file.path === AGENT_PATHS.config)!.content);
   t.is(config.run_lock_key, runLockKey(inventory.cluster.name));

@@ -6,7 +6,7 @@ import type { SecretWriter } from '../../core/secret.ts';
 import type { Inventory, Member } from '../../inventory/model.ts';
 import { clientUrl } from '../../inventory/urls.ts';
 import type { MemberTls } from '../../pki/materials.ts';
-import { DEFRAG_LOCK_KEY, runLockKey } from '../../etcd/lock-keys.ts';
+import { DEFRAG_LOCK_KEY, runLockKey } from '../../inventory/lock-keys.ts';
 import { GUEST_PATHS } from '../etcd.ts';
 import { etcdToolsDir } from '../etcd-release.ts';
 import { secretFile, type CloudConfigFragment, type ImagePackage, type RetiredParts, type WriteFile } from './fragment.ts';
@@ -107,7 +107,7 @@ export function agentConfig(inventory: Inventory, member: Member, clusterId = ''
       disarm_below_fraction: DISARM_BELOW_QUOTA,
       lock_key: DEFRAG_LOCK_KEY,
     },
-    // Taken by the tool's runs: while one holds it the agent does not defragment (etcd/lock-keys.ts).
+    // Taken by the tool's runs: while one holds it the agent does not defragment (inventory/lock-keys.ts).
     run_lock_key: runLockKey(inventory.cluster.name),
     metrics: { staging: AGENT_PATHS.metricsStaging, manifest: MANIFEST_PATH },
   };
