@@ -311,7 +311,7 @@ scenario("backup from the control node too → teardown → deploy restoring the
   t.deepEqual(restoreSteps.map((r) => `${r.host} ${r.status}`).sort(), ['etcd-1 changed', 'etcd-2 changed', 'etcd-3 changed']);
   t.regex(
     restoreSteps[0]!.changes[0]!.summary,
-    new RegExp(`^restore etcd-\\d's data directory from ${agents.replace(/[.]/g, '\\.')} in s3 bucket etcd-backups`),
+    new RegExp(`^restore etcd-\\d's data directory from ${regexEscaped(agents)} in s3 bucket etcd-backups`),
   );
 
   for (const i of [1, 2, 3])
