@@ -59,7 +59,7 @@ test('the agent names snapshots as the tool does', (t) => {
   t.is(agent<string>('dump-name', { prefix: 'lab', when: '2026-11-25T03:04:05.678+00:00' }), dumpObjectName('lab', backupTimestamp(when)));
 });
 
-test("a backup run started by hand (no timer's trigger time): the schedule's elapse nearest to its start, to the second, from systemd's calendar", (t) => {
+test("a backup run whose process start /proc cannot tell: the schedule's elapse nearest to its start, to the second, from systemd's calendar", (t) => {
   const tick = (started: string, schedule: string) => agent<string>('tick', { started, schedule });
   // Three members' runs around one minute's boundary name the same tick (they named two minutes when ticks were minutes).
   for (const started of ['2026-11-25T02:30:59.80+00:00', '2026-11-25T02:31:00.30+00:00', '2026-11-25T02:30:59.95+00:00'])
