@@ -512,7 +512,7 @@ def cluster_view(config):
     answered = json.loads(etcdctl(config, ["endpoint", "status", "--cluster", "-w", "json"], partial=True) or b"[]")
     # This member answered the member list, so it is among those that answered: its entry names it.
     mine = [entry["Status"]["header"]["member_id"] for entry in answered if entry.get("Endpoint") == config["etcd"]["endpoint"]]
-    return {
+    view = {
         "me": mine[0] if mine else own_status(config)["Status"]["header"]["member_id"],
         "members": [{"id": m["ID"], "name": m.get("name", ""), "learner": bool(m.get("isLearner"))} for m in listed],
         "statuses": {
@@ -525,6 +525,15 @@ def cluster_view(config):
         },
         "alarms": alarms_in(answered),
     }
+    # A member silent while it defragments holds the lock: read who holds it only then (a healthy tick asks nothing more).
+    answering = {entry["Status"]["header"]["member_id"] for entry in answered}
+    if any(m["ID"] not in answering for m in listed):
+        try:  # this member's own view (serializable): with a member silent, quorum may be what is missing
+            held = etcdctl(config, ["get", "--consistency=s", "--print-value-only", config["defrag"]["lock_key"]])
+            view["lock_holder"] = held.decode(errors="replace").strip() or None
+        except (RuntimeError, subprocess.TimeoutExpired):
+            view["lock_holder"] = None
+    return view
 
 
 def defrag_turns(view, rule, quota):
@@ -537,7 +546,8 @@ def defrag_turns(view, rule, quota):
 
 def decide(view, rule, quota, disarm_below):
     """What this member does at this tick, and why: ("defrag", reason), ("defrag-turn", …) under NOSPACE
-    (no lock), ("disarm", …), or ("skip", reason). Pure: the tests hold it against tables."""
+    (no lock), ("disarm", …), ("await-lock", …) when the only member not answering is the one defragmenting
+    under the lock (look again once it lets go), or ("skip", reason). Pure: the tests hold it against tables."""
     me, statuses = view["me"], view["statuses"]
     names = {m["id"]: m["name"] or f"{m['id']:x}" for m in view["members"]}
     kinds = {a["alarm"] for a in view["alarms"]}
@@ -555,6 +565,9 @@ def decide(view, rule, quota, disarm_below):
         if not turns:
             return ("skip", "NOSPACE alarm, and no database has space to free: delete keys and compact first")
         return ("skip", f"NOSPACE alarm: {names.get(turns[0], turns[0])} goes first")
+    if silent and silent == [view.get("lock_holder")]:
+        # Defragmenting, a member answers nothing: once its lock is free the cluster may be healthy again.
+        return ("await-lock", f"{silent[0]} is defragmenting (it holds the lock): this member waits for it and looks again")
     if silent:
         return ("skip", f"the cluster is not healthy: {', '.join(sorted(silent))} does not answer")
     leaders = {status["leader"] for status in statuses.values()}
@@ -677,7 +690,9 @@ def defrag(config):
         if decide(cluster_view(config), rule, quota, below)[0] == "disarm":
             etcdctl(config, ["alarm", "disarm"])
             print("NOSPACE alarm cleared: every database is under the quota again")
-    else:
+    else:  # "defrag", or "await-lock": either way the decision that counts is the one made under the lock
+        if action == "await-lock":
+            print(why)
         lock, why_not = take_lock(config)
         if lock is None:
             print(f"nothing done: {why_not}; the next tick looks again")

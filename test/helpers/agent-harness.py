@@ -124,14 +124,21 @@ elif command == "drift":
 elif command in ("defrag-tick", "metrics-tick"):
     # A whole defrag tick, or the metrics task alone, against canned etcdctl answers (by its first
     # argument, or its first two): prints its exit code, the etcdctl calls it made and the metrics file it wrote.
+    # An answer {"in_turn": [a, b, …]} is a at the first such call, b at the next, …; a string is printed as it is
+    # (as `get --print-value-only` prints a value).
     calls = []
+    asked = {}
 
     def canned(config, args, stdin=None, partial=False, command_timeout="15s"):
         calls.append(args)
-        answer = argument["answers"].get(" ".join(args[:2]), argument["answers"].get(args[0]))
+        key = " ".join(args[:2]) if " ".join(args[:2]) in argument["answers"] else args[0]
+        answer = argument["answers"].get(key)
+        if isinstance(answer, dict) and "in_turn" in answer:
+            asked[key] = asked.get(key, 0) + 1
+            answer = answer["in_turn"][min(asked[key], len(answer["in_turn"])) - 1]
         if answer is None:
             raise RuntimeError(f"etcdctl {args[0]}: no canned answer")
-        return json.dumps(answer).encode()
+        return answer.encode() if isinstance(answer, str) else json.dumps(answer).encode()
 
     agent.etcdctl = canned
     said = io.StringIO()

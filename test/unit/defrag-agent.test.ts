@@ -1,6 +1,6 @@
 import test from 'ava';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
@@ -25,13 +25,18 @@ const members = [
   { id: 3, name: 'etcd-3', learner: false },
 ];
 /** Each member's database: [size, in use] in MiB; the leader is etcd-1 unless said. */
-function view(me: number, sizes: Record<number, [number, number] | undefined>, extra: { leader?: number; alarms?: string[] } = {}) {
+function view(
+  me: number,
+  sizes: Record<number, [number, number] | undefined>,
+  extra: { leader?: number; alarms?: string[]; lockHolder?: string } = {},
+) {
   const statuses = Object.fromEntries(
     Object.entries(sizes)
       .filter(([, size]) => size !== undefined)
       .map(([id, size]) => [id, { size: size![0] * MiB, in_use: size![1] * MiB, leader: extra.leader ?? 1 }]),
   );
-  return { me, members, statuses, alarms: (extra.alarms ?? []).map((alarm) => ({ member: 2, alarm })) };
+  const alarms = (extra.alarms ?? []).map((alarm) => ({ member: 2, alarm }));
+  return { me, members, statuses, alarms, ...(extra.lockHolder ? { lock_holder: extra.lockHolder } : {}) };
 }
 const decide = (v: ReturnType<typeof view>) => agent<[string, string]>('decide', { view: v, rule: RULE, quota: QUOTA, disarm_below: 0.9 });
 
@@ -50,6 +55,24 @@ const rows: [what: string, v: ReturnType<typeof view>, action: string, why: RegE
   ],
   ['the leader goes once no follower qualifies', view(1, { 1: fragmented, 2: compact, 3: compact }), 'defrag', /rule holds/],
   ['a member silent: nothing, unhealthy', view(2, { 1: compact, 2: fragmented, 3: undefined }), 'skip', /etcd-3 does not answer/],
+  [
+    'the one member silent holds the lock (it is defragmenting): wait for the lock, then look again',
+    view(3, { 1: compact, 2: undefined, 3: fragmented }, { lockHolder: 'etcd-2' }),
+    'await-lock',
+    /etcd-2 is defragmenting/,
+  ],
+  [
+    'a member silent while another holds the lock: nothing, unhealthy',
+    view(3, { 1: compact, 2: undefined, 3: fragmented }, { lockHolder: 'etcd-1' }),
+    'skip',
+    /etcd-2 does not answer/,
+  ],
+  [
+    'two members silent, one of them holding the lock: nothing, unhealthy',
+    view(3, { 1: undefined, 2: undefined, 3: fragmented }, { leader: 3, lockHolder: 'etcd-2' }),
+    'skip',
+    /etcd-1, etcd-2 does not answer/,
+  ],
   ['no leader: nothing', view(2, { 1: compact, 2: fragmented, 3: compact }, { leader: 0 }), 'skip', /no single leader/],
   ['near the quota with free pages', view(3, { 1: compact, 2: compact, 3: [420, 418] }), 'defrag', /rule holds/],
   ['near the quota, nothing free: nothing', view(3, { 1: compact, 2: compact, 3: [420, 420] }), 'skip', /does not hold/],
@@ -215,5 +238,65 @@ test("a defrag tick that qualifies while a run of the tool holds the cluster's r
   t.is(
     tick.said,
     `nothing done: a run of etcd-kvm holds the cluster's run lock (etcd-kvm/run-lock/lab: ${holder}); the next tick looks again\n`,
+  );
+});
+
+test('a defrag tick that finds the one member not answering holding the lock waits for the lock, looks again under it, and defragments', (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-tick-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  const endpoint = 'https://192.168.150.13:2379';
+  const fragmented3 = {
+    Endpoint: endpoint,
+    Status: { header: { member_id: 3 }, dbSize: 8 * MiB, dbSizeInUse: 2 * MiB, leader: 1, errors: [] },
+  };
+  const etcd1 = statusOf(1, 'https://192.168.150.11:2379', 2);
+  const answers = {
+    'member list': { members: members.map((m) => ({ ID: m.id, name: m.name })) },
+    // First etcd-2 is silent (defragmenting); under the lock it answers again, its database compact.
+    'endpoint status': {
+      in_turn: [
+        [etcd1, fragmented3],
+        [etcd1, statusOf(2, 'https://192.168.150.12:2379', 2), fragmented3],
+      ],
+    },
+    'get --consistency=s': 'etcd-2\n',
+    'lease grant': { ID: 7 },
+    'txn -w': { succeeded: true },
+    defrag: {},
+    put: {},
+    'lease revoke': {},
+  };
+  const config = {
+    member: 'etcd-3',
+    backup_enabled: false,
+    work_dir: dir,
+    // The lock's keep-alive is a process of its own: one that exits at once stands in for it.
+    etcd: { endpoint, etcdctl: '/bin/true', ca_file: 'ca.pem', cert_file: 'agent.pem', key_file: 'agent-key.pem' },
+    run_lock_key: 'etcd-kvm/run-lock/lab',
+    defrag: { enabled: true, rule: RULE, quota_bytes: QUOTA, disarm_below_fraction: 0.9, lock_key: 'etcd-kvm/defrag/lock' },
+    metrics: { staging: join(dir, 'agent.prom'), manifest: join(dir, 'absent.json') },
+  };
+  const tick = agent<{ code: number; calls: string[][]; said: string }>('defrag-tick', { config, answers });
+  t.is(tick.code, 0, tick.said);
+  t.deepEqual(
+    tick.calls.map((args) => args.slice(0, 2).join(' ')),
+    [
+      'member list',
+      'endpoint status',
+      'get --consistency=s',
+      'lease grant',
+      'txn -w',
+      'member list',
+      'endpoint status',
+      'defrag',
+      'endpoint status',
+      'put etcd-kvm/defrag/last/etcd-3',
+      'lease revoke',
+      'endpoint status',
+    ],
+  );
+  t.regex(
+    tick.said,
+    /^etcd-2 is defragmenting \(it holds the lock\): this member waits for it and looks again\nthe rule holds .*\ndefragmented: /,
   );
 });
