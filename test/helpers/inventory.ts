@@ -1,7 +1,7 @@
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
+import { scratchDir } from './scratch.ts';
 import { InputError } from '../../tasks/core/errors.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
@@ -25,7 +25,7 @@ export function baseDocument(): Doc {
   };
 }
 
-export function writeInventory(doc: unknown, dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-inv-'))): string {
+export function writeInventory(doc: unknown, dir = scratchDir('inventory')): string {
   const path = join(dir, 'inventory.yaml');
   writeFileSync(path, typeof doc === 'string' ? doc : stringify(doc));
   return path;

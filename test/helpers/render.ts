@@ -1,6 +1,3 @@
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { parse } from 'yaml';
 import { Runner } from '../../tasks/core/runner.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
@@ -10,12 +7,13 @@ import type { RenderedFile } from '../../tasks/render/member.ts';
 import type { DesiredGuest } from '../../tasks/render/guest/desired.ts';
 import { ENABLE_UNLESS_ENABLED } from '../../tasks/render/guest/fragment.ts';
 import { pkiStep } from '../../tasks/steps/pki.ts';
+import { scratchDir } from './scratch.ts';
 
 /** Issues the PKI into a fresh state directory and renders every member: what a deploy would upload. */
 export async function renderWithPki(
   inventory: Inventory,
 ): Promise<{ inventory: Inventory; rendered: Map<string, RenderedFile[]>; guests: Map<string, DesiredGuest> }> {
-  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-render-'));
+  const stateDir = scratchDir('render');
   const withState = { ...inventory, stateDir };
   const store = new PkiStore(stateDir);
   const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(withState, store));
