@@ -150,8 +150,30 @@ def snapshot_revision(config, path):
     return json.loads(done.stdout)["revision"]
 
 
+# A record's put is tried again while etcd does not answer: right after its defragmentation a member's etcd catches
+# up on what it missed and its first requests may time out (seen in the lab under load: the put's 15 s ran out, and
+# status was blind to a defragmentation that had happened).
+RECORD_ATTEMPTS = 3
+RECORD_RETRY_SECONDS = 3
+
+
+def put_record(config, key, value):
+    """Puts a record in etcd, tried again while etcd does not answer; says so when it never did (the run goes on)."""
+    # A put etcd took after the client gave up is written again with the same value: harmless.
+    for attempt in range(1, RECORD_ATTEMPTS + 1):
+        try:
+            etcdctl(config, ["put", key], stdin=value)
+            return True
+        except (RuntimeError, subprocess.TimeoutExpired) as error:
+            if attempt == RECORD_ATTEMPTS:
+                print(f"could not record {key} in etcd ({attempt} tries): {error}", file=sys.stderr)
+                return False
+            time.sleep(RECORD_RETRY_SECONDS)
+
+
 def record(config, name, value):
-    etcdctl(config, ["put", f"{KEY_PREFIX}{name}"], stdin=json.dumps(value, sort_keys=True).encode())
+    """The backup's record `name` (last-run, last-success) in etcd: True once etcd took it."""
+    return put_record(config, f"{KEY_PREFIX}{name}", json.dumps(value, sort_keys=True).encode())
 
 
 # --- etcd-backup's format ----------------------------------------------------------------------
@@ -460,12 +482,8 @@ def backup(config):
                 os.remove(leftover)
     run["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
     run["period_seconds"] = period
-    try:
-        record(config, "last-run", run)
-        if run["outcome"] == "ok":
-            record(config, "last-success", run)
-    except RuntimeError as error:
-        print(f"tick {tick}: could not record the run in etcd: {error}", file=sys.stderr)
+    if record(config, "last-run", run) and run["outcome"] == "ok":
+        record(config, "last-success", run)
     if run["outcome"] != "ok":
         print(f"tick {tick}: backup failed: {run['error']}", file=sys.stderr)
         return 1
@@ -658,10 +676,7 @@ def defragment_self(config, view, locked):
     }
     with open(os.path.join(config["work_dir"], "last-defrag.json"), "w") as file:
         json.dump(record_of, file)
-    try:
-        etcdctl(config, ["put", f"{DEFRAG_PREFIX}last/{config['member']}"], stdin=json.dumps(record_of, sort_keys=True).encode())
-    except RuntimeError as error:
-        print(f"could not record the defragmentation in etcd: {error}", file=sys.stderr)
+    put_record(config, f"{DEFRAG_PREFIX}last/{config['member']}", json.dumps(record_of, sort_keys=True).encode())
     moved_note = f"; leadership handed to {moved} first" if moved else ""
     print(f"defragmented: {before['size']} -> {after.get('size')} bytes (in use {after.get('in_use')}) in {record_of['seconds']} s{moved_note}")
 

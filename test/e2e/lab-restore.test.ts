@@ -164,8 +164,14 @@ scenario('scheduled backups: one member takes each tick, also with a member stop
   t.is(deployed(t).status, 0);
   for (const i of [1, 2, 3]) t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', `e2e/restore/${i}`, `value ${i}`]).status, 0);
   const written = Date.now();
-  // Two ticks after the keys: the second one prunes (keep 2) whatever the first boots' ticks left.
-  await until('two backups after the keys', () => dumps().filter((dump) => timeOf(dump) > written).length >= 2, 4 * 60_000);
+  // Two ticks after the keys: the second one prunes (keep 2) whatever the first boots' ticks left. Waited for until
+  // that tick has ended (its manifest is its last upload, its pruning comes after): a copy made while it still pruned
+  // could read an object deleted under it.
+  const settled = () => {
+    const after = dumps().filter((dump) => timeOf(dump) > written);
+    return after.length >= 2 && dumps().length === KEEP && existsSync(storedAt(after.at(-1)!.replace(/\.dump$/, '.manifest')));
+  };
+  await until('two backups after the keys, the second one pruned', settled, 4 * 60_000);
   // The oldest backup copied under a name dated 2099: the agents' pruning passes it over and never deletes it.
   const planted = await plantCopy(dumps()[0]!, PLANTED_IN_2099);
   t.teardown(() => removePlanted(planted));

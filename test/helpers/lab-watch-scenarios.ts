@@ -189,7 +189,11 @@ async function holdDefragTicks(t: ExecutionContext): Promise<void> {
   for (const member of MEMBERS) t.is(memberSsh(member, 'sudo systemctl stop etcd-kvm-defrag.timer').status, 0, member);
   await until(
     'every running defrag tick ended',
-    () => MEMBERS.every((member) => memberSsh(member, 'systemctl is-active etcd-kvm-defrag.service').stdout.trim() !== 'active'),
+    // A oneshot service's run is "activating" until it exits: only "inactive" (or "failed") is a tick that has ended.
+    () =>
+      MEMBERS.every((member) =>
+        ['inactive', 'failed'].includes(memberSsh(member, 'systemctl show -p ActiveState --value etcd-kvm-defrag.service').stdout.trim()),
+      ),
     120_000,
   );
 }
