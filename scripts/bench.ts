@@ -1,12 +1,13 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir, totalmem } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { $ } from 'zx';
 import { buildCloudInitIso } from '../tasks/libvirt/cloud-init-iso.ts';
 import { idleRate, qemuPids, withGuestCpu } from './bench/guest-cpu.ts';
 import { scaleSeries, type ScalePoint } from './bench/scale.ts';
 import { argument, median } from './bench/cli.ts';
-import type { DeployTiming } from '../tasks/deploy.ts';
+import type { DeployTiming } from '../tasks/core/timing.ts';
+import { loadInventory } from '../tasks/inventory/load.ts';
 
 /**
  * Deploy timings on the local lab (run `npm run lab:up` first): cold deploys of the 3 members, each
@@ -19,19 +20,30 @@ import type { DeployTiming } from '../tasks/deploy.ts';
  * The installed command's no-ops also report the guests' CPU above idle per member (scripts/bench/guest-cpu.ts),
  * and the scale series (scripts/bench/scale.ts) runs that no-op on 3 and on 5 members.
  *
- *   npx tsx scripts/bench.ts [--cold N] [--warm N] [--scale N]   (--cold 0: only the warm runs, on the deployed lab;
- *                                                                  --scale 0: no scale series)
+ *   npx tsx scripts/bench.ts [--cold N] [--warm N] [--scale N] [-i INVENTORY]
+ *     --cold 0: only the warm runs, on the deployed lab; --scale 0: no scale series;
+ *     -i: the warm runs on that inventory's deployed cluster (a cluster on release binaries, the two-hypervisor lab):
+ *         the cold runs and the scale series remove and recreate the default lab's own members, so they need --cold 0
+ *         and --scale 0 there.
  */
 
-const INVENTORY = 'inventories/lab.yaml';
-const STATE = 'inventories/.etcd-kvm/lab';
-const REPORT = '/tmp/etcd-kvm-bench-report.json';
-const MEMBERS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' };
+const DEFAULT_INVENTORY = 'inventories/lab.yaml';
+const INVENTORY = argument('-i', DEFAULT_INVENTORY);
+const inventory = loadInventory(INVENTORY);
+const STATE = inventory.stateDir;
+const MEMBERS = Object.fromEntries(inventory.members.map((member) => [member.name, member.etcdIp]));
 const POOL = 'etcd-lab';
+const REPORT = '/tmp/etcd-kvm-bench-report.json';
 
 const coldRuns = Number(argument('--cold', '3'));
 const warmRuns = Number(argument('--warm', '7'));
 const scaleRuns = Number(argument('--scale', String(warmRuns)));
+if (resolve(INVENTORY) !== resolve(DEFAULT_INVENTORY) && (coldRuns > 0 || scaleRuns > 0)) {
+  console.error(
+    `-i ${INVENTORY}: the bench's cold runs and scale series remove and recreate the default lab's members (${DEFAULT_INVENTORY}); on another inventory add --cold 0 --scale 0 (warm runs on its deployed cluster)`,
+  );
+  process.exit(2);
+}
 
 $.verbose = false;
 const virsh = (args: string[]) => $`virsh -q -c qemu:///system ${args}`.quiet();
@@ -62,17 +74,25 @@ async function timedDeploy(extra: string[] = [], launcher: Launcher = 'npx tsx')
   return { ms, report: JSON.parse(readFileSync(REPORT, 'utf8')) as Report };
 }
 
-/** One kind of warm run timed: total wall-clock, start-up (wall-clock minus the tool's work) and the work. */
+/**
+ * One kind of warm run timed: total wall-clock, start-up (wall-clock minus the tool's work), the work, and of the
+ * work what ran outside the phases (their named parts together) and what nothing names (core/timing.ts).
+ */
 interface Timed {
   total: number[];
   startup: number[];
   work: number[];
+  outside: number[];
+  unaccounted: number[];
 }
-const timed = (): Timed => ({ total: [], startup: [], work: [] });
+const timed = (): Timed => ({ total: [], startup: [], work: [], outside: [], unaccounted: [] });
 function record(into: Timed, run: { ms: number; report: Report }): void {
+  const { timing } = run.report;
   into.total.push(run.ms);
-  into.work.push(run.report.timing.workMs);
-  into.startup.push(run.ms - run.report.timing.workMs);
+  into.work.push(timing.workMs);
+  into.startup.push(run.ms - timing.workMs);
+  into.outside.push(timing.outside.reduce((sum, part) => sum + part.ms, 0));
+  into.unaccounted.push(timing.unaccountedMs);
 }
 
 /** The members' VMs and disks gone, as before a first deploy. */
@@ -91,7 +111,7 @@ async function removeMembers(): Promise<void> {
 async function healthy(ip: string): Promise<boolean> {
   const tls = ['--cacert', `${STATE}/pki/ca.crt`, '--cert', `${STATE}/pki/clients/root.crt`, '--key', `${STATE}/pki/clients/root.key`];
   const result =
-    await $`ip netns exec etcd-kvm-lab etcdctl --dial-timeout=2s --command-timeout=3s --endpoints=${`https://${ip}:2379`} ${tls} endpoint health`
+    await $`ip netns exec etcd-kvm-lab etcdctl --dial-timeout=2s --command-timeout=3s --endpoints=${`https://${ip}:${inventory.etcd.client_port}`} ${tls} endpoint health`
       .nothrow()
       .quiet();
   return result.exitCode === 0;
@@ -290,11 +310,14 @@ async function main(): Promise<void> {
   console.log(
     `| guest step in a no-op (slowest member: what is left of its probe, asked from the cluster phase on) | ${seconds(median(guestStep))} | ${guestStep.map(seconds).join(', ')} |`,
   );
-  console.log("\n| warm run | started with | total | start-up | the tool's work | totals of the runs |");
-  console.log('|---|---|---|---|---|---|');
+  console.log(`\n${INVENTORY}, ${Object.keys(MEMBERS).length} members\n`);
+  console.log(
+    "| warm run | started with | total | start-up | the tool's work | of it outside the phases (named) | of it unaccounted | totals of the runs |",
+  );
+  console.log('|---|---|---|---|---|---|---|---|');
   const row = (what: string, launcher: string, runs: Timed) =>
     console.log(
-      `| ${what} | ${launcher} | ${seconds(median(runs.total))} | ${seconds(median(runs.startup))} | ${seconds(median(runs.work))} | ${runs.total.map(seconds).join(', ')} |`,
+      `| ${what} | ${launcher} | ${seconds(median(runs.total))} | ${seconds(median(runs.startup))} | ${seconds(median(runs.work))} | ${seconds(median(runs.outside))} | ${seconds(median(runs.unaccounted))} | ${runs.total.map(seconds).join(', ')} |`,
     );
   for (const launcher of Object.keys(LAUNCHERS) as Launcher[]) row('no-op re-run', `\`${launcher}\``, noop[launcher]);
   for (const launcher of Object.keys(LAUNCHERS) as Launcher[]) row('dry-run', `\`${launcher}\``, dry[launcher]);

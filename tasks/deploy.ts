@@ -6,6 +6,7 @@ import { silenceKnownWarnings } from './core/warnings.ts';
 import { formatChanges, formatProfile, formatRecap, formatUnreachable, recapByHost } from './core/report.ts';
 import { forDisplay } from './core/display.ts';
 import { formatCommandTimes } from './remote/command-times.ts';
+import { deployTiming, formatOutside } from './core/timing.ts';
 import { placementWarnings } from './inventory/placement.ts';
 import { Runner } from './core/runner.ts';
 import { loadInventory } from './inventory/load.ts';
@@ -31,19 +32,10 @@ async function deploy(options: DeployOptions): Promise<number> {
   }
 }
 
-/** The `timing` of `--json`'s report, in ms: the bench scripts read it (scripts/bench.ts, scripts/bench/). */
-export interface DeployTiming {
-  /** When main began: every static import loaded. */
-  modulesLoadedAtMs: number;
-  /** From then to the report. */
-  workMs: number;
-  /** This process's own CPU, user and system, start-up included. */
-  cpuMs: number;
-  phases: { phase: string; ms: number }[];
-}
-
 async function deployLocked(inventory: Inventory, options: DeployOptions): Promise<number> {
   const started = performance.now();
+  // Before the runner: the options, the inventory and the state directory's lock.
+  const prelude = { name: "inventory and the state directory's lock", ms: started - MODULES_LOADED_AT_MS };
   const runner = new Runner({ dryRun: options.dryRun, renderer: process.stdout.isTTY ? 'default' : 'simple', staleAfter });
   // The first SIGINT/SIGTERM lets the change in flight finish and starts no other; connections and
   // tunnels close as the pipeline unwinds, and the recap says what was done. A second one ends at once.
@@ -78,22 +70,23 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   if (written.length > 0) console.log(`\nwrote ${written.length} files:\n${written.map((path) => `  ${path}`).join('\n')}`);
   console.log(`\n${formatRecap(runner.results, options.dryRun, performance.now() - started)}`);
   if (unreachable.length > 0) console.log(`\n${formatUnreachable(unreachable)}`);
+  // Where the time went (this process's own CPU too: the wall-clock mixes it with waits).
+  const cpu = process.cpuUsage();
+  const timing = deployTiming({
+    modulesLoadedAtMs: MODULES_LOADED_AT_MS,
+    workMs: performance.now() - MODULES_LOADED_AT_MS,
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    phases: runner.phaseTimes,
+    outside: [prelude, ...runner.spans],
+  });
   if (options.profile) {
     console.log(`\n${formatProfile(runner.results, runner.phaseTimes)}`);
+    console.log(formatOutside(timing));
     // Why a member's facts took the slower way: an image without qemu-guest-agent, a domain without its channel.
     for (const { member, reason } of guestAgentUnanswered) console.log(`guest facts of ${member}: not through the guest agent (${reason})`);
     for (const line of formatCommandTimes(slowestCommands)) console.log(forDisplay(line));
   }
   if (options.json) {
-    // Where the time went: loading this process's modules (before main), and the run itself; and
-    // this process's own CPU (user and system, start-up included), which the wall-clock mixes with waits.
-    const cpu = process.cpuUsage();
-    const timing: DeployTiming = {
-      modulesLoadedAtMs: Math.round(MODULES_LOADED_AT_MS),
-      workMs: Math.round(performance.now() - MODULES_LOADED_AT_MS),
-      cpuMs: Math.round((cpu.user + cpu.system) / 1000),
-      phases: runner.phaseTimes.map(({ phase, ms }) => ({ phase, ms: Math.round(ms) })),
-    };
     const report = {
       inventory: inventory.path,
       dryRun: options.dryRun,

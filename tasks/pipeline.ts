@@ -94,7 +94,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
   const runStarted = new Date(Math.floor(Date.now() / 1000) * 1000);
   // Every run but --render-only asks etcd, the lock first: its client's modules (~0.15 s) load while SSH connects.
   if (options.renderOnly === undefined) void preloadEtcdClient();
-  const context = await DeployContext.open(inventory, options.adopt ?? [], runner.facts);
+  const context = await runner.timed('open the state directory', () => DeployContext.open(inventory, options.adopt ?? [], runner.facts));
   let held: RunLockGate | undefined;
   const outcome = (extra: Partial<DeployOutcome> = {}): DeployOutcome => ({
     written: [],
@@ -111,7 +111,12 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     // Every fact the gather and the steps read, asked while the lock is looked at: libvirt's on each
     // hypervisor, and the guests' own (the longest wait of a run that changes nothing).
     if (options.renderOnly === undefined) prefetchFacts(context, members, selectedBy(options)('guest'));
-    held = await options.hold?.({ connections: context.remote.connections, identities: context.identities, clients: context.clients });
+    // The first connection to each hypervisor and tunnel into etcd are made here (the facts asked ahead share them).
+    const { hold } = options;
+    if (hold)
+      held = await runner.timed('run lock: look (connecting)', () =>
+        hold({ connections: context.remote.connections, identities: context.identities, clients: context.clients }),
+      );
     const gate = held;
     if (gate) runner.gateChanges(() => gate.beforeFirstChange());
     await runner.runPhases([
@@ -132,7 +137,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     // What the guests' files were read as, for the next run (a dry-run writes nothing).
     const unsaved = options.dryRun ? undefined : context.guestProbe.digests.save();
     if (unsaved) console.error(`warning: ${unsaved}`);
-    await held?.release();
-    await context.close();
+    const holding = held;
+    if (holding) await runner.timed('run lock: release', () => holding.release());
+    await runner.timed('close connections', () => context.close());
   }
 }

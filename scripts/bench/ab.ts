@@ -5,7 +5,7 @@ import { pathToFileURL } from 'node:url';
 import { $ } from 'zx';
 import { freshBuild } from '../../bin/fresh-build.mjs';
 import { argument, median } from './cli.ts';
-import type { DeployTiming } from '../../tasks/deploy.ts';
+import type { DeployTiming } from '../../tasks/core/timing.ts';
 
 /**
  * A change's effect on a no-op, on the deployed lab (`npm run lab:up`, then a deploy): the installed

@@ -2,7 +2,7 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { $ } from 'zx';
 import { SECOND_URI } from '../lab/config.ts';
 import { idleRate, qemuPids, withGuestCpu } from './guest-cpu.ts';
-import type { DeployTiming } from '../../tasks/deploy.ts';
+import type { DeployTiming } from '../../tasks/core/timing.ts';
 
 /**
  * The scale series of `npm run bench`: the installed command's no-op on a cluster of 3 members, then

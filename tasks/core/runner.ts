@@ -3,6 +3,7 @@ import { Progress } from './progress.ts';
 import { forDisplay } from './display.ts';
 import { FactCache } from './facts.ts';
 import { RunLog, type PhaseOutcome, type RunEvent, type RunListener } from './events.ts';
+import type { TimedPart } from './timing.ts';
 import { ListrView } from './listr-view.ts';
 import {
   CONTROL_NODE,
@@ -107,6 +108,21 @@ export class Runner {
 
   get phaseTimes(): readonly { phase: string; ms: number }[] {
     return this.log.phaseTimes;
+  }
+
+  /** The run's work outside its phases that it waited for (timed), in order. */
+  get spans(): readonly TimedPart[] {
+    return this.log.spans;
+  }
+
+  /** Runs work the run waits for outside any phase, and records its wall-clock time under `name` (--profile, --json). */
+  async timed<T>(name: string, work: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    try {
+      return await work();
+    } finally {
+      this.#emit({ type: 'span', name, ms: performance.now() - started });
+    }
   }
 
   /** `listener` hears everything the run does from now on. */

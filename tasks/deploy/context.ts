@@ -73,7 +73,7 @@ export class DeployContext {
     readonly adopt: ReadonlySet<string>,
     facts: FactCache,
   ) {
-    this.remote = new RemoteContext(facts);
+    this.remote = new RemoteContext(facts, this.commandTimes);
     this.identities = clientIdentities(inventory, store);
     this.clients = new EtcdClients(this.remote.connections, inventory.etcd.client_port, this.identities.health);
     // Read when a member is first reached: the pki step may only make the key in this run.

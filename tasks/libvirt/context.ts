@@ -4,6 +4,7 @@ import { membersByHypervisor } from '../inventory/placement.ts';
 import { VirshSessions } from './session.ts';
 import { Virsh, type ProbeAnswer, type Question } from './virsh.ts';
 import { HypervisorConnections } from '../remote/hypervisors.ts';
+import type { CommandTimes } from '../remote/command-times.ts';
 
 /** The kind of fact libvirt's answers are, in the run's fact cache: the steps that change them say so (steps/registry.ts). */
 const LIBVIRT = 'libvirt';
@@ -16,11 +17,18 @@ const LIBVIRT = 'libvirt';
  * the step's re-check).
  */
 export class RemoteContext {
-  readonly connections = new HypervisorConnections();
+  readonly connections: HypervisorConnections;
   /** One interactive virsh per hypervisor: the probes' questions and the guest agents' polls, without a process each. */
-  readonly sessions = new VirshSessions(this.connections);
+  readonly sessions: VirshSessions;
 
-  constructor(readonly facts: FactCache) {}
+  /** `connectTimes`: where each hypervisor connection's handshake time is recorded (--profile). */
+  constructor(
+    readonly facts: FactCache,
+    connectTimes?: CommandTimes,
+  ) {
+    this.connections = new HypervisorConnections(connectTimes);
+    this.sessions = new VirshSessions(this.connections);
+  }
 
   async virshFor(member: Member): Promise<Virsh> {
     const [ssh, session] = await Promise.all([this.connections.get(member.hypervisor), this.sessions.get(member.hypervisor)]);

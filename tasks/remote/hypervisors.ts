@@ -1,6 +1,7 @@
 import type { Hypervisor, SshHost } from '../inventory/model.ts';
 import { ConnectionPool, PoolClosed } from './pool.ts';
 import { SshConnection, whereOf, type SshTarget } from './ssh.ts';
+import type { CommandTimes } from './command-times.ts';
 
 /**
  * One SSH connection per hypervisor for the whole run: opened on first use by any step, shared by
@@ -51,6 +52,9 @@ export class HypervisorConnections {
   /** Hypervisors this run could not reach, with why: for the recap. */
   readonly unreachable = new Map<string, Unreachable>();
 
+  /** `connectTimes`: where each connection's handshake time is recorded (--profile); virsh's commands are not. */
+  constructor(readonly connectTimes?: CommandTimes) {}
+
   get(hypervisor: Hypervisor): Promise<SshConnection> {
     const hops = hopsTo(hypervisor);
     return this.#open(hops, hops.length - 1).catch((error: Error) => {
@@ -71,7 +75,8 @@ export class HypervisorConnections {
   #open(hops: readonly Hop[], index: number): Promise<SshConnection> {
     const hop = hops[index]!;
     const via = index > 0 ? { via: async () => (await this.#open(hops, index - 1)).forward(hop.target.host, hop.target.port) } : {};
-    return this.#pool.get(hop.key, () => SshConnection.open({ ...hop.target, ...via }));
+    const times = this.connectTimes ? { connectTimes: this.connectTimes } : {};
+    return this.#pool.get(hop.key, () => SshConnection.open({ ...hop.target, ...via, ...times }));
   }
 
   closeAll(): Promise<void> {

@@ -40,7 +40,7 @@ export class MemberConnections {
         knownHostsPath: this.identity.knownHostsPath,
         trustOnFirstUse: false,
         connectTimeoutMs: 30_000,
-        ...(this.commandTimes ? { commandTimes: this.commandTimes } : {}),
+        ...(this.commandTimes ? { commandTimes: this.commandTimes, connectTimes: this.commandTimes } : {}),
         ...via,
       }),
     );

@@ -38,6 +38,8 @@ export interface SshTarget {
   via?: () => Promise<Duplex>;
   /** Where each command's time is recorded (--profile lists the slowest). */
   commandTimes?: CommandTimes;
+  /** Where the connection's own time is recorded, from the first hop's socket to the login (--profile). */
+  connectTimes?: CommandTimes;
 }
 
 /** What a command reads on stdin: text or bytes, or a stream for uploads too large to hold. */
@@ -51,6 +53,9 @@ export interface ExecResult {
 }
 
 export class SshError extends Error {}
+
+/** How a connection's own time is named among the commands' (--profile). */
+export const CONNECT_COMMAND = 'SSH connection: handshake and login (its hops included)';
 
 /** How a connection names its host in every message: "hypervisor lab (root@127.0.0.1:2222)". */
 export const whereOf = (target: Pick<SshTarget, 'label' | 'user' | 'host' | 'port'>): string =>
@@ -87,6 +92,7 @@ export class SshConnection {
   ) {}
 
   static async open(target: SshTarget): Promise<SshConnection> {
+    const started = performance.now();
     const where = whereOf(target);
     let refusal: string | undefined;
     const config: ConnectConfig = {
@@ -142,6 +148,7 @@ export class SshConnection {
       client.once('close', () => reject(new SshError(`${where}: cannot connect: the connection closed during the SSH handshake`)));
       client.connect(config);
     });
+    target.connectTimes?.record({ host: target.label, command: CONNECT_COMMAND, ms: performance.now() - started });
     return new SshConnection(target, client);
   }
 

@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { run } from '../helpers/exec.ts';
+import type { DeployTiming } from '../../tasks/core/timing.ts';
 
 /**
  * The CLI as an operator runs it, on a copy of inventories/lab.yaml whose hypervisor is unreachable
@@ -100,11 +101,20 @@ test('--render-only writes every file (secrets 0600), then a dry-run sees no cha
   const report = JSON.parse(readFileSync(join(dir, 'report.json'), 'utf8')) as {
     dryRun: boolean;
     results: { step: string; host: string; status: string }[];
-    timing: { modulesLoadedAtMs: number; workMs: number; cpuMs: number };
+    timing: DeployTiming;
   };
   t.true(report.dryRun);
   // The process's own CPU beside its wall-clock times: loading its modules alone uses some.
   t.true(report.timing.cpuMs > 0 && report.timing.workMs > 0, JSON.stringify(report.timing));
+  // Every millisecond of the work is in a phase, a named part outside them, or the rest, which is said.
+  const { phases, outside, unaccountedMs, workMs } = report.timing;
+  t.deepEqual(
+    outside.map(({ name }) => name),
+    ["inventory and the state directory's lock", 'open the state directory', 'close connections'],
+  );
+  const named = [...phases.map(({ ms }) => ms), ...outside.map(({ ms }) => ms)].reduce((sum, ms) => sum + ms, 0);
+  t.true(Math.abs(named + unaccountedMs - workMs) <= phases.length + outside.length + 1, JSON.stringify(report.timing));
+  t.true(unaccountedMs >= 0, JSON.stringify(report.timing));
   t.deepEqual(report.results.find((r) => r.step === 'pki')?.status, 'ok');
   t.is(report.results.filter((r) => r.step === 'render' && r.status === 'changed').length, 3);
   assertNoSecrets(t, readFileSync(join(dir, 'report.json'), 'utf8'), stateDir);

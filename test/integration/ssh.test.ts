@@ -7,7 +7,7 @@ import { Readable } from 'node:stream';
 import { connect } from 'node:net';
 import { MiB, SSH_STDERR_CAP, SSH_STDOUT_CAP } from '../../tasks/core/limits.ts';
 import { CommandTimes } from '../../tasks/remote/command-times.ts';
-import { SshConnection, type SshTarget } from '../../tasks/remote/ssh.ts';
+import { CONNECT_COMMAND, SshConnection, type SshTarget } from '../../tasks/remote/ssh.ts';
 import { Tunnel } from '../../tasks/remote/tunnel.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
@@ -287,9 +287,16 @@ test('a hypervisor behind a bastion (ssh -J): commands run through the chain; ea
     return load(doc).hypervisors[0]!;
   };
   const good = inventory(knownHostsFile('kh_bastion', bastion.knownHostsLine), knownHostsFile('kh_hv', sshd.knownHostsLine));
-  const connections = new HypervisorConnections();
+  const connectTimes = new CommandTimes();
+  const connections = new HypervisorConnections(connectTimes);
   try {
     t.is(await (await connections.get(good)).run(['echo', 'through the bastion']), 'through the bastion\n');
+    // Each hop's connection timed (--profile), the hypervisor's through the bastion's; the command not (virsh's are many).
+    const timed = connectTimes.slowest(10);
+    t.deepEqual(timed.map(({ host, command }) => `${host}: ${command}`).sort(), [
+      `bastion edge: ${CONNECT_COMMAND}`,
+      `hypervisor hv: ${CONNECT_COMMAND}`,
+    ]);
     // The bastion's sshd saw the forwarded channel to the hypervisor's port.
     t.regex(readFileSync(join(bastion.dir, 'sshd.log'), 'utf8'), new RegExp(`Accepted publickey for ${userInfo().username}`));
   } finally {
