@@ -52,6 +52,12 @@ export const COMMANDS: readonly Command[] = [
     flags: ['--inventory', '--json', '--help'],
   },
   {
+    name: 'verify',
+    module: 'verify',
+    summary: 'show that the members agree: HashKV at one revision, member lists, alarms, a canary',
+    flags: ['--inventory', '--json', '--help'],
+  },
+  {
     name: 'maintain',
     module: 'maintain',
     summary: 'compact, defragment or clear a NOSPACE alarm, on a healthy cluster only',

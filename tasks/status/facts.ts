@@ -2,7 +2,6 @@ import type { Etcd3 } from 'etcd3';
 import { BACKUP_RECORD_KEYS, BACKUP_RECORD_PREFIX } from '../backup/runs.ts';
 import { DEFRAG_RECORD_PREFIX } from './defrag-records.ts';
 import { briefError } from '../core/errors.ts';
-import { connect, type PeerCertificate } from 'node:tls';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
@@ -13,6 +12,7 @@ import { hexId, liveMember } from '../etcd/membership.ts';
 import { versionOf } from '../etcd/version.ts';
 import { memberStatus, type EtcdMemberFacts } from '../etcd/member-status.ts';
 import { alarmsListed } from '../etcd/health.ts';
+import { servedCertificate } from '../etcd/served-certificate.ts';
 
 /**
  * What status reads, all of it read-only and asked at about the same moment: each hypervisor once
@@ -109,20 +109,6 @@ export async function vmFacts(members: readonly Member[], connections: Hyperviso
     }),
   );
   return facts;
-}
-
-/** The leaf certificate a member's client port presents, verified against the cluster's CA. */
-async function servedCertificate(clients: EtcdClients, member: Member, identity: ClientIdentity): Promise<{ notAfter: Date }> {
-  const { host, port } = await clients.endpoint(member);
-  const peer = await new Promise<PeerCertificate>((resolve, reject) => {
-    const socket = connect({ host, port, servername: member.name, ca: identity.caCert, ALPNProtocols: ['h2'] }, () => {
-      resolve(socket.getPeerCertificate());
-      socket.end();
-    });
-    socket.setTimeout(5_000, () => socket.destroy(new Error('TLS handshake timed out after 5 s')));
-    socket.once('error', reject);
-  });
-  return { notAfter: new Date(peer.valid_to) };
 }
 
 export async function gatherStatus(

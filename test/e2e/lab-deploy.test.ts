@@ -7,6 +7,8 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { run } from '../helpers/exec.ts';
 import type { StatusReport } from '../../tasks/status/report.ts';
+import type { Check } from '../../tasks/verify/verdict.ts';
+import { CANARY_KEY } from '../../tasks/verify/facts.ts';
 import {
   deploy,
   deployInBackground,
@@ -360,6 +362,37 @@ scenario("status agrees with etcdctl's endpoint status and member list taken aro
   }
   t.is(report.leader, byId.get(leaderId)!.name);
 });
+
+scenario(
+  'verify: the members agree (HashKV equal at one pinned revision, as etcdctl endpoint hashkv gives it there); its canary read through each and gone',
+  (t) => {
+    const verified = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml', '--json']);
+    t.is(verified.status, 0, verified.stdout + verified.stderr);
+    const report = JSON.parse(verified.stdout) as { passed: boolean; pinnedRevision: number; checks: Check[] };
+    t.true(report.passed);
+    t.deepEqual(
+      report.checks.filter((check) => !check.ok),
+      [],
+    );
+    // etcd's own answer at the revision verify pinned: the same hash on every member, and the one verify reports.
+    const hashed = etcdctl(ALL, rootIdentity, ['endpoint', 'hashkv', '--rev', String(report.pinnedRevision), '-w', 'json']);
+    t.is(hashed.status, 0, hashed.stderr);
+    const hashes = (JSON.parse(hashed.stdout) as { HashKV: { hash: number } }[]).map(({ HashKV }) => HashKV.hash);
+    t.is(hashes.length, 3);
+    t.is(new Set(hashes).size, 1, hashes.join(', '));
+    t.regex(
+      report.checks.find((check) => check.check === 'hashkv')!.detail,
+      new RegExp(`^equal on 3 voting members at revision ${report.pinnedRevision}: etcd-1 ${hashes[0]} `),
+    );
+    t.regex(report.checks.find((check) => check.check === 'canary')!.detail, /read back linearizably through etcd-1, etcd-2, etcd-3$/);
+    t.is(etcdctl(ALL, rootIdentity, ['get', CANARY_KEY, '--print-value-only']).stdout.trim(), '', 'the canary is deleted');
+    // The same checks as lines, one each.
+    const lines = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml']);
+    t.is(lines.status, 0, lines.stdout + lines.stderr);
+    t.regex(lines.stdout, /^ok {3}hashkv: equal on 3 voting members at revision \d+/m);
+    t.regex(lines.stdout, /^ok {3}certificate etcd-3: chains to the CA, ends in \d+ days$/m);
+  },
+);
 
 scenario('drift: a destroyed member VM is started again and the data survives', (t) => {
   t.is(virsh(['destroy', 'etcd-2']).status, 0);

@@ -27,7 +27,7 @@ const deploy = named('deploy');
 test('an unknown command (or a flag before any command) is named, with the commands', (t) => {
   for (const name of ['frob', 'Deploy', '-i', '--inventory']) {
     const plan = dispatch([name, 'x'], VERSION);
-    const commands = 'deploy, status, maintain, backup, recover, client, monitoring, state, completion';
+    const commands = 'deploy, status, verify, maintain, backup, recover, client, monitoring, state, completion';
     t.like(plan, { exit: 2, stderr: `error: unknown command ${name}; commands are ${commands} (etcd-kvm --help says what each does)` });
   }
 });

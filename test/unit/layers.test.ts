@@ -20,6 +20,8 @@ const ALLOWED: Record<string, string[]> = {
   backup: ['core', 'inventory'],
   steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade'],
   status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade', 'backup'],
+  // Whether the members hold the same data: read through etcd's clients only.
+  verify: ['core', 'inventory', 'etcd'],
   // Whether the quorum is lost for good, and from which survivor it comes back: the deploy asks it too.
   recover: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'steps'],
   // The deploy's stages: gather, plan, execute, over the steps.
