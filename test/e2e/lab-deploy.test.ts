@@ -394,6 +394,74 @@ scenario(
   },
 );
 
+/**
+ * A member's database changed behind etcd's back: etcd-3 stopped, every copy of `from` in its bbolt file replaced by
+ * `to` (as long), etcd started again and answering. bbolt checks no page but its meta pages, so etcd runs on it.
+ */
+async function editDatabaseBytes(t: ExecutionContext, from: string, to: string): Promise<void> {
+  const swap = [
+    'sudo systemctl stop etcd',
+    `sudo python3 -c "p = '/var/lib/etcd/member/snap/db'; b = open(p, 'rb').read(); print(b.count(b'${from}')); open(p, 'wb').write(b.replace(b'${from}', b'${to}'))"`,
+    'sudo systemctl start etcd',
+  ].join(' && ');
+  const swapped = memberSsh('etcd-3', swap);
+  t.is(swapped.status, 0, swapped.stderr);
+  t.true(Number(swapped.stdout.trim()) >= 1, `copies of the value in etcd-3's database: ${swapped.stdout}`);
+  const deadline = Date.now() + 120_000;
+  while (etcdctl([endpoint('etcd-3')], rootIdentity, ['endpoint', 'health']).status !== 0) {
+    if (Date.now() > deadline) throw new Error('etcd-3 not healthy 120 s after its database was edited');
+    await new Promise((resolve) => setTimeout(resolve, 2_000));
+  }
+}
+
+scenario(
+  "verify: a member's data changed behind etcd's back fails the hashkv check, naming the member whose hash differs; put back, verify passes",
+  async (t) => {
+    const original = `e2e-verify-${'A'.repeat(32)}`;
+    const changed = `e2e-verify-${'B'.repeat(32)}`;
+    t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/verify/marker', original]).status, 0);
+    // Applied on etcd-3 (its own store answers a serializable read) before its etcd stops.
+    const deadline = Date.now() + 60_000;
+    while (
+      etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--consistency=s', '--print-value-only', 'e2e/verify/marker']).stdout.trim() !==
+      original
+    ) {
+      if (Date.now() > deadline) throw new Error('etcd-3 did not apply the marker');
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+    }
+    await editDatabaseBytes(t, original, changed);
+    try {
+      t.is(
+        etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--consistency=s', '--print-value-only', 'e2e/verify/marker']).stdout.trim(),
+        changed,
+      );
+      const caught = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml']);
+      t.log(caught.stdout);
+      t.is(caught.status, 1, caught.stdout + caught.stderr);
+      const differ =
+        /^FAIL hashkv: the members' data differ at revision \d+: etcd-1 (\d+) \(compacted at \d+\), etcd-2 (\d+) \(compacted at \d+\), etcd-3 (\d+) /m.exec(
+          caught.stdout,
+        );
+      t.truthy(differ, caught.stdout);
+      t.is(differ?.[1], differ?.[2], 'etcd-1 and etcd-2 agree');
+      t.not(differ?.[3], differ?.[1], "etcd-3's hash differs");
+      // Only the data is wrong: every other check still passes.
+      t.deepEqual(
+        caught.stdout
+          .split('\n')
+          .filter((line) => line.startsWith('FAIL'))
+          .map((line) => line.split(':')[0]),
+        ['FAIL hashkv'],
+      );
+    } finally {
+      await editDatabaseBytes(t, changed, original);
+    }
+    const repaired = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml']);
+    t.is(repaired.status, 0, repaired.stdout + repaired.stderr);
+    t.is(etcdctl(ALL, rootIdentity, ['del', 'e2e/verify/marker']).status, 0);
+  },
+);
+
 scenario('drift: a destroyed member VM is started again and the data survives', (t) => {
   t.is(virsh(['destroy', 'etcd-2']).status, 0);
   // Seen by status first: degraded, naming the member and why, exit 1.
