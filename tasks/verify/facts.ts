@@ -5,6 +5,7 @@ import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import { alarmsIn } from '../etcd/health.ts';
 import { memberStatus } from '../etcd/member-status.ts';
 import { hexId } from '../etcd/membership.ts';
+import { hashKV } from '../etcd/hash-kv.ts';
 import { servedCertificate } from '../etcd/served-certificate.ts';
 import { versionOf } from '../etcd/version.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -63,10 +64,7 @@ export async function gatherVerifyFacts(inventory: Inventory, clients: EtcdClien
   if (pinnedRevision !== undefined)
     await Promise.all(
       voting.map(async (member) => {
-        byName.get(member.name)!.hash = await settle(async () => {
-          const answer = await (await clients.for(member)).maintenance.hashKV({ revision: pinnedRevision });
-          return { hash: Number(answer.hash), compactRevision: Number(answer.compact_revision) };
-        });
+        byName.get(member.name)!.hash = await settle(async () => hashKV(await clients.for(member), pinnedRevision));
       }),
     );
   const canary = await writeCanary(clients, voting, byName);

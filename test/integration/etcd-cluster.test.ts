@@ -18,6 +18,8 @@ import { baseDocument, load } from '../helpers/inventory.ts';
 import { Processes } from '../helpers/processes.ts';
 import { renderWithPki } from '../helpers/render.ts';
 import { versionOf } from '../../tasks/etcd/version.ts';
+import { CANARY_KEY, gatherVerifyFacts } from '../../tasks/verify/facts.ts';
+import { verifyChecks } from '../../tasks/verify/verdict.ts';
 import { FILE_SETTINGS, startRenderedMembers } from '../helpers/loopback-etcd.ts';
 
 /**
@@ -131,6 +133,22 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
     etcdserver: binary,
     etcdcluster: `${binary.split('.').slice(0, 2).join('.')}.0`,
   });
+
+  // verify, as root (the CLI's session): every check passes, and the HashKV it reports is etcdctl's at that revision.
+  const asRoot = new EtcdClients(new HypervisorConnections(), CLIENT_PORT, identities.root);
+  t.teardown(() => asRoot.close());
+  const verified = await gatherVerifyFacts(inventory, asRoot, identities.root());
+  t.deepEqual(
+    verifyChecks(verified).filter((check) => !check.ok),
+    [],
+  );
+  const hashed = etcdctl(['endpoint', 'hashkv', '--rev', String(verified.pinnedRevision), '-w', 'json']);
+  const hashes = (JSON.parse(hashed.stdout) as { HashKV: { hash: number } }[]).map(({ HashKV }) => HashKV.hash);
+  t.deepEqual(
+    verified.members.map((member) => (member.hash && 'hash' in member.hash ? member.hash.hash : undefined)),
+    hashes,
+  );
+  t.is(etcdctl(['get', CANARY_KEY, '--print-value-only']).stdout.trim(), '', 'the canary is deleted');
 
   // client-cert-auth: a client that presents no certificate is refused at the TLS handshake.
   const anonymous = etcdctl(['get', 'greeting'], ['--cacert', join(pki, 'ca.crt')]);

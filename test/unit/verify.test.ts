@@ -94,10 +94,7 @@ const rows: [what: string, facts: VerifyFacts, expected: RegExp[]][] = [
   ],
   [
     'a member 301 entries behind in the raft log, within the bound: no failure',
-    cluster(
-      { 'etcd-3': { status: { id: 'c3', isLearner: false, revision: 120, appliedIndex: 99, version: '3.5.30', alarms: [] } } },
-      {},
-    ),
+    cluster({ 'etcd-3': { status: { id: 'c3', isLearner: false, revision: 120, appliedIndex: 99, version: '3.5.30', alarms: [] } } }, {}),
     [],
   ],
   [
