@@ -140,7 +140,9 @@ function hashChecks(facts: VerifyFacts): Check[] {
   );
   const hashes = asked.flatMap((member) => (failed(member.hash!) ? [] : [{ name: member.name, ...member.hash! }]));
   const compactions = new Set(hashes.map(({ compactRevision }) => compactRevision));
-  const listed = hashes.map(({ name, hash, compactRevision }) => `${name} ${hash} (compacted at ${compactRevision})`).join(', ');
+  // etcd answers -1 for a store never compacted.
+  const compaction = (revision: number) => (revision < 0 ? 'never compacted' : `compacted at ${revision}`);
+  const listed = hashes.map(({ name, hash, compactRevision }) => `${name} ${hash} (${compaction(compactRevision)})`).join(', ');
   if (compactions.size > 1)
     return [
       ...failures,
