@@ -148,7 +148,7 @@ test('the revision pinned is the lowest any voting member has applied; learners 
 
 test('a store never compacted (etcd answers -1) is said so, not as a revision', (t) => {
   const never = { hash: { hash: 5, compactRevision: -1 } };
-  const hashkv = verifyChecks(cluster({ 'etcd-1': never, 'etcd-2': never, 'etcd-3': never })).find(({ check }) => check.check === 'hashkv');
+  const hashkv = verifyChecks(cluster({ 'etcd-1': never, 'etcd-2': never, 'etcd-3': never })).find(({ check }) => check === 'hashkv');
   t.is(
     hashkv?.detail,
     'equal on 3 voting members at revision 120: etcd-1 5 (never compacted), etcd-2 5 (never compacted), etcd-3 5 (never compacted)',
