@@ -131,7 +131,7 @@ for (const [what, facts, expected] of rows)
   test(`verify: ${what}`, (t) => {
     const seen = failures(facts);
     t.is(seen.length, expected.length, seen.join('\n'));
-    expected.forEach((pattern, i) => t.regex(seen[i] ?? '', pattern));
+    for (const [i, pattern] of expected.entries()) t.regex(seen[i] ?? '', pattern);
   });
 
 test('the revision pinned is the lowest any voting member has applied; learners are not counted', (t) => {
