@@ -121,7 +121,7 @@ elif command == "decide":
     print(json.dumps(list(agent.decide(view, argument["rule"], argument["quota"], argument["disarm_below"]))))
 elif command == "drift":
     print(json.dumps(agent.managed_file_drift(argument["manifest"])))
-elif command in ("defrag-tick", "metrics-tick"):
+elif command in ("defrag-tick", "metrics-tick", "backup-tick"):
     # A whole defrag tick, or the metrics task alone, against canned etcdctl answers (by its first
     # argument, or its first two): prints its exit code, the etcdctl calls it made and the metrics file it wrote.
     # An answer {"in_turn": [a, b, …]} is a at the first such call, b at the next, …; a string is printed as it is
@@ -138,15 +138,22 @@ elif command in ("defrag-tick", "metrics-tick"):
             answer = answer["in_turn"][min(asked[key], len(answer["in_turn"])) - 1]
         if answer is None:
             raise RuntimeError(f"etcdctl {args[0]}: no canned answer")
+        if isinstance(answer, dict) and "fails" in answer:
+            raise RuntimeError(f"etcdctl {args[0]}: {answer['fails']}")
         return answer.encode() if isinstance(answer, str) else json.dumps(answer).encode()
 
     agent.etcdctl = canned
     agent.RECORD_RETRY_SECONDS = 0
     said = io.StringIO()
+    task = {"defrag-tick": agent.defrag, "metrics-tick": agent.write_metrics, "backup-tick": agent.backup}[command]
+    skipped = None
     with contextlib.redirect_stdout(said):
-        code = (agent.defrag if command == "defrag-tick" else agent.write_metrics)(argument["config"])
-    with open(argument["config"]["metrics"]["staging"]) as file:
-        metrics = file.read()
-    print(json.dumps({"code": code, "calls": calls, "metrics": metrics, "said": said.getvalue()}))
+        try:
+            code = task(argument["config"])
+        except agent.Skipped as why:
+            code, skipped = None, str(why)
+    staging = argument["config"].get("metrics", {}).get("staging")
+    metrics = open(staging).read() if staging and os.path.exists(staging) else None
+    print(json.dumps({"code": code, "calls": calls, "metrics": metrics, "said": said.getvalue(), "skipped": skipped}))
 else:
     sys.exit(f"unknown command {command}")

@@ -279,3 +279,38 @@ test("the agent is given the locks' names by the tool: one place names them (inv
   t.is(config.run_lock_key, runLockKey(inventory.cluster.name));
   t.is(config.defrag.lock_key, DEFRAG_LOCK_KEY);
 });
+
+test("a backup tick that falls between a first deploy's auth and its agent user: no backup and no failure recorded, said why; another error is a failed backup", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-backup-tick-'));
+  const config = {
+    member: 'etcd-2',
+    backup_enabled: true,
+    schedule: '*:*:00',
+    work_dir: dir,
+    keep: 2,
+    etcd: { endpoint: 'https://192.168.150.12:2379' },
+    s3: { object_prefix: 'lab/etcd' },
+  };
+  const tick = (snapshot: unknown) =>
+    agent<{ code: number | null; calls: string[][]; skipped: string | null }>('backup-tick', {
+      config,
+      answers: { 'lease grant': { ID: 7 }, 'txn -w': { succeeded: true }, snapshot, put: {} },
+    });
+  const early = tick({ fails: 'Error: rpc error: code = Unknown desc = auth: user not found' });
+  t.regex(
+    early.skipped ?? '',
+    /^tick \S+: no backup: etcd does not know this agent's user yet \(.*auth: user not found\); a first deploy enables auth/,
+  );
+  t.deepEqual(
+    early.calls.map((args) => args[0]),
+    ['lease', 'txn', 'snapshot'],
+    'no record of a failed run',
+  );
+  const broken = tick({ fails: 'Error: context deadline exceeded' });
+  t.is(broken.code, 1);
+  t.is(broken.skipped, null);
+  t.true(
+    broken.calls.some((args) => args[0] === 'put' && args[1] === 'etcd-kvm/backup/last-run'),
+    JSON.stringify(broken.calls),
+  );
+});
