@@ -559,8 +559,7 @@ def cluster_view(config):
         "alarms": alarms_in(answered),
     }
     # A member silent while it defragments holds the lock: read who holds it only then (a healthy tick asks nothing more).
-    answering = {entry["Status"]["header"]["member_id"] for entry in answered}
-    if any(m["ID"] not in answering for m in listed):
+    if any(m["id"] not in view["statuses"] for m in view["members"]):
         try:  # this member's own view (serializable): with a member silent, quorum may be what is missing
             held = etcdctl(config, ["get", "--consistency=s", "--print-value-only", config["defrag"]["lock_key"]])
             view["lock_holder"] = held.decode(errors="replace").strip() or None
