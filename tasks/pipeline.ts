@@ -11,6 +11,7 @@ import { gather, prefetchFacts } from './deploy/gather.ts';
 import { buildPlan, selectedBy, selectMembers, validateTags, type PlannedPhase } from './deploy/plan.ts';
 import { DeployExecution } from './deploy/execute.ts';
 import type { CommandTime } from './remote/command-times.ts';
+import { refuseAfterMismatch } from './verify/consistency.ts';
 
 /**
  * The deploy: the pki step, then gather → plan → execute.
@@ -44,6 +45,8 @@ export interface PipelineOptions {
   adopt?: string[];
   /** --diff: the run shows its changes' diffs (a dry-run always does). */
   diff?: boolean;
+  /** --accept-mismatch: the run goes on after a recorded mismatch of the members' data, and compares them again. */
+  acceptMismatch?: boolean;
   /**
    * Asked before the run's first phase, through the run's own hypervisor connections and identities:
    * the cluster's run lock (etcd/run-lock.ts), looked at now (a throw stops the run) and taken before
@@ -118,7 +121,12 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
         hold({ connections: context.remote.connections, identities: context.identities, clients: context.clients }),
       );
     const gate = held;
-    if (gate) runner.gateChanges(() => gate.beforeFirstChange());
+    // Before the first change: no run goes on from members found holding different data, until an operator says so.
+    if (gate)
+      runner.gateChanges(async () => {
+        if (!options.acceptMismatch) await refuseAfterMismatch(context.clients, inventory.members, context.identities.root());
+        await gate.beforeFirstChange();
+      });
     await runner.runPhases([
       { title: 'pki', run: () => runner.runStep(pkiStep(inventory, context.store, options.renewCerts ? runStarted : undefined)) },
     ]);

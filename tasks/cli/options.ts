@@ -14,6 +14,8 @@ export interface DeployOptions {
   renewCerts: boolean;
   replace?: string[];
   adopt?: string[];
+  /** --accept-mismatch: go on after a run found the members' data different (verify/consistency.ts). */
+  acceptMismatch: boolean;
   diff: boolean;
   profile: boolean;
   json?: string;
@@ -49,6 +51,9 @@ ${tagsHelp('                           ')}
       --adopt NAMES      take these members' existing domains, which carry no owner's mark, as
                          this cluster's and mark them (as Terraform's import); a domain another
                          cluster marked is never taken
+      --accept-mismatch  go on after a run found the members' data different (recorded in etcd;
+                         until then every run changes nothing): this run compares the members'
+                         HashKV again, whatever it changes, and removes the record once they agree
       --profile          after the recap, each step's time on each host, the slowest step first,
                          then each phase's wall-clock time (what no step's time shows), then the
                          slowest commands sent into members over SSH, start to exit
@@ -68,7 +73,7 @@ const list = (value: string) =>
 export function parseDeployOptions(argv: string[]): DeployOptions {
   let parsed: {
     values: Partial<Record<'inventory' | 'render-only' | 'limit' | 'tags' | 'skip-tags' | 'replace' | 'adopt' | 'json', string>> &
-      Record<'dry-run' | 'list-phases' | 'check' | 'renew-certs' | 'diff' | 'profile' | 'debug' | 'help', boolean>;
+      Record<'dry-run' | 'list-phases' | 'check' | 'renew-certs' | 'accept-mismatch' | 'diff' | 'profile' | 'debug' | 'help', boolean>;
   };
   try {
     parsed = parseArgs({
@@ -85,6 +90,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
         'renew-certs': { type: 'boolean', default: false },
         replace: { type: 'string' },
         adopt: { type: 'string' },
+        'accept-mismatch': { type: 'boolean', default: false },
         diff: { type: 'boolean', default: false },
         profile: { type: 'boolean', default: false },
         json: { type: 'string' },
@@ -99,7 +105,17 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
   }
   const { values } = parsed;
   if (values.help)
-    return { inventory: '', dryRun: false, listPhases: false, renewCerts: false, diff: false, profile: false, debug: false, help: true };
+    return {
+      inventory: '',
+      dryRun: false,
+      listPhases: false,
+      renewCerts: false,
+      acceptMismatch: false,
+      diff: false,
+      profile: false,
+      debug: false,
+      help: true,
+    };
   if (!values.inventory) throw new InputError('missing -i/--inventory FILE; see --help');
   // Listing the phases gathers what a dry-run gathers, and changes nothing either.
   const dryRun = values['dry-run'] || values.check || values['list-phases'];
@@ -118,6 +134,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     renewCerts: values['renew-certs'],
     ...(values.replace ? { replace: list(values.replace) } : {}),
     ...(values.adopt ? { adopt: list(values.adopt) } : {}),
+    acceptMismatch: values['accept-mismatch'],
     diff: values.diff,
     profile: values.profile,
     ...(values.json ? { json: values.json } : {}),

@@ -26,6 +26,14 @@ import { volumesStep } from '../steps/volumes.ts';
 import type { NetworkNames } from '../steps/networks.ts';
 import { renderAll, type DeployContext, type Rendered } from './context.ts';
 import { domainUuids, prefetchFacts } from './gather.ts';
+import {
+  clearMismatch,
+  compareMembers,
+  compareUntilDefinite,
+  mismatchFailure,
+  readMismatch,
+  recordMismatch,
+} from '../verify/consistency.ts';
 import { phaseTitle, selectedBy, type Pass, type PlannedPhase, type PlanOptions } from './plan.ts';
 
 /** Writes rendered files for review: DIR/<member>/<file>; files holding secrets are 0600, directories 0700. */
@@ -43,6 +51,8 @@ export function writeRendered(dir: string, rendered: Map<string, RenderedFile[]>
 
 export interface ExecuteOptions extends PlanOptions {
   diff?: boolean;
+  /** --accept-mismatch: an operator looked at the members' recorded mismatch; the run compares them again whatever it changes. */
+  acceptMismatch?: boolean;
 }
 
 type Shown = Promise<StepResult[] | string>;
@@ -186,6 +196,8 @@ export class DeployExecution {
             inMember: async (member, argv) => (await this.context.memberSsh.get(member)).exec(argv),
           }),
         );
+      case 'consistency':
+        return this.#consistency();
       case 'guest':
         // Asked in one batch per hypervisor, for the members whose answers the run does not hold already.
         this.#prefetchGuests(planned.pass);
@@ -193,6 +205,34 @@ export class DeployExecution {
       default:
         return this.runner.runStep(this.#converge(planned.step, planned.pass));
     }
+  }
+
+  /**
+   * After a run that changed a member: the voting members' data compared (verify/consistency.ts). A difference is
+   * recorded in etcd and fails the run; an agreement found with --accept-mismatch removes the record.
+   */
+  async #consistency(): Shown {
+    const { clients, inventory } = this.context;
+    const members = inventory.members;
+    const root = this.context.identities.root();
+    const changed = new Set(this.runner.results.flatMap((result) => (result.status === 'changed' ? [result.host] : [])));
+    const touched = members.filter((member) => changed.has(member.name)).map((member) => member.name);
+    if (touched.length === 0 && !this.options.acceptMismatch) return 'no member changed in this run: nothing to compare';
+    const comparison = await compareUntilDefinite(() => compareMembers(clients, members, root));
+    const after = touched.length > 0 ? `after changes on ${touched.join(', ')}` : 'with --accept-mismatch';
+    if (comparison.kind === 'unknown')
+      throw new Error(`could not compare the members' data ${after}: ${comparison.detail}; run etcd-kvm verify`);
+    if (comparison.kind === 'differ') {
+      await this.runner.passGate();
+      await recordMismatch(clients, members, root, { at: new Date().toISOString(), detail: comparison.detail });
+      throw new Error(mismatchFailure(comparison.detail));
+    }
+    const recorded = this.options.acceptMismatch ? await readMismatch(clients, members, root) : undefined;
+    if (recorded) {
+      await this.runner.passGate();
+      await clearMismatch(clients, members, root);
+    }
+    return `the members agree ${after}: ${comparison.detail}${recorded ? `; the mismatch recorded at ${recorded.at} is removed` : ''}`;
   }
 
   #member(name: string) {

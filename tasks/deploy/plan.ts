@@ -91,6 +91,7 @@ export type PlannedPhase = (
   | ({ step: 'rebuild'; skip?: string } & ImageChange)
   | { step: 'formed'; pass: Pass; seeds: boolean; guests: boolean; formedBefore: boolean; note?: string }
   | { step: 'peer-trust'; stage: PeerTrustStage; note?: string }
+  | { step: 'consistency'; note?: string }
 ) & {
   /** Runs only if no step has failed in this run and every hypervisor answered (the peer port's stages). */
   onlyIfClean?: true;
@@ -343,7 +344,17 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
     ...joins,
     ...settle,
     ...peerTrustPhases(record, main, options, selected),
+    consistencyPhase(options),
   ];
+}
+
+/**
+ * Last: once a run changed a member (or --accept-mismatch asks it), every voting member's HashKV at one revision,
+ * equal (verify/consistency.ts). Not after a failure: the run has failed already, and `verify` compares once mended.
+ */
+function consistencyPhase(options: PlanOptions): PlannedPhase {
+  if (options.dryRun) return { step: 'consistency', note: 'a dry-run changes nothing, so it compares nothing' };
+  return { step: 'consistency', onlyIfClean: true };
 }
 
 /** A phase's title in the run's output. */
@@ -382,6 +393,8 @@ export function describePlan(plan: readonly PlannedPhase[]): string[] {
         return `${title}${phase.pass.members.join(', ')} again as existing (seeds: ${phase.seeds ? 'yes' : 'no'}, guests: ${phase.guests ? 'yes' : 'no'})${phase.formedBefore ? ', the joiners in' : ', once the cluster has formed'}`;
       case 'peer-trust':
         return `${title}${phase.note ?? `move every member to ${phase.stage}`}`;
+      case 'consistency':
+        return `${title}${phase.note ?? "once a member changed in this run (or with --accept-mismatch): every voting member's HashKV at one revision, equal"}`;
       default: {
         const on = `${phase.pass.members.join(', ') || '(no member)'}${phase.pass.joining ? ' (joining)' : ''}`;
         const how = phase.skip

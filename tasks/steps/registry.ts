@@ -199,6 +199,14 @@ export const DEPLOY_STEPS = [
     changes: ['guest'],
     doc: "the peer port's move to the peer CA, one rolled stage at a time",
   },
+  {
+    id: 'consistency',
+    kind: 'wait',
+    on: 'etcd',
+    selectable: false,
+    changes: [],
+    doc: "once a member changed in the run: every voting member's HashKV at one revision, equal; a difference fails the run, and later runs change nothing until --accept-mismatch",
+  },
 ] as const satisfies readonly StepEntry[];
 
 export type StepId = (typeof DEPLOY_STEPS)[number]['id'];

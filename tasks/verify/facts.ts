@@ -30,19 +30,46 @@ const settle = async <T>(work: () => Promise<T>): Promise<Answer<T>> => {
   }
 };
 
+/** A member's own status, as verify reads it, or why it did not answer. */
+export const statusAnswer = (clients: EtcdClients, member: Member): Promise<MemberVerifyFacts['status']> =>
+  settle(async () => {
+    const own = await memberStatus(clients, member);
+    return {
+      id: own.id,
+      isLearner: own.isLearner,
+      revision: Number(own.revision),
+      appliedIndex: Number(own.appliedIndex),
+      version: own.version,
+      alarms: alarmsIn(own.errors),
+    };
+  });
+
+/** Each member's HashKV at the revision pinned from the statuses (the voting members that answered), or why not. */
+export async function hashesAt(
+  clients: EtcdClients,
+  members: readonly Member[],
+  statuses: readonly MemberVerifyFacts['status'][],
+  /** Who asks (HashKV is root's alone once auth is on): the clients' own identity unless given. */
+  identity?: ClientIdentity,
+): Promise<{ hashes: Map<string, NonNullable<MemberVerifyFacts['hash']>>; pinnedRevision?: number }> {
+  const voting = members.filter((_, i) => {
+    const status = statuses[i]!;
+    return !failed(status) && !status.isLearner;
+  });
+  const pinnedRevision = pinRevision(statuses.flatMap((status) => (failed(status) ? [] : [status])));
+  const hashes = new Map<string, NonNullable<MemberVerifyFacts['hash']>>();
+  if (pinnedRevision === undefined) return { hashes };
+  await Promise.all(
+    voting.map(async (member) => {
+      hashes.set(member.name, await settle(async () => hashKV(await clients.for(member, identity), pinnedRevision)));
+    }),
+  );
+  return { hashes, pinnedRevision };
+}
+
 async function firstRound(clients: EtcdClients, identity: ClientIdentity, member: Member): Promise<MemberVerifyFacts> {
   const [status, memberList, certificate] = await Promise.all([
-    settle(async () => {
-      const own = await memberStatus(clients, member);
-      return {
-        id: own.id,
-        isLearner: own.isLearner,
-        revision: Number(own.revision),
-        appliedIndex: Number(own.appliedIndex),
-        version: own.version,
-        alarms: alarmsIn(own.errors),
-      };
-    }),
+    statusAnswer(clients, member),
     settle(async () => {
       const listed = await (await clients.for(member)).cluster.memberList({});
       return listed.members.map((m) => `${hexId(m.ID)}${m.isLearner ? ' (learner)' : ''}`).sort();
@@ -60,13 +87,12 @@ export async function gatherVerifyFacts(inventory: Inventory, clients: EtcdClien
     return !failed(status) && !status.isLearner;
   });
   const byName = new Map(members.map((facts) => [facts.name, facts]));
-  const pinnedRevision = pinRevision(members.flatMap(({ status }) => (failed(status) ? [] : [status])));
-  if (pinnedRevision !== undefined)
-    await Promise.all(
-      voting.map(async (member) => {
-        byName.get(member.name)!.hash = await settle(async () => hashKV(await clients.for(member), pinnedRevision));
-      }),
-    );
+  const { hashes, pinnedRevision } = await hashesAt(
+    clients,
+    inventory.members,
+    members.map(({ status }) => status),
+  );
+  for (const [name, hash] of hashes) byName.get(name)!.hash = hash;
   const canary = await writeCanary(clients, voting, byName);
   const clusterVersion = await clusterVersionOf(clients, voting[0], identity);
   return { members, ...(pinnedRevision !== undefined ? { pinnedRevision } : {}), ...canary, clusterVersion, at };

@@ -44,6 +44,8 @@ export interface Check {
   /** The member it concerns; none for a check of the whole cluster. */
   member?: string;
   detail: string;
+  /** The hashkv check's finding that the members' data differ (not a member that did not answer, nor a compaction meanwhile). */
+  mismatch?: true;
 }
 
 /** How far behind the most advanced member's applied index a member may be and still count as caught up. */
@@ -130,7 +132,8 @@ function raftLogChecks(facts: VerifyFacts): Check[] {
   }));
 }
 
-function hashChecks(facts: VerifyFacts): Check[] {
+/** The hashkv check alone: also what a deploy asks after it changed a member (verify/consistency.ts). */
+export function hashChecks(facts: { members: readonly Pick<MemberVerifyFacts, 'name' | 'hash'>[]; pinnedRevision?: number }): Check[] {
   const asked = facts.members.filter((member) => member.hash !== undefined);
   if (facts.pinnedRevision === undefined || asked.length === 0)
     return [{ check: 'hashkv', ok: false, detail: 'no voting member answered: nothing to compare' }];
@@ -149,7 +152,7 @@ function hashChecks(facts: VerifyFacts): Check[] {
       { check: 'hashkv', ok: false, detail: `a compaction ran while the hashes were asked ${at}, run verify again: ${listed}` },
     ];
   if (new Set(hashes.map(({ hash }) => hash)).size > 1)
-    return [...failures, { check: 'hashkv', ok: false, detail: `the members' data differ ${at}: ${listed}` }];
+    return [...failures, { check: 'hashkv', ok: false, detail: `the members' data differ ${at}: ${listed}`, mismatch: true }];
   if (hashes.length === 0) return failures;
   return [...failures, { check: 'hashkv', ok: true, detail: `equal on ${hashes.length} voting members ${at}: ${listed}` }];
 }

@@ -263,7 +263,7 @@ scenario(
     const second = deployed(t, ['--profile'], report);
     t.is(second.status, 0);
     t.deepEqual(phasesRun(report), listed);
-    t.deepEqual(listed, ['render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health', 'auth', 'users']);
+    t.deepEqual(listed, ['render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', 'health', 'auth', 'users', 'consistency']);
     // The guest agent answered for every member: no member's facts fell back to SSH.
     t.regex(second.output, /^PROFILE/m);
     t.notRegex(second.output, /not through the guest agent/);
@@ -398,15 +398,17 @@ scenario(
  * A member's database changed behind etcd's back: etcd-3 stopped, every copy of `from` in its bbolt file replaced by
  * `to` (as long), etcd started again and answering. bbolt checks no page but its meta pages, so etcd runs on it.
  */
-async function editDatabaseBytes(t: ExecutionContext, from: string, to: string): Promise<void> {
+/** Replaces `from` with `to` in etcd-3's bbolt file while its etcd is stopped; started again (and healthy) unless told not to. */
+async function editDatabaseBytes(t: ExecutionContext, from: string, to: string, start = true): Promise<void> {
   const swap = [
     'sudo systemctl stop etcd',
     `sudo python3 -c "p = '/var/lib/etcd/member/snap/db'; b = open(p, 'rb').read(); print(b.count(b'${from}')); open(p, 'wb').write(b.replace(b'${from}', b'${to}'))"`,
-    'sudo systemctl start etcd',
+    ...(start ? ['sudo systemctl start etcd'] : []),
   ].join(' && ');
   const swapped = memberSsh('etcd-3', swap);
   t.is(swapped.status, 0, swapped.stderr);
   t.true(Number(swapped.stdout.trim()) >= 1, `copies of the value in etcd-3's database: ${swapped.stdout}`);
+  if (!start) return;
   const deadline = Date.now() + 120_000;
   while (etcdctl([endpoint('etcd-3')], rootIdentity, ['endpoint', 'health']).status !== 0) {
     if (Date.now() > deadline) throw new Error('etcd-3 not healthy 120 s after its database was edited');
@@ -414,11 +416,14 @@ async function editDatabaseBytes(t: ExecutionContext, from: string, to: string):
   }
 }
 
+const MISMATCH_KEY = 'etcd-kvm/consistency/mismatch';
+const mismatchRecord = () => etcdctl([endpoint('etcd-1')], rootIdentity, ['get', MISMATCH_KEY, '--print-value-only']).stdout.trim();
+
 scenario(
-  "verify: a member's data changed behind etcd's back fails the hashkv check, naming the member whose hash differs; put back, verify passes",
+  "a member's data changed behind etcd's back: the run that starts it again compares the members and fails naming etcd-3's hash; the next run changes nothing; verify fails hashkv alone; put back, --accept-mismatch compares again and clears the record",
   async (t) => {
     const original = `e2e-verify-${'A'.repeat(32)}`;
-    const changed = `e2e-verify-${'B'.repeat(32)}`;
+    const edited = `e2e-verify-${'B'.repeat(32)}`;
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/verify/marker', original]).status, 0);
     // Applied on etcd-3 (its own store answers a serializable read) before its etcd stops.
     const deadline = Date.now() + 60_000;
@@ -429,12 +434,38 @@ scenario(
       if (Date.now() > deadline) throw new Error('etcd-3 did not apply the marker');
       await new Promise((resolve) => setTimeout(resolve, 1_000));
     }
-    await editDatabaseBytes(t, original, changed);
+    // Edited while stopped, and left stopped: the deploy starts it, a change on a member, and compares after it.
+    await editDatabaseBytes(t, original, edited, false);
+    let isoDeleted = false;
     try {
+      const started = deployed(t);
+      t.is(started.status, 1, endOf(started));
+      t.deepEqual(changed(started), ['etcd-3/guest: changed start etcd.service (was inactive/dead)']);
+      const found =
+        /consistency: the members' data differ after this run's changes: the members' data differ at revision (\d+): etcd-1 (\d+) \([^)]*\), etcd-2 (\d+) \([^)]*\), etcd-3 (\d+) /.exec(
+          started.output,
+        );
+      t.truthy(found, endOf(started));
+      t.is(found?.[2], found?.[3], 'etcd-1 and etcd-2 agree');
+      t.not(found?.[4], found?.[2], "etcd-3's hash differs");
+      t.regex(mismatchRecord(), /"detail":"the members' data differ at revision \d+/);
       t.is(
         etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--consistency=s', '--print-value-only', 'e2e/verify/marker']).stdout.trim(),
-        changed,
+        edited,
       );
+
+      // The next run's first change (a deleted seed) is refused, saying what was found and how to go on.
+      t.is(virsh(['vol-delete', '--pool', 'etcd-lab', 'etcd-3-cloud-init.iso']).status, 0);
+      isoDeleted = true;
+      const refused = deployed(t);
+      t.is(refused.status, 1, endOf(refused));
+      t.regex(
+        refused.output,
+        /the members' data differed after a run at \S+ \(the members' data differ at revision \d+.*\); this run changes nothing\./,
+      );
+      t.regex(refused.output, /--accept-mismatch/);
+      t.not(virsh(['vol-info', '--pool', 'etcd-lab', 'etcd-3-cloud-init.iso']).status, 0, 'the seed is still missing');
+
       const caught = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml']);
       t.log(caught.stdout);
       t.is(caught.status, 1, caught.stdout + caught.stderr);
@@ -454,8 +485,17 @@ scenario(
         ['FAIL hashkv'],
       );
     } finally {
-      await editDatabaseBytes(t, changed, original);
+      await editDatabaseBytes(t, edited, original);
     }
+    // Mended by hand: the operator says so; the run repairs the seed, compares, and removes the record.
+    const accepted = deployed(t, ['--accept-mismatch']);
+    t.is(accepted.status, 0, endOf(accepted));
+    t.true(isoDeleted);
+    t.regex(
+      accepted.output,
+      /consistency: the members agree after changes on etcd-3: equal on 3 voting members at revision \d+.*; the mismatch recorded at \S+ is removed/,
+    );
+    t.is(mismatchRecord(), '');
     const repaired = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml']);
     t.is(repaired.status, 0, repaired.stdout + repaired.stderr);
     t.is(etcdctl(ALL, rootIdentity, ['del', 'e2e/verify/marker']).status, 0);

@@ -20,6 +20,7 @@ import { renderWithPki } from '../helpers/render.ts';
 import { versionOf } from '../../tasks/etcd/version.ts';
 import { CANARY_KEY, gatherVerifyFacts } from '../../tasks/verify/facts.ts';
 import { verifyChecks } from '../../tasks/verify/verdict.ts';
+import { clearMismatch, compareMembers, MISMATCH_KEY, recordMismatch, refuseAfterMismatch } from '../../tasks/verify/consistency.ts';
 import { FILE_SETTINGS, startRenderedMembers } from '../helpers/loopback-etcd.ts';
 
 /**
@@ -149,6 +150,20 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
     hashes,
   );
   t.is(etcdctl(['get', CANARY_KEY, '--print-value-only']).stdout.trim(), '', 'the canary is deleted');
+
+  // The deploy's comparison after its changes: the same HashKV, judged equal; a mismatch recorded refuses a run's
+  // first change (its words from etcd), and is gone once cleared.
+  const compared = await compareMembers(asRoot, inventory.members, identities.root());
+  t.is(compared.kind, 'agree', compared.detail);
+  t.regex(compared.detail, /^equal on 3 voting members at revision \d+: etcd-1 (\d+) \(never compacted\), etcd-2 \1 .*, etcd-3 \1 /);
+  await t.notThrowsAsync(refuseAfterMismatch(asRoot, inventory.members, identities.root()));
+  await recordMismatch(asRoot, inventory.members, identities.root(), { at: '2026-11-28T16:00:00.000Z', detail: 'etcd-3 differs' });
+  t.is(JSON.parse(etcdctl(['get', MISMATCH_KEY, '--print-value-only']).stdout).detail, 'etcd-3 differs');
+  await t.throwsAsync(refuseAfterMismatch(asRoot, inventory.members, identities.root()), {
+    message: /after a run at 2026-11-28T16:00:00.000Z \(etcd-3 differs\)/,
+  });
+  await clearMismatch(asRoot, inventory.members, identities.root());
+  await t.notThrowsAsync(refuseAfterMismatch(asRoot, inventory.members, identities.root()));
 
   // client-cert-auth: a client that presents no certificate is refused at the TLS handshake.
   const anonymous = etcdctl(['get', 'greeting'], ['--cacert', join(pki, 'ca.crt')]);

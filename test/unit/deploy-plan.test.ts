@@ -340,7 +340,9 @@ const rows: {
 for (const row of rows) {
   test(`plan: ${row.name}`, (t) => {
     const plan = buildPlan(fourMembers(row.restore, row.binaries), options(row.options), row.record);
-    t.deepEqual(plan.map(token), row.phases);
+    // Every plan but --render-only's ends in the members' comparison (its own tests are below).
+    const compared = row.options?.renderOnly === undefined;
+    t.deepEqual(plan.map(token), compared ? [...row.phases, 'consistency'] : row.phases);
   });
 }
 
@@ -379,10 +381,11 @@ test('plan: a replacement onto a new image departs alone (never judged with othe
 
 test('plan: a rebuild and the phases after it run only while nothing has failed, and say the images from and to', (t) => {
   const plan = buildPlan(fourMembers(), options(), record({ rebuilds: onNewImage('etcd-2') }));
+  // The rebuild, its render, guest and health, then the members compared.
   const chain = plan.slice(MAIN_ALL.length);
   t.deepEqual(
     chain.map((phase) => phase.onlyIfClean),
-    [true, true, true, true],
+    [true, true, true, true, true],
   );
   t.is(chain.filter((phase) => phase.step === 'health' && phase.caughtUp).length, 1);
   t.regex(describePlan(chain)[0]!, /^rebuild etcd-2 +etcd-2 from image a\.qcow2 onto images\/b\.qcow2, data disk kept/);
@@ -435,12 +438,22 @@ test('plan: the peer stages still to go, each once, in order, and only when noth
   const plan = buildPlan(fourMembers(), options(), record({ peerStage: 'trust-both' }));
   const stages = plan.flatMap((phase) => (phase.step === 'peer-trust' ? [phase.stage] : []));
   t.deepEqual(stages, ['present-peer', 'peer-only']);
-  t.true(plan.filter((phase) => phase.onlyIfClean).length === 10 && plan.slice(MAIN_ALL.length).every((phase) => phase.onlyIfClean));
+  t.true(plan.filter((phase) => phase.onlyIfClean).length === 11 && plan.slice(MAIN_ALL.length).every((phase) => phase.onlyIfClean));
 });
 
 test('phase titles are the ones a run prints (and the e2e output is matched against): the peer stages as `peer trust`', (t) => {
   const titles = buildPlan(fourMembers(), options(), record({ peerStage: 'present-peer' })).map(phaseTitle);
-  t.deepEqual(titles.slice(-5), ['peer trust', 'render', 'cloud-init', 'guest', 'health']);
+  t.deepEqual(titles.slice(-6), ['peer trust', 'render', 'cloud-init', 'guest', 'health', 'consistency']);
+});
+
+test('the members compared last, only in a run where nothing failed; a dry-run says it compares nothing', (t) => {
+  const last = (dryRun: boolean) => buildPlan(fourMembers(), options({ dryRun }), record()).at(-1);
+  t.deepEqual(last(false), { step: 'consistency', onlyIfClean: true });
+  t.deepEqual(last(true), { step: 'consistency', note: 'a dry-run changes nothing, so it compares nothing' });
+  t.is(
+    describePlan([last(false)!])[0],
+    "consistency       once a member changed in this run (or with --accept-mismatch): every voting member's HashKV at one revision, equal",
+  );
 });
 
 test('--list-phases prints one line per phase, saying on whom and how', (t) => {
