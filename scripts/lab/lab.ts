@@ -6,7 +6,14 @@ import { ensurePackages } from '../system/packages.ts';
 import { chooseAcceleration, fixKvmDevice, restoreKvmDevice } from './host.ts';
 import { cachedImagePath, ensureImage } from './image.ts';
 import { SECOND_IMAGE_RECIPE, cachedSecondImagePath, ensureSecondImage } from './second-image.ts';
-import { FIRST_HYPERVISOR, SECOND_HYPERVISOR, ensureLibvirtObjects, libvirtStatus, removeLibvirtObjects } from './libvirt.ts';
+import {
+  FIRST_HYPERVISOR,
+  SECOND_HYPERVISOR,
+  ensureLibvirtObjects,
+  labObjectsDefined,
+  libvirtStatus,
+  removeLibvirtObjects,
+} from './libvirt.ts';
 import { ensureSecondHypervisor, linkBridges, removeSecondHypervisor, secondStatus } from './second.ts';
 import { ensureMacvtapSegment, macvtapStatus, removeMacvtapSegment } from './macvtap.ts';
 import { ensureReleases, releasesStatus } from './releases.ts';
@@ -83,8 +90,10 @@ async function ensureNamespace(): Promise<void> {
 
 async function down(): Promise<void> {
   // A killed run leaves libvirt's persistent VMs, pools and network defined but libvirtd gone: start
-  // it (in the namespace) just to remove them, or the next `up` would autostart the old VMs.
-  if (existsSync(labPath('run')) && daemonStatus().find((daemon) => daemon.name === 'libvirtd')?.pid === undefined) {
+  // it (in the namespace) just to remove them, or the next `up` would autostart the old VMs. Not when
+  // libvirt's configuration holds none of them (a lab already down): that start and stop cost ~9 s.
+  const libvirtdDown = daemonStatus().find((daemon) => daemon.name === 'libvirtd')?.pid === undefined;
+  if (existsSync(labPath('run')) && libvirtdDown && labObjectsDefined()) {
     await ensureNamespace();
     await startDaemons(log, ['virtlogd', 'libvirtd']).catch((error: Error) => log(`cannot start libvirtd for cleanup: ${error.message}`));
   }

@@ -122,6 +122,25 @@ async function labDomains(): Promise<string[]> {
   return domains;
 }
 
+/** Where the machine's libvirtd (the first hypervisor's) keeps what it defines persistently. */
+const LIBVIRT_CONFIG = '/etc/libvirt';
+
+/**
+ * Whether the machine's libvirt still defines any of the lab's objects (read from its configuration, without a
+ * libvirtd): a network or a pool of the lab's names, or a domain with a disk in the lab's VM pool.
+ */
+export function labObjectsDefined(): boolean {
+  const xmlIn = (dir: string) => (existsSync(dir) ? readdirSync(dir).filter((name) => name.endsWith('.xml')) : []);
+  if (xmlIn(join(LIBVIRT_CONFIG, 'qemu/networks')).includes(`${LAB.network.name}.xml`)) return true;
+  const pools = xmlIn(join(LIBVIRT_CONFIG, 'storage'));
+  if (Object.values(LAB.pools).some((pool) => pools.includes(`${pool}.xml`))) return true;
+  const vmsDir = poolDir(FIRST_HYPERVISOR, LAB.pools.vms);
+  return xmlIn(join(LIBVIRT_CONFIG, 'qemu')).some((name) => {
+    const xml = readFileSync(join(LIBVIRT_CONFIG, 'qemu', name), 'utf8');
+    return xml.includes(`pool='${LAB.pools.vms}'`) || xml.includes(vmsDir);
+  });
+}
+
 /**
  * Removes the first hypervisor's lab VMs, their disks, the network and the pools (its libvirt is the
  * machine's: only the lab's objects go); the base image stays cached. The second hypervisor keeps
