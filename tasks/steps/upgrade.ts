@@ -15,6 +15,7 @@ import { hexId } from '../etcd/membership.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ExecResult } from '../remote/ssh.ts';
 import { guestReleaseOf } from '../render/etcd-release.ts';
+import { compareMembers, compareUntilDefinite } from '../verify/consistency.ts';
 import { describePassed, preflight, type MemberVersionAnswer, type PreflightCheck, type UpgradeFacts } from '../upgrade/preflight.ts';
 import { v2StoreCheckCommand, v2StoreVerdict, type V2StoreVerdict } from '../upgrade/v2store.ts';
 import { formatVersion, minorOf, parseVersion, sameVersion, type EtcdVersion } from '../upgrade/version.ts';
@@ -100,7 +101,8 @@ const passed = (checks: readonly PreflightCheck[]) => checks.map(describePassed)
  * step into 3.6, also etcdutl's check of the v2 store of every member still on 3.5.
  */
 async function upgradeFacts(options: UpgradeStepOptions, target: EtcdVersion): Promise<UpgradeFacts> {
-  const facts = await clusterFacts(options);
+  const cluster = await clusterFacts(options);
+  const facts = { ...cluster, ...(await agreementBeforeMove(options, target, cluster)) };
   if (minorOf(target) !== '3.6') return facts;
   const onOld = facts.members.flatMap((answer) => {
     const version = 'version' in answer ? parseVersion(answer.version) : undefined;
@@ -110,6 +112,22 @@ async function upgradeFacts(options: UpgradeStepOptions, target: EtcdVersion): P
   if (onOld.length === 0) return facts;
   const verdicts = await Promise.all(onOld.map(({ member, version }) => v2StoreOf(options, member, version)));
   return { ...facts, v2store: new Map(onOld.map(({ member }, i) => [member.name, verdicts[i]!])) };
+}
+
+/** The members' data compared, when a member runs another version than the target (a roll would start, or go on). */
+async function agreementBeforeMove(
+  { inventory, clients, root }: UpgradeStepOptions,
+  target: EtcdVersion,
+  facts: UpgradeFacts,
+): Promise<Pick<UpgradeFacts, 'agreement'>> {
+  const moving = facts.members.some((answer) => {
+    if ('error' in answer) return false;
+    const version = parseVersion(answer.version);
+    return !(version && sameVersion(version, target));
+  });
+  if (!moving) return {};
+  const comparison = await compareUntilDefinite(() => compareMembers(clients, inventory.members, root()));
+  return { agreement: { agree: comparison.kind === 'agree', detail: comparison.detail } };
 }
 
 async function v2StoreOf({ inventory, inMember }: UpgradeStepOptions, member: Member, running: EtcdVersion): Promise<V2StoreVerdict> {

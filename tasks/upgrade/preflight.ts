@@ -33,6 +33,11 @@ export interface UpgradeFacts {
   clusterVersion: string | undefined;
   /** Asked only for a step into 3.6 (a process in every member still on 3.5): absent until asked. */
   v2store?: ReadonlyMap<string, V2StoreVerdict>;
+  /**
+   * The voting members' HashKV at one revision, compared (verify/consistency.ts), asked whenever a member runs
+   * another version than the target: a cluster whose members hold different data is never rolled. Absent until asked.
+   */
+  agreement?: { agree: boolean; detail: string };
 }
 
 export interface PreflightCheck {
@@ -198,6 +203,14 @@ export function preflight(facts: UpgradeFacts, to: EtcdVersion): Preflight {
   if (from) {
     const step = stepBetween(from, to);
     checks.push(stepCheck(from, to, step, facts.clusterVersion));
+    checks.push(
+      check(
+        'the members agree',
+        facts.agreement === undefined ? ['not compared'] : facts.agreement.agree ? [] : [facts.agreement.detail],
+        facts.agreement?.detail ?? '',
+        'find the member whose data differs (etcd-kvm verify) and mend it (deploy --replace NAME), then run again',
+      ),
+    );
     if (step.kind === 'minor' && minorOf(to) === '3.6') checks.push(...into36Checks(members, to, facts));
     const failed = checks.filter((verdict) => !verdict.ok);
     if (failed.length === 0) {

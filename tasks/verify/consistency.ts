@@ -123,5 +123,5 @@ export async function refuseAfterMismatch(clients: EtcdClients, members: readonl
 
 /** A run's failure when its comparison found the members' data different. */
 export function mismatchFailure(detail: string): string {
-  return `the members' data differ after this run's changes: ${detail}. Recorded in etcd (${MISMATCH_KEY}): the runs after this one change nothing. ${HOW_TO_GO_ON}`;
+  return `after this run's changes, ${detail}. Recorded in etcd (${MISMATCH_KEY}): the runs after this one change nothing. ${HOW_TO_GO_ON}`;
 }

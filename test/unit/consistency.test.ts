@@ -103,6 +103,7 @@ test('asked again while it cannot tell, at most so often; a definite answer ends
 
 test('the failure and the refusal say where the record is and how to go on', (t) => {
   const failure = mismatchFailure("the members' data differ at revision 40: …");
+  t.regex(failure, /^after this run's changes, the members' data differ at revision 40: …\. Recorded in etcd/);
   t.true(failure.includes(MISMATCH_KEY));
   t.regex(failure, /--accept-mismatch/);
   const refusal = refusalOf({ at: '2026-11-28T16:00:00.000Z', detail: "the members' data differ at revision 40: …" });

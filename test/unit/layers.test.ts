@@ -18,7 +18,8 @@ const ALLOWED: Record<string, string[]> = {
   etcd: ['core', 'inventory', 'remote', 'pki', 'upgrade'],
   guest: ['core', 'inventory', 'remote', 'render', 'libvirt', 'upgrade'],
   backup: ['core', 'inventory'],
-  steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade'],
+  // The upgrade's pre-flight compares the members' data as verify does.
+  steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'verify'],
   status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade', 'backup'],
   // Whether the members hold the same data: read through etcd's clients only (and the deploy's record of a difference).
   verify: ['core', 'inventory', 'etcd'],

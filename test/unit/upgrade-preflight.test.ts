@@ -19,6 +19,7 @@ const facts = (answers: MemberVersionAnswer[], extra: Partial<UpgradeFacts> = {}
   members: answers,
   alarms: [],
   clusterVersion: '3.4.0',
+  agreement: { agree: true, detail: 'equal on 3 voting members at revision 40' },
   ...extra,
 });
 

@@ -17,13 +17,16 @@ function step() {
   return { inventory, step: upgradeStep({ inventory, clients: {} as EtcdClients, root: () => ({ label: 'root', caCert: '' }), inMember }) };
 }
 
+/** The members' data compared before a move, as the step asks it: equal. */
+const agreement = { agree: true, detail: 'equal on 3 voting members at revision 40' };
+
 const answers = (versions: string[]): MemberVersionAnswer[] =>
   versions.map((version, i) => ({ name: `etcd-${i + 1}`, id: `a${i + 1}`, leader: 'a1', isLearner: false, version }));
 
 test('a move: one change, a snapshot named by the move, whose summary says what moves and what the pre-flight saw', (t) => {
   const { inventory, step: upgrade } = step();
   const changes = upgrade.plan(
-    { facts: { members: answers(['3.4.23', '3.4.23', '3.4.23']), alarms: [], clusterVersion: '3.4.0' } },
+    { facts: { members: answers(['3.4.23', '3.4.23', '3.4.23']), alarms: [], clusterVersion: '3.4.0', agreement } },
     CONTROL_NODE,
   );
   const path = snapshotBefore(inventory, parseVersion('3.4.23')!, parseVersion('3.5.16')!);
@@ -33,13 +36,14 @@ test('a move: one change, a snapshot named by the move, whose summary says what 
   );
   t.regex(changes[0]!.summary, /^etcd 3\.4\.23 → 3\.5\.16 \(minor step\) on etcd-1, etcd-2, etcd-3, one at a time, leader last/);
   t.regex(changes[0]!.summary, /pre-flight passed: every member healthy \(3 of 3 answer\), one leader \(etcd-1 leads\)/);
+  t.regex(changes[0]!.summary, /the members agree \(equal on 3 voting members at revision 40\)/);
   t.regex(path, /snapshots\/before-etcd-3\.4\.23-to-3\.5\.16\.db$/);
 
   // A run resuming the move keeps the snapshot taken before it began; a new roll of the same move (no
   // member moved yet) takes its own over an old one; the one this run took is the re-check's answer.
   const planned = (versions: string[], snapshotAt: number) =>
     upgrade
-      .plan({ facts: { members: answers(versions), alarms: [], clusterVersion: '3.4.0' }, snapshotAt }, CONTROL_NODE)
+      .plan({ facts: { members: answers(versions), alarms: [], clusterVersion: '3.4.0', agreement }, snapshotAt }, CONTROL_NODE)
       .map((change) => change.action);
   const earlier = Date.now() - 86_400_000;
   t.deepEqual(planned(['3.5.16', '3.4.23', '3.4.23'], earlier), [], 'under way: the snapshot from before it began');
@@ -64,4 +68,28 @@ test('a refused move throws, naming the failed check and saying nothing changed'
   };
   const error = t.throws(() => upgrade.plan({ facts }, CONTROL_NODE), { instanceOf: UpgradeRefused });
   t.regex(error!.message, /^etcd cannot move to 3\.5\.16 now \(nothing was changed\):\nevery member healthy: etcd-3: connect ECONNREFUSED/);
+});
+
+test('members whose data differ are never rolled: the pre-flight refuses, with the hashes; one not compared is refused too', (t) => {
+  const { step: upgrade } = step();
+  const plan = (agreement?: { agree: boolean; detail: string }) => () =>
+    upgrade.plan(
+      {
+        facts: {
+          members: answers(['3.4.23', '3.4.23', '3.4.23']),
+          alarms: [],
+          clusterVersion: '3.4.0',
+          ...(agreement ? { agreement } : {}),
+        },
+      },
+      CONTROL_NODE,
+    );
+  const differ =
+    "the members' data differ at revision 40: etcd-1 7 (never compacted), etcd-2 7 (never compacted), etcd-3 9 (never compacted)";
+  const refused = t.throws(plan({ agree: false, detail: differ }), { instanceOf: UpgradeRefused });
+  t.regex(
+    refused!.message,
+    /\nthe members agree: the members' data differ at revision 40: .*etcd-3 9 .*: find the member whose data differs \(etcd-kvm verify\)/,
+  );
+  t.regex(t.throws(plan(), { instanceOf: UpgradeRefused })!.message, /\nthe members agree: not compared: /);
 });
