@@ -12,3 +12,8 @@ export const runLockKey = (cluster: string): string => `${RUN_LOCK_PREFIX}${clus
 export const runLockEpochKey = (cluster: string): string => `etcd-kvm/run-lock-epoch/${cluster}`;
 /** The scheduled defragmentation's lock: the member defragmenting, on a lease its agent keeps alive. */
 export const DEFRAG_LOCK_KEY = 'etcd-kvm/defrag/lock';
+/**
+ * A run's finding that the members' data differ (verify/consistency.ts): while it stands, every deploy refuses its first
+ * change (until --accept-mismatch), and status names it.
+ */
+export const MISMATCH_KEY = 'etcd-kvm/consistency/mismatch';

@@ -1,6 +1,7 @@
 import type { Etcd3 } from 'etcd3';
 import { BACKUP_RECORD_KEYS, BACKUP_RECORD_PREFIX } from '../backup/runs.ts';
 import { DEFRAG_RECORD_PREFIX } from './defrag-records.ts';
+import { MISMATCH_KEY } from '../inventory/lock-keys.ts';
 import { briefError } from '../core/errors.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
@@ -59,6 +60,8 @@ export interface StatusFacts {
   backupRecords?: { lastRun?: string; lastSuccess?: string } | { error: string };
   /** With scheduled defragmentation on: each member's last one as the agent recorded it, by member name. */
   defragRecords?: Record<string, string> | { error: string };
+  /** A deploy's finding that the members' data differ (inventory/lock-keys.ts MISMATCH_KEY), as its text, if one stands. */
+  mismatch?: string | { error: string };
   at: Date;
 }
 
@@ -141,18 +144,26 @@ export async function gatherStatus(
   let clusterVersion: StatusFacts['clusterVersion'] = { error: 'no member answered' };
   let backupRecords: StatusFacts['backupRecords'] = { error: 'no member answered' };
   let defragRecords: StatusFacts['defragRecords'] = { error: 'no member answered' };
+  // Not said when no member answers: that is the problem status names already.
+  let mismatch: StatusFacts['mismatch'];
   const answering = members.filter((_, index) => !('error' in perMember[index]!.etcd));
   for (const member of answering) {
     try {
       const client = await clients.for(member);
-      const [list, versions, records, defrags] = await Promise.all([
+      const [list, versions, records, defrags, found] = await Promise.all([
         client.cluster.memberList({}),
         versionOf(clients, member, identity).catch((error: unknown) => ({ error: `${member.name}: ${briefError(error)}` })),
         inventory.backup.enabled ? backupRecordsOf(client) : undefined,
         inventory.maintenance.defrag.enabled ? defragRecordsOf(client) : undefined,
+        client
+          .get(MISMATCH_KEY)
+          .string()
+          .then((text) => text ?? undefined)
+          .catch((error: unknown) => ({ error: briefError(error) })),
       ]);
       backupRecords = records;
       defragRecords = defrags;
+      mismatch = found;
       clusterVersion = 'error' in versions ? versions : versions.etcdcluster;
       memberList = list.members.map((m) => ({ ...liveMember(m), id: hexId(m.ID) }));
       break;
@@ -175,6 +186,7 @@ export async function gatherStatus(
     ...(caNotAfter ? { caNotAfter } : {}),
     ...(inventory.backup.enabled ? { backupRecords } : {}),
     ...(inventory.maintenance.defrag.enabled ? { defragRecords } : {}),
+    ...(mismatch !== undefined ? { mismatch } : {}),
     at,
   };
 }

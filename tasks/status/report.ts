@@ -149,6 +149,7 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
   }
   if (facts.defragRecords && 'error' in facts.defragRecords)
     warnings.push(`the defragmentation records could not be read (${facts.defragRecords.error})`);
+  problems.push(...mismatchProblems(facts.mismatch, warnings));
   const backup = facts.backupRecords ? backupsOf(facts.backupRecords, facts.at) : undefined;
   if (backup) {
     problems.push(...backup.problems);
@@ -283,6 +284,9 @@ export function formatStatusTable(report: StatusReport): string {
   if (report.defrag) lines.push(report.defrag);
   for (const problem of report.problems) lines.push(`problem: ${problem}`);
   for (const warning of report.warnings) lines.push(`warning: ${warning}`);
+  // What status cannot see (the members' data, their raft logs, a linearizable read through each), verify checks.
+  if (report.problems.length > 0)
+    lines.push(`hint: etcd-kvm verify -i INVENTORY checks what the members hold (HashKV at one revision, a canary read through each)`);
   const voting = report.members.filter((m) => m.role === 'leader' || m.role === 'follower').length;
   lines.push(
     report.healthy
@@ -290,4 +294,27 @@ export function formatStatusTable(report: StatusReport): string {
       : `cluster: DEGRADED (${report.problems.length} problem${report.problems.length === 1 ? '' : 's'}), ${voting} of ${report.members.length} members voting, leader ${report.leader ?? 'none'}`,
   );
   return lines.join('\n');
+}
+
+/** A deploy's recorded finding that the members' data differ: a problem until a run with --accept-mismatch clears it. */
+function mismatchProblems(mismatch: StatusFacts['mismatch'], warnings: string[]): string[] {
+  if (mismatch === undefined) return [];
+  if (typeof mismatch !== 'string') {
+    warnings.push(`the record of the members' consistency could not be read (${mismatch.error})`);
+    return [];
+  }
+  const record = parseMismatch(mismatch);
+  return [
+    `the members' data differed after a run at ${record.at} (${record.detail}): deploys change nothing until one with --accept-mismatch finds them equal`,
+  ];
+}
+
+function parseMismatch(text: string): { at: string; detail: string } {
+  try {
+    const { at, detail } = JSON.parse(text) as { at?: unknown; detail?: unknown };
+    if (typeof at === 'string' && typeof detail === 'string') return { at, detail };
+  } catch {
+    // Not the tool's record: said as it is.
+  }
+  return { at: 'an unknown time', detail: text };
 }

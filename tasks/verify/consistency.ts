@@ -1,7 +1,7 @@
 import type { Etcd3 } from 'etcd3';
 import type { ClientIdentity, EtcdClients } from '../etcd/client.ts';
 import type { Member } from '../inventory/model.ts';
-import { TOOL_KEY_PREFIX } from '../inventory/reserved.ts';
+import { MISMATCH_KEY } from '../inventory/lock-keys.ts';
 import { hashesAt, statusAnswer } from './facts.ts';
 import { hashChecks, type Check, type MemberVerifyFacts } from './verdict.ts';
 
@@ -13,7 +13,7 @@ import { hashChecks, type Check, type MemberVerifyFacts } from './verdict.ts';
  * the members agree. In etcd, not in the state directory: every operator's clone of it sees the same record.
  */
 
-export const MISMATCH_KEY = `${TOOL_KEY_PREFIX}consistency/mismatch`;
+export { MISMATCH_KEY };
 
 /** What a run that found the members' data different left for the runs after it. */
 export interface MismatchRecord {

@@ -420,7 +420,7 @@ const MISMATCH_KEY = 'etcd-kvm/consistency/mismatch';
 const mismatchRecord = () => etcdctl([endpoint('etcd-1')], rootIdentity, ['get', MISMATCH_KEY, '--print-value-only']).stdout.trim();
 
 scenario(
-  "a member's data changed behind etcd's back: the run that starts it again compares the members and fails naming etcd-3's hash; the next run changes nothing; verify fails hashkv alone; put back, --accept-mismatch compares again and clears the record",
+  "a member's data changed behind etcd's back: the run that starts it again compares the members and fails naming etcd-3's hash; the next run changes nothing; status names it; verify fails hashkv alone; put back, --accept-mismatch compares again and clears the record",
   async (t) => {
     const original = `e2e-verify-${'A'.repeat(32)}`;
     const edited = `e2e-verify-${'B'.repeat(32)}`;
@@ -469,6 +469,16 @@ scenario(
       );
       t.regex(refused.output, /--accept-mismatch/);
       t.not(virsh(['vol-info', '--pool', 'etcd-lab', 'etcd-3-cloud-init.iso']).status, 0, 'the seed is still missing');
+      // status names the record as a problem, and points to verify.
+      const seen = status(t);
+      t.is(seen.status, 1);
+      t.true(
+        seen.report.problems.some((problem) =>
+          /^the members' data differed after a run at \S+ \(the members' data differ at revision/.test(problem),
+        ),
+        seen.report.problems.join(' | '),
+      );
+      t.regex(seen.table, /^hint: etcd-kvm verify -i INVENTORY/m);
 
       const caught = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml']);
       t.log(caught.stdout);

@@ -159,6 +159,21 @@ const cases: Case[] = [
     warnings: [/^etcd-1: the image its OS disk was built from is unknown \(hypervisor lab: connection refused\)/],
   },
   {
+    name: "a deploy's recorded finding that the members' data differ: degraded, with when and what",
+    facts: (f) =>
+      (f.mismatch = JSON.stringify({ at: '2026-11-28T16:00:00.000Z', detail: "the members' data differ at revision 40: etcd-3 9" })),
+    healthy: false,
+    problems: [
+      /^the members' data differed after a run at 2026-11-28T16:00:00\.000Z \(the members' data differ at revision 40: etcd-3 9\): deploys change nothing until one with --accept-mismatch/,
+    ],
+  },
+  {
+    name: 'the consistency record unreadable: healthy, with a warning',
+    facts: (f) => (f.mismatch = { error: 'etcd-1: permission denied' }),
+    healthy: true,
+    warnings: [/^the record of the members' consistency could not be read \(etcd-1: permission denied\)/],
+  },
+  {
     name: 'no member list at all: degraded',
     facts: (f) => (f.memberList = { error: 'no member answered' }),
     healthy: false,
@@ -190,8 +205,13 @@ for (const row of cases) {
         report.warnings.some((w) => pattern.test(w)),
         `${pattern} in ${report.warnings.join(' | ')}`,
       );
-    // The table's last line says the same verdict.
-    t.regex(formatStatusTable(report).split('\n').at(-1)!, row.healthy ? /^cluster: healthy/ : /^cluster: DEGRADED/);
+    // The table's last line says the same verdict; a degraded one points to verify before it.
+    const lines = formatStatusTable(report).split('\n');
+    t.regex(lines.at(-1)!, row.healthy ? /^cluster: healthy/ : /^cluster: DEGRADED/);
+    t.is(
+      lines.some((line) => line.startsWith('hint: etcd-kvm verify -i INVENTORY')),
+      !row.healthy,
+    );
   });
 }
 
