@@ -16,6 +16,7 @@ import { runDeploy, type PipelineOptions } from './pipeline.ts';
 import { describePlan, phaseTitle, type PlannedPhase } from './deploy/plan.ts';
 import { staleAfter } from './steps/registry.ts';
 import { lockBeforeFirstChange, onLockLoss } from './etcd/run-lock.ts';
+import { refuseAfterMismatch } from './verify/consistency.ts';
 
 async function deploy(options: DeployOptions): Promise<number> {
   const inventory = loadInventory(options.inventory);
@@ -52,15 +53,25 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   for (const warning of placementWarnings(inventory)) console.log(`warning: ${warning}`);
   const lockLoss = onLockLoss(runner);
   // A run that changes the cluster holds its lock in etcd too, beside the state directory's: taken before its first change.
+  // Under it, before the first change: no run goes on from members found holding different data until an operator says so.
   const hold: PipelineOptions['hold'] =
     options.dryRun || options.renderOnly !== undefined
       ? undefined
-      : ({ connections, identities, clients }) =>
-          lockBeforeFirstChange(
+      : async ({ connections, identities, clients }) => {
+          const gate = await lockBeforeFirstChange(
             inventory,
             { connections, identity: identities.root, clients },
             { command: ['deploy', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost },
           );
+          if (!gate || options.acceptMismatch) return gate;
+          return {
+            async beforeFirstChange() {
+              await gate.beforeFirstChange();
+              await refuseAfterMismatch(clients, inventory.members, identities.root());
+            },
+            release: () => gate.release(),
+          };
+        };
   const { written, unreachable, guestAgentUnanswered, slowestCommands, plan } = await runDeploy(inventory, runner, { ...options, hold });
   if (plan) return listPhases(plan, runner, options.json);
 

@@ -11,7 +11,6 @@ import { gather, prefetchFacts } from './deploy/gather.ts';
 import { buildPlan, selectedBy, selectMembers, validateTags, type PlannedPhase } from './deploy/plan.ts';
 import { DeployExecution } from './deploy/execute.ts';
 import type { CommandTime } from './remote/command-times.ts';
-import { refuseAfterMismatch } from './verify/consistency.ts';
 
 /**
  * The deploy: the pki step, then gather → plan → execute.
@@ -121,12 +120,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
         hold({ connections: context.remote.connections, identities: context.identities, clients: context.clients }),
       );
     const gate = held;
-    // Before the first change: no run goes on from members found holding different data, until an operator says so.
-    if (gate)
-      runner.gateChanges(async () => {
-        if (!options.acceptMismatch) await refuseAfterMismatch(context.clients, inventory.members, context.identities.root());
-        await gate.beforeFirstChange();
-      });
+    if (gate) runner.gateChanges(() => gate.beforeFirstChange());
     await runner.runPhases([
       { title: 'pki', run: () => runner.runStep(pkiStep(inventory, context.store, options.renewCerts ? runStarted : undefined)) },
     ]);

@@ -58,6 +58,13 @@ export type Preflight =
  */
 export const MIN_3_5_FOR_3_6: EtcdVersion = { major: 3, minor: 5, patch: 32 };
 
+/**
+ * The oldest 3.6 patch etcd's 3.7 upgrade guide allows to step to 3.7 ("earlier 3.6 patch releases may not be
+ * compatible with a rolling upgrade to 3.7"). 3.7 also drops every `--experimental-*` flag; from 3.6 on the tool
+ * renders none (render/etcd-release.ts: feature gates instead), which test/unit/etcd-release-render.test.ts holds.
+ */
+export const MIN_3_6_FOR_3_7: EtcdVersion = { major: 3, minor: 6, patch: 11 };
+
 type Answered = Extract<MemberVersionAnswer, { id: string }>;
 const answered = (member: MemberVersionAnswer): member is Answered => !('error' in member);
 
@@ -146,6 +153,20 @@ function stepCheck(from: EtcdVersion, to: EtcdVersion, step: VersionStep, cluste
   return { name, ok: true, detail: `${move}: back to the cluster version ${minorOf(cluster)} (a roll undone)` };
 }
 
+/** What etcd's 3.7 upgrade guide asks of a 3.6 cluster before its first 3.7 member. */
+function into37Checks(members: readonly Answered[], to: EtcdVersion): PreflightCheck[] {
+  const onOld = members.filter((member) => !sameVersion(parseVersion(member.version)!, to));
+  const tooOld = onOld.filter((member) => compareVersions(parseVersion(member.version)!, MIN_3_6_FOR_3_7) < 0);
+  return [
+    check(
+      `every member at ${formatVersion(MIN_3_6_FOR_3_7)} or later`,
+      tooOld.map((member) => `${member.name} runs ${member.version}`),
+      `${onOld.length} member(s) on 3.6 at ${formatVersion(MIN_3_6_FOR_3_7)}+`,
+      `set etcd.version to the latest 3.6 patch (at least ${formatVersion(MIN_3_6_FOR_3_7)}) and run, then step to 3.7`,
+    ),
+  ];
+}
+
 /** What etcd's 3.6 upgrade guide asks of a 3.5 cluster before its first 3.6 member. */
 function into36Checks(members: readonly Answered[], to: EtcdVersion, facts: UpgradeFacts): PreflightCheck[] {
   const onOld = members.filter((member) => !sameVersion(parseVersion(member.version)!, to));
@@ -212,6 +233,7 @@ export function preflight(facts: UpgradeFacts, to: EtcdVersion): Preflight {
       ),
     );
     if (step.kind === 'minor' && minorOf(to) === '3.6') checks.push(...into36Checks(members, to, facts));
+    if (step.kind === 'minor' && minorOf(to) === '3.7') checks.push(...into37Checks(members, to));
     const failed = checks.filter((verdict) => !verdict.ok);
     if (failed.length === 0) {
       const pending = members.filter((member) => !sameVersion(parseVersion(member.version)!, to)).map((member) => member.name);

@@ -18,6 +18,7 @@ const rows: { version: string; settings: Record<string, string> }[] = [
   { version: '3.5.33', settings: { ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK: 'true', ETCD_SNAPSHOT_COUNT: '10000' } },
   // 3.6: the experimental flag is deprecated in favour of a feature gate; its snapshot-count default is already 10000.
   { version: '3.6.5', settings: { ETCD_FEATURE_GATES: 'InitialCorruptCheck=true', ETCD_SNAPSHOT_COUNT: '10000' } },
+  { version: '3.7.0', settings: { ETCD_FEATURE_GATES: 'InitialCorruptCheck=true', ETCD_SNAPSHOT_COUNT: '10000' } },
 ];
 
 for (const row of rows) {
@@ -42,6 +43,29 @@ test('binaries: release: the environment file names the release of etcd.version,
   t.like(env, { ...settings('3.5.16'), ETCDKVM_BINARY: '/opt/etcd-kvm/etcd-v3.5.16-linux-amd64/etcd' });
   // etcd warns of every ETCD_* variable it has no flag for: the tool's own is not one.
   t.false(Object.keys(env).some((key) => key.startsWith('ETCD_') && key.includes('BINARY')));
+});
+
+test('3.7 starts with no --experimental-* flag (etcd 3.7 upgrade guide): from 3.6 on, no member environment holds one', (t) => {
+  for (const version of ['v3.6.11', 'v3.7.0']) {
+    const inventory = releaseInventory(version);
+    for (const member of inventory.members) {
+      const keys = etcdEnvironment(inventory, member, 'existing').map(([key]) => key);
+      t.true(keys.length > 10, `${version} ${member.name}: ${keys.length} settings`);
+      t.deepEqual(
+        keys.filter((key) => key.startsWith('ETCD_EXPERIMENTAL_')),
+        [],
+        `${version} ${member.name}`,
+      );
+    }
+  }
+  // Before 3.6 the initial corruption check has no other name: the one experimental flag the tool renders.
+  const before = releaseInventory('v3.5.33');
+  t.deepEqual(
+    etcdEnvironment(before, before.members[0]!, 'existing')
+      .map(([key]) => key)
+      .filter((key) => key.startsWith('ETCD_EXPERIMENTAL_')),
+    ['ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK'],
+  );
 });
 
 test('binaries: release: a roll changes the environment file alone, never the unit (no daemon-reload per member)', (t) => {
