@@ -39,6 +39,7 @@ export const COMMANDS: readonly Command[] = [
       '--renew-certs',
       '--replace',
       '--adopt',
+      '--accept-mismatch',
       '--profile',
       '--json',
       '--debug',
