@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { closeSync, fsyncSync, linkSync, openSync, readFileSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, linkSync, openSync, readFileSync, readlinkSync, rmSync, writeSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { dirname, join } from 'node:path';
 import { ensurePrivateDir, PRIVATE_FILE_MODE } from './files.ts';
@@ -22,6 +22,8 @@ export interface LockHolder {
   pid: number;
   host: string;
   since: string;
+  /** Where its PID means that process (processScope); absent in a holder written by an older version. */
+  scope?: string;
 }
 
 export class LockHeldError extends Error {}
@@ -38,6 +40,30 @@ export function processExists(pid: number): boolean {
     // EPERM: it exists, owned by someone else.
     return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
+}
+
+let scope: string | undefined | null = null;
+
+/**
+ * Where this process's PIDs mean something: the running kernel (its boot ID) and its PID namespace. Host names
+ * repeat (CI runners, containers, VMs cloned from one image), so a holder is judged by its scope, never by its host's
+ * name. Undefined where /proc does not say: then no holder is ever judged gone.
+ */
+export function processScope(): string | undefined {
+  if (scope === null) {
+    try {
+      scope = `${readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim()} ${readlinkSync('/proc/self/ns/pid')}`;
+    } catch {
+      scope = undefined;
+    }
+  }
+  return scope;
+}
+
+/** A holder whose run is gone: written in this process's scope (its PID means the same process here), and no such process. */
+export function goneHere(holder: { pid: number; scope?: string | undefined }): boolean {
+  const here = processScope();
+  return here !== undefined && holder.scope === here && holder.pid !== process.pid && !processExists(holder.pid);
 }
 
 const errorCode = (error: unknown): string | undefined => (error as NodeJS.ErrnoException).code;
@@ -80,20 +106,26 @@ function parseHolder(text: string): LockHolder | undefined {
   try {
     const holder = JSON.parse(text) as Partial<LockHolder>;
     if (typeof holder.pid === 'number' && typeof holder.host === 'string' && typeof holder.since === 'string')
-      return { pid: holder.pid, host: holder.host, since: holder.since };
+      return {
+        pid: holder.pid,
+        host: holder.host,
+        since: holder.since,
+        ...(typeof holder.scope === 'string' ? { scope: holder.scope } : {}),
+      };
   } catch {
     // Not a holder: said by the caller.
   }
   return undefined;
 }
 
-/** Gone: on this host, and no such process. A holder on another host cannot be checked from here. */
-const isStale = (holder: LockHolder): boolean => holder.host === hostname() && !processExists(holder.pid);
+/** Gone: in this scope, and no such process. A holder elsewhere (another machine or container, whatever its name) cannot be checked from here. */
+const isStale = (holder: LockHolder): boolean => goneHere(holder);
 
 function heldError(path: string, holder: LockHolder): LockHeldError {
+  const here = holder.scope !== undefined && holder.scope === processScope();
   return new LockHeldError(
     `another run holds ${path}: PID ${holder.pid} on ${holder.host} since ${holder.since}. Wait for it to finish` +
-      `${holder.host === hostname() ? '' : `, or remove the file if that run on ${holder.host} is gone`}.`,
+      `${here ? '' : `, or remove the file if that run on ${holder.host} is gone`}.`,
   );
 }
 
@@ -160,7 +192,13 @@ export class RunLock {
   static acquire(stateDir: string): RunLock {
     ensurePrivateDir(stateDir);
     const path = join(stateDir, LOCK_FILE);
-    const mine = writeHolderFile(stateDir, { pid: process.pid, host: hostname(), since: new Date().toISOString() });
+    const here = processScope();
+    const mine = writeHolderFile(stateDir, {
+      pid: process.pid,
+      host: hostname(),
+      since: new Date().toISOString(),
+      ...(here !== undefined ? { scope: here } : {}),
+    });
     try {
       for (let look = 0; look < MAX_LOOKS; look += 1) {
         const result = attempt(path, mine);

@@ -3,7 +3,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import type { Etcd3 } from 'etcd3';
 import { firstLineOf } from '../core/errors.ts';
 import { forDisplay } from '../core/display.ts';
-import { LockHeldError, processExists } from '../core/lock.ts';
+import { goneHere, LockHeldError, processScope } from '../core/lock.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { HypervisorConnections } from '../remote/hypervisors.ts';
 import { EtcdClients, type ClientIdentity } from './client.ts';
@@ -41,23 +41,23 @@ export interface RunLockHolder {
   pid: number;
   since: string;
   command: string;
+  /** Where its PID means that process (core/lock.ts processScope): a run is judged gone by it, never by its host's name. */
+  scope?: string;
 }
 
-export const thisRun = (command: string): RunLockHolder => ({
-  host: hostname(),
-  pid: process.pid,
-  since: new Date().toISOString(),
-  command,
-});
+export const thisRun = (command: string): RunLockHolder => {
+  const scope = processScope();
+  return { host: hostname(), pid: process.pid, since: new Date().toISOString(), command, ...(scope !== undefined ? { scope } : {}) };
+};
 
 export const holderRecord = (holder: RunLockHolder): string => JSON.stringify(holder);
 
 export function parseHolderRecord(text: string): RunLockHolder | undefined {
   try {
     const record = JSON.parse(text) as Partial<RunLockHolder>;
-    const { host, pid, since, command } = record;
+    const { host, pid, since, command, scope } = record;
     if (typeof host === 'string' && typeof pid === 'number' && typeof since === 'string' && typeof command === 'string')
-      return { host, pid, since, command };
+      return { host, pid, since, command, ...(typeof scope === 'string' ? { scope } : {}) };
   } catch {
     // Not a holder: the refusal says so.
   }
@@ -384,12 +384,13 @@ async function readLock(client: Etcd3, keys: LockKeys): Promise<{ held?: { value
   return { ...(held ? { held: { value: held.value.toString(), lease: held.lease } } : {}), epoch: epoch?.mod_revision ?? '0' };
 }
 
-/** The key is held, on a lease, by a run of this host whose process is gone. */
+/**
+ * The key is held, on a lease, by a run of this process's scope whose process is gone. Not by a host's name: another
+ * machine of the same name (CI runners, containers) holds PIDs this one cannot see, and its run may be alive.
+ */
 function heldByDeadRunHere(answer: { value: string; lease: string }): boolean {
   const holder = parseHolderRecord(answer.value);
-  return (
-    answer.lease !== '0' && holder !== undefined && holder.host === hostname() && holder.pid !== process.pid && !processExists(holder.pid)
-  );
+  return answer.lease !== '0' && holder !== undefined && goneHere(holder);
 }
 
 /** Whether root's identity can be presented at all: a CA to verify members with, and a certificate where one is used. */

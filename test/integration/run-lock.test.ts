@@ -1,4 +1,5 @@
 import test from 'ava';
+import { processScope } from '../../tasks/core/lock.ts';
 import { spawnSync } from 'node:child_process';
 import { hostname } from 'node:os';
 import type { ChildProcess } from 'node:child_process';
@@ -357,13 +358,14 @@ test("maintain's compaction is done once: the runs' own locks (a put and a delet
   t.is((await compactUnderLock()).status, 'changed', 'a key written since: compacted again');
 });
 
-test("a lock held by a run of this host whose process is gone (killed -9) is taken over at once, as the lock file is; another host's is not", async (t) => {
+test("a lock held by a run of this machine whose process is gone (killed -9) is taken over at once, as the lock file is; another machine's is not, even of the same host name", async (t) => {
   const gone = spawnSync('true').pid!;
+  const scope = processScope()!;
   const lost: string[] = [];
   const killed = held(
     await acquire(
       'killed-here',
-      { host: hostname(), pid: gone, since: new Date().toISOString(), command: 'deploy (killed)' },
+      { host: hostname(), pid: gone, since: new Date().toISOString(), command: 'deploy (killed)', scope },
       { onLost: (why) => lost.push(why) },
     ),
   );
@@ -376,6 +378,18 @@ test("a lock held by a run of this host whose process is gone (killed -9) is tak
   const refused = await acquire('killed-elsewhere', holderOf(hostname(), process.pid));
   t.is(refused.kind, 'refused');
   await elsewhere.release();
+  // A CI runner or container of this very host name, in another kernel's boot: its PID says nothing here.
+  const namesake = held(
+    await acquire('killed-namesake', {
+      host: hostname(),
+      pid: gone,
+      since: new Date().toISOString(),
+      command: 'deploy',
+      scope: 'another-boot pid:[4026531836]',
+    }),
+  );
+  t.is((await acquire('killed-namesake', holderOf(hostname(), process.pid))).kind, 'refused');
+  await namesake.release();
 });
 
 test("with the run's own clients the lock opens no connection of its own, and its release leaves them open for the run", async (t) => {

@@ -3,7 +3,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { hostname, tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { LockHeldError, RunLock } from '../../tasks/core/lock.ts';
+import { goneHere, LockHeldError, processScope, RunLock } from '../../tasks/core/lock.ts';
 
 const stateDir = () => mkdtempSync(join(tmpdir(), 'etcd-kvm-lock-'));
 
@@ -18,13 +18,16 @@ test('one run at a time: a second acquire fails naming the holder; release frees
   RunLock.acquire(dir).release();
 });
 
+/** Where this test's PIDs mean its processes (the lock's judge of a gone run). */
+const scope = processScope()!;
+
 test('a lock whose process is gone is taken over, and says whose it was', (t) => {
   const dir = stateDir();
   // A PID that surely existed and is gone: a child that has exited.
   const gone = spawnSync('true').pid!;
-  writeFileSync(join(dir, 'run.lock'), JSON.stringify({ pid: gone, host: hostname(), since: '2026-01-01T00:00:00.000Z' }));
+  writeFileSync(join(dir, 'run.lock'), JSON.stringify({ pid: gone, host: hostname(), since: '2026-01-01T00:00:00.000Z', scope }));
   const lock = RunLock.acquire(dir);
-  t.deepEqual(lock.tookOverFrom, { pid: gone, host: hostname(), since: '2026-01-01T00:00:00.000Z' });
+  t.deepEqual(lock.tookOverFrom, { pid: gone, host: hostname(), since: '2026-01-01T00:00:00.000Z', scope });
   t.is((JSON.parse(readFileSync(join(dir, 'run.lock'), 'utf8')) as { pid: number }).pid, process.pid);
   lock.release();
 });
@@ -34,6 +37,31 @@ test("another host's lock is never taken over: its process cannot be checked fro
   writeFileSync(join(dir, 'run.lock'), JSON.stringify({ pid: 1, host: 'elsewhere.example', since: '2026-01-01T00:00:00.000Z' }));
   const error = t.throws(() => RunLock.acquire(dir), { instanceOf: LockHeldError });
   t.regex(error!.message, /PID 1 on elsewhere\.example .*remove the file if that run on elsewhere\.example is gone/);
+});
+
+test('a lock of a machine with this host name but another scope (a CI runner, a container, a cloned VM) is never taken over', (t) => {
+  const dir = stateDir();
+  const gone = spawnSync('true').pid!;
+  // The same name, a PID that is no process here, and another kernel's boot: its run may be alive there.
+  writeFileSync(
+    join(dir, 'run.lock'),
+    JSON.stringify({ pid: gone, host: hostname(), since: '2026-01-01T00:00:00.000Z', scope: 'another-boot pid:[4026531836]' }),
+  );
+  const error = t.throws(() => RunLock.acquire(dir), { instanceOf: LockHeldError });
+  t.regex(error!.message, new RegExp(`PID ${gone} on ${hostname()} .*remove the file if that run on ${hostname()} is gone`));
+  // A holder written by an older version (no scope) is never judged gone either.
+  writeFileSync(join(dir, 'run.lock'), JSON.stringify({ pid: gone, host: hostname(), since: '2026-01-01T00:00:00.000Z' }));
+  t.throws(() => RunLock.acquire(dir), { instanceOf: LockHeldError });
+});
+
+test('gone here: this scope and no such process; never this process, another scope, or none', (t) => {
+  const gone = spawnSync('true').pid!;
+  t.regex(scope, /^[0-9a-f-]{36} pid:\[\d+\]$/);
+  t.true(goneHere({ pid: gone, scope }));
+  t.false(goneHere({ pid: process.pid, scope }), 'this process');
+  t.false(goneHere({ pid: process.ppid, scope }), 'a live process');
+  t.false(goneHere({ pid: gone, scope: `${scope}x` }), 'another scope');
+  t.false(goneHere({ pid: gone }), 'no scope');
 });
 
 test('an empty lock file (a run between creating and filling it) is never taken over', (t) => {
@@ -47,9 +75,12 @@ test('an empty lock file (a run between creating and filling it) is never taken 
 test('a run taking over a stale lock right now is not raced: the second taker refuses', (t) => {
   const dir = stateDir();
   const gone = spawnSync('true').pid!;
-  writeFileSync(join(dir, 'run.lock'), JSON.stringify({ pid: gone, host: hostname(), since: '2026-01-01T00:00:00.000Z' }));
+  writeFileSync(join(dir, 'run.lock'), JSON.stringify({ pid: gone, host: hostname(), since: '2026-01-01T00:00:00.000Z', scope }));
   // Another live process (the parent of this test) is in the middle of taking over.
-  writeFileSync(join(dir, 'run.lock.takeover'), JSON.stringify({ pid: process.ppid, host: hostname(), since: '2026-01-01T00:00:01.000Z' }));
+  writeFileSync(
+    join(dir, 'run.lock.takeover'),
+    JSON.stringify({ pid: process.ppid, host: hostname(), since: '2026-01-01T00:00:01.000Z', scope }),
+  );
   const error = t.throws(() => RunLock.acquire(dir), { instanceOf: LockHeldError });
   t.regex(error!.message, new RegExp(`another run \\(PID ${process.ppid} on .*\\) is taking over the stale lock`));
   t.is((JSON.parse(readFileSync(join(dir, 'run.lock'), 'utf8')) as { pid: number }).pid, gone, 'the stale lock is left to the taker');
@@ -102,7 +133,7 @@ test('runs taking over one stale lock at the same instant: exactly one wins', as
     const dir = stateDir();
     writeFileSync(
       join(dir, 'run.lock'),
-      JSON.stringify({ pid: spawnSync('true').pid!, host: hostname(), since: '2026-01-01T00:00:00.000Z' }) + ' '.repeat(20_000_000),
+      JSON.stringify({ pid: spawnSync('true').pid!, host: hostname(), since: '2026-01-01T00:00:00.000Z', scope }) + ' '.repeat(20_000_000),
     );
     return dir;
   });
