@@ -3,6 +3,7 @@ import { BACKUP_RECORD_KEYS, backupLine, judgeBackups, parseBackupRun, type Back
 import { formatBytes } from '../etcd/maintenance.ts';
 import { quorumOf } from '../etcd/roll.ts';
 import { compareVersions, parseVersion } from '../upgrade/version.ts';
+import { parseMismatch } from '../verify/consistency.ts';
 import type { EtcdMemberFacts, ListedMember, MemberFacts, StatusFacts } from './facts.ts';
 
 /**
@@ -307,14 +308,4 @@ function mismatchProblems(mismatch: StatusFacts['mismatch'], warnings: string[])
   return [
     `the members' data differed after a run at ${record.at} (${record.detail}): deploys change nothing until one with --accept-mismatch finds them equal`,
   ];
-}
-
-function parseMismatch(text: string): { at: string; detail: string } {
-  try {
-    const { at, detail } = JSON.parse(text) as { at?: unknown; detail?: unknown };
-    if (typeof at === 'string' && typeof detail === 'string') return { at, detail };
-  } catch {
-    // Not the tool's record: said as it is.
-  }
-  return { at: 'an unknown time', detail: text };
 }

@@ -86,7 +86,18 @@ export async function readMismatch(
   root: ClientIdentity,
 ): Promise<MismatchRecord | undefined> {
   const value = await throughFirst(clients, members, root, (client) => client.get(MISMATCH_KEY).string());
-  return value === null ? undefined : (JSON.parse(value) as MismatchRecord);
+  return value === null ? undefined : parseMismatch(value);
+}
+
+/** The record as the key holds it; a value the tool did not write is taken whole as its detail (it still stands). */
+export function parseMismatch(text: string): MismatchRecord {
+  try {
+    const { at, detail } = JSON.parse(text) as { at?: unknown; detail?: unknown };
+    if (typeof at === 'string' && typeof detail === 'string') return { at, detail };
+  } catch {
+    // Not the tool's record: said as it is.
+  }
+  return { at: 'an unknown time', detail: text };
 }
 
 export async function recordMismatch(

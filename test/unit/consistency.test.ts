@@ -4,6 +4,7 @@ import {
   compareUntilDefinite,
   judgeComparison,
   mismatchFailure,
+  parseMismatch,
   MISMATCH_KEY,
   refusalOf,
   type Comparison,
@@ -114,4 +115,13 @@ test('the failure and the refusal say where the record is and how to go on', (t)
 test('--accept-mismatch is a deploy flag, off unless given', (t) => {
   t.false(parseDeployOptions(['-i', 'inv.yaml']).acceptMismatch);
   t.true(parseDeployOptions(['-i', 'inv.yaml', '--accept-mismatch']).acceptMismatch);
+});
+
+test('a record the tool did not write still stands, taken whole as its detail', (t) => {
+  t.deepEqual(parseMismatch('{"at":"2026-11-28T16:00:00.000Z","detail":"etcd-3 differs"}'), {
+    at: '2026-11-28T16:00:00.000Z',
+    detail: 'etcd-3 differs',
+  });
+  t.deepEqual(parseMismatch('written by hand'), { at: 'an unknown time', detail: 'written by hand' });
+  t.deepEqual(parseMismatch('{"at":1}'), { at: 'an unknown time', detail: '{"at":1}' });
 });

@@ -20,7 +20,8 @@ const ALLOWED: Record<string, string[]> = {
   backup: ['core', 'inventory'],
   // The upgrade's pre-flight compares the members' data as verify does.
   steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'verify'],
-  status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade', 'backup'],
+  // It names a deploy's recorded mismatch as verify/consistency.ts reads it.
+  status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade', 'backup', 'verify'],
   // Whether the members hold the same data: read through etcd's clients only (and the deploy's record of a difference).
   verify: ['core', 'inventory', 'etcd'],
   // Whether the quorum is lost for good, and from which survivor it comes back: the deploy asks it too.
