@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 
 export interface Completed {
   status: number;
@@ -20,4 +20,14 @@ export function run(
   });
   if (result.error) throw result.error;
   return { status: result.status ?? -1, stdout: result.stdout, stderr: result.stderr };
+}
+
+/** `run` without blocking the test's process: validations of several files go on side by side. */
+export function runAsync(command: string, args: string[], options: { timeoutMs?: number } = {}): Promise<Completed> {
+  return new Promise((resolve, reject) => {
+    execFile(command, args, { encoding: 'utf8', timeout: options.timeoutMs ?? 60_000 }, (error, stdout, stderr) => {
+      if (error && typeof error.code !== 'number') reject(error);
+      else resolve({ status: error ? (error.code as number) : 0, stdout, stderr });
+    });
+  });
 }
