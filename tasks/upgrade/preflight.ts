@@ -153,32 +153,35 @@ function stepCheck(from: EtcdVersion, to: EtcdVersion, step: VersionStep, cluste
   return { name, ok: true, detail: `${move}: back to the cluster version ${minorOf(cluster)} (a roll undone)` };
 }
 
+/** The members not yet on the target. */
+const notOn = (members: readonly Answered[], to: EtcdVersion) =>
+  members.filter((member) => !sameVersion(parseVersion(member.version)!, to));
+
+/** Every member still on the old minor at its floor patch or later, as etcd's guide for the next minor asks. */
+function floorCheck(onOld: readonly Answered[], floor: EtcdVersion): PreflightCheck {
+  const line = `${floor.major}.${floor.minor}`;
+  const next = `${floor.major}.${floor.minor + 1}`;
+  return check(
+    `every member at ${formatVersion(floor)} or later`,
+    onOld
+      .filter((member) => compareVersions(parseVersion(member.version)!, floor) < 0)
+      .map((member) => `${member.name} runs ${member.version}`),
+    `${onOld.length} member(s) on ${line} at ${formatVersion(floor)}+`,
+    `set etcd.version to the latest ${line} patch (at least ${formatVersion(floor)}) and run, then step to ${next}`,
+  );
+}
+
 /** What etcd's 3.7 upgrade guide asks of a 3.6 cluster before its first 3.7 member. */
 function into37Checks(members: readonly Answered[], to: EtcdVersion): PreflightCheck[] {
-  const onOld = members.filter((member) => !sameVersion(parseVersion(member.version)!, to));
-  const tooOld = onOld.filter((member) => compareVersions(parseVersion(member.version)!, MIN_3_6_FOR_3_7) < 0);
-  return [
-    check(
-      `every member at ${formatVersion(MIN_3_6_FOR_3_7)} or later`,
-      tooOld.map((member) => `${member.name} runs ${member.version}`),
-      `${onOld.length} member(s) on 3.6 at ${formatVersion(MIN_3_6_FOR_3_7)}+`,
-      `set etcd.version to the latest 3.6 patch (at least ${formatVersion(MIN_3_6_FOR_3_7)}) and run, then step to 3.7`,
-    ),
-  ];
+  return [floorCheck(notOn(members, to), MIN_3_6_FOR_3_7)];
 }
 
 /** What etcd's 3.6 upgrade guide asks of a 3.5 cluster before its first 3.6 member. */
 function into36Checks(members: readonly Answered[], to: EtcdVersion, facts: UpgradeFacts): PreflightCheck[] {
-  const onOld = members.filter((member) => !sameVersion(parseVersion(member.version)!, to));
-  const tooOld = onOld.filter((member) => compareVersions(parseVersion(member.version)!, MIN_3_5_FOR_3_6) < 0);
+  const onOld = notOn(members, to);
   const v2 = onOld.map((member) => ({ member, verdict: facts.v2store?.get(member.name) }));
   return [
-    check(
-      `every member at ${formatVersion(MIN_3_5_FOR_3_6)} or later`,
-      tooOld.map((member) => `${member.name} runs ${member.version}`),
-      `${onOld.length} member(s) on 3.5 at ${formatVersion(MIN_3_5_FOR_3_6)}+`,
-      `set etcd.version to the latest 3.5 patch (at least ${formatVersion(MIN_3_5_FOR_3_6)}) and run, then step to 3.6`,
-    ),
+    floorCheck(onOld, MIN_3_5_FOR_3_6),
     check(
       'etcdutl check v2store clean',
       v2.flatMap(({ member, verdict }) =>
