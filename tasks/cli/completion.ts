@@ -6,7 +6,8 @@ import type { Command } from './main.ts';
  * bash's own filename completion (`complete -o default`), which is what those values are.
  */
 export function bashCompletion(commands: readonly Command[], completion: string): string {
-  const words = [...commands.map((command) => command.name), completion, '--help', '--version'].join(' ');
+  const names = commands.map((command) => command.name).join(' ');
+  const words = `${names} ${completion} help version --help --version`;
   const cases = commands.map((command) => `    ${command.name}) flags='${command.flags.join(' ')}' ;;`);
   return `# bash completion for etcd-kvm. Load it with:  source <(etcd-kvm completion bash)
 # or save it as ~/.local/share/bash-completion/completions/etcd-kvm.
@@ -20,6 +21,7 @@ _etcd_kvm() {
   case \${COMP_WORDS[1]} in
 ${cases.join('\n')}
     ${completion}) [[ $COMP_CWORD -eq 2 ]] && COMPREPLY=($(compgen -W 'bash' -- "$cur")); return ;;
+    help) [[ $COMP_CWORD -eq 2 ]] && COMPREPLY=($(compgen -W '${names}' -- "$cur")); return ;;
     *) return ;;
   esac
   if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W "$flags" -- "$cur")); fi

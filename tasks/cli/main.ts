@@ -99,10 +99,14 @@ export const COMMANDS: readonly Command[] = [
 /** Built into this dispatcher rather than a script; listed by --help and completed like the others. */
 export const COMPLETION = { name: 'completion', summary: 'print the bash completion script: source <(etcd-kvm completion bash)' } as const;
 
-const NAMES = [...COMMANDS.map((command) => command.name), COMPLETION.name];
+/** `etcd-kvm help [COMMAND]` and `etcd-kvm version`, the words other tools take for --help and --version. */
+export const HELP_COMMAND = { name: 'help', summary: "this text, or a command's own: etcd-kvm help COMMAND" } as const;
+export const VERSION_COMMAND = { name: 'version', summary: 'print the version' } as const;
+
+const NAMES = [...COMMANDS.map((command) => command.name), COMPLETION.name, HELP_COMMAND.name, VERSION_COMMAND.name];
 
 export function helpText(): string {
-  const width = Math.max(...NAMES.map((name) => name.length)) + 2;
+  const width = Math.max(...NAMES.map((name) => name.length), '-h, --help'.length) + 2;
   const line = (name: string, summary: string) => `  ${name.padEnd(width)}${summary}`;
   return [
     'Usage: etcd-kvm COMMAND [options]      (each command explains its options: etcd-kvm COMMAND --help)',
@@ -110,6 +114,8 @@ export function helpText(): string {
     'Commands:',
     ...COMMANDS.map((command) => line(command.name, command.summary)),
     line(COMPLETION.name, COMPLETION.summary),
+    line(HELP_COMMAND.name, HELP_COMMAND.summary),
+    line(VERSION_COMMAND.name, VERSION_COMMAND.summary),
     '',
     line('--version', 'print the version'),
     line('-h, --help', 'this text'),
@@ -123,7 +129,14 @@ export function dispatch(argv: readonly string[], version: () => string): Dispat
   const [name, ...rest] = argv;
   if (name === undefined) return { exit: EXIT.badInput, stderr: `error: name a command\n\n${helpText()}` };
   if (name === '-h' || name === '--help') return { exit: EXIT.ok, stdout: helpText() };
-  if (name === '--version') return { exit: EXIT.ok, stdout: version() };
+  if (name === '--version' || name === VERSION_COMMAND.name) return { exit: EXIT.ok, stdout: version() };
+  if (name === HELP_COMMAND.name) {
+    // `etcd-kvm help deploy` is `etcd-kvm deploy --help`, as git, kubectl and talosctl take it.
+    if (rest.length === 0) return { exit: EXIT.ok, stdout: helpText() };
+    const asked = COMMANDS.find((candidate) => candidate.name === rest[0]);
+    if (asked && rest.length === 1) return { run: asked, rest: ['--help'] };
+    return { exit: EXIT.badInput, stderr: `error: help takes one command; commands are ${NAMES.join(', ')}` };
+  }
   if (name === COMPLETION.name) {
     if (rest.length === 1 && rest[0] === 'bash') return { exit: EXIT.ok, stdout: bashCompletion(COMMANDS, COMPLETION.name) };
     const zsh = 'zsh: run `autoload -U +X bashcompinit && bashcompinit` first';

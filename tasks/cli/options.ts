@@ -31,12 +31,12 @@ virtual machines, and keeps it that way. Safe to re-run: it changes only what dr
 Options:
   -i, --inventory FILE   inventory YAML (required)
       --dry-run          check and plan only: print per host what would change, with diffs
-      --diff             also print the diff of every change a real run makes (as Ansible's --diff)
-      --check            same as --dry-run (as Ansible users type it)
+  -D, --diff             also print the diff of every change a real run makes (as Ansible's --diff)
+  -C, --check            same as --dry-run (as Ansible users type it)
       --render-only DIR  issue/reuse certificates, write every rendered file under DIR/<member>/
                          and stop; contacts no hypervisor
-      --limit NAMES      comma-separated member names to act on (the others are left alone)
-      --tags STEPS       run only these steps (comma-separated); the others always run:
+  -l, --limit NAMES      comma-separated member names to act on (the others are left alone)
+  -t, --tags STEPS       run only these steps (comma-separated); the others always run:
 ${tagsHelp('                           ')}
       --skip-tags STEPS  run every step but these
       --list-phases      ask the cluster what it is, then print the phases a run would take, one
@@ -82,16 +82,16 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
         inventory: { type: 'string', short: 'i' },
         'dry-run': { type: 'boolean', default: false },
         'list-phases': { type: 'boolean', default: false },
-        check: { type: 'boolean', default: false },
+        check: { type: 'boolean', short: 'C', default: false },
         'render-only': { type: 'string' },
-        limit: { type: 'string' },
-        tags: { type: 'string' },
+        limit: { type: 'string', short: 'l' },
+        tags: { type: 'string', short: 't' },
         'skip-tags': { type: 'string' },
         'renew-certs': { type: 'boolean', default: false },
         replace: { type: 'string' },
         adopt: { type: 'string' },
         'accept-mismatch': { type: 'boolean', default: false },
-        diff: { type: 'boolean', default: false },
+        diff: { type: 'boolean', short: 'D', default: false },
         profile: { type: 'boolean', default: false },
         json: { type: 'string' },
         debug: { type: 'boolean', default: false },

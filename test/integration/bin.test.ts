@@ -98,7 +98,11 @@ test('completion bash: valid bash that completes the commands and their flags', 
   const syntax = run('bash', ['-n'], { input: script });
   t.is(syntax.status, 0, syntax.stderr);
   for (const command of COMMANDS) t.true(script.includes(`${command.name})`), command.name);
-  t.deepEqual(complete(script, ['etcd-kvm', '']), [...COMMANDS.map((command) => command.name), 'completion', '--help', '--version'].sort());
+  t.deepEqual(
+    complete(script, ['etcd-kvm', '']),
+    [...COMMANDS.map((command) => command.name), 'completion', 'help', 'version', '--help', '--version'].sort(),
+  );
+  t.deepEqual(complete(script, ['etcd-kvm', 'help', 'de']), ['deploy']);
   t.deepEqual(complete(script, ['etcd-kvm', 'st']), ['state', 'status']);
   t.deepEqual(complete(script, ['etcd-kvm', 'deploy', '--re']), ['--render-only', '--renew-certs', '--replace']);
   t.deepEqual(complete(script, ['etcd-kvm', 'deploy', '-i', 'inv.yaml', '--dr']), ['--dry-run']);

@@ -1,6 +1,7 @@
 import test from 'ava';
 import { existsSync } from 'node:fs';
 import { COMMANDS, dispatch, helpText, scriptPath, type Command, type Dispatch } from '../../tasks/cli/main.ts';
+import { parseDeployOptions } from '../../tasks/cli/options.ts';
 
 /** The etcd-kvm dispatcher's decisions, without running anything: what each command line asks for. */
 
@@ -19,6 +20,25 @@ const deploy = named('deploy');
     { argv: ['--help'], expect: { exit: 0, stdout: helpText() } },
     { argv: ['-h', 'deploy'], expect: { exit: 0, stdout: helpText() } },
     { argv: ['--version'], expect: { exit: 0, stdout: '9.9.9' } },
+    { argv: ['version'], expect: { exit: 0, stdout: '9.9.9' } },
+    { argv: ['help'], expect: { exit: 0, stdout: helpText() } },
+    { argv: ['help', 'deploy'], expect: { run: deploy, rest: ['--help'] } },
+    {
+      argv: ['help', 'frob'],
+      expect: {
+        exit: 2,
+        stderr:
+          'error: help takes one command; commands are deploy, status, verify, maintain, backup, recover, client, monitoring, state, completion, help, version',
+      },
+    },
+    {
+      argv: ['help', 'deploy', 'status'],
+      expect: {
+        exit: 2,
+        stderr:
+          'error: help takes one command; commands are deploy, status, verify, maintain, backup, recover, client, monitoring, state, completion, help, version',
+      },
+    },
     { argv: [], expect: { exit: 2, stderr: `error: name a command\n\n${helpText()}` } },
   ];
   for (const { argv, expect } of rows) test(`dispatch ${JSON.stringify(argv)}`, (t) => t.deepEqual(dispatch(argv, VERSION), expect));
@@ -27,7 +47,7 @@ const deploy = named('deploy');
 test('an unknown command (or a flag before any command) is named, with the commands', (t) => {
   for (const name of ['frob', 'Deploy', '-i', '--inventory']) {
     const plan = dispatch([name, 'x'], VERSION);
-    const commands = 'deploy, status, verify, maintain, backup, recover, client, monitoring, state, completion';
+    const commands = 'deploy, status, verify, maintain, backup, recover, client, monitoring, state, completion, help, version';
     t.like(plan, { exit: 2, stderr: `error: unknown command ${name}; commands are ${commands} (etcd-kvm --help says what each does)` });
   }
 });
@@ -51,4 +71,17 @@ test('the table: unique names, an existing script each, one-line summaries, long
     t.is(new Set(command.flags).size, command.flags.length, command.name);
     t.true(command.flags.includes('--help'), command.name);
   }
+});
+
+test("deploy's short flags, as Ansible's hands type them: -l, -t, -C, -D mean --limit, --tags, --check, --diff", (t) => {
+  const short = parseDeployOptions(['-i', 'inv.yaml', '-l', 'etcd-1,etcd-2', '-t', 'guest', '-C', '-D']);
+  const long = parseDeployOptions(['-i', 'inv.yaml', '--limit', 'etcd-1,etcd-2', '--tags', 'guest', '--check', '--diff']);
+  t.deepEqual(short, long);
+  t.like(short, { limit: ['etcd-1', 'etcd-2'], tags: ['guest'], dryRun: true, diff: true });
+  t.throws(() => parseDeployOptions(['-i', 'inv.yaml', '-x']), { message: /Unknown option '-x'; see --help/ });
+});
+
+test('help lists help and version beside the commands', (t) => {
+  t.regex(helpText(), /^ {2}help +this text, or a command's own: etcd-kvm help COMMAND$/m);
+  t.regex(helpText(), /^ {2}version +print the version$/m);
 });

@@ -45,7 +45,7 @@ test('the selectable steps are the ones --help lists', (t) => {
   test('options: --tags without a value is bad input', (t) => {
     t.throws(() => parseDeployOptions(['-i', 'inventory.yaml', '--tags']), {
       instanceOf: InputError,
-      message: /Option '--tags <value>' argument missing; see --help/,
+      message: /Option '-t, --tags <value>' argument missing; see --help/,
     });
   });
 }
