@@ -106,7 +106,7 @@ export const VERSION_COMMAND = { name: 'version', summary: 'print the version' }
 const NAMES = [...COMMANDS.map((command) => command.name), COMPLETION.name, HELP_COMMAND.name, VERSION_COMMAND.name];
 
 export function helpText(): string {
-  const width = Math.max(...NAMES.map((name) => name.length), '-h, --help'.length) + 2;
+  const width = Math.max(...NAMES.map((name) => name.length)) + 2;
   const line = (name: string, summary: string) => `  ${name.padEnd(width)}${summary}`;
   return [
     'Usage: etcd-kvm COMMAND [options]      (each command explains its options: etcd-kvm COMMAND --help)',

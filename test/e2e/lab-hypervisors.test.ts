@@ -62,14 +62,15 @@ function converged(t: ExecutionContext): void {
  * it checks the password (bcrypt in an emulated guest): such transient answers are asked again, as the tool does.
  */
 function asRoot(t: ExecutionContext, args: string[], at = ALL): Completed {
-  let result = etcdctl(at, CA, ['--user', `root:${ROOT_PASSWORD}`, ...args]);
+  const ask = () => etcdctl(at, CA, ['--user', `root:${ROOT_PASSWORD}`, ...args]);
+  let result = ask();
   for (
     let attempt = 1;
     attempt < 5 && result.status !== 0 && /leader changed|deadline exceeded|timed out|no leader/i.test(result.stderr);
     attempt++
   ) {
     t.log(`etcdctl ${args[0]} at ${at.join(',')}: transient, asked again: ${result.stderr.trim().split('\n').at(-1)}`);
-    result = etcdctl(at, CA, ['--user', `root:${ROOT_PASSWORD}`, ...args]);
+    result = ask();
   }
   return result;
 }

@@ -12,6 +12,8 @@ function named(name: string): Command {
   return found;
 }
 const deploy = named('deploy');
+/** Every name the dispatcher takes, in the order its messages list them. */
+const NAMES = 'deploy, status, verify, maintain, backup, recover, client, monitoring, state, completion, help, version';
 
 {
   const rows: { argv: string[]; expect: Dispatch }[] = [
@@ -27,16 +29,14 @@ const deploy = named('deploy');
       argv: ['help', 'frob'],
       expect: {
         exit: 2,
-        stderr:
-          'error: help takes one command; commands are deploy, status, verify, maintain, backup, recover, client, monitoring, state, completion, help, version',
+        stderr: `error: help takes one command; commands are ${NAMES}`,
       },
     },
     {
       argv: ['help', 'deploy', 'status'],
       expect: {
         exit: 2,
-        stderr:
-          'error: help takes one command; commands are deploy, status, verify, maintain, backup, recover, client, monitoring, state, completion, help, version',
+        stderr: `error: help takes one command; commands are ${NAMES}`,
       },
     },
     { argv: [], expect: { exit: 2, stderr: `error: name a command\n\n${helpText()}` } },
@@ -47,8 +47,7 @@ const deploy = named('deploy');
 test('an unknown command (or a flag before any command) is named, with the commands', (t) => {
   for (const name of ['frob', 'Deploy', '-i', '--inventory']) {
     const plan = dispatch([name, 'x'], VERSION);
-    const commands = 'deploy, status, verify, maintain, backup, recover, client, monitoring, state, completion, help, version';
-    t.like(plan, { exit: 2, stderr: `error: unknown command ${name}; commands are ${commands} (etcd-kvm --help says what each does)` });
+    t.like(plan, { exit: 2, stderr: `error: unknown command ${name}; commands are ${NAMES} (etcd-kvm --help says what each does)` });
   }
 });
 
