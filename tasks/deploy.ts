@@ -1,5 +1,5 @@
 #!/usr/bin/env -S npx tsx
-import { writeFileSync } from 'node:fs';
+import { humanStream, reportGoesTo, writeReport } from './cli/human-output.ts';
 import { DEPLOY_HELP, parseDeployOptions, type DeployOptions } from './cli/options.ts';
 import { describeError, EXIT, InputError, reportInputError } from './core/errors.ts';
 import { silenceKnownWarnings } from './core/warnings.ts';
@@ -37,7 +37,7 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   const started = performance.now();
   // Before the runner: the options, the inventory and the state directory's lock.
   const prelude = { name: "inventory and the state directory's lock", ms: started - MODULES_LOADED_AT_MS };
-  const runner = new Runner({ dryRun: options.dryRun, renderer: process.stdout.isTTY ? 'default' : 'simple', staleAfter });
+  const runner = new Runner({ dryRun: options.dryRun, renderer: humanStream().isTTY ? 'default' : 'simple', staleAfter });
   // The first SIGINT/SIGTERM lets the change in flight finish and starts no other; connections and
   // tunnels close as the pipeline unwinds, and the recap says what was done. A second one ends at once.
   let signalled = false;
@@ -106,7 +106,7 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
       unreachable,
       timing,
     };
-    writeFileSync(options.json, `${JSON.stringify(report, null, 2)}\n`);
+    writeReport(options.json, report);
   }
   if (lockLoss.lost) return EXIT.failed;
   if (runner.interrupted) return EXIT.interrupted;
@@ -121,7 +121,7 @@ function listPhases(plan: PlannedPhase[], runner: Runner, json: string | undefin
   );
   if (json) {
     const phases = plan.map((phase, i) => ({ phase: phaseTitle(phase), runs: !('skip' in phase && phase.skip), line: lines[i] }));
-    writeFileSync(json, `${JSON.stringify({ gathered: runner.phaseTimes.map(({ phase }) => phase), plan: phases }, null, 2)}\n`);
+    writeReport(json, { gathered: runner.phaseTimes.map(({ phase }) => phase), plan: phases });
   }
   return runner.failed ? EXIT.failed : EXIT.ok;
 }
@@ -134,6 +134,7 @@ async function main(argv: string[]): Promise<number> {
       console.log(DEPLOY_HELP);
       return EXIT.ok;
     }
+    reportGoesTo(options.json);
     return await deploy(options);
   } catch (error) {
     if (error instanceof InputError) return reportInputError(error);

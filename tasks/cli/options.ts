@@ -58,6 +58,7 @@ ${tagsHelp('                           ')}
                          then each phase's wall-clock time (what no step's time shows), then the
                          slowest commands sent into members over SSH, start to exit
       --json FILE        also write a machine-readable report of every step and host to FILE
+                         (- for standard output, alone: what is said for people goes to standard error)
       --debug            show stack traces of unexpected errors
   -h, --help             show this help
 

@@ -1,4 +1,5 @@
-import { Listr, type ListrTask } from 'listr2';
+import { Listr, ListrLogger, ProcessOutput, type ListrTask } from 'listr2';
+import { humanStream } from '../cli/human-output.ts';
 import type { PhaseOutcome, RunEvent, RunListener } from './events.ts';
 import type { Progress } from './progress.ts';
 
@@ -13,6 +14,12 @@ const awaiting = (): Awaited => {
   const promise = new Promise<PhaseOutcome>((resolve) => (settle = resolve));
   return { promise, settle };
 };
+
+/** listr2 writes to standard output (its failures to standard error), unless `--json -` gave standard output to the report. */
+const toStderrWhenAsked = () =>
+  humanStream() === process.stderr
+    ? { logger: new ListrLogger({ useIcons: true, processOutput: new ProcessOutput(process.stderr, process.stderr) }) }
+    : {};
 
 /**
  * The run shown with listr2: a task per phase that follows the runner's events — on a terminal the
@@ -53,7 +60,7 @@ export class ListrView {
       exitOnError: false,
       renderer: this.renderer,
       fallbackRenderer: this.renderer === 'silent' ? 'silent' : 'simple',
-      rendererOptions: { collapseErrors: false },
+      rendererOptions: { collapseErrors: false, ...toStderrWhenAsked() },
       // listr2 would answer SIGINT with process.exit(127) in the middle of a change; the CLIs handle
       // signals themselves (the change in flight finishes, the recap is printed, exit 130).
       registerSignalListeners: false,

@@ -10,10 +10,11 @@ export interface Completed {
 export function run(
   command: string,
   args: string[],
-  options: { input?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number } = {},
+  options: { input?: string; env?: NodeJS.ProcessEnv; timeoutMs?: number; cwd?: string } = {},
 ): Completed {
   const result = spawnSync(command, args, {
     encoding: 'utf8',
+    cwd: options.cwd,
     input: options.input,
     env: options.env ?? process.env,
     timeout: options.timeoutMs ?? 60_000,

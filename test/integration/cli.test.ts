@@ -120,6 +120,24 @@ test('--render-only writes every file (secrets 0600), then a dry-run sees no cha
   assertNoSecrets(t, readFileSync(join(dir, 'report.json'), 'utf8'), stateDir);
 });
 
+test('--json -: standard output is the report alone, as JSON; what is said for people goes to standard error; no file named -', (t) => {
+  const { dir, inventory } = labCopy();
+  // Run from the inventory's directory, where a file named - would land: tsx named by where it is.
+  const tsx = import.meta.resolve('tsx');
+  const result = run(process.execPath, ['--import', tsx, join(process.cwd(), 'tasks/deploy.ts'), '-i', inventory, '-C', '--json', '-'], {
+    cwd: dir,
+  });
+  t.is(result.status, 1, 'the unreachable hypervisor fails the remote steps');
+  const report = JSON.parse(result.stdout) as { dryRun: boolean; inventory: string; results: { step: string; status: string }[] };
+  t.true(report.dryRun);
+  t.is(report.inventory, inventory);
+  t.is(report.results.filter((r) => r.step === 'render' && r.status === 'changed').length, 3);
+  t.regex(result.stderr, /RECAP \(dry-run: nothing was changed\)/);
+  t.regex(result.stderr, UNREACHABLE);
+  t.regex(result.stderr, /✔ pki/);
+  t.false(existsSync(join(dir, '-')));
+});
+
 test('encrypted state: --encrypt seals every key, later runs work only with the passphrase, a wrong one is exit 2 with nothing changed, --decrypt gives back the same keys', (t) => {
   const { dir, inventory } = labCopy();
   const stateDir = join(dir, '.etcd-kvm', 'lab');
