@@ -13,8 +13,7 @@ import { domainUuid } from '../libvirt/domain-xml.ts';
 import { imageQuestions, judgeImage } from '../libvirt/os-image.ts';
 import { ownerQuestions } from '../libvirt/ownership.ts';
 import { isNotFound } from '../libvirt/virsh.ts';
-import { membersDeployedBefore } from '../pki/plan.ts';
-import { peerStageOf, readPeerTrust } from '../pki/peer-trust.ts';
+import { peerStageOfFacts } from '../pki/plan.ts';
 import { readFacts } from '../pki/materials.ts';
 import { seedQuestions } from '../steps/cloud-init-iso.ts';
 import { domainQuestions } from '../steps/domains.ts';
@@ -279,7 +278,7 @@ export async function gather(
   options: GatherOptions,
 ): Promise<Gathered | undefined> {
   const { inventory, store } = context;
-  const peerStage = peerStageOf(readPeerTrust(inventory.stateDir), membersDeployedBefore(inventory, readFacts(inventory, store)));
+  const peerStage = peerStageOfFacts(inventory, readFacts(inventory, store));
   const networkNames: NetworkNames = new Map();
   if (options.renderOnly !== undefined) {
     const formed = !inventory.cluster.is_initializing;

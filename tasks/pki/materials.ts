@@ -4,8 +4,8 @@ import type { Inventory } from '../inventory/model.ts';
 import { readIdentity, type ClusterIdentity } from './identity.ts';
 import type { MaterialId } from './store.ts';
 import { AGENT_USER, certifiedUsers, toolUsers } from '../inventory/tool-users.ts';
-import { applicationUsers, caOf, identityOf, membersDeployedBefore, type PkiFacts } from './plan.ts';
-import { PEER_COMMON_NAME, peerStageOf, readPeerTrust, type PeerTrustStage } from './peer-trust.ts';
+import { applicationUsers, caOf, identityOf, peerStageOfFacts, type PkiFacts } from './plan.ts';
+import { PEER_COMMON_NAME, readPeerTrust, type PeerTrustStage } from './peer-trust.ts';
 import type { PkiStore } from './store.ts';
 
 /** One member's TLS files as they go into its cloud-init; absent while not yet issued (dry-run). */
@@ -59,7 +59,7 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
 
 export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMaterials {
   const caCert = caOf(inventory, facts.ca).public;
-  const peerStage = peerStageOf(facts.peerTrust, membersDeployedBefore(inventory, facts));
+  const peerStage = peerStageOfFacts(inventory, facts);
   const bundle = peerBundle(inventory, facts, caCert, peerStage);
   // What every member's peer port trusts; and the only common name a peer certificate may carry, once
   // members trust the peer CA alone and none presents a certificate of the operator's.

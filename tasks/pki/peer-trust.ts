@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import { InputError } from '../core/errors.ts';
 import { PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
 
 /**
@@ -46,11 +47,29 @@ export function writePeerTrust(stateDir: string, stage: PeerTrustStage): void {
 }
 
 /**
- * The stage members are rendered for: the recorded one; without a record (a dry-run before the pki
- * step made it), the first stage when members were deployed before (their certificates exist), else peer-only.
+ * The stage members are rendered for: the recorded one. Without a record, before the pki step made the peer
+ * CA (a dry-run, or a state directory from before it): the first stage when members were deployed before
+ * (their certificates exist), else peer-only. The pki step writes the record before the peer CA, so a peer
+ * CA without one is a record lost (a merge of a shared state directory, say): the run stops there, since
+ * guessing trust-both would open the peer port again to every certificate the cluster CA signed.
  */
-export const peerStageOf = (recorded: PeerTrustStage | undefined, membersDeployedBefore: boolean): PeerTrustStage =>
-  recorded ?? (membersDeployedBefore ? 'trust-both' : 'peer-only');
+export function peerStageOf(known: {
+  recorded: PeerTrustStage | undefined;
+  membersDeployedBefore: boolean;
+  peerCaMade: boolean;
+  stateDir: string;
+}): PeerTrustStage {
+  if (known.recorded) return known.recorded;
+  if (known.peerCaMade)
+    throw new InputError(
+      `${join(known.stateDir, RECORD)} is missing, though the peer CA was made: which stage the members' peer ports run is unknown, and none is guessed (trust-both would admit every certificate the cluster CA signed)`,
+      [
+        'put the file back from where the state directory came from (a backup, the repository it is kept in)',
+        `or, if every member's etcd.env sets ETCD_PEER_CERT_ALLOWED_CN=${PEER_COMMON_NAME} (the move finished), write {"stage":"peer-only"} into it`,
+      ],
+    );
+  return known.membersDeployedBefore ? 'trust-both' : 'peer-only';
+}
 
 /** What each stage means, for the run's output. */
 export const PEER_STAGE_DOC: Record<PeerTrustStage, string> = {

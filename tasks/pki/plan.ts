@@ -2,7 +2,7 @@ import type { Change } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClusterIdentity } from './identity.ts';
 import type { MaterialId, StoredPair } from './store.ts';
-import { PEER_COMMON_NAME, type PeerTrustStage } from './peer-trust.ts';
+import { PEER_COMMON_NAME, peerStageOf, type PeerTrustStage } from './peer-trust.ts';
 import { certifiedUsers } from '../inventory/tool-users.ts';
 import {
   BACKDATE_MS,
@@ -104,6 +104,15 @@ export const wantedPeerCertificates = (inventory: Inventory): WantedCertificate[
 /** Were members deployed before this state directory had a peer CA (their certificates exist, or the operator supplies them)? */
 export const membersDeployedBefore = (inventory: Inventory, facts: PkiFacts): boolean =>
   inventory.members.some((member) => member.suppliedTls !== undefined || facts.leaves.get(`member/${member.name}`)?.public !== undefined);
+
+/** The peer port's stage the members run, from the state directory's PKI facts (see peer-trust.ts). */
+export const peerStageOfFacts = (inventory: Inventory, facts: PkiFacts): PeerTrustStage =>
+  peerStageOf({
+    recorded: facts.peerTrust,
+    membersDeployedBefore: membersDeployedBefore(inventory, facts),
+    peerCaMade: facts.peerCa.public !== undefined,
+    stateDir: inventory.stateDir,
+  });
 
 export function wantedCertificates(inventory: Inventory): WantedCertificate[] {
   const members = inventory.members
@@ -397,7 +406,7 @@ function planPeerCa(inventory: Inventory, facts: PkiFacts, now: Date, renewIssue
       throw new PkiRefusal(
         `the peer CA is missing from the state directory but certificates it signed exist (${peerSigned.join(', ')}); restore pki/peer-ca.crt and pki/peer-ca.key`,
       );
-    const firstStage = facts.peerTrust ?? (membersDeployedBefore(inventory, facts) ? 'trust-both' : 'peer-only');
+    const firstStage = peerStageOfFacts(inventory, facts);
     const how =
       firstStage === 'peer-only' ? 'members trust it alone on the peer port' : 'members deployed before move to it one stage at a time';
     changes.push({

@@ -132,9 +132,10 @@ function issueIntermediate(inventory: Inventory, store: PkiStore, key: string, c
 function issuePeerCa(inventory: Inventory, store: PkiStore, key: string, action: PeerCaAction, facts: PkiFacts): IssuerPair {
   const commonName = `${inventory.cluster.name} etcd peer CA`;
   const certificate = issueCertificate({ ...certificateBase(inventory), commonName, profile: 'ca', subjectKeyPem: key });
-  store.write('peer-ca', { public: certificate, privateKey: key });
-  // Recorded with the CA: the stage members start from, which later runs move on (see peer-trust.ts).
+  // Recorded before the CA: the stage members start from, which later runs move on. A peer CA without its
+  // record is then always a record lost, never a run stopped between the two (see peer-trust.ts).
   if (!facts.peerTrust) writePeerTrust(store.stateDir, action.firstStage);
+  store.write('peer-ca', { public: certificate, privateKey: key });
   return { public: certificate, privateKey: key };
 }
 

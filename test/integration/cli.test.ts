@@ -1,7 +1,7 @@
 import test from 'ava';
 import { spawn } from 'node:child_process';
 import { createServer, type Socket } from 'node:net';
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
@@ -136,6 +136,19 @@ test('--json -: standard output is the report alone, as JSON; what is said for p
   t.regex(result.stderr, UNREACHABLE);
   t.regex(result.stderr, /✔ pki/);
   t.false(existsSync(join(dir, '-')));
+});
+
+test('pki/peer-trust.json lost from a state directory whose peer CA exists: exit 2 naming it and what to do, no stage guessed, nothing written', (t) => {
+  const { dir, inventory } = labCopy();
+  t.is(deploy(['-i', inventory, '--render-only', join(dir, 'rendered')]).status, 0);
+  const record = join(dir, '.etcd-kvm', 'lab', 'pki', 'peer-trust.json');
+  rmSync(record);
+  const refused = deploy(['-i', inventory, '-C']);
+  t.is(refused.status, 2, refused.stdout + refused.stderr);
+  t.regex(refused.stderr, /^error: \S+\/pki\/peer-trust\.json is missing, though the peer CA was made: .* none is guessed/m);
+  t.regex(refused.stderr, /write \{"stage":"peer-only"\} into it/);
+  t.false(refused.stderr.includes('    at '), 'no stack trace');
+  t.false(existsSync(record));
 });
 
 test('encrypted state: --encrypt seals every key, later runs work only with the passphrase, a wrong one is exit 2 with nothing changed, --decrypt gives back the same keys', (t) => {

@@ -9,11 +9,13 @@ import {
   nextPeerStage,
   PEER_COMMON_NAME,
   PEER_STAGES,
+  peerStageOf,
   readPeerTrust,
   writePeerTrust,
   type PeerTrustStage,
 } from '../../tasks/pki/peer-trust.ts';
 import { identityOf, planPki } from '../../tasks/pki/plan.ts';
+import { InputError } from '../../tasks/core/errors.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { certificatesIn, inspectCertificate, isSignedBy } from '../../tasks/pki/x509.ts';
 import { etcdEnvironment } from '../../tasks/render/etcd.ts';
@@ -119,4 +121,41 @@ test("the owner's identity is read without opening a key, and agrees with the PK
   t.deepEqual(identityFrom(inventory, store), identityOf(inventory, readFacts(inventory, store)));
   const empty = { ...inventory, stateDir: mkdtempSync(join(tmpdir(), 'etcd-kvm-peer-')) };
   t.deepEqual(identityFrom(empty, new PkiStore(empty.stateDir)), { cluster: inventory.cluster.name, adoptsUnmarked: false });
+});
+
+// Facts in, the stage out (or refused): only a record says which stage members run once the peer CA exists.
+const STAGE_FACTS: {
+  recorded: PeerTrustStage | undefined;
+  membersDeployedBefore: boolean;
+  peerCaMade: boolean;
+  stage: PeerTrustStage | 'refused';
+}[] = [
+  { recorded: undefined, membersDeployedBefore: false, peerCaMade: false, stage: 'peer-only' },
+  { recorded: undefined, membersDeployedBefore: true, peerCaMade: false, stage: 'trust-both' },
+  { recorded: undefined, membersDeployedBefore: true, peerCaMade: true, stage: 'refused' },
+  { recorded: undefined, membersDeployedBefore: false, peerCaMade: true, stage: 'refused' },
+  { recorded: 'present-peer', membersDeployedBefore: true, peerCaMade: true, stage: 'present-peer' },
+  { recorded: 'peer-only', membersDeployedBefore: true, peerCaMade: true, stage: 'peer-only' },
+  { recorded: 'trust-both', membersDeployedBefore: true, peerCaMade: false, stage: 'trust-both' },
+];
+
+test('the peer stage from the facts: recorded, or first; a peer CA without its record is refused, never guessed', (t) => {
+  for (const row of STAGE_FACTS) {
+    const known = { ...row, stateDir: '/state' };
+    if (row.stage === 'refused') {
+      const error = t.throws(() => peerStageOf(known), { instanceOf: InputError }, JSON.stringify(row));
+      t.regex(error!.message, /^\/state\/pki\/peer-trust\.json is missing, though the peer CA was made/);
+    } else t.is(peerStageOf(known), row.stage, JSON.stringify(row));
+  }
+});
+
+test('the record lost from a deployed state directory: its members are rendered for no stage (exit 2 with what to do), and nothing writes it back', async (t) => {
+  const { inventory, store } = await issued();
+  rmSync(join(inventory.stateDir, 'pki', 'peer-trust.json'));
+  const error = t.throws(() => materialsFrom(inventory, readFacts(inventory, store)), { instanceOf: InputError });
+  t.regex(error!.message, /peer-trust\.json is missing, though the peer CA was made/);
+  t.true(error!.problems.some((hint) => hint.includes('ETCD_PEER_CERT_ALLOWED_CN=etcd-kvm-peer')));
+  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(inventory, store));
+  t.not(result?.status, 'changed');
+  t.is(readPeerTrust(inventory.stateDir), undefined);
 });
