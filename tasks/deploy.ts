@@ -1,5 +1,5 @@
 #!/usr/bin/env -S npx tsx
-import { humanStream, reportGoesTo, writeReport } from './cli/human-output.ts';
+import { humanStream, reportGoesTo, writeReport } from './core/human-output.ts';
 import { DEPLOY_HELP, parseDeployOptions, type DeployOptions } from './cli/options.ts';
 import { describeError, EXIT, InputError, reportInputError } from './core/errors.ts';
 import { silenceKnownWarnings } from './core/warnings.ts';

@@ -1,5 +1,5 @@
 import { Listr, ListrLogger, ProcessOutput, type ListrTask } from 'listr2';
-import { humanStream } from '../cli/human-output.ts';
+import { humanStream } from './human-output.ts';
 import type { PhaseOutcome, RunEvent, RunListener } from './events.ts';
 import type { Progress } from './progress.ts';
 
