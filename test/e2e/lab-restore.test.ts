@@ -10,7 +10,19 @@ import { SnapshotBucket } from '../../tasks/backup/s3.ts';
 import { BACKUP_PACKAGES } from '../../tasks/render/guest/member-agent.ts';
 import { Secret } from '../../tasks/core/secret.ts';
 import { run } from '../helpers/exec.ts';
-import { deploy, endpoint, etcdctl, lab, LAB_STATE, MEMBER_IPS, memberSsh, rootIdentity, virsh, type DeployRun } from '../helpers/lab.ts';
+import {
+  coldDeploy,
+  deploy,
+  endpoint,
+  etcdctl,
+  lab,
+  LAB_STATE,
+  MEMBER_IPS,
+  memberSsh,
+  rootIdentity,
+  virsh,
+  type DeployRun,
+} from '../helpers/lab.ts';
 import { LAB_S3_CREDENTIALS, startLabS3, type LabS3 } from '../helpers/lab-s3.ts';
 import { stopWatching, TICK_SCHEDULE, WATCH_SCENARIOS, WATCH_SETTINGS } from '../helpers/lab-watch-scenarios.ts';
 
@@ -18,8 +30,8 @@ import { stopWatching, TICK_SCHEDULE, WATCH_SCENARIOS, WATCH_SETTINGS } from '..
  * Backups, restore and recovery on the real lab, against a real S3-compatible server (s3rver, on the control
  * node's loopback, which the members reach through the lab's bridge: test/helpers/lab-s3.ts): deploy
  * with scheduled backups, write keys, let the members' agents back up on their own, back up from the
- * control node too, tear the whole lab down, deploy again restoring the agents' latest backup, and
- * read the keys back; then lose two members of the restored cluster for good and recover from the third.
+ * control node too, lose two members for good and recover from the third, then tear the whole lab down and
+ * found the cluster anew from the latest backup (recover --from-snapshot), and read the keys back.
  */
 
 const INVENTORY = 'inventories/.e2e-restore.yaml';
@@ -282,80 +294,8 @@ scenario(
   },
 );
 
-scenario("backup from the control node too → teardown → deploy restoring the agents' latest backup brings the keys back", async (t) => {
-  const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY], { timeoutMs: 5 * 60_000 });
-  t.is(backup.status, 0, backup.stderr);
-  t.regex(
-    backup.stdout,
-    new RegExp(
-      `^backed up \\d+ bytes from etcd-\\d to s3 bucket etcd-backups at http://127\\.0\\.0\\.1:\\d+ as ${DUMP} \\(encrypted, with its manifest\\)$`,
-      'm',
-    ),
-  );
-  t.false(backup.stdout.includes(MASTER_KEY) || backup.stderr.includes(MASTER_KEY));
-  const bucket = labBucket();
-  const made = new RegExp(`as (${DUMP})`).exec(backup.stdout)![1]!;
-  const objects = await bucket.list(`${PREFIX}-`);
-  bucket.close();
-  for (const kind of BACKUP_OBJECTS) t.true(objects.includes(made.replace(/\.dump$/, `.${kind}`)), `${kind}: ${objects.join(', ')}`);
-  t.false(readFileSync(storedAt(made)).includes('value 1'));
-
-  // Tear everything down: VMs, volumes, network, pools. Only the state directory (PKI) and S3 remain.
-  t.is(lab('down').status, 0);
-  // The agents' newest backup (a tick may have come after the control node's backup, pruning an older one).
-  const agents = dumps()
-    .filter((dump) => dump !== made)
-    .at(-1)!;
-  t.truthy(agents);
-  t.is(lab('up').status, 0);
-
-  // The new cluster restores the agents' backup; it takes none of its own (the next test counts the bucket's).
-  writeInventory({ restore: true, backup: false, timestamp: /-(\d{4}-.*Z)\.dump$/.exec(agents)![1]! });
-  const restored = deployed(t);
-  t.is(restored.status, 0);
-  const restoreSteps = restored.report.results.filter((r) => r.step === 'restore');
-  t.deepEqual(restoreSteps.map((r) => `${r.host} ${r.status}`).sort(), ['etcd-1 changed', 'etcd-2 changed', 'etcd-3 changed']);
-  t.regex(
-    restoreSteps[0]!.changes[0]!.summary,
-    new RegExp(`^restore etcd-\\d's data directory from ${regexEscaped(agents)} in s3 bucket etcd-backups`),
-  );
-
-  for (const i of [1, 2, 3])
-    t.is(
-      etcdctl([endpoint(`etcd-${i}` as keyof typeof MEMBER_IPS)], rootIdentity, [
-        'get',
-        '--print-value-only',
-        `e2e/restore/${i}`,
-      ]).stdout.trim(),
-      `value ${i}`,
-    );
-  const list = etcdctl(ALL, rootIdentity, ['member', 'list', '-w', 'json']);
-  t.deepEqual((JSON.parse(list.stdout) as { members: { name: string }[] }).members.map((m) => m.name).sort(), [
-    'etcd-1',
-    'etcd-2',
-    'etcd-3',
-  ]);
-  // The restored cluster is writable and auth is still on (from the snapshot).
-  t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/after-restore', 'yes']).status, 0);
-  const asMember = etcdctl(
-    [endpoint('etcd-1')],
-    { caCert: rootIdentity.caCert, cert: join(LAB_STATE, 'pki/members/etcd-1.crt'), key: join(LAB_STATE, 'pki/members/etcd-1.key') },
-    ['get', 'e2e/restore/1'],
-  );
-  t.not(asMember.status, 0);
-
-  // Restored data is never restored again.
-  const again = deployed(t);
-  t.is(again.status, 0);
-  t.deepEqual(
-    again.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`),
-    [],
-  );
-  t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/after-restore']).stdout.trim(), 'yes');
-});
-
 scenario(
-  'backup --keep 2: two more backups of the restored cluster leave the two newest, each with its key and manifest; a replayed copy pushes none out',
+  'backup --keep 2: two more backups leave the two newest, each with its key and manifest; a replayed copy pushes none out',
   async (t) => {
     const listing = async () => {
       const bucket = labBucket();
@@ -365,7 +305,7 @@ scenario(
         bucket.close();
       }
     };
-    // The agents' and the control node's backups are there; the restored cluster takes none.
+    // The agents' backups are there; the cluster takes none of its own now (the scenario before turned them off).
     const before = (await listing()).filter((name) => name.endsWith('.dump'));
     t.true(before.length > 0);
     // A real backup replayed under a name newer than any (a minute ahead: within the clocks' allowed skew), with its
@@ -404,9 +344,10 @@ scenario(
 scenario(
   'quorum loss: two members destroyed with their disks; status and deploy say so; recover (killed once, run again) brings back three voting members with every key; the next deploy changes nothing',
   async (t) => {
-    // Backups play no part here: the restored cluster runs no agent (the inventory turned them off). The restore is
+    // Backups play no part here: the cluster runs no backup agent (the inventory turned them off). The restore is
     // off too: members rejoining empty would wait for one (recover refuses to run while it is on).
     const recoverArgs = ['--import', 'tsx', 'tasks/recover.ts', '-i', INVENTORY];
+    writeInventory({ restore: true, backup: false });
     const withRestore = run(process.execPath, [...recoverArgs, '--dry-run']);
     t.is(withRestore.status, 2);
     t.regex(withRestore.stderr, /restore\.enabled is true: members that rejoin the recovered cluster would wait for a restore/);
@@ -516,18 +457,34 @@ scenario(
 );
 
 scenario(
-  'nothing survives: every VM and disk gone; recover --from-snapshot founds the cluster anew holding exactly the latest backup, auth on',
+  'backup from the control node → teardown (every VM, disk, network and pool gone) → recover --from-snapshot founds the cluster anew holding exactly the latest backup, auth on; a deploy restoring again changes nothing',
   async (t) => {
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/snapshot/before', 'in the backup']).status, 0);
     const backup = run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY], { timeoutMs: 5 * 60_000 });
     t.is(backup.status, 0, backup.stderr);
+    t.regex(
+      backup.stdout,
+      new RegExp(
+        `^backed up \\d+ bytes from etcd-\\d to s3 bucket etcd-backups at http://127\\.0\\.0\\.1:\\d+ as ${DUMP} \\(encrypted, with its manifest\\)$`,
+        'm',
+      ),
+    );
+    t.false(backup.stdout.includes(MASTER_KEY) || backup.stderr.includes(MASTER_KEY));
     const latest = new RegExp(`as (${DUMP})`).exec(backup.stdout)![1]!;
+    const bucket = labBucket();
+    const objects = await bucket.list(`${PREFIX}-`);
+    bucket.close();
+    for (const kind of BACKUP_OBJECTS) t.true(objects.includes(latest.replace(/\.dump$/, `.${kind}`)), `${kind}: ${objects.join(', ')}`);
+    // Sealed: the raw object does not contain the values written.
+    t.false(readFileSync(storedAt(latest)).includes('value 1'));
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/snapshot/after', 'not in the backup']).status, 0);
     // The latest copied under a name dated 2099 (once restored for being the newest name): passed over, and said.
     const planted = await plantCopy(latest, PLANTED_IN_2099);
     t.teardown(() => removePlanted(planted));
 
-    destroyWithDisks(t, ['etcd-1', 'etcd-2', 'etcd-3']);
+    // Tear everything down: VMs, volumes, network, pools. Only the state directory (PKI) and S3 remain.
+    t.is(lab('down').status, 0);
+    t.is(lab('up').status, 0);
 
     const recoverArgs = ['--import', 'tsx', 'tasks/recover.ts', '-i', INVENTORY, '--from-snapshot'];
     const dry = run(process.execPath, [...recoverArgs, '--dry-run']);
@@ -538,9 +495,15 @@ scenario(
       dry.stdout.includes(`ignored 1 other snapshot(s) that are not this cluster's own: ${planted} (dated ${PLANTED_IN_2099}`),
       dry.stdout,
     );
+    // An older backup, named by its time: the one chosen (the scheduled backups' oldest left, by the time in its name).
+    const older = dumps().filter((dump) => dump !== planted && dump !== latest)[0]!;
+    const olderTime = /-(\d{4}-.*Z)\.dump$/.exec(older)![1]!;
+    const dryOlder = run(process.execPath, [...recoverArgs.slice(0, -1), '--from-snapshot', olderTime, '--dry-run']);
+    t.is(dryOlder.status, 0, dryOlder.stdout + dryOlder.stderr);
+    t.regex(dryOlder.stdout, new RegExp(`^recover from ${regexEscaped(older)} in s3 bucket etcd-backups`, 'm'));
 
     const started = Date.now();
-    const recovered = run(process.execPath, recoverArgs, { timeoutMs: 30 * 60_000 });
+    const recovered = coldDeploy('recover --from-snapshot', () => run(process.execPath, recoverArgs, { timeoutMs: 30 * 60_000 }));
     t.log(
       `recover --from-snapshot: exit ${recovered.status} in ${((Date.now() - started) / 1000).toFixed(1)} s\n${recovered.stdout.slice(-2000)}`,
     );
@@ -551,19 +514,32 @@ scenario(
       members: { name: string; isLearner?: boolean }[];
     };
     t.deepEqual(list.members.map((m) => `${m.name}${m.isLearner ? ' (learner)' : ''}`).sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
+    // Each member restored the backup itself: every one answers from its own store with exactly what the backup held.
     for (const member of ['etcd-1', 'etcd-2', 'etcd-3'] as const) {
       const get = (key: string) =>
         etcdctl([endpoint(member)], rootIdentity, ['get', '--consistency=s', '--print-value-only', key]).stdout.trim();
       t.is(get('e2e/snapshot/before'), 'in the backup', member);
       t.is(get('e2e/quorum/20'), 'acknowledged e2e/quorum/20', member);
+      for (const i of [1, 2, 3]) t.is(get(`e2e/restore/${i}`), `value ${i}`, member);
       t.is(get('e2e/snapshot/after'), '', member);
     }
-    // Auth came back with the data: a certificate that is no etcd user reads nothing.
+    // Auth came back with the data: a certificate that is no etcd user reads nothing; root writes.
     const asMember = etcdctl(
       [endpoint('etcd-1')],
       { caCert: rootIdentity.caCert, cert: join(LAB_STATE, 'pki/members/etcd-1.crt'), key: join(LAB_STATE, 'pki/members/etcd-1.key') },
       ['get', 'e2e/snapshot/before'],
     );
     t.not(asMember.status, 0);
+    t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/after-restore', 'yes']).status, 0);
+
+    // Restored data is never restored again: the inventory asking for that restore changes nothing.
+    writeInventory({ restore: true, backup: false, timestamp: /-(\d{4}-.*Z)\.dump$/.exec(latest)![1]! });
+    const again = deployed(t);
+    t.is(again.status, 0);
+    t.deepEqual(
+      again.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`),
+      [],
+    );
+    t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/after-restore']).stdout.trim(), 'yes');
   },
 );

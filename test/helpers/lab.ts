@@ -15,8 +15,9 @@ export const LAB_STATE = 'inventories/.etcd-kvm/lab';
 export const MEMBER_IPS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' } as const;
 
 /**
- * Set by a lab:up right after a lab:down (an empty lab), cleared by the deploy after it: that deploy is a cold
- * one, timed as such. A lab:up alone (a scenario bringing back a daemon it stopped) makes none.
+ * Set by a lab:up right after a lab:down (an empty lab), cleared by the deploy after it (or a command that
+ * deploys, such as recover: coldDeploy): that deploy is a cold one, timed as such. A lab:up alone (a scenario
+ * bringing back a daemon it stopped) makes none.
  */
 let coldDeployNext = false;
 let lastLabCommand: 'up' | 'down' | undefined;
@@ -71,6 +72,13 @@ function installedDeploy(): string[] {
   return ['bin/etcd-kvm.mjs', 'deploy'];
 }
 
+/** The first command that makes the lab's VMs after an empty lab:up, timed as its cold deploy; any other, as it is. */
+export function coldDeploy<T>(title: string, work: () => T): T {
+  const cold = coldDeployNext;
+  coldDeployNext = false;
+  return cold ? timed('cold deploy', title, work) : work();
+}
+
 /** One deploy of the lab inventory, as an operator runs it (from the root namespace, or another), with its --json report. */
 export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-report.json'), namespace?: string): DeployRun {
   const inventory = args.includes('-i') ? [] : ['-i', LAB_INVENTORY];
@@ -78,8 +86,7 @@ export function deploy(args: string[] = [], reportPath = join(LAB_STATE, 'e2e-re
   rmSync(reportPath, { force: true });
   const command = within(namespace, process.execPath, [...installedDeploy(), ...inventory, '--json', reportPath, ...args]);
   const runDeploy = () => run(...command, { timeoutMs: 20 * 60_000 });
-  const completed = coldDeployNext ? timed('cold deploy', `deploy ${args.join(' ')}`.trim(), runDeploy) : runDeploy();
-  coldDeployNext = false;
+  const completed = coldDeploy(`deploy ${args.join(' ')}`.trim(), runDeploy);
   let report: DeployRun['report'] = { results: [] };
   try {
     report = JSON.parse(readFileSync(reportPath, 'utf8')) as DeployRun['report'];
