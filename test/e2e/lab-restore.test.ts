@@ -83,7 +83,9 @@ const dumps = () =>
     .filter((name) => name.startsWith(`${PREFIX}-`) && name.endsWith('.dump._S3rver_object'))
     .map((name) => name.replace(/\._S3rver_object$/, ''))
     .sort();
-const timeOf = (dump: string) => Date.parse(/-(\d{4}-.*Z)\.dump$/.exec(dump)![1]!);
+/** When a snapshot was taken, as its name says (RFC 3339, to the second). */
+const takenAt = (dump: string) => /-(\d{4}-.*Z)\.dump$/.exec(dump)![1]!;
+const timeOf = (dump: string) => Date.parse(takenAt(dump));
 
 /** The lab's bucket through the S3 API, as anyone holding only its keys reaches it. */
 const labBucket = () =>
@@ -503,7 +505,7 @@ scenario(
     );
     // An older backup, named by its time: the one chosen (the scheduled backups' oldest left, by the time in its name).
     const older = dumps().filter((dump) => dump !== planted && dump !== latest)[0]!;
-    const olderTime = /-(\d{4}-.*Z)\.dump$/.exec(older)![1]!;
+    const olderTime = takenAt(older);
     const dryOlder = run(process.execPath, [...recoverArgs.slice(0, -1), '--from-snapshot', olderTime, '--dry-run']);
     t.is(dryOlder.status, 0, dryOlder.stdout + dryOlder.stderr);
     t.regex(dryOlder.stdout, new RegExp(`^recover from ${regexEscaped(older)} in s3 bucket etcd-backups`, 'm'));
@@ -539,7 +541,7 @@ scenario(
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/after-restore', 'yes']).status, 0);
 
     // Restored data is never restored again: the inventory asking for that restore changes nothing.
-    writeInventory({ restore: true, backup: false, timestamp: /-(\d{4}-.*Z)\.dump$/.exec(latest)![1]! });
+    writeInventory({ restore: true, backup: false, timestamp: takenAt(latest) });
     const again = deployed(t);
     t.is(again.status, 0);
     t.deepEqual(
