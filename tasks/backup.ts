@@ -1,6 +1,9 @@
 #!/usr/bin/env -S npx tsx
+import { withOptionalValues } from './cli/optional-value.ts';
 import { runTool } from './cli/tool.ts';
-import { EXIT, InputError } from './core/errors.ts';
+import { restoreDrill } from './drill/run.ts';
+import { BACKUP_RECORD_KEYS } from './backup/runs.ts';
+import { briefError, EXIT, InputError } from './core/errors.ts';
 import { Readable } from 'node:stream';
 import {
   backupTimestamp,
@@ -16,10 +19,11 @@ import { manifestObjectName, renderManifest } from './backup/manifest.ts';
 import { pruneSnapshots } from './backup/prune.ts';
 import { SnapshotBucket } from './backup/s3.ts';
 import { SnapshotFile } from './backup/snapshot-file.ts';
-import { snapshotCap } from './backup/source.ts';
+import { SnapshotSource, snapshotCap } from './backup/source.ts';
 import { capStream } from './core/limits.ts';
 import type { ISnapshotResponse } from 'etcd3';
 import type { EtcdClients } from './etcd/client.ts';
+import { hashKV } from './etcd/hash-kv.ts';
 import { withClusterSession } from './etcd/session.ts';
 import { loadInventory } from './inventory/load.ts';
 import { readIdentity } from './pki/identity.ts';
@@ -32,7 +36,8 @@ import type { Inventory, Member } from './inventory/model.ts';
  * the deploy's restore (and etcd-backup's own tooling) can read it back.
  */
 
-const HELP = `Usage: npx tsx tasks/backup.ts -i INVENTORY [--member NAME] [--keep N]
+const HELP = `Usage: etcd-kvm backup -i INVENTORY [--member NAME] [--keep N]
+       etcd-kvm backup -i INVENTORY --verify [TIMESTAMP] [--member NAME]
 
 Takes an etcd snapshot from the first member that answers (or --member) as root, and uploads it
 as <restore.s3.object_prefix>-<RFC 3339 UTC>.dump to restore.s3, sealed with XChaCha20-Poly1305
@@ -46,9 +51,19 @@ binds it to this cluster (the state directory's cluster ID), its name and its co
                          and delete the older ones with their .key and .manifest; objects that are
                          not this cluster's are never deleted, and are named; nothing is deleted
                          when the upload or the listing fails
+      --verify [T]       a restore drill instead of a backup: the latest of this cluster's backups (or the
+                         one taken at RFC 3339 time T) is downloaded and checked here (its manifest, seal
+                         and SHA-256), restored by one member (--member, or the first follower; only while
+                         the cluster is healthy, never on the leader) into a scratch directory on its data
+                         disk with the etcd it runs, started there on loopback at a low CPU and I/O weight,
+                         and read: its revision, its keys, and its HashKV at the manifest's revision, which
+                         must equal the one recorded at backup time. The scratch copy is removed either way,
+                         the members' own etcd is not touched, and the result is recorded in etcd, where
+                         status shows the last verified backup.
   -h, --help             this text
 
-Exit: 0 uploaded (and pruned), 1 failed, 2 bad input.`;
+Exit: 0 uploaded (and pruned), or verified; 1 failed, or the drill found the backup wanting or was
+refused; 2 bad input.`;
 
 /** A member's snapshot, streamed from etcd into the file (never whole in memory); its size. */
 async function snapshotInto(file: SnapshotFile, clients: EtcdClients, member: Member, quotaBytes: number): Promise<number> {
@@ -93,6 +108,9 @@ function backupSettings(inventory: Inventory): { clusterId: string; masterKey: U
   return { clusterId, masterKey: masterKeyFromHex(key.reveal()) };
 }
 
+/** A backup's time as its object's name carries it. */
+const RFC3339_UTC = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$/;
+
 async function backup(inventory: Inventory, only: string | undefined, keep: number | undefined): Promise<string[]> {
   const { s3 } = inventory.restore;
   const { clusterId, masterKey } = backupSettings(inventory);
@@ -121,6 +139,12 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
       }
       if (size === undefined || !file || !from) throw new Error(`no member gave a snapshot: ${failures.join('; ')}`);
       await file.verify(`the snapshot from ${from.name}`);
+      // What a restore drill compares the restored data with: the same member's HashKV at the recorded revision.
+      // Without it (the member stopped answering) the backup is still one, with a version 1 manifest, said.
+      const recordedHash = await hashKV(await clients.for(from), revision).catch((error: unknown) => {
+        console.error(`warning: no HashKV at revision ${revision} from ${from!.name} (${briefError(error)}): the manifest records none`);
+        return undefined;
+      });
       const taken = backupTimestamp(new Date());
       const name = dumpObjectName(s3.object_prefix, taken);
       const { dataKey, sealedKey } = newDataKey(masterKey);
@@ -137,6 +161,7 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
         keySha256: createHash('sha256').update(sealedKey).digest('hex'),
         taken,
         by: 'the control node',
+        ...(recordedHash ? { hashKV: recordedHash } : {}),
       };
       await bucket.put(manifestObjectName(name), Buffer.from(renderManifest(manifest, masterKey)));
       const lines = [`backed up ${size} bytes from ${from.name} to ${bucket.where} as ${name} (encrypted, with its manifest)`];
@@ -156,13 +181,50 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
   }
 }
 
-process.exitCode = await runTool({
-  help: HELP,
-  options: { member: { type: 'string' }, keep: { type: 'string' } },
-  failure: 'backup failed',
-  async run(values, path) {
-    const keep = parseKeep(values.keep);
-    console.log((await backup(loadInventory(path), values.member as string | undefined, keep)).join('\n'));
-    return EXIT.ok;
+/** A drill of one backup (drill/run.ts): exit 0 only when it verified. */
+async function verify(inventory: Inventory, timestamp: string, member: string | undefined): Promise<number> {
+  if (timestamp !== '' && !RFC3339_UTC.test(timestamp))
+    throw new InputError(
+      `--verify ${timestamp}: give a backup's time as its name has it (RFC 3339 UTC, e.g. 2026-11-29T02:30:00Z), or none for the latest`,
+    );
+  const { clusterId } = backupSettings(inventory);
+  const source = new SnapshotSource({ ...inventory.restore, backup_timestamp: timestamp }, inventory.etcd.space_quota, () => clusterId);
+  try {
+    const chosen = await source.choose();
+    console.log(`drill: ${chosen.name} in ${source.bucket.where} (${chosen.provenance})`);
+    const outcome = await withClusterSession(inventory, (session) => restoreDrill(inventory, session, source, member));
+    if ('refused' in outcome) {
+      console.log(`refused: ${outcome.refused}`);
+      return EXIT.failed;
+    }
+    const { record, verdict } = outcome;
+    for (const finding of verdict.findings) console.log(`  ${finding}`);
+    console.log(
+      verdict.outcome === 'ok'
+        ? `verified: ${record.object} restores on ${record.member} and holds what the cluster held (recorded in ${BACKUP_RECORD_KEYS.lastVerified})`
+        : `FAILED: ${record.object} does not prove restorable as this cluster's backup (recorded in ${BACKUP_RECORD_KEYS.lastDrill})`,
+    );
+    return verdict.outcome === 'ok' ? EXIT.ok : EXIT.failed;
+  } finally {
+    await source.close();
+  }
+}
+
+process.exitCode = await runTool(
+  {
+    help: HELP,
+    options: { member: { type: 'string' }, keep: { type: 'string' }, verify: { type: 'string' } },
+    failure: 'backup failed',
+    async run(values, path) {
+      const member = values.member as string | undefined;
+      if (values.verify !== undefined) {
+        if (values.keep !== undefined) throw new InputError('--verify takes no --keep: a drill deletes no backup');
+        return verify(loadInventory(path), String(values.verify), member);
+      }
+      const keep = parseKeep(values.keep);
+      console.log((await backup(loadInventory(path), member, keep)).join('\n'));
+      return EXIT.ok;
+    },
   },
-});
+  withOptionalValues(process.argv.slice(2), ['--verify']),
+);

@@ -23,7 +23,7 @@ import {
   writeRecovery,
   type RecoveryRecord,
 } from './recover/force-new-cluster.ts';
-import { normalizeArgs } from './recover/args.ts';
+import { withOptionalValues } from './cli/optional-value.ts';
 import { removeRestoringInventory, restoringInventoryPath, snapshotRefusal, writeRestoringInventory } from './recover/from-snapshot.ts';
 import { chooseSurvivor, judgeQuorum, type Survivor } from './recover/verdict.ts';
 import { SnapshotSource } from './backup/source.ts';
@@ -256,5 +256,5 @@ process.exitCode = await runTool(
       return EXIT.ok;
     },
   },
-  normalizeArgs(process.argv.slice(2)),
+  withOptionalValues(process.argv.slice(2), ['--from-snapshot']),
 );

@@ -155,6 +155,19 @@ def snapshot_revision(config, path):
     return json.loads(done.stdout)["revision"]
 
 
+def own_hash_kv(config, revision):
+    """This member's HashKV at the snapshot's revision, for the manifest: what a restore drill compares the restored
+    data with. Asked right after the snapshot; a compaction in between shows as another compact revision, and the
+    drill then says the hash could not be compared. None of it fails a backup: without it the manifest is version 1."""
+    try:
+        answer = json.loads(etcdctl(config, ["endpoint", "hashkv", f"--rev={revision}", "-w", "json"]))[0]["HashKV"]
+        # etcdctl leaves out a field whose value is 0.
+        return {"hashkv": int(answer.get("hash", 0)), "compact-revision": int(answer.get("compact_revision", 0))}
+    except (RuntimeError, ValueError, KeyError, IndexError, TypeError) as error:
+        print(f"no HashKV at revision {revision} for the manifest ({error}): a version 1 manifest", file=sys.stderr)
+        return {}
+
+
 # A record's put is tried again while etcd does not answer: right after its defragmentation a member's etcd catches
 # up on what it missed and its first requests may time out (seen in the lab under load: the put's 15 s ran out, and
 # status was blind to a defragmentation that had happened).
@@ -209,8 +222,11 @@ def dump_name(prefix, when):
 
 # --- manifests: which snapshots are this cluster's own (the tool's tasks/backup/manifest.ts and trust.ts) ---
 
+# Version 1's header is also the MAC key's label, for both versions; version 2 adds the HashKV at the revision.
 MANIFEST_VERSION = "etcd-kvm backup manifest 1"
+MANIFEST_VERSION_2 = "etcd-kvm backup manifest 2"
 MANIFEST_FIELDS = ("cluster", "object", "revision", "dump-sha256", "key-sha256", "taken", "by")
+MANIFEST_FIELDS_2 = ("hashkv", "compact-revision")
 # A name may be dated this far past this member's clock; beyond it, it is planted.
 FUTURE_SKEW_SECONDS = 300
 # A manifest is nine short lines.
@@ -225,8 +241,11 @@ def manifest_mac(body, master_key):
 
 
 def manifest_text(fields, master_key):
-    """The manifest binding a backup to this cluster, its name and its sealed objects: one field a line, then its MAC."""
-    body = "".join(f"{line}\n" for line in [MANIFEST_VERSION, *(f"{field} {fields[field]}" for field in MANIFEST_FIELDS)])
+    """The manifest binding a backup to this cluster, its name and its sealed objects: one field a line, then its MAC.
+    Version 2 when the fields hold the HashKV (every backup now records it), version 1 otherwise."""
+    labels = MANIFEST_FIELDS + (MANIFEST_FIELDS_2 if "hashkv" in fields else ())
+    header = MANIFEST_VERSION_2 if "hashkv" in fields else MANIFEST_VERSION
+    body = "".join(f"{line}\n" for line in [header, *(f"{field} {fields[field]}" for field in labels)])
     return body + f"mac {manifest_mac(body, master_key).hex()}\n"
 
 
@@ -238,10 +257,13 @@ def verify_manifest(text, master_key):
     if not match or not hmac.compare_digest(manifest_mac(match.group(1), master_key), bytes.fromhex(match.group(2))):
         return None
     lines = match.group(1)[:-1].split("\n")
-    if lines[0] != MANIFEST_VERSION or len(lines) != len(MANIFEST_FIELDS) + 1:
+    labels = {MANIFEST_VERSION: MANIFEST_FIELDS, MANIFEST_VERSION_2: MANIFEST_FIELDS + MANIFEST_FIELDS_2}.get(lines[0])
+    if labels is None or len(lines) != len(labels) + 1:
         return None
     fields = dict(line.split(" ", 1) if " " in line else (line, "") for line in lines[1:])
-    if not re.fullmatch(r"\d+", fields.get("revision", "")):
+    # etcd answers a compact revision of -1 for a store never compacted.
+    numbers = {"revision": r"\d{1,15}", "hashkv": r"\d{1,15}", "compact-revision": r"-?\d{1,15}"}
+    if not all(re.fullmatch(numbers[label], fields.get(label, "")) for label in labels if label in numbers):
         return None
     return fields
 
@@ -448,6 +470,7 @@ def backup(config):
                 ) from error
             raise
         run["revision"] = snapshot_revision(config, snapshot)
+        hash_kv = own_hash_kv(config, run["revision"])
         bucket = Bucket(s3, read_secret(config["secrets"]["access_key"]), read_secret(config["secrets"]["secret_key"]))
         if not config["secrets"].get("encryption_key") or not config.get("cluster_id"):
             raise RuntimeError("no encryption key or no cluster ID in the agent's configuration: a backup is sealed and bound to its cluster")
@@ -467,6 +490,7 @@ def backup(config):
             "key-sha256": hashlib.sha256(sealed_key).hexdigest(),
             "taken": tick,
             "by": config["member"],
+            **hash_kv,
         }
         bucket.put_bytes(stem + ".manifest", manifest_text(fields, master).encode())
         run["size"] = os.path.getsize(sealed)

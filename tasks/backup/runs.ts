@@ -5,7 +5,13 @@
  */
 
 export const BACKUP_RECORD_PREFIX = 'etcd-kvm/backup/last-';
-export const BACKUP_RECORD_KEYS = { lastRun: `${BACKUP_RECORD_PREFIX}run`, lastSuccess: `${BACKUP_RECORD_PREFIX}success` } as const;
+export const BACKUP_RECORD_KEYS = {
+  lastRun: `${BACKUP_RECORD_PREFIX}run`,
+  lastSuccess: `${BACKUP_RECORD_PREFIX}success`,
+  /** A restore drill's (drill/run.ts): the last one, and the last one that verified. */
+  lastDrill: `${BACKUP_RECORD_PREFIX}drill`,
+  lastVerified: `${BACKUP_RECORD_PREFIX}verified`,
+} as const;
 
 export interface BackupRun {
   member: string;
@@ -41,7 +47,7 @@ export interface BackupVerdict {
   warnings: string[];
 }
 
-const ago = (seconds: number) =>
+export const ago = (seconds: number) =>
   seconds < 120 ? `${Math.round(seconds)} s` : seconds < 7200 ? `${Math.round(seconds / 60)} min` : `${(seconds / 3600).toFixed(1)} h`;
 
 /**

@@ -2,7 +2,16 @@ import type { Readable } from 'node:stream';
 import { ETCD_MAX_QUOTA_BYTES, MiB, S3_KEY_OBJECT_CAP, type Cap } from '../core/limits.ts';
 import type { RestoreSettings } from '../inventory/model.ts';
 import { createHash } from 'node:crypto';
-import { dumpObjectName, hashedAlong, keyObjectName, masterKeyFromHex, openDataKey, openStream, sealedSize } from './format.ts';
+import {
+  BackupFormatError,
+  dumpObjectName,
+  hashedAlong,
+  keyObjectName,
+  masterKeyFromHex,
+  openDataKey,
+  openStream,
+  sealedSize,
+} from './format.ts';
 import type { BackupManifest } from './manifest.ts';
 import { judgeBucket } from './prune.ts';
 import type { IgnoredSnapshot } from './trust.ts';
@@ -19,6 +28,9 @@ export function snapshotCap(quotaBytes: number = ETCD_MAX_QUOTA_BYTES): Cap {
   const database = quotaBytes + Math.max(Math.ceil(quotaBytes / 4), 16 * MiB);
   return { name: 's3-snapshot', bytes: sealedSize(database + 32) };
 }
+
+/** A chosen snapshot that is not what its manifest recorded, or not an intact etcd snapshot. */
+export class SnapshotDamaged extends Error {}
 
 /** The snapshot a restore reads, and what is known of where it came from. */
 export interface ChosenSnapshot {
@@ -112,10 +124,11 @@ export class SnapshotSource {
 
   /** The verified snapshot on the control node's disk: a new stream of it for each member. */
   async open(): Promise<Readable> {
-    return (await this.#fetch()).read();
+    return (await this.verifiedFile()).read();
   }
 
-  #fetch(): Promise<SnapshotFile> {
+  /** The chosen snapshot downloaded (once), decrypted and checked against its manifest and its own SHA-256. */
+  verifiedFile(): Promise<SnapshotFile> {
     this.#file ??= this.choose().then(async (chosen) => {
       const file = new SnapshotFile('restore');
       try {
@@ -127,13 +140,16 @@ export class SnapshotSource {
         if (manifest) {
           const keyHash = createHash('sha256').update(sealedKey).digest('hex');
           if (keyHash !== manifest.keySha256 || dumpHash.digest('hex') !== manifest.dumpSha256)
-            throw new Error(`${chosen.name} or its .key is not what its manifest recorded: replaced in the bucket, or damaged`);
+            throw new SnapshotDamaged(`${chosen.name} or its .key is not what its manifest recorded: replaced in the bucket, or damaged`);
         }
-        await file.verify(chosen.name);
+        await file.verify(chosen.name).catch((error: Error) => {
+          throw new SnapshotDamaged(error.message);
+        });
         return file;
       } catch (error) {
         file.remove();
-        throw error;
+        // A seal that does not open is a damaged object (or another key's), not a failure to reach the bucket.
+        throw error instanceof BackupFormatError ? new SnapshotDamaged(`${chosen.name}: ${error.message}`) : error;
       }
     });
     return this.#file;

@@ -67,8 +67,8 @@ export const COMMANDS: readonly Command[] = [
   {
     name: 'backup',
     module: 'backup',
-    summary: 'upload an etcd snapshot to restore.s3 (encrypted when a key is set)',
-    flags: ['--inventory', '--member', '--keep', '--help'],
+    summary: 'upload a sealed etcd snapshot to restore.s3, or prove one restores (--verify: a restore drill)',
+    flags: ['--inventory', '--member', '--keep', '--verify', '--help'],
   },
   {
     name: 'recover',

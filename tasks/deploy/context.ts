@@ -76,17 +76,7 @@ export class DeployContext {
     this.remote = new RemoteContext(facts, this.commandTimes);
     this.identities = clientIdentities(inventory, store);
     this.clients = new EtcdClients(this.remote.connections, inventory.etcd.client_port, this.identities.health);
-    // Read when a member is first reached: the pki step may only make the key in this run.
-    const privateKey = () => {
-      const key = store.read('ssh/admin').privateKey;
-      if (key === undefined) throw new Error(`the tool's SSH key ${store.pathsOf('ssh/admin').privateKey} is missing`);
-      return key;
-    };
-    this.memberSsh = new MemberConnections(
-      this.remote.connections,
-      { privateKey, knownHostsPath: store.knownHostsPath },
-      this.commandTimes,
-    );
+    this.memberSsh = new MemberConnections(this.remote.connections, store.adminSsh, this.commandTimes);
     this.guestProbe = new GuestProbe(
       facts,
       this.memberSsh,

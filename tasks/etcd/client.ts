@@ -107,35 +107,11 @@ export class EtcdClients {
   }
 
   async #open(member: Member, identity: ClientIdentity): Promise<Etcd3> {
-    const { host, port } = await this.endpoint(member);
-    const { Etcd3, noop } = await preloadEtcdClient();
+    const endpoint = await this.endpoint(member);
+    await preloadEtcdClient();
     // The tunnel above, if any, is closed with the others; a direct endpoint has none.
     if (this.#closed) throw this.#closedError();
-    return new Etcd3({
-      hosts: [`https://${host}:${port}`],
-      credentials: {
-        rootCertificate: Buffer.from(identity.caCert),
-        ...(identity.cert && identity.key
-          ? { certChain: Buffer.from(identity.cert), privateKey: Buffer.from(revealSecret(identity.key)) }
-          : {}),
-      },
-      ...(identity.user ? { auth: { username: identity.user.name, password: revealSecret(identity.user.password) } } : {}),
-      // The callers poll and decide themselves; the library's retries and circuit breaker would hide the last error.
-      faultHandling: { host: () => noop, global: noop },
-      dialTimeout: 5_000,
-      defaultCallOptions: callOptions(this.deadlines),
-      // TLS names the member (a DNS SAN of its certificate), not the IP: Node warns on IP server names.
-      // grpc-js backs off reconnects exponentially up to 120 s: while a VM boots that would hide the
-      // moment etcd comes up by tens of seconds. Polling wants a quick, flat retry instead.
-      grpcOptions: {
-        'grpc.enable_http_proxy': 0,
-        'grpc.ssl_target_name_override': member.name,
-        'grpc.default_authority': member.name,
-        'grpc.initial_reconnect_backoff_ms': 500,
-        'grpc.max_reconnect_backoff_ms': 2_000,
-        'grpc.max_receive_message_length': MAX_RECEIVE_MESSAGE_BYTES,
-      },
-    });
+    return etcd3At(endpoint, member.name, identity, this.deadlines);
   }
 
   /** Why the member's hypervisor cannot be reached in this run, if it cannot: waiting on its etcd is pointless. */
@@ -153,6 +129,44 @@ export class EtcdClients {
     for (const tunnel of this.#tunnels) tunnel.close();
     this.#clients.clear();
   }
+}
+
+/**
+ * A client of the etcd at `host:port` (a member, or the local end of a tunnel to one), whose TLS
+ * certificate names `serverName`: a member's name, a DNS SAN of the certificates the tool issues.
+ */
+export async function etcd3At(
+  { host, port }: { host: string; port: number },
+  serverName: string,
+  identity: ClientIdentity,
+  deadlines: CallDeadlines = CALL_DEADLINES,
+): Promise<Etcd3> {
+  const { Etcd3, noop } = await preloadEtcdClient();
+  return new Etcd3({
+    hosts: [`https://${host}:${port}`],
+    credentials: {
+      rootCertificate: Buffer.from(identity.caCert),
+      ...(identity.cert && identity.key
+        ? { certChain: Buffer.from(identity.cert), privateKey: Buffer.from(revealSecret(identity.key)) }
+        : {}),
+    },
+    ...(identity.user ? { auth: { username: identity.user.name, password: revealSecret(identity.user.password) } } : {}),
+    // The callers poll and decide themselves; the library's retries and circuit breaker would hide the last error.
+    faultHandling: { host: () => noop, global: noop },
+    dialTimeout: 5_000,
+    defaultCallOptions: callOptions(deadlines),
+    // TLS names the member (a DNS SAN of its certificate), not the IP: Node warns on IP server names.
+    // grpc-js backs off reconnects exponentially up to 120 s: while a VM boots that would hide the
+    // moment etcd comes up by tens of seconds. Polling wants a quick, flat retry instead.
+    grpcOptions: {
+      'grpc.enable_http_proxy': 0,
+      'grpc.ssl_target_name_override': serverName,
+      'grpc.default_authority': serverName,
+      'grpc.initial_reconnect_backoff_ms': 500,
+      'grpc.max_reconnect_backoff_ms': 2_000,
+      'grpc.max_receive_message_length': MAX_RECEIVE_MESSAGE_BYTES,
+    },
+  });
 }
 
 /** Asks the members in order until one answers: for cluster-wide questions and calls any member can take. */

@@ -178,6 +178,19 @@ export class PkiStore {
   }
 
   /** known_hosts pinning every member's host key, for the operator's (and the tool's) SSH to members. */
+  /**
+   * How the tool logs in to members: the admin key (read when a member is first reached, since the pki
+   * step may make it in the same run) and the known_hosts file that pins every member's host key.
+   */
+  get adminSsh(): { privateKey: () => string; knownHostsPath: string } {
+    const privateKey = () => {
+      const key = this.read('ssh/admin').privateKey;
+      if (key === undefined) throw new Error(`the tool's SSH key ${this.pathsOf('ssh/admin').privateKey} is missing`);
+      return key;
+    };
+    return { privateKey, knownHostsPath: this.knownHostsPath };
+  }
+
   get knownHostsPath(): string {
     return join(this.stateDir, 'ssh', 'known_hosts');
   }

@@ -58,6 +58,8 @@ export interface StatusFacts {
   caNotAfter?: Date;
   /** With scheduled backups on: the agent's records in etcd (backup/runs.ts), as their text, from the first member that answered. */
   backupRecords?: { lastRun?: string; lastSuccess?: string } | { error: string };
+  /** Restore drills' records (drill/run.ts), whether or not backups are scheduled: read in the same request. */
+  drillRecords?: { lastDrill?: string; lastVerified?: string };
   /** With scheduled defragmentation on: each member's last one as the agent recorded it, by member name. */
   defragRecords?: Record<string, string> | { error: string };
   /** A deploy's finding that the members' data differ (inventory/lock-keys.ts MISMATCH_KEY), as its text, if one stands. */
@@ -142,7 +144,7 @@ export async function gatherStatus(
   // The member list is the cluster's too: ask the first member that answered status.
   let memberList: StatusFacts['memberList'] = { error: 'no member answered' };
   let clusterVersion: StatusFacts['clusterVersion'] = { error: 'no member answered' };
-  let backupRecords: StatusFacts['backupRecords'] = { error: 'no member answered' };
+  let backupRecords: Awaited<ReturnType<typeof backupRecordsOf>> = { error: 'no member answered' };
   let defragRecords: StatusFacts['defragRecords'] = { error: 'no member answered' };
   // Not said when no member answers: that is the problem status names already.
   let mismatch: StatusFacts['mismatch'];
@@ -153,7 +155,7 @@ export async function gatherStatus(
       const [list, versions, records, defrags, found] = await Promise.all([
         client.cluster.memberList({}),
         versionOf(clients, member, identity).catch((error: unknown) => ({ error: `${member.name}: ${briefError(error)}` })),
-        inventory.backup.enabled ? backupRecordsOf(client) : undefined,
+        backupRecordsOf(client),
         inventory.maintenance.defrag.enabled ? defragRecordsOf(client) : undefined,
         client
           .get(MISMATCH_KEY)
@@ -184,24 +186,38 @@ export async function gatherStatus(
     alarms,
     clusterVersion,
     ...(caNotAfter ? { caNotAfter } : {}),
-    ...(inventory.backup.enabled ? { backupRecords } : {}),
+    ...(inventory.backup.enabled ? { backupRecords: scheduledRecords(backupRecords) } : {}),
+    ...('error' in backupRecords ? {} : { drillRecords: drillRecords(backupRecords) }),
     ...(inventory.maintenance.defrag.enabled ? { defragRecords } : {}),
     ...(mismatch !== undefined ? { mismatch } : {}),
     at,
   };
 }
 
-/** The backup agent's two records (the last run, the last success), read in one request; an answer without them is no error. */
-async function backupRecordsOf(client: Etcd3): Promise<NonNullable<StatusFacts['backupRecords']>> {
+/**
+ * The backup records (the agent's last run and last success, the drills' last drill and last verified), read in
+ * one request; an answer without them is no error.
+ */
+async function backupRecordsOf(client: Etcd3): Promise<Partial<Record<keyof typeof BACKUP_RECORD_KEYS, string>> | { error: string }> {
   try {
     const found = await client.getAll().prefix(BACKUP_RECORD_PREFIX).strings();
-    const lastRun = found[BACKUP_RECORD_KEYS.lastRun];
-    const lastSuccess = found[BACKUP_RECORD_KEYS.lastSuccess];
-    return { ...(lastRun !== undefined ? { lastRun } : {}), ...(lastSuccess !== undefined ? { lastSuccess } : {}) };
+    const entries = Object.entries(BACKUP_RECORD_KEYS).flatMap(([name, key]) => (found[key] !== undefined ? [[name, found[key]]] : []));
+    return Object.fromEntries(entries);
   } catch (error) {
     return { error: briefError(error) };
   }
 }
+
+const scheduledRecords = (records: Awaited<ReturnType<typeof backupRecordsOf>>): NonNullable<StatusFacts['backupRecords']> =>
+  'error' in records ? records : { ...pick(records, 'lastRun'), ...pick(records, 'lastSuccess') };
+
+const drillRecords = (records: Partial<Record<keyof typeof BACKUP_RECORD_KEYS, string>>): NonNullable<StatusFacts['drillRecords']> => ({
+  ...pick(records, 'lastDrill'),
+  ...pick(records, 'lastVerified'),
+});
+
+const pick = <K extends string>(records: Partial<Record<K, string>>, name: K) =>
+  records[name] !== undefined ? ({ [name]: records[name] } as Record<K, string>) : {};
 
 /** The agents' defragmentation records, by member name, in one request. */
 async function defragRecordsOf(client: Etcd3): Promise<NonNullable<StatusFacts['defragRecords']>> {

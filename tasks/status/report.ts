@@ -1,5 +1,6 @@
 import { defragLine } from './defrag-records.ts';
 import { BACKUP_RECORD_KEYS, backupLine, judgeBackups, parseBackupRun, type BackupRun, type BackupVerdict } from '../backup/runs.ts';
+import { drillLines, parseDrillRecord } from '../drill/record.ts';
 import { formatBytes } from '../etcd/maintenance.ts';
 import { quorumOf } from '../etcd/roll.ts';
 import { compareVersions, parseVersion } from '../upgrade/version.ts';
@@ -48,6 +49,8 @@ export interface StatusReport {
   backup?: { lastSuccess: BackupVerdict['lastSuccess'] };
   /** With scheduled defragmentation on: the line naming each member's last one. */
   defrag?: string;
+  /** With scheduled backups on, or once a restore drill ran: the last verified backup, and its age. */
+  drill?: string;
   problems: string[];
   warnings: string[];
 }
@@ -156,6 +159,8 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
     problems.push(...backup.problems);
     warnings.push(...backup.warnings);
   }
+  const drill = drillOf(facts);
+  if (drill) warnings.push(...drill.warnings);
   return {
     at: facts.at.toISOString(),
     healthy: problems.length === 0,
@@ -166,12 +171,32 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
     clusterVersion,
     versions,
     ...(backup ? { backup: { lastSuccess: backup.lastSuccess } } : {}),
+    ...(drill ? { drill: drill.line } : {}),
     ...(facts.defragRecords && !('error' in facts.defragRecords)
       ? { defrag: defragLine(facts.defragRecords, inventoryNames, facts.at) }
       : {}),
     problems,
     warnings,
   };
+}
+
+/** The drills' records, shown when a drill ran or backups are scheduled (a record that is not one is a warning). */
+function drillOf(facts: StatusFacts): ReturnType<typeof drillLines> | undefined {
+  const records = facts.drillRecords ?? {};
+  const parsed = (text: string | undefined) => (text === undefined ? undefined : parseDrillRecord(text));
+  const lastDrill = parsed(records.lastDrill);
+  const lastVerified = parsed(records.lastVerified);
+  if (!facts.backupRecords && records.lastDrill === undefined) return undefined;
+  const drill = drillLines(lastVerified, lastDrill, facts.at);
+  const invalid = (
+    [
+      ['lastDrill', lastDrill],
+      ['lastVerified', lastVerified],
+    ] as const
+  ).flatMap(([name, record]) =>
+    records[name] !== undefined && !record ? [`${BACKUP_RECORD_KEYS[name]} is not a record a restore drill writes`] : [],
+  );
+  return { line: drill.line, warnings: [...invalid, ...drill.warnings] };
 }
 
 /** The agent's records judged: unreadable ones are warnings, the rest goes to judgeBackups. */
@@ -282,6 +307,7 @@ export function formatStatusTable(report: StatusReport): string {
       .trimEnd();
   const lines = [line(header), ...rows.map(line), versionLine(report)];
   if (report.backup) lines.push(backupLine(report.backup));
+  if (report.drill) lines.push(report.drill);
   if (report.defrag) lines.push(report.defrag);
   for (const problem of report.problems) lines.push(`problem: ${problem}`);
   for (const warning of report.warnings) lines.push(`warning: ${warning}`);

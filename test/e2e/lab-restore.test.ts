@@ -6,6 +6,8 @@ import { dirname, join } from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
 import { parse, stringify } from 'yaml';
+import { masterKeyFromHex } from '../../tasks/backup/format.ts';
+import { renderManifest, verifyManifest } from '../../tasks/backup/manifest.ts';
 import { SnapshotBucket } from '../../tasks/backup/s3.ts';
 import { BACKUP_PACKAGES } from '../../tasks/render/guest/member-agent.ts';
 import { Secret } from '../../tasks/core/secret.ts';
@@ -480,6 +482,74 @@ scenario('a backup from the control node: sealed, its key and manifest beside it
   // Written after the backup: the next scenario's cluster, founded from it, must not hold it.
   t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/snapshot/after', 'not in the backup']).status, 0);
 });
+
+scenario(
+  'a restore drill: backup --verify restores the latest backup in a follower, its HashKV equal to the one recorded at backup time, leaves nothing behind and status shows it; a manifest recording another HashKV, and a damaged object, fail and are warned',
+  async (t) => {
+    const verify = (...args: string[]) =>
+      run(process.execPath, ['--import', 'tsx', 'tasks/backup.ts', '-i', INVENTORY, '--verify', ...args], { timeoutMs: 10 * 60_000 });
+    const status = () => run(process.execPath, ['--import', 'tsx', 'tasks/status.ts', '-i', INVENTORY]).stdout;
+    const latest = dumps().at(-1)!;
+    const started = Date.now();
+    const drilled = verify();
+    t.log(`backup --verify: exit ${drilled.status} in ${((Date.now() - started) / 1000).toFixed(1)} s\n${drilled.stdout}${drilled.stderr}`);
+    t.is(drilled.status, 0, drilled.stdout + drilled.stderr);
+    t.true(drilled.stdout.startsWith(`drill: ${latest} in s3 bucket etcd-backups`), drilled.stdout);
+    t.regex(drilled.stdout, /^ {2}HashKV at revision \d+ is \d+, as recorded at backup time$/m);
+    const member = new RegExp(`^verified: ${regexEscaped(latest)} restores on (etcd-\\d) and holds what the cluster held`, 'm').exec(
+      drilled.stdout,
+    )?.[1] as keyof typeof MEMBER_IPS | undefined;
+    t.truthy(member, drilled.stdout);
+    // Never the leader; and nothing left in the member: no scratch copy, no throwaway etcd.
+    const statuses = JSON.parse(etcdctl(ALL, rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout) as {
+      Endpoint: string;
+      Status: { header: { member_id: number }; leader: number };
+    }[];
+    const leader = statuses.find(({ Status }) => Status.header.member_id === Status.leader)!;
+    t.not(leader.Endpoint, endpoint(member!));
+    const left = memberSsh(
+      member!,
+      "sudo sh -c 'ls -d /var/lib/etcd/.etcd-kvm-restore-drill 2>/dev/null; systemctl is-active etcd-kvm-restore-drill'",
+    );
+    t.is(left.stdout.trim(), 'inactive', left.stdout + left.stderr);
+    t.regex(status(), new RegExp(`^backup drill: ${regexEscaped(latest)} restored and verified \\d+ s ago on ${member}`, 'm'));
+
+    // An older backup whose manifest, signed with the master key (which only the key's holders have), records
+    // another HashKV: it restores, and the drill says the data is not what the cluster held.
+    const older = dumps().at(-2)!;
+    const manifestName = older.replace(/\.dump$/, '.manifest');
+    const bucket = labBucket();
+    const original = await bucket.get(manifestName, { name: 'e2e', bytes: 1 << 20 });
+    t.teardown(async () => {
+      const restoring = labBucket();
+      await restoring.put(manifestName, original);
+      restoring.close();
+    });
+    const master = masterKeyFromHex(MASTER_KEY);
+    const recorded = verifyManifest(original.toString('utf8'), master)!;
+    t.truthy(recorded.hashKV, 'a backup made by the tool records its HashKV');
+    const forged = { ...recorded, hashKV: { ...recorded.hashKV!, hash: (recorded.hashKV!.hash + 1) % 2 ** 32 } };
+    await bucket.put(manifestName, Buffer.from(renderManifest(forged, master)));
+    bucket.close();
+    const mismatch = verify(takenAt(older));
+    t.is(mismatch.status, 1, mismatch.stdout + mismatch.stderr);
+    t.regex(mismatch.stdout, /was recorded at backup time: the restored data is not what the cluster held$/m);
+    t.regex(mismatch.stdout, new RegExp(`^FAILED: ${regexEscaped(older)} does not prove restorable`, 'm'));
+    t.regex(status(), new RegExp(`^warning: the last restore drill \\(${regexEscaped(older)}, on etcd-\\d, \\d+ s ago\\) failed: `, 'm'));
+
+    // The latest backup's .dump damaged in the bucket (one byte): refused on the control node, before any member.
+    const stored = readFileSync(storedAt(latest));
+    t.teardown(() => writeFileSync(storedAt(latest), stored));
+    const damaged = Buffer.from(stored);
+    damaged[damaged.length >> 1]! ^= 0xff;
+    writeFileSync(storedAt(latest), damaged);
+    const broken = verify();
+    t.is(broken.status, 1, broken.stdout + broken.stderr);
+    t.regex(broken.stdout, new RegExp(`^ {2}not restored: it did not download intact: ${regexEscaped(latest)}: `, 'm'));
+    // The last verified backup stays the one that verified.
+    t.regex(status(), new RegExp(`^backup drill: ${regexEscaped(latest)} restored and verified`, 'm'));
+  },
+);
 
 scenario(
   'nothing survives: the whole lab torn down (every VM, disk, network and pool); recover --from-snapshot founds the cluster anew holding exactly the latest backup, auth on; a deploy restoring again changes nothing',

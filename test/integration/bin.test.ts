@@ -106,7 +106,7 @@ test('completion bash: valid bash that completes the commands and their flags', 
   t.deepEqual(complete(script, ['etcd-kvm', 'st']), ['state', 'status']);
   t.deepEqual(complete(script, ['etcd-kvm', 'deploy', '--re']), ['--render-only', '--renew-certs', '--replace']);
   t.deepEqual(complete(script, ['etcd-kvm', 'deploy', '-i', 'inv.yaml', '--dr']), ['--dry-run']);
-  t.deepEqual(complete(script, ['etcd-kvm', 'backup', '--']), ['--help', '--inventory', '--keep', '--member']);
+  t.deepEqual(complete(script, ['etcd-kvm', 'backup', '--']), ['--help', '--inventory', '--keep', '--member', '--verify']);
   t.deepEqual(complete(script, ['etcd-kvm', 'deploy', '-i', '']), [], 'a value is left to filename completion');
   t.deepEqual(complete(script, ['etcd-kvm', 'completion', '']), ['bash']);
 });

@@ -1,5 +1,6 @@
 import test from 'ava';
 import { spawnSync } from 'node:child_process';
+import { createHmac } from 'node:crypto';
 import { masterKeyFromHex } from '../../tasks/backup/format.ts';
 import { manifestObjectName, renderManifest, verifyManifest, type BackupManifest } from '../../tasks/backup/manifest.ts';
 import { judgeSnapshots, retainTrusted, type TrustContext } from '../../tasks/backup/trust.ts';
@@ -197,16 +198,19 @@ test('retention: keep 0 (or not a whole number) is refused: the newest snapshot 
     t.throws(() => retainTrusted([], new Set(), { keep, maxAgeSeconds: 0, now: NOW }), { instanceOf: RangeError });
 });
 
+/** The fields the agent renders the oldest real backup's manifest from (REAL[0], revision 41). */
+const AGENT_FIELDS = {
+  cluster: CLUSTER,
+  object: dump(REAL[0]!),
+  revision: 41,
+  'dump-sha256': 'd'.repeat(64),
+  'key-sha256': 'e'.repeat(64),
+  taken: REAL[0],
+  by: 'etcd-2',
+};
+
 test("a manifest: the agent writes the tool's text byte for byte; it verifies only with its key and unedited", (t) => {
-  const fields = {
-    cluster: CLUSTER,
-    object: dump(REAL[0]!),
-    revision: 41,
-    'dump-sha256': 'd'.repeat(64),
-    'key-sha256': 'e'.repeat(64),
-    taken: REAL[0],
-    by: 'etcd-2',
-  };
+  const fields = AGENT_FIELDS;
   const text = manifest(REAL[0]!, { revision: 41 });
   const done = spawnSync('python3', ['test/helpers/agent-harness.py', 'manifest', JSON.stringify({ fields, master_key: MASTER_HEX })], {
     encoding: 'utf8',
@@ -219,4 +223,50 @@ test("a manifest: the agent writes the tool's text byte for byte; it verifies on
   t.is(verifyManifest(text.replace('etcd-2', 'etcd-3'), MASTER), undefined);
   t.is(verifyManifest(text.replace(/\nmac .*\n$/, '\n'), MASTER), undefined);
   t.throws(() => renderManifest({ ...verifyManifest(text, MASTER)!, by: 'a\nb' }, MASTER), { message: /must be one line/ });
+});
+
+test("a version 2 manifest carries the HashKV a drill compares with: the agent writes the tool's text byte for byte, each side verifies both versions, a version's lines cannot pass for the other's", (t) => {
+  const hashKV = { hash: 3175495313, compactRevision: 12 };
+  const text = manifest(REAL[0]!, { revision: 41, hashKV });
+  t.regex(text, /^etcd-kvm backup manifest 2\n[\s\S]*\nhashkv 3175495313\ncompact-revision 12\nmac [0-9a-f]{64}\n$/);
+  t.deepEqual(verifyManifest(text, MASTER)?.hashKV, hashKV);
+  const fields = { ...AGENT_FIELDS, hashkv: 3175495313, 'compact-revision': 12 };
+  const agent = (command: string, argument: unknown) => {
+    const done = spawnSync('python3', ['test/helpers/agent-harness.py', command, JSON.stringify(argument)], { encoding: 'utf8' });
+    t.is(done.status, 0, done.stderr);
+    return JSON.parse(done.stdout) as unknown;
+  };
+  t.is(agent('manifest', { fields, master_key: MASTER_HEX }), text);
+  // The agent's pruning trusts both versions: version 2 manifests and a version 1 one of another backup.
+  // A store never compacted: etcd answers a compact revision of -1.
+  const neverCompacted = manifest(REAL[2]!, { hashKV: { hash: 7, compactRevision: -1 } });
+  t.deepEqual(verifyManifest(neverCompacted, MASTER)?.hashKV, { hash: 7, compactRevision: -1 });
+  const names = REAL.slice(0, 3).flatMap((time) => [dump(time), `${stem(time)}.manifest`, `${stem(time)}.key`]);
+  const manifests = {
+    [`${stem(REAL[0]!)}.manifest`]: text,
+    [`${stem(REAL[1]!)}.manifest`]: manifest(REAL[1]!),
+    [`${stem(REAL[2]!)}.manifest`]: neverCompacted,
+  };
+  const judged = agent('judge-and-retain', {
+    names,
+    manifests,
+    prefix: 'lab',
+    cluster: CLUSTER,
+    master_key: MASTER_HEX,
+    now: NOW.toISOString(),
+    keep: 5,
+  }) as { trusted: string[] };
+  t.deepEqual(judged.trusted, REAL.slice(0, 3).map(dump));
+  // Version 1 stays readable, without a HashKV.
+  t.is(verifyManifest(manifest(REAL[1]!), MASTER)?.hashKV, undefined);
+  // The header is under the MAC: a version 1 text relabelled 2 (or the reverse) does not verify, nor does a v2 missing its HashKV.
+  t.is(verifyManifest(text.replace('manifest 2', 'manifest 1'), MASTER), undefined);
+  const v1 = manifest(REAL[1]!);
+  t.is(verifyManifest(v1.replace('manifest 1', 'manifest 2'), MASTER), undefined);
+  // Signed with the right key, yet not whole or not numbers: refused alike.
+  const macKey = createHmac('sha256', MASTER).update('etcd-kvm backup manifest 1').digest();
+  const signed = (body: string) => `${body}mac ${createHmac('sha256', macKey).update(body).digest('hex')}\n`;
+  t.truthy(verifyManifest(signed(text.replace(/mac .*\n$/, '')), MASTER), 'the test signs as the tool does');
+  t.is(verifyManifest(signed(text.replace(/compact-revision 12\nmac .*\n$/, '')), MASTER), undefined);
+  t.is(verifyManifest(signed(text.replace(/mac .*\n$/, '').replace('hashkv 3175495313', 'hashkv x')), MASTER), undefined);
 });

@@ -18,10 +18,12 @@ const ALLOWED: Record<string, string[]> = {
   etcd: ['core', 'inventory', 'remote', 'pki', 'upgrade'],
   guest: ['core', 'inventory', 'remote', 'render', 'libvirt', 'upgrade'],
   backup: ['core', 'inventory'],
+  // A restore drill: a backup restored in a member (its SSH, its etcd tools) and read through etcd's client.
+  drill: ['core', 'inventory', 'remote', 'render', 'etcd', 'backup'],
   // The upgrade's pre-flight compares the members' data as verify does.
   steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'verify'],
   // It names a deploy's recorded mismatch as verify/consistency.ts reads it.
-  status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade', 'backup', 'verify'],
+  status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade', 'backup', 'verify', 'drill'],
   // Whether the members hold the same data: read through etcd's clients only (and the deploy's record of a difference).
   verify: ['core', 'inventory', 'etcd'],
   // Whether the quorum is lost for good, and from which survivor it comes back: the deploy asks it too.

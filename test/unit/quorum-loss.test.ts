@@ -1,6 +1,6 @@
 import test from 'ava';
 import { parse } from 'yaml';
-import { normalizeArgs } from '../../tasks/recover/args.ts';
+import { withOptionalValues } from '../../tasks/cli/optional-value.ts';
 import { snapshotRefusal, withRestoreForced } from '../../tasks/recover/from-snapshot.ts';
 import { chooseSurvivor, judgeQuorum, type MemberQuorumFacts, type QuorumVerdict } from '../../tasks/recover/verdict.ts';
 
@@ -64,9 +64,12 @@ test('a named survivor is taken even if another is more advanced; a member that 
 });
 
 test('--from-snapshot takes an optional timestamp', (t) => {
-  t.deepEqual(normalizeArgs(['-i', 'x', '--from-snapshot']), ['-i', 'x', '--from-snapshot', '']);
-  t.deepEqual(normalizeArgs(['--from-snapshot', '--dry-run']), ['--from-snapshot', '', '--dry-run']);
-  t.deepEqual(normalizeArgs(['--from-snapshot', '2026-11-25T02:48:00Z']), ['--from-snapshot', '2026-11-25T02:48:00Z']);
+  t.deepEqual(withOptionalValues(['-i', 'x', '--from-snapshot'], ['--from-snapshot']), ['-i', 'x', '--from-snapshot', '']);
+  t.deepEqual(withOptionalValues(['--from-snapshot', '--dry-run'], ['--from-snapshot']), ['--from-snapshot', '', '--dry-run']);
+  t.deepEqual(withOptionalValues(['--from-snapshot', '2026-11-25T02:48:00Z'], ['--from-snapshot']), [
+    '--from-snapshot',
+    '2026-11-25T02:48:00Z',
+  ]);
 });
 
 test('a backup is restored only when no member holds data, or may', (t) => {

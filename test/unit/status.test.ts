@@ -298,6 +298,51 @@ test('status with scheduled backups: the last success and its age; degraded afte
   t.is(summarizeStatus(healthy(), NAMES).backup, undefined);
 });
 
+test('status and restore drills: the last verified backup shown once a drill ran (or backups are scheduled), a failed last drill warned, a record no drill wrote named', (t) => {
+  const drill = (finished: string, outcome: 'ok' | 'failed') =>
+    JSON.stringify({
+      object: 'lab-2026-11-22T09:30:00Z.dump',
+      member: 'etcd-2',
+      finished,
+      outcome,
+      revision: 99,
+      keys: 7,
+      findings: outcome === 'ok' ? ['restored: revision 99, 7 keys'] : ['restored: revision 99, 7 keys', 'HashKV differs'],
+      by: 'the control node',
+    });
+  const verified = healthy();
+  verified.drillRecords = { lastDrill: drill('2026-11-22T09:50:00Z', 'ok'), lastVerified: drill('2026-11-22T09:50:00Z', 'ok') };
+  const report = summarizeStatus(verified, NAMES);
+  t.true(report.healthy);
+  t.true(
+    formatStatusTable(report)
+      .split('\n')
+      .includes('backup drill: lab-2026-11-22T09:30:00Z.dump restored and verified 10 min ago on etcd-2 (revision 99, 7 keys)'),
+  );
+
+  const failed = healthy();
+  failed.drillRecords = { lastDrill: drill('2026-11-22T09:55:00Z', 'failed'), lastVerified: drill('2026-11-22T09:00:00Z', 'ok') };
+  t.deepEqual(summarizeStatus(failed, NAMES).warnings, [
+    'the last restore drill (lab-2026-11-22T09:30:00Z.dump, on etcd-2, 5 min ago) failed: restored: revision 99, 7 keys; HashKV differs',
+  ]);
+
+  const scheduledNoDrill = healthy();
+  scheduledNoDrill.backupRecords = { lastSuccess: backupRun('2026-11-22T09:30:00Z'), lastRun: backupRun('2026-11-22T09:30:00Z') };
+  scheduledNoDrill.drillRecords = {};
+  t.is(
+    summarizeStatus(scheduledNoDrill, NAMES).drill,
+    'backup drill: no backup verified by a restore drill yet (etcd-kvm backup --verify)',
+  );
+
+  const noneAtAll = healthy();
+  noneAtAll.drillRecords = {};
+  t.is(summarizeStatus(noneAtAll, NAMES).drill, undefined);
+
+  const foreign = healthy();
+  foreign.drillRecords = { lastDrill: '{"outcome":"ok"}' };
+  t.deepEqual(summarizeStatus(foreign, NAMES).warnings, ['etcd-kvm/backup/last-drill is not a record a restore drill writes']);
+});
+
 test('status: no leader, fewer members answering than a quorum and the others without a VM: the quorum is lost, recover named', (t) => {
   const facts = healthy();
   for (const index of [1, 2]) {

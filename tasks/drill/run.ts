@@ -1,0 +1,160 @@
+import type { Etcd3 } from 'etcd3';
+import { briefError } from '../core/errors.ts';
+import { retryWhile } from '../core/retry.ts';
+import { etcd3At, firstAnswering } from '../etcd/client.ts';
+import { alarmsIn } from '../etcd/health.ts';
+import { hashKV } from '../etcd/hash-kv.ts';
+import { memberStatus } from '../etcd/member-status.ts';
+import type { ClusterSession } from '../etcd/session.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import type { SshConnection } from '../remote/ssh.ts';
+import { Tunnel } from '../remote/tunnel.ts';
+import {
+  DRILL_CLIENT_PORT,
+  drillCleanupScript,
+  drillMember,
+  drillPrepareScript,
+  drillStartScript,
+  drillUploadScript,
+  judgeDrill,
+  roomVerdict,
+  type DrillCandidate,
+  type DrillVerdict,
+  type RestoredFacts,
+} from './plan.ts';
+import { BACKUP_RECORD_KEYS } from '../backup/runs.ts';
+import type { DrillRecord } from './record.ts';
+import { SnapshotDamaged, type SnapshotSource } from '../backup/source.ts';
+
+/**
+ * `etcd-kvm backup --verify`: a restore drill carried out (plan.ts decides each part). The snapshot is
+ * downloaded and checked on the control node (SnapshotSource: its manifest, its seal, its SHA-256), then
+ * restored in one member as plan.ts describes; the result is recorded in etcd, where `status` reads it.
+ */
+
+/** How long the throwaway etcd may take to answer once started: a first start under emulation takes seconds. */
+const DRILL_ETCD_WINDOW_MS = 120_000;
+
+async function candidates(inventory: Inventory, session: ClusterSession): Promise<DrillCandidate[]> {
+  return Promise.all(
+    inventory.members.map(async (member) => {
+      try {
+        const status = await memberStatus(session.clients, member);
+        return { name: member.name, status: { ...status, alarms: alarmsIn(status.errors) } };
+      } catch (error) {
+        return { name: member.name, status: { error: briefError(error) } };
+      }
+    }),
+  );
+}
+
+/** What the throwaway etcd answers, asked through a tunnel over the member's own SSH to its loopback. */
+async function readRestored(
+  ssh: SshConnection,
+  member: Member,
+  session: ClusterSession,
+  hashAt: number | undefined,
+): Promise<RestoredFacts> {
+  const tunnel = await Tunnel.open(() => Promise.resolve(ssh), '127.0.0.1', DRILL_CLIENT_PORT);
+  let client: Etcd3 | undefined;
+  try {
+    client = await etcd3At({ host: '127.0.0.1', port: tunnel.localPort }, member.name, session.root);
+    const restored = client;
+    const status = await retryWhile(
+      () => restored.maintenance.status({}),
+      () => true,
+      {
+        windowMs: DRILL_ETCD_WINDOW_MS,
+        pauseMs: 1_000,
+      },
+    );
+    const keys = await restored.getAll().count();
+    const facts: RestoredFacts = { revision: Number(status.header.revision), keys };
+    if (hashAt === undefined) return facts;
+    try {
+      return { ...facts, hashKV: await hashKV(restored, hashAt) };
+    } catch (error) {
+      return { ...facts, hashKV: { error: briefError(error) } };
+    }
+  } finally {
+    client?.close();
+    tunnel.close();
+  }
+}
+
+/** The drill in `member`: prepared (room checked), restored, read, and cleaned up whatever happened. */
+async function drillIn(
+  inventory: Inventory,
+  member: Member,
+  session: ClusterSession,
+  source: SnapshotSource,
+): Promise<{ restored: RestoredFacts } | { refused: string }> {
+  const [file, chosen] = await Promise.all([source.verifiedFile(), source.choose()]);
+  const ssh = await session.members.get(member);
+  const timeoutMs = inventory.cluster.health_timeout * 1000;
+  const available = Number((await ssh.run(['sudo', 'sh', '-c', drillPrepareScript(inventory)], { describe: 'drill: room' })).trim());
+  const noRoom = roomVerdict(member.name, available, file.size);
+  if (noRoom) return { refused: noRoom };
+  try {
+    await ssh.run(['sudo', 'sh', '-c', drillUploadScript(inventory)], {
+      stdin: file.read(),
+      timeoutMs,
+      describe: 'drill: snapshot upload',
+    });
+    await ssh.run(['sudo', 'sh', '-c', drillStartScript(inventory, member)], { timeoutMs, describe: 'drill: snapshot restore' });
+    const hashAt = chosen.manifest?.hashKV ? chosen.manifest.revision : undefined;
+    return { restored: await readRestored(ssh, member, session, hashAt) };
+  } finally {
+    await ssh.run(['sudo', 'sh', '-c', drillCleanupScript(inventory)], { describe: 'drill: clean-up' });
+  }
+}
+
+export interface DrillOutcome {
+  record: DrillRecord;
+  verdict: DrillVerdict;
+}
+
+/**
+ * Runs a drill of the snapshot `source` chooses and records it in etcd (the last drill, and the last one
+ * that verified). A snapshot that does not download intact (its manifest, seal or SHA-256) is a failed
+ * drill, recorded too. A refusal (an unhealthy cluster, no room) restores nothing and records nothing.
+ */
+export async function restoreDrill(
+  inventory: Inventory,
+  session: ClusterSession,
+  source: SnapshotSource,
+  named?: string,
+): Promise<DrillOutcome | { refused: string }> {
+  const choice = drillMember(await candidates(inventory, session), named);
+  if ('refused' in choice) return choice;
+  const member = inventory.members.find((m) => m.name === choice.member)!;
+  const chosen = await source.choose();
+  let drilled: Awaited<ReturnType<typeof drillIn>> | { damaged: string };
+  try {
+    await source.verifiedFile();
+    drilled = await drillIn(inventory, member, session, source);
+  } catch (error) {
+    if (!(error instanceof SnapshotDamaged)) throw error;
+    drilled = { damaged: error.message };
+  }
+  if ('refused' in drilled) return drilled;
+  const verdict: DrillVerdict =
+    'damaged' in drilled
+      ? { outcome: 'failed', findings: [`not restored: it did not download intact: ${drilled.damaged}`] }
+      : judgeDrill(chosen.manifest, drilled.restored, chosen.unauthenticated);
+  const record: DrillRecord = {
+    object: chosen.name,
+    member: member.name,
+    finished: new Date().toISOString(),
+    outcome: verdict.outcome,
+    ...('restored' in drilled ? { revision: drilled.restored.revision, keys: drilled.restored.keys } : {}),
+    findings: verdict.findings,
+    by: 'the control node',
+  };
+  const text = JSON.stringify(record);
+  await firstAnswering(session.clients, inventory.members, async (client) => {
+    await client.put(BACKUP_RECORD_KEYS.lastDrill).value(text);
+    if (record.outcome === 'ok') await client.put(BACKUP_RECORD_KEYS.lastVerified).value(text);
+  });
+  return { record, verdict };
+}
