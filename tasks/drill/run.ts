@@ -11,6 +11,7 @@ import type { SshConnection } from '../remote/ssh.ts';
 import { Tunnel } from '../remote/tunnel.ts';
 import {
   DRILL_CLIENT_PORT,
+  DRILL_UNIT,
   drillCleanupScript,
   drillMember,
   drillPrepareScript,
@@ -60,14 +61,18 @@ async function readRestored(
   try {
     client = await etcd3At({ host: '127.0.0.1', port: tunnel.localPort }, member.name, session.root);
     const restored = client;
-    const status = await retryWhile(
-      () => restored.maintenance.status({}),
-      () => true,
-      {
-        windowMs: DRILL_ETCD_WINDOW_MS,
-        pauseMs: 1_000,
-      },
-    );
+    // Up, and its own leader: a range needs one, and a single member elects itself a moment after it starts.
+    const led = async () => {
+      const status = await restored.maintenance.status({});
+      if (status.leader !== status.header.member_id) throw new Error('it has not elected itself leader yet');
+      return status;
+    };
+    const status = await retryWhile(led, () => true, { windowMs: DRILL_ETCD_WINDOW_MS, pauseMs: 1_000 }).catch(async (error: unknown) => {
+      const log = await ssh.exec(['sudo', 'journalctl', '-u', DRILL_UNIT, '-n', '15', '--no-pager', '-o', 'cat']).catch(() => undefined);
+      throw new Error(
+        `the drill's etcd did not answer within ${DRILL_ETCD_WINDOW_MS / 1000} s (${briefError(error)}); its last log lines:\n${log?.stdout.trim() ?? '(none)'}`,
+      );
+    });
     const keys = await restored.getAll().count();
     const facts: RestoredFacts = { revision: Number(status.header.revision), keys };
     if (hashAt === undefined) return facts;
