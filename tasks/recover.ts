@@ -25,7 +25,7 @@ import {
 } from './recover/force-new-cluster.ts';
 import { withOptionalValues } from './cli/optional-value.ts';
 import { removeRestoringInventory, restoringInventoryPath, snapshotRefusal, writeRestoringInventory } from './recover/from-snapshot.ts';
-import { chooseSurvivor, judgeQuorum, type Survivor } from './recover/verdict.ts';
+import { chooseSurvivor, judgeQuorum, resumePlan, type Survivor } from './recover/verdict.ts';
 import { SnapshotSource } from './backup/source.ts';
 
 const HELP = `Usage: etcd-kvm recover -i INVENTORY [--from-member NAME | --from-snapshot [TIMESTAMP]] [--dry-run]
@@ -105,15 +105,22 @@ async function recoverSurvivor(inventory: Inventory, options: { fromMember?: str
     const begun = readRecovery(inventory.stateDir);
     const facts = await gatherQuorumFacts(inventory, context.remote, context.clients);
     console.log(`members (${facts.voting} voting in etcd's member list):\n${describeFacts(facts).join('\n')}`);
+    const verdict = judgeQuorum(facts.members, facts.voting);
     let record: RecoveryRecord;
+    let force: boolean;
     if (begun) {
       if (options.fromMember !== undefined && options.fromMember !== begun.from)
         throw new InputError(`a recovery from ${begun.from} is under way (since ${begun.started}): finish it without --from-member`);
-      console.log(`resuming the recovery from ${begun.from} begun ${begun.started}`);
+      const resumed = resumePlan(begun.from, verdict);
+      if ('refused' in resumed) {
+        console.log(`refused to resume the recovery from ${begun.from} begun ${begun.started}: ${resumed.refused}`);
+        return EXIT.failed;
+      }
+      console.log(`resuming the recovery from ${begun.from} begun ${begun.started}: ${resumed.say}`);
       if (options.dryRun) return EXIT.ok;
       record = begun;
+      force = resumed.force;
     } else {
-      const verdict = judgeQuorum(facts.members, facts.voting);
       if (verdict.kind !== 'lost') {
         console.log(`refused: ${verdict.why}`);
         return EXIT.failed;
@@ -133,12 +140,11 @@ async function recoverSurvivor(inventory: Inventory, options: { fromMember?: str
         started: new Date().toISOString(),
       };
       writeRecovery(inventory.stateDir, record);
+      force = true;
     }
     const from = memberNamed(record.from);
-    const fromFacts = facts.members.find((member) => member.name === from.name);
-    const leads = fromFacts?.etcd !== undefined && fromFacts.etcd.leader === fromFacts.etcd.id;
     const ssh = await context.memberSsh.reach(from, { windowMs: leadTimeoutMs(inventory) });
-    if (!leads) {
+    if (force) {
       const stamp = record.started.replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
       for (const other of facts.members.filter((member) => member.etcd && member.name !== from.name)) {
         const otherSsh = await context.memberSsh.reach(memberNamed(other.name), { windowMs: leadTimeoutMs(inventory) });
@@ -155,7 +161,8 @@ async function recoverSurvivor(inventory: Inventory, options: { fromMember?: str
     if (await hasForceFlag(ssh)) {
       console.log(`${from.name}: etcd started again without --force-new-cluster`);
       await startNormally(ssh);
-      await untilLeading(context.clients, from, leadTimeoutMs(inventory));
+      // Itself, while it is the cluster's one voting member; any leader, once others rejoined before the run was killed.
+      await untilLeading(context.clients, from, leadTimeoutMs(inventory), force ? 'itself' : 'any');
     }
     return record;
   } finally {

@@ -1,7 +1,7 @@
 import { rmSync } from 'node:fs';
 import { setTimeout as delay } from 'node:timers/promises';
 import { join } from 'node:path';
-import { PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
+import { PRIVATE_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
 import { commandLine } from '../core/shell.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { memberStatus } from '../etcd/member-status.ts';
@@ -36,8 +36,9 @@ export function readRecovery(stateDir: string): RecoveryRecord | undefined {
   return record as RecoveryRecord;
 }
 
+/** Private: it names what a recovery does to the members, for the operator who runs it. */
 export const writeRecovery = (stateDir: string, record: RecoveryRecord) =>
-  writeFileAtomic(recordPath(stateDir), `${JSON.stringify(record, null, 2)}\n`, PUBLIC_FILE_MODE);
+  writeFileAtomic(recordPath(stateDir), `${JSON.stringify(record, null, 2)}\n`, PRIVATE_FILE_MODE);
 
 export const recoveryDone = (stateDir: string) => rmSync(recordPath(stateDir), { force: true });
 
@@ -71,14 +72,22 @@ export const startForcingNewCluster = (ssh: SshConnection) =>
 export const startNormally = (ssh: SshConnection) =>
   ssh.run(sudoSh(`rm -f ${commandLine([DROP_IN])} && systemctl daemon-reload && systemctl restart etcd`), { timeoutMs: 300_000 });
 
-/** Until the member leads a cluster (of itself, right after the force): its status names itself as leader. */
-export async function untilLeading(clients: EtcdClients, member: Member, timeoutMs: number): Promise<void> {
+/**
+ * Until the member leads a cluster (of itself, right after the force: its status names itself as leader), or,
+ * with `any`, until it knows a leader (a member of a cluster that others rejoined already).
+ */
+export async function untilLeading(
+  clients: EtcdClients,
+  member: Member,
+  timeoutMs: number,
+  leader: 'itself' | 'any' = 'itself',
+): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let last = '';
   while (Date.now() < deadline) {
     try {
       const status = await memberStatus(clients, member);
-      if (status.leader === status.id) return;
+      if (leader === 'itself' ? status.leader === status.id : status.leader !== '0') return;
       last = `its leader is ${status.leader}`;
     } catch (error) {
       last = (error as Error).message.split('\n')[0]!;

@@ -88,3 +88,25 @@ export function chooseSurvivor(survivors: readonly Survivor[], named?: string): 
   );
   return ranked[0] ?? { refused: 'no member survived with its data: only a snapshot can bring the cluster back (--from-snapshot)' };
 }
+
+/**
+ * What a recovery found under way (recovery.json) still does, from live facts, not from the record: the
+ * destructive part (etcd stopped on the other members, their data moved aside, the survivor forced into a
+ * cluster of its own) only while the quorum is lost for good. With a quorum (the forced start done and members
+ * already rejoined, or a record left behind after the cluster was mended otherwise) nothing is forced again: the
+ * deploy finishes the recovery, which changes nothing on a cluster that needs nothing. When the members holding
+ * data could form a quorum again (a power cut after the recovery ended, say), a recovery under way would have
+ * lost them for good: the record is stale, and nothing is done.
+ */
+export function resumePlan(from: string, verdict: QuorumVerdict): { force: boolean; say: string } | { refused: string } {
+  if (verdict.kind === 'quorum')
+    return { force: false, say: `the cluster has a quorum (${verdict.why}): nothing is forced again; the deploy finishes the recovery` };
+  if (verdict.kind === 'may-return')
+    return {
+      refused: `the members that hold their data could form a quorum again (${verdict.why}), which no recovery under way leaves: the record is stale. Run the deploy; once the cluster is healthy, delete recovery.json`,
+    };
+  return {
+    force: true,
+    say: `the quorum is still lost (${verdict.why}): etcd stops on the other members that answer, their data is moved aside, ${from} starts forcing a new cluster, then the deploy`,
+  };
+}

@@ -1,8 +1,12 @@
 import test from 'ava';
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
 import { parse } from 'yaml';
 import { withOptionalValues } from '../../tasks/cli/optional-value.ts';
 import { snapshotRefusal, withRestoreForced } from '../../tasks/recover/from-snapshot.ts';
-import { chooseSurvivor, judgeQuorum, type MemberQuorumFacts, type QuorumVerdict } from '../../tasks/recover/verdict.ts';
+import { readRecovery, writeRecovery } from '../../tasks/recover/force-new-cluster.ts';
+import { chooseSurvivor, judgeQuorum, resumePlan, type MemberQuorumFacts, type QuorumVerdict } from '../../tasks/recover/verdict.ts';
+import { scratchDir } from '../helpers/scratch.ts';
 
 const answering = (name: string, raftIndex: number, revision: number, leader = '0', isLearner = false): MemberQuorumFacts => ({
   name,
@@ -102,4 +106,60 @@ test("the restoring inventory is the operator's with the restore on, founding th
   t.like(forced.members[1].restore, { enabled: true, backup_timestamp: '2026-11-25T02:48:00Z' });
   t.is(forced.members[0].restore, undefined);
   t.true(withRestoreForced(text, '').startsWith('# the lab'));
+});
+
+// A recovery under way (recovery.json) is resumed from live facts: its record alone never forces a cluster.
+const resumeTable: [string, MemberQuorumFacts[], boolean, RegExp][] = [
+  [
+    'killed after the forced start: the survivor leads a cluster of itself',
+    [answering('a', 10, 5, 'id-a'), gone('b'), gone('c')],
+    false,
+    /^the cluster has a quorum \(a knows a leader \(id-a\): the cluster has a quorum\): nothing is forced again; the deploy finishes the recovery$/,
+  ],
+  [
+    'killed in the deploy, after a rejoined member took the lead: nothing is stopped or moved aside',
+    [answering('a', 30, 9, 'id-b'), answering('b', 30, 9, 'id-b'), gone('c')],
+    false,
+    /^the cluster has a quorum \(a knows a leader \(id-b\)/,
+  ],
+  [
+    'a record left behind on a healthy cluster, naming a member that does not lead',
+    [answering('a', 50, 20, 'id-c'), answering('b', 50, 20, 'id-c'), answering('c', 50, 20, 'id-c')],
+    false,
+    /nothing is forced again/,
+  ],
+  [
+    'killed after etcd stopped on the others, before the force: the quorum is still lost',
+    [answering('a', 10, 5), gone('b'), gone('c')],
+    true,
+    /^the quorum is still lost \(only 1 of 3 voting members hold their data .*\): etcd stops on the other members that answer, their data is moved aside, a starts forcing a new cluster, then the deploy$/,
+  ],
+  [
+    'killed while the survivor was stopped: its disks are there, so it may return, and the force goes on',
+    [silent('a'), gone('b'), gone('c')],
+    true,
+    /^the quorum is still lost/,
+  ],
+];
+
+for (const [name, members, force, say] of resumeTable)
+  test(`resume: ${name}`, (t) => {
+    const plan = resumePlan('a', judgeQuorum(members, 3));
+    t.deepEqual(plan, { force, say: (plan as { say: string }).say });
+    t.regex((plan as { say: string }).say, say);
+  });
+
+test('resume: a record left behind, then a power cut (every etcd silent, every disk there): refused, nothing forced', (t) => {
+  const plan = resumePlan('a', judgeQuorum([silent('a'), silent('b'), silent('c')], 3));
+  t.regex(
+    (plan as { refused: string }).refused,
+    /^the members that hold their data could form a quorum again \(3 of 3 voting members still hold their data.*the record is stale\. Run the deploy; once the cluster is healthy, delete recovery\.json$/,
+  );
+});
+
+test('recovery.json is written for its owner alone', (t) => {
+  const dir = scratchDir('recovery');
+  writeRecovery(dir, { from: 'a', raftIndex: '10', revision: '5', started: '2026-11-29T04:00:00Z' });
+  t.is(statSync(join(dir, 'recovery.json')).mode & 0o777, 0o600);
+  t.like(readRecovery(dir), { from: 'a' });
 });
