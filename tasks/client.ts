@@ -8,7 +8,7 @@ import { loadInventory } from './inventory/load.ts';
 import { clientBundle } from './pki/bundle.ts';
 import { PkiStore } from './pki/store.ts';
 
-const HELP = `Usage: npx tsx tasks/client.ts -i INVENTORY --user NAME --out DIR
+const HELP = `Usage: etcd-kvm client -i INVENTORY --user NAME --out DIR
 
 Writes what a client machine needs to use the cluster as one user, from the state directory:
   DIR/ca.crt           the cluster CA

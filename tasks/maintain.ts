@@ -10,7 +10,7 @@ import { withClusterSession } from './etcd/session.ts';
 import { loadInventory } from './inventory/load.ts';
 import { compactStep, defragStep, disarmStep, healthyClusterStep, type DefragRecord } from './steps/maintenance.ts';
 
-const HELP = `Usage: npx tsx tasks/maintain.ts -i INVENTORY [--compact] [--defrag] [--disarm] [--dry-run]
+const HELP = `Usage: etcd-kvm maintain -i INVENTORY [--compact] [--defrag] [--disarm] [--dry-run]
 
 etcd's maintenance, on a healthy cluster only, in this order:
       --compact    compact the key-value history up to the current revision (old revisions of

@@ -9,7 +9,7 @@ import type { Inventory } from './inventory/model.ts';
 import { renderAlertRules } from './monitoring/rules.ts';
 import { FILES, renderPrometheusConfig, renderTargets, scrapeJobs } from './monitoring/scrape.ts';
 
-const HELP = `Usage: npx tsx tasks/monitoring.ts -i INVENTORY --out DIR [--dry-run]
+const HELP = `Usage: etcd-kvm monitoring -i INVENTORY --out DIR [--dry-run]
 
 Writes what a Prometheus needs to watch the cluster, from the inventory alone (contacts nothing):
   DIR/prometheus.yml                 scrape interval, the rules file and the two jobs below

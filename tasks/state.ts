@@ -9,7 +9,7 @@ import { loadInventory } from './inventory/load.ts';
 import { ENCRYPTION_RECORD, StateCipher, unlockStateDirectory, writeEncryptionRecord } from './pki/state-encryption.ts';
 import { PkiStore } from './pki/store.ts';
 
-const HELP = `Usage: npx tsx tasks/state.ts -i INVENTORY (--encrypt | --decrypt)
+const HELP = `Usage: etcd-kvm state -i INVENTORY (--encrypt | --decrypt)
 
 Converts the state directory's private keys (CA, intermediate, members, clients, SSH keys) between
 plain 0600 files and files sealed with a passphrase (scrypt + XChaCha20-Poly1305). Encrypted, the

@@ -7,7 +7,7 @@ import { inspectCertificate } from './pki/x509.ts';
 import { gatherStatus } from './status/facts.ts';
 import { formatStatusTable, summarizeStatus } from './status/report.ts';
 
-const HELP = `Usage: npx tsx tasks/status.ts -i INVENTORY [--json]
+const HELP = `Usage: etcd-kvm status -i INVENTORY [--json]
 
 Reads the cluster as it is, changing nothing: per member its VM state (virsh), etcd member ID,
 role (leader, follower, learner), raft term, applied index, database size and size in use,

@@ -6,7 +6,7 @@ import { loadInventory } from './inventory/load.ts';
 import { gatherVerifyFacts } from './verify/facts.ts';
 import { formatChecks, verifyChecks } from './verify/verdict.ts';
 
-const HELP = `Usage: npx tsx tasks/verify.ts -i INVENTORY [--json]
+const HELP = `Usage: etcd-kvm verify -i INVENTORY [--json]
 
 Shows that the members agree, changing nothing but a canary key of its own: every voting member's HashKV at
 one pinned revision (equal), their member lists (the same), no alarm, every member's raft log caught up, a

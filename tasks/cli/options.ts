@@ -23,7 +23,7 @@ export interface DeployOptions {
   help: boolean;
 }
 
-export const DEPLOY_HELP = `Usage: npx tsx tasks/deploy.ts -i INVENTORY [options]
+export const DEPLOY_HELP = `Usage: etcd-kvm deploy -i INVENTORY [options]
 
 Turns an inventory into a running, TLS-secured, authenticated etcd cluster on libvirt/KVM
 virtual machines, and keeps it that way. Safe to re-run: it changes only what drifted.

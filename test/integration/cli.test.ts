@@ -54,7 +54,7 @@ function assertNoSecrets(t: { false: (value: boolean, message?: string) => void 
 test('--help explains the CLI and exits 0', (t) => {
   const result = deploy(['--help']);
   t.is(result.status, 0);
-  t.regex(result.stdout, /Usage: npx tsx tasks\/deploy\.ts -i INVENTORY/);
+  t.regex(result.stdout, /Usage: etcd-kvm deploy -i INVENTORY/);
   t.regex(result.stdout, /--dry-run/);
   t.regex(result.stdout, /--render-only DIR/);
 });
