@@ -93,12 +93,13 @@ async function drillIn(
   member: Member,
   session: ClusterSession,
   source: SnapshotSource,
-): Promise<{ restored: RestoredFacts } | { refused: string }> {
+): Promise<{ restored: RestoredFacts } | { refused: string } | { failed: string }> {
   const [file, chosen] = await Promise.all([source.verifiedFile(), source.choose()]);
   const ssh = await session.members.get(member);
   const timeoutMs = inventory.cluster.health_timeout * 1000;
-  const available = Number((await ssh.run(['sudo', 'sh', '-c', drillPrepareScript(inventory)], { describe: 'drill: room' })).trim());
-  const noRoom = roomVerdict(member.name, available, file.size);
+  const free = (await ssh.run(['sudo', 'sh', '-c', drillPrepareScript(inventory)], { describe: 'drill: room' })).trim();
+  if (!/^\d+$/.test(free)) throw new Error(`${member.name}: df did not say how much of its data disk is free (${free})`);
+  const noRoom = roomVerdict(member.name, Number(free), file.size);
   if (noRoom) return { refused: noRoom };
   try {
     await ssh.run(['sudo', 'sh', '-c', drillUploadScript(inventory)], {
@@ -109,6 +110,10 @@ async function drillIn(
     await ssh.run(['sudo', 'sh', '-c', drillStartScript(inventory, member)], { timeoutMs, describe: 'drill: snapshot restore' });
     const hashAt = chosen.manifest?.hashKV ? chosen.manifest.revision : undefined;
     return { restored: await readRestored(ssh, member, session, hashAt) };
+  } catch (error) {
+    // What a drill is for: the backup did not restore (the restore refused it, or etcd would not serve it).
+    // Whole (its command's output, the drill etcd's log lines), but bounded: it goes into etcd as the record.
+    return { failed: `not restored on ${member.name}: ${String((error as Error).message ?? error).slice(0, 1500)}` };
   } finally {
     await ssh.run(['sudo', 'sh', '-c', drillCleanupScript(inventory)], { describe: 'drill: clean-up' });
   }
@@ -146,7 +151,9 @@ export async function restoreDrill(
   const verdict: DrillVerdict =
     'damaged' in drilled
       ? { outcome: 'failed', findings: [`not restored: it did not download intact: ${drilled.damaged}`] }
-      : judgeDrill(chosen.manifest, drilled.restored, chosen.unauthenticated);
+      : 'failed' in drilled
+        ? { outcome: 'failed', findings: [drilled.failed] }
+        : judgeDrill(chosen.manifest, drilled.restored, chosen.unauthenticated);
   const record: DrillRecord = {
     object: chosen.name,
     member: member.name,
