@@ -346,7 +346,7 @@ scenario(
 );
 
 scenario(
-  'quorum loss: two members destroyed with their disks; status and deploy say so; recover (killed once, run again) brings back three voting members with every key; the next deploy changes nothing',
+  'quorum loss: two members destroyed with their disks; status and deploy say so; recover (killed once, run again) brings back three voting members with every key; the next deploy changes nothing; a recovery record left behind then forces nothing',
   async (t) => {
     // Backups play no part here: the cluster runs no backup agent (the inventory turned them off). The restore is
     // off too: members rejoining empty would wait for one (recover refuses to run while it is on).
@@ -457,6 +457,30 @@ scenario(
       unchanged.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`),
       [],
     );
+
+    // A record of a recovery left behind on the healthy cluster, naming a member that does not lead: trusted only as
+    // far as live facts agree. Nothing is stopped, moved aside or forced; the deploy runs, and the record goes.
+    const leaderId = /"leader":(\d+)/.exec(etcdctl([endpoint('etcd-1')], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout)![1]!;
+    const follower = (['etcd-1', 'etcd-2', 'etcd-3'] as const).find(
+      (member) =>
+        !etcdctl([endpoint(member)], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout.includes(`"member_id":${leaderId},`),
+    )!;
+    writeFileSync(
+      join(LAB_STATE, 'recovery.json'),
+      JSON.stringify({ from: follower, raftIndex: '1', revision: '1', started: '2026-01-01T00:00:00Z' }),
+    );
+    const stale = run(process.execPath, recoverArgs, { timeoutMs: 10 * 60_000 });
+    t.is(stale.status, 0, stale.stdout + stale.stderr);
+    t.regex(
+      stale.stdout,
+      new RegExp(
+        `^resuming the recovery from ${follower} begun 2026-01-01T00:00:00Z: the cluster has a quorum \\(.*\\): nothing is forced again`,
+        'm',
+      ),
+    );
+    t.false(/force-new-cluster|moved aside|etcd stopped/.test(stale.stdout), stale.stdout);
+    t.false(existsSync(join(LAB_STATE, 'recovery.json')));
+    t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/restore/1']).status, 0);
   },
 );
 
