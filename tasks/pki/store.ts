@@ -177,7 +177,6 @@ export class PkiStore {
     rmSync(paths.privateKey, { force: true });
   }
 
-  /** known_hosts pinning every member's host key, for the operator's (and the tool's) SSH to members. */
   /**
    * How the tool logs in to members: the admin key (read when a member is first reached, since the pki
    * step may make it in the same run) and the known_hosts file that pins every member's host key.
@@ -191,6 +190,7 @@ export class PkiStore {
     return { privateKey, knownHostsPath: this.knownHostsPath };
   }
 
+  /** known_hosts pinning every member's host key, for the operator's (and the tool's) SSH to members. */
   get knownHostsPath(): string {
     return join(this.stateDir, 'ssh', 'known_hosts');
   }

@@ -144,7 +144,7 @@ export async function gatherStatus(
   // The member list is the cluster's too: ask the first member that answered status.
   let memberList: StatusFacts['memberList'] = { error: 'no member answered' };
   let clusterVersion: StatusFacts['clusterVersion'] = { error: 'no member answered' };
-  let backupRecords: Awaited<ReturnType<typeof backupRecordsOf>> = { error: 'no member answered' };
+  let backupRecords: RecordTexts | { error: string } = { error: 'no member answered' };
   let defragRecords: StatusFacts['defragRecords'] = { error: 'no member answered' };
   // Not said when no member answers: that is the problem status names already.
   let mismatch: StatusFacts['mismatch'];
@@ -198,7 +198,7 @@ export async function gatherStatus(
  * The backup records (the agent's last run and last success, the drills' last drill and last verified), read in
  * one request; an answer without them is no error.
  */
-async function backupRecordsOf(client: Etcd3): Promise<Partial<Record<keyof typeof BACKUP_RECORD_KEYS, string>> | { error: string }> {
+async function backupRecordsOf(client: Etcd3): Promise<RecordTexts | { error: string }> {
   try {
     const found = await client.getAll().prefix(BACKUP_RECORD_PREFIX).strings();
     const entries = Object.entries(BACKUP_RECORD_KEYS).flatMap(([name, key]) => (found[key] !== undefined ? [[name, found[key]]] : []));
@@ -208,10 +208,13 @@ async function backupRecordsOf(client: Etcd3): Promise<Partial<Record<keyof type
   }
 }
 
-const scheduledRecords = (records: Awaited<ReturnType<typeof backupRecordsOf>>): NonNullable<StatusFacts['backupRecords']> =>
+/** Each record under the backup prefix that is there, as its text, by its name in BACKUP_RECORD_KEYS. */
+type RecordTexts = Partial<Record<keyof typeof BACKUP_RECORD_KEYS, string>>;
+
+const scheduledRecords = (records: RecordTexts | { error: string }): NonNullable<StatusFacts['backupRecords']> =>
   'error' in records ? records : { ...pick(records, 'lastRun'), ...pick(records, 'lastSuccess') };
 
-const drillRecords = (records: Partial<Record<keyof typeof BACKUP_RECORD_KEYS, string>>): NonNullable<StatusFacts['drillRecords']> => ({
+const drillRecords = (records: RecordTexts): NonNullable<StatusFacts['drillRecords']> => ({
   ...pick(records, 'lastDrill'),
   ...pick(records, 'lastVerified'),
 });
