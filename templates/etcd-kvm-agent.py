@@ -861,10 +861,21 @@ def backup_lines(config):
     success, last = records.get("last-success", {}), records.get("last-run", {})
     when = datetime.datetime.fromisoformat(success["finished"]).timestamp() if success.get("finished") else 0
     period = last.get("period_seconds") or success.get("period_seconds") or schedule_period(config["schedule"]) or 0
+    # The restore drills' records (etcd-kvm backup --verify, the tool's drill/run.ts), in the same answer.
+    drill, verified = records.get("last-drill", {}), records.get("last-verified", {})
+    verified_at = datetime.datetime.fromisoformat(verified["finished"]).timestamp() if verified.get("finished") else 0
     return [
         *metric_lines("etcd_kvm_backup_last_success_timestamp_seconds", "When the cluster's last backup succeeded (0: none yet).", [("", int(when))]),
         *metric_lines("etcd_kvm_backup_period_seconds", "The backup schedule's period.", [("", int(period))]),
         *metric_lines("etcd_kvm_backup_last_run_failed", "1 when the cluster's last backup run failed.", [("", int(last.get("outcome") == "failed"))]),
+        *metric_lines(
+            "etcd_kvm_backup_last_drill_failed", "1 when the cluster's last restore drill failed.", [("", int(drill.get("outcome") == "failed"))]
+        ),
+        *metric_lines(
+            "etcd_kvm_backup_last_verified_timestamp_seconds",
+            "When a restore drill last verified a backup of the cluster (0: none yet).",
+            [("", int(verified_at))],
+        ),
     ]
 
 

@@ -892,6 +892,7 @@ export const alertForSchema = z
     mixed_versions: alertFor('30m', 'members run different etcd versions (longer than a roll takes)'),
     certificate_expiring: alertFor('1h', 'a certificate stays within `monitoring.certificate_expiry_days` of its end'),
     backup_missing: alertFor('10m', 'no backup has succeeded for two schedule periods'),
+    backup_drill_failed: alertFor('1m', "the cluster's last restore drill (`backup --verify`) failed"),
     drift: alertFor('30m', "a member's managed files differ from what the last converged run wrote"),
   })
   .strict()

@@ -211,6 +211,18 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     applies: (inventory) => inventory.backup.enabled,
   },
   {
+    key: 'backup_drill_failed',
+    name: 'EtcdKvmBackupDrillFailed',
+    severity: 'warning',
+    source: 'node',
+    // The cluster's last drill, as every member reports it: one alert for the cluster, until a drill verifies.
+    expr: (s) => `max by (cluster) (etcd_kvm_backup_last_drill_failed${s.node()}) > 0`,
+    summary: 'cluster {{ $labels.cluster }}: the last restore drill failed: a backup may not restore',
+    runbook:
+      'Run `etcd-kvm status -i INV` for what the drill found, mend it (docs/operating.md, Restore drills), then `etcd-kvm backup -i INV --verify` again.',
+    applies: (inventory) => inventory.backup.enabled,
+  },
+  {
     key: 'drift',
     name: 'EtcdKvmDrift',
     severity: 'warning',

@@ -302,3 +302,39 @@ test('a defrag tick that finds the one member not answering holding the lock wai
     /^etcd-2 is defragmenting \(it holds the lock\): this member waits for it and looks again\nthe rule holds .*\ndefragmented: /,
   );
 });
+
+test("the metrics task reports the cluster's restore drills from their records in etcd: the last one failed, and when one last verified", (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-metrics-'));
+  const endpoint = 'https://192.168.150.11:2379';
+  const config = {
+    member: 'etcd-1',
+    backup_enabled: true,
+    schedule: 'hourly',
+    work_dir: dir,
+    etcd: { endpoint },
+    metrics: { staging: join(dir, 'agent.prom'), manifest: join(dir, 'absent.json') },
+  };
+  const kv = (key: string, value: unknown) => ({
+    key: Buffer.from(`etcd-kvm/backup/${key}`).toString('base64'),
+    value: Buffer.from(JSON.stringify(value)).toString('base64'),
+  });
+  const ran = (records: ReturnType<typeof kv>[]) =>
+    agent<{ code: number; metrics: string }>('metrics-tick', {
+      config,
+      answers: { 'endpoint status': [statusOf(1, endpoint, 2)], 'get etcd-kvm/backup/last-': { kvs: records } },
+    }).metrics;
+  const success = kv('last-success', { finished: '2026-11-29T04:00:00+00:00', outcome: 'ok', period_seconds: 3600 });
+  const verified = { finished: '2026-11-29T04:30:00+00:00', outcome: 'ok' };
+  const failing = ran([
+    success,
+    kv('last-verified', verified),
+    kv('last-drill', { finished: '2026-11-29T05:00:00+00:00', outcome: 'failed' }),
+  ]);
+  t.regex(failing, /^etcd_kvm_backup_last_drill_failed 1$/m);
+  t.regex(failing, new RegExp(`^etcd_kvm_backup_last_verified_timestamp_seconds ${Date.parse('2026-11-29T04:30:00Z') / 1000}$`, 'm'));
+  const passing = ran([success, kv('last-verified', verified), kv('last-drill', verified)]);
+  t.regex(passing, /^etcd_kvm_backup_last_drill_failed 0$/m);
+  const never = ran([success]);
+  t.regex(never, /^etcd_kvm_backup_last_drill_failed 0$/m);
+  t.regex(never, /^etcd_kvm_backup_last_verified_timestamp_seconds 0$/m);
+});
