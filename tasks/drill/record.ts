@@ -8,7 +8,7 @@ import { ago } from '../backup/runs.ts';
 /** What a restore drill records (drill/run.ts). */
 export interface DrillRecord {
   object: string;
-  /** The member that restored it. */
+  /** The member chosen to restore it (none did when the snapshot did not download intact). */
   member: string;
   finished: string;
   outcome: 'ok' | 'failed';
