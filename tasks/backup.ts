@@ -141,8 +141,9 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
       await file.verify(`the snapshot from ${from.name}`);
       // What a restore drill compares the restored data with: the same member's HashKV at the recorded revision.
       // Without it (the member stopped answering) the backup is still one, with a version 1 manifest, said.
+      const snapshotted = from.name;
       const recordedHash = await hashKV(await clients.for(from), revision).catch((error: unknown) => {
-        console.error(`warning: no HashKV at revision ${revision} from ${from!.name} (${briefError(error)}): the manifest records none`);
+        console.error(`warning: no HashKV at revision ${revision} from ${snapshotted} (${briefError(error)}): the manifest records none`);
         return undefined;
       });
       const taken = backupTimestamp(new Date());

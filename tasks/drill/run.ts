@@ -25,7 +25,8 @@ import {
 } from './plan.ts';
 import { BACKUP_RECORD_KEYS } from '../backup/runs.ts';
 import type { DrillRecord } from './record.ts';
-import { SnapshotDamaged, type SnapshotSource } from '../backup/source.ts';
+import type { SnapshotFile } from '../backup/snapshot-file.ts';
+import { SnapshotDamaged, type ChosenSnapshot, type SnapshotSource } from '../backup/source.ts';
 
 /**
  * `etcd-kvm backup --verify`: a restore drill carried out (plan.ts decides each part). The snapshot is
@@ -92,9 +93,9 @@ async function drillIn(
   inventory: Inventory,
   member: Member,
   session: ClusterSession,
-  source: SnapshotSource,
+  file: SnapshotFile,
+  chosen: ChosenSnapshot,
 ): Promise<{ restored: RestoredFacts } | { refused: string } | { failed: string }> {
-  const [file, chosen] = await Promise.all([source.verifiedFile(), source.choose()]);
   const ssh = await session.members.get(member);
   const timeoutMs = inventory.cluster.health_timeout * 1000;
   const free = (await ssh.run(['sudo', 'sh', '-c', drillPrepareScript(inventory)], { describe: 'drill: room' })).trim();
@@ -139,14 +140,15 @@ export async function restoreDrill(
   if ('refused' in choice) return choice;
   const member = inventory.members.find((m) => m.name === choice.member)!;
   const chosen = await source.choose();
-  let drilled: Awaited<ReturnType<typeof drillIn>> | { damaged: string };
-  try {
-    await source.verifiedFile();
-    drilled = await drillIn(inventory, member, session, source);
-  } catch (error) {
-    if (!(error instanceof SnapshotDamaged)) throw error;
-    drilled = { damaged: error.message };
-  }
+  // Downloaded and checked once, on the control node: a damaged object is the drill's finding, not an error.
+  const downloaded = await source.verifiedFile().then(
+    (file) => ({ file }),
+    (error: unknown) => {
+      if (error instanceof SnapshotDamaged) return { damaged: error.message };
+      throw error;
+    },
+  );
+  const drilled = 'damaged' in downloaded ? downloaded : await drillIn(inventory, member, session, downloaded.file, chosen);
   if ('refused' in drilled) return drilled;
   const verdict: DrillVerdict =
     'damaged' in drilled
