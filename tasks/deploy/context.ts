@@ -14,7 +14,7 @@ import { MemberConnections } from '../remote/members.ts';
 import type { SnapshotSource } from '../backup/source.ts';
 import { renderGuest, renderMemberAndGuest, type RenderedFile } from '../render/member.ts';
 import type { DesiredGuest } from '../render/guest/desired.ts';
-import type { InitialClusterState } from '../render/etcd.ts';
+import type { FirstStart } from '../render/etcd.ts';
 import type { NetworkNames } from '../steps/networks.ts';
 import { CommandTimes } from '../remote/command-times.ts';
 
@@ -24,10 +24,10 @@ export interface Rendered {
   guests: Map<string, DesiredGuest>;
 }
 
-const renderContext = (inventory: Inventory, store: PkiStore, initialClusterState: InitialClusterState, networkNames?: NetworkNames) => ({
+const renderContext = (inventory: Inventory, store: PkiStore, firstStart: FirstStart, networkNames?: NetworkNames) => ({
   inventory,
   pki: materialsFrom(inventory, readFacts(inventory, store)),
-  initialClusterState,
+  firstStart,
   ...(networkNames ? { networkNames } : {}),
 });
 
@@ -35,10 +35,10 @@ export function renderAll(
   inventory: Inventory,
   members: readonly Member[],
   store: PkiStore,
-  initialClusterState: InitialClusterState,
+  firstStart: FirstStart,
   networkNames?: NetworkNames,
 ): Rendered {
-  const context = renderContext(inventory, store, initialClusterState, networkNames);
+  const context = renderContext(inventory, store, firstStart, networkNames);
   const rendered = members.map((member) => [member.name, renderMemberAndGuest(context, member)] as const);
   return {
     files: new Map(rendered.map(([name, { files }]) => [name, files])),

@@ -264,6 +264,7 @@ export class DeployExecution {
           probe: guestProbe,
           clients,
           clusterFormed: pass.formed && !pass.joining,
+          joining: pass.joining,
           diffs,
           progress: this.runner.progress,
           releaseArchive: (version) => this.context.releaseArchive(version),
@@ -283,7 +284,7 @@ export class DeployExecution {
       this.clusterOf(pass.cluster),
       this.context.membersNamed(pass.members),
       this.context.store,
-      pass.formed ? 'existing' : 'new',
+      pass.joining ? 'joining' : pass.formed ? 'existing' : 'new',
       this.networkNames,
     );
     this.#rendered.set(JSON.stringify(pass), rendered);

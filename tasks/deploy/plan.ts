@@ -100,6 +100,8 @@ export type PlannedPhase = (
    * of them (the cluster's health would wait for a member that is not coming).
    */
   needsJoined?: readonly string[];
+  /** A joiner's VM made and started ahead of its turn, which comes after this joiner's (bootAheadPhases). */
+  bootedAheadOf?: string;
 };
 
 const NOT_SELECTED = 'not selected by --tags / --skip-tags';
@@ -159,24 +161,60 @@ const checkedPhase = (step: 'health' | 'auth' | 'users', pass: Pass, selected: (
   ...(selected(step) ? {} : { skip: NOT_SELECTED }),
 });
 
-/** One joiner, strictly after those before: a learner, its VM and guest, promoted, and the cluster healthy. */
+/** The pass a joiner joins in: beside the members before it, its own disks and empty data expected. */
+const joinPass = (joiner: string, before: readonly string[]): Pass => ({
+  cluster: [...before, joiner],
+  members: [joiner],
+  joining: true,
+  formed: true,
+});
+
+/** A joiner's VM made and started: its seed, disks and domain, up to its first boot. */
+const bootPhases = (pass: Pass, selected: (step: StepId) => boolean): PlannedPhase[] => [
+  { step: 'render', pass },
+  ...convergePhases(pass, selected, false).filter((phase) => phase.step !== 'guest'),
+];
+
+/**
+ * One joiner, strictly after those before: a learner, its VM and guest, promoted, and the cluster healthy.
+ * `bootedAhead`: its VM was made and started before the joins (bootAheadPhases), so its turn adds it, then
+ * converges its guest (which starts its etcd, waiting until then) and promotes it.
+ */
 function joinPhases(
   joiner: string,
   before: readonly string[],
   earlierJoiners: readonly string[],
   selection: readonly string[],
   selected: (step: StepId) => boolean,
+  bootedAhead: boolean,
 ): PlannedPhase[] {
-  const pass: Pass = { cluster: [...before, joiner], members: [joiner], joining: true, formed: true };
+  const pass = joinPass(joiner, before);
   const phases: PlannedPhase[] = [
     { step: 'join', member: joiner, before },
-    { step: 'render', pass },
-    ...convergePhases(pass, selected, false),
+    ...(bootedAhead ? [] : bootPhases(pass, selected)),
+    ...convergePhases(pass, selected, false).filter((phase) => phase.step === 'guest'),
     { step: 'promote', member: joiner, before },
     checkedPhase('health', { ...pass, members: selection.filter((name) => pass.cluster.includes(name)) }, selected),
   ];
   // Strictly one after another: a joiner whose join failed stops the joins after it.
   return phases.map((phase) => ({ ...phase, needsJoined: [...earlierJoiners, joiner] }));
+}
+
+/**
+ * The joiners after the first, booted before any joins: a first boot is the longest part of a join under
+ * emulation (1.5–2 minutes on the lab), and each one's boots while those before it join. etcd accepts one
+ * learner at a time, so each is still added, started and promoted strictly after the one before it; until
+ * the cluster has added it, its etcd exits at start (not a member: nothing is written but an empty database)
+ * and systemd starts it again every RestartSec. Each is rendered in the pass it joins in, so its seed and
+ * its turn's guest are the same.
+ */
+function bootAheadPhases(joiners: readonly string[], voting: readonly string[], selected: (step: StepId) => boolean): PlannedPhase[] {
+  return joiners.slice(1).flatMap((joiner, i) =>
+    bootPhases(joinPass(joiner, [...voting, ...joiners.slice(0, i + 1)]), selected).map((phase) => ({
+      ...phase,
+      bootedAheadOf: joiners[i]!,
+    })),
+  );
 }
 
 /** The steps a rebuild needs after it: the new OS disk's guest converged, and its etcd healthy. */
@@ -233,7 +271,7 @@ function imageReplacementPhases(
   const before = record.voting.filter((name) => name !== change.member);
   return [
     { step: 'depart', departure: 'replace', member: change.member, assumedRemoved: [], image: change, onlyIfClean: true },
-    ...joinPhases(change.member, before, [], selection, selected).map((phase) => ({ ...phase, onlyIfClean: true as const })),
+    ...joinPhases(change.member, before, [], selection, selected, false).map((phase) => ({ ...phase, onlyIfClean: true as const })),
   ];
 }
 
@@ -260,7 +298,7 @@ function peerTrustPhases(record: DeployRecord, main: Pass, options: PlanOptions,
 
 /**
  * The phases after the gather stage, in order: departures, then render and converge the members etcd
- * has, health, auth and users, each joiner one after another, `formed` when the cluster formed in
+ * has, health, auth and users, the joiners after the first booted, each joiner one after another, `formed` when the cluster formed in
  * this run or members joined, then the peer port's stages still to go.
  */
 export function buildPlan(inventory: Inventory, options: PlanOptions, record: DeployRecord): PlannedPhase[] {
@@ -292,9 +330,12 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
       assumedRemoved: options.dryRun ? departures.slice(0, i).map((d) => d.member) : [],
     }),
   );
-  const joins = joiners.flatMap((joiner, i) =>
-    joinPhases(joiner, [...record.voting, ...joiners.slice(0, i)], joiners.slice(0, i), selection, selected),
-  );
+  const joins = [
+    ...bootAheadPhases(joiners, record.voting, selected),
+    ...joiners.flatMap((joiner, i) =>
+      joinPhases(joiner, [...record.voting, ...joiners.slice(0, i)], joiners.slice(0, i), selection, selected, i > 0),
+    ),
+  ];
   const bootstrap = inventory.members.filter((member) => member.bootstrapsAuth).map((member) => member.name);
   const everyone: Pass = { cluster: inventory.members.map((member) => member.name), members: selection, joining: false, formed: true };
   // A dry-run neither forms the cluster nor adds a member: there is nothing yet to render as existing.
@@ -396,7 +437,8 @@ export function describePlan(plan: readonly PlannedPhase[]): string[] {
       case 'consistency':
         return `${title}${phase.note ?? "once a member changed in this run (or with --accept-mismatch): every voting member's HashKV at one revision, equal"}`;
       default: {
-        const on = `${phase.pass.members.join(', ') || '(no member)'}${phase.pass.joining ? ' (joining)' : ''}`;
+        const joining = phase.bootedAheadOf ? ` (joining after ${phase.bootedAheadOf}; booted ahead)` : ' (joining)';
+        const on = `${phase.pass.members.join(', ') || '(no member)'}${phase.pass.joining ? joining : ''}`;
         const how = phase.skip
           ? `skipped: ${phase.skip}`
           : (phase.note ?? `${on} · cluster ${phase.pass.cluster.join(', ')} · ${phase.pass.formed ? 'existing' : 'new'}`);

@@ -2,7 +2,7 @@ import { stringify } from 'yaml';
 import { maskSecret, revealSecret, type SecretWriter } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberTls } from '../pki/materials.ts';
-import type { InitialClusterState } from './etcd.ts';
+import type { FirstStart } from './etcd.ts';
 import { memberAgentFragment } from './guest/member-agent.ts';
 import { textfileFragment } from './guest/textfile.ts';
 import { agentInEtcd } from '../inventory/tool-users.ts';
@@ -27,7 +27,7 @@ export interface CloudInitInput {
   tls: MemberTls;
   /** The key the tool itself logs in with, authorised next to the operator's. */
   toolSshPublicKey?: string;
-  initialClusterState: InitialClusterState;
+  firstStart: FirstStart;
   /** The state directory's cluster ID, which the agent binds into every backup's manifest (absent in a new cluster's dry-run). */
   clusterId?: string;
   writeSecret: SecretWriter;
@@ -71,7 +71,7 @@ export function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
   const features = [
     dependenciesFragment(inventory, member),
     dataVolumeFragment(member, inventory.etcd.data_dir),
-    etcdFragment(inventory, member, input.tls, input.initialClusterState, writeSecret),
+    etcdFragment(inventory, member, input.tls, input.firstStart, writeSecret),
     nodeExporterFragment(member),
     chronyFragment(member.services.chrony),
     fluentBitFragment({ fluentbit: member.services.fluentbit, dynamic: usesDynamicConfig(member.services) }, writeSecret),

@@ -21,6 +21,15 @@ export const GUEST_PATHS = {
 export type InitialClusterState = 'new' | 'existing';
 
 /**
+ * How a member's etcd first starts: founding the cluster (`new`), on a cluster it belongs to (`existing`), or
+ * joining a formed one (`joining`: started `existing`, it can run only once the cluster has added it as a learner,
+ * which a run booting several joiners at once does for each only after the one before it has been promoted).
+ */
+export type FirstStart = InitialClusterState | 'joining';
+
+export const initialClusterStateOf = (start: FirstStart): InitialClusterState => (start === 'new' ? 'new' : 'existing');
+
+/**
  * etcd's settings for one member as ETCD_* variables, in a fixed order.
  * `initialClusterState` is decided by the caller: 'new' only for a cluster that has not formed yet.
  */

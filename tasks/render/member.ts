@@ -11,7 +11,7 @@ import {
 } from './cloud-init.ts';
 import { desiredGuest, type DesiredGuest } from './guest/desired.ts';
 import { renderDomainXml } from './domain.ts';
-import type { InitialClusterState } from './etcd.ts';
+import type { FirstStart } from './etcd.ts';
 import type { CloudConfigFragment } from './guest/fragment.ts';
 
 export interface RenderedFile {
@@ -26,7 +26,7 @@ export interface RenderedFile {
 export interface RenderContext {
   inventory: Inventory;
   pki: PkiMaterials;
-  initialClusterState: InitialClusterState;
+  firstStart: FirstStart;
   /** Names of the libvirt networks given by network_id, by member, then by UUID (unresolved offline). */
   networkNames?: ReadonlyMap<string, ReadonlyMap<string, string>>;
 }
@@ -38,7 +38,7 @@ function cloudInitInput(context: RenderContext, member: Member): Omit<CloudInitI
     member,
     tls: pki.members.get(member.name) ?? {},
     ...(pki.adminSshPublicKey ? { toolSshPublicKey: pki.adminSshPublicKey } : {}),
-    initialClusterState: context.initialClusterState,
+    firstStart: context.firstStart,
     ...(pki.identity.id ? { clusterId: pki.identity.id } : {}),
   };
 }

@@ -42,6 +42,11 @@ export interface GuestStepOptions {
   clients: EtcdClients;
   clusterFormed: boolean;
   /**
+   * The members join the cluster as learners in this pass: a start waits for etcd to be ready, not for the
+   * cluster's health, which counts voting members only (the promote step waits for the learner to catch up).
+   */
+  joining?: boolean;
+  /**
    * Does the run show its changes' diffs (--diff, a dry-run)? Only then is a drifted file's current
    * text read: one more exec per member.
    */
@@ -320,7 +325,7 @@ async function restartRolling(
     // Blocks until the old process has stopped and the new one is ready (Type=notify: etcd has joined
     // its cluster) or failed; only then can a health answer be the new process's.
     await filesThenService(ssh, files, verb, unit, timeoutMs);
-    await waitForHealth(inventory, clients, member, Math.max(deadline - Date.now(), HEALTH_AFTER_START_MS));
+    if (!guest.joining) await waitForHealth(inventory, clients, member, Math.max(deadline - Date.now(), HEALTH_AFTER_START_MS));
     const release = desiredOf(guest, member.name).release;
     if (release)
       await waitForRelease(

@@ -3,6 +3,7 @@ import { Runner } from '../../tasks/core/runner.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
 import { renderAll } from '../../tasks/pipeline.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
+import type { FirstStart } from '../../tasks/render/etcd.ts';
 import type { RenderedFile } from '../../tasks/render/member.ts';
 import type { DesiredGuest } from '../../tasks/render/guest/desired.ts';
 import { ENABLE_UNLESS_ENABLED } from '../../tasks/render/guest/fragment.ts';
@@ -12,13 +13,14 @@ import { scratchDir } from './scratch.ts';
 /** Issues the PKI into a fresh state directory and renders every member: what a deploy would upload. */
 export async function renderWithPki(
   inventory: Inventory,
+  firstStart: FirstStart = inventory.cluster.is_initializing ? 'new' : 'existing',
 ): Promise<{ inventory: Inventory; rendered: Map<string, RenderedFile[]>; guests: Map<string, DesiredGuest> }> {
   const stateDir = scratchDir('render');
   const withState = { ...inventory, stateDir };
   const store = new PkiStore(stateDir);
   const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(withState, store));
   if (result?.status === 'failed') throw new Error(result.error);
-  const { files, guests } = renderAll(withState, withState.members, store, withState.cluster.is_initializing ? 'new' : 'existing');
+  const { files, guests } = renderAll(withState, withState.members, store, firstStart);
   return { inventory: withState, rendered: files, guests };
 }
 

@@ -155,6 +155,41 @@ const rows: {
     ],
   },
   {
+    name: 'two replaced (the quorum lost and recovered): both depart, etcd-3 is booted while etcd-2 joins, then joins itself without booting again',
+    record: record({
+      voting: ['etcd-1', 'etcd-4'],
+      joiners: ['etcd-2', 'etcd-3'],
+      departures: [
+        { departure: 'replace', member: 'etcd-2' },
+        { departure: 'replace', member: 'etcd-3' },
+      ],
+    }),
+    phases: [
+      'replace etcd-2',
+      'replace etcd-3',
+      ...MAIN_ALL.map((t) => t.replace('1234', '14')),
+      'render@3',
+      'owner@3',
+      'volumes@3',
+      'cloud-init@3',
+      'domain@3',
+      'join etcd-2',
+      'render@2',
+      'owner@2',
+      'volumes@2',
+      'cloud-init@2',
+      'domain@2',
+      'guest@2',
+      'promote etcd-2',
+      'health@124',
+      'join etcd-3',
+      'guest@3',
+      'promote etcd-3',
+      'health@1234',
+      'formed@1234',
+    ],
+  },
+  {
     name: '--limit: only the members named; a member marked absent does not leave in a limited run',
     record: record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], departures: [{ departure: 'leave', member: 'etcd-4' }] }),
     options: { limit: ['etcd-2'] },
@@ -419,19 +454,46 @@ test('plan: each joiner joins beside the voting members and the joiners before i
   t.deepEqual(joins, ['etcd-3<etcd-1,etcd-2', 'etcd-4<etcd-1,etcd-2,etcd-3']);
 });
 
-test('plan: every phase of a join needs that joiner and the ones before it to have joined; the main pass needs none', (t) => {
+test('plan: every phase of a join needs that joiner and the ones before it to have joined; the main pass and the boots ahead need none', (t) => {
   const grow = record({ voting: ['etcd-1', 'etcd-2'], joiners: ['etcd-3', 'etcd-4'] });
   const needs = buildPlan(fourMembers(), options(), grow).map((phase) => `${phaseTitle(phase)}:${(phase.needsJoined ?? []).join(',')}`);
   t.deepEqual(
     needs.slice(0, 9),
     MAIN_ALL.map((token) => `${token.split('@')[0]}:`),
   );
-  const joinOf = (joiner: string, needed: string) =>
-    [`join ${joiner}`, 'render', 'owner', 'volumes', 'cloud-init', 'domain', 'guest', `promote ${joiner}`, 'health'].map(
-      (title) => `${title}:${needed}`,
-    );
-  t.deepEqual(needs.slice(9, 27), [...joinOf('etcd-3', 'etcd-3'), ...joinOf('etcd-4', 'etcd-3,etcd-4')]);
+  const boot = ['render', 'owner', 'volumes', 'cloud-init', 'domain'];
+  t.deepEqual(
+    needs.slice(9, 14),
+    boot.map((title) => `${title}:`),
+  );
+  const joinOf = (joiner: string, needed: string, titles: readonly string[]) =>
+    [`join ${joiner}`, ...titles, 'guest', `promote ${joiner}`, 'health'].map((title) => `${title}:${needed}`);
+  t.deepEqual(needs.slice(14, 27), [...joinOf('etcd-3', 'etcd-3', boot), ...joinOf('etcd-4', 'etcd-3,etcd-4', [])]);
   t.is(needs[27], 'formed:');
+});
+
+test('plan: a joiner booted ahead is rendered in the pass it joins in (its seed is the one its turn uses), and says so', (t) => {
+  const grow = record({ voting: ['etcd-1', 'etcd-2'], joiners: ['etcd-3', 'etcd-4'] });
+  const plan = buildPlan(fourMembers(), options(), grow);
+  const passesOf4 = plan.flatMap((phase) =>
+    'pass' in phase && phase.pass.members.join() === 'etcd-4' ? [JSON.stringify(phase.pass)] : [],
+  );
+  t.is(new Set(passesOf4).size, 1);
+  t.deepEqual(JSON.parse(passesOf4[0]!), {
+    cluster: ['etcd-1', 'etcd-2', 'etcd-3', 'etcd-4'],
+    members: ['etcd-4'],
+    joining: true,
+    formed: true,
+  });
+  const ahead = plan.filter((phase) => phase.bootedAheadOf !== undefined);
+  t.deepEqual(ahead.map(token), ['render@4', 'owner@4', 'volumes@4', 'cloud-init@4', 'domain@4']);
+  t.regex(
+    describePlan(ahead)[4]!,
+    /^domain +etcd-4 \(joining after etcd-3; booted ahead\) · cluster etcd-1, etcd-2, etcd-3, etcd-4 · existing$/,
+  );
+  // A single joiner boots in its own turn, after it was added.
+  const one = buildPlan(fourMembers(), options(), record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], joiners: ['etcd-4'] }));
+  t.false(one.some((phase) => phase.bootedAheadOf !== undefined));
 });
 
 test('plan: the peer stages still to go, each once, in order, and only when nothing failed before', (t) => {

@@ -2,6 +2,7 @@ import test from 'ava';
 import { parse } from 'yaml';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import { ENABLE_UNLESS_ENABLED } from '../../tasks/render/guest/fragment.ts';
+import type { RenderedFile } from '../../tasks/render/member.ts';
 import { fileOf, firstBootStep, renderWithPki, writeFilesOf } from '../helpers/render.ts';
 
 /**
@@ -136,6 +137,24 @@ for (const [path, wanted] of Object.entries(expected)) {
     }
   });
 }
+
+test("a joiner's first boot starts its etcd without waiting for it (not a member until its turn), as existing; the others wait", async (t) => {
+  const inventory = loadInventory('inventories/lab.yaml');
+  const runcmdOf = (rendered: Map<string, RenderedFile[]>) =>
+    (parse(fileOf(rendered.get('etcd-2'), 'user-data').content, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map((argv) =>
+      argv.join(' '),
+    );
+  const environmentOf = (rendered: Map<string, RenderedFile[]>) =>
+    writeFilesOf(fileOf(rendered.get('etcd-2'), 'user-data').content).get('/etc/etcd/etcd.env')!.content;
+  const joining = (await renderWithPki(inventory, 'joining')).rendered;
+  t.is(runcmdOf(joining).at(-1), 'systemctl --no-block restart etcd.service');
+  t.regex(environmentOf(joining), /^ETCD_INITIAL_CLUSTER_STATE="?existing"?$/m);
+  for (const start of ['new', 'existing'] as const) {
+    const rendered = (await renderWithPki(inventory, start)).rendered;
+    t.is(runcmdOf(rendered).at(-1), 'systemctl restart etcd.service', start);
+    t.regex(environmentOf(rendered), new RegExp(`^ETCD_INITIAL_CLUSTER_STATE="?${start}"?$`, 'm'));
+  }
+});
 
 test('etcd starts at first boot last, after its data directory is prepared, and restarts one member at a time', async (t) => {
   const { inventory, rendered, guests } = await renderWithPki(loadInventory('inventories/lab.yaml'));

@@ -28,7 +28,7 @@ function withDefaults(settings: Record<string, unknown>, change?: (doc: Doc) => 
 
 function userDataOf(doc: Doc) {
   const inventory = load(doc);
-  const files = renderMember({ inventory, pki, initialClusterState: 'new' }, inventory.members[0]!);
+  const files = renderMember({ inventory, pki, firstStart: 'new' }, inventory.members[0]!);
   const userData = fileOf(files, 'user-data');
   return {
     config: parse(userData.content, { version: '1.1' }),

@@ -19,7 +19,7 @@ const identity = { cluster: 'test', id: '0d6f6c3e-3f0b-4a4b-9a57-2c1f0e8b7a10', 
 const pendingPki = { members: new Map(), identity };
 
 function rendered(inventory: Inventory, memberIndex = 0) {
-  return renderMember({ inventory, pki: pendingPki, initialClusterState: 'new' }, inventory.members[memberIndex]!);
+  return renderMember({ inventory, pki: pendingPki, firstStart: 'new' }, inventory.members[memberIndex]!);
 }
 
 test('etcd settings: https URLs on the first interface, cluster-wide initial cluster, modes as configured', (t) => {
@@ -89,7 +89,7 @@ test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 070
     adminSshPublicKey: 'ecdsa-sha2-nistp256 AAAA tool',
     identity,
   };
-  const files = renderMember({ inventory, pki, initialClusterState: 'new' }, inventory.members[0]!);
+  const files = renderMember({ inventory, pki, firstStart: 'new' }, inventory.members[0]!);
   const userData = fileOf(files, 'user-data');
   t.true(userData.content.startsWith('#cloud-config\n'));
   const config = parse(userData.content, { version: '1.1' });
@@ -125,7 +125,7 @@ test('user-data: admin user, keys, TLS files with modes, etcd unit, data dir 070
   t.is((userData.display.match(/<redacted>/g) ?? []).length, 3);
 
   // renderAll renders the guest's fragments once each way for both its user-data and its desired guest: the same as apart.
-  const context = { inventory, pki, initialClusterState: 'new' as const };
+  const context = { inventory, pki, firstStart: 'new' as const };
   const together = renderMemberAndGuest(context, inventory.members[0]!);
   t.deepEqual(together.files, files);
   t.deepEqual(together.guest, renderGuest(context, inventory.members[0]!));

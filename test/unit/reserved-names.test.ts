@@ -22,7 +22,7 @@ test('the guest accounts the admin user may not take are exactly the service acc
       fluentbit_dynamic_config: { ...services.fluentbit_dynamic_config, enabled: true },
     },
   };
-  const fragments = guestFragments({ inventory, member: everything, tls: {}, initialClusterState: 'new', writeSecret: maskSecret });
+  const fragments = guestFragments({ inventory, member: everything, tls: {}, firstStart: 'new', writeSecret: maskSecret });
   const created = fragments.flatMap((fragment) => fragment.users ?? []).map((user) => String(user.name));
   t.deepEqual([...created, 'root'].sort(), [...GUEST_SERVICE_ACCOUNTS].sort());
 });

@@ -450,6 +450,50 @@ function dryRunCases() {
     const drifted = step(factsWith('edited by hand\n'), [factsWith('edited again\n')]);
     t.deepEqual(summaries(drifted.plan(await drifted.check('etcd-1', patienceOf(false)), 'etcd-1')), ['update /etc/chrony/chrony.conf']);
   });
+  test("guest: a joining member's etcd, waiting to be added, is started and waited for by systemd alone; any other's start waits for the cluster's health", async (t) => {
+    const etcd = { unit: 'etcd.service', onChange: 'restart' as const, rolling: true };
+    const wanted = new Map([['etcd-1', { ...desired.get('etcd-1')!, services: [etcd] } satisfies DesiredGuest]]);
+    // Booted ahead of its turn: etcd exited (not a member yet) and systemd waits out RestartSec.
+    const facts = {
+      files: new Map(),
+      units: new Map([
+        ['etcd.service', { loaded: true, enabled: 'enabled', active: 'activating', sub: 'auto-restart', needsDaemonReload: false }],
+      ]),
+      environments: new Map(),
+      dataDirInitialized: false,
+      cloudInit: { state: 'done' as const },
+      retiredFound: new Set<string>(),
+    };
+    const step = (joining: boolean, ran: string[]) => {
+      const ssh = {
+        run: async (argv: string[]) => void ran.push(argv.join(' ')),
+        exec: async () => ({ stdout: '', stderr: '', code: 0 }),
+      };
+      return guestStep({
+        inventory: quick,
+        members: [quick.members[0]!],
+        desired: wanted,
+        ssh: { reach: async () => ssh, get: async () => ssh } as unknown as MemberConnections,
+        probe: { takeEarly: async () => facts, askNow: async () => facts } as unknown as GuestProbe,
+        // Asked for the member's health, the answer is at once that it cannot be.
+        clients: { ...etcdDown, unreachable: () => 'its hypervisor did not answer' } as unknown as EtcdClients,
+        clusterFormed: false,
+        joining,
+        diffs: false,
+      });
+    };
+    const ran: string[] = [];
+    const joiner = step(true, ran);
+    const state = await joiner.check('etcd-1', patienceOf(false));
+    const changes = joiner.plan(state, 'etcd-1');
+    t.deepEqual(summaries(changes), ['start etcd.service (was activating/auto-restart)']);
+    await joiner.apply(changes, 'etcd-1', state);
+    t.deepEqual(ran, ['sudo systemctl start etcd.service']);
+    const member = step(false, []);
+    await t.throwsAsync(member.apply(changes, 'etcd-1', state), {
+      message: /^etcd on etcd-1 did not come back after its start: etcd on etcd-1 cannot be asked/,
+    });
+  });
   test("restore: a booting member's SSH is waited for health_timeout in a run, tried once in a dry-run", async (t) => {
     const windows: number[] = [];
     const step = restoreStep(quick, quick.members, sshRefused(windows), source);

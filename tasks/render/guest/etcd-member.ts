@@ -1,7 +1,7 @@
 import type { SecretWriter } from '../../core/secret.ts';
 import type { Inventory, Member } from '../../inventory/model.ts';
 import type { MemberTls } from '../../pki/materials.ts';
-import { etcdEnvironment, GUEST_PATHS, renderEnvironmentFile, renderUnitFile, type InitialClusterState } from '../etcd.ts';
+import { etcdEnvironment, GUEST_PATHS, initialClusterStateOf, renderEnvironmentFile, renderUnitFile, type FirstStart } from '../etcd.ts';
 import type { CloudConfigFragment } from './fragment.ts';
 
 /** Shown in place of material the PKI step has not created yet (dry-run before the first apply). */
@@ -31,7 +31,7 @@ export function etcdFragment(
   inventory: Inventory,
   member: Member,
   tls: MemberTls,
-  initialClusterState: InitialClusterState,
+  firstStart: FirstStart,
   writeSecret: SecretWriter,
 ): CloudConfigFragment {
   return {
@@ -64,7 +64,7 @@ export function etcdFragment(
       {
         path: GUEST_PATHS.environmentFile,
         permissions: '0644',
-        content: renderEnvironmentFile(etcdEnvironment(inventory, member, initialClusterState, tls.peer?.allowedCn)),
+        content: renderEnvironmentFile(etcdEnvironment(inventory, member, initialClusterStateOf(firstStart), tls.peer?.allowedCn)),
       },
       { path: GUEST_PATHS.unitFile, permissions: '0644', content: renderUnitFile(inventory, member), notify: ETCD_UNIT },
     ],
@@ -79,6 +79,9 @@ export function etcdFragment(
         onChange: 'restart',
         rolling: true,
         environment: { path: GUEST_PATHS.environmentFile, ignore: FIRST_START_VARIABLES },
+        // A joiner's first boot cannot wait for it: booted ahead of its turn, it is not a member yet, and etcd exits
+        // (restarted every RestartSec) until the cluster adds it; the guest step starts it once it has.
+        ...(firstStart === 'joining' ? { firstBootNoWait: true as const } : {}),
       },
     ],
   };

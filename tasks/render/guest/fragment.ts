@@ -32,6 +32,8 @@ export interface GuestService {
    * restarting is finished by the next). Variables in `ignore` take effect only at first start.
    */
   environment?: { path: string; ignore: readonly string[] };
+  /** Started at first boot without waiting for it (`systemctl --no-block`): the boot ends whether it runs yet or not. */
+  firstBootNoWait?: true;
 }
 
 export type Command = string[];
@@ -105,7 +107,7 @@ export const ENABLE_UNLESS_ENABLED = [
  * since the image may already run it with its packaged configuration (chrony). The cluster's own service
  * (etcd, rolling) starts last: its start returns only once the cluster has formed, and the first boot,
  * which the deploy waits for, then ends at once instead of restarting chrony and the rest afterwards
- * (~9 s under emulation).
+ * (~9 s under emulation). A joiner's etcd is started without waiting (firstBootNoWait): it may not be a member yet.
  */
 export function firstBootCommands(fragments: readonly CloudConfigFragment[]): Command[] {
   const preparation = fragments.flatMap((fragment) => fragment.runcmd ?? []);
@@ -113,6 +115,7 @@ export function firstBootCommands(fragments: readonly CloudConfigFragment[]): Co
     (fragment.services ?? []).map((service) => ({
       unit: service.unit,
       rolling: service.rolling === true,
+      noWait: service.firstBootNoWait === true,
       verb: (fragment.writeFiles ?? []).some((file) => file.notify === service.unit) ? 'restart' : 'start',
     })),
   );
@@ -125,6 +128,8 @@ export function firstBootCommands(fragments: readonly CloudConfigFragment[]): Co
     ['systemctl', 'daemon-reload'],
     ['sh', '-c', ENABLE_UNLESS_ENABLED, 'sh', ...services.map((service) => service.unit)],
     ...together.map((command) => ['systemctl', ...command]),
-    ...services.filter((service) => service.rolling).map((service) => ['systemctl', service.verb, service.unit]),
+    ...services
+      .filter((service) => service.rolling)
+      .map((service) => ['systemctl', ...(service.noWait ? ['--no-block'] : []), service.verb, service.unit]),
   ];
 }
