@@ -1,6 +1,6 @@
 #!/usr/bin/env -S npx tsx
 import { humanStream, reportGoesTo, writeReport } from './core/human-output.ts';
-import { DEPLOY_HELP, parseDeployOptions, type DeployOptions } from './cli/options.ts';
+import { DEPLOY_HELP, deployExitCode, parseDeployOptions, type DeployOptions } from './cli/options.ts';
 import { describeError, EXIT, InputError, reportInputError } from './core/errors.ts';
 import { silenceKnownWarnings } from './core/warnings.ts';
 import { formatChanges, formatProfile, formatRecap, formatUnreachable, recapByHost } from './core/report.ts';
@@ -108,9 +108,11 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
     };
     writeReport(options.json, report);
   }
-  if (lockLoss.lost) return EXIT.failed;
-  if (runner.interrupted) return EXIT.interrupted;
-  return runner.failed ? EXIT.failed : EXIT.ok;
+  const changed = runner.results.some((result) => result.status === 'changed');
+  return deployExitCode(
+    { lockLost: lockLoss.lost, interrupted: runner.interrupted !== undefined, failed: runner.failed, changed },
+    options.detailedExitcode,
+  );
 }
 
 /** --list-phases: the plan, one line per phase (and in the --json report, each phase's title and whether it runs). */

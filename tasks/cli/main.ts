@@ -40,6 +40,7 @@ export const COMMANDS: readonly Command[] = [
       '--replace',
       '--adopt',
       '--accept-mismatch',
+      '--detailed-exitcode',
       '--profile',
       '--json',
       '--debug',

@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { InputError } from '../core/errors.ts';
+import { EXIT, InputError } from '../core/errors.ts';
 import { tagsHelp } from '../steps/registry.ts';
 
 export interface DeployOptions {
@@ -16,6 +16,8 @@ export interface DeployOptions {
   adopt?: string[];
   /** --accept-mismatch: go on after a run found the members' data different (verify/consistency.ts). */
   acceptMismatch: boolean;
+  /** --detailed-exitcode: a run that changed something (a dry-run: would) exits EXIT.changes, not 0. */
+  detailedExitcode: boolean;
   diff: boolean;
   profile: boolean;
   json?: string;
@@ -57,12 +59,17 @@ ${tagsHelp('                           ')}
       --profile          after the recap, each step's time on each host, the slowest step first,
                          then each phase's wall-clock time (what no step's time shows), then the
                          slowest commands sent into members over SSH, start to exit
+      --detailed-exitcode
+                         exit 3 when the run changed something (a dry-run: would change
+                         something) and 0 only when there was nothing to do, as Terraform's
+                         plan -detailed-exitcode (whose 2 is bad input here)
       --json FILE        also write a machine-readable report of every step and host to FILE
                          (- for standard output, alone: what is said for people goes to standard error)
       --debug            show stack traces of unexpected errors
   -h, --help             show this help
 
-Exit codes: 0 success, 1 a step failed, 2 bad input (inventory or flags); nothing is changed on 2.
+Exit codes: 0 success, 1 a step failed, 2 bad input (inventory or flags), 3 success with changes
+(with --detailed-exitcode only); nothing is changed on 2.
 Secrets (private keys, passwords) are never printed, not even in dry-run diffs.`;
 
 const list = (value: string) =>
@@ -74,7 +81,19 @@ const list = (value: string) =>
 export function parseDeployOptions(argv: string[]): DeployOptions {
   let parsed: {
     values: Partial<Record<'inventory' | 'render-only' | 'limit' | 'tags' | 'skip-tags' | 'replace' | 'adopt' | 'json', string>> &
-      Record<'dry-run' | 'list-phases' | 'check' | 'renew-certs' | 'accept-mismatch' | 'diff' | 'profile' | 'debug' | 'help', boolean>;
+      Record<
+        | 'dry-run'
+        | 'list-phases'
+        | 'check'
+        | 'renew-certs'
+        | 'accept-mismatch'
+        | 'detailed-exitcode'
+        | 'diff'
+        | 'profile'
+        | 'debug'
+        | 'help',
+        boolean
+      >;
   };
   try {
     parsed = parseArgs({
@@ -92,6 +111,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
         replace: { type: 'string' },
         adopt: { type: 'string' },
         'accept-mismatch': { type: 'boolean', default: false },
+        'detailed-exitcode': { type: 'boolean', default: false },
         diff: { type: 'boolean', short: 'D', default: false },
         profile: { type: 'boolean', default: false },
         json: { type: 'string' },
@@ -112,6 +132,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
       listPhases: false,
       renewCerts: false,
       acceptMismatch: false,
+      detailedExitcode: false,
       diff: false,
       profile: false,
       debug: false,
@@ -124,6 +145,10 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     throw new InputError('--list-phases and --render-only exclude each other: --render-only renders only');
   if (dryRun && values['render-only'])
     throw new InputError('--dry-run and --render-only exclude each other: --render-only already contacts nothing');
+  if (values['detailed-exitcode'] && (values['list-phases'] || values['render-only']))
+    throw new InputError(
+      `--detailed-exitcode says whether a run or a dry-run changes anything; ${values['list-phases'] ? '--list-phases lists phases' : '--render-only renders files'}, not changes`,
+    );
   return {
     inventory: values.inventory,
     dryRun,
@@ -136,10 +161,22 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     ...(values.replace ? { replace: list(values.replace) } : {}),
     ...(values.adopt ? { adopt: list(values.adopt) } : {}),
     acceptMismatch: values['accept-mismatch'],
+    detailedExitcode: values['detailed-exitcode'],
     diff: values.diff,
     profile: values.profile,
     ...(values.json ? { json: values.json } : {}),
     debug: values.debug,
     help: false,
   };
+}
+
+/** How a deploy ends, as its exit code: a failure first, then (asked for) whether anything changed. */
+export function deployExitCode(
+  run: { lockLost: boolean; interrupted: boolean; failed: boolean; changed: boolean },
+  detailedExitcode: boolean,
+): number {
+  if (run.lockLost) return EXIT.failed;
+  if (run.interrupted) return EXIT.interrupted;
+  if (run.failed) return EXIT.failed;
+  return detailedExitcode && run.changed ? EXIT.changes : EXIT.ok;
 }

@@ -3,7 +3,8 @@
  */
 
 /** Exit codes of every command of the tool. */
-export const EXIT = { ok: 0, failed: 1, badInput: 2, interrupted: 130 } as const;
+/** `changes`: a deploy with --detailed-exitcode that changed something (or, dry, would); never 2, which is bad input here. */
+export const EXIT = { ok: 0, failed: 1, badInput: 2, changes: 3, interrupted: 130 } as const;
 
 /** The operator's input is wrong (inventory, flags): exit code 2, nothing was touched. */
 export class InputError extends Error {

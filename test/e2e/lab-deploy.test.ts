@@ -281,7 +281,8 @@ scenario(
       ].sort(),
     );
     t.deepEqual(changed(second), []);
-    const dry = deployed(t, ['--dry-run']);
+    // As a CI gate would ask it: nothing to do is 0 (3 would say changes are pending).
+    const dry = deployed(t, ['--dry-run', '--detailed-exitcode']);
     t.is(dry.status, 0);
     t.deepEqual(changed(dry), []);
   },
@@ -959,8 +960,13 @@ scenario('a dry-run that plans changes in every step writes nothing anywhere in 
   try {
     const before = stateSnapshot();
     // The report goes elsewhere: the state directory is what is watched.
-    const dry = deployed(t, ['-i', changedSettings, '--dry-run'], join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'));
-    t.is(dry.status, 0);
+    const dry = deployed(
+      t,
+      ['-i', changedSettings, '--dry-run', '--detailed-exitcode'],
+      join(mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-')), 'report.json'),
+    );
+    // --detailed-exitcode: changes pending are 3, never 0 (nothing to do) nor 2 (bad input).
+    t.is(dry.status, 3);
     t.regex(changed(dry).join('\n'), /cloud-init: changed rewrite cloud-init ISO etcd-lab\/etcd-\d-cloud-init\.iso in place/);
     t.regex(changed(dry).join('\n'), /guest: changed update \/etc\/etcd\/etcd\.env; restart etcd\.service/);
     t.deepEqual(stateSnapshot(), before);

@@ -1,7 +1,7 @@
 import test from 'ava';
 import { existsSync } from 'node:fs';
 import { COMMANDS, dispatch, helpText, scriptPath, type Command, type Dispatch } from '../../tasks/cli/main.ts';
-import { parseDeployOptions } from '../../tasks/cli/options.ts';
+import { deployExitCode, parseDeployOptions } from '../../tasks/cli/options.ts';
 
 /** The etcd-kvm dispatcher's decisions, without running anything: what each command line asks for. */
 
@@ -83,4 +83,25 @@ test("deploy's short flags, as Ansible's hands type them: -l, -t, -C, -D mean --
 test('help lists help and version beside the commands', (t) => {
   t.regex(helpText(), /^ {2}help +this text, or a command's own: etcd-kvm help COMMAND$/m);
   t.regex(helpText(), /^ {2}version +print the version$/m);
+});
+
+test('--detailed-exitcode: 3 when a run changed something (or a dry-run would), 0 when nothing was to do; failures and bad input keep theirs', (t) => {
+  const run = { lockLost: false, interrupted: false, failed: false, changed: false };
+  const rows: [Partial<typeof run>, boolean, number][] = [
+    [{}, true, 0],
+    [{ changed: true }, true, 3],
+    [{ changed: true }, false, 0],
+    [{ changed: true, failed: true }, true, 1],
+    [{ changed: true, lockLost: true }, true, 1],
+    [{ changed: true, interrupted: true, failed: true }, true, 130],
+  ];
+  for (const [over, detailed, exit] of rows) t.is(deployExitCode({ ...run, ...over }, detailed), exit, JSON.stringify({ over, detailed }));
+  t.true(parseDeployOptions(['-i', 'inv.yaml', '-C', '--detailed-exitcode']).detailedExitcode);
+  t.false(parseDeployOptions(['-i', 'inv.yaml']).detailedExitcode);
+  t.throws(() => parseDeployOptions(['-i', 'inv.yaml', '--list-phases', '--detailed-exitcode']), {
+    message: /^--detailed-exitcode says whether a run or a dry-run changes anything; --list-phases lists phases, not changes$/,
+  });
+  t.throws(() => parseDeployOptions(['-i', 'inv.yaml', '--render-only', 'out', '--detailed-exitcode']), {
+    message: /--render-only renders files/,
+  });
 });
