@@ -198,8 +198,10 @@ the run stops with exit 2 before anything is changed.
 
 Editors complete and check inventories against [schema/inventory.schema.json](../schema/inventory.schema.json),
 generated from the same schema: put \`# yaml-language-server: $schema=../schema/inventory.schema.json\` (the path
-relative to the inventory) on the file's first line. The JSON Schema checks types, ranges, patterns and
-unknown keys; the rules further below are the loader's alone.
+relative to the inventory) on the file's first line, as every shipped inventory does. The JSON Schema checks
+types, ranges, patterns and unknown keys, and is valid under ajv's strict mode (with ajv-formats), so a pipeline
+can check inventories with it too (\`npm test\` does, for every shipped one); the rules further below are the
+loader's alone. Where the schema takes two spellings (a prefix length as 24 or "24"), the loader takes exactly those.
 
 \`defaults\` takes any member field but \`name\` and \`state\`; a field set on a member replaces the default as a
 whole (a shallow merge, as Ansible's variable precedence does). PEM fields take PEM text or a file path
@@ -253,23 +255,11 @@ export function inventoryReference(): string {
  * permission's key xor prefix, `root` refused as a user or role), every rule across fields (tasks/inventory/
  * rules.ts: unique addresses, one bootstrap member, an enabled feature's required settings, …), and the merge of
  * `defaults` into each member (the schema checks each of them on its own, which is equivalent field by field).
- * Coercions are widened by hand below: `prefix_length` takes "24" and `auto_compaction_retention` a number.
+ * No markdownDescription: ajv's strict mode, which many pipelines run, refuses keywords it does not know.
  */
 export function inventoryJsonSchema(): string {
   const schema = zodToJsonSchema(inventorySchema, {
     $refStrategy: 'none',
-    markdownDescription: true,
-    postProcess: (json, def) => {
-      const coerced = def as { typeName?: string; coerce?: boolean };
-      if (!json || !coerced.coerce) return json;
-      if (coerced.typeName === 'ZodString') return { ...json, type: ['string', 'number'] } as typeof json;
-      if (coerced.typeName === 'ZodNumber') {
-        const { description, markdownDescription, ...number } = json as Record<string, unknown>;
-        const meta = description === undefined ? {} : { description, markdownDescription };
-        return { anyOf: [number, { type: 'string', pattern: '^[0-9]+$' }], ...meta } as typeof json;
-      }
-      return json;
-    },
   });
   const document = {
     $schema: (schema as { $schema?: string }).$schema,

@@ -68,9 +68,13 @@ export function problemsFromZod(issues: readonly ZodIssue[], prefix: Path, known
     } else if (issue.code === 'invalid_type' && issue.received === 'undefined') {
       problems.push({ path, message: `is required (${issue.expected})` });
     } else if (issue.code === 'invalid_union') {
-      // The branches' own messages are more precise than "Invalid input".
-      const inner = issue.unionErrors.flatMap((error) => error.issues).find((inner) => inner.code !== 'invalid_literal');
-      problems.push({ path, message: inner?.message ?? issue.message });
+      // The branch of the value's own type says what is wrong with it ("0x18" as a prefix length); of the
+      // branches' type errors, the union's own message when the schema gives one, else the first is more
+      // precise than zod's "Invalid input".
+      const inner = issue.unionErrors.flatMap((error) => error.issues).filter((inner) => inner.code !== 'invalid_literal');
+      const ofItsType = inner.find((candidate) => candidate.code !== 'invalid_type');
+      const own = issue.message !== 'Invalid input' ? issue.message : undefined;
+      problems.push({ path, message: ofItsType?.message ?? own ?? inner[0]?.message ?? issue.message });
     } else {
       problems.push({ path, message: issue.message });
     }

@@ -82,8 +82,22 @@ const mac = z
   })
   .transform((value) => value.toLowerCase());
 
-/** Terraform passed prefix_length as a string; accept "24" as well as 24. */
-const prefixLength = z.coerce.number().int().min(1).max(32);
+const PREFIX_LENGTH_MESSAGE = 'must be a whole number from 1 to 32 (written 24 or "24")';
+/**
+ * Terraform passed prefix_length as a string: "24" is taken as well as 24, and nothing else — never a
+ * coercion (a boolean would be 1, a list [24] or "0x18" 24: a wrong network rendered without a word).
+ */
+const prefixLength = z.union(
+  [
+    z.number().int(PREFIX_LENGTH_MESSAGE).min(1, PREFIX_LENGTH_MESSAGE).max(32, PREFIX_LENGTH_MESSAGE),
+    // 1 to 32 as a pattern: what the published schema can say of a string, and says.
+    z
+      .string()
+      .regex(/^([1-9]|[12][0-9]|3[0-2])$/, PREFIX_LENGTH_MESSAGE)
+      .transform(Number),
+  ],
+  { errorMap: () => ({ message: PREFIX_LENGTH_MESSAGE }) },
+);
 
 const secret = z.string().transform((value) => new Secret(value));
 const optionalSecret = secret.default('');
@@ -603,9 +617,13 @@ export const etcdSchema = z
           "install and a restart. Checked against the release's SHA256SUMS.",
       ),
     auto_compaction_mode: z.enum(['revision', 'periodic']).default('revision').describe("etcd's `auto-compaction-mode`."),
-    auto_compaction_retention: z.coerce
-      .string()
-      .regex(ONE_LINE, ONE_LINE_MESSAGE)
+    auto_compaction_retention: z
+      .union([line, z.number().nonnegative().transform(String)], {
+        errorMap: (issue, context) =>
+          issue.code === 'invalid_union'
+            ? { message: 'must be a number of revisions or a duration such as "1h"' }
+            : { message: context.defaultError },
+      })
       .default('1000')
       .describe('Revisions (or, in periodic mode, a duration) kept by auto compaction; a number is taken as its text.'),
     space_quota: z

@@ -25,7 +25,7 @@ test('the reference covers the nested objects: a member field deep down is there
   const row = rows.find((candidate) => candidate.path === 'members[].fluentbit_dynamic_config.git.auth.client_ssh_key');
   t.like(row, { type: 'string (secret)', default: '`""`' });
   const prefixLength = rows.find((candidate) => candidate.path === 'members[].libvirt_networks[].prefix_length');
-  t.like(prefixLength, { type: 'integer (1–32)', default: '`24`' });
+  t.like(prefixLength, { type: 'integer (1–32) or string', default: '`24`' });
   t.like(
     rows.find((candidate) => candidate.path === 'cluster.name'),
     { default: '**required**' },
