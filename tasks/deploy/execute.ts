@@ -284,7 +284,7 @@ export class DeployExecution {
       this.clusterOf(pass.cluster),
       this.context.membersNamed(pass.members),
       this.context.store,
-      pass.joining ? 'joining' : pass.formed ? 'existing' : 'new',
+      pass.bootedAhead ? 'booted-ahead' : pass.formed ? 'existing' : 'new',
       this.networkNames,
     );
     this.#rendered.set(JSON.stringify(pass), rendered);

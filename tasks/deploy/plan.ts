@@ -56,6 +56,8 @@ export interface Pass {
   joining: boolean;
   /** Rendered as `existing` (the cluster has formed) or `new` (it forms in this pass). */
   formed: boolean;
+  /** A joiner whose VM boots before its turn (bootAheadPhases): its first boot does not wait for etcd. */
+  bootedAhead?: true;
 }
 
 export type PlannedPhase = (
@@ -162,11 +164,12 @@ const checkedPhase = (step: 'health' | 'auth' | 'users', pass: Pass, selected: (
 });
 
 /** The pass a joiner joins in: beside the members before it, its own disks and empty data expected. */
-const joinPass = (joiner: string, before: readonly string[]): Pass => ({
+const joinPass = (joiner: string, before: readonly string[], bootedAhead: boolean): Pass => ({
   cluster: [...before, joiner],
   members: [joiner],
   joining: true,
   formed: true,
+  ...(bootedAhead ? { bootedAhead: true as const } : {}),
 });
 
 /** A joiner's VM made and started: its seed, disks and domain, up to its first boot. */
@@ -188,7 +191,7 @@ function joinPhases(
   selected: (step: StepId) => boolean,
   bootedAhead: boolean,
 ): PlannedPhase[] {
-  const pass = joinPass(joiner, before);
+  const pass = joinPass(joiner, before, bootedAhead);
   const phases: PlannedPhase[] = [
     { step: 'join', member: joiner, before },
     ...(bootedAhead ? [] : bootPhases(pass, selected)),
@@ -210,7 +213,7 @@ function joinPhases(
  */
 function bootAheadPhases(joiners: readonly string[], voting: readonly string[], selected: (step: StepId) => boolean): PlannedPhase[] {
   return joiners.slice(1).flatMap((joiner, i) =>
-    bootPhases(joinPass(joiner, [...voting, ...joiners.slice(0, i + 1)]), selected).map((phase) => ({
+    bootPhases(joinPass(joiner, [...voting, ...joiners.slice(0, i + 1)], true), selected).map((phase) => ({
       ...phase,
       bootedAheadOf: joiners[i]!,
     })),

@@ -21,11 +21,12 @@ export const GUEST_PATHS = {
 export type InitialClusterState = 'new' | 'existing';
 
 /**
- * How a member's etcd first starts: founding the cluster (`new`), on a cluster it belongs to (`existing`), or
- * joining a formed one (`joining`: started `existing`, it can run only once the cluster has added it as a learner,
- * which a run booting several joiners at once does for each only after the one before it has been promoted).
+ * How a member's etcd first starts: founding the cluster (`new`), on a cluster that has it or is adding it
+ * (`existing`), or booted ahead of its turn to join (`booted-ahead`: started `existing`, it can run only once the
+ * cluster has added it as a learner, which a run booting several joiners at once does for each only after the
+ * one before it has been promoted).
  */
-export type FirstStart = InitialClusterState | 'joining';
+export type FirstStart = InitialClusterState | 'booted-ahead';
 
 export const initialClusterStateOf = (start: FirstStart): InitialClusterState => (start === 'new' ? 'new' : 'existing');
 

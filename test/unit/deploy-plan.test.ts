@@ -472,7 +472,7 @@ test('plan: every phase of a join needs that joiner and the ones before it to ha
   t.is(needs[27], 'formed:');
 });
 
-test('plan: a joiner booted ahead is rendered in the pass it joins in (its seed is the one its turn uses), and says so', (t) => {
+test('plan: a joiner booted ahead is rendered in the pass it joins in (its seed is the one its turn uses), marked booted ahead, and says so', (t) => {
   const grow = record({ voting: ['etcd-1', 'etcd-2'], joiners: ['etcd-3', 'etcd-4'] });
   const plan = buildPlan(fourMembers(), options(), grow);
   const passesOf4 = plan.flatMap((phase) =>
@@ -484,6 +484,7 @@ test('plan: a joiner booted ahead is rendered in the pass it joins in (its seed 
     members: ['etcd-4'],
     joining: true,
     formed: true,
+    bootedAhead: true,
   });
   const ahead = plan.filter((phase) => phase.bootedAheadOf !== undefined);
   t.deepEqual(ahead.map(token), ['render@4', 'owner@4', 'volumes@4', 'cloud-init@4', 'domain@4']);

@@ -138,7 +138,7 @@ for (const [path, wanted] of Object.entries(expected)) {
   });
 }
 
-test("a joiner's first boot starts its etcd without waiting for it (not a member until its turn), as existing; the others wait", async (t) => {
+test('a joiner booted ahead of its turn starts its etcd at first boot without waiting for it (not a member yet), as existing; the others wait', async (t) => {
   const inventory = loadInventory('inventories/lab.yaml');
   const runcmdOf = (rendered: Map<string, RenderedFile[]>) =>
     (parse(fileOf(rendered.get('etcd-2'), 'user-data').content, { version: '1.1' }) as { runcmd: string[][] }).runcmd.map((argv) =>
@@ -146,7 +146,7 @@ test("a joiner's first boot starts its etcd without waiting for it (not a member
     );
   const environmentOf = (rendered: Map<string, RenderedFile[]>) =>
     writeFilesOf(fileOf(rendered.get('etcd-2'), 'user-data').content).get('/etc/etcd/etcd.env')!.content;
-  const joining = (await renderWithPki(inventory, 'joining')).rendered;
+  const joining = (await renderWithPki(inventory, 'booted-ahead')).rendered;
   t.is(runcmdOf(joining).at(-1), 'systemctl --no-block restart etcd.service');
   t.regex(environmentOf(joining), /^ETCD_INITIAL_CLUSTER_STATE="?existing"?$/m);
   for (const start of ['new', 'existing'] as const) {

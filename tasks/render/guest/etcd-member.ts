@@ -79,9 +79,9 @@ export function etcdFragment(
         onChange: 'restart',
         rolling: true,
         environment: { path: GUEST_PATHS.environmentFile, ignore: FIRST_START_VARIABLES },
-        // A joiner's first boot cannot wait for it: booted ahead of its turn, it is not a member yet, and etcd exits
-        // (restarted every RestartSec) until the cluster adds it; the guest step starts it once it has.
-        ...(firstStart === 'joining' ? { firstBootNoWait: true as const } : {}),
+        // A joiner booted ahead of its turn cannot wait for it at first boot: it is not a member yet, and etcd exits
+        // (restarted every RestartSec) until the cluster adds it; its turn's guest step starts it once it has.
+        ...(firstStart === 'booted-ahead' ? { firstBootNoWait: true as const } : {}),
       },
     ],
   };

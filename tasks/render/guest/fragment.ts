@@ -107,7 +107,7 @@ export const ENABLE_UNLESS_ENABLED = [
  * since the image may already run it with its packaged configuration (chrony). The cluster's own service
  * (etcd, rolling) starts last: its start returns only once the cluster has formed, and the first boot,
  * which the deploy waits for, then ends at once instead of restarting chrony and the rest afterwards
- * (~9 s under emulation). A joiner's etcd is started without waiting (firstBootNoWait): it may not be a member yet.
+ * (~9 s under emulation). A joiner booted ahead of its turn starts etcd without waiting (firstBootNoWait): it is not a member yet.
  */
 export function firstBootCommands(fragments: readonly CloudConfigFragment[]): Command[] {
   const preparation = fragments.flatMap((fragment) => fragment.runcmd ?? []);
