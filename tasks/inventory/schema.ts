@@ -929,6 +929,13 @@ export const monitoringSchema = z
           'etcd user (they carry no keys or values); 0: none.',
       ),
     scrape_interval: promDuration.default('30s').describe('How often the generated scrape configuration scrapes each target.'),
+    runbook_url: line
+      .regex(/^(https?:\/\/[^\s#]+)?$/, 'must be an http(s) URL without a fragment (each alert adds its own #anchor)')
+      .default('')
+      .describe(
+        'Where your team publishes docs/monitoring.md (its page on your Git host, a wiki copy): every alert then carries `runbook_url` ' +
+          'pointing at its own row there (`#etcdkvmmemberdown`…). Empty: the alerts carry `summary` and `description` only.',
+      ),
     quota_fraction: z
       .number()
       .gt(0)

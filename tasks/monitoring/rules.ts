@@ -1,11 +1,11 @@
 import { stringify } from 'yaml';
 import type { Inventory } from '../inventory/model.ts';
-import { JOBS, type JobKey } from './scrape.ts';
+import { CLUSTER_LABEL, JOBS, type JobKey } from './scrape.ts';
 
 /**
  * The alert rules for one cluster, from its inventory: one Prometheus rule group, `etcd-kvm`. Pure.
  *
- * Every expression selects its series by job and by `cluster="<name>"`, so two clusters' rules in one
+ * Every expression selects its series by job and by `etcd_cluster="<name>"`, so two clusters' rules in one
  * Prometheus never read each other's members. etcd's own metrics come from the etcd job; what etcd does not
  * export (its alarms, certificates, backups, drift) comes from the member agent's textfile, on the node
  * exporter's job. test/prometheus/etcd-kvm-rules.test.yml fires and spares each alert with promtool.
@@ -18,7 +18,7 @@ export type Severity = 'critical' | 'warning';
 
 /** The label selectors an expression takes, already narrowed to this cluster and the right job. */
 interface Selectors {
-  /** `{job="etcd-kvm-etcd",cluster="…"}` plus the matchers given. */
+  /** `{job="etcd-kvm-etcd",etcd_cluster="…"}` plus the matchers given. */
   etcd: (...matchers: string[]) => string;
   node: (...matchers: string[]) => string;
 }
@@ -39,10 +39,11 @@ interface AlertDefinition {
 }
 
 const DAY_SECONDS = 86_400;
-const of = '{{ $labels.member }} ({{ $labels.cluster }})';
+const of = '{{ $labels.member }} ({{ $labels.etcd_cluster }})';
 
 /** The quantile over every bucket of a member, as etcd's own dashboards compute it. */
-const p99 = (bucket: string, selector: string) => `histogram_quantile(0.99, sum by (le, cluster, member) (rate(${bucket}${selector}[5m])))`;
+const p99 = (bucket: string, selector: string) =>
+  `histogram_quantile(0.99, sum by (le, etcd_cluster, member) (rate(${bucket}${selector}[5m])))`;
 
 const DEFINITIONS: readonly AlertDefinition[] = [
   {
@@ -81,8 +82,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     severity: 'warning',
     source: 'etcd',
     // Every member counts the same elections: the busiest count speaks for the cluster, in one alert.
-    expr: (s) => `max by (cluster) (increase(etcd_server_leader_changes_seen_total${s.etcd()}[15m])) > 3`,
-    summary: 'cluster {{ $labels.cluster }}: leadership changed {{ $value | printf "%.0f" }} times in 15 minutes',
+    expr: (s) => `max by (etcd_cluster) (increase(etcd_server_leader_changes_seen_total${s.etcd()}[15m])) > 3`,
+    summary: 'cluster {{ $labels.etcd_cluster }}: leadership changed {{ $value | printf "%.0f" }} times in 15 minutes',
     runbook:
       'Elections follow missed heartbeats: look for slow disks (the fsync and commit alerts) and lost packets between the members, and at `etcd-kvm status -i INV`.',
   },
@@ -181,8 +182,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     name: 'EtcdKvmMixedVersions',
     severity: 'warning',
     source: 'etcd',
-    expr: (s) => `count by (cluster) (count by (cluster, server_version) (etcd_server_version${s.etcd()})) > 1`,
-    summary: 'cluster {{ $labels.cluster }} runs {{ $value }} etcd versions at once',
+    expr: (s) => `count by (etcd_cluster) (count by (etcd_cluster, server_version) (etcd_server_version${s.etcd()})) > 1`,
+    summary: 'cluster {{ $labels.etcd_cluster }} runs {{ $value }} etcd versions at once',
     runbook:
       "Finish the upgrade or its rollback: set etcd.version and run `etcd-kvm deploy -i INV`; `etcd-kvm status -i INV` shows each member's version.",
   },
@@ -205,8 +206,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     // agent lags is not a missing backup), in one alert. A period of 0 is one the agent could not tell: no
     // threshold, rather than an alert at every age.
     expr: (s) =>
-      `time() - max by (cluster) (etcd_kvm_backup_last_success_timestamp_seconds${s.node()}) > 2 * (max by (cluster) (etcd_kvm_backup_period_seconds${s.node()}) > 0)`,
-    summary: 'cluster {{ $labels.cluster }}: no backup has succeeded for {{ $value | humanizeDuration }}, two schedule periods',
+      `time() - max by (etcd_cluster) (etcd_kvm_backup_last_success_timestamp_seconds${s.node()}) > 2 * (max by (etcd_cluster) (etcd_kvm_backup_period_seconds${s.node()}) > 0)`,
+    summary: 'cluster {{ $labels.etcd_cluster }}: no backup has succeeded for {{ $value | humanizeDuration }}, two schedule periods',
     runbook: "Run `etcd-kvm status -i INV` for the last backup and the agents' errors, and `etcd-kvm backup -i INV` to take one now.",
     applies: (inventory) => inventory.backup.enabled,
   },
@@ -216,8 +217,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     severity: 'warning',
     source: 'node',
     // The cluster's last drill, as every member reports it: one alert for the cluster, until a drill verifies.
-    expr: (s) => `max by (cluster) (etcd_kvm_backup_last_drill_failed${s.node()}) > 0`,
-    summary: 'cluster {{ $labels.cluster }}: the last restore drill failed: a backup may not restore',
+    expr: (s) => `max by (etcd_cluster) (etcd_kvm_backup_last_drill_failed${s.node()}) > 0`,
+    summary: 'cluster {{ $labels.etcd_cluster }}: the last restore drill failed: a backup may not restore',
     runbook:
       'Run `etcd-kvm status -i INV` for what the drill found, mend it (docs/operating.md, Restore drills), then `etcd-kvm backup -i INV --verify` again.',
     applies: (inventory) => inventory.backup.enabled,
@@ -251,6 +252,9 @@ export const ALERTS: readonly AlertInfo[] = DEFINITIONS.map(({ key, name, severi
   runbook,
 }));
 
+/** An alert's anchor in docs/monitoring.md's table (its row's `<a id>`), which runbook_url points to. */
+export const runbookAnchor = (alert: string) => alert.toLowerCase();
+
 /** The rule group's name, the same in every cluster's file (Prometheus keys groups by file and name). */
 export const RULE_GROUP = 'etcd-kvm';
 
@@ -261,7 +265,7 @@ function selectorsOf(inventory: Inventory): Selectors {
   const selector =
     (job: string) =>
     (...matchers: string[]) =>
-      `{${[`job=${literal(job)}`, `cluster=${literal(inventory.cluster.name)}`, ...matchers].join(',')}}`;
+      `{${[`job=${literal(job)}`, `${CLUSTER_LABEL}=${literal(inventory.cluster.name)}`, ...matchers].join(',')}}`;
   return { etcd: selector(JOBS.etcd), node: selector(JOBS.node) };
 }
 
@@ -285,7 +289,11 @@ export function renderAlertRules(inventory: Inventory): string {
     expr: definition.expr(select, monitoring),
     for: monitoring.alert_for[definition.key],
     labels: { severity: definition.severity },
-    annotations: { summary: definition.summary, runbook: definition.runbook },
+    annotations: {
+      summary: definition.summary,
+      description: definition.runbook,
+      ...(monitoring.runbook_url ? { runbook_url: `${monitoring.runbook_url}#${runbookAnchor(definition.name)}` } : {}),
+    },
   }));
   const header = `# Written by etcd-kvm monitoring for cluster ${inventory.cluster.name}: regenerate rather than edit.`;
   return `${header}\n${stringify({ groups: [{ name: RULE_GROUP, rules }] }, { lineWidth: 0 })}`;

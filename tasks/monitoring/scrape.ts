@@ -39,11 +39,17 @@ export interface ScrapeJob {
 }
 
 /**
+ * The target label naming the etcd cluster: not `cluster`, which most Prometheus set-ups already set among
+ * their `external_labels` for the Prometheus's own cluster (a target's label would shadow it on every alert).
+ */
+export const CLUSTER_LABEL = 'etcd_cluster';
+
+/**
  * The labels every series of a member carries once scraped: which cluster (so that two clusters in one
  * Prometheus never mix: every rule filters on it) and which member (etcd's own metrics name neither).
  */
 export const memberLabels = (inventory: Inventory, member: string): Record<string, string> => ({
-  cluster: inventory.cluster.name,
+  [CLUSTER_LABEL]: inventory.cluster.name,
   member,
 });
 

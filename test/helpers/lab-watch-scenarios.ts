@@ -141,7 +141,7 @@ scenario(
       'etcd-kvm-node etcd-3',
     ]);
     // etcd's own series through the plain-HTTP listener: the version the members run, and one leader.
-    t.is(prometheus.query('sum(etcd_server_is_leader{cluster="lab"})')[0]?.value, 1);
+    t.is(prometheus.query('sum(etcd_server_is_leader{etcd_cluster="lab"})')[0]?.value, 1);
 
     // Each member's served certificate: the end the series says is the end of the certificate the state directory issued.
     for (const member of MEMBERS) {
@@ -158,18 +158,18 @@ scenario(
         const record = etcdctl(ALL, rootIdentity, ['get', 'etcd-kvm/backup/last-success', '--print-value-only']).stdout.trim();
         if (!record) return undefined;
         const finished = Math.floor(Date.parse((JSON.parse(record) as { finished: string }).finished) / 1000);
-        const seen = prometheus!.query('etcd_kvm_backup_last_success_timestamp_seconds{cluster="lab"}');
+        const seen = prometheus!.query('etcd_kvm_backup_last_success_timestamp_seconds{etcd_cluster="lab"}');
         return seen.length === 3 && seen.every((series) => series.value === finished) && finished;
       },
       4 * 60_000,
     );
     t.true(Date.now() / 1000 - lastSuccess < 300, `last success ${lastSuccess}`);
     t.deepEqual(
-      prometheus.query('etcd_kvm_backup_period_seconds{cluster="lab"}').map((series) => series.value),
+      prometheus.query('etcd_kvm_backup_period_seconds{etcd_cluster="lab"}').map((series) => series.value),
       [TICK_SECONDS, TICK_SECONDS, TICK_SECONDS],
     );
     t.deepEqual(
-      prometheus.query('etcd_kvm_managed_files_drifted{cluster="lab"}').map((series) => series.value),
+      prometheus.query('etcd_kvm_managed_files_drifted{etcd_cluster="lab"}').map((series) => series.value),
       [0, 0, 0],
     );
     t.deepEqual(prometheus.query('ALERTS{alertstate="firing"}'), [], 'no alert fires on a healthy cluster');

@@ -4,7 +4,7 @@ import { posix } from 'node:path';
 import { parse } from 'yaml';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
-import { ALERTS, alertsOf, renderAlertRules } from '../../tasks/monitoring/rules.ts';
+import { ALERTS, alertsOf, renderAlertRules, runbookAnchor } from '../../tasks/monitoring/rules.ts';
 import { FILES, JOBS, renderPrometheusConfig, renderTargets, scrapeJobs, type TargetGroup } from '../../tasks/monitoring/scrape.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 
@@ -48,7 +48,7 @@ test('etcd is scraped at each member address on metrics_port, the node exporter 
   const expected = (port: number) =>
     ['etcd-1', 'etcd-2', 'etcd-3'].map((member, index) => ({
       targets: [`10.10.0.1${index + 1}:${port}`],
-      labels: { cluster: 'mon-test', member },
+      labels: { etcd_cluster: 'mon-test', member },
     }));
   t.deepEqual(targets, { [JOBS.etcd]: expected(2381), [JOBS.node]: expected(9100) });
 });
@@ -144,14 +144,17 @@ test('the rules file: one group etcd-kvm, every alert with its for:, severity an
     const alert = ALERTS[index]!;
     t.is(rule.for, FIXTURE.monitoring.alert_for[alert.key], alert.name);
     t.true(['critical', 'warning'].includes(rule.labels.severity), alert.name);
-    t.regex(rule.annotations.summary ?? '', /\{\{ \$labels\.(member|cluster) \}\}/, alert.name);
-    t.is(rule.annotations.runbook, alert.runbook, alert.name);
-    t.regex(rule.annotations.runbook ?? '', /`etcd-kvm [a-z]+ /, alert.name);
+    t.regex(rule.annotations.summary ?? '', /\{\{ \$labels\.(member|etcd_cluster) \}\}/, alert.name);
+    t.is(rule.annotations.description, alert.runbook, alert.name);
+    t.regex(rule.annotations.description ?? '', /`etcd-kvm [a-z]+ /, alert.name);
+    // The fixture says where docs/monitoring.md is published: each alert points at its own row there.
+    t.is(rule.annotations.runbook_url, `${FIXTURE.monitoring.runbook_url}#${alert.name.toLowerCase()}`, alert.name);
+    t.deepEqual(Object.keys(rule.annotations).sort(), ['description', 'runbook_url', 'summary'], alert.name);
     // Every selector of the expression names the cluster and a job of ours.
     const selectors = rule.expr.match(/\{[^}]*\}/g) ?? [];
     t.true(selectors.length > 0, alert.name);
     for (const selector of selectors) {
-      t.true(selector.includes('cluster="mon-test"'), `${alert.name}: ${selector}`);
+      t.true(selector.includes('etcd_cluster="mon-test"'), `${alert.name}: ${selector}`);
       t.regex(selector, /job="etcd-kvm-(etcd|node)"/, `${alert.name}: ${selector}`);
     }
   }
@@ -179,5 +182,16 @@ test('docs/monitoring.md has every alert, with its severity and its runbook as r
     t.true(row?.includes(`\`${alert.key}\``), `${alert.name}: its key`);
     t.true(row?.includes(alert.severity), `${alert.name}: its severity`);
     t.true(row?.includes(alert.runbook.replaceAll('|', '\\|')), `${alert.name}: its runbook differs from tasks/monitoring/rules.ts`);
+    t.true(row?.includes(`<a id="${runbookAnchor(alert.name)}"></a>`), `${alert.name}: the anchor its runbook_url points to`);
   }
+});
+
+test('without monitoring.runbook_url the alerts carry summary and description only; the target label is etcd_cluster, never cluster', (t) => {
+  const inventory = { ...FIXTURE, monitoring: { ...FIXTURE.monitoring, runbook_url: '' } };
+  const file = parse(renderAlertRules(inventory)) as RuleFile;
+  for (const rule of file.groups[0]!.rules) t.deepEqual(Object.keys(rule.annotations).sort(), ['description', 'summary'], rule.alert);
+  // A Prometheus's external_labels often set `cluster` for its own cluster: no expression or target of ours uses it.
+  t.notRegex(renderAlertRules(FIXTURE), /[{,( ]cluster[=,)]/);
+  t.notRegex(JSON.stringify(scrapeJobs(FIXTURE)), /"cluster"/);
+  t.regex(JSON.stringify(scrapeJobs(FIXTURE)), /"etcd_cluster":"mon-test"/);
 });
