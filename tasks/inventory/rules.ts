@@ -579,6 +579,20 @@ const electionOutlastsHeartbeats: Rule = (doc) => {
     : [];
 };
 
+/** A renewal period as long as a certificate's life would issue every certificate again on every run. */
+const renewalInsideValidity: Rule = (doc) => {
+  const { validity_period: validity, early_renewal_period: renewal } = doc.pki;
+  return renewal >= validity
+    ? [
+        {
+          path: ['pki', 'early_renewal_period'],
+          message: `is ${renewal} hours, not shorter than validity_period (${validity} hours): every run would issue every certificate again`,
+          hint: `a sixth of the life is common, here ${Math.floor(validity / 6)} hours`,
+        },
+      ]
+    : [];
+};
+
 /** A required setting of an enabled feature: [path below the member, is it missing?, hint]. */
 type Requirement = [path: (string | number)[], missing: boolean, hint: string];
 
@@ -906,6 +920,7 @@ export const RULES: readonly Rule[] = [
   suppliedTlsIsComplete,
   distinctPorts,
   electionOutlastsHeartbeats,
+  renewalInsideValidity,
   enabledFeaturesAreComplete,
   dynamicConfigCredentialsAreSound,
   restoreSettingsAreSound,

@@ -731,15 +731,32 @@ export const pkiSchema = z
       .int()
       .positive()
       .max(MAX_VALIDITY_HOURS, `is in hours; at most ${MAX_VALIDITY_HOURS} (1000 years)`)
+      .default(365 * 24)
+      .describe(
+        'Hours a generated member or client certificate is valid (8760: a year). Every deploy issues one again once it is within ' +
+          '`early_renewal_period` of its end, and pushes it without a restart: a short life costs nothing, and a leaked key is good for ' +
+          'that long only.',
+      ),
+    ca_validity_period: z
+      .number()
+      .int()
+      .positive()
+      .max(MAX_VALIDITY_HOURS, `is in hours; at most ${MAX_VALIDITY_HOURS} (1000 years)`)
       .default(100 * 365 * 24)
-      .describe('Hours a generated certificate is valid (876000: 100 years).'),
+      .describe(
+        'Hours a generated CA (the CA, the peer CA, the intermediate) is valid (876000: 100 years). The tool never replaces a CA by ' +
+          'itself (docs/operating.md, Rotating the CA).',
+      ),
     early_renewal_period: z
       .number()
       .int()
       .nonnegative()
       .max(MAX_VALIDITY_HOURS, `is in hours; at most ${MAX_VALIDITY_HOURS}`)
-      .default(365 * 24)
-      .describe('Hours before expiry at which a certificate is issued again (8760: a year).'),
+      .default(60 * 24)
+      .describe(
+        'Hours before its end at which a certificate is issued again (1440: 60 days, twice the `monitoring.certificate_expiry_days` ' +
+          'the alert waits for); shorter than `validity_period`.',
+      ),
     key_length: z
       .union([z.literal(2048), z.literal(3072), z.literal(4096)])
       .default(2048)

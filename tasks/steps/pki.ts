@@ -96,10 +96,10 @@ async function generateKeys(inventory: Inventory, actions: readonly PkiAction[],
   return { ca, peerCa, intermediate, leaves: leafKeys, ssh, hostKeys };
 }
 
-/** What every certificate of the cluster carries from the inventory. */
+/** What every CA of the cluster carries from the inventory; members' and clients' certificates live pki.validity_period (issueLeaves). */
 const certificateBase = (inventory: Inventory) => ({
   organization: inventory.pki.organization,
-  validityHours: inventory.pki.validity_period,
+  validityHours: inventory.pki.ca_validity_period,
   sans: { dns: [], ips: [] },
 });
 
@@ -150,7 +150,8 @@ function issueLeaves(
 ): void {
   const issuer = { certificatePem: signer.public!, keyPem: signer.privateKey! };
   const chain = chainAfterLeaf(inventory, signer);
-  const { organization, validityHours } = certificateBase(inventory);
+  const { organization } = certificateBase(inventory);
+  const validityHours = inventory.pki.validity_period;
   wanted.forEach((leaf, i) => {
     const key = keys[i]!;
     // A peer certificate is signed by the peer CA alone, with no chain: members trust that CA directly.

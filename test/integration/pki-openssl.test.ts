@@ -2,6 +2,7 @@ import test from 'ava';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { X509Certificate } from 'node:crypto';
 import { Runner } from '../../tasks/core/runner.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { pkiStep } from '../../tasks/steps/pki.ts';
@@ -106,6 +107,24 @@ test('issued certificates verify with OpenSSL and carry the specified names and 
     t.true(found.stdout.includes(derived.stdout.trim()), `${member} pinned under ${ip}`);
     t.regex(knownHosts, new RegExp(`^${ip.replace(/\./g, '\\.')},${member} ecdsa-sha2-nistp256 `, 'm'));
   }
+});
+
+test('leaves live pki.validity_period (a year by default), the CAs ca_validity_period (100 years); a leaf within early_renewal_period is issued again', async (t) => {
+  const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-pki-'));
+  t.is((await applyPki(stateDir, (doc) => ((doc.pki as Record<string, unknown>).intermediate = true))).status, 'changed');
+  const pki = join(stateDir, 'pki');
+  const hoursLeft = (path: string) => (new Date(new X509Certificate(readFileSync(path)).validTo).getTime() - Date.now()) / 3_600_000;
+  for (const ca of ['ca.crt', 'peer-ca.crt', 'intermediate.crt']) t.true(Math.abs(hoursLeft(join(pki, ca)) - 876_000) < 1, ca);
+  for (const leaf of ['members/etcd-1.crt', 'clients/root.crt']) t.true(Math.abs(hoursLeft(join(pki, leaf)) - 8_760) < 1, leaf);
+  // A year's leaves are outside the 60 days' renewal: a second run keeps them; a renewal period past their end issues them again.
+  t.is((await applyPki(stateDir, (doc) => ((doc.pki as Record<string, unknown>).intermediate = true))).status, 'ok');
+  const renewed = await applyPki(stateDir, (doc) => {
+    Object.assign(doc.pki as Record<string, unknown>, { intermediate: true, validity_period: 20_000, early_renewal_period: 9_000 });
+  });
+  t.is(renewed.status, 'changed', renewed.error);
+  t.regex(JSON.stringify(renewed.changes), /inside the renewal period/);
+  t.true(Math.abs(hoursLeft(join(pki, 'members/etcd-1.crt')) - 20_000) < 1);
+  t.true(Math.abs(hoursLeft(join(pki, 'ca.crt')) - 876_000) < 1, 'the CA is kept');
 });
 
 test('a second run reuses every file byte for byte', async (t) => {

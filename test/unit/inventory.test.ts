@@ -471,6 +471,18 @@ const refusals: { name: string; edit: (doc: Doc) => void; problem: string }[] = 
     problem: 'pki.validity_period: is in hours; at most 8760000 (1000 years)',
   },
   {
+    name: 'a renewal period as long as the certificates live: every run would issue them all again',
+    edit: (doc) => (doc.pki = { validity_period: 720, early_renewal_period: 720 }),
+    problem:
+      'pki.early_renewal_period: is 720 hours, not shorter than validity_period (720 hours): every run would issue every certificate again — a sixth of the life is common, here 120 hours',
+  },
+  {
+    name: 'the old renewal default beside a short life set alone',
+    edit: (doc) => (doc.pki = { validity_period: 2000, early_renewal_period: 8760 }),
+    problem:
+      'pki.early_renewal_period: is 8760 hours, not shorter than validity_period (2000 hours): every run would issue every certificate again — a sixth of the life is common, here 333 hours',
+  },
+  {
     name: 'a health_timeout that would overflow a timer',
     edit: (doc) => ((doc.cluster as Record<string, unknown>).health_timeout = 1e12),
     problem: 'cluster.health_timeout: is in seconds; at most a day',
