@@ -548,6 +548,26 @@ const suppliedTlsIsComplete: Rule = (doc) =>
         ];
   });
 
+/** The control node itself: what travels to it over loopback crosses no network. */
+const LOOPBACK_HOST = /^(localhost|127(\.\d{1,3}){3}|\[::1\])$/i;
+
+/**
+ * Releases over plain http: anyone on the path can serve any archive with a SHA256SUMS that matches it. Only
+ * with the archive's digest pinned (etcd.sha256), or from the control node itself.
+ */
+const releasesOverHttpArePinned: Rule = (doc) => {
+  const { binaries, release_url: url, sha256 } = doc.etcd;
+  if (binaries !== 'release' || !url.startsWith('http://') || sha256 !== undefined) return [];
+  if (LOOPBACK_HOST.test(new URL(url).hostname)) return [];
+  return [
+    {
+      path: ['etcd', 'release_url'],
+      message: `is plain http (${url}): anyone on the way can serve another archive with a SHA256SUMS that matches it`,
+      hint: "use https, or pin the archive's digest in etcd.sha256 (a mirror on this machine, 127.0.0.1, is fine as it is)",
+    },
+  ];
+};
+
 const distinctPorts: Rule = (doc) => {
   const { client_port: client, peer_port: peer } = doc.etcd;
   const metrics = doc.monitoring.metrics_port;
@@ -921,6 +941,7 @@ export const RULES: readonly Rule[] = [
   distinctPorts,
   electionOutlastsHeartbeats,
   renewalInsideValidity,
+  releasesOverHttpArePinned,
   enabledFeaturesAreComplete,
   dynamicConfigCredentialsAreSound,
   restoreSettingsAreSound,

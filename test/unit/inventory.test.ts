@@ -483,6 +483,12 @@ const refusals: { name: string; edit: (doc: Doc) => void; problem: string }[] = 
       'pki.early_renewal_period: is 8760 hours, not shorter than validity_period (2000 hours): every run would issue every certificate again — a sixth of the life is common, here 333 hours',
   },
   {
+    name: 'releases over plain http from another machine, without a pinned digest',
+    edit: (doc) => (doc.etcd = { version: 'v3.5.30', binaries: 'release', release_url: 'http://mirror.example/etcd' }),
+    problem:
+      "etcd.release_url: is plain http (http://mirror.example/etcd): anyone on the way can serve another archive with a SHA256SUMS that matches it — use https, or pin the archive's digest in etcd.sha256 (a mirror on this machine, 127.0.0.1, is fine as it is)",
+  },
+  {
     name: 'a health_timeout that would overflow a timer',
     edit: (doc) => ((doc.cluster as Record<string, unknown>).health_timeout = 1e12),
     problem: 'cluster.health_timeout: is in seconds; at most a day',
@@ -881,3 +887,16 @@ for (const row of permissionRows) {
     t.deepEqual(problems, row.problems);
   });
 }
+
+test('releases over plain http are taken pinned (etcd.sha256) or from this machine; https always', (t) => {
+  const digest = 'a'.repeat(64);
+  const accepted = [
+    { version: 'v3.5.30', binaries: 'release', release_url: 'http://mirror.example/etcd', sha256: digest },
+    { version: 'v3.5.30', binaries: 'release', release_url: 'http://127.0.0.1:8999/releases' },
+    { version: 'v3.5.30', binaries: 'release', release_url: 'http://localhost/releases' },
+    { version: 'v3.5.30', binaries: 'release', release_url: 'https://mirror.example/etcd' },
+    // Image binaries read no release at all.
+    { release_url: 'http://mirror.example/etcd' },
+  ];
+  for (const etcd of accepted) t.notThrows(() => load(edit((doc) => (doc.etcd = etcd))), JSON.stringify(etcd));
+});
