@@ -548,6 +548,15 @@ const suppliedTlsIsComplete: Rule = (doc) =>
         ];
   });
 
+/** A URL's host, or '' when it does not parse (the schema checked only its scheme). */
+function hostOf(url: string): string {
+  try {
+    return new URL(url).hostname;
+  } catch {
+    return '';
+  }
+}
+
 /** The control node itself: what travels to it over loopback crosses no network. */
 const LOOPBACK_HOST = /^(localhost|127(\.\d{1,3}){3}|\[::1\])$/i;
 
@@ -558,7 +567,7 @@ const LOOPBACK_HOST = /^(localhost|127(\.\d{1,3}){3}|\[::1\])$/i;
 const releasesOverHttpArePinned: Rule = (doc) => {
   const { binaries, release_url: url, sha256 } = doc.etcd;
   if (binaries !== 'release' || !url.startsWith('http://') || sha256 !== undefined) return [];
-  if (LOOPBACK_HOST.test(new URL(url).hostname)) return [];
+  if (LOOPBACK_HOST.test(hostOf(url))) return [];
   return [
     {
       path: ['etcd', 'release_url'],
