@@ -614,7 +614,11 @@ def decide(view, rule, quota, disarm_below):
         return ("skip", "this member's etcd does not answer")
     turns = defrag_turns(view, rule, quota)
     if "NOSPACE" in kinds:
-        if all(status["size"] < quota * disarm_below for status in statuses.values()) and not silent:
+        if silent:
+            # A member defragmenting answers nothing: turns decided without it could name a second member (two of
+            # three blocked at once is a quorum lost for as long).
+            return ("skip", f"NOSPACE alarm, and {', '.join(sorted(silent))} does not answer (it may be defragmenting): no turn until every member answers")
+        if all(status["size"] < quota * disarm_below for status in statuses.values()):
             return ("disarm", f"every database is under {int(disarm_below * 100)} % of the quota")
         if turns and turns[0] == me:
             return ("defrag-turn", "NOSPACE alarm: this member's turn (etcd refuses the lock's writes under the alarm)")

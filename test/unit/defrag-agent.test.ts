@@ -95,6 +95,24 @@ const rows: [what: string, v: ReturnType<typeof view>, action: string, why: RegE
     /etcd-2 goes first/,
   ],
   [
+    'NOSPACE, the member whose turn it was silent (defragmenting): the next in line does not start beside it',
+    view(3, { 1: [500, 100], 2: undefined, 3: [500, 100] }, { alarms: ['NOSPACE'] }),
+    'skip',
+    /NOSPACE alarm, and etcd-2 does not answer \(it may be defragmenting\): no turn until every member answers/,
+  ],
+  [
+    'NOSPACE, each of two members missing the other: neither takes a turn',
+    view(2, { 1: [500, 100], 2: [500, 100], 3: undefined }, { alarms: ['NOSPACE'] }),
+    'skip',
+    /etcd-3 does not answer/,
+  ],
+  [
+    'NOSPACE, every database under 90 % but a member silent: no disarm yet',
+    view(3, { 1: compact, 2: undefined, 3: compact }, { alarms: ['NOSPACE'] }),
+    'skip',
+    /etcd-2 does not answer/,
+  ],
+  [
     'NOSPACE with nothing to free',
     view(2, { 1: [500, 500], 2: [500, 500], 3: [500, 500] }, { alarms: ['NOSPACE'] }),
     'skip',
