@@ -9,6 +9,7 @@ import { RunLock } from './core/lock.ts';
 import { PACKAGE_ROOT } from './core/package-root.ts';
 import { DeployContext } from './deploy/context.ts';
 import { loadInventory } from './inventory/load.ts';
+import { requireLoginKeys } from './inventory/login-keys.ts';
 import type { Inventory, Member } from './inventory/model.ts';
 import { gatherQuorumFacts, type QuorumFacts } from './recover/facts.ts';
 import {
@@ -220,6 +221,7 @@ process.exitCode = await runTool(
     failure: 'recover failed',
     async run(values, path) {
       const inventory = loadInventory(path);
+      requireLoginKeys(inventory);
       const dryRun = values['dry-run'] === true;
       if (values['from-snapshot'] !== undefined) {
         if (values['from-member'] !== undefined) throw new InputError('give --from-member or --from-snapshot, not both');

@@ -192,9 +192,13 @@ const INTRO = `# Inventory reference
 An inventory is one YAML file with the sections below. Field names and defaults follow the seed Terraform
 module's input variables, so values port straight across; hypervisors, pools, ports and the rest are this
 tool's own. Every object is strict: an unknown key is an error, with the nearest known key suggested. All
-problems are reported at once, each with its path, e.g.
-\`members[1].libvirt_networks[0].gateway (member etcd-2): 10.20.0.1 is outside 10.10.0.12/24 — …\`, and
-the run stops with exit 2 before anything is changed.
+problems are reported at once, each with its path and, below it, where the file has it and the value found
+there (never a value under a key that may hold a secret), e.g.
+\`members[1].libvirt_networks[0].gateway (member etcd-2): 10.20.0.1 is outside 10.10.0.12/24 — …\` then
+\`in inventories/prod.yaml:41:9, found 10.20.0.1\`; the run stops with exit 2 before anything is changed. A
+problem in a value a member took from \`defaults\` is said once, at \`defaults.<field>\`, with the members that
+took it. Broken YAML is said by its first error, with the file's lines there; a private key to log in with that
+cannot be read is bad input too (exit 2 at \`hypervisors.<name>.private_key\`), before any host is asked.
 
 Editors complete and check inventories against [schema/inventory.schema.json](../schema/inventory.schema.json),
 generated from the same schema: put \`# yaml-language-server: $schema=../schema/inventory.schema.json\` (the path

@@ -8,9 +8,14 @@ export const EXIT = { ok: 0, failed: 1, badInput: 2, changes: 3, interrupted: 13
 
 /** The operator's input is wrong (inventory, flags): exit code 2, nothing was touched. */
 export class InputError extends Error {
+  /**
+   * `locations[i]`, when there is one, says where problem i is written ("in FILE:LINE:COLUMN, found VALUE"),
+   * printed on its own line below it.
+   */
   constructor(
     message: string,
     readonly problems: readonly string[] = [],
+    readonly locations: readonly (string | undefined)[] = [],
   ) {
     super(message);
     this.name = 'InputError';
@@ -31,6 +36,9 @@ export const briefError = (error: unknown): string => firstLineOf(error).slice(0
 /** Prints an input error with its problems, one per line, as every command does; returns exit code 2. */
 export function reportInputError(error: InputError): number {
   console.error(`error: ${error.message}`);
-  for (const problem of error.problems) console.error(`  - ${problem}`);
+  for (const [i, problem] of error.problems.entries()) {
+    console.error(`  - ${problem}`);
+    if (error.locations[i]) console.error(`    ${error.locations[i]}`);
+  }
   return EXIT.badInput;
 }

@@ -1,3 +1,4 @@
+import { requireLoginKeys } from '../inventory/login-keys.ts';
 import type { Inventory } from '../inventory/model.ts';
 import { PkiStore } from '../pki/store.ts';
 import { HypervisorConnections } from '../remote/hypervisors.ts';
@@ -17,6 +18,7 @@ export interface ClusterSession {
 
 /** Opens on demand, closes everything when `use` is done, whatever it did. */
 export async function withClusterSession<T>(inventory: Inventory, use: (session: ClusterSession) => Promise<T>): Promise<T> {
+  requireLoginKeys(inventory);
   const store = await PkiStore.open(inventory.stateDir);
   const identities = clientIdentities(inventory, store);
   const connections = new HypervisorConnections();

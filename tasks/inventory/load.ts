@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
-import { parseDocument } from 'yaml';
+import { LineCounter, parseDocument } from 'yaml';
 import { ZodArray, ZodDefault, ZodEffects, ZodObject, ZodOptional, ZodRecord, type ZodTypeAny } from 'zod';
 import { InputError } from '../core/errors.ts';
 import { readIfExists } from '../core/files.ts';
@@ -9,7 +9,8 @@ import { Secret } from '../core/secret.ts';
 import { derivedMac } from './mac.ts';
 import { lookUpHost, parseJumpHop, parseSshConfig, type SshConfigFile } from './ssh-config.ts';
 import type { GuestServices, Hypervisor, SshHost, Inventory, Member, MemberInterface, PemPair, RestoreSettings } from './model.ts';
-import { formatProblem, problemsFromZod, type Path, type Problem } from './problems.ts';
+import { atTheirSource, formatProblem, problemsFromZod, type Path, type Problem } from './problems.ts';
+import { describeSpot, locator, type Locate } from './source-map.ts';
 import { derivedMacCollisions, sameHostHypervisors, volumeCollisions } from './collisions.ts';
 import { checkRules, firstIp, type ParsedDocument } from './rules.ts';
 import { documentSchema, memberDefaultsSchema, memberSchema, type MemberInput } from './schema.ts';
@@ -39,23 +40,45 @@ export function expandHome(path: string): string {
   return path === '~' || path.startsWith('~/') ? join(homedir(), path.slice(1)) : path;
 }
 
-function readYaml(path: string): unknown {
+/** Why a file cannot be read, in words (its errno code alone says little to an operator). */
+const UNREADABLE: Record<string, string> = {
+  ENOENT: 'no such file',
+  EACCES: 'permission denied',
+  EISDIR: 'is a directory, not a file',
+  ENOTDIR: 'a part of the path is not a directory',
+};
+
+/** The document's data, and where each of its paths is written. */
+function readYaml(path: string, shownAs: string): { data: unknown; locate: Locate } {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
   } catch (error) {
-    throw new InputError(`cannot read inventory ${path}: ${(error as NodeJS.ErrnoException).code ?? String(error)}`);
+    const code = (error as NodeJS.ErrnoException).code ?? '';
+    throw new InputError(`cannot read inventory ${path}: ${UNREADABLE[code] ?? code ?? String(error)}`, [
+      "give the path of an inventory file with -i (inventories/lab.yaml is the lab's; docs/inventory.md lists every field)",
+    ]);
   }
-  const document = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  if (document.errors.length > 0) {
+  const lines = new LineCounter();
+  const document = parseDocument(text, { prettyErrors: true, uniqueKeys: true, lineCounter: lines });
+  const [first, ...more] = document.errors;
+  if (first) {
+    // The first error with its place in the file; the parser's later errors mostly follow from it.
+    const [head = first.message, ...snippet] = first.message.split('\n').filter((line) => line.trim() !== '');
     throw new InputError(
       `inventory ${path} is not valid YAML`,
-      document.errors.map((error) => error.message.split('\n')[0] ?? error.message),
+      [
+        head.replace(/ at line \d+, column \d+:?$/, ''),
+        ...(more.length > 0 ? [`(${more.length} more parse errors after it, most of them caused by it: fix this one first)`] : []),
+      ],
+      [
+        `in ${shownAs}:${first.linePos?.[0].line ?? '?'}:${first.linePos?.[0].col ?? '?'}\n${snippet.map((line) => `    ${line}`).join('\n')}`,
+      ],
     );
   }
   try {
     // The yaml library refuses more than 100 alias expansions (a "billion laughs" document) here.
-    return document.toJS({ maxAliasCount: 100 });
+    return { data: document.toJS({ maxAliasCount: 100 }), locate: locator(document, lines) };
   } catch (error) {
     throw new InputError(`inventory ${path} cannot be read as data`, [
       `${(error as Error).message.split('\n')[0]}: an alias is expanded too often; write the values out`,
@@ -316,11 +339,26 @@ function pemPair(
   };
 }
 
-function fail(path: string, problems: Problem[], memberNames: (string | undefined)[]): never {
+/** What a refusal needs to say where each problem is written. */
+interface Source {
+  path: string;
+  shownAs: string;
+  locate: Locate;
+  rawMembers: readonly unknown[];
+  rawDefaults: unknown;
+  memberNames: (string | undefined)[];
+}
+
+function fail(source: Source, found: Problem[]): never {
+  const problems = atTheirSource(found, source.rawMembers, source.rawDefaults, source.memberNames);
   const count = problems.length === 1 ? '1 problem' : `${problems.length} problems`;
   throw new InputError(
-    `inventory ${path} has ${count}; nothing was changed`,
-    problems.map((problem) => formatProblem(problem, memberNames)),
+    `inventory ${source.path} has ${count}; nothing was changed`,
+    problems.map((problem) => formatProblem(problem, source.memberNames)),
+    problems.map((problem) => {
+      const spot = source.locate(problem.path);
+      return spot && describeSpot(source.shownAs, spot);
+    }),
   );
 }
 
@@ -331,7 +369,7 @@ function fail(path: string, problems: Problem[], memberNames: (string | undefine
 export function loadInventory(inventoryPath: string): Inventory {
   const path = resolve(inventoryPath);
   const baseDir = dirname(path);
-  const raw = readYaml(path);
+  const { data: raw, locate } = readYaml(path, inventoryPath);
   const problems: Problem[] = [];
 
   const top = documentSchema.safeParse(raw ?? {});
@@ -342,6 +380,14 @@ export function loadInventory(inventoryPath: string): Inventory {
     ? ((raw as { members: unknown[] }).members as Record<string, unknown>[])
     : [];
   const memberNames = rawMembers.map((member) => (typeof member?.name === 'string' ? member.name : undefined));
+  const source: Source = {
+    path,
+    shownAs: inventoryPath,
+    locate,
+    rawMembers,
+    rawDefaults: (raw as { defaults?: unknown })?.defaults,
+    memberNames,
+  };
 
   const rawDefaults = top.success ? top.data.defaults : {};
   const defaults = memberDefaultsSchema.safeParse(rawDefaults);
@@ -357,11 +403,11 @@ export function loadInventory(inventoryPath: string): Inventory {
   }
   const members = top.success ? parseMembers(top.data.members, soundDefaults, problems) : [];
   // Cross-member rules need every member parsed; problems in defaults alone do not stop them.
-  if (!top.success || members.length !== top.data.members.length) fail(path, problems, memberNames);
+  if (!top.success || members.length !== top.data.members.length) fail(source, problems);
 
   const doc: ParsedDocument = { ...top.data, members };
   problems.push(...checkRules(doc));
-  if (problems.length > 0) fail(path, problems, memberNames);
+  if (problems.length > 0) fail(source, problems);
 
   const sshConfig = readSshConfig(doc.ssh_config, baseDir, problems);
   const hypervisors = Object.entries(doc.hypervisors).map(
@@ -411,6 +457,6 @@ export function loadInventory(inventoryPath: string): Inventory {
     users: doc.users,
   };
   problems.push(...sameHostHypervisors(hypervisors), ...volumeCollisions(built), ...derivedMacCollisions(doc.cluster.name, built));
-  if (problems.length > 0) fail(path, problems, memberNames);
+  if (problems.length > 0) fail(source, problems);
   return inventory;
 }

@@ -7,6 +7,8 @@ export interface Problem {
   path: Path;
   message: string;
   hint?: string;
+  /** A value written under `defaults`: the members that took it (said once, not once per member). */
+  inheritedBy?: string[];
 }
 
 export function formatPath(path: Path): string {
@@ -20,8 +22,49 @@ export function formatProblem(problem: Problem, memberNames: readonly (string | 
   const [head, index] = problem.path;
   const memberName = head === 'members' && typeof index === 'number' ? memberNames[index] : undefined;
   const where = formatPath(problem.path) || '(document)';
-  const who = memberName ? ` (member ${memberName})` : '';
+  const who = memberName
+    ? ` (member ${memberName})`
+    : problem.inheritedBy?.length
+      ? ` (inherited by ${problem.inheritedBy.join(', ')})`
+      : '';
   return `${where}${who}: ${problem.message}${problem.hint ? ` — ${problem.hint}` : ''}`;
+}
+
+/**
+ * A member's problem in a value it took from `defaults` (the member's entry does not set that key) is the
+ * default's problem: moved there, and said once with the members that took it, where it used to be said
+ * once per member at a key the file does not have.
+ */
+export function atTheirSource(
+  problems: readonly Problem[],
+  rawMembers: readonly unknown[],
+  rawDefaults: unknown,
+  memberNames: readonly (string | undefined)[],
+): Problem[] {
+  const defaults = (rawDefaults ?? {}) as Record<string, unknown>;
+  const merged = new Map<string, Problem>();
+  const out: Problem[] = [];
+  for (const problem of problems) {
+    const [head, index, key, ...rest] = problem.path;
+    const entry = typeof index === 'number' ? (rawMembers[index] as Record<string, unknown> | undefined) : undefined;
+    const inherited =
+      head === 'members' && typeof key === 'string' && entry && typeof entry === 'object' && !(key in entry) && key in defaults;
+    if (!inherited) {
+      out.push(problem);
+      continue;
+    }
+    const moved: Problem = { ...problem, path: ['defaults', key, ...rest] };
+    const identity = formatProblem(moved);
+    const name = memberNames[index as number] ?? `members[${index}]`;
+    const known = merged.get(identity);
+    if (known) known.inheritedBy!.push(name);
+    else {
+      const first = { ...moved, inheritedBy: [name] };
+      merged.set(identity, first);
+      out.push(first);
+    }
+  }
+  return out;
 }
 
 function editDistance(a: string, b: string): number {

@@ -45,3 +45,14 @@ export function problemsOf(doc: unknown): string[] {
   }
   throw new Error('inventory loaded, but problems were expected');
 }
+
+/** Each problem with where it is written (`in FILE:LINE:COLUMN[, found VALUE]`), for an inventory given as text. */
+export function locatedProblemsOf(text: string): { problem: string; at: string | undefined }[] {
+  try {
+    load(text);
+  } catch (error) {
+    if (error instanceof InputError) return error.problems.map((problem, i) => ({ problem, at: error.locations[i] }));
+    throw error;
+  }
+  throw new Error('inventory loaded, but problems were expected');
+}

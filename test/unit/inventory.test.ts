@@ -320,7 +320,7 @@ test('missing required fields and broken YAML are reported with their location',
   t.deepEqual(problemsOf(doc), ['cluster.initial_token: is required (string)']);
   const error = t.throws(() => load('cluster: [unclosed\n'), { instanceOf: InputError });
   t.regex(error!.message, /is not valid YAML/);
-  t.regex(error!.problems[0]!, /line 2/);
+  t.regex(error!.locations[0]!, /^in \S+inventory\.yaml:2:1\n/);
 });
 
 test('every seed module input is expressible', (t) => {
@@ -565,7 +565,8 @@ test("a seed ISO name that is another volume's, or shared through defaults, is r
   const shared = problemsOf(edit((doc) => ((doc.defaults as Record<string, unknown>).cloud_init_volume_name = 'seed.iso')));
   t.deepEqual(
     shared.map((p) => p.split(':')[0]),
-    ['members[1].cloud_init_volume_name (member etcd-2)', 'members[2].cloud_init_volume_name (member etcd-3)'],
+    // At defaults, where it is written; one line per member, as each line names that member's own default.
+    ['defaults.cloud_init_volume_name (inherited by etcd-2)', 'defaults.cloud_init_volume_name (inherited by etcd-3)'],
   );
   t.regex(shared[0]!, /which is etcd-1's seed ISO/);
   t.is(
@@ -721,12 +722,11 @@ const collisions: { name: string; edit: (doc: Doc) => void; problems: string[] }
     ],
   },
   {
-    name: 'one volume_id for every member, through defaults',
+    name: 'one volume_id for every member, through defaults: said once, at defaults, with the members that took it',
     edit: (doc) => (defaultsOf(doc).volume_id = 'shared.qcow2'),
-    problems: [1, 2].map(
-      (i) =>
-        `members[${i}].volume_id (member etcd-${i + 1}): names volume default/shared.qcow2 on hypervisor hv, which is etcd-1's OS disk: one volume would be two disks, written by both — give each disk a volume of its own; never set volume_id under defaults`,
-    ),
+    problems: [
+      "defaults.volume_id (inherited by etcd-2, etcd-3): names volume default/shared.qcow2 on hypervisor hv, which is etcd-1's OS disk: one volume would be two disks, written by both — give each disk a volume of its own; never set volume_id under defaults",
+    ],
   },
   {
     name: "a data volume that is another member's OS disk",
@@ -756,7 +756,7 @@ const collisions: { name: string; edit: (doc: Doc) => void; problems: string[] }
     name: "a base image that is a member's OS disk",
     edit: (doc) => (defaultsOf(doc).base_image = { pool: 'default', volume: 'etcd-1-os.qcow2' }),
     problems: [
-      "members[0].base_image (member etcd-1): names volume default/etcd-1-os.qcow2 on hypervisor hv, which is etcd-1's OS disk: the member's disk would be layered on a disk a VM writes — base_image is the OS image members' disks are layered on, never a member's own disk",
+      "defaults.base_image (inherited by etcd-1): names volume default/etcd-1-os.qcow2 on hypervisor hv, which is etcd-1's OS disk: the member's disk would be layered on a disk a VM writes — base_image is the OS image members' disks are layered on, never a member's own disk",
     ],
   },
   {
@@ -804,10 +804,9 @@ const collisions: { name: string; edit: (doc: Doc) => void; problems: string[] }
   {
     name: 'the admin user is root',
     edit: (doc) => (defaultsOf(doc).ssh_admin_user = 'root'),
-    problems: [0, 1, 2].map(
-      (i) =>
-        `members[${i}].ssh_admin_user (member etcd-${i + 1}): root is an account of the guest's own (services run as etcd, prometheus, vault, fluent-bit-updater; root logins are disabled) — cloud-init would make the admin and that account one user: give the admin a name of its own, such as ubuntu or ops`,
-    ),
+    problems: [
+      "defaults.ssh_admin_user (inherited by etcd-1, etcd-2, etcd-3): root is an account of the guest's own (services run as etcd, prometheus, vault, fluent-bit-updater; root logins are disabled) — cloud-init would make the admin and that account one user: give the admin a name of its own, such as ubuntu or ops",
+    ],
   },
 ];
 for (const row of collisions) {
