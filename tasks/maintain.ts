@@ -15,8 +15,8 @@ const HELP = `Usage: etcd-kvm maintain -i INVENTORY [--compact] [--defrag] [--di
 etcd's maintenance, on a healthy cluster only, in this order:
       --compact    compact the key-value history up to the current revision (old revisions of
                    keys are dropped, current values stay); frees space for --defrag to return
-      --defrag     defragment each member whose database has at least etcd.defrag_min_free
-                   bytes free, one at a time, followers first and the leader last, each healthy
+      --defrag     defragment each member for which maintenance.defrag.rule holds (the rule
+                   the agents use), one at a time, followers first and the leader last, each healthy
                    again before the next; prints every database's size before and after
       --disarm     clear a NOSPACE alarm once every database is under 90 % of etcd.space_quota
                    (refused otherwise: free space first)

@@ -1,4 +1,4 @@
-import { DISARM_BELOW_QUOTA } from '../inventory/model.ts';
+import { DISARM_BELOW_QUOTA, type Inventory } from '../inventory/model.ts';
 import type { Change } from '../core/step.ts';
 
 /**
@@ -19,13 +19,32 @@ export interface DatabaseFacts {
 
 export type DefragAction = { kind: 'defragment'; before: DatabaseFacts };
 
-/** Defragment when the free space in the database file (size minus size in use) reaches `minFree`. */
-export function planDefrag(facts: DatabaseFacts, minFree: number): Change<DefragAction>[] {
+/** `maintenance.defrag.rule`: what `maintain --defrag` and the members' agents both read. */
+export type DefragRule = Inventory['maintenance']['defrag']['rule'];
+
+/**
+ * Why the rule holds for a database, or undefined: fragmented (at least `free_bytes` free and at least
+ * `free_fraction` of the file), or near the quota with something to free. The agent's `rule_holds`
+ * (templates/etcd-kvm-agent.py) decides the same, held to this by one table run against both
+ * (test/unit/defrag-agent.test.ts).
+ */
+export function defragRuleHolds(facts: DatabaseFacts, rule: DefragRule, quota: number): string | undefined {
+  const free = Math.max(facts.dbSize - facts.dbSizeInUse, 0);
+  if (free >= rule.free_bytes && facts.dbSize > 0 && free / facts.dbSize >= rule.free_fraction)
+    return `at least ${formatBytes(rule.free_bytes)}${rule.free_fraction > 0 ? ` and ${Math.round(rule.free_fraction * 100)} %` : ''} free`;
+  if (rule.quota_fraction > 0 && facts.dbSize >= quota * rule.quota_fraction && free > 0)
+    return `at least ${Math.round(rule.quota_fraction * 100)} % of the quota (${formatBytes(quota)}) with space to free`;
+  return undefined;
+}
+
+/** Defragment when maintenance.defrag.rule holds for the database. */
+export function planDefrag(facts: DatabaseFacts, rule: DefragRule, quota: number): Change<DefragAction>[] {
+  const holds = defragRuleHolds(facts, rule, quota);
+  if (!holds) return [];
   const free = facts.dbSize - facts.dbSizeInUse;
-  if (free < minFree) return [];
   return [
     {
-      summary: `defragment: database ${formatBytes(facts.dbSize)}, ${formatBytes(free)} of it free (threshold etcd.defrag_min_free ${formatBytes(minFree)})`,
+      summary: `defragment: database ${formatBytes(facts.dbSize)}, ${formatBytes(free)} of it free (maintenance.defrag.rule: ${holds})`,
       action: { kind: 'defragment', before: facts },
     },
   ];

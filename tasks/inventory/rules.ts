@@ -577,6 +577,23 @@ const releasesOverHttpArePinned: Rule = (doc) => {
   ];
 };
 
+/**
+ * One defragmentation rule: `maintain --defrag` used to read a threshold of its own while the agents read
+ * maintenance.defrag.rule, so one cluster had two. The old field is refused with its exact replacement,
+ * rather than read silently one way or the other.
+ */
+const oneDefragRule: Rule = (doc) => {
+  const minFree = doc.etcd.defrag_min_free;
+  if (minFree === undefined) return [];
+  return [
+    {
+      path: ['etcd', 'defrag_min_free'],
+      message: "has moved: `maintain --defrag` and the members' agents both read maintenance.defrag.rule now",
+      hint: `remove it and write maintenance: { defrag: { rule: { free_bytes: ${minFree}, free_fraction: 0, quota_fraction: 0 } } } for the same threshold (the rule's defaults: 200 MiB free, or 80 % of the quota)`,
+    },
+  ];
+};
+
 const distinctPorts: Rule = (doc) => {
   const { client_port: client, peer_port: peer } = doc.etcd;
   const metrics = doc.monitoring.metrics_port;
@@ -951,6 +968,7 @@ export const RULES: readonly Rule[] = [
   electionOutlastsHeartbeats,
   renewalInsideValidity,
   releasesOverHttpArePinned,
+  oneDefragRule,
   enabledFeaturesAreComplete,
   dynamicConfigCredentialsAreSound,
   restoreSettingsAreSound,

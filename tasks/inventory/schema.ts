@@ -653,14 +653,14 @@ export const etcdSchema = z
         "etcd's `election-timeout` in milliseconds: how long a follower hears nothing from a leader before it campaigns; etcd's tuning " +
           'guide: about 10 heartbeats (etcd refuses fewer than 5). Longer rides out stalls; shorter finds a lost leader sooner.',
       ),
-    /** maintain.ts --defrag skips a member whose database has less free space than this (bytes). */
+    /** Moved to maintenance.defrag.rule (inventory/rules.ts refuses it with the replacement): kept so the refusal can name it. */
     defrag_min_free: z
       .number()
       .int()
-      .min(1024 * 1024, 'is in bytes; at least 1 MiB (a defragmented database keeps some free pages)')
-      .max(MAX_QUOTA_BYTES)
-      .default(32 * 1024 * 1024)
-      .describe('`maintain --defrag` skips a member whose database has less free space than this many bytes.'),
+      .optional()
+      .describe(
+        'Moved to `maintenance.defrag.rule`, which `maintain --defrag` and the agents both read: refused, with the replacement named.',
+      ),
     grpc_gateway_enabled: z
       .boolean()
       .default(false)
@@ -1016,7 +1016,8 @@ export const maintenanceSchema = z
           .default('*-*-* 03:30:00')
           .describe('When the agents look, as a systemd calendar event (`OnCalendar=`).'),
         rule: defragRuleSchema.describe(
-          'When a member is defragmented: (free ≥ `free_bytes` and free ÷ size ≥ `free_fraction`) or (size ≥ `quota_fraction` × quota and free > 0).',
+          'When a member is defragmented, by the agents on their schedule and by `maintain --defrag` alike: (free ≥ `free_bytes` and ' +
+            'free ÷ size ≥ `free_fraction`) or (size ≥ `quota_fraction` × quota and free > 0).',
         ),
       })
       .strict()

@@ -146,7 +146,7 @@ export function defragStep(inventory: Inventory, clients: EtcdClients, record: D
     name: 'defrag',
     targets,
     check: (name) => sizes(memberNamed(name)),
-    plan: (facts) => planDefrag(facts, inventory.etcd.defrag_min_free),
+    plan: (facts) => planDefrag(facts, inventory.maintenance.defrag.rule, inventory.etcd.space_quota),
     // One member at a time, followers first, the leader last: a member being defragmented answers nothing.
     rollingOrder: (pending) =>
       rollWaves(

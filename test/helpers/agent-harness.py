@@ -115,6 +115,8 @@ elif command == "forked-at":
     print(json.dumps((datetime.datetime.now(datetime.timezone.utc) - forked).total_seconds() if forked else None))
 elif command == "dump-name":
     print(json.dumps(agent.dump_name(argument["prefix"], datetime.datetime.fromisoformat(argument["when"]))))
+elif command == "rule-holds":
+    print(json.dumps(agent.rule_holds(argument["size"], argument["in_use"], argument["rule"], argument["quota"])))
 elif command == "decide":
     view = dict(argument["view"])
     view["statuses"] = {int(mid): status for mid, status in view["statuses"].items()}

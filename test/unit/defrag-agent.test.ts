@@ -4,6 +4,7 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
+import { defragRuleHolds } from '../../tasks/etcd/maintenance.ts';
 
 /**
  * The member agent's defragmentation decision (templates/etcd-kvm-agent.py `decide`), facts in and
@@ -121,6 +122,28 @@ const rows: [what: string, v: ReturnType<typeof view>, action: string, why: RegE
   ['CORRUPT: nothing at all', view(2, { 1: compact, 2: fragmented, 3: compact }, { alarms: ['CORRUPT'] }), 'skip', /CORRUPT/],
   ["this member's etcd silent", view(2, { 1: compact, 2: undefined, 3: compact }), 'skip', /does not answer/],
 ];
+
+/**
+ * maintenance.defrag.rule, one table for both runtimes that read it: the agents (rule_holds) on their schedule and
+ * `maintain --defrag` (defragRuleHolds) on the control node. [size, in use] in MiB, the rule, and whether it holds.
+ */
+const ruleRows: [what: string, size: number, inUse: number, rule: typeof RULE, holds: boolean][] = [
+  ['fragmented: bytes and share free', 8, 2, RULE, true],
+  ['enough bytes free, too small a share', 40, 32, RULE, false],
+  ['a large share free, too few bytes', 1.5, 0.75, RULE, false],
+  ['exactly at free_bytes and free_fraction', 4, 3, RULE, true],
+  ['near the quota with anything to free', 420, 419.5, RULE, true],
+  ['near the quota with nothing to free', 420, 420, RULE, false],
+  ['near the quota, quota_fraction 0: never on size alone', 420, 419.5, { ...RULE, quota_fraction: 0 }, false],
+  ['free_fraction 0: bytes alone decide', 400, 398, { ...RULE, free_fraction: 0 }, true],
+  ['an empty file', 0, 0, { ...RULE, free_bytes: 0, free_fraction: 0 }, false],
+];
+for (const [what, size, inUse, rule, holds] of ruleRows)
+  test(`maintenance.defrag.rule, agent and maintain alike: ${what}`, (t) => {
+    const facts = { dbSize: size * MiB, dbSizeInUse: inUse * MiB };
+    t.is(agent<boolean>('rule-holds', { size: facts.dbSize, in_use: facts.dbSizeInUse, rule, quota: QUOTA }), holds, 'the agent');
+    t.is(defragRuleHolds(facts, rule, QUOTA) !== undefined, holds, 'maintain --defrag');
+  });
 
 for (const [what, v, action, why] of rows)
   test(`defrag decision: ${what}`, (t) => {

@@ -98,3 +98,14 @@ test("a login key that cannot be read is bad input at its field (the hypervisor'
   writeFileSync(join(dir, 'edge.key'), 'another key\n');
   t.deepEqual(loginKeyProblems(load(doc)), []);
 });
+
+test('etcd.defrag_min_free is refused with the rule that replaces it: maintain --defrag and the agents read one rule', (t) => {
+  const text = baseText([['cluster:', 'etcd:\n  defrag_min_free: 2097152\ncluster:']]);
+  const [located, ...rest] = locatedProblemsOf(text);
+  t.deepEqual(rest, []);
+  t.is(
+    located!.problem,
+    "etcd.defrag_min_free: has moved: `maintain --defrag` and the members' agents both read maintenance.defrag.rule now — remove it and write maintenance: { defrag: { rule: { free_bytes: 2097152, free_fraction: 0, quota_fraction: 0 } } } for the same threshold (the rule's defaults: 200 MiB free, or 80 % of the quota)",
+  );
+  t.regex(located!.at!, /:2:3, found 2097152$/);
+});

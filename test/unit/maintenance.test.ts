@@ -6,23 +6,40 @@ import { MaintenanceRefusal, planCompact, planDefrag, planDisarm, type AlarmFact
 
 const MiB = 1024 * 1024;
 
-const defragCases: { name: string; dbSize: number; inUse: number; minFree: number; planned: boolean }[] = [
-  { name: 'free space above the threshold: defragment', dbSize: 40 * MiB, inUse: 4 * MiB, minFree: 32 * MiB, planned: true },
-  { name: 'free space exactly at the threshold: defragment', dbSize: 36 * MiB, inUse: 4 * MiB, minFree: 32 * MiB, planned: true },
-  { name: 'free space below the threshold: skipped', dbSize: 40 * MiB, inUse: 10 * MiB, minFree: 32 * MiB, planned: false },
-  { name: 'a freshly defragmented database: nothing', dbSize: 20 * 1024, inUse: 16 * 1024, minFree: MiB, planned: false },
+const RULE = { free_bytes: 32 * MiB, free_fraction: 0, quota_fraction: 0 };
+const QUOTA_8G = 8192 * MiB;
+const defragCases: { name: string; dbSize: number; inUse: number; rule?: Partial<typeof RULE>; quota?: number; because?: RegExp }[] = [
+  { name: 'free space above free_bytes: defragment', dbSize: 40 * MiB, inUse: 4 * MiB, because: /at least 32\.0 MiB free\)$/ },
+  { name: 'free space exactly at free_bytes: defragment', dbSize: 36 * MiB, inUse: 4 * MiB, because: /at least 32\.0 MiB free\)$/ },
+  { name: 'free space below free_bytes: skipped', dbSize: 40 * MiB, inUse: 10 * MiB },
+  { name: 'a freshly defragmented database: nothing', dbSize: 20 * 1024, inUse: 16 * 1024, rule: { free_bytes: MiB } },
+  { name: 'enough bytes free, but below free_fraction: skipped', dbSize: 400 * MiB, inUse: 360 * MiB, rule: { free_fraction: 0.25 } },
+  {
+    name: 'enough bytes free and free_fraction: defragment',
+    dbSize: 400 * MiB,
+    inUse: 200 * MiB,
+    rule: { free_fraction: 0.25 },
+    because: /at least 32\.0 MiB and 25 % free\)$/,
+  },
+  {
+    name: 'near the quota with anything to free: defragment',
+    dbSize: 90 * MiB,
+    inUse: 89 * MiB,
+    rule: { quota_fraction: 0.8 },
+    quota: 100 * MiB,
+    because: /at least 80 % of the quota \(100\.0 MiB\) with space to free\)$/,
+  },
+  { name: 'near the quota, nothing to free: skipped', dbSize: 90 * MiB, inUse: 90 * MiB, rule: { quota_fraction: 0.8 }, quota: 100 * MiB },
 ];
 
 for (const row of defragCases) {
-  test(`defrag: ${row.name}`, (t) => {
-    const changes = planDefrag({ dbSize: row.dbSize, dbSizeInUse: row.inUse }, row.minFree);
-    t.is(changes.length, row.planned ? 1 : 0);
-    if (row.planned) {
+  test(`defrag by maintenance.defrag.rule: ${row.name}`, (t) => {
+    const changes = planDefrag({ dbSize: row.dbSize, dbSizeInUse: row.inUse }, { ...RULE, ...row.rule }, row.quota ?? QUOTA_8G);
+    t.is(changes.length, row.because ? 1 : 0);
+    if (row.because) {
       t.deepEqual(changes[0]!.action, { kind: 'defragment', before: { dbSize: row.dbSize, dbSizeInUse: row.inUse } });
-      t.regex(
-        changes[0]!.summary,
-        /^defragment: database [\d.]+ MiB, [\d.]+ MiB of it free \(threshold etcd.defrag_min_free [\d.]+ MiB\)$/,
-      );
+      t.regex(changes[0]!.summary, /^defragment: database [\d.]+ MiB, [\d.]+ MiB of it free \(maintenance\.defrag\.rule: /);
+      t.regex(changes[0]!.summary, row.because);
     }
   });
 }
