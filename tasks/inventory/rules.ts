@@ -594,6 +594,23 @@ const oneDefragRule: Rule = (doc) => {
   ];
 };
 
+/** A duration as etcd's flags take it ("1h30m", "90s"), in seconds; the schema allows nothing else. */
+const goDurationSeconds = (text: string) =>
+  [...text.matchAll(/(\d+)([hms])/g)].reduce((sum, [, n, unit]) => sum + Number(n) * { h: 3600, m: 60, s: 1 }[unit as 'h' | 'm' | 's'], 0);
+
+/** The periodic check hashes every member's whole data: more often than a minute, it is a load of its own. */
+const periodicCorruptionCheckIsRare: Rule = (doc) => {
+  const interval = doc.etcd.corruption_checks.periodic_interval;
+  if (interval === '0' || goDurationSeconds(interval) >= 60) return [];
+  return [
+    {
+      path: ['etcd', 'corruption_checks', 'periodic_interval'],
+      message: `is ${interval}: each check hashes every member's whole data`,
+      hint: 'give at least "1m" (etcd recommends a couple of hours), or "0" for none; compact_hash is the cheap, frequent check',
+    },
+  ];
+};
+
 const distinctPorts: Rule = (doc) => {
   const { client_port: client, peer_port: peer } = doc.etcd;
   const metrics = doc.monitoring.metrics_port;
@@ -969,6 +986,7 @@ export const RULES: readonly Rule[] = [
   renewalInsideValidity,
   releasesOverHttpArePinned,
   oneDefragRule,
+  periodicCorruptionCheckIsRare,
   enabledFeaturesAreComplete,
   dynamicConfigCredentialsAreSound,
   restoreSettingsAreSound,

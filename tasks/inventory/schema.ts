@@ -19,6 +19,8 @@ import { ETCD_DEFAULT_ELECTION_MS, ETCD_DEFAULT_HEARTBEAT_MS } from './model.ts'
 const ONE_LINE = /^[^\x00-\x1f\x7f]*$/;
 const ONE_LINE_MESSAGE = 'must be one line without control characters (a newline here would add lines to the files it is written into)';
 const line = z.string().regex(ONE_LINE, ONE_LINE_MESSAGE);
+/** A duration as etcd's flags take it (Go's): "90s", "4h", "1h30m"; "0" for none. */
+const goDuration = z.string().regex(/^(0|([1-9]\d*(h|m|s))+)$/, 'must be a duration such as "1m", "4h" or "1h30m", or "0" for none');
 
 /** Directories a data directory must never be: the tool makes it etcd's, mode 0700. */
 const SYSTEM_DIRECTORIES = new Set([
@@ -615,6 +617,47 @@ export const etcdSchema = z
         'With `binaries: release`, a release (`vX.Y.Z`) installed into every member beside the one it runs, and not run: set it ahead of ' +
           'a roll (kubeadm pulls its images ahead alike), and the roll, once `version` names it, costs a restart per member instead of an ' +
           "install and a restart. Checked against the release's SHA256SUMS.",
+      ),
+    snapshot_count: z
+      .number()
+      .int()
+      .min(100, 'is a number of raft entries; at least 100')
+      .max(10_000_000)
+      .optional()
+      .describe(
+        "etcd's `snapshot-count`: applied entries between two snapshots of the raft state. Unset: 10000 with release binaries (3.6's " +
+          "default, pinned for every version), etcd's own default with the image's. etcd's initial corruption check can only ask the " +
+          'peers once a member has a snapshot (it knows its peers from one), so a member younger than this many entries starts unchecked.',
+      ),
+    corruption_checks: z
+      .object({
+        initial: z
+          .boolean()
+          .default(true)
+          .describe(
+            "Before a member with data serves, it compares its data (HashKV) with its peers' and will not start when they differ " +
+              "(etcd's initial corruption check).",
+          ),
+        periodic_interval: goDuration
+          .default('4h')
+          .describe(
+            "How often the leader compares every member's data at the latest revision and raises a CORRUPT alarm on a difference: a full " +
+              'hash of every member\'s data, so hours (etcd recommends a couple); "0": off.',
+          ),
+        compact_hash: z
+          .boolean()
+          .default(true)
+          .describe(
+            "The leader compares the members' hashes at each compaction, cheaply, and raises a CORRUPT alarm on a difference (etcd 3.5.5 " +
+              "or later, with release binaries or install_dependencies: with the image's etcd the version is not known to the tool).",
+          ),
+        compact_hash_interval: goDuration.default('1m').describe('How often the leader looks for a compaction to compare.'),
+      })
+      .strict()
+      .default({})
+      .describe(
+        "etcd's own corruption checks, each rendered with the flag the member's etcd version takes (experimental flags before 3.6, " +
+          'feature gates from 3.6). The tool also compares the members itself after every change (`consistency`) and in `verify`.',
       ),
     auto_compaction_mode: z.enum(['revision', 'periodic']).default('revision').describe("etcd's `auto-compaction-mode`."),
     auto_compaction_retention: z

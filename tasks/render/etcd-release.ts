@@ -52,7 +52,6 @@ export function stagedRelease(inventory: Inventory): GuestRelease | undefined {
 }
 
 const V3_5: EtcdVersion = { major: 3, minor: 5, patch: 0 };
-const V3_6: EtcdVersion = { major: 3, minor: 6, patch: 0 };
 
 /** Where a member's etcdctl (and, from 3.5, etcdutl) are: the managed release's, else the image's or the installer's. */
 export const etcdToolsDir = (inventory: Inventory, member: Member): string => managedRelease(inventory)?.dir ?? etcdBinaryDir(member);
@@ -65,23 +64,24 @@ export const etcdToolsDir = (inventory: Inventory, member: Member): string => ma
  */
 export function snapshotRestoreProgram(inventory: Inventory, member: Member): string[] {
   const dir = etcdToolsDir(inventory, member);
-  const known = inventory.etcd.binaries === 'release' || member.installDependencies ? parseVersion(inventory.etcd.version) : undefined;
+  const known = knownEtcdVersion(inventory, member);
   return known && compareVersions(known, V3_5) >= 0 ? [`${dir}/etcdutl`] : ['env', 'ETCDCTL_API=3', `${dir}/etcdctl`];
 }
 
 /**
  * The settings whose name or default differs between etcd versions, for the version the member runs
  * (release binaries only: with the image's the version is not the tool's to know before etcd runs).
- * - The initial corruption check (a member compares its data with its peers' before it serves) is an
- *   `experimental-` flag until 3.6 and a feature gate from 3.6 (the flag is deprecated there).
+ * etcd's corruption checks, whose names differ too, are corruption-checks.ts's.
  * - snapshot-count: 3.6 lowered the default from 100000 to 10000; pinned, so a roll changes no behaviour.
  * - 3.4 logs with capnslog unless told otherwise (removed in 3.5): zap keeps one log format across a roll.
  */
 export function versionSettings(version: EtcdVersion): [string, string][] {
-  const before = (other: EtcdVersion) => compareVersions(version, other) < 0;
-  return [
-    ...(before(V3_5) ? [['ETCD_LOGGER', 'zap'] as [string, string]] : []),
-    before(V3_6) ? ['ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK', 'true'] : ['ETCD_FEATURE_GATES', 'InitialCorruptCheck=true'],
-    ['ETCD_SNAPSHOT_COUNT', '10000'],
-  ];
+  return [...(compareVersions(version, V3_5) < 0 ? [['ETCD_LOGGER', 'zap'] as [string, string]] : []), ['ETCD_SNAPSHOT_COUNT', '10000']];
+}
+
+/** The etcd version a member runs, where the tool installs it: a managed release, or install_dependencies' download. */
+export function knownEtcdVersion(inventory: Inventory, member: Member): EtcdVersion | undefined {
+  const managed = managedRelease(inventory);
+  if (managed) return managed.version;
+  return member.installDependencies ? parseVersion(inventory.etcd.version) : undefined;
 }

@@ -1,6 +1,7 @@
 import { ETCD_DEFAULT_ELECTION_MS, ETCD_DEFAULT_HEARTBEAT_MS, type Inventory, type Member } from '../inventory/model.ts';
 import { clientUrl, peerUrl } from '../inventory/urls.ts';
-import { ANY_RELEASE_BINARY, managedRelease, RELEASE_BINARY_VARIABLE, versionSettings } from './etcd-release.ts';
+import { ANY_RELEASE_BINARY, knownEtcdVersion, managedRelease, RELEASE_BINARY_VARIABLE, versionSettings } from './etcd-release.ts';
+import { corruptionCheckSettings } from './corruption-checks.ts';
 import { etcdBinaryDir } from './guest/dependencies.ts';
 import { renderTemplate } from './templates.ts';
 
@@ -76,7 +77,9 @@ export function etcdEnvironment(
     ...(inventory.monitoring.metrics_port === 0
       ? []
       : [['ETCD_LISTEN_METRICS_URLS', `http://${member.etcdIp}:${inventory.monitoring.metrics_port}`] as [string, string]]),
+    ...corruptionCheckSettings(etcd.corruption_checks, knownEtcdVersion(inventory, member)),
     ...versionSettingsOf(inventory),
+    ...(etcd.snapshot_count === undefined ? [] : [['ETCD_SNAPSHOT_COUNT', String(etcd.snapshot_count)] as [string, string]]),
   ];
 }
 
@@ -94,7 +97,12 @@ function raftTiming(etcd: Inventory['etcd']): [string, string][] {
 /** With binaries: release, the release's binary the unit runs, then the settings that differ by version. */
 function versionSettingsOf(inventory: Inventory): [string, string][] {
   const release = managedRelease(inventory);
-  return release ? [[RELEASE_BINARY_VARIABLE, release.binary], ...versionSettings(release.version)] : [];
+  if (!release) return [];
+  // The inventory's snapshot_count, where it is set, replaces the pinned one (below).
+  const pinned = versionSettings(release.version).filter(
+    ([key]) => inventory.etcd.snapshot_count === undefined || key !== 'ETCD_SNAPSHOT_COUNT',
+  );
+  return [[RELEASE_BINARY_VARIABLE, release.binary], ...pinned];
 }
 
 /** systemd EnvironmentFile syntax: plain values as they are, anything else double-quoted with escapes. */

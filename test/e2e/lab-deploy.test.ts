@@ -14,6 +14,7 @@ import {
   deployInBackground,
   endpoint,
   etcdctl,
+  etcdctlPuts,
   inLab,
   raiseNospace,
   lab,
@@ -102,19 +103,27 @@ scenario('a cold deploy creates a healthy, TLS-only, authenticated 3-member clus
 });
 
 scenario(
-  "after the cold deploy every member's first boot ended in done, its etcd environment says existing, its etcd runs the lab's raft timing",
+  "after the cold deploy every member's first boot ended in done, its etcd environment says existing, its etcd runs the lab's raft timing and etcd's own corruption checks",
   (t) => {
     for (const member of MEMBERS) {
       const status = memberSsh(
         member,
         'cloud-init status; grep ^ETCD_INITIAL_CLUSTER_STATE= /etc/etcd/etcd.env; ' +
-          // What the running etcd was started with, not only what its file says: lab.yaml's heartbeat and election timeout.
-          "sudo cat /proc/$(systemctl show -p MainPID --value etcd)/environ | tr '\\0' '\\n' | grep -E '^ETCD_(HEARTBEAT_INTERVAL|ELECTION_TIMEOUT)=' | sort",
+          // What the running etcd was started with, not only what its file says: lab.yaml's heartbeat and election timeout,
+          // and the corruption checks by the names the image's etcd (3.4) reads.
+          "sudo cat /proc/$(systemctl show -p MainPID --value etcd)/environ | tr '\\0' '\\n' | grep -E '^ETCD_(HEARTBEAT_INTERVAL|ELECTION_TIMEOUT|EXPERIMENTAL_[A-Z_]*CORRUPT[A-Z_]*)=' | sort",
       );
       t.is(status.status, 0, status.stderr);
       t.deepEqual(
         status.stdout.trim().split('\n'),
-        ['status: done', 'ETCD_INITIAL_CLUSTER_STATE=existing', 'ETCD_ELECTION_TIMEOUT=5000', 'ETCD_HEARTBEAT_INTERVAL=500'],
+        [
+          'status: done',
+          'ETCD_INITIAL_CLUSTER_STATE=existing',
+          'ETCD_ELECTION_TIMEOUT=5000',
+          'ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME=4h',
+          'ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK=true',
+          'ETCD_HEARTBEAT_INTERVAL=500',
+        ],
         member,
       );
     }
@@ -396,23 +405,27 @@ scenario(
 );
 
 /**
- * A member's database changed behind etcd's back: etcd-3 stopped, every copy of `from` in its bbolt file replaced by
- * `to` (as long), etcd started again and answering. bbolt checks no page but its meta pages, so etcd runs on it.
+ * A member's database changed behind etcd's back: every copy of `from` in etcd-3's bbolt file replaced by `to` (as
+ * long). bbolt checks no page but its meta pages, so etcd runs on it. Stopped (`stopped`): etcd is stopped first and
+ * left stopped. Running: written in place under the running etcd, which reads its file through a shared mapping and
+ * so serves the edited bytes at once, with no restart (its own check at start-up would refuse them).
  */
-/** Replaces `from` with `to` in etcd-3's bbolt file while its etcd is stopped; started again (and healthy) unless told not to. */
-async function editDatabaseBytes(t: ExecutionContext, from: string, to: string, start = true): Promise<void> {
-  const swap = [
-    'sudo systemctl stop etcd',
-    `sudo python3 -c "p = '/var/lib/etcd/member/snap/db'; b = open(p, 'rb').read(); print(b.count(b'${from}')); open(p, 'wb').write(b.replace(b'${from}', b'${to}'))"`,
-    ...(start ? ['sudo systemctl start etcd'] : []),
-  ].join(' && ');
+function editDatabaseBytes(t: ExecutionContext, from: string, to: string, how: 'stopped' | 'running'): void {
+  const edit = `import mmap; f = open('/var/lib/etcd/member/snap/db', 'r+b'); m = mmap.mmap(f.fileno(), 0); i = m.find(b'${from}'); n = 0
+while i >= 0: m[i:i + ${from.length}] = b'${to}'; n += 1; i = m.find(b'${from}', i + 1)
+m.flush(); print(n)`;
+  const swap = [...(how === 'stopped' ? ['sudo systemctl stop etcd'] : []), `sudo python3 -c "${edit}"`].join(' && ');
   const swapped = memberSsh('etcd-3', swap);
   t.is(swapped.status, 0, swapped.stderr);
   t.true(Number(swapped.stdout.trim()) >= 1, `copies of the value in etcd-3's database: ${swapped.stdout}`);
-  if (!start) return;
+}
+
+/** etcd-3 started again (after its data was put back) and answering. */
+async function startedAgain(): Promise<void> {
+  memberSsh('etcd-3', 'sudo systemctl reset-failed etcd; sudo systemctl start etcd');
   const deadline = Date.now() + 120_000;
   while (etcdctl([endpoint('etcd-3')], rootIdentity, ['endpoint', 'health']).status !== 0) {
-    if (Date.now() > deadline) throw new Error('etcd-3 not healthy 120 s after its database was edited');
+    if (Date.now() > deadline) throw new Error('etcd-3 not healthy 120 s after its data was put back');
     await new Promise((resolve) => setTimeout(resolve, 2_000));
   }
 }
@@ -421,12 +434,12 @@ const MISMATCH_KEY = 'etcd-kvm/consistency/mismatch';
 const mismatchRecord = () => etcdctl([endpoint('etcd-1')], rootIdentity, ['get', MISMATCH_KEY, '--print-value-only']).stdout.trim();
 
 scenario(
-  "a member's data changed behind etcd's back: the run that starts it again compares the members and fails naming etcd-3's hash; the next run changes nothing; status names it; verify fails hashkv alone; put back, --accept-mismatch compares again and clears the record",
+  "a member's data changed behind etcd's back: etcd's own check refuses to start it; changed under it while it runs, the run that changes it compares the members and fails naming etcd-3's hash; the next run changes nothing; status names it; verify fails hashkv alone; put back, --accept-mismatch compares again and clears the record",
   async (t) => {
     const original = `e2e-verify-${'A'.repeat(32)}`;
     const edited = `e2e-verify-${'B'.repeat(32)}`;
     t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/verify/marker', original]).status, 0);
-    // Applied on etcd-3 (its own store answers a serializable read) before its etcd stops.
+    // Applied on etcd-3 (its own store answers a serializable read) before its file is edited.
     const deadline = Date.now() + 60_000;
     while (
       etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--consistency=s', '--print-value-only', 'e2e/verify/marker']).stdout.trim() !==
@@ -439,29 +452,56 @@ scenario(
     t.teardown(() => {
       if (mismatchRecord() !== '') etcdctl(ALL, rootIdentity, ['del', MISMATCH_KEY]);
     });
-    // Edited while stopped, and left stopped: the deploy starts it, a change on a member, and compares after it.
-    await editDatabaseBytes(t, original, edited, false);
+
+    // etcd's own initial check (etcd.corruption_checks.initial, on by default): edited while stopped, etcd-3 will not
+    // start on data its peers' hashes disagree with; the deploy that starts it fails there, and compares nothing after.
+    // etcd asks its peers only once it has a snapshot that names them: lab.yaml's snapshot_count is 100, and this many
+    // entries more make sure etcd-3 has taken one, however few the chain's runs wrote before.
+    t.is(etcdctlPuts([endpoint('etcd-1')], rootIdentity, 'e2e/verify/entries/', 110).status, 0);
+    const snapshots = memberSsh('etcd-3', 'sudo ls /var/lib/etcd/member/snap');
+    t.regex(snapshots.stdout, /\.snap$/m, `etcd-3 has a snapshot: ${snapshots.stdout}`);
+    const since = memberSsh('etcd-3', 'date -u "+%Y-%m-%d %H:%M:%S"').stdout.trim();
+    editDatabaseBytes(t, original, edited, 'stopped');
+    const refusedStart = deployed(t);
+    t.is(refusedStart.status, 1, endOf(refusedStart));
+    t.regex(refusedStart.output, /\[etcd-3\] guest: .*etcd/, endOf(refusedStart));
+    t.notRegex(refusedStart.output, /consistency \[FAILED/);
+    t.regex(
+      memberSsh('etcd-3', `sudo journalctl -u etcd -o cat --no-pager --since '${since}'`).stdout,
+      /found data inconsistency with peers/,
+    );
+    t.is(mismatchRecord(), '');
+    editDatabaseBytes(t, edited, original, 'stopped');
+    await startedAgain();
+
+    // The tool's own comparison: the data changed under the running etcd-3, and a run that changes etcd-3 (its seed
+    // ISO deleted and made again) compares the members after it.
+    editDatabaseBytes(t, original, edited, 'running');
     let isoDeleted = false;
     try {
-      const started = deployed(t);
-      t.is(started.status, 1, endOf(started));
-      t.deepEqual(changed(started), ['etcd-3/guest: changed start etcd.service (was inactive/dead)']);
-      const found =
-        /consistency \[FAILED: after this run's changes, the members' data differ at revision (\d+): etcd-1 (\d+) \([^)]*\), etcd-2 (\d+) \([^)]*\), etcd-3 (\d+) /.exec(
-          started.output,
-        );
-      t.truthy(found, endOf(started));
-      t.is(found?.[2], found?.[3], 'etcd-1 and etcd-2 agree');
-      t.not(found?.[4], found?.[2], "etcd-3's hash differs");
-      t.regex(mismatchRecord(), /"detail":"the members' data differ at revision \d+/);
       t.is(
         etcdctl([endpoint('etcd-3')], rootIdentity, ['get', '--consistency=s', '--print-value-only', 'e2e/verify/marker']).stdout.trim(),
         edited,
       );
+      t.is(virsh(['vol-delete', '--pool', 'etcd-lab', 'etcd-3-cloud-init.iso']).status, 0);
+      isoDeleted = true;
+      const compared = deployed(t);
+      t.is(compared.status, 1, endOf(compared));
+      t.true(
+        changed(compared).some((line) => line.startsWith('etcd-3/')),
+        changed(compared).join(' | '),
+      );
+      const found =
+        /consistency \[FAILED: after this run's changes, the members' data differ at revision (\d+): etcd-1 (\d+) \([^)]*\), etcd-2 (\d+) \([^)]*\), etcd-3 (\d+) /.exec(
+          compared.output,
+        );
+      t.truthy(found, endOf(compared));
+      t.is(found?.[2], found?.[3], 'etcd-1 and etcd-2 agree');
+      t.not(found?.[4], found?.[2], "etcd-3's hash differs");
+      t.regex(mismatchRecord(), /"detail":"the members' data differ at revision \d+/);
 
       // The next run's first change (a deleted seed) is refused, saying what was found and how to go on.
       t.is(virsh(['vol-delete', '--pool', 'etcd-lab', 'etcd-3-cloud-init.iso']).status, 0);
-      isoDeleted = true;
       const refused = deployed(t);
       t.is(refused.status, 1, endOf(refused));
       t.regex(
@@ -500,7 +540,7 @@ scenario(
         ['FAIL hashkv'],
       );
     } finally {
-      await editDatabaseBytes(t, edited, original);
+      editDatabaseBytes(t, edited, original, 'running');
     }
     // Mended by hand: the operator says so; the run repairs the seed, compares, and removes the record.
     const accepted = deployed(t, ['--accept-mismatch']);
@@ -514,6 +554,7 @@ scenario(
     const repaired = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml']);
     t.is(repaired.status, 0, repaired.stdout + repaired.stderr);
     t.is(etcdctl(ALL, rootIdentity, ['del', 'e2e/verify/marker']).status, 0);
+    t.is(etcdctl(ALL, rootIdentity, ['del', '--prefix', 'e2e/verify/entries/']).status, 0);
   },
 );
 

@@ -162,6 +162,13 @@ export function etcdctl(endpoints: string[], identity: Identity, args: string[],
   );
 }
 
+/** `count` keys `<prefix>1`… written one request each (one raft entry each), in one shell inside the namespace. */
+export function etcdctlPuts(endpoints: string[], identity: Identity, prefix: string, count: number): Completed {
+  const put = ['etcdctl', '--dial-timeout=5s', '--command-timeout=10s', `--endpoints=${endpoints.join(',')}`, ...tlsArgs(identity), 'put'];
+  const loop = `i=1; while [ $i -le ${count} ]; do "$@" "${prefix}$i" v >/dev/null || exit 1; i=$((i + 1)); done`;
+  return run(...within(NAMESPACE, 'sh', ['-c', loop, 'sh', ...put]));
+}
+
 export const endpoint = (member: keyof typeof MEMBER_IPS) => `https://${MEMBER_IPS[member]}:2379`;
 
 /** A command on a member over SSH, through the hypervisor, with the tool's key and pinned host key. */

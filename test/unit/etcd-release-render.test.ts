@@ -10,17 +10,10 @@ import { baseDocument, load } from '../helpers/inventory.ts';
 const settings = (version: string) => Object.fromEntries(versionSettings(parseVersion(version)!));
 
 const rows: { version: string; settings: Record<string, string> }[] = [
-  {
-    version: '3.4.23',
-    settings: { ETCD_LOGGER: 'zap', ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK: 'true', ETCD_SNAPSHOT_COUNT: '10000' },
-  },
-  { version: '3.5.16', settings: { ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK: 'true', ETCD_SNAPSHOT_COUNT: '10000' } },
-  { version: '3.5.33', settings: { ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK: 'true', ETCD_SNAPSHOT_COUNT: '10000' } },
-  // 3.6: the experimental flag is deprecated in favour of a feature gate; its snapshot-count default is already 10000.
-  { version: '3.6.5', settings: { ETCD_FEATURE_GATES: 'InitialCorruptCheck=true', ETCD_SNAPSHOT_COUNT: '10000' } },
-  { version: '3.7.0', settings: { ETCD_FEATURE_GATES: 'InitialCorruptCheck=true', ETCD_SNAPSHOT_COUNT: '10000' } },
+  { version: '3.4.23', settings: { ETCD_LOGGER: 'zap', ETCD_SNAPSHOT_COUNT: '10000' } },
+  { version: '3.5.16', settings: { ETCD_SNAPSHOT_COUNT: '10000' } },
+  { version: '3.6.5', settings: { ETCD_SNAPSHOT_COUNT: '10000' } },
 ];
-
 for (const row of rows) {
   test(`version settings: etcd ${row.version}`, (t) => {
     t.deepEqual(settings(row.version), row.settings);
@@ -58,13 +51,18 @@ test('3.7 starts with no --experimental-* flag (etcd 3.7 upgrade guide): from 3.
       );
     }
   }
-  // Before 3.6 the initial corruption check has no other name: the one experimental flag the tool renders.
+  // Before 3.6 the corruption checks have no other names: the only experimental flags the tool renders.
   const before = releaseInventory('v3.5.33');
   t.deepEqual(
     etcdEnvironment(before, before.members[0]!, 'existing')
       .map(([key]) => key)
       .filter((key) => key.startsWith('ETCD_EXPERIMENTAL_')),
-    ['ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK'],
+    [
+      'ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK',
+      'ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME',
+      'ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED',
+      'ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_TIME',
+    ],
   );
 });
 
@@ -79,14 +77,15 @@ test('binaries: release: a roll changes the environment file alone, never the un
   t.not(after!.env.ETCDKVM_BINARY, before!.env.ETCDKVM_BINARY);
 });
 
-test("binaries: image: the image's etcd, no condition, no version settings (as before)", (t) => {
+test("binaries: image: the image's etcd, no condition, no version settings; the corruption checks every version reads", (t) => {
   const inventory = load(baseDocument());
   const unit = renderUnitFile(inventory, inventory.members[0]!);
   t.regex(unit, /^ExecStart=\/usr\/bin\/etcd$/m);
   t.notRegex(unit, /ConditionPathExists/);
   const env = Object.fromEntries(etcdEnvironment(inventory, inventory.members[0]!, 'existing'));
-  for (const key of ['ETCD_LOGGER', 'ETCD_SNAPSHOT_COUNT', 'ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK', 'ETCD_FEATURE_GATES'])
+  for (const key of ['ETCD_LOGGER', 'ETCD_SNAPSHOT_COUNT', 'ETCD_FEATURE_GATES', 'ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED'])
     t.false(key in env, key);
+  t.like(env, { ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK: 'true', ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME: '4h' });
 });
 
 test('install_dependencies with binaries: release: the first-boot installer leaves etcd to the tool', (t) => {
