@@ -10,10 +10,9 @@ import { deployTiming, formatOutside } from './core/timing.ts';
 import { placementWarnings } from './inventory/placement.ts';
 import { Runner } from './core/runner.ts';
 import { loadInventory } from './inventory/load.ts';
-import { requireLoginKeys } from './inventory/login-keys.ts';
 import type { Inventory } from './inventory/model.ts';
 import { LockHeldError, RunLock } from './core/lock.ts';
-import { runDeploy, type PipelineOptions } from './pipeline.ts';
+import { checkDeployInput, runDeploy, type PipelineOptions } from './pipeline.ts';
 import { describePlan, phaseTitle, type PlannedPhase } from './deploy/plan.ts';
 import { staleAfter } from './steps/registry.ts';
 import { lockBeforeFirstChange, onLockLoss } from './etcd/run-lock.ts';
@@ -21,8 +20,8 @@ import { refuseAfterMismatch } from './verify/consistency.ts';
 
 async function deploy(options: DeployOptions): Promise<number> {
   const inventory = loadInventory(options.inventory);
-  // --render-only asks no host.
-  if (options.renderOnly === undefined) requireLoginKeys(inventory);
+  // Before the state directory's lock: a run refused for bad input leaves nothing behind.
+  checkDeployInput(inventory, options);
   // A dry-run writes nothing, so it takes no lock either.
   const lock = options.dryRun ? undefined : RunLock.acquire(inventory.stateDir);
   if (lock?.tookOverFrom)

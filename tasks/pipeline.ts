@@ -1,6 +1,7 @@
 import { InputError } from './core/errors.ts';
 import type { Runner } from './core/runner.ts';
 import type { Inventory } from './inventory/model.ts';
+import { requireLoginKeys } from './inventory/login-keys.ts';
 import type { ClientIdentities } from './etcd/identities.ts';
 import { preloadEtcdClient, type EtcdClients } from './etcd/client.ts';
 import type { RunLockGate } from './etcd/run-lock.ts';
@@ -88,9 +89,16 @@ function validateNames(inventory: Inventory, options: PipelineOptions): void {
   }
 }
 
-export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<DeployOutcome> {
+/** The options' and the inventory's bad input a run can find before it writes or asks anything: exit 2. */
+export function checkDeployInput(inventory: Inventory, options: PipelineOptions): void {
   validateTags(options);
   validateNames(inventory, options);
+  // --render-only asks no host.
+  if (options.renderOnly === undefined) requireLoginKeys(inventory);
+}
+
+export async function runDeploy(inventory: Inventory, runner: Runner, options: PipelineOptions): Promise<DeployOutcome> {
+  checkDeployInput(inventory, options);
   const members = selectMembers(inventory, options.limit);
   // Whole seconds: certificate times have no finer resolution, and one issued in this run must not look older than the run.
   const runStarted = new Date(Math.floor(Date.now() / 1000) * 1000);

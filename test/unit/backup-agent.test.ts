@@ -137,7 +137,7 @@ test("the agent signs S3 requests (botocore's signer) as AWS's Signature Version
   t.regex(withRevision.authorization!, /SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-meta-revision, /);
 });
 
-const s3 = { endpoint: 'https://s3.example.org', bucket: 'b', object_prefix: 'lab', access_key: 'AK', secret_key: 'SK' };
+const s3 = { endpoint: 'https://s3.example.org', bucket: 'bkt', object_prefix: 'lab', access_key: 'AK', secret_key: 'SK' };
 const withBackup = (backup: Record<string, unknown>, restore: Record<string, unknown> = { s3, encryption_key: 'ab'.repeat(32) }) => {
   const doc = baseDocument();
   return { ...doc, backup, defaults: { ...(doc.defaults as object), restore } };
@@ -162,7 +162,7 @@ test('every member gets the agent, its timer and its secrets 0400 to etcd; nothi
     member: 'etcd-2',
     keep: 5,
     etcd: { endpoint: 'https://10.10.0.12:2379', etcdctl: '/usr/bin/etcdctl', cert_file: AGENT_PATHS.cert },
-    s3: { endpoint: 'http://10.0.0.5:9000', bucket: 'b', object_prefix: 'lab' },
+    s3: { endpoint: 'http://10.0.0.5:9000', bucket: 'bkt', object_prefix: 'lab' },
     secrets: { encryption_key: AGENT_PATHS.encryptionKey },
   });
   t.false(JSON.stringify(config).includes('SK'));
@@ -222,12 +222,12 @@ test(`the agent's certificate says ${AGENT_USER}`, async (t) => {
 
 test('backups are refused, with paths, where the agent could not write', (t) => {
   t.deepEqual(problemsOf(withBackup({ enabled: true }, {})), [
-    'members[0].restore.s3.endpoint (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
-    'members[0].restore.s3.bucket (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
-    'members[0].restore.s3.object_prefix (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
-    'members[0].restore.s3.access_key (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
-    'members[0].restore.s3.secret_key (member etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
-    "members[0].restore.encryption_key (member etcd-1): is empty while backup.enabled is true — every backup is sealed and authenticated with it (etcd-backup's 64-hex-digit master key): set restore.encryption_key under defaults",
+    'defaults.restore.s3.endpoint (inherited by etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    'defaults.restore.s3.bucket (inherited by etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    'defaults.restore.s3.object_prefix (inherited by etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    'defaults.restore.s3.access_key (inherited by etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    'defaults.restore.s3.secret_key (inherited by etcd-1): is empty while backup.enabled is true — the agent uploads where restore.s3 points: set restore.s3 under defaults',
+    "defaults.restore.encryption_key (inherited by etcd-1): is empty while backup.enabled is true — every backup is sealed and authenticated with it (etcd-backup's 64-hex-digit master key): set restore.encryption_key under defaults",
   ]);
   const password = withBackup({ enabled: true });
   (password as Record<string, unknown>).etcd = { client_cert_auth: false };

@@ -473,7 +473,7 @@ test('password mode: clients are not asked for certificates; restore mode: etcd 
   // Distinctive values: a one-letter key would be found anywhere, and its absence would prove nothing.
   const s3 = {
     endpoint: 'http://127.0.0.1:9000',
-    bucket: 'b',
+    bucket: 'bkt',
     object_prefix: 'etcd',
     access_key: 'AKIA-E2E-ACCESS-KEY',
     secret_key: 'S3-SECRET-KEY-NEVER-IN-A-GUEST',
@@ -497,47 +497,50 @@ test('secrets in the guest are never in a world-readable file', (t) => {
   }
 });
 
+// A value set under defaults is reported there once, with the members that took it.
 test('invalid combinations of the optional features are reported with their paths', (t) => {
   t.deepEqual(
-    problemsOf(withDefaults({ chrony: { enabled: true } })).filter((p) => p.startsWith('members[0]')),
-    ['members[0].chrony.servers (member etcd-1): is required by the enabled feature — list at least one server or pool (url and options)'],
+    problemsOf(withDefaults({ chrony: { enabled: true } })).filter((p) => p.startsWith('members[0]') || p.startsWith('defaults.')),
+    [
+      'defaults.chrony.servers (inherited by etcd-1, etcd-2, etcd-3): is required by the enabled feature — list at least one server or pool (url and options)',
+    ],
   );
   t.deepEqual(
     problemsOf(withDefaults({ fluentbit: { enabled: true, forward: { domain: 'logs' } } }))
-      .filter((p) => p.startsWith('members[0]'))
+      .filter((p) => p.startsWith('members[0]') || p.startsWith('defaults.'))
       .map((p) => p.split(' ')[0]),
     [
-      'members[0].fluentbit.forward.port',
-      'members[0].fluentbit.forward.hostname',
-      'members[0].fluentbit.forward.shared_key',
-      'members[0].fluentbit.etcd_tag',
-      'members[0].fluentbit.node_exporter_tag',
+      'defaults.fluentbit.forward.port',
+      'defaults.fluentbit.forward.hostname',
+      'defaults.fluentbit.forward.shared_key',
+      'defaults.fluentbit.etcd_tag',
+      'defaults.fluentbit.node_exporter_tag',
     ],
   );
   t.deepEqual(
     problemsOf(withDefaults({ vault_agent: { enabled: true } }))
-      .filter((p) => p.startsWith('members[0]'))
+      .filter((p) => p.startsWith('members[0]') || p.startsWith('defaults.'))
       .map((p) => p.split(' ')[0]),
     [
-      'members[0].vault_agent.vault_address',
-      'members[0].vault_agent.auth_method.config.role_id',
-      'members[0].vault_agent.auth_method.config.secret_id',
+      'defaults.vault_agent.vault_address',
+      'defaults.vault_agent.auth_method.config.role_id',
+      'defaults.vault_agent.auth_method.config.secret_id',
     ],
   );
   t.deepEqual(
     problemsOf(withDefaults({ restore: { enabled: true } }))
-      .filter((p) => p.startsWith('members[0]'))
+      .filter((p) => p.startsWith('members[0]') || p.startsWith('defaults.'))
       .map((p) => p.split(' ')[0]),
     [
-      'members[0].restore.s3.endpoint',
-      'members[0].restore.s3.bucket',
-      'members[0].restore.s3.object_prefix',
-      'members[0].restore.s3.access_key',
-      'members[0].restore.s3.secret_key',
-      'members[0].restore.encryption_key',
+      'defaults.restore.s3.endpoint',
+      'defaults.restore.s3.bucket',
+      'defaults.restore.s3.object_prefix',
+      'defaults.restore.s3.access_key',
+      'defaults.restore.s3.secret_key',
+      'defaults.restore.encryption_key',
     ],
   );
-  const s3 = { endpoint: 'http://127.0.0.1:9000', bucket: 'b', object_prefix: 'etcd', access_key: 'a', secret_key: 's' };
+  const s3 = { endpoint: 'http://127.0.0.1:9000', bucket: 'bkt', object_prefix: 'etcd', access_key: 'a', secret_key: 's' };
   const key = 'ab'.repeat(32);
   t.deepEqual(
     problemsOf(
@@ -545,11 +548,11 @@ test('invalid combinations of the optional features are reported with their path
         { restore: { enabled: true, s3, backup_timestamp: 'yesterday', encryption_key: 'abc' } },
         (doc) => ((doc.cluster as Record<string, unknown>).is_initializing = false),
       ),
-    ).filter((p) => p.startsWith('members[0]')),
+    ).filter((p) => p.startsWith('members[0]') || p.startsWith('defaults.')),
     [
-      'members[0].restore.enabled (member etcd-1): requires cluster.is_initializing: true — a restore founds a new cluster from the snapshot; an existing cluster keeps its data',
-      'members[0].restore.backup_timestamp (member etcd-1): "yesterday" is not an RFC 3339 UTC timestamp — as in the object name, e.g. 2026-11-21T10:00:00Z; leave empty for the latest',
-      "members[0].restore.encryption_key (member etcd-1): is not 32 bytes of hex (64 hex digits) — etcd-backup's master key format",
+      'defaults.restore.enabled (inherited by etcd-1, etcd-2, etcd-3): requires cluster.is_initializing: true — a restore founds a new cluster from the snapshot; an existing cluster keeps its data',
+      'defaults.restore.backup_timestamp (inherited by etcd-1, etcd-2, etcd-3): "yesterday" is not an RFC 3339 UTC timestamp — as in the object name, e.g. 2026-11-21T10:00:00Z; leave empty for the latest',
+      "defaults.restore.encryption_key (inherited by etcd-1, etcd-2, etcd-3): is not 32 bytes of hex (64 hex digits) — etcd-backup's master key format",
     ],
   );
   t.deepEqual(problemsOf(withDefaults({}, (doc) => (doc.members[1]!.restore = { enabled: true, s3, encryption_key: key }))), [
@@ -582,37 +585,37 @@ test('invalid combinations of the optional features are reported with their path
 
 test('invalid fluent-bit dynamic configurations are reported with their paths', (t) => {
   const memberProblems = (settings: Record<string, unknown>) =>
-    problemsOf(withDefaults(settings)).filter((p) => p.startsWith('members[0]'));
+    problemsOf(withDefaults(settings)).filter((p) => p.startsWith('members[0]') || p.startsWith('defaults.'));
   const fieldsOf = (settings: Record<string, unknown>) => memberProblems(settings).map((p) => p.split(' ')[0]);
   t.deepEqual(fieldsOf({ fluentbit_dynamic_config: { enabled: true, etcd: { client: { username: 'u', password: 'p' } } } }), [
     'members[0].fluentbit.enabled',
-    'members[0].fluentbit_dynamic_config.etcd.key_prefix',
-    'members[0].fluentbit_dynamic_config.etcd.endpoints',
-    'members[0].fluentbit_dynamic_config.etcd.ca_certificate',
+    'defaults.fluentbit_dynamic_config.etcd.key_prefix',
+    'defaults.fluentbit_dynamic_config.etcd.endpoints',
+    'defaults.fluentbit_dynamic_config.etcd.ca_certificate',
   ]);
   t.deepEqual(fieldsOf({ fluentbit: FLUENTBIT, fluentbit_dynamic_config: { enabled: true, source: 'git' } }), [
-    'members[0].fluentbit_dynamic_config.git.repo',
-    'members[0].fluentbit_dynamic_config.git.ref',
-    'members[0].fluentbit_dynamic_config.git.auth.client_ssh_key',
-    'members[0].fluentbit_dynamic_config.git.auth.server_ssh_fingerprint',
+    'defaults.fluentbit_dynamic_config.git.repo',
+    'defaults.fluentbit_dynamic_config.git.ref',
+    'defaults.fluentbit_dynamic_config.git.auth.client_ssh_key',
+    'defaults.fluentbit_dynamic_config.git.auth.server_ssh_fingerprint',
   ]);
   const etcdWith = (client: Record<string, unknown>, vault_agent_secret_path = '') => ({
     fluentbit: FLUENTBIT,
     fluentbit_dynamic_config: { ...DYNAMIC_ETCD, etcd: { ...DYNAMIC_ETCD.etcd, client, vault_agent_secret_path } },
   });
   t.deepEqual(memberProblems(etcdWith({})), [
-    'members[0].fluentbit_dynamic_config.etcd.client (member etcd-1): has no credentials — give certificate and key, username and password, or vault_agent_secret_path',
+    'defaults.fluentbit_dynamic_config.etcd.client (inherited by etcd-1, etcd-2, etcd-3): has no credentials — give certificate and key, username and password, or vault_agent_secret_path',
   ]);
   t.deepEqual(memberProblems(etcdWith({ ...DYNAMIC_ETCD.etcd.client, username: 'u', password: 'p' })), [
-    'members[0].fluentbit_dynamic_config.etcd.client (member etcd-1): sets both a certificate and a username/password — the updater authenticates one way: keep certificate and key, or username and password',
+    'defaults.fluentbit_dynamic_config.etcd.client (inherited by etcd-1, etcd-2, etcd-3): sets both a certificate and a username/password — the updater authenticates one way: keep certificate and key, or username and password',
   ]);
   t.deepEqual(fieldsOf(etcdWith({ certificate: DYNAMIC_ETCD.etcd.client.certificate })), [
-    'members[0].fluentbit_dynamic_config.etcd.client.key',
+    'defaults.fluentbit_dynamic_config.etcd.client.key',
   ]);
-  t.deepEqual(fieldsOf(etcdWith({ username: 'u' })), ['members[0].fluentbit_dynamic_config.etcd.client.password']);
+  t.deepEqual(fieldsOf(etcdWith({ username: 'u' })), ['defaults.fluentbit_dynamic_config.etcd.client.password']);
   t.deepEqual(memberProblems(etcdWith({ key: 'k' }, 'kv/data/x')), [
-    'members[0].fluentbit_dynamic_config.etcd.vault_agent_secret_path (member etcd-1): needs vault_agent.enabled: true — Vault agent renders the credentials from this secret',
-    'members[0].fluentbit_dynamic_config.etcd.client (member etcd-1): holds a key or password although vault_agent_secret_path is set — the credentials come from Vault: leave client.key and client.password empty (set client.certificate only to choose certificate auth)',
+    'defaults.fluentbit_dynamic_config.etcd.vault_agent_secret_path (inherited by etcd-1, etcd-2, etcd-3): needs vault_agent.enabled: true — Vault agent renders the credentials from this secret',
+    'defaults.fluentbit_dynamic_config.etcd.client (inherited by etcd-1, etcd-2, etcd-3): holds a key or password although vault_agent_secret_path is set — the credentials come from Vault: leave client.key and client.password empty (set client.certificate only to choose certificate auth)',
   ]);
   t.notThrows(() => load(withDefaults({ ...etcdWith({}, 'kv/data/x'), vault_agent: VAULT })));
   t.notThrows(() => load(withDefaults(etcdWith(DYNAMIC_ETCD.etcd.client))));

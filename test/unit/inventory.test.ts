@@ -356,7 +356,15 @@ test('every seed module input is expressible', (t) => {
         tls: { ca_cert: '', server_cert: '', server_key: '' },
         restore: {
           enabled: false,
-          s3: { endpoint: 'https://s3.local', bucket: 'b', object_prefix: 'p', region: 'r', access_key: 'a', secret_key: 's', ca_cert: '' },
+          s3: {
+            endpoint: 'https://s3.local',
+            bucket: 'bkt',
+            object_prefix: 'p',
+            region: 'r',
+            access_key: 'a',
+            secret_key: 's',
+            ca_cert: '',
+          },
           encryption_key: 'k',
           backup_timestamp: '',
         },
