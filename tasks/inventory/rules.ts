@@ -13,6 +13,7 @@ import type {
 } from './schema.ts';
 import { NODE_EXPORTER_PORT } from './urls.ts';
 import type { Problem } from './problems.ts';
+import { s3ValueProblems } from './s3-values.ts';
 import { CONTROL_NODE, targetName } from '../core/step.ts';
 import { isIPv4, isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
 import { GUEST_SERVICE_ACCOUNTS, prefixEnd, reachesToolKeys, RESERVED_USER_NAMES, TOOL_KEY_PREFIX, TOOL_NAME_PREFIX } from './reserved.ts';
@@ -843,10 +844,14 @@ const restoreSettingsAreSound: Rule = (doc) =>
         message: 'is not 32 bytes of hex (64 hex digits)',
         hint: "etcd-backup's master key format",
       });
-    if (restore.s3.endpoint && !/^https?:\/\//.test(restore.s3.endpoint))
-      problems.push({ path: [...path, 's3', 'endpoint'], message: 'is not an http(s) URL', hint: 'e.g. https://s3.example.org' });
     return problems;
   });
+
+/** The S3 settings parsed for what they are (s3-values.ts), wherever they are written, restoring or not: `backup` uses them too. */
+const s3ValuesAreParsed: Rule = (doc) => [
+  ...doc.members.flatMap((member, i) => s3ValueProblems(member.restore.s3, ['members', i, 'restore', 's3'])),
+  ...(doc.backup.endpoint ? s3ValueProblems({ endpoint: doc.backup.endpoint, bucket: '', object_prefix: '', region: '' }, ['backup']) : []),
+];
 
 /** Where a member's snapshots are and how they are sealed, as one comparable string (secrets included, never shown). */
 function s3Target(member: MemberInput): string {
@@ -888,8 +893,6 @@ const backupSettingsAreSound: Rule = (doc) => {
       message: 'needs etcd.client_cert_auth: true',
       hint: 'the agent logs into etcd with a client certificate of its own (CN=etcd-kvm-agent); in password mode it has no identity yet: not implemented',
     });
-  if (doc.backup.endpoint && !/^https?:\/\//.test(doc.backup.endpoint))
-    problems.push({ path: ['backup', 'endpoint'], message: 'is not an http(s) URL', hint: 'e.g. http://10.0.0.5:9000, or leave it empty' });
   const first = doc.members[0];
   if (!first) return problems;
   const { s3 } = first.restore;
@@ -990,6 +993,7 @@ export const RULES: readonly Rule[] = [
   enabledFeaturesAreComplete,
   dynamicConfigCredentialsAreSound,
   restoreSettingsAreSound,
+  s3ValuesAreParsed,
   restoreIsClusterWide,
   backupSettingsAreSound,
   defragNeedsTheAgentsIdentity,

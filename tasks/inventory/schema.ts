@@ -202,12 +202,17 @@ const restore = z
       .describe("New members restore an etcd-backup snapshot before etcd's first start; needs `cluster.is_initializing: true`."),
     s3: z
       .object({
-        endpoint: line.default('').describe('The S3 endpoint URL (`https://…` or `http://…`); required when restoring.'),
-        bucket: line.default('').describe('The bucket holding the snapshots; required when restoring.'),
+        endpoint: line
+          .default('')
+          .describe('The S3 endpoint URL (`https://…` or `http://…`, a host, no credentials, query or fragment); required when restoring.'),
+        bucket: line.default('').describe('The bucket holding the snapshots (a name S3 accepts); required when restoring.'),
         object_prefix: line
           .default('')
-          .describe('Snapshots are the objects `<object_prefix>-<RFC 3339 UTC>.dump`; required when restoring.'),
-        region: line.default('').describe('The S3 region; empty means `us-east-1`.'),
+          .describe(
+            'Snapshots are the objects `<object_prefix>-<RFC 3339 UTC>.dump`: a key prefix (no leading `/`, no empty, `.` or `..` ' +
+              'segment, no `?` or `#`, at most 900 bytes); required when restoring.',
+          ),
+        region: line.default('').describe('The S3 region (`us-east-1`, `eu-central-1`…); empty means `us-east-1`.'),
         access_key: optionalSecret.describe('The S3 access key; required when restoring.'),
         secret_key: optionalSecret.describe('The S3 secret key; required when restoring.'),
         ca_cert: pemOrPath.describe("The CA of the endpoint's certificate, PEM text or a file path; empty: the system's CAs."),
@@ -1006,6 +1011,7 @@ export const monitoringSchema = z
       .number()
       .int()
       .nonnegative()
+      .max(MAX_QUOTA_BYTES, `is in bytes; at most etcd's largest quota (${MAX_QUOTA_BYTES})`)
       .default(100 * 1024 * 1024)
       .describe('The fragmentation alert needs at least this many free bytes in the database file, besides less than half of it in use.'),
     certificate_expiry_days: z
@@ -1030,6 +1036,7 @@ export const defragRuleSchema = z
       .number()
       .int()
       .nonnegative()
+      .max(MAX_QUOTA_BYTES, `is in bytes; at most etcd's largest quota (${MAX_QUOTA_BYTES})`)
       .default(200 * 1024 * 1024)
       .describe('Fragmented: at least this many bytes of the database file are free (its size less its size in use)…'),
     free_fraction: z.number().min(0).max(1).default(0).describe('… and at least this share of the file is free.'),
