@@ -55,7 +55,7 @@ function readYaml(path: string, shownAs: string): { data: unknown; locate: Locat
     text = readFileSync(path, 'utf8');
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code ?? '';
-    throw new InputError(`cannot read inventory ${path}: ${UNREADABLE[code] ?? code ?? String(error)}`, [
+    throw new InputError(`cannot read inventory ${path}: ${UNREADABLE[code] ?? (code || String(error))}`, [
       "give the path of an inventory file with -i (inventories/lab.yaml is the lab's; docs/inventory.md lists every field)",
     ]);
   }

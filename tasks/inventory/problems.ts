@@ -41,7 +41,8 @@ export function atTheirSource(
   rawDefaults: unknown,
   memberNames: readonly (string | undefined)[],
 ): Problem[] {
-  const defaults = (rawDefaults ?? {}) as Record<string, unknown>;
+  // As written: possibly not a mapping at all (its own problem, reported as it is).
+  const defaults = typeof rawDefaults === 'object' && rawDefaults !== null ? (rawDefaults as Record<string, unknown>) : {};
   const merged = new Map<string, Problem>();
   const out: Problem[] = [];
   for (const problem of problems) {

@@ -109,3 +109,19 @@ test('etcd.defrag_min_free is refused with the rule that replaces it: maintain -
   );
   t.regex(located!.at!, /:2:3, found 2097152$/);
 });
+
+test('defaults or a member that is not a mapping is its own problem, reported without a crash', (t) => {
+  const notMappings = baseText([
+    ['defaults:\n', 'defaults: just text\nunused:\n'],
+    ['- name: etcd-2', '- 42\n  - name: etcd-2'],
+  ]);
+  const problems = locatedProblemsOf(notMappings).map(({ problem }) => problem);
+  t.true(
+    problems.some((problem) => problem.startsWith('defaults: Expected object, received string')),
+    problems.join(' | '),
+  );
+  t.true(
+    problems.some((problem) => problem.startsWith('members[1]: Expected object, received number')),
+    problems.join(' | '),
+  );
+});
