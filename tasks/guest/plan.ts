@@ -50,7 +50,8 @@ export class RefusedError extends Error {}
 
 /** A file mode as chmod and a plan's summary write it: 0644. */
 export const octal = (mode: number) => mode.toString(8).padStart(4, '0');
-const SYSTEMD_DIR = /^\/etc\/systemd\/system\//;
+// Unit files and drop-ins, persistent or runtime: systemd reads either only when reloaded.
+const SYSTEMD_DIR = /^\/(etc|run)\/systemd\/system\//;
 /** A unit file systemd reads only when told to reload. */
 export const isUnitFile = (path: string) => SYSTEMD_DIR.test(path);
 const RUNNING = new Set(['active', 'activating', 'reloading']);
@@ -221,7 +222,10 @@ function retirements(desired: DesiredGuest, facts: GuestFacts): GuestChange[] {
     ...(running.length > 0
       ? [{ summary: `stop ${running.join(', ')} (turned off in the inventory)`, action: { kind: 'stop' as const, units: running } }]
       : []),
-    ...leftovers.map((path) => ({ summary: `remove ${path} (turned off in the inventory)`, action: { kind: 'remove' as const, path } })),
+    ...leftovers.map((path) => ({
+      summary: `remove ${path} (${desired.retired.why?.[path] ?? 'turned off in the inventory'})`,
+      action: { kind: 'remove' as const, path },
+    })),
   ];
 }
 

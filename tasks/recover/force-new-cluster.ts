@@ -7,6 +7,7 @@ import type { EtcdClients } from '../etcd/client.ts';
 import { memberStatus } from '../etcd/member-status.ts';
 import type { Member } from '../inventory/model.ts';
 import type { SshConnection } from '../remote/ssh.ts';
+import { GUEST_PATHS } from '../render/etcd.ts';
 
 /**
  * The member-side operations of a recovery from a survivor: etcd stopped where it runs, the survivor
@@ -16,7 +17,7 @@ import type { SshConnection } from '../remote/ssh.ts';
  * killed at any point is finished by the next one from the same survivor.
  */
 
-const DROP_IN = '/run/systemd/system/etcd.service.d/etcd-kvm-force-new-cluster.conf';
+const DROP_IN = GUEST_PATHS.forceNewClusterDropIn;
 
 export interface RecoveryRecord {
   from: string;

@@ -17,6 +17,11 @@ export const GUEST_PATHS = {
   peerTrustedCa: '/etc/etcd/tls/peer-ca.crt',
   peerCert: '/etc/etcd/tls/peer.crt',
   peerKey: '/etc/etcd/tls/peer.key',
+  /**
+   * A recovery's `--force-new-cluster` (recover/force-new-cluster.ts): under /run, which a reboot forgets. While it is
+   * there every start of etcd founds a new cluster of this one member: only a recovery under way may leave it.
+   */
+  forceNewClusterDropIn: '/run/systemd/system/etcd.service.d/etcd-kvm-force-new-cluster.conf',
 } as const;
 
 export type InitialClusterState = 'new' | 'existing';

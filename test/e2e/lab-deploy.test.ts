@@ -594,6 +594,37 @@ scenario('drift: a deleted cloud-init ISO is recreated and nothing else changes'
   t.regex(virsh(['domstate', 'etcd-3']).stdout, /running/);
 });
 
+const FORCE_DROP_IN = '/run/systemd/system/etcd.service.d/etcd-kvm-force-new-cluster.conf';
+
+scenario(
+  "a recovery's --force-new-cluster drop-in left behind: removed and systemd reloaded, etcd not restarted; the next run changes nothing",
+  (t) => {
+    // Whatever fails below, no drop-in outlives this scenario (the chain's later restarts read it).
+    t.teardown(() => memberSsh('etcd-2', `sudo rm -f ${FORCE_DROP_IN}; sudo systemctl daemon-reload`));
+    // Its path as a recover killed after the forced start leaves it; its content sets no flag, so that the chain goes on
+    // whatever happens here: the tool goes by the path.
+    const left = memberSsh(
+      'etcd-2',
+      `sudo mkdir -p ${FORCE_DROP_IN.replace(/\/[^/]+$/, '')} && printf '[Service]\\n# left behind\\n' | sudo tee ${FORCE_DROP_IN} >/dev/null && sudo systemctl daemon-reload && systemctl show -p MainPID --value etcd`,
+    );
+    t.is(left.status, 0, left.stderr);
+    const result = deployed(t);
+    t.is(result.status, 0, endOf(result));
+    t.deepEqual(changed(result), [
+      `etcd-2/guest: changed remove ${FORCE_DROP_IN} (a recovery's --force-new-cluster, left by a recover that did not finish: the next start of etcd would found a new cluster of this member alone); reload systemd (unit files changed)`,
+    ]);
+    const after = memberSsh(
+      'etcd-2',
+      `test -e ${FORCE_DROP_IN}; echo $?; systemctl show -p DropInPaths --value etcd; systemctl show -p MainPID --value etcd`,
+    );
+    const [exists, dropIns, pid] = after.stdout.trim().split('\n');
+    t.is(exists, '1', 'the drop-in is gone');
+    t.false((dropIns ?? '').includes('force-new-cluster'), `systemd forgot it: ${dropIns}`);
+    t.is(pid, left.stdout.trim(), 'etcd kept running, not restarted');
+    t.deepEqual(changed(deployed(t)), []);
+  },
+);
+
 // Ownership: a run touches only domains marked with its cluster's ID.
 
 const OWNER_NS = 'urn:etcd-kvm:owner:1';

@@ -9,6 +9,7 @@ import { DEFRAG_LOCK_KEY, runLockKey } from '../../tasks/inventory/lock-keys.ts'
 import { AGENT_USER } from '../../tasks/inventory/tool-users.ts';
 import { AGENT_PATHS, BACKUP_PACKAGES, BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS } from '../../tasks/render/guest/member-agent.ts';
 import { MANIFEST_PATH } from '../../tasks/render/guest/textfile.ts';
+import { GUEST_PATHS } from '../../tasks/render/etcd.ts';
 import { baseDocument, load, problemsOf } from '../helpers/inventory.ts';
 import { fileOf, renderWithPki } from '../helpers/render.ts';
 import { parse } from 'yaml';
@@ -194,8 +195,11 @@ test('a task turned off is retired: its units and files (the S3 secrets with bac
   };
   const backupOnly = await render(true, false);
   t.deepEqual(backupOnly.units, [DEFRAG_UNITS.timer, DEFRAG_UNITS.service]);
-  // No S3 CA in this inventory: the one an earlier configuration wrote goes too.
-  t.deepEqual(backupOnly.paths.sort(), [AGENT_PATHS.s3Ca, AGENT_PATHS.defragService, AGENT_PATHS.defragTimer].sort());
+  // No S3 CA in this inventory: the one an earlier configuration wrote goes too; and etcd's own leftover, a recovery's drop-in.
+  t.deepEqual(
+    backupOnly.paths.sort(),
+    [AGENT_PATHS.s3Ca, AGENT_PATHS.defragService, AGENT_PATHS.defragTimer, GUEST_PATHS.forceNewClusterDropIn].sort(),
+  );
 
   const defragOnly = await render(false, true);
   t.deepEqual(defragOnly.units, [BACKUP_UNITS.timer, BACKUP_UNITS.service]);

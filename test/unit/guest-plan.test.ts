@@ -17,6 +17,9 @@ const BACKUP_SERVICE = 'etcd-kvm-backup.service';
 const BACKUP_TIMER = 'etcd-kvm-backup.timer';
 const BACKUP_TIMER_LINK = `/etc/systemd/system/timers.target.wants/${BACKUP_TIMER}`;
 const S3_KEY = '/etc/etcd-kvm/agent/s3-secret-key';
+/** A recovery's --force-new-cluster, under /run: only a recovery under way may leave it (render/etcd.ts). */
+const FORCE_DROP_IN = '/run/systemd/system/etcd.service.d/etcd-kvm-force-new-cluster.conf';
+const FORCE_WHY = 'a recover that did not finish';
 
 const file = (path: string, content: string, extra: Partial<ManagedFile> = {}): ManagedFile => ({
   path,
@@ -42,7 +45,8 @@ const desired: DesiredGuest = {
   dataDir: '/var/lib/etcd',
   retired: {
     units: [BACKUP_TIMER, BACKUP_SERVICE],
-    paths: [`/etc/systemd/system/${BACKUP_SERVICE}`, `/etc/systemd/system/${BACKUP_TIMER}`, S3_KEY],
+    paths: [`/etc/systemd/system/${BACKUP_SERVICE}`, `/etc/systemd/system/${BACKUP_TIMER}`, S3_KEY, FORCE_DROP_IN],
+    why: { [FORCE_DROP_IN]: FORCE_WHY },
   },
   packages: { needed: [], install: false },
 };
@@ -229,6 +233,28 @@ const cases: Case[] = [
       f.retiredFound = new Set([S3_KEY]);
     },
     changes: [['remove', `remove ${S3_KEY} (turned off in the inventory)`]],
+  },
+  {
+    name: "a recovery's --force-new-cluster drop-in left behind: removed and systemd reloaded, etcd not restarted for it",
+    facts: (f) => {
+      f.retiredFound = new Set([FORCE_DROP_IN]);
+    },
+    changes: [
+      ['remove', `remove ${FORCE_DROP_IN} (${FORCE_WHY})`],
+      ['daemon-reload', 'reload systemd (unit files changed)'],
+    ],
+  },
+  {
+    name: 'the drop-in left behind while etcd runs forced (a killed recover): removed and reloaded before etcd restarts without it',
+    facts: (f) => {
+      f.retiredFound = new Set([FORCE_DROP_IN]);
+      f.environments.get('etcd.service')!.set('ETCD_FORCE_NEW_CLUSTER', 'true');
+    },
+    changes: [
+      ['remove', `remove ${FORCE_DROP_IN} (${FORCE_WHY})`],
+      ['daemon-reload', 'reload systemd (unit files changed)'],
+      ['restart', 'restart etcd.service (one member at a time): running with other ETCD_FORCE_NEW_CLUSTER'],
+    ],
   },
   {
     name: 'unknown unit: enabled and started',

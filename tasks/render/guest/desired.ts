@@ -69,6 +69,7 @@ export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>, fragmen
     retired: {
       units: real.flatMap((fragment) => fragment.retired?.units ?? []),
       paths: real.flatMap((fragment) => fragment.retired?.paths ?? []),
+      why: Object.assign({}, ...real.map((fragment) => fragment.retired?.why ?? {})),
     },
     packages: { needed: real.flatMap((fragment) => fragment.needs ?? []), install: input.member.installDependencies },
   };

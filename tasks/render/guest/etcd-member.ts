@@ -72,6 +72,16 @@ export function etcdFragment(
       // On the data disk when there is one (mounted by then): install -d also fixes owner and mode.
       ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', inventory.etcd.data_dir],
     ],
+    // A recovery that did not finish (recover killed after the forced start, then a plain deploy): gone, systemd
+    // reloaded, before any restart here, which would otherwise found a new cluster again and drop the members since.
+    retired: {
+      units: [],
+      paths: [GUEST_PATHS.forceNewClusterDropIn],
+      why: {
+        [GUEST_PATHS.forceNewClusterDropIn]:
+          "a recovery's --force-new-cluster, left by a recover that did not finish: the next start of etcd would found a new cluster of this member alone",
+      },
+    },
     // With restore enabled the unit's condition keeps etcd stopped until the restore step filled the data directory.
     services: [
       {

@@ -74,6 +74,8 @@ export interface RetiredParts {
   /** Units stopped and their enable links removed (their unit files are among `paths`). */
   units: string[];
   paths: string[];
+  /** Why a path must go, where it is not a task turned off in the inventory. */
+  why?: Record<string, string>;
 }
 
 /** Secrets inside the guest: readable by the owning service only, written after its user exists. */
