@@ -90,6 +90,12 @@ export const COMMANDS: readonly Command[] = [
     flags: ['--inventory', '--out', '--dry-run', '--help'],
   },
   {
+    name: 'logs',
+    module: 'logs',
+    summary: "print a member's journal (etcd's by default) over SSH through its hypervisor, host keys pinned",
+    flags: ['--inventory', '--lines', '--follow', '--since', '--help'],
+  },
+  {
     name: 'state',
     module: 'state',
     summary: "encrypt or decrypt the state directory's private keys with a passphrase",

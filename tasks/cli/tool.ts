@@ -15,8 +15,10 @@ export interface Tool {
   help: string;
   /** Flags besides -i/--inventory and -h/--help. */
   options: Options;
-  /** Runs with the parsed flags and the inventory path; resolves to the exit code. */
-  run: (values: FlagValues, inventory: string) => Promise<number>;
+  /** Takes words after its flags (`logs MEMBER UNIT`); without, any is bad input. */
+  positionals?: true;
+  /** Runs with the parsed flags, the inventory path and the words given; resolves to the exit code. */
+  run: (values: FlagValues, inventory: string, positionals: string[]) => Promise<number>;
   /** Names the failure: "backup failed", "status failed". */
   failure: string;
 }
@@ -24,11 +26,13 @@ export interface Tool {
 export async function runTool(tool: Tool, argv = process.argv.slice(2)): Promise<number> {
   silenceKnownWarnings();
   let values: FlagValues;
+  let positionals: string[];
   try {
-    ({ values } = parseArgs({
+    ({ values, positionals } = parseArgs({
       args: argv,
       options: { ...tool.options, inventory: { type: 'string', short: 'i' }, help: { type: 'boolean', short: 'h' } },
       strict: true,
+      allowPositionals: tool.positionals === true,
     }));
   } catch (error) {
     return reportInputError(new InputError(`${(error as Error).message}\n\n${tool.help}`));
@@ -39,7 +43,7 @@ export async function runTool(tool: Tool, argv = process.argv.slice(2)): Promise
   }
   if (typeof values.inventory !== 'string') return reportInputError(new InputError(`-i INVENTORY is required\n\n${tool.help}`));
   try {
-    return await tool.run(values, values.inventory);
+    return await tool.run(values, values.inventory, positionals);
   } catch (error) {
     if (error instanceof InputError) return reportInputError(error);
     console.error(`error: ${tool.failure}: ${describeError(error)}`);
