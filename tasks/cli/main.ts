@@ -96,6 +96,12 @@ export const COMMANDS: readonly Command[] = [
     flags: ['--inventory', '--lines', '--follow', '--since', '--help'],
   },
   {
+    name: 'etcdctl',
+    module: 'etcdctl',
+    summary: "run this machine's etcdctl against the cluster as root, through the tool's own tunnels",
+    flags: ['--inventory', '--member', '--help'],
+  },
+  {
     name: 'state',
     module: 'state',
     summary: "encrypt or decrypt the state directory's private keys with a passphrase",

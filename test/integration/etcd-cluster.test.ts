@@ -1,5 +1,6 @@
 import test, { type ExecutionContext } from 'ava';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { parse, stringify } from 'yaml';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Runner } from '../../tasks/core/runner.ts';
@@ -56,6 +57,15 @@ function loopbackInventory(clientCertAuth: boolean, clientPort: number) {
   // An application user: in certificate mode it gets a client certificate from the cluster CA.
   else doc.users = { alice: { roles: [] } };
   return load(doc);
+}
+
+/** The inventory's file, its state directory set to the one its PKI was made in (renderWithPki's), for the CLIs. */
+function inventoryFileWithState(inventory: Inventory): string {
+  const doc = parse(readFileSync(inventory.path, 'utf8')) as { cluster: Record<string, unknown> };
+  doc.cluster.state_dir = inventory.stateDir;
+  const path = join(inventory.stateDir, 'inventory.yaml');
+  writeFileSync(path, stringify(doc));
+  return path;
 }
 
 const processes = new Processes();
@@ -124,6 +134,21 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
     env: { ...process.env, ETCDCTL_API: '3' },
   });
   t.is(got.stdout.trim(), 'hello');
+
+  // The tool's own etcdctl command: every member's endpoint as the tool reaches it, root's identity from the state
+  // directory, for etcdctl's run only.
+  const withState = inventoryFileWithState(inventory);
+  const toolEtcdctl = (args: string[]) => run(process.execPath, ['--import', 'tsx', 'tasks/etcdctl.ts', '-i', withState, ...args]);
+  const read = toolEtcdctl(['--', 'get', 'greeting', '--print-value-only']);
+  t.is(read.status, 0, read.stderr);
+  t.is(read.stdout.trim(), 'hello');
+  const statuses = toolEtcdctl(['--', 'endpoint', 'status', '-w', 'json']);
+  t.is(statuses.status, 0, statuses.stderr);
+  t.is((JSON.parse(statuses.stdout) as unknown[]).length, 3, 'every member by default');
+  t.is((JSON.parse(toolEtcdctl(['--member', 'etcd-2', '--', 'endpoint', 'status', '-w', 'json']).stdout) as unknown[]).length, 1);
+  t.is(toolEtcdctl(['--', 'get', 'no-such-key', '--bogus-flag']).status, 1, "etcdctl's own exit");
+  t.is(toolEtcdctl([]).status, 2, 'no arguments: bad input');
+  t.is(toolEtcdctl(['--member', 'etcd-9', '--', 'get', 'x']).status, 2);
 
   // /version, as status reads it: the member's own version (the binary's) and the cluster's minor.
   const binary = /etcd Version: (\d+\.\d+\.\d+)/.exec(run('etcd', ['--version']).stdout)![1]!;
@@ -267,6 +292,20 @@ test('password mode: health and the auth bootstrap through the etcd client, root
   t.not(anonymous.status, 0);
   t.regex(anonymous.stderr, /user name is empty/);
   t.not(etcdctl(['--user', 'root:wrong', 'get', 'greeting']).status, 0);
+  // The tool's etcdctl command in password mode: root's password in etcdctl's environment, never on its command line.
+  const viaTool = run(process.execPath, [
+    '--import',
+    'tsx',
+    'tasks/etcdctl.ts',
+    '-i',
+    inventoryFileWithState(inventory),
+    '--',
+    'get',
+    'greeting',
+    '--print-value-only',
+  ]);
+  t.is(viaTool.status, 0, viaTool.stderr);
+  t.is(viaTool.stdout.trim(), 'hello');
   // The auth step takes auth on for the whole bootstrap done (steps/auth.ts AUTH_ON): etcd keeps user root and role root together while auth is on.
   for (const args of [
     ['user', 'revoke-role', 'root', 'root'],
