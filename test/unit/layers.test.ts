@@ -27,7 +27,7 @@ const ALLOWED: Record<string, string[]> = {
   // Whether the members hold the same data: read through etcd's clients only (and the deploy's record of a difference).
   verify: ['core', 'inventory', 'etcd'],
   // Whether the quorum is lost for good, and from which survivor it comes back: the deploy asks it too.
-  recover: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'steps'],
+  recover: ['core', 'inventory', 'remote', 'render', 'libvirt', 'etcd', 'steps'],
   // The deploy's stages: gather, plan, execute, over the steps; its last phase compares the members as verify does.
   deploy: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'steps', 'recover', 'verify'],
   // The CLI's help lists the steps from their registry.
