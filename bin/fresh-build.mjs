@@ -21,6 +21,9 @@ export function freshBuild(root) {
     }
   })();
   if (lock > built) return false;
+  // Installed from a tarball (under node_modules/): npm writes every file at its install time, dist/ before tasks/,
+  // so the times say nothing there, and nobody edits an installed package's sources; its build came with it.
+  if (fileURLToPath(root).split('/').includes('node_modules')) return true;
   const tasks = fileURLToPath(new URL('tasks/', root));
   return readdirSync(tasks, { recursive: true }).every((file) => statSync(`${tasks}${file}`).mtimeMs <= built);
 }
