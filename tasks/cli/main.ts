@@ -96,6 +96,12 @@ export const COMMANDS: readonly Command[] = [
     flags: ['--inventory', '--lines', '--follow', '--since', '--help'],
   },
   {
+    name: 'ssh',
+    module: 'ssh',
+    summary: 'a shell (or one command) in a member, through its hypervisor with the pinned host keys',
+    flags: ['--inventory', '--help'],
+  },
+  {
     name: 'etcdctl',
     module: 'etcdctl',
     summary: "run this machine's etcdctl against the cluster as root, through the tool's own tunnels",

@@ -289,6 +289,18 @@ export class SshConnection {
     });
   }
 
+  /** A login shell on a pseudo-terminal of this size (`etcd-kvm ssh`): the caller wires it to its own terminal. */
+  shell(window: { rows: number; cols: number; term: string }): Promise<ClientChannel> {
+    return new Promise((resolve, reject) => {
+      const refused = (error: Error) => reject(new SshError(`${this.target.label}: cannot start a shell: ${error.message}`));
+      try {
+        this.client.shell(window, (error: Error | undefined, channel: ClientChannel) => (error ? refused(error) : resolve(channel)));
+      } catch (error) {
+        refused(error as Error);
+      }
+    });
+  }
+
   /** Asks for a channel running argv; a refusal, or the connection already gone, is an error naming the command. */
   #start(argv: readonly string[], started: (channel: ClientChannel) => void, notStarted: (error: SshError) => void): void {
     const refused = (error: Error) => notStarted(new SshError(`${this.target.label}: cannot start ${argv[0]}: ${error.message}`));

@@ -613,10 +613,19 @@ scenario(
     t.deepEqual(changed(result), [
       `etcd-2/guest: changed remove ${FORCE_DROP_IN} (a recovery's --force-new-cluster, left by a recover that did not finish: the next start of etcd would found a new cluster of this member alone); reload systemd (unit files changed)`,
     ]);
-    const after = memberSsh(
+    // Looked at as an operator would, with the tool's own ssh command (one command, its exit status).
+    const after = run('npx', [
+      'tsx',
+      'tasks/ssh.ts',
+      '-i',
+      'inventories/lab.yaml',
       'etcd-2',
+      '--',
+      'sh',
+      '-c',
       `test -e ${FORCE_DROP_IN}; echo $?; systemctl show -p DropInPaths --value etcd; systemctl show -p MainPID --value etcd`,
-    );
+    ]);
+    t.is(after.status, 0, after.stderr);
     const [exists, dropIns, pid] = after.stdout.trim().split('\n');
     t.is(exists, '1', 'the drop-in is gone');
     t.false((dropIns ?? '').includes('force-new-cluster'), `systemd forgot it: ${dropIns}`);
