@@ -4,6 +4,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { EXIT } from '../core/errors.ts';
 import { PACKAGE_ROOT } from '../core/package-root.ts';
 import { bashCompletion } from './completion.ts';
+import { SELECTABLE_STEPS } from '../steps/registry.ts';
 
 /**
  * The `etcd-kvm` command: `etcd-kvm deploy -i inv.yaml` runs tasks/deploy.ts with `-i inv.yaml`, exactly
@@ -157,7 +158,8 @@ export function dispatch(argv: readonly string[], version: () => string): Dispat
     return { exit: EXIT.badInput, stderr: `error: help takes one command; commands are ${NAMES.join(', ')}` };
   }
   if (name === COMPLETION.name) {
-    if (rest.length === 1 && rest[0] === 'bash') return { exit: EXIT.ok, stdout: bashCompletion(COMMANDS, COMPLETION.name) };
+    if (rest.length === 1 && rest[0] === 'bash')
+      return { exit: EXIT.ok, stdout: bashCompletion(COMMANDS, COMPLETION.name, SELECTABLE_STEPS) };
     const zsh = 'zsh: run `autoload -U +X bashcompinit && bashcompinit` first';
     return { exit: EXIT.badInput, stderr: `error: say the shell: etcd-kvm completion bash (${zsh})` };
   }

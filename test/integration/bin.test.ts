@@ -91,7 +91,7 @@ function complete(script: string, words: string[]): string[] {
   return result.stdout.split('\n').filter(Boolean).sort();
 }
 
-test('completion bash: valid bash that completes the commands and their flags', (t) => {
+test("completion bash: valid bash that completes the commands, their flags, step names and the inventory's members", (t) => {
   const result = etcdKvm(['completion', 'bash']);
   t.is(result.status, 0, result.stderr);
   const script = result.stdout;
@@ -109,6 +109,17 @@ test('completion bash: valid bash that completes the commands and their flags', 
   t.deepEqual(complete(script, ['etcd-kvm', 'backup', '--']), ['--help', '--inventory', '--keep', '--member', '--verify']);
   t.deepEqual(complete(script, ['etcd-kvm', 'deploy', '-i', '']), [], 'a value is left to filename completion');
   t.deepEqual(complete(script, ['etcd-kvm', 'completion', '']), ['bash']);
+  // Step names after --tags and --skip-tags, the part after a list's last comma.
+  t.deepEqual(complete(script, ['etcd-kvm', 'deploy', '--tags', 'gu']), ['guest']);
+  t.deepEqual(complete(script, ['etcd-kvm', 'deploy', '-t', 'guest,he']), ['guest,health']);
+  t.deepEqual(complete(script, ['etcd-kvm', 'deploy', '--skip-tags', 'c']), ['cloud-init']);
+  // Members of the inventory named by -i, after --limit and as logs' and ssh's first word; nothing without one.
+  const lab = ['etcd-1', 'etcd-2', 'etcd-3'];
+  t.deepEqual(complete(script, ['etcd-kvm', 'deploy', '-i', 'inventories/lab.yaml', '--limit', 'etcd-']), lab);
+  t.deepEqual(complete(script, ['etcd-kvm', 'logs', '-i', 'inventories/lab.yaml', '']), lab);
+  t.deepEqual(complete(script, ['etcd-kvm', 'ssh', '--inventory=inventories/lab.yaml', 'etcd-2']), ['etcd-2']);
+  t.deepEqual(complete(script, ['etcd-kvm', 'logs', '-i', 'inventories/lab.yaml', 'etcd-1', 'etcd-']), [], "a unit's place");
+  t.deepEqual(complete(script, ['etcd-kvm', 'deploy', '--limit', '']), [], 'no inventory given yet');
 });
 
 test('completion without a shell: exit 2, the shell to name', (t) => {
