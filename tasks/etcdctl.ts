@@ -9,6 +9,7 @@ import { revealSecret } from './core/secret.ts';
 import { PRIVATE_FILE_MODE } from './core/files.ts';
 import { withClusterSession } from './etcd/session.ts';
 import { loadInventory } from './inventory/load.ts';
+import { memberNamed } from './inventory/member-named.ts';
 
 const HELP = `Usage: etcd-kvm etcdctl -i INVENTORY [--member NAME] -- ARGUMENTS…
 
@@ -41,11 +42,7 @@ process.exitCode = await runTool({
     if (words.length === 0) throw new InputError(`give etcdctl's arguments after --, e.g. -- get --prefix app/\n\n${HELP}`);
     const inventory = loadInventory(path);
     const named = values.member as string | undefined;
-    const members = named === undefined ? inventory.members : inventory.members.filter((member) => member.name === named);
-    if (members.length === 0)
-      throw new InputError(
-        `--member ${named} is not a member of the inventory; members are ${inventory.members.map((m) => m.name).join(', ')}`,
-      );
+    const members = named === undefined ? inventory.members : [memberNamed(inventory, named, `--member ${named}`)];
     return withClusterSession(inventory, async ({ clients, root }) => {
       const certMode = inventory.etcd.client_cert_auth;
       if (certMode ? !root.cert || !root.key || root.key.isEmpty : !root.user || root.user.password.isEmpty)

@@ -4,6 +4,7 @@ import { EXIT, InputError } from './core/errors.ts';
 import { withClusterSession } from './etcd/session.ts';
 import { journalCommand, journalRequest } from './guest/journal.ts';
 import { loadInventory } from './inventory/load.ts';
+import { memberNamed } from './inventory/member-named.ts';
 
 const HELP = `Usage: etcd-kvm logs -i INVENTORY MEMBER [UNIT] [-n LINES] [-f] [--since WHEN]
 
@@ -36,9 +37,7 @@ process.exitCode = await runTool({
     if (name === undefined || rest.length > 0) throw new InputError(`give MEMBER [UNIT]\n\n${HELP}`);
     const request = journalRequest(unit, values.lines as string | undefined, values.follow === true, values.since as string | undefined);
     const inventory = loadInventory(path);
-    const member = inventory.members.find((candidate) => candidate.name === name);
-    if (!member)
-      throw new InputError(`${name} is not a member of the inventory; members are ${inventory.members.map((m) => m.name).join(', ')}`);
+    const member = memberNamed(inventory, name);
     return withClusterSession(inventory, async ({ members }) => {
       const channel = await (await members.get(member)).interactive(journalCommand(request));
       // Printed as it comes (nothing held here): a follow runs until the operator interrupts it.

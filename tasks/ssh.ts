@@ -4,6 +4,7 @@ import { runTool } from './cli/tool.ts';
 import { EXIT, InputError } from './core/errors.ts';
 import { withClusterSession } from './etcd/session.ts';
 import { loadInventory } from './inventory/load.ts';
+import { memberNamed } from './inventory/member-named.ts';
 
 const HELP = `Usage: etcd-kvm ssh -i INVENTORY MEMBER [-- COMMAND…]
 
@@ -53,9 +54,7 @@ process.exitCode = await runTool({
     if (command.length === 0 && !process.stdin.isTTY)
       throw new InputError('an interactive shell needs a terminal on standard input: give a command after --, or run it from one');
     const inventory = loadInventory(path);
-    const member = inventory.members.find((candidate) => candidate.name === name);
-    if (!member)
-      throw new InputError(`${name} is not a member of the inventory; members are ${inventory.members.map((m) => m.name).join(', ')}`);
+    const member = memberNamed(inventory, name);
     return withClusterSession(inventory, async ({ members }) => {
       const ssh = await members.get(member);
       if (command.length === 0)

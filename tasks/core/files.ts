@@ -4,6 +4,19 @@ import { dirname } from 'node:path';
 /** Private state (keys, state directories): owner-only. */
 export const PRIVATE_DIR_MODE = 0o700;
 export const PRIVATE_FILE_MODE = 0o600;
+
+const UNREADABLE: Record<string, string> = {
+  ENOENT: 'no such file',
+  EACCES: 'permission denied',
+  EISDIR: 'is a directory, not a file',
+  ENOTDIR: 'a part of the path is not a directory',
+};
+
+/** Why a file could not be read, in words for an operator (its errno code alone says little). */
+export function unreadableReason(error: unknown): string {
+  const code = (error as NodeJS.ErrnoException).code ?? '';
+  return UNREADABLE[code] ?? (code || String(error));
+}
 export const PUBLIC_FILE_MODE = 0o644;
 
 export function readIfExists(path: string): string | undefined {

@@ -4,7 +4,7 @@ import { dirname, join, resolve } from 'node:path';
 import { LineCounter, parseDocument } from 'yaml';
 import { ZodArray, ZodDefault, ZodEffects, ZodObject, ZodOptional, ZodRecord, type ZodTypeAny } from 'zod';
 import { InputError } from '../core/errors.ts';
-import { readIfExists } from '../core/files.ts';
+import { readIfExists, unreadableReason } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
 import { derivedMac } from './mac.ts';
 import { lookUpHost, parseJumpHop, parseSshConfig, type SshConfigFile } from './ssh-config.ts';
@@ -40,22 +40,13 @@ export function expandHome(path: string): string {
   return path === '~' || path.startsWith('~/') ? join(homedir(), path.slice(1)) : path;
 }
 
-/** Why a file cannot be read, in words (its errno code alone says little to an operator). */
-const UNREADABLE: Record<string, string> = {
-  ENOENT: 'no such file',
-  EACCES: 'permission denied',
-  EISDIR: 'is a directory, not a file',
-  ENOTDIR: 'a part of the path is not a directory',
-};
-
 /** The document's data, and where each of its paths is written. */
 function readYaml(path: string, shownAs: string): { data: unknown; locate: Locate } {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code ?? '';
-    throw new InputError(`cannot read inventory ${path}: ${UNREADABLE[code] ?? (code || String(error))}`, [
+    throw new InputError(`cannot read inventory ${path}: ${unreadableReason(error)}`, [
       "give the path of an inventory file with -i (inventories/lab.yaml is the lab's; docs/inventory.md lists every field)",
     ]);
   }

@@ -1,18 +1,16 @@
 import { accessSync, constants, statSync } from 'node:fs';
 import { InputError } from '../core/errors.ts';
+import { unreadableReason } from '../core/files.ts';
 import type { Inventory } from './model.ts';
 import { formatProblem, type Problem } from './problems.ts';
 
-const WHY: Record<string, string> = { ENOENT: 'no such file', EACCES: 'permission denied' };
-
 function unreadable(file: string): string | undefined {
   try {
-    if (statSync(file).isDirectory()) return 'is a directory';
+    if (statSync(file).isDirectory()) return unreadableReason({ code: 'EISDIR' });
     accessSync(file, constants.R_OK);
     return undefined;
   } catch (error) {
-    const code = (error as NodeJS.ErrnoException).code ?? '';
-    return WHY[code] ?? code;
+    return unreadableReason(error);
   }
 }
 
