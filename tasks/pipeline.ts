@@ -6,7 +6,6 @@ import type { ClientIdentities } from './etcd/identities.ts';
 import { preloadEtcdClient, type EtcdClients } from './etcd/client.ts';
 import type { RunLockGate } from './etcd/run-lock.ts';
 import type { HypervisorConnections, Unreachable } from './remote/hypervisors.ts';
-import { pkiStep } from './steps/pki.ts';
 import { DeployContext } from './deploy/context.ts';
 import { gather, prefetchFacts } from './deploy/gather.ts';
 import { buildPlan, selectedBy, selectMembers, validateTags, type PlannedPhase } from './deploy/plan.ts';
@@ -23,7 +22,6 @@ import type { CommandTime } from './remote/command-times.ts';
  */
 
 export { renderAll } from './deploy/context.ts';
-export { writeRendered } from './deploy/execute.ts';
 export { selectMembers } from './deploy/plan.ts';
 export { SELECTABLE_STEPS } from './steps/registry.ts';
 
@@ -129,9 +127,8 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
       );
     const gate = held;
     if (gate) runner.gateChanges(() => gate.beforeFirstChange());
-    await runner.runPhases([
-      { title: 'pki', run: () => runner.runStep(pkiStep(inventory, context.store, options.renewCerts ? runStarted : undefined)) },
-    ]);
+    const execution = new DeployExecution(context, runner, options, runStarted);
+    await execution.runPki();
     if (runner.failed) return outcome();
     const gathered = await gather(context, runner, members, options);
     if (!gathered) return outcome();
@@ -140,8 +137,7 @@ export async function runDeploy(inventory: Inventory, runner: Runner, options: P
     // Only for a run that asks auth or users: no guest pays a TLS handshake for a connection nothing reads.
     const asksAuth = (['auth', 'users'] as const).some(selectedBy(options));
     if (gathered.record.formed && options.renderOnly === undefined && asksAuth) context.warmAuthConnections();
-    const execution = new DeployExecution(context, runner, options, gathered.membership, gathered.networkNames, plan);
-    await execution.run();
+    await execution.run({ membership: gathered.membership, networkNames: gathered.networkNames, plan });
     return outcome({ written: execution.written });
   } finally {
     // What the guests' files were read as, for the next run (a dry-run writes nothing).

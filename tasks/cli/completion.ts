@@ -1,4 +1,4 @@
-import type { Command } from './main.ts';
+import type { Command } from './commands.ts';
 
 /**
  * A bash completion script for etcd-kvm, from the command table: the commands at first, then the

@@ -4,117 +4,15 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { EXIT } from '../core/errors.ts';
 import { PACKAGE_ROOT } from '../core/package-root.ts';
 import { bashCompletion } from './completion.ts';
-import { SELECTABLE_STEPS } from '../steps/registry.ts';
+import { COMMANDS, type Command } from './commands.ts';
+
+export { COMMANDS, type Command };
 
 /**
  * The `etcd-kvm` command: `etcd-kvm deploy -i inv.yaml` runs tasks/deploy.ts with `-i inv.yaml`, exactly
- * as `npx tsx tasks/deploy.ts -i inv.yaml` does. The table below is the one list of commands: --help and
+ * as `npx tsx tasks/deploy.ts -i inv.yaml` does. cli/commands.ts is the one list of commands: --help and
  * the shell completion are made from it.
  */
-
-export interface Command {
-  name: string;
-  /** The entry script under tasks/, without its extension (the same table serves .ts run by tsx and compiled .js). */
-  module: string;
-  summary: string;
-  /** Its long flags, for completion only; test/integration/bin.test.ts holds them against the script's own --help. */
-  flags: readonly string[];
-}
-
-export const COMMANDS: readonly Command[] = [
-  {
-    name: 'deploy',
-    module: 'deploy',
-    summary: 'turn the inventory into a running TLS etcd cluster on libvirt VMs, or bring it back to it',
-    // Hand-listed: tasks/cli/options.ts keeps its parseArgs options inside parseDeployOptions.
-    flags: [
-      '--inventory',
-      '--dry-run',
-      '--check',
-      '--diff',
-      '--render-only',
-      '--limit',
-      '--tags',
-      '--skip-tags',
-      '--list-phases',
-      '--renew-certs',
-      '--replace',
-      '--adopt',
-      '--accept-mismatch',
-      '--detailed-exitcode',
-      '--profile',
-      '--json',
-      '--debug',
-      '--help',
-    ],
-  },
-  {
-    name: 'status',
-    module: 'status',
-    summary: "read each member's VM, etcd role, sizes, alarms and certificate expiry",
-    flags: ['--inventory', '--json', '--help'],
-  },
-  {
-    name: 'verify',
-    module: 'verify',
-    summary: 'show that the members agree: HashKV at one revision, member lists, alarms, a canary',
-    flags: ['--inventory', '--json', '--help'],
-  },
-  {
-    name: 'maintain',
-    module: 'maintain',
-    summary: 'compact, defragment or clear a NOSPACE alarm, on a healthy cluster only',
-    flags: ['--inventory', '--compact', '--defrag', '--disarm', '--dry-run', '--help'],
-  },
-  {
-    name: 'backup',
-    module: 'backup',
-    summary: 'upload a sealed etcd snapshot to restore.s3, or prove one restores (--verify: a restore drill)',
-    flags: ['--inventory', '--member', '--keep', '--verify', '--help'],
-  },
-  {
-    name: 'recover',
-    module: 'recover',
-    summary: 'bring back a cluster that lost its quorum for good, from its most advanced survivor',
-    flags: ['--inventory', '--from-member', '--from-snapshot', '--dry-run', '--help'],
-  },
-  {
-    name: 'client',
-    module: 'client',
-    summary: "write a user's CA, certificate, key and etcdctl.env for a client machine",
-    flags: ['--inventory', '--user', '--out', '--help'],
-  },
-  {
-    name: 'monitoring',
-    module: 'monitoring',
-    summary: 'write a Prometheus configuration, scrape targets and alert rules for the cluster (offline)',
-    flags: ['--inventory', '--out', '--dry-run', '--help'],
-  },
-  {
-    name: 'logs',
-    module: 'logs',
-    summary: "print a member's journal (etcd's by default) over SSH through its hypervisor, host keys pinned",
-    flags: ['--inventory', '--lines', '--follow', '--since', '--help'],
-  },
-  {
-    name: 'ssh',
-    module: 'ssh',
-    summary: 'a shell (or one command) in a member, through its hypervisor with the pinned host keys',
-    flags: ['--inventory', '--help'],
-  },
-  {
-    name: 'etcdctl',
-    module: 'etcdctl',
-    summary: "run this machine's etcdctl against the cluster as root, through the tool's own tunnels",
-    flags: ['--inventory', '--member', '--help'],
-  },
-  {
-    name: 'state',
-    module: 'state',
-    summary: "encrypt or decrypt the state directory's private keys with a passphrase",
-    flags: ['--inventory', '--encrypt', '--decrypt', '--help'],
-  },
-];
 
 /** Built into this dispatcher rather than a script; listed by --help and completed like the others. */
 export const COMPLETION = { name: 'completion', summary: 'print the bash completion script: source <(etcd-kvm completion bash)' } as const;
@@ -143,7 +41,7 @@ export function helpText(): string {
 }
 
 /** What a command line asks for: a script to run with the rest of the arguments, or text and an exit code. */
-export type Dispatch = { run: Command; rest: string[] } | { exit: number; stdout?: string; stderr?: string };
+export type Dispatch = { run: Command; rest: string[] } | { exit: number; stdout?: string; stderr?: string } | { completion: 'bash' };
 
 export function dispatch(argv: readonly string[], version: () => string): Dispatch {
   const [name, ...rest] = argv;
@@ -158,8 +56,7 @@ export function dispatch(argv: readonly string[], version: () => string): Dispat
     return { exit: EXIT.badInput, stderr: `error: help takes one command; commands are ${NAMES.join(', ')}` };
   }
   if (name === COMPLETION.name) {
-    if (rest.length === 1 && rest[0] === 'bash')
-      return { exit: EXIT.ok, stdout: bashCompletion(COMMANDS, COMPLETION.name, SELECTABLE_STEPS) };
+    if (rest.length === 1 && rest[0] === 'bash') return { completion: 'bash' };
     const zsh = 'zsh: run `autoload -U +X bashcompinit && bashcompinit` first';
     return { exit: EXIT.badInput, stderr: `error: say the shell: etcd-kvm completion bash (${zsh})` };
   }
@@ -188,6 +85,12 @@ export async function main(argv: readonly string[]): Promise<void> {
     if (plan.stdout !== undefined) console.log(plan.stdout);
     if (plan.stderr !== undefined) console.error(plan.stderr);
     process.exitCode = plan.exit;
+    return;
+  }
+  if ('completion' in plan) {
+    // The step names come from the deploy's registry, which loads every step: only this command pays for it.
+    const { SELECTABLE_STEPS } = await import('../steps/registry.ts');
+    console.log(bashCompletion(COMMANDS, COMPLETION.name, SELECTABLE_STEPS));
     return;
   }
   const script = scriptPath(plan.run);

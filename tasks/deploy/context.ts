@@ -147,10 +147,8 @@ export class DeployContext {
     return archive;
   }
 
-  /** The inventory's members of these names, in the inventory's order. */
-  membersNamed(names: readonly string[]): Member[] {
-    return this.inventory.members.filter((member) => names.includes(member.name));
-  }
+  /** The inventory's members of these names, in the inventory's order (bound: the steps take it apart from the context). */
+  readonly membersNamed = (names: readonly string[]): Member[] => this.inventory.members.filter((member) => names.includes(member.name));
 
   async close(): Promise<void> {
     this.clients.close();

@@ -6,22 +6,17 @@ import { formedCluster, type FormedCluster } from '../etcd/health.ts';
 import { diskVerdict, gatherQuorumFacts } from '../recover/facts.ts';
 import { chooseSurvivor, judgeQuorum } from '../recover/verdict.ts';
 import { planMembership, type LiveMember, type MembershipPlan } from '../etcd/membership.ts';
-import type { SeenDomains } from '../etcd/formation.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { peerUrl } from '../inventory/urls.ts';
-import { domainUuid } from '../libvirt/domain-xml.ts';
 import { imageQuestions, judgeImage } from '../libvirt/os-image.ts';
 import { ownerQuestions } from '../libvirt/ownership.ts';
-import { isNotFound } from '../libvirt/virsh.ts';
 import { peerStageOfFacts } from '../pki/plan.ts';
 import { readFacts } from '../pki/materials.ts';
-import { seedQuestions } from '../steps/cloud-init-iso.ts';
-import { domainQuestions } from '../steps/domains.ts';
-import { formationFact, formationStep } from '../steps/formation.ts';
+import { domainUuids, formationFact, formationStep } from '../steps/formation.ts';
 import { guestQuestions } from '../steps/guest.ts';
-import { departingHealth, isMarkedReplacing, replacingQuestion } from '../steps/membership.ts';
+import { departingHealth, isMarkedReplacing, replacingQuestion } from '../steps/depart.ts';
+import { hypervisorQuestionsAhead } from '../steps/registry.ts';
 import { networkIdsOf, networksFact, type NetworkNames } from '../steps/networks.ts';
-import { volumeQuestions } from '../steps/volumes.ts';
 import { guestsOf, type DeployContext } from './context.ts';
 import type { DeployRecord, ImageChange, PlanOptions } from './plan.ts';
 
@@ -43,14 +38,7 @@ export function prefetchFacts(
   guests = guestsOf(context.inventory, of, context.store),
 ): void {
   if (guestsWanted) prefetchGuestFacts(context, of, guests);
-  void context.remote.prefetch(of, (member) => [
-    ...Object.values(ownerQuestions(member)),
-    replacingQuestion(member),
-    ...Object.values(volumeQuestions(member)),
-    ...Object.values(imageQuestions(member) ?? {}),
-    ...Object.values(seedQuestions(member)),
-    ...Object.values(domainQuestions(member)),
-  ]);
+  void context.remote.prefetch(of, hypervisorQuestionsAhead);
 }
 
 /**
@@ -74,28 +62,6 @@ async function noDomainRunning(context: DeployContext): Promise<boolean> {
   );
   return states.every((state) => state !== undefined && !/^running$/m.test(state.output));
 }
-
-/** Each member's domain UUID as libvirt has it now (null: no such domain; undefined: its hypervisor did not answer). */
-export const domainUuids = (context: DeployContext) => async (): Promise<SeenDomains> =>
-  new Map(
-    await Promise.all(
-      context.inventory.members.map(async (member) => {
-        const answer = await context.remote.probe(member, { info: domainQuestions(member).info }).then(
-          ({ info }) => info,
-          () => undefined,
-        );
-        const seen =
-          answer === undefined
-            ? undefined
-            : answer.code === 0
-              ? domainUuid(answer.output)
-              : isNotFound(answer, 'domain')
-                ? null
-                : undefined;
-        return [member.name, seen] as const;
-      }),
-    ),
-  );
 
 /**
  * Members etcd lists whose OS or data volume is gone for certain (see judgeDisks): they are replaced.
@@ -204,7 +170,7 @@ async function formedFacts(
     formationStep(
       inventory.stateDir,
       inventory.members.map((member) => member.name),
-      domainUuids(context),
+      domainUuids(context.remote, context.inventory.members),
     ),
   );
   if (recorded.some((result) => result.status === 'failed')) return { shown: recorded };
@@ -231,7 +197,7 @@ async function clusterFacts(
   if (formed) return formedFacts(context, runner, members, formed, options.replace ?? []);
   // Every etcd down, or a cluster not formed yet: is_initializing: false, or a VM the cluster formed on, says which.
   const { answers, results } = await runner.runFact(
-    formationFact(inventory.stateDir, inventory.cluster.is_initializing, domainUuids(context)),
+    formationFact(inventory.stateDir, inventory.cluster.is_initializing, domainUuids(context.remote, context.inventory.members)),
   );
   const verdict = answers.get(CONTROL_NODE);
   if (verdict?.formed) await refuseLostQuorum(context);

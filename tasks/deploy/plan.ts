@@ -2,7 +2,10 @@ import { InputError } from '../core/errors.ts';
 import type { Departure } from '../etcd/departures.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { nextPeerStage, type PeerTrustStage } from '../pki/peer-trust.ts';
+import type { ImageChange, Pass, PlannedPhase } from '../steps/deploy-step.ts';
 import { SELECTABLE_STEPS, type StepId } from '../steps/registry.ts';
+
+export type { ImageChange, Pass, PlannedPhase };
 
 /**
  * The deploy as data: from the inventory, the run's options and what the gather stage learned (an
@@ -26,18 +29,6 @@ export interface DeployRecord {
   rebuilds: readonly ImageChange[];
 }
 
-/** A member built from one image, to be rebuilt on another (or refused: its phase says why). */
-export interface ImageChange {
-  member: string;
-  from: string;
-  to: string;
-  /**
-   * rebuild: a new OS disk, the data disk and etcd identity kept. replace: no data disk, so etcd's
-   * data is on the OS disk: the member leaves the cluster and joins again empty, as --replace does.
-   */
-  how: 'rebuild' | 'replace';
-}
-
 export interface PlanOptions {
   dryRun: boolean;
   renderOnly?: string;
@@ -45,66 +36,6 @@ export interface PlanOptions {
   tags?: readonly string[];
   skipTags?: readonly string[];
 }
-
-/** One pass of the remote steps over some members, against the cluster as it is during that pass. */
-export interface Pass {
-  /** The cluster during the pass: the members etcd has then (all of them, unless members join). */
-  cluster: readonly string[];
-  /** The members the pass acts on. */
-  members: readonly string[];
-  /** Members joining a formed cluster: added as learners, their fresh disks and empty data expected. */
-  joining: boolean;
-  /** Rendered as `existing` (the cluster has formed) or `new` (it forms in this pass). */
-  formed: boolean;
-  /** A joiner whose VM boots before its turn (bootAheadPhases): its first boot does not wait for etcd. */
-  bootedAhead?: true;
-}
-
-export type PlannedPhase = (
-  | {
-      step: 'depart';
-      departure: Departure;
-      member: string;
-      assumedRemoved: readonly string[];
-      /** A replacement onto a new base image (no data disk), not one of the gather stage's departures. */
-      image?: ImageChange;
-    }
-  | {
-      step:
-        | 'render'
-        | 'owner'
-        | 'volumes'
-        | 'cloud-init'
-        | 'domain'
-        | 'restore'
-        | 'upgrade'
-        | 'guest'
-        | 'health'
-        | 'cluster-version'
-        | 'auth'
-        | 'users';
-      pass: Pass;
-      skip?: string;
-      note?: string;
-      /** A health wait after a member came back: it has also caught up with the leader. */
-      caughtUp?: true;
-    }
-  | { step: 'join' | 'promote'; member: string; before: readonly string[] }
-  | ({ step: 'rebuild'; skip?: string } & ImageChange)
-  | { step: 'formed'; pass: Pass; seeds: boolean; guests: boolean; formedBefore: boolean; note?: string }
-  | { step: 'peer-trust'; stage: PeerTrustStage; note?: string }
-  | { step: 'consistency'; note?: string }
-) & {
-  /** Runs only if no step has failed in this run and every hypervisor answered (the peer port's stages). */
-  onlyIfClean?: true;
-  /**
-   * Joiners that must have joined for the phase to mean anything: skipped once a step failed on any
-   * of them (the cluster's health would wait for a member that is not coming).
-   */
-  needsJoined?: readonly string[];
-  /** A joiner's VM made and started ahead of its turn, which comes after this joiner's (bootAheadPhases). */
-  bootedAheadOf?: string;
-};
 
 const NOT_SELECTED = 'not selected by --tags / --skip-tags';
 
@@ -300,7 +231,13 @@ function peerTrustPhases(record: DeployRecord, main: Pass, options: PlanOptions,
 }
 
 /**
- * The phases after the gather stage, in order: departures, then render and converge the members etcd
+ * First of all: the CA, the certificates and the cluster's ID. It runs before the gather stage (the
+ * clients etcd is asked through need its certificates), so a listed plan shows it done.
+ */
+const PKI: PlannedPhase = { step: 'pki' };
+
+/**
+ * The phases in order: pki (run before the gather stage), departures, then render and converge the members etcd
  * has, health, auth and users, the joiners after the first booted, each joiner one after another, `formed` when the cluster formed in
  * this run or members joined, then the peer port's stages still to go.
  */
@@ -313,7 +250,7 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
     joining: false,
     formed: record.formed,
   };
-  if (options.renderOnly !== undefined) return [{ step: 'render', pass: main }];
+  if (options.renderOnly !== undefined) return [PKI, { step: 'render', pass: main }];
   const joiners = record.joiners.filter((name) => selection.includes(name));
   if (joiners.length > 0 && !NEEDED_TO_JOIN.every(selected)) {
     throw new InputError(
@@ -375,6 +312,7 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
   const partial = options.limit ? { skip: 'a run limited to some members may leave others on the previous minor' } : {};
   const clusterVersion: PlannedPhase[] = rolls ? [{ step: 'cluster-version', pass: main, ...noRoll, ...partial }] : [];
   return [
+    PKI,
     ...upgrade,
     ...departing,
     { step: 'render', pass: main },
@@ -437,6 +375,8 @@ export function describePlan(plan: readonly PlannedPhase[]): string[] {
         return `${title}${phase.pass.members.join(', ')} again as existing (seeds: ${phase.seeds ? 'yes' : 'no'}, guests: ${phase.guests ? 'yes' : 'no'})${phase.formedBefore ? ', the joiners in' : ', once the cluster has formed'}`;
       case 'peer-trust':
         return `${title}${phase.note ?? `move every member to ${phase.stage}`}`;
+      case 'pki':
+        return `${title}the CA, certificates and the cluster's ID: run first, before the gather stage (etcd is asked with its certificates)`;
       case 'consistency':
         return `${title}${phase.note ?? "once a member changed in this run (or with --accept-mismatch): every voting member's HashKV at one revision, equal"}`;
       default: {

@@ -64,7 +64,7 @@ export interface MembershipOptions {
   disksGone?: ReadonlyMap<string, string>;
   /**
    * Members whose libvirt domain carries the being-replaced mark (replacingQuestion in
-   * steps/membership.ts): a replacement an earlier run began and did not finish. Once etcd has let the
+   * steps/depart.ts): a replacement an earlier run began and did not finish. Once etcd has let the
    * member go, the mark is all that says its old VM and disks must go before it joins again.
    */
   markedReplacing?: ReadonlySet<string>;

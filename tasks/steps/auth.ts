@@ -1,4 +1,4 @@
-import type { Patience, Step } from '../core/step.ts';
+import type { AnyStep, Patience, Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import type { ClientIdentities } from '../etcd/identities.ts';
@@ -8,6 +8,7 @@ import { memberTargets } from './member-targets.ts';
 import { retryTransient } from '../etcd/transient.ts';
 import { ignoreIf, unlessNotFound } from '../etcd/answers.ts';
 import { refuseMixedMinors } from '../etcd/version.ts';
+import { deployStep, type DeployRun, type DeployStep } from './deploy-step.ts';
 
 /**
  * Authentication bootstrap, from the one designated member: the root role, the root user holding it,
@@ -138,3 +139,44 @@ export function authStep(
     },
   };
 }
+
+/**
+ * The auth and users phases: each one step per run over the members that bootstrap auth, built once so
+ * that its check can start before its turn (while the other phases run), in a formed cluster only: in
+ * one forming, etcd cannot answer before the domains start.
+ */
+export function accessPhase(
+  id: 'auth' | 'users',
+  make: (inventory: Inventory, members: readonly Member[], clients: EtcdClients, identities: ClientIdentities) => AnyStep,
+): Pick<DeployStep<'auth' | 'users'>, 'prepare' | 'run'> {
+  const built = new WeakMap<DeployRun, AnyStep>();
+  const stepOf = (run: DeployRun): AnyStep => {
+    let step = built.get(run);
+    if (!step) {
+      const main = run.clusterOf(run.membership.voting.map((member) => member.name));
+      const bootstrapping = run.resources.membersNamed(run.plan.flatMap((phase) => (phase.step === 'auth' ? phase.pass.members : [])));
+      step = make(main, bootstrapping, run.resources.clients, run.resources.identities);
+      built.set(run, step);
+    }
+    return step;
+  };
+  return {
+    prepare(run) {
+      const asked = run.plan.some(
+        (phase) => (phase.step === 'auth' || phase.step === 'users') && phase.step === id && !phase.skip && phase.pass.formed,
+      );
+      if (asked) run.runner.checkEarly(stepOf(run), 'etcd-access');
+    },
+    run: (_phase, run) => run.runner.runStep(stepOf(run)),
+  };
+}
+
+export const auth = deployStep({
+  id: 'auth',
+  kind: 'operation',
+  on: 'etcd',
+  selectable: true,
+  changes: ['etcd-access'],
+  doc: 'root role and user, then auth enable, from the designated member',
+  ...accessPhase('auth', authStep),
+});

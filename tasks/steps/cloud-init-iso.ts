@@ -8,6 +8,7 @@ import type { RemoteContext } from '../libvirt/context.ts';
 import { commandLine } from '../core/shell.ts';
 import { virshArgv, type Question } from '../libvirt/virsh.ts';
 import { memberTargets } from './member-targets.ts';
+import { deployStep } from './deploy-step.ts';
 
 /**
  * Each member's NoCloud seed as a raw volume in its pool. The ISO is reproducible, so the volume's
@@ -79,3 +80,17 @@ export function cloudInitIsoStep(
     },
   };
 }
+
+export const cloudInit = deployStep({
+  id: 'cloud-init',
+  kind: 'operation',
+  on: 'hypervisors',
+  selectable: true,
+  changes: ['libvirt'],
+  doc: 'the NoCloud seed ISO of each member',
+  asksHypervisor: (member) => Object.values(seedQuestions(member)),
+  run: ({ pass }, run) => {
+    const { inventory, remote, membersNamed } = run.resources;
+    return run.runner.runStep(cloudInitIsoStep(inventory.stateDir, membersNamed(pass.members), run.renderedFor(pass).files, remote));
+  },
+});

@@ -5,6 +5,7 @@ import { versionOf } from '../etcd/version.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { minorOf, parseVersion } from '../upgrade/version.ts';
 import { memberTargets } from './member-targets.ts';
+import { deployStep } from './deploy-step.ts';
 
 /**
  * After a roll onto another minor: the cluster version (`/version`'s `etcdcluster`) has moved to
@@ -43,3 +44,21 @@ export function clusterVersionWait(
       'It moves once every member runs that minor: status lists the version each member runs.',
   };
 }
+
+export const clusterVersion = deployStep({
+  id: 'cluster-version',
+  kind: 'wait',
+  on: 'etcd',
+  selectable: false,
+  changes: [],
+  doc: "with binaries: release on a formed cluster: /version's cluster version at etcd.version's minor on every member",
+  run: ({ pass }, run) =>
+    run.runner.runWait(
+      clusterVersionWait(
+        run.clusterOf(pass.cluster),
+        run.resources.membersNamed(pass.members),
+        run.resources.clients,
+        run.resources.identities.root,
+      ),
+    ),
+});

@@ -9,6 +9,7 @@ import type { RenderedFile } from '../render/member.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
 import { shutDown } from '../libvirt/power.ts';
 import { memberTargets } from './member-targets.ts';
+import { deployStep } from './deploy-step.ts';
 
 /**
  * Each member's libvirt domain: defined from the rendered XML, running, autostarted. A definition
@@ -119,3 +120,23 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
     },
   };
 }
+
+export const domain = deployStep({
+  id: 'domain',
+  kind: 'operation',
+  on: 'hypervisors',
+  selectable: true,
+  changes: ['libvirt', 'guest', 'vm'],
+  doc: 'define, start, autostart; a changed definition restarts one member at a time, leader last',
+  asksHypervisor: (member) => Object.values(domainQuestions(member)),
+  run: ({ pass }, run) =>
+    run.runner.runStep(
+      domainsStep({
+        inventory: run.clusterOf(pass.cluster),
+        members: run.resources.membersNamed(pass.members),
+        rendered: run.renderedFor(pass).files,
+        context: run.resources.remote,
+        clients: run.resources.clients,
+      }),
+    ),
+});

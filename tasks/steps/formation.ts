@@ -8,6 +8,12 @@ import {
   type FormationVerdict,
   type SeenDomains,
 } from '../etcd/formation.ts';
+import type { Member } from '../inventory/model.ts';
+import type { RemoteContext } from '../libvirt/context.ts';
+import { domainUuid } from '../libvirt/domain-xml.ts';
+import { isNotFound } from '../libvirt/virsh.ts';
+import { deployStep } from './deploy-step.ts';
+import { domainQuestions } from './domains.ts';
 
 /** The record now, and the members' domains as seen in this run. */
 export interface FormationState {
@@ -73,3 +79,35 @@ export function formationStep(
     },
   };
 }
+
+/** Each member's domain UUID as libvirt has it now (null: no such domain; undefined: its hypervisor did not answer). */
+export const domainUuids = (remote: RemoteContext, members: readonly Member[]) => async (): Promise<SeenDomains> =>
+  new Map(
+    await Promise.all(
+      members.map(async (member) => {
+        const answer = await remote.probe(member, { info: domainQuestions(member).info }).then(
+          ({ info }) => info,
+          () => undefined,
+        );
+        const seen =
+          answer === undefined
+            ? undefined
+            : answer.code === 0
+              ? domainUuid(answer.output)
+              : isNotFound(answer, 'domain')
+                ? null
+                : undefined;
+        return [member.name, seen] as const;
+      }),
+    ),
+  );
+
+/** Run in the gather stage (deploy/gather.ts), when the cluster is asked, and again by `formed`. */
+export const formation = deployStep({
+  id: 'formation',
+  kind: 'operation',
+  on: 'control node',
+  selectable: false,
+  changes: [],
+  doc: 'formed.json: the VMs the cluster formed on, kept while they change',
+});

@@ -18,6 +18,7 @@ import type { SshConnection } from '../remote/ssh.ts';
 import type { DesiredGuest } from '../render/guest/desired.ts';
 import { memberTargets } from './member-targets.ts';
 import { ReleaseStaging } from './release-staging.ts';
+import { deployStep, type DeployRun, type Pass } from './deploy-step.ts';
 
 /**
  * The inside of every member, converged on every run: the files and services the guest features
@@ -410,3 +411,35 @@ export function guestQuestions(wanted: DesiredGuest): GuestQuestions {
     packageFiles: wanted.packages.needed.map((need) => need.path),
   };
 }
+
+/** The guest step over a pass's members, with what that pass rendered for them. */
+export function guestStepOf(pass: Pass, run: DeployRun): Step<GuestState, GuestStepAction> {
+  const { clients, memberSsh, guestProbe, membersNamed } = run.resources;
+  return guestStep({
+    inventory: run.clusterOf(pass.cluster),
+    members: membersNamed(pass.members),
+    desired: run.renderedFor(pass).guests,
+    ssh: memberSsh,
+    probe: guestProbe,
+    clients,
+    clusterFormed: pass.formed && !pass.joining,
+    joining: pass.joining,
+    diffs: run.options.dryRun || run.options.diff === true,
+    progress: run.runner.progress,
+    releaseArchive: (version) => run.resources.releaseArchive(version),
+  });
+}
+
+export const guest = deployStep({
+  id: 'guest',
+  kind: 'operation',
+  on: 'guests',
+  selectable: true,
+  changes: ['guest'],
+  doc: "every member's files and services as rendered; etcd restarts rolled, leader last, never below quorum",
+  run: ({ pass }, run) => {
+    // Asked in one batch per hypervisor, for the members whose answers the run does not hold already.
+    run.prefetchGuests(pass);
+    return run.runner.runStep(guestStepOf(pass, run));
+  },
+});

@@ -5,6 +5,7 @@ import type { EtcdClients } from '../etcd/client.ts';
 import { catchUp, type CatchUpMark } from '../etcd/roll.ts';
 import { HEALTH_POLL_MS, healthFailure, memberHealth, type Health } from '../etcd/health.ts';
 import { memberTargets } from './member-targets.ts';
+import { deployStep } from './deploy-step.ts';
 
 /** An active alarm is worth knowing; NOSPACE says what to do. */
 export const alarmWarnings = (alarms: readonly string[]): string[] =>
@@ -56,3 +57,18 @@ export function healthWait(
     failure: (name, reason) => healthFailure(memberNamed(name), inventory.cluster.health_timeout * 1000, reason),
   };
 }
+
+export const health = deployStep({
+  id: 'health',
+  kind: 'wait',
+  on: 'etcd',
+  selectable: true,
+  changes: [],
+  doc: "every member healthy with the inventory's voting members, within cluster.health_timeout",
+  run: ({ pass, caughtUp }, run) =>
+    run.runner.runWait(
+      healthWait(run.clusterOf(pass.cluster), run.resources.membersNamed(pass.members), run.resources.clients, {
+        caughtUp: caughtUp === true,
+      }),
+    ),
+});

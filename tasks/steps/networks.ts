@@ -3,6 +3,7 @@ import type { Member } from '../inventory/model.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
 import { isNotFound, type ProbeAnswer } from '../libvirt/virsh.ts';
 import { memberTargets } from './member-targets.ts';
+import { deployStep } from './deploy-step.ts';
 
 /**
  * Interfaces given by `network_id` name libvirt's network by its UUID; the domain XML needs its name
@@ -40,3 +41,12 @@ function networkName(member: Member, id: string, answer: ProbeAnswer): string {
     );
   throw new Error(`cannot resolve network_id ${id} on hypervisor ${member.hypervisor.name}: ${answer.output.trim().split('\n')[0]}`);
 }
+
+export const networks = deployStep({
+  id: 'networks',
+  kind: 'fact',
+  on: 'hypervisors',
+  selectable: false,
+  changes: [],
+  doc: "the libvirt network's name for each interface given by network_id",
+});

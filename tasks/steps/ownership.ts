@@ -4,7 +4,9 @@ import type { RemoteContext } from '../libvirt/context.ts';
 import { judgeOwnership, ownerQuestions, type Ownership } from '../libvirt/ownership.ts';
 import { readIdentity, stopAdoptingUnmarked, type ClusterIdentity } from '../pki/identity.ts';
 import { OWNER_NAMESPACE, OWNER_PREFIX, ownerElement } from '../render/domain.ts';
+import { preloadEtcdClient } from '../etcd/client.ts';
 import { memberTargets } from './member-targets.ts';
+import { deployStep } from './deploy-step.ts';
 
 /**
  * Before anything touches a member's volumes, seed or VM: is its domain this cluster's? A domain
@@ -85,3 +87,28 @@ export function adoptionStep(
     },
   };
 }
+
+export const owner = deployStep({
+  id: 'owner',
+  kind: 'operation',
+  on: 'hypervisors',
+  selectable: false,
+  changes: ['libvirt'],
+  doc: "only this cluster's domains are touched: another's or an unmarked one stops that member",
+  asksHypervisor: (member) => Object.values(ownerQuestions(member)),
+  /** Always: whatever else a run does on a member's VM, it does only to this cluster's. */
+  async run({ pass }, run) {
+    const { inventory, remote, membersNamed } = run.resources;
+    void preloadEtcdClient();
+    // Asked now for members the cluster phase did not ask (a joiner); each step waits for the answers it takes.
+    const members = membersNamed(pass.members);
+    run.prefetchFacts(members, run.renderedFor(pass).guests);
+    const ours = run.resources.owner();
+    const results = await run.runner.runStep(ownershipStep(members, remote, ours));
+    // Every member's domain marked in this pass: a migrated state directory stops adopting unmarked ones.
+    const wholeCluster = !pass.joining && pass.members.length === inventory.members.length;
+    if (!ours.identity.adoptsUnmarked || ours.identity.id === undefined || !wholeCluster) return results;
+    const everyDomainMarked = () => results.every((result) => result.status === 'ok' || result.status === 'changed');
+    return [...results, ...(await run.runner.runStep(adoptionStep(inventory.stateDir, inventory.cluster.name, everyDomainMarked)))];
+  },
+});

@@ -18,6 +18,7 @@ import {
 import { PUBLIC_FILE_MODE, writeFileAtomic } from '../core/files.ts';
 import type { PkiStore, StoredPair } from '../pki/store.ts';
 import { inspectCertificate, issueCertificate } from '../pki/x509.ts';
+import { deployStep } from './deploy-step.ts';
 
 /**
  * The cluster's CA (and with pki.intermediate its intermediate, which then signs everything else),
@@ -178,3 +179,14 @@ function keepRecords(inventory: Inventory, store: PkiStore, actions: readonly Pk
     writeFileAtomic(store.knownHostsPath, knownHostsOf(inventory, readFacts(inventory, store).hostKeys), PUBLIC_FILE_MODE);
   }
 }
+
+export const pki = deployStep({
+  id: 'pki',
+  kind: 'operation',
+  on: 'control node',
+  selectable: false,
+  changes: [],
+  doc: "CA, peer CA, member and client certificates, the tool's SSH key; the cluster's ID",
+  run: (_phase, run) =>
+    run.runner.runStep(pkiStep(run.resources.inventory, run.resources.store, run.options.renewCerts ? run.started : undefined)),
+});

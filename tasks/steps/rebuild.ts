@@ -10,6 +10,7 @@ import { shutDown } from '../libvirt/power.ts';
 import { volInfo, volumeState } from '../libvirt/volumes.ts';
 import { createVolumeArgs, osDiskBytes } from './volumes.ts';
 import { domainQuestions } from './domains.ts';
+import { deployStep } from './deploy-step.ts';
 
 /**
  * A member rebuilt on the image `base_image` names, when its OS disk was built from another: the VM
@@ -118,3 +119,22 @@ async function stopForRebuild(inventory: Inventory, clients: EtcdClients, member
   }
   await shutDown(await context.virshFor(member), member.name);
 }
+
+export const rebuild = deployStep({
+  id: 'rebuild',
+  kind: 'operation',
+  on: 'hypervisors',
+  selectable: true,
+  changes: ['libvirt', 'guest', 'vm'],
+  doc: 'a member built from another image than base_image: a new OS disk on it, data disk kept (without one: replaced on it); one at a time, leader last',
+  asksHypervisor: (member) => Object.values(imageQuestions(member) ?? {}),
+  run: (phase, run) =>
+    run.runner.runStep(
+      rebuildStep(
+        run.clusterOf(run.membership.voting.map((member) => member.name)),
+        run.resources.membersNamed([phase.member])[0]!,
+        run.resources.remote,
+        run.resources.clients,
+      ),
+    ),
+});

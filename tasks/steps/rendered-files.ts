@@ -1,8 +1,9 @@
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { sha256 } from '../core/digest.ts';
-import { PRIVATE_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
+import { PRIVATE_FILE_MODE, PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.ts';
 import type { Change, Step } from '../core/step.ts';
 import type { RenderedFile } from '../render/member.ts';
+import { deployStep } from './deploy-step.ts';
 
 /**
  * The record of what was last rendered for each member, kept in the state directory as digests plus the
@@ -48,3 +49,34 @@ export function renderedFilesStep(stateDir: string, rendered: ReadonlyMap<string
     },
   };
 }
+
+/** Writes rendered files for review: DIR/<member>/<file>; files holding secrets are 0600, directories 0700. */
+export function writeRendered(dir: string, rendered: Map<string, RenderedFile[]>): string[] {
+  const written: string[] = [];
+  for (const [member, files] of rendered) {
+    for (const file of files) {
+      const path = join(resolve(dir), member, file.name);
+      writeFileAtomic(path, file.content, file.containsSecrets ? PRIVATE_FILE_MODE : PUBLIC_FILE_MODE);
+      written.push(path);
+    }
+  }
+  return written;
+}
+
+/** What a pass deploys, rendered and recorded in the state directory (or written for review: --render-only). */
+export const render = deployStep({
+  id: 'render',
+  kind: 'operation',
+  on: 'control node',
+  selectable: false,
+  changes: [],
+  doc: "domain XML, cloud-init and each guest's contents, recorded in the state directory",
+  async run({ pass }, run) {
+    const rendered = run.renderPass(pass);
+    if (run.options.renderOnly !== undefined) {
+      run.written.push(...writeRendered(run.options.renderOnly, rendered.files));
+      return [];
+    }
+    return run.runner.runStep(renderedFilesStep(run.resources.inventory.stateDir, rendered.files));
+  },
+});

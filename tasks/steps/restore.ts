@@ -8,6 +8,7 @@ import { installRelease, type ReleaseArchives } from '../guest/release-install.t
 import { managedRelease, snapshotRestoreProgram } from '../render/etcd-release.ts';
 import { peerUrl } from '../inventory/urls.ts';
 import { memberTargets } from './member-targets.ts';
+import { deployStep } from './deploy-step.ts';
 
 /**
  * Restore from an etcd-backup snapshot (restore.enabled), before etcd's first start: every member
@@ -106,3 +107,21 @@ export function restoreStep(
     },
   };
 }
+
+export const restore = deployStep({
+  id: 'restore',
+  kind: 'operation',
+  on: 'guests',
+  selectable: true,
+  changes: ['guest'],
+  doc: "with restore.enabled, while the cluster forms: one snapshot into every member's empty data directory",
+  run: ({ pass }, run) => {
+    const { memberSsh, snapshots, membersNamed } = run.resources;
+    if (!snapshots) throw new Error('the plan has a restore phase, but restore.enabled is not set');
+    return run.runner.runStep(
+      restoreStep(run.clusterOf(pass.cluster), membersNamed(pass.members), memberSsh, snapshots, (version) =>
+        run.resources.releaseArchive(version),
+      ),
+    );
+  },
+});

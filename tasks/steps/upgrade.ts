@@ -19,6 +19,7 @@ import { compareMembers, compareUntilDefinite } from '../verify/consistency.ts';
 import { describePassed, preflight, type MemberVersionAnswer, type PreflightCheck, type UpgradeFacts } from '../upgrade/preflight.ts';
 import { v2StoreCheckCommand, v2StoreVerdict, type V2StoreVerdict } from '../upgrade/v2store.ts';
 import { formatVersion, minorOf, parseVersion, sameVersion, type EtcdVersion } from '../upgrade/version.ts';
+import { deployStep } from './deploy-step.ts';
 
 /**
  * With binaries: release on a formed cluster, before the guest step moves any member to another etcd
@@ -186,3 +187,21 @@ async function takeSnapshot({ inventory, clients, root }: UpgradeStepOptions, pa
   }
   throw new Error(`no member gave a snapshot before the roll (${failures.join('; ')}): nothing was changed`);
 }
+
+export const upgrade = deployStep({
+  id: 'upgrade',
+  kind: 'operation',
+  on: 'etcd',
+  selectable: false,
+  changes: [],
+  doc: 'with binaries: release and a new etcd.version: the pre-flight on live facts (a refusal changes nothing), a snapshot; guest rolls',
+  run: ({ pass }, run) =>
+    run.runner.runStep(
+      upgradeStep({
+        inventory: run.clusterOf(pass.cluster),
+        clients: run.resources.clients,
+        root: run.resources.identities.root,
+        inMember: async (member, argv) => (await run.resources.memberSsh.get(member)).exec(argv),
+      }),
+    ),
+});

@@ -23,7 +23,8 @@ import {
   type Permission,
   type WantedAccess,
 } from '../etcd/access.ts';
-import { authEnabled, notHealthy } from './auth.ts';
+import { accessPhase, authEnabled, notHealthy } from './auth.ts';
+import { deployStep } from './deploy-step.ts';
 import { memberTargets } from './member-targets.ts';
 import { toolUsers } from '../inventory/tool-users.ts';
 
@@ -207,3 +208,13 @@ export function usersStep(
     },
   };
 }
+
+export const users = deployStep({
+  id: 'users',
+  kind: 'operation',
+  on: 'etcd',
+  selectable: true,
+  changes: ['etcd-access'],
+  doc: "the inventory's roles and users: created, changed, removed when they leave it (only the tool's own)",
+  ...accessPhase('users', usersStep),
+});

@@ -4,6 +4,7 @@ import { GIB, volInfo, volumeState, type VolumeState } from '../libvirt/volumes.
 import type { ProbeAnswer, Question } from '../libvirt/virsh.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
 import { memberTargets } from './member-targets.ts';
+import { deployStep } from './deploy-step.ts';
 
 /**
  * Each member's disks: the OS disk as a qcow2 overlay on the base image volume, and the optional data
@@ -163,3 +164,20 @@ export function volumesStep(
     },
   };
 }
+
+export const volumes = deployStep({
+  id: 'volumes',
+  kind: 'operation',
+  on: 'hypervisors',
+  selectable: true,
+  changes: ['libvirt'],
+  doc: 'OS overlay and data disks',
+  asksHypervisor: (member) => Object.values(volumeQuestions(member)),
+  run: ({ pass }, run) =>
+    run.runner.runStep(
+      volumesStep(run.clusterOf(pass.cluster), run.resources.membersNamed(pass.members), run.resources.remote, {
+        joining: pass.joining,
+        formed: pass.formed,
+      }),
+    ),
+});

@@ -2,7 +2,7 @@ import test from 'ava';
 import type { EtcdClients } from '../../tasks/etcd/client.ts';
 import type { Member } from '../../tasks/inventory/model.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
-import { addLearnerStep } from '../../tasks/steps/membership.ts';
+import { addLearnerStep } from '../../tasks/steps/join.ts';
 
 /** Adding a learner while etcd refuses it for a moment: asked again only while nothing can have been added. */
 

@@ -4,7 +4,7 @@ import { MembershipRefusal } from '../../tasks/etcd/membership.ts';
 import type { Member } from '../../tasks/inventory/model.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import type { RemoteContext } from '../../tasks/libvirt/context.ts';
-import { departStep, type Departure, type DepartFacts } from '../../tasks/steps/membership.ts';
+import { departStep, type Departure, type DepartFacts } from '../../tasks/steps/depart.ts';
 
 /** A member's departure as a table: facts (etcd's list, leader, health, libvirt) in; changes or a refusal out. */
 

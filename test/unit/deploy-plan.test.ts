@@ -2,6 +2,8 @@ import test from 'ava';
 import { InputError } from '../../tasks/core/errors.ts';
 import { buildPlan, describePlan, phaseTitle, type DeployRecord, type PlannedPhase, type PlanOptions } from '../../tasks/deploy/plan.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
+import type { DeployStep } from '../../tasks/steps/deploy-step.ts';
+import { DEPLOY_STEPS, stepRunning } from '../../tasks/steps/registry.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 
 /**
@@ -375,11 +377,37 @@ const rows: {
 for (const row of rows) {
   test(`plan: ${row.name}`, (t) => {
     const plan = buildPlan(fourMembers(row.restore, row.binaries), options(row.options), row.record);
-    // Every plan but --render-only's ends in the members' comparison (its own tests are below).
+    // Every plan starts with pki, and every one but --render-only's ends in the members' comparison (its own tests are below).
     const compared = row.options?.renderOnly === undefined;
-    t.deepEqual(plan.map(token), compared ? [...row.phases, 'consistency'] : row.phases);
+    t.deepEqual(plan.map(token), ['pki', ...row.phases, ...(compared ? ['consistency'] : [])]);
   });
 }
+
+/** The step a phase is part of: its runner's, but a replacement onto a new image is the rebuild step's (run through depart and join). */
+const stepOf = (phase: PlannedPhase): string => (phase.step === 'depart' && phase.image ? 'rebuild' : stepRunning(phase.step).id);
+const planOf = (row: (typeof rows)[number]) => buildPlan(fourMembers(row.restore, row.binaries), options(row.options), row.record);
+
+test("every plan of the table takes its steps in the registry's order: each step's first phase after those of the steps listed before it", (t) => {
+  const rank = new Map<string, number>(DEPLOY_STEPS.map((step, i) => [step.id, i]));
+  for (const row of rows) {
+    const firsts = [...new Set(planOf(row).map(stepOf))];
+    t.deepEqual(
+      firsts,
+      [...firsts].sort((a, b) => rank.get(a)! - rank.get(b)!),
+      row.name,
+    );
+  }
+});
+
+test("every step of the registry is run by a phase of some plan of the table, or is one of the gather stage's (which run before the plan)", (t) => {
+  const planned = new Set(rows.flatMap((row) => planOf(row).map((phase) => stepRunning(phase.step).id)));
+  const gathered = DEPLOY_STEPS.filter((step: DeployStep) => step.run === undefined).map((step) => step.id);
+  t.deepEqual(gathered, ['cluster', 'formation', 'networks', 'members']);
+  t.deepEqual(
+    DEPLOY_STEPS.map((step) => step.id).filter((id) => !planned.has(id) && !gathered.includes(id)),
+    [],
+  );
+});
 
 test('plan: with release binaries on a formed cluster, auth and users run only if nothing failed before (no auth change during a half-done roll)', (t) => {
   const clean = (binaries: 'image' | 'release', formed: boolean) =>
@@ -393,7 +421,7 @@ test('plan: with release binaries on a formed cluster, auth and users run only i
 
 test('plan: a replacement onto a new image departs alone (never judged with others), and it and its join run only while nothing has failed', (t) => {
   const plan = buildPlan(fourMembers(), options(), record({ rebuilds: replacedOnNewImage('etcd-2', 'etcd-1') }));
-  const chain = plan.slice(MAIN_ALL.length);
+  const chain = plan.slice(1 + MAIN_ALL.length);
   t.true(chain.every((phase) => phase.onlyIfClean === true));
   const departs = chain.filter((phase) => phase.step === 'depart');
   t.deepEqual(
@@ -417,7 +445,7 @@ test('plan: a replacement onto a new image departs alone (never judged with othe
 test('plan: a rebuild and the phases after it run only while nothing has failed, and say the images from and to', (t) => {
   const plan = buildPlan(fourMembers(), options(), record({ rebuilds: onNewImage('etcd-2') }));
   // The rebuild, its render, guest and health, then the members compared.
-  const chain = plan.slice(MAIN_ALL.length);
+  const chain = plan.slice(1 + MAIN_ALL.length);
   t.deepEqual(
     chain.map((phase) => phase.onlyIfClean),
     [true, true, true, true, true],
@@ -458,18 +486,18 @@ test('plan: every phase of a join needs that joiner and the ones before it to ha
   const grow = record({ voting: ['etcd-1', 'etcd-2'], joiners: ['etcd-3', 'etcd-4'] });
   const needs = buildPlan(fourMembers(), options(), grow).map((phase) => `${phaseTitle(phase)}:${(phase.needsJoined ?? []).join(',')}`);
   t.deepEqual(
-    needs.slice(0, 9),
-    MAIN_ALL.map((token) => `${token.split('@')[0]}:`),
+    needs.slice(0, 10),
+    ['pki', ...MAIN_ALL].map((token) => `${token.split('@')[0]}:`),
   );
   const boot = ['render', 'owner', 'volumes', 'cloud-init', 'domain'];
   t.deepEqual(
-    needs.slice(9, 14),
+    needs.slice(10, 15),
     boot.map((title) => `${title}:`),
   );
   const joinOf = (joiner: string, needed: string, titles: readonly string[]) =>
     [`join ${joiner}`, ...titles, 'guest', `promote ${joiner}`, 'health'].map((title) => `${title}:${needed}`);
-  t.deepEqual(needs.slice(14, 27), [...joinOf('etcd-3', 'etcd-3', boot), ...joinOf('etcd-4', 'etcd-3,etcd-4', [])]);
-  t.is(needs[27], 'formed:');
+  t.deepEqual(needs.slice(15, 28), [...joinOf('etcd-3', 'etcd-3', boot), ...joinOf('etcd-4', 'etcd-3,etcd-4', [])]);
+  t.is(needs[28], 'formed:');
 });
 
 test('plan: a joiner booted ahead is rendered in the pass it joins in (its seed is the one its turn uses), marked booted ahead, and says so', (t) => {
@@ -501,7 +529,7 @@ test('plan: the peer stages still to go, each once, in order, and only when noth
   const plan = buildPlan(fourMembers(), options(), record({ peerStage: 'trust-both' }));
   const stages = plan.flatMap((phase) => (phase.step === 'peer-trust' ? [phase.stage] : []));
   t.deepEqual(stages, ['present-peer', 'peer-only']);
-  t.true(plan.filter((phase) => phase.onlyIfClean).length === 11 && plan.slice(MAIN_ALL.length).every((phase) => phase.onlyIfClean));
+  t.true(plan.filter((phase) => phase.onlyIfClean).length === 11 && plan.slice(1 + MAIN_ALL.length).every((phase) => phase.onlyIfClean));
 });
 
 test('phase titles are the ones a run prints (and the e2e output is matched against): the peer stages as `peer trust`', (t) => {
@@ -527,7 +555,8 @@ test('--list-phases prints one line per phase, saying on whom and how', (t) => {
       record({ voting: ['etcd-1', 'etcd-2', 'etcd-3'], departures: [{ departure: 'leave', member: 'etcd-4' }] }),
     ),
   );
-  t.is(lines[0], 'leave etcd-4      etcd-4, one at a time, never below a healthy quorum');
-  t.is(lines[1], 'render            etcd-1, etcd-2, etcd-3 · cluster etcd-1, etcd-2, etcd-3 · existing');
-  t.is(lines[3], 'volumes           skipped: not selected by --tags / --skip-tags');
+  t.regex(lines[0]!, /^pki {15}the CA, certificates and the cluster's ID: run first, before the gather stage/);
+  t.is(lines[1], 'leave etcd-4      etcd-4, one at a time, never below a healthy quorum');
+  t.is(lines[2], 'render            etcd-1, etcd-2, etcd-3 · cluster etcd-1, etcd-2, etcd-3 · existing');
+  t.is(lines[4], 'volumes           skipped: not selected by --tags / --skip-tags');
 });

@@ -2,7 +2,7 @@ import test from 'ava';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { commandLine } from '../../tasks/core/shell.ts';
-import { isMarkedReplacing, markReplacingArgs, replacingQuestion } from '../../tasks/steps/membership.ts';
+import { isMarkedReplacing, markReplacingArgs, replacingQuestion } from '../../tasks/steps/depart.ts';
 import { parseVirshBatch, virshBatch, type ProbeAnswer } from '../../tasks/libvirt/virsh.ts';
 import { OWNER_NAMESPACE } from '../../tasks/render/domain.ts';
 

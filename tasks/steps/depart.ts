@@ -1,9 +1,7 @@
-import { setTimeout as delay } from 'node:timers/promises';
-import { retryWhile } from '../core/retry.ts';
 import type { Change, Step } from '../core/step.ts';
 import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
 import { hasLeaderNow, memberHealth } from '../etcd/health.ts';
-import { liveMember, MembershipRefusal, type LiveMember } from '../etcd/membership.ts';
+import { liveMember, MembershipRefusal, type LiveMember, type MembershipPlan } from '../etcd/membership.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { moveLeader, quorumOf } from '../etcd/roll.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
@@ -13,148 +11,7 @@ import { saysDomainMissing, type ProbeAnswer, type Question, type Virsh } from '
 import { knownHealth, votingSets, type Departure, type KnownHealth, type VotingSets } from '../etcd/departures.ts';
 import type { ClusterIdentity } from '../pki/identity.ts';
 import { peerUrl } from '../inventory/urls.ts';
-
-/**
- * A member joining a formed cluster, as etcd's runtime-reconfiguration guide has it: added as a
- * learner (it votes on nothing and cannot cost the quorum) before its VM exists, then — once its VM
- * has started etcd with `initial-cluster-state: existing` and it has caught up — promoted to a voting
- * member. Both steps decide from etcd's member list alone, so a run stopped anywhere in between
- * picks up where it stopped.
- */
-
-/** etcd's answer while a learner is still behind the leader's log. */
-const NOT_IN_SYNC = /can only promote a learner member which is in sync with leader/;
-const PROMOTE_RETRY_MS = 2_000;
-/**
- * etcd refuses to add even a learner unless every voting member has been connected to the one asked
- * for its health interval (5 s): a member restarted moments ago by a roll answers "unhealthy cluster"
- * for those seconds. Refused, nothing was added, so asking again is safe.
- */
-const JUST_RESTARTED = /etcdserver: unhealthy cluster/;
-const ADD_RETRY = { windowMs: 30_000, pauseMs: 2_000 };
-
-export interface JoinFacts {
-  /** The joiner as etcd lists it, if it does. */
-  live?: LiveMember;
-  /** Voting members that do not answer healthy (adding a member needs a healthy cluster). */
-  unhealthy: string[];
-}
-
-/** The member list from the first voting member that answers. */
-async function liveMembers(clients: EtcdClients, voting: readonly Member[]): Promise<LiveMember[]> {
-  const { answer } = await firstAnswering(clients, voting, (client) => client.cluster.memberList({}));
-  return answer.members.map(liveMember);
-}
-
-async function joinFacts(inventory: Inventory, clients: EtcdClients, voting: readonly Member[], joiner: Member): Promise<JoinFacts> {
-  const [list, health] = await Promise.all([
-    liveMembers(clients, voting),
-    Promise.all(
-      voting.map(async (member) => ({ member, health: await memberHealth({ ...inventory, members: [...voting] }, clients, member) })),
-    ),
-  ]);
-  const live = list.find((m) => m.peerURLs.includes(peerUrl(inventory, joiner)));
-  return {
-    ...(live ? { live } : {}),
-    unhealthy: health.flatMap(({ member, health: h }) => (h.healthy ? [] : [`${member.name} (${h.reason})`])),
-  };
-}
-
-type AddAction = { kind: 'add-learner'; peerUrl: string };
-
-/** `voting`: the cluster's voting members before this joiner (the inventory's members etcd already has). */
-export function addLearnerStep(
-  inventory: Inventory,
-  clients: EtcdClients,
-  voting: readonly Member[],
-  joiner: Member,
-): Step<JoinFacts, AddAction> {
-  const url = peerUrl(inventory, joiner);
-  return {
-    name: 'add',
-    targets: [joiner.name],
-    check: () => joinFacts(inventory, clients, voting, joiner),
-    plan(facts) {
-      if (facts.live) return [];
-      if (facts.unhealthy.length > 0) {
-        throw new MembershipRefusal(
-          `refusing to add ${joiner.name}: the cluster must be healthy with a leader first; not healthy: ${facts.unhealthy.join(', ')}. Nothing was changed.`,
-        );
-      }
-      return [
-        {
-          summary: `add ${joiner.name} to the cluster as a learner (peer URL ${url}); it is promoted once its VM has started and caught up`,
-          action: { kind: 'add-learner', peerUrl: url },
-        },
-      ];
-    },
-    async apply(changes) {
-      for (const { action } of changes) {
-        await retryWhile(
-          () => firstAnswering(clients, voting, (client) => client.cluster.memberAdd({ peerURLs: [action.peerUrl], isLearner: true })),
-          // Never after a timeout: that add may have gone through; etcd would refuse a second (its peer URL exists), failing an add that worked.
-          (error) => JUST_RESTARTED.test((error as Error).message) && !/DEADLINE_EXCEEDED|timed? ?out/i.test((error as Error).message),
-          ADD_RETRY,
-        );
-      }
-    },
-  };
-}
-
-type PromoteAction = { kind: 'promote'; id: string };
-
-export function promoteStep(
-  inventory: Inventory,
-  clients: EtcdClients,
-  voting: readonly Member[],
-  joiner: Member,
-  timeoutMs: number,
-): Step<JoinFacts, PromoteAction> {
-  return {
-    name: 'promote',
-    targets: [joiner.name],
-    check: () => joinFacts(inventory, clients, voting, joiner),
-    plan(facts) {
-      // Not added yet: what a dry-run sees (a real run adds it first, or skips this member when adding failed).
-      if (!facts.live)
-        return [
-          {
-            summary: `promote ${joiner.name} to a voting member once it has been added, has started and has caught up`,
-            action: { kind: 'promote', id: '' },
-          },
-        ];
-      if (!facts.live.isLearner) return [];
-      if (!facts.live.name)
-        return [
-          {
-            summary: `promote ${joiner.name} to a voting member once it has started and caught up (it has not started yet)`,
-            action: { kind: 'promote', id: facts.live.id },
-          },
-        ];
-      return [{ summary: `promote ${joiner.name} from learner to voting member`, action: { kind: 'promote', id: facts.live.id } }];
-    },
-    async apply(changes) {
-      for (const { action } of changes) {
-        if (!action.id) throw new Error(`${joiner.name} is not a member of the cluster: the add step did not add it`);
-        const deadline = Date.now() + timeoutMs;
-        for (;;) {
-          try {
-            await firstAnswering(clients, voting, (client) => client.cluster.memberPromote({ ID: action.id }));
-            break;
-          } catch (error) {
-            const message = (error as Error).message;
-            if (!NOT_IN_SYNC.test(message) || Date.now() > deadline) {
-              throw new Error(
-                `promoting ${joiner.name} failed: ${message.split('\n')[0]}${NOT_IN_SYNC.test(message) ? ` (still behind the leader after ${Math.round(timeoutMs / 1000)} s; cluster.health_timeout sets the wait)` : ''}`,
-              );
-            }
-            await delay(PROMOTE_RETRY_MS);
-          }
-        }
-      }
-    },
-  };
-}
+import { deployStep } from './deploy-step.ts';
 
 /**
  * A replacement in flight, recorded where the next run looks anyway: in the member's libvirt domain.
@@ -496,4 +353,43 @@ export async function departingHealth(
     }),
   );
   return new Map(known);
+}
+
+export const depart = deployStep({
+  id: 'depart',
+  kind: 'operation',
+  on: 'etcd',
+  selectable: false,
+  changes: ['libvirt', 'guest', 'vm'],
+  results: ['leave', 'replace'],
+  doc: 'members replaced or marked absent, one at a time, never below a healthy quorum: removed from etcd, VM undefined',
+  asksHypervisor: (member) => [replacingQuestion(member)],
+  run: (planned, run) => {
+    const { inventory, clients, remote, membersNamed } = run.resources;
+    // The gather stage's departures are judged together; a replacement onto a new image, alone (each
+    // one after the member before it has joined again).
+    const member = planned.image ? membersNamed([planned.member])[0]! : departingNamed(run.membership, [planned.member])[0]!;
+    const together = run.plan.flatMap((phase) => (phase.step === 'depart' && !phase.image ? [phase.member] : []));
+    return run.runner.runStep(
+      departStep(inventory, clients, remote, {
+        departure: planned.departure,
+        member,
+        // A member replaced on a new image is still among the voters the gather stage saw.
+        staying: run.membership.voting.filter((voter) => voter.name !== member.name),
+        alsoDeparting: planned.image ? [member] : departingNamed(run.membership, together),
+        assumedRemoved: departingNamed(run.membership, planned.assumedRemoved),
+        owner: run.resources.owner(),
+      }),
+    );
+  },
+});
+
+/** Members leaving or replaced, by name: a member marked absent is no longer among the inventory's members. */
+function departingNamed(membership: MembershipPlan, names: readonly string[]): Member[] {
+  const all = [...membership.replacements, ...membership.leavers].map(({ member }) => member);
+  return names.map((name) => {
+    const member = all.find((m) => m.name === name);
+    if (!member) throw new Error(`${name} is not among the members to replace or leave`);
+    return member;
+  });
 }
