@@ -14,7 +14,7 @@ import { writeInventory } from '../test/helpers/inventory.ts';
 /**
  * Backup and restore of a large snapshot, with the tool's peak resident memory (/usr/bin/time -v):
  * a one-member etcd 3.4 on loopback (Debian's, with the tool's certificates) filled with random
- * 1 MiB values, s3rver on loopback, then `tasks/backup.ts` (encrypted) and the control node's side of
+ * 1 MiB values, s3rver on loopback, then `tasks/commands/backup.ts` (encrypted) and the control node's side of
  * a restore (scripts/bench/restore-fetch.ts). Needs no lab.
  *
  *   npx tsx scripts/bench-backup.ts [--gib N] [--tool-dir DIR]
@@ -160,7 +160,12 @@ try {
     `filled ${keys} keys of 1 MiB in ${((performance.now() - filled) / 1000).toFixed(0)} s; database ${(dbBytes / 1024 ** 3).toFixed(2)} GiB`,
   );
 
-  const backup = measured('backup', process.execPath, ['--import', 'tsx', join(toolDir, 'tasks/backup.ts'), '-i', inventoryPath], toolDir);
+  const backup = measured(
+    'backup',
+    process.execPath,
+    ['--import', 'tsx', join(toolDir, 'tasks/commands/backup.ts'), '-i', inventoryPath],
+    toolDir,
+  );
   console.log(backup.output);
   const restore = measured(
     'restore-fetch',

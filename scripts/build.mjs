@@ -6,7 +6,7 @@
 // Bundled, not compiled file by file: node resolves, reads and compiles each module of a run on every
 // start, and a no-op loads ~600 of them (ours and the packages'); a bundle of a few chunks starts in
 // about half the time (measured: `deploy --help` ~0.2 s against ~0.4 s, docs/benchmarks.md). Each
-// command script is an entry (tasks/cli/main.ts imports dist/tasks/<command>.js by path), code they
+// command script is an entry (tasks/cli/main.ts imports dist/tasks/commands/<command>.js by path), code they
 // share goes into chunks, and a dynamic import stays a chunk loaded only when the run needs it.
 import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -62,12 +62,12 @@ function etcdProtocolAtBuild() {
   };
 }
 
-// The commands (tasks/*.ts: each runs itself when imported) and the dispatcher.
+// The commands (tasks/commands/*.ts: each runs itself when imported) and the dispatcher.
 const entryPoints = [
   'tasks/cli/main.ts',
-  ...readdirSync(`${root}tasks`)
+  ...readdirSync(`${root}tasks/commands`)
     .filter((name) => name.endsWith('.ts'))
-    .map((name) => `tasks/${name}`),
+    .map((name) => `tasks/commands/${name}`),
 ];
 
 // A source removed since the last build must not linger as a module that still loads.

@@ -68,10 +68,10 @@ export function dispatch(argv: readonly string[], version: () => string): Dispat
   };
 }
 
-/** The command's script in tasks/ (this file's parent folder), with this file's extension. */
+/** The command's script in tasks/commands/, with this file's extension. */
 export function scriptPath(command: Command): string {
   const here = fileURLToPath(import.meta.url);
-  return fileURLToPath(new URL(`../${command.module}${extname(here)}`, import.meta.url));
+  return fileURLToPath(new URL(`../commands/${command.module}${extname(here)}`, import.meta.url));
 }
 
 function packageVersion(): string {

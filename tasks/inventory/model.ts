@@ -139,6 +139,4 @@ export interface Inventory {
  */
 export const DISARM_BELOW_QUOTA = 0.9;
 
-/** etcd's own defaults for its raft timing, in milliseconds (etcd's tuning guide). */
-export const ETCD_DEFAULT_HEARTBEAT_MS = 100;
-export const ETCD_DEFAULT_ELECTION_MS = 1000;
+export { ETCD_DEFAULT_ELECTION_MS, ETCD_DEFAULT_HEARTBEAT_MS } from './etcd-timing.ts';

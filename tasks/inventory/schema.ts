@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { Secret } from '../core/secret.ts';
 import { isIPv4 } from './ipv4.ts';
 import { MAC_PATTERN } from './mac.ts';
-import { ETCD_DEFAULT_ELECTION_MS, ETCD_DEFAULT_HEARTBEAT_MS } from './model.ts';
+import { ETCD_DEFAULT_ELECTION_MS, ETCD_DEFAULT_HEARTBEAT_MS } from './etcd-timing.ts';
 
 /**
  * The inventory format. Field names and defaults follow the seed Terraform module's input

@@ -5,7 +5,7 @@ import { NODE_EXPORTER } from '../render/guest/node-exporter.ts';
 
 /**
  * What an operator's Prometheus scrapes, from the inventory alone: one file_sd target list per job and a
- * prometheus.yml that reads them and the rules file. Pure: the command (tasks/monitoring.ts) writes them.
+ * prometheus.yml that reads them and the rules file. Pure: the command (tasks/commands/monitoring.ts) writes them.
  *
  * Both jobs scrape plain HTTP with no identity, by choice: etcd's metrics listener (`listen-metrics-urls`)
  * serves only /metrics and /health, never a key or a value, and asks for no client certificate; the node

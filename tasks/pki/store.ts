@@ -85,7 +85,7 @@ export class PkiStore {
     return new InputError(
       `${files.map((file) => join(this.stateDir, file)).join(', ')}: not encrypted, in a state directory whose every private key is sealed (no conversion under way); refused, as anyone able to write the directory could have put it there`,
       [
-        `if you put it there, seal it: npx tsx tasks/state.ts -i <inventory> --encrypt`,
+        `if you put it there, seal it: etcd-kvm state -i <inventory> --encrypt`,
         'otherwise restore the sealed file from where the directory came from',
       ],
     );

@@ -311,8 +311,8 @@ scenario('ten consecutive runs on a converged cluster: changed=0 every time', (t
 
 /** status.ts as a script reads it (its JSON) and as a person does (its table's last line). */
 function status(t: ExecutionContext): { status: number; report: StatusReport; table: string } {
-  const json = run('npx', ['tsx', 'tasks/status.ts', '-i', 'inventories/lab.yaml', '--json']);
-  const table = run('npx', ['tsx', 'tasks/status.ts', '-i', 'inventories/lab.yaml']);
+  const json = run('npx', ['tsx', 'tasks/commands/status.ts', '-i', 'inventories/lab.yaml', '--json']);
+  const table = run('npx', ['tsx', 'tasks/commands/status.ts', '-i', 'inventories/lab.yaml']);
   t.log(table.stdout.trim());
   t.is(json.status, table.status);
   return { status: json.status, report: JSON.parse(json.stdout) as StatusReport, table: table.stdout };
@@ -376,7 +376,7 @@ scenario("status agrees with etcdctl's endpoint status and member list taken aro
 scenario(
   'verify: the members agree (HashKV equal at one pinned revision, as etcdctl endpoint hashkv gives it there); its canary read through each and gone',
   (t) => {
-    const verified = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml', '--json']);
+    const verified = run('npx', ['tsx', 'tasks/commands/verify.ts', '-i', 'inventories/lab.yaml', '--json']);
     t.is(verified.status, 0, verified.stdout + verified.stderr);
     const report = JSON.parse(verified.stdout) as { passed: boolean; pinnedRevision: number; checks: Check[] };
     t.true(report.passed);
@@ -397,7 +397,7 @@ scenario(
     t.regex(report.checks.find((check) => check.check === 'canary')!.detail, /read back linearizably through etcd-1, etcd-2, etcd-3$/);
     t.is(etcdctl(ALL, rootIdentity, ['get', CANARY_KEY, '--print-value-only']).stdout.trim(), '', 'the canary is deleted');
     // The same checks as lines, one each.
-    const lines = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml']);
+    const lines = run('npx', ['tsx', 'tasks/commands/verify.ts', '-i', 'inventories/lab.yaml']);
     t.is(lines.status, 0, lines.stdout + lines.stderr);
     t.regex(lines.stdout, /^ok {3}hashkv: equal on 3 voting members at revision \d+/m);
     t.regex(lines.stdout, /^ok {3}certificate etcd-3: chains to the CA, ends in \d+ days$/m);
@@ -467,7 +467,7 @@ scenario(
     t.regex(refusedStart.output, /\[etcd-3\] guest: .*etcd/, endOf(refusedStart));
     t.notRegex(refusedStart.output, /consistency \[FAILED/);
     // Read as an operator would, with the tool's own logs command (no ssh_config, keys read in memory).
-    const journal = run('npx', ['tsx', 'tasks/logs.ts', '-i', 'inventories/lab.yaml', 'etcd-3', '--since', since, '-n', '2000']);
+    const journal = run('npx', ['tsx', 'tasks/commands/logs.ts', '-i', 'inventories/lab.yaml', 'etcd-3', '--since', since, '-n', '2000']);
     t.is(journal.status, 0, journal.stderr);
     t.regex(journal.stdout, /found data inconsistency with peers/);
     t.is(mismatchRecord(), '');
@@ -521,7 +521,7 @@ scenario(
       );
       t.regex(seen.table, /^hint: etcd-kvm verify -i INVENTORY/m);
 
-      const caught = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml']);
+      const caught = run('npx', ['tsx', 'tasks/commands/verify.ts', '-i', 'inventories/lab.yaml']);
       t.log(caught.stdout);
       t.is(caught.status, 1, caught.stdout + caught.stderr);
       const differ =
@@ -551,7 +551,7 @@ scenario(
       /consistency: the members agree after changes on etcd-3: equal on 3 voting members at revision \d+.*; the mismatch recorded at \S+ is removed/,
     );
     t.is(mismatchRecord(), '');
-    const repaired = run('npx', ['tsx', 'tasks/verify.ts', '-i', 'inventories/lab.yaml']);
+    const repaired = run('npx', ['tsx', 'tasks/commands/verify.ts', '-i', 'inventories/lab.yaml']);
     t.is(repaired.status, 0, repaired.stdout + repaired.stderr);
     t.is(etcdctl(ALL, rootIdentity, ['del', 'e2e/verify/marker']).status, 0);
     t.is(etcdctl(ALL, rootIdentity, ['del', '--prefix', 'e2e/verify/entries/']).status, 0);
@@ -616,7 +616,7 @@ scenario(
     // Looked at as an operator would, with the tool's own ssh command (one command, its exit status).
     const after = run('npx', [
       'tsx',
-      'tasks/ssh.ts',
+      'tasks/commands/ssh.ts',
       '-i',
       'inventories/lab.yaml',
       'etcd-2',
@@ -812,7 +812,17 @@ scenario(
           'grant role app1-rw to user app1',
         ],
       );
-      const written = run(process.execPath, ['--import', 'tsx', 'tasks/client.ts', '-i', readwrite, '--user', 'app1', '--out', bundle]);
+      const written = run(process.execPath, [
+        '--import',
+        'tsx',
+        'tasks/commands/client.ts',
+        '-i',
+        readwrite,
+        '--user',
+        'app1',
+        '--out',
+        bundle,
+      ]);
       t.is(written.status, 0, written.stderr);
       t.is(statSync(join(bundle, 'app1.key')).mode & 0o777, 0o600);
 
@@ -855,7 +865,9 @@ scenario(
   (t) => {
     const env = (passphrase: string) => ({ ...process.env, ETCD_KVM_PASSPHRASE: passphrase });
     const state = (flag: string) =>
-      run(process.execPath, ['--import', 'tsx', 'tasks/state.ts', '-i', 'inventories/lab.yaml', flag], { env: env('lab-e2e-passphrase') });
+      run(process.execPath, ['--import', 'tsx', 'tasks/commands/state.ts', '-i', 'inventories/lab.yaml', flag], {
+        env: env('lab-e2e-passphrase'),
+      });
     const files = () => {
       const all = new Map<string, string>();
       const walk = (sub: string) => {
@@ -1336,7 +1348,7 @@ scenario('--renew-certs: every member serves a new certificate without losing qu
 
 /** maintain.ts with its arguments; its output is kept with the deploys' (no key material in any of them). */
 function maintained(t: ExecutionContext, args: string[]): { status: number; output: string } {
-  const result = run(process.execPath, ['--import', 'tsx', 'tasks/maintain.ts', '-i', 'inventories/lab.yaml', ...args], {
+  const result = run(process.execPath, ['--import', 'tsx', 'tasks/commands/maintain.ts', '-i', 'inventories/lab.yaml', ...args], {
     timeoutMs: 10 * 60_000,
   });
   const output = result.stdout + result.stderr;

@@ -249,7 +249,7 @@ test('a login key that cannot be read is bad input before any host is asked: exi
     t.regex(result.stderr, /hypervisors\.lab\.private_key: cannot read the private key \S+client_key \(no such file\)/);
   }
   t.false(existsSync(join(dir, '.etcd-kvm')));
-  t.is(run(process.execPath, ['--import', 'tsx', 'tasks/status.ts', '-i', inventory]).status, 2);
+  t.is(run(process.execPath, ['--import', 'tsx', 'tasks/commands/status.ts', '-i', inventory]).status, 2);
 });
 
 test('a real apply against an unreachable hypervisor fails every member with the reason, exits 1, and creates only local state', (t) => {

@@ -138,7 +138,7 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
   // The tool's own etcdctl command: every member's endpoint as the tool reaches it, root's identity from the state
   // directory, for etcdctl's run only.
   const withState = inventoryFileWithState(inventory);
-  const toolEtcdctl = (args: string[]) => run(process.execPath, ['--import', 'tsx', 'tasks/etcdctl.ts', '-i', withState, ...args]);
+  const toolEtcdctl = (args: string[]) => run(process.execPath, ['--import', 'tsx', 'tasks/commands/etcdctl.ts', '-i', withState, ...args]);
   const read = toolEtcdctl(['--', 'get', 'greeting', '--print-value-only']);
   t.is(read.status, 0, read.stderr);
   t.is(read.stdout.trim(), 'hello');
@@ -296,7 +296,7 @@ test('password mode: health and the auth bootstrap through the etcd client, root
   const viaTool = run(process.execPath, [
     '--import',
     'tsx',
-    'tasks/etcdctl.ts',
+    'tasks/commands/etcdctl.ts',
     '-i',
     inventoryFileWithState(inventory),
     '--',

@@ -7,7 +7,7 @@ import { run } from '../helpers/exec.ts';
 
 /**
  * An encrypted state directory on the CLI, render-only (nothing remote): a plain key put there is
- * exit 2 naming it, `tasks/state.ts --encrypt` seals it when the operator means it, and the
+ * exit 2 naming it, `tasks/commands/state.ts --encrypt` seals it when the operator means it, and the
  * passphrase file must be private.
  */
 
@@ -42,7 +42,7 @@ test('a plain key put into an encrypted state directory is exit 2 naming it and 
   const refused = tool('deploy', inventory, ['--render-only', join(dir, 'rendered-again')], passphrase);
   t.is(refused.status, 2, refused.stderr);
   t.true(refused.stderr.includes(`${planted}: not encrypted, in a state directory whose every private key is sealed`), refused.stderr);
-  t.true(refused.stderr.includes('npx tsx tasks/state.ts -i <inventory> --encrypt'), refused.stderr);
+  t.true(refused.stderr.includes('etcd-kvm state -i <inventory> --encrypt'), refused.stderr);
   t.false(readdirSync(dir).includes('rendered-again'), 'nothing rendered');
   t.is(readFileSync(planted, 'utf8'), PLANTED, 'left as it was');
 

@@ -60,7 +60,7 @@ test('the table: unique names, an existing script each, one-line summaries, long
   t.is(new Set(COMMANDS.map((command) => command.name)).size, COMMANDS.length);
   for (const command of COMMANDS) {
     t.true(existsSync(scriptPath(command)), scriptPath(command));
-    t.regex(scriptPath(command), new RegExp(`/tasks/${command.module}\\.ts$`));
+    t.regex(scriptPath(command), new RegExp(`/tasks/commands/${command.module}\\.ts$`));
     t.notRegex(command.summary, /\n/);
     t.true(command.summary.length <= 100, command.name);
     t.true(

@@ -33,6 +33,27 @@ const ALLOWED: Record<string, string[]> = {
   // The CLI's help lists the steps from their registry.
   cli: ['core', 'steps'],
   monitoring: ['core', 'inventory', 'render'],
+  // The commands, thin over every layer below; nothing imports them (cli/main.ts runs them by path).
+  commands: [
+    'core',
+    'inventory',
+    'upgrade',
+    'pki',
+    'render',
+    'remote',
+    'libvirt',
+    'etcd',
+    'guest',
+    'backup',
+    'drill',
+    'steps',
+    'status',
+    'verify',
+    'recover',
+    'deploy',
+    'cli',
+    'monitoring',
+  ],
 };
 
 const TASKS = resolve('tasks');
@@ -44,7 +65,7 @@ function sources(dir: string): string[] {
   });
 }
 
-/** The top-level folder of tasks/ a file is in; undefined for the entry points (deploy.ts, pipeline.ts, …). */
+/** The top-level folder of tasks/ a file is in; undefined for tasks/deploy.ts, the README's entry point into commands/deploy.ts. */
 const layerOf = (path: string) => {
   const parts = relative(TASKS, path).split('/');
   return parts.length > 1 ? parts[0] : undefined;
@@ -80,4 +101,40 @@ test('nothing after loading sees raw input: only inventory/ imports the schema',
     readers.map((file) => relative(TASKS, file)),
     [],
   );
+});
+
+test('tasks/ holds folders only, but for deploy.ts, which only runs commands/deploy.ts: no command script beside a folder of its name', (t) => {
+  const files = readdirSync(TASKS).filter((name) => !statSync(join(TASKS, name)).isDirectory());
+  t.deepEqual(files, ['deploy.ts']);
+  t.deepEqual(
+    readFileSync(join(TASKS, 'deploy.ts'), 'utf8')
+      .split('\n')
+      .filter((line) => /^(import|export)/.test(line)),
+    ["import './commands/deploy.ts';"],
+  );
+});
+
+test('no import circle between the files of tasks/', (t) => {
+  const importsOf = new Map(
+    sources(TASKS).map((file) => [
+      file,
+      [...readFileSync(file, 'utf8').matchAll(/^(?:import|export)[^'"]*from '(\.[^']+)'/gm)].map((match) =>
+        resolve(dirname(file), match[1]!),
+      ),
+    ]),
+  );
+  const circles: string[] = [];
+  const state = new Map<string, 'open' | 'done'>();
+  const visit = (file: string, path: string[]): void => {
+    if (state.get(file) === 'done') return;
+    if (state.get(file) === 'open') {
+      circles.push([...path.slice(path.indexOf(file)), file].map((f) => relative(TASKS, f)).join(' -> '));
+      return;
+    }
+    state.set(file, 'open');
+    for (const next of importsOf.get(file) ?? []) visit(next, [...path, file]);
+    state.set(file, 'done');
+  };
+  for (const file of importsOf.keys()) visit(file, []);
+  t.deepEqual(circles, []);
 });

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { EtcdAuthenticationFailedError, EtcdError, GRPCDeadlineExceededError, GRPCUnavailableError } from 'etcd3';
 import { LockHeldError } from '../../tasks/core/lock.ts';
 import { Runner } from '../../tasks/core/runner.ts';
-import { runDeploy, type PipelineOptions } from '../../tasks/pipeline.ts';
+import { runDeploy, type PipelineOptions } from '../../tasks/deploy/pipeline.ts';
 import {
   acquireAfterLook,
   acquireClusterRunLock,

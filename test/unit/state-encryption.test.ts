@@ -122,7 +122,7 @@ test('KDF parameters that would hang the run or exhaust memory are refused at on
   }
 });
 
-/** A state directory converted by `tasks/state.ts --encrypt`: the record written, then every key sealed. */
+/** A state directory converted by `tasks/commands/state.ts --encrypt`: the record written, then every key sealed. */
 async function encryptedStateDir(passphrase: string): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-sealed-'));
   new PkiStore(dir).write('member/etcd-1', { public: 'CERT\n', privateKey: KEY });
@@ -147,7 +147,7 @@ test.serial(
       `${join(dir, 'pki/members/etcd-1.key')}: not encrypted, in a state directory whose every private key is sealed (no conversion under way); refused, as anyone able to write the directory could have put it there`,
     );
     t.deepEqual(error!.problems, [
-      'if you put it there, seal it: npx tsx tasks/state.ts -i <inventory> --encrypt',
+      'if you put it there, seal it: etcd-kvm state -i <inventory> --encrypt',
       'otherwise restore the sealed file from where the directory came from',
     ]);
 
@@ -158,7 +158,7 @@ test.serial(
     t.throws(() => store.read('member/etcd-1'), { instanceOf: InputError, message: /etcd-1\.key: not encrypted/ });
     t.throws(() => store.plainKeyFiles(), { instanceOf: InputError, message: /etcd-1\.key: not encrypted/ });
 
-    // The operator who put it there seals it deliberately: tasks/state.ts --encrypt converts what is plain.
+    // The operator who put it there seals it deliberately: tasks/commands/state.ts --encrypt converts what is plain.
     t.deepEqual(store.convertKeys('sealed'), ['pki/members/etcd-1.key']);
     t.is(store.read('member/etcd-1').privateKey, PLANTED);
   },

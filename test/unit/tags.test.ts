@@ -7,7 +7,7 @@ import { DEPLOY_HELP, parseDeployOptions } from '../../tasks/cli/options.ts';
 import { InputError } from '../../tasks/core/errors.ts';
 import { Runner } from '../../tasks/core/runner.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
-import { runDeploy, SELECTABLE_STEPS, type PipelineOptions } from '../../tasks/pipeline.ts';
+import { runDeploy, SELECTABLE_STEPS, type PipelineOptions } from '../../tasks/deploy/pipeline.ts';
 import { run } from '../helpers/exec.ts';
 
 /**

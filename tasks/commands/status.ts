@@ -1,11 +1,11 @@
 #!/usr/bin/env -S npx tsx
-import { runTool } from './cli/tool.ts';
-import { EXIT } from './core/errors.ts';
-import { withClusterSession } from './etcd/session.ts';
-import { loadInventory } from './inventory/load.ts';
-import { inspectCertificate } from './pki/x509.ts';
-import { gatherStatus } from './status/facts.ts';
-import { formatStatusTable, summarizeStatus } from './status/report.ts';
+import { runTool } from '../cli/tool.ts';
+import { EXIT } from '../core/errors.ts';
+import { withClusterSession } from '../etcd/session.ts';
+import { loadInventory } from '../inventory/load.ts';
+import { inspectCertificate } from '../pki/x509.ts';
+import { gatherStatus } from '../status/facts.ts';
+import { formatStatusTable, summarizeStatus } from '../status/report.ts';
 
 const HELP = `Usage: etcd-kvm status -i INVENTORY [--json]
 

@@ -1,16 +1,16 @@
-import { InputError } from './core/errors.ts';
-import type { Runner } from './core/runner.ts';
-import type { Inventory } from './inventory/model.ts';
-import { requireLoginKeys } from './inventory/login-keys.ts';
-import type { ClientIdentities } from './etcd/identities.ts';
-import { preloadEtcdClient, type EtcdClients } from './etcd/client.ts';
-import type { RunLockGate } from './etcd/run-lock.ts';
-import type { HypervisorConnections, Unreachable } from './remote/hypervisors.ts';
-import { DeployContext } from './deploy/context.ts';
-import { gather, prefetchFacts } from './deploy/gather.ts';
-import { buildPlan, selectedBy, selectMembers, validateTags, type PlannedPhase } from './deploy/plan.ts';
-import { DeployExecution } from './deploy/execute.ts';
-import type { CommandTime } from './remote/command-times.ts';
+import { InputError } from '../core/errors.ts';
+import type { Runner } from '../core/runner.ts';
+import type { Inventory } from '../inventory/model.ts';
+import { requireLoginKeys } from '../inventory/login-keys.ts';
+import type { ClientIdentities } from '../etcd/identities.ts';
+import { preloadEtcdClient, type EtcdClients } from '../etcd/client.ts';
+import type { RunLockGate } from '../etcd/run-lock.ts';
+import type { HypervisorConnections, Unreachable } from '../remote/hypervisors.ts';
+import { DeployContext } from './context.ts';
+import { gather, prefetchFacts } from './gather.ts';
+import { buildPlan, selectedBy, selectMembers, validateTags, type PlannedPhase } from './plan.ts';
+import { DeployExecution } from './execute.ts';
+import type { CommandTime } from '../remote/command-times.ts';
 
 /**
  * The deploy: the pki step, then gather → plan → execute.
@@ -21,9 +21,9 @@ import type { CommandTime } from './remote/command-times.ts';
  * The steps and their order are in steps/registry.ts.
  */
 
-export { renderAll } from './deploy/context.ts';
-export { selectMembers } from './deploy/plan.ts';
-export { SELECTABLE_STEPS } from './steps/registry.ts';
+export { renderAll } from './context.ts';
+export { selectMembers } from './plan.ts';
+export { SELECTABLE_STEPS } from '../steps/registry.ts';
 
 export interface PipelineOptions {
   dryRun: boolean;

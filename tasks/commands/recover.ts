@@ -2,16 +2,16 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { runTool } from './cli/tool.ts';
-import { EXIT, InputError } from './core/errors.ts';
-import { FactCache } from './core/facts.ts';
-import { RunLock } from './core/lock.ts';
-import { PACKAGE_ROOT } from './core/package-root.ts';
-import { DeployContext } from './deploy/context.ts';
-import { loadInventory } from './inventory/load.ts';
-import { requireLoginKeys } from './inventory/login-keys.ts';
-import type { Inventory, Member } from './inventory/model.ts';
-import { gatherQuorumFacts, type QuorumFacts } from './recover/facts.ts';
+import { runTool } from '../cli/tool.ts';
+import { EXIT, InputError } from '../core/errors.ts';
+import { FactCache } from '../core/facts.ts';
+import { RunLock } from '../core/lock.ts';
+import { PACKAGE_ROOT } from '../core/package-root.ts';
+import { DeployContext } from '../deploy/context.ts';
+import { loadInventory } from '../inventory/load.ts';
+import { requireLoginKeys } from '../inventory/login-keys.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
+import { gatherQuorumFacts, type QuorumFacts } from '../recover/facts.ts';
 import {
   hasForceFlag,
   readRecovery,
@@ -23,11 +23,11 @@ import {
   untilLeading,
   writeRecovery,
   type RecoveryRecord,
-} from './recover/force-new-cluster.ts';
-import { withOptionalValues } from './cli/optional-value.ts';
-import { removeRestoringInventory, restoringInventoryPath, snapshotRefusal, writeRestoringInventory } from './recover/from-snapshot.ts';
-import { chooseSurvivor, judgeQuorum, resumePlan, type Survivor } from './recover/verdict.ts';
-import { SnapshotSource } from './backup/source.ts';
+} from '../recover/force-new-cluster.ts';
+import { withOptionalValues } from '../cli/optional-value.ts';
+import { removeRestoringInventory, restoringInventoryPath, snapshotRefusal, writeRestoringInventory } from '../recover/from-snapshot.ts';
+import { chooseSurvivor, judgeQuorum, resumePlan, type Survivor } from '../recover/verdict.ts';
+import { SnapshotSource } from '../backup/source.ts';
 
 const HELP = `Usage: etcd-kvm recover -i INVENTORY [--from-member NAME | --from-snapshot [TIMESTAMP]] [--dry-run]
 

@@ -1,12 +1,12 @@
 #!/usr/bin/env -S npx tsx
 import { join } from 'node:path';
-import { runTool } from './cli/tool.ts';
-import { EXIT, InputError } from './core/errors.ts';
-import { ensurePrivateDir, writeFileAtomic } from './core/files.ts';
-import { revealSecret } from './core/secret.ts';
-import { loadInventory } from './inventory/load.ts';
-import { clientBundle } from './pki/bundle.ts';
-import { PkiStore } from './pki/store.ts';
+import { runTool } from '../cli/tool.ts';
+import { EXIT, InputError } from '../core/errors.ts';
+import { ensurePrivateDir, writeFileAtomic } from '../core/files.ts';
+import { revealSecret } from '../core/secret.ts';
+import { loadInventory } from '../inventory/load.ts';
+import { clientBundle } from '../pki/bundle.ts';
+import { PkiStore } from '../pki/store.ts';
 
 const HELP = `Usage: etcd-kvm client -i INVENTORY --user NAME --out DIR
 

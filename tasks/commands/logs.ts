@@ -1,10 +1,10 @@
 #!/usr/bin/env -S npx tsx
-import { runTool } from './cli/tool.ts';
-import { EXIT, InputError } from './core/errors.ts';
-import { withClusterSession } from './etcd/session.ts';
-import { journalCommand, journalRequest } from './guest/journal.ts';
-import { loadInventory } from './inventory/load.ts';
-import { memberNamed } from './inventory/member-named.ts';
+import { runTool } from '../cli/tool.ts';
+import { EXIT, InputError } from '../core/errors.ts';
+import { withClusterSession } from '../etcd/session.ts';
+import { journalCommand, journalRequest } from '../guest/journal.ts';
+import { loadInventory } from '../inventory/load.ts';
+import { memberNamed } from '../inventory/member-named.ts';
 
 const HELP = `Usage: etcd-kvm logs -i INVENTORY MEMBER [UNIT] [-n LINES] [-f] [--since WHEN]
 

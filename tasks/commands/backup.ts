@@ -1,9 +1,9 @@
 #!/usr/bin/env -S npx tsx
-import { withOptionalValues } from './cli/optional-value.ts';
-import { runTool } from './cli/tool.ts';
-import { restoreDrill } from './drill/run.ts';
-import { BACKUP_RECORD_KEYS } from './backup/runs.ts';
-import { briefError, EXIT, InputError } from './core/errors.ts';
+import { withOptionalValues } from '../cli/optional-value.ts';
+import { runTool } from '../cli/tool.ts';
+import { restoreDrill } from '../drill/run.ts';
+import { BACKUP_RECORD_KEYS } from '../backup/runs.ts';
+import { briefError, EXIT, InputError } from '../core/errors.ts';
 import { Readable } from 'node:stream';
 import {
   backupTimestamp,
@@ -14,24 +14,24 @@ import {
   newDataKey,
   sealedSize,
   sealStream,
-} from './backup/format.ts';
-import { manifestObjectName, renderManifest } from './backup/manifest.ts';
-import { pruneSnapshots } from './backup/prune.ts';
-import { SnapshotBucket } from './backup/s3.ts';
-import { SnapshotFile } from './backup/snapshot-file.ts';
-import { SnapshotSource, snapshotCap } from './backup/source.ts';
-import { capStream } from './core/limits.ts';
+} from '../backup/format.ts';
+import { manifestObjectName, renderManifest } from '../backup/manifest.ts';
+import { pruneSnapshots } from '../backup/prune.ts';
+import { SnapshotBucket } from '../backup/s3.ts';
+import { SnapshotFile } from '../backup/snapshot-file.ts';
+import { SnapshotSource, snapshotCap } from '../backup/source.ts';
+import { capStream } from '../core/limits.ts';
 import type { ISnapshotResponse } from 'etcd3';
-import type { EtcdClients } from './etcd/client.ts';
-import { hashKV } from './etcd/hash-kv.ts';
-import { withClusterSession } from './etcd/session.ts';
-import { loadInventory } from './inventory/load.ts';
-import { readIdentity } from './pki/identity.ts';
+import type { EtcdClients } from '../etcd/client.ts';
+import { hashKV } from '../etcd/hash-kv.ts';
+import { withClusterSession } from '../etcd/session.ts';
+import { loadInventory } from '../inventory/load.ts';
+import { readIdentity } from '../pki/identity.ts';
 import { createHash } from 'node:crypto';
-import type { Inventory, Member } from './inventory/model.ts';
+import type { Inventory, Member } from '../inventory/model.ts';
 
 /**
- * npx tsx tasks/backup.ts -i INVENTORY: a snapshot of the running cluster, uploaded where
+ * npx tsx tasks/commands/backup.ts -i INVENTORY: a snapshot of the running cluster, uploaded where
  * restore.s3 points, in etcd-backup's format (encrypted when restore.encryption_key is set), so
  * the deploy's restore (and etcd-backup's own tooling) can read it back.
  */

@@ -1,13 +1,13 @@
 #!/usr/bin/env -S npx tsx
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { runTool } from './cli/tool.ts';
-import { EXIT, InputError } from './core/errors.ts';
-import { RunLock } from './core/lock.ts';
-import { PASSPHRASE_SOURCES, readPassphrase } from './core/passphrase.ts';
-import { loadInventory } from './inventory/load.ts';
-import { ENCRYPTION_RECORD, StateCipher, unlockStateDirectory, writeEncryptionRecord } from './pki/state-encryption.ts';
-import { PkiStore } from './pki/store.ts';
+import { runTool } from '../cli/tool.ts';
+import { EXIT, InputError } from '../core/errors.ts';
+import { RunLock } from '../core/lock.ts';
+import { PASSPHRASE_SOURCES, readPassphrase } from '../core/passphrase.ts';
+import { loadInventory } from '../inventory/load.ts';
+import { ENCRYPTION_RECORD, StateCipher, unlockStateDirectory, writeEncryptionRecord } from '../pki/state-encryption.ts';
+import { PkiStore } from '../pki/store.ts';
 
 const HELP = `Usage: etcd-kvm state -i INVENTORY (--encrypt | --decrypt)
 

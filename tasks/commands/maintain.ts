@@ -1,14 +1,14 @@
 #!/usr/bin/env -S npx tsx
-import { runTool } from './cli/tool.ts';
-import { EXIT, InputError } from './core/errors.ts';
-import { RunLock } from './core/lock.ts';
-import { formatChanges, formatRecap } from './core/report.ts';
-import { Runner, type Phase } from './core/runner.ts';
-import { formatBytes } from './etcd/maintenance.ts';
-import { onLockLoss, takeClusterRunLock } from './etcd/run-lock.ts';
-import { withClusterSession } from './etcd/session.ts';
-import { loadInventory } from './inventory/load.ts';
-import { compactStep, defragStep, disarmStep, healthyClusterStep, type DefragRecord } from './steps/maintenance.ts';
+import { runTool } from '../cli/tool.ts';
+import { EXIT, InputError } from '../core/errors.ts';
+import { RunLock } from '../core/lock.ts';
+import { formatChanges, formatRecap } from '../core/report.ts';
+import { Runner, type Phase } from '../core/runner.ts';
+import { formatBytes } from '../etcd/maintenance.ts';
+import { onLockLoss, takeClusterRunLock } from '../etcd/run-lock.ts';
+import { withClusterSession } from '../etcd/session.ts';
+import { loadInventory } from '../inventory/load.ts';
+import { compactStep, defragStep, disarmStep, healthyClusterStep, type DefragRecord } from '../steps/maintenance.ts';
 
 const HELP = `Usage: etcd-kvm maintain -i INVENTORY [--compact] [--defrag] [--disarm] [--dry-run]
 

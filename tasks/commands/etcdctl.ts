@@ -3,13 +3,13 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { runTool } from './cli/tool.ts';
-import { EXIT, InputError } from './core/errors.ts';
-import { revealSecret } from './core/secret.ts';
-import { PRIVATE_FILE_MODE } from './core/files.ts';
-import { withClusterSession } from './etcd/session.ts';
-import { loadInventory } from './inventory/load.ts';
-import { memberNamed } from './inventory/member-named.ts';
+import { runTool } from '../cli/tool.ts';
+import { EXIT, InputError } from '../core/errors.ts';
+import { revealSecret } from '../core/secret.ts';
+import { PRIVATE_FILE_MODE } from '../core/files.ts';
+import { withClusterSession } from '../etcd/session.ts';
+import { loadInventory } from '../inventory/load.ts';
+import { memberNamed } from '../inventory/member-named.ts';
 
 const HELP = `Usage: etcd-kvm etcdctl -i INVENTORY [--member NAME] -- ARGUMENTS…
 

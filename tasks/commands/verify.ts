@@ -1,10 +1,10 @@
 #!/usr/bin/env -S npx tsx
-import { runTool } from './cli/tool.ts';
-import { EXIT } from './core/errors.ts';
-import { withClusterSession } from './etcd/session.ts';
-import { loadInventory } from './inventory/load.ts';
-import { gatherVerifyFacts } from './verify/facts.ts';
-import { formatChecks, verifyChecks } from './verify/verdict.ts';
+import { runTool } from '../cli/tool.ts';
+import { EXIT } from '../core/errors.ts';
+import { withClusterSession } from '../etcd/session.ts';
+import { loadInventory } from '../inventory/load.ts';
+import { gatherVerifyFacts } from '../verify/facts.ts';
+import { formatChecks, verifyChecks } from '../verify/verdict.ts';
 
 const HELP = `Usage: etcd-kvm verify -i INVENTORY [--json]
 

@@ -1,13 +1,13 @@
 #!/usr/bin/env -S npx tsx
 import { chmodSync, mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { runTool } from './cli/tool.ts';
-import { EXIT, InputError } from './core/errors.ts';
-import { PUBLIC_FILE_MODE, readIfExists } from './core/files.ts';
-import { loadInventory } from './inventory/load.ts';
-import type { Inventory } from './inventory/model.ts';
-import { renderAlertRules } from './monitoring/rules.ts';
-import { FILES, renderPrometheusConfig, renderTargets, scrapeJobs } from './monitoring/scrape.ts';
+import { runTool } from '../cli/tool.ts';
+import { EXIT, InputError } from '../core/errors.ts';
+import { PUBLIC_FILE_MODE, readIfExists } from '../core/files.ts';
+import { loadInventory } from '../inventory/load.ts';
+import type { Inventory } from '../inventory/model.ts';
+import { renderAlertRules } from '../monitoring/rules.ts';
+import { FILES, renderPrometheusConfig, renderTargets, scrapeJobs } from '../monitoring/scrape.ts';
 
 const HELP = `Usage: etcd-kvm monitoring -i INVENTORY --out DIR [--dry-run]
 

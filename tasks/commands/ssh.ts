@@ -1,10 +1,10 @@
 #!/usr/bin/env -S npx tsx
 import type { ClientChannel } from 'ssh2';
-import { runTool } from './cli/tool.ts';
-import { EXIT, InputError } from './core/errors.ts';
-import { withClusterSession } from './etcd/session.ts';
-import { loadInventory } from './inventory/load.ts';
-import { memberNamed } from './inventory/member-named.ts';
+import { runTool } from '../cli/tool.ts';
+import { EXIT, InputError } from '../core/errors.ts';
+import { withClusterSession } from '../etcd/session.ts';
+import { loadInventory } from '../inventory/load.ts';
+import { memberNamed } from '../inventory/member-named.ts';
 
 const HELP = `Usage: etcd-kvm ssh -i INVENTORY MEMBER [-- COMMAND…]
 

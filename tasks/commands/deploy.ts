@@ -1,0 +1,159 @@
+#!/usr/bin/env -S npx tsx
+import { humanStream, reportGoesTo, writeReport } from '../core/human-output.ts';
+import { DEPLOY_HELP, deployExitCode, parseDeployOptions, type DeployOptions } from '../cli/options.ts';
+import { describeError, EXIT, InputError, reportInputError } from '../core/errors.ts';
+import { silenceKnownWarnings } from '../core/warnings.ts';
+import { formatChanges, formatProfile, formatRecap, formatUnreachable, recapByHost } from '../core/report.ts';
+import { forDisplay } from '../core/display.ts';
+import { formatCommandTimes } from '../remote/command-times.ts';
+import { deployTiming, formatOutside } from '../core/timing.ts';
+import { placementWarnings } from '../inventory/placement.ts';
+import { Runner } from '../core/runner.ts';
+import { loadInventory } from '../inventory/load.ts';
+import type { Inventory } from '../inventory/model.ts';
+import { LockHeldError, RunLock } from '../core/lock.ts';
+import { checkDeployInput, runDeploy, type PipelineOptions } from '../deploy/pipeline.ts';
+import { describePlan, phaseTitle, type PlannedPhase } from '../deploy/plan.ts';
+import { staleAfter } from '../steps/registry.ts';
+import { lockBeforeFirstChange, onLockLoss } from '../etcd/run-lock.ts';
+import { refuseAfterMismatch } from '../verify/consistency.ts';
+
+async function deploy(options: DeployOptions): Promise<number> {
+  const inventory = loadInventory(options.inventory);
+  // Before the state directory's lock: a run refused for bad input leaves nothing behind.
+  checkDeployInput(inventory, options);
+  // A dry-run writes nothing, so it takes no lock either.
+  const lock = options.dryRun ? undefined : RunLock.acquire(inventory.stateDir);
+  if (lock?.tookOverFrom)
+    console.log(
+      `lock: took over the lock of a run that is gone (PID ${lock.tookOverFrom.pid} on ${lock.tookOverFrom.host} since ${lock.tookOverFrom.since})`,
+    );
+  try {
+    return await deployLocked(inventory, options);
+  } finally {
+    lock?.release();
+  }
+}
+
+async function deployLocked(inventory: Inventory, options: DeployOptions): Promise<number> {
+  const started = performance.now();
+  // Before the runner: the options, the inventory and the state directory's lock.
+  const prelude = { name: "inventory and the state directory's lock", ms: started - MODULES_LOADED_AT_MS };
+  const runner = new Runner({ dryRun: options.dryRun, renderer: humanStream().isTTY ? 'default' : 'simple', staleAfter });
+  // The first SIGINT/SIGTERM lets the change in flight finish and starts no other; connections and
+  // tunnels close as the pipeline unwinds, and the recap says what was done. A second one ends at once.
+  let signalled = false;
+  const onSignal = (signal: NodeJS.Signals) => {
+    // Its own flag: a run interrupted by a lost lock still finishes its change in flight on a first signal.
+    if (signalled) process.exit(EXIT.interrupted);
+    signalled = true;
+    console.error(`\n${signal}: finishing the change in flight, starting no other (again to stop at once)`);
+    runner.interrupt(signal);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  for (const warning of placementWarnings(inventory)) console.log(`warning: ${warning}`);
+  const lockLoss = onLockLoss(runner);
+  // A run that changes the cluster holds its lock in etcd too, beside the state directory's: taken before its first change.
+  // Under it, before the first change: no run goes on from members found holding different data until an operator says so.
+  const hold: PipelineOptions['hold'] =
+    options.dryRun || options.renderOnly !== undefined
+      ? undefined
+      : async ({ connections, identities, clients }) => {
+          const gate = await lockBeforeFirstChange(
+            inventory,
+            { connections, identity: identities.root, clients },
+            { command: ['deploy', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost },
+          );
+          if (!gate || options.acceptMismatch) return gate;
+          return {
+            async beforeFirstChange() {
+              await gate.beforeFirstChange();
+              await refuseAfterMismatch(clients, inventory.members, identities.root());
+            },
+            release: () => gate.release(),
+          };
+        };
+  const { written, unreachable, guestAgentUnanswered, slowestCommands, plan } = await runDeploy(inventory, runner, { ...options, hold });
+  if (plan) return listPhases(plan, runner, options.json);
+
+  // Summaries by default; diffs where they are asked for, and in a dry-run, which is a plan to read.
+  const changes = formatChanges(runner.results, { dryRun: options.dryRun, diffs: options.diff || options.dryRun });
+  if (changes) console.log(`\n${changes}`);
+  if (written.length > 0) console.log(`\nwrote ${written.length} files:\n${written.map((path) => `  ${path}`).join('\n')}`);
+  console.log(`\n${formatRecap(runner.results, options.dryRun, performance.now() - started)}`);
+  if (unreachable.length > 0) console.log(`\n${formatUnreachable(unreachable)}`);
+  // Where the time went (this process's own CPU too: the wall-clock mixes it with waits).
+  const cpu = process.cpuUsage();
+  const timing = deployTiming({
+    modulesLoadedAtMs: MODULES_LOADED_AT_MS,
+    workMs: performance.now() - MODULES_LOADED_AT_MS,
+    cpuMs: (cpu.user + cpu.system) / 1000,
+    phases: runner.phaseTimes,
+    outside: [prelude, ...runner.spans],
+  });
+  if (options.profile) {
+    console.log(`\n${formatProfile(runner.results, runner.phaseTimes)}`);
+    console.log(formatOutside(timing));
+    // Why a member's facts took the slower way: an image without qemu-guest-agent, a domain without its channel.
+    for (const { member, reason } of guestAgentUnanswered) console.log(`guest facts of ${member}: not through the guest agent (${reason})`);
+    for (const line of formatCommandTimes(slowestCommands)) console.log(forDisplay(line));
+  }
+  if (options.json) {
+    const report = {
+      inventory: inventory.path,
+      dryRun: options.dryRun,
+      results: runner.results,
+      recap: Object.fromEntries(recapByHost(runner.results)),
+      unreachable,
+      timing,
+    };
+    writeReport(options.json, report);
+  }
+  const changed = runner.results.some((result) => result.status === 'changed');
+  return deployExitCode(
+    { lockLost: lockLoss.lost, interrupted: runner.interrupted !== undefined, failed: runner.failed, changed },
+    options.detailedExitcode,
+  );
+}
+
+/** --list-phases: the plan, one line per phase (and in the --json report, each phase's title and whether it runs). */
+function listPhases(plan: PlannedPhase[], runner: Runner, json: string | undefined): number {
+  const lines = describePlan(plan);
+  console.log(
+    `\nPLAN: the phases a run takes now, in order, after pki and the facts above (${plan.length})\n${lines.map((line) => `  ${line}`).join('\n')}`,
+  );
+  if (json) {
+    const phases = plan.map((phase, i) => ({ phase: phaseTitle(phase), runs: !('skip' in phase && phase.skip), line: lines[i] }));
+    writeReport(json, { gathered: runner.phaseTimes.map(({ phase }) => phase), plan: phases });
+  }
+  return runner.failed ? EXIT.failed : EXIT.ok;
+}
+
+async function main(argv: string[]): Promise<number> {
+  let options: DeployOptions | undefined;
+  try {
+    options = parseDeployOptions(argv);
+    if (options.help) {
+      console.log(DEPLOY_HELP);
+      return EXIT.ok;
+    }
+    reportGoesTo(options.json);
+    return await deploy(options);
+  } catch (error) {
+    if (error instanceof InputError) return reportInputError(error);
+    if (error instanceof LockHeldError) {
+      console.error(`error: ${error.message}`);
+      return EXIT.failed;
+    }
+    console.error(`error: ${describeError(error)}`);
+    if (options?.debug && error instanceof Error) console.error(error.stack);
+    else console.error('(this is a bug in etcd-kvm; run again with --debug for the stack trace)');
+    return EXIT.failed;
+  }
+}
+
+/** Milliseconds from this process's start until every static import is loaded (performance.now() counts from the start). */
+const MODULES_LOADED_AT_MS = performance.now();
+silenceKnownWarnings();
+process.exitCode = await main(process.argv.slice(2));
