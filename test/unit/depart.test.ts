@@ -1,16 +1,15 @@
 import test from 'ava';
-import type { EtcdClients } from '../../tasks/etcd/client.ts';
 import { MembershipRefusal } from '../../tasks/etcd/membership.ts';
 import type { Member } from '../../tasks/inventory/model.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
-import type { RemoteContext } from '../../tasks/libvirt/context.ts';
 import { departStep, type Departure, type DepartFacts } from '../../tasks/steps/depart.ts';
+import { unconnected } from '../helpers/unconnected.ts';
 
 /** A member's departure as a table: facts (etcd's list, leader, health, libvirt) in; changes or a refusal out. */
 
 const lab = loadInventory('inventories/lab.yaml');
 const [one, two, three] = lab.members as [Member, Member, Member];
-const unused = {} as EtcdClients & RemoteContext;
+const { clients, remote } = unconnected(lab);
 const owner = { identity: { cluster: 'lab', id: '9e7c1f00-5a8e-4c61-8d0b-3f2a1b0c9d8e', adoptsUnmarked: false }, adopt: new Set<string>() };
 const NOT_REACHABLE = (m: Member) => `${m.name} (etcd not reachable at ${m.etcdIp})`;
 
@@ -21,7 +20,7 @@ interface Who {
   alsoDeparting: Member[];
 }
 const ALONE: Who = { member: three, staying: [one, two], alsoDeparting: [] };
-const step = (departure: Departure, who: Who = ALONE) => departStep(lab, unused, unused, { departure, owner, ...who });
+const step = (departure: Departure, who: Who = ALONE) => departStep(lab, clients, remote, { departure, owner, ...who });
 
 const base = (): DepartFacts => ({
   live: { id: '13', name: 'etcd-3', peerURLs: ['https://192.168.150.13:2380'], isLearner: false },
@@ -248,7 +247,7 @@ for (const row of refusals) {
 test("depart: a replacement refuses to delete the operator's own volumes", (t) => {
   const theirs = { ...three, volumes: { ...three.volumes, os: { existing: 'golden-etcd-3.qcow2' } } };
   const facts = { ...base(), volumes: ['etcd-lab/golden-etcd-3.qcow2'] };
-  const replace = departStep(lab, unused, unused, { departure: 'replace', member: theirs, staying: [one, two], alsoDeparting: [], owner });
+  const replace = departStep(lab, clients, remote, { departure: 'replace', member: theirs, staying: [one, two], alsoDeparting: [], owner });
   t.throws(() => replace.plan(facts, 'etcd-3'), {
     instanceOf: MembershipRefusal,
     message: /its volume\(s\) etcd-lab\/golden-etcd-3\.qcow2 are the operator's/,

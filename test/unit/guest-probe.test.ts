@@ -6,8 +6,8 @@ import { sha256 } from '../../tasks/core/digest.ts';
 import { GuestProbe } from '../../tasks/guest/probe.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import type { VirshSessions } from '../../tasks/libvirt/session.ts';
-import type { MemberConnections } from '../../tasks/remote/members.ts';
 import { FakeGuests } from '../helpers/fake-guest-agent.ts';
+import { unconnected } from '../helpers/unconnected.ts';
 
 /**
  * A member's facts through its guest agent, as a no-op asks them: one process (guest/facts.ts
@@ -15,7 +15,8 @@ import { FakeGuests } from '../helpers/fake-guest-agent.ts';
  * stand-in over in-memory files; the real ones are the lab's.
  */
 
-const member = loadInventory('inventories/lab.yaml').members[0]!;
+const lab = loadInventory('inventories/lab.yaml');
+const member = lab.members[0]!;
 const ENV = '/etc/etcd/etcd.env';
 const KEY = '/etc/etcd/tls/server.key';
 const questions: GuestQuestions = {
@@ -47,7 +48,7 @@ const probeOf = (guests: FakeGuests, digests = DigestMemory.empty()) => {
   const session = guests.session();
   return new GuestProbe(
     new FactCache(),
-    {} as MemberConnections,
+    unconnected(lab).memberSsh,
     { get: async () => session } as unknown as VirshSessions,
     () => 'cluster-1',
     digests,

@@ -1,10 +1,9 @@
 import test from 'ava';
 import { backingPathOf, judgeImage, type ImageFacts } from '../../tasks/libvirt/os-image.ts';
 import type { ProbeAnswer } from '../../tasks/libvirt/virsh.ts';
-import type { EtcdClients } from '../../tasks/etcd/client.ts';
-import type { RemoteContext } from '../../tasks/libvirt/context.ts';
 import { rebuildStep } from '../../tasks/steps/rebuild.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
+import { unconnected } from '../helpers/unconnected.ts';
 
 /** Which image a member's OS disk was built from, against base_image: facts in, verdict out. */
 
@@ -103,7 +102,8 @@ test('image: the backing path read from vol-dumpxml', (t) => {
 test('rebuild step: a member without a data disk that the plan could not replace (the only voter) is refused, naming why, nothing changed', (t) => {
   const doc = baseDocument();
   const inventory = load(doc);
-  const step = rebuildStep(inventory, member(false), {} as RemoteContext, {} as EtcdClients);
+  const { remote, clients } = unconnected(inventory);
+  const step = rebuildStep(inventory, member(false), remote, clients);
   const error = t.throws(() => step.plan({ verdict: { kind: 'replace', from: 'a.qcow2', to: 'images/b.qcow2' }, running: true }, 'etcd-2'));
   t.regex(
     error.message,

@@ -2,9 +2,7 @@ import test from 'ava';
 import { readFileSync } from 'node:fs';
 import { Secret } from '../../tasks/core/secret.ts';
 import type { EtcdClients } from '../../tasks/etcd/client.ts';
-import type { ClientIdentities } from '../../tasks/etcd/identities.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
-import type { RemoteContext } from '../../tasks/libvirt/context.ts';
 import { renderDomainXml } from '../../tasks/render/domain.ts';
 import type { RenderedFile } from '../../tasks/render/member.ts';
 import type { SnapshotSource } from '../../tasks/backup/source.ts';
@@ -22,6 +20,7 @@ import { guestStep } from '../../tasks/steps/guest.ts';
 import { sha256 } from '../../tasks/core/digest.ts';
 import { restoreStep } from '../../tasks/steps/restore.ts';
 import { usersStep } from '../../tasks/steps/users.ts';
+import { unconnected } from '../helpers/unconnected.ts';
 
 /**
  * The plans of the remote steps as tables: facts in (recorded libvirt answers where libvirt is
@@ -30,7 +29,7 @@ import { usersStep } from '../../tasks/steps/users.ts';
 
 const lab = loadInventory('inventories/lab.yaml');
 const etcd1 = lab.members[0]!;
-const unused = {} as EtcdClients & RemoteContext & MemberConnections & ClientIdentities;
+const { remote, clients, memberSsh, identities } = unconnected(lab);
 const identity = { cluster: 'lab', id: '5b0e7a4c-1d2e-4f3a-9b8c-7d6e5f4a3b2c', adoptsUnmarked: false };
 const LIVE = readFileSync('test/fixtures/virsh-dumpxml-inactive-etcd-1.xml', 'utf8');
 const summaries = (changes: readonly { summary: string }[]) => changes.map((c) => c.summary);
@@ -40,7 +39,7 @@ function domainCases() {
   const renderedWith = (xml: string) =>
     new Map<string, RenderedFile[]>([['etcd-1', [{ name: 'domain.xml', content: xml, display: xml, containsSecrets: false }]]]);
   const step = (xml = renderDomainXml(identity, etcd1)) =>
-    domainsStep({ inventory: lab, members: [etcd1], rendered: renderedWith(xml), context: unused, clients: unused });
+    domainsStep({ inventory: lab, members: [etcd1], rendered: renderedWith(xml), context: remote, clients });
   /** The lines only the live definition has (removed) and only the rendered one has (added). */
   const changedLines = ({ before, after }: { before: string; after: string }) => {
     const [was, wanted] = [before.split('\n'), after.split('\n')];
@@ -110,7 +109,7 @@ domainCases();
 
 // cloud-init: the seed volume by digest.
 function cloudInitCases() {
-  const step = cloudInitIsoStep('/nonexistent-state', [etcd1], new Map(), unused);
+  const step = cloudInitIsoStep('/nonexistent-state', [etcd1], new Map(), remote);
   const wanted = { sha256: 'a'.repeat(64), size: 389120, imageSize: 389120 };
   const cases: { name: string; state: Parameters<typeof step.plan>[0]; changes: string[] }[] = [
     {
@@ -142,7 +141,7 @@ cloudInitCases();
 
 // auth: from the bootstrap member, in order role, user, grant, enable.
 function authCases() {
-  const certMode = authStep(lab, lab.members, unused, unused);
+  const certMode = authStep(lab, lab.members, clients, identities);
   const none = { rootRole: false, rootUser: false, rootUserHasRole: false, authEnabled: false };
   const cases: { name: string; state: Parameters<typeof certMode.plan>[0]; password?: boolean; changes: string[] }[] = [
     {
@@ -187,7 +186,7 @@ function authCases() {
     test(`auth plan: ${row.name}`, (t) => {
       t.deepEqual(certMode.targets, ['etcd-1'], 'the bootstrap member alone');
       const members = row.password ? lab.members.map((m, i) => (i === 0 ? { ...m, rootPassword: new Secret('pw-Zq7') } : m)) : lab.members;
-      const changes = authStep(lab, members, unused, unused).plan(row.state, 'etcd-1');
+      const changes = authStep(lab, members, clients, identities).plan(row.state, 'etcd-1');
       t.deepEqual(summaries(changes), row.changes);
       t.false(JSON.stringify(changes).includes('pw-Zq7'));
     });
@@ -198,10 +197,10 @@ authCases();
 // health: a wait; what a dry-run reports, and a NOSPACE alarm's warning with what to do.
 function healthCases() {
   test('health wait: a dry-run names what it would wait for', (t) => {
-    t.is(healthWait(lab, lab.members, unused).pending('no leader'), 'wait for etcd to become healthy (now: no leader)');
+    t.is(healthWait(lab, lab.members, clients).pending('no leader'), 'wait for etcd to become healthy (now: no leader)');
   });
   test('health wait: the failure names the member, the last answer, the time waited and where to look', (t) => {
-    const failure = healthWait(lab, lab.members, unused).failure('etcd-2', 'no leader');
+    const failure = healthWait(lab, lab.members, clients).failure('etcd-2', 'no leader');
     t.regex(
       failure,
       new RegExp(
@@ -224,7 +223,7 @@ healthCases();
 function restoreCases() {
   const source = { bucket: { where: 's3 bucket backups at http://127.0.0.1:9000' } } as unknown as SnapshotSource;
   const enabled = { ...lab, restore: { ...lab.restore, enabled: true } };
-  const step = restoreStep(enabled, enabled.members, unused, source);
+  const step = restoreStep(enabled, enabled.members, memberSsh, source);
   const CHOSEN = { name: 'etcd-2026-11-21T09:30:00Z.dump', provenance: "this cluster's latest, taken by etcd-2 at revision 41" };
   const cases: { name: string; state: Parameters<typeof step.plan>[0]; changes: string[] }[] = [
     { name: 'data there: nothing, ever again', state: { restored: true }, changes: [] },
@@ -254,7 +253,7 @@ function restoreCases() {
     },
   ];
   for (const row of cases) test(`restore plan: ${row.name}`, (t) => t.deepEqual(summaries(step.plan(row.state, 'etcd-1')), row.changes));
-  test('restore: no targets while restore is disabled', (t) => t.deepEqual(restoreStep(lab, lab.members, unused, source).targets, []));
+  test('restore: no targets while restore is disabled', (t) => t.deepEqual(restoreStep(lab, lab.members, memberSsh, source).targets, []));
 }
 restoreCases();
 
@@ -299,7 +298,7 @@ function dryRunCases() {
       desired,
       ssh: sshRefused([]),
       probe,
-      clients: unused,
+      clients,
       clusterFormed: false,
       diffs: false,
     });
@@ -307,7 +306,7 @@ function dryRunCases() {
   const cases: { name: string; step: () => AnyStep; dryRun: string[]; run: string | RegExp }[] = [
     {
       name: 'auth, etcd not healthy',
-      step: () => authStep(lab, lab.members, etcdDown, unused),
+      step: () => authStep(lab, lab.members, etcdDown, identities),
       dryRun: [
         'create role root',
         'create user root (no password: the client certificate CN=root authenticates)',
@@ -323,7 +322,7 @@ function dryRunCases() {
           { ...lab, stateDir: '/nonexistent-state', roles: { app: { permissions: [] } }, users: {} },
           lab.members,
           etcdDown,
-          unused,
+          identities,
         ),
       dryRun: [
         'record the users and roles the tool manages in etcd-kvm/managed-access and the state directory (managed-access.json)',
@@ -384,7 +383,7 @@ function dryRunCases() {
         desired,
         ssh: sshUp,
         probe,
-        clients: unused,
+        clients,
         clusterFormed: false,
         diffs: false,
       });
@@ -435,7 +434,7 @@ function dryRunCases() {
         desired: wanted,
         ssh: sshRefused([]),
         probe,
-        clients: unused,
+        clients,
         clusterFormed: true,
         diffs: false,
       });

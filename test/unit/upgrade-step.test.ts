@@ -1,10 +1,10 @@
 import test from 'ava';
 import { CONTROL_NODE } from '../../tasks/core/step.ts';
-import type { EtcdClients } from '../../tasks/etcd/client.ts';
 import { snapshotBefore, UpgradeRefused, upgradeStep } from '../../tasks/steps/upgrade.ts';
 import type { MemberVersionAnswer } from '../../tasks/upgrade/preflight.ts';
 import { parseVersion } from '../../tasks/upgrade/version.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
+import { unconnected } from '../helpers/unconnected.ts';
 
 /** The upgrade step's plan: the pre-flight's verdict as changes (a snapshot, once per move) or a refusal. */
 
@@ -14,7 +14,8 @@ function step() {
   const inventory = load(doc);
   // The plan is pure: it never asks etcd.
   const inMember = () => Promise.reject(new Error('the plan runs nothing in a member'));
-  return { inventory, step: upgradeStep({ inventory, clients: {} as EtcdClients, root: () => ({ label: 'root', caCert: '' }), inMember }) };
+  const { clients } = unconnected(inventory);
+  return { inventory, step: upgradeStep({ inventory, clients, root: () => ({ label: 'root', caCert: '' }), inMember }) };
 }
 
 /** The members' data compared before a move, as the step asks it: equal. */

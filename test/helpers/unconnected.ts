@@ -1,0 +1,33 @@
+import { FactCache } from '../../tasks/core/facts.ts';
+import { EtcdClients, type ClientIdentity } from '../../tasks/etcd/client.ts';
+import type { ClientIdentities } from '../../tasks/etcd/identities.ts';
+import type { Inventory } from '../../tasks/inventory/model.ts';
+import { RemoteContext } from '../../tasks/libvirt/context.ts';
+import { MemberConnections } from '../../tasks/remote/members.ts';
+
+/**
+ * The connections a step is built with, real and unconnected: for tests of what a step plans, which
+ * asks no host. Anything that does connect fails at once, saying the test asked for it.
+ */
+export function unconnected(inventory: Inventory): {
+  remote: RemoteContext;
+  clients: EtcdClients;
+  memberSsh: MemberConnections;
+  identities: ClientIdentities;
+} {
+  const remote = new RemoteContext(new FactCache());
+  const refuse = (what: string) => (): never => {
+    throw new Error(`${what}: this test's connections are not for use`);
+  };
+  const identity: () => ClientIdentity = refuse('an etcd client identity');
+  const identities: ClientIdentities = { health: identity, beforeAuth: identity, root: identity, nonUser: identity };
+  return {
+    remote,
+    clients: new EtcdClients(remote.connections, inventory.etcd.client_port, identity),
+    memberSsh: new MemberConnections(remote.connections, {
+      privateKey: refuse('the admin key'),
+      knownHostsPath: '/nonexistent/known_hosts',
+    }),
+    identities,
+  };
+}
