@@ -8,7 +8,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
  * that verifies here, and the restore and pruning pass it over (trust.ts).
  *
  * The .dump and .key stay in etcd-backup's format, so the seed module's tooling still reads them.
- * The agent in the members writes the same text (templates/etcd-kvm-agent.py, `manifest_text`): one
+ * The agent in the members writes the same text (agent/etcd-kvm-agent.py, `manifest_text`): one
  * field a line, in this order, then `mac <hex>` over every line before it.
  *
  * Version 2 adds the member's HashKV at the recorded revision, taken as the backup was, so that a

@@ -1,5 +1,5 @@
 /**
- * What the members' backup agent records of its runs, in etcd (templates/etcd-kvm-agent.py writes
+ * What the members' backup agent records of its runs, in etcd (agent/etcd-kvm-agent.py writes
  * them), and what status makes of them. In etcd, so that any member's answer is the cluster's and
  * no control node needs to have taken the backup; under the tool's reserved prefix.
  */

@@ -5,7 +5,7 @@ import { manifestObjectName, verifyManifest, type BackupManifest } from './manif
  * Which of a bucket's snapshots are this cluster's own, decided from its listing and the manifests
  * read for it (manifest.ts), and what retention keeps of those. Pure: the restore, `recover
  * --from-snapshot` and `etcd-kvm backup` ask the bucket, then decide here; the members' agent decides
- * alike in Python (`judge` and `retention` in templates/etcd-kvm-agent.py, held to the same tables by
+ * alike in Python (`judge` and `retention` in agent/etcd-kvm-agent.py, held to the same tables by
  * test/unit/backup-trust.test.ts).
  */
 

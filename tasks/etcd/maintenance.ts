@@ -25,7 +25,7 @@ export type DefragRule = Inventory['maintenance']['defrag']['rule'];
 /**
  * Why the rule holds for a database, or undefined: fragmented (at least `free_bytes` free and at least
  * `free_fraction` of the file), or near the quota with something to free. The agent's `rule_holds`
- * (templates/etcd-kvm-agent.py) decides the same, held to this by one table run against both
+ * (agent/etcd-kvm-agent.py) decides the same, held to this by one table run against both
  * (test/unit/defrag-agent.test.ts).
  */
 export function defragRuleHolds(facts: DatabaseFacts, rule: DefragRule, quota: number): string | undefined {

@@ -1,6 +1,6 @@
 /**
  * The keys in etcd that keep changes to a cluster apart, named in one place: the tool's runs take the run
- * lock (etcd/run-lock.ts), the members' agent its defragmentation lock (templates/etcd-kvm-agent.py, which
+ * lock (etcd/run-lock.ts), the members' agent its defragmentation lock (agent/etcd-kvm-agent.py, which
  * is given both names in its configuration). Each takes its own only while the other is absent, in one
  * transaction, so a deploy's roll and a scheduled defragmentation never run at once.
  */

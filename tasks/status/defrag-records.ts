@@ -2,7 +2,7 @@ import { formatBytes } from '../etcd/maintenance.ts';
 
 /**
  * What the members' agents record of their scheduled defragmentations, in etcd (one key per member,
- * written by templates/etcd-kvm-agent.py), and the status line made of them.
+ * written by agent/etcd-kvm-agent.py), and the status line made of them.
  */
 
 export const DEFRAG_RECORD_PREFIX = 'etcd-kvm/defrag/last/';

@@ -1,4 +1,4 @@
-"""Runs pieces of the member agent (templates/etcd-kvm-agent.py) on the control node for the unit tests.
+"""Runs pieces of the member agent (agent/etcd-kvm-agent.py) on the control node for the unit tests.
 
 Usage: python3 agent-harness.py COMMAND JSON-ARGUMENT; prints a JSON answer. Where the guest has
 PyNaCl and this machine may not, libsodium's XChaCha20-Poly1305 is stood in for by @noble/ciphers
@@ -38,7 +38,7 @@ except ImportError:
     nacl.bindings = bindings
     sys.modules["nacl"], sys.modules["nacl.bindings"] = nacl, bindings
 
-spec = importlib.util.spec_from_file_location("agent", os.path.join(HERE, "..", "..", "templates", "etcd-kvm-agent.py"))
+spec = importlib.util.spec_from_file_location("agent", os.path.join(HERE, "..", "..", "agent", "etcd-kvm-agent.py"))
 agent = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(agent)
 

@@ -17,7 +17,7 @@ test('npm pack, then npm install -g of the tarball: etcd-kvm on PATH runs the co
   const [{ filename, files }] = JSON.parse(packed.stdout) as [{ filename: string; files: { path: string }[] }];
   const paths = files.map((file) => file.path);
   t.true(paths.includes('dist/tasks/cli/main.js') && paths.includes('dist/.built'), 'the compiled build is packed');
-  t.true(paths.includes('templates/etcd-kvm-agent.py'));
+  t.true(paths.includes('agent/etcd-kvm-agent.py'));
   t.false(
     paths.some((path) => path.startsWith('test/') || path.startsWith('.etcd-kvm') || path.startsWith('scripts/')),
     'no tests, state or lab scripts',

@@ -15,7 +15,7 @@ import { fileOf, renderWithPki } from '../helpers/render.ts';
 import { parse } from 'yaml';
 
 /**
- * The member agent (templates/etcd-kvm-agent.py) writes what the tool's restore reads: its sealing
+ * The member agent (agent/etcd-kvm-agent.py) writes what the tool's restore reads: its sealing
  * and retention are run here with the machine's python3 and checked against the tool's own format
  * code; its S3 signature against AWS's published example (and, in test/integration/s3-signatures.test.ts, against
  * AWS's own signer for names with a space, '+' and non-ASCII letters). Its rendering and the inventory's rules.

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { defragRuleHolds } from '../../tasks/etcd/maintenance.ts';
 
 /**
- * The member agent's defragmentation decision (templates/etcd-kvm-agent.py `decide`), facts in and
+ * The member agent's defragmentation decision (agent/etcd-kvm-agent.py `decide`), facts in and
  * action out, and its drift check of the managed files: run with the machine's python3.
  */
 

@@ -14,7 +14,7 @@ import { MANIFEST_PATH, TEXTFILE_DIR } from './textfile.ts';
 import { DISARM_BELOW_QUOTA } from '../../inventory/model.ts';
 
 /**
- * The members' agent (templates/etcd-kvm-agent.py), while it has an etcd identity (agentInEtcd:
+ * The members' agent (agent/etcd-kvm-agent.py), while it has an etcd identity (agentInEtcd:
  * scheduled backups or scheduled defragmentation on). Each task is a oneshot service on a timer:
  *
  * - `backup` (inventory `backup:`): at each tick the member whose etcd first claims the tick takes the
@@ -62,12 +62,39 @@ export const AGENT_PATHS = {
 const OWNER = 'etcd:etcd';
 
 let program: string | undefined;
-const agentProgram = () => (program ??= readFileSync(join(PACKAGE_ROOT, 'templates', 'etcd-kvm-agent.py'), 'utf8'));
+const agentProgram = () => (program ??= readFileSync(join(PACKAGE_ROOT, 'agent', 'etcd-kvm-agent.py'), 'utf8'));
 
 const pending = (what: string) => `(${what}: issued when the pki step applies)\n`;
 
+/**
+ * The agent's configuration (AGENT_PATHS.config), as the agent reads it: no secret in it, only where the
+ * secrets are. test/unit/agent-config.test.ts holds every key the agent reads against this, and every key
+ * written here against the agent's reads.
+ */
+export interface AgentConfig {
+  member: string;
+  cluster_id: string;
+  backup_enabled: boolean;
+  schedule: string;
+  keep: number;
+  max_age_seconds: number;
+  work_dir: string;
+  etcd: { endpoint: string; etcdctl: string; ca_file: string; cert_file: string; key_file: string };
+  s3: { endpoint: string; bucket: string; object_prefix: string; region: string; ca_file: string };
+  secrets: { access_key: string; secret_key: string; encryption_key?: string };
+  defrag: {
+    enabled: boolean;
+    rule: Inventory['maintenance']['defrag']['rule'];
+    quota_bytes: number;
+    disarm_below_fraction: number;
+    lock_key: string;
+  };
+  run_lock_key: string;
+  metrics: { staging: string; manifest: string };
+}
+
 /** What the agent reads: no secret in it, only where the secrets are. */
-export function agentConfig(inventory: Inventory, member: Member, clusterId = ''): Record<string, unknown> {
+export function agentConfig(inventory: Inventory, member: Member, clusterId = ''): AgentConfig {
   const { s3, encryption_key: encryptionKey } = inventory.restore;
   const etcdctl = `${etcdToolsDir(inventory, member)}/etcdctl`;
   const { defrag } = inventory.maintenance;
@@ -212,7 +239,7 @@ export interface AgentInput {
   clusterId?: string;
 }
 
-/** What the agent's backups import beyond python3 (templates/etcd-kvm-agent.py): Debian's packages of them. */
+/** What the agent's backups import beyond python3 (agent/etcd-kvm-agent.py): Debian's packages of them. */
 export const BACKUP_PACKAGES: readonly ImagePackage[] = [
   {
     name: 'python3-nacl',
