@@ -1,4 +1,4 @@
-import { parseArgs } from 'node:util';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { EXIT, InputError } from '../core/errors.ts';
 import { tagsHelp } from '../steps/registry.ts';
 
@@ -78,77 +78,68 @@ const list = (value: string) =>
     .map((name) => name.trim())
     .filter(Boolean);
 
-export function parseDeployOptions(argv: string[]): DeployOptions {
-  let parsed: {
-    values: Partial<Record<'inventory' | 'render-only' | 'limit' | 'tags' | 'skip-tags' | 'replace' | 'adopt' | 'json', string>> &
-      Record<
-        | 'dry-run'
-        | 'list-phases'
-        | 'check'
-        | 'renew-certs'
-        | 'accept-mismatch'
-        | 'detailed-exitcode'
-        | 'diff'
-        | 'profile'
-        | 'debug'
-        | 'help',
-        boolean
-      >;
-  };
-  try {
-    parsed = parseArgs({
-      args: argv,
-      options: {
-        inventory: { type: 'string', short: 'i' },
-        'dry-run': { type: 'boolean', default: false },
-        'list-phases': { type: 'boolean', default: false },
-        check: { type: 'boolean', short: 'C', default: false },
-        'render-only': { type: 'string' },
-        limit: { type: 'string', short: 'l' },
-        tags: { type: 'string', short: 't' },
-        'skip-tags': { type: 'string' },
-        'renew-certs': { type: 'boolean', default: false },
-        replace: { type: 'string' },
-        adopt: { type: 'string' },
-        'accept-mismatch': { type: 'boolean', default: false },
-        'detailed-exitcode': { type: 'boolean', default: false },
-        diff: { type: 'boolean', short: 'D', default: false },
-        profile: { type: 'boolean', default: false },
-        json: { type: 'string' },
-        debug: { type: 'boolean', default: false },
-        help: { type: 'boolean', short: 'h', default: false },
-      },
-      strict: true,
-      allowPositionals: false,
-    });
-  } catch (error) {
-    throw new InputError(`${(error as Error).message}; see --help`);
-  }
-  const { values } = parsed;
-  if (values.help)
-    return {
-      inventory: '',
-      dryRun: false,
-      listPhases: false,
-      renewCerts: false,
-      acceptMismatch: false,
-      detailedExitcode: false,
-      diff: false,
-      profile: false,
-      debug: false,
-      help: true,
-    };
-  if (!values.inventory) throw new InputError('missing -i/--inventory FILE; see --help');
-  // Listing the phases gathers what a dry-run gathers, and changes nothing either.
-  const dryRun = values['dry-run'] || values.check || values['list-phases'];
+/** deploy's flags, as node's parseArgs takes them. */
+const DEPLOY_FLAGS = {
+  inventory: { type: 'string', short: 'i' },
+  'dry-run': { type: 'boolean', default: false },
+  'list-phases': { type: 'boolean', default: false },
+  check: { type: 'boolean', short: 'C', default: false },
+  'render-only': { type: 'string' },
+  limit: { type: 'string', short: 'l' },
+  tags: { type: 'string', short: 't' },
+  'skip-tags': { type: 'string' },
+  'renew-certs': { type: 'boolean', default: false },
+  replace: { type: 'string' },
+  adopt: { type: 'string' },
+  'accept-mismatch': { type: 'boolean', default: false },
+  'detailed-exitcode': { type: 'boolean', default: false },
+  diff: { type: 'boolean', short: 'D', default: false },
+  profile: { type: 'boolean', default: false },
+  json: { type: 'string' },
+  debug: { type: 'boolean', default: false },
+  help: { type: 'boolean', short: 'h', default: false },
+} as const satisfies ParseArgsConfig['options'];
+
+type DeployFlags = ReturnType<typeof parseArgs<{ options: typeof DEPLOY_FLAGS; strict: true; allowPositionals: false }>>['values'];
+
+/** `--help` alone: nothing else is read. */
+const HELP_ONLY: DeployOptions = {
+  inventory: '',
+  dryRun: false,
+  listPhases: false,
+  renewCerts: false,
+  acceptMismatch: false,
+  detailedExitcode: false,
+  diff: false,
+  profile: false,
+  debug: false,
+  help: true,
+};
+
+/** Flags that exclude each other, refused with why. */
+function refuseConflicts(values: DeployFlags, dryRun: boolean): void {
   if (values['list-phases'] && values['render-only'])
     throw new InputError('--list-phases and --render-only exclude each other: --render-only renders only');
   if (dryRun && values['render-only'])
     throw new InputError('--dry-run and --render-only exclude each other: --render-only already contacts nothing');
-  if (values['detailed-exitcode'] && (values['list-phases'] || values['render-only']))
-    throw new InputError(
-      `--detailed-exitcode says whether a run or a dry-run changes anything; ${values['list-phases'] ? '--list-phases lists phases' : '--render-only renders files'}, not changes`,
-    );
+  if (values['detailed-exitcode'] && (values['list-phases'] || values['render-only'])) {
+    const instead = values['list-phases'] ? '--list-phases lists phases' : '--render-only renders files';
+    throw new InputError(`--detailed-exitcode says whether a run or a dry-run changes anything; ${instead}, not changes`);
+  }
+}
+
+export function parseDeployOptions(argv: string[]): DeployOptions {
+  let values: DeployFlags;
+  try {
+    ({ values } = parseArgs({ args: argv, options: DEPLOY_FLAGS, strict: true, allowPositionals: false }));
+  } catch (error) {
+    throw new InputError(`${(error as Error).message}; see --help`);
+  }
+  if (values.help) return HELP_ONLY;
+  if (!values.inventory) throw new InputError('missing -i/--inventory FILE; see --help');
+  // Listing the phases gathers what a dry-run gathers, and changes nothing either.
+  const dryRun = values['dry-run'] || values.check || values['list-phases'];
+  refuseConflicts(values, dryRun);
   return {
     inventory: values.inventory,
     dryRun,

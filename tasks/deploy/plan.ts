@@ -236,10 +236,95 @@ function peerTrustPhases(record: DeployRecord, main: Pass, options: PlanOptions,
  */
 const PKI: PlannedPhase = { step: 'pki' };
 
+/** The gather stage's departures this run takes, in order: members marked absent only in a run over the whole inventory. */
+function departurePhases(record: DeployRecord, selection: readonly string[], options: PlanOptions): PlannedPhase[] {
+  const departures = record.departures.filter(({ departure, member }) =>
+    departure === 'replace' ? selection.includes(member) : !options.limit,
+  );
+  // A dry-run applies no departure: each one after the first is judged as if those before it were done.
+  return departures.map(({ departure, member }, i) => ({
+    step: 'depart',
+    departure,
+    member,
+    assumedRemoved: options.dryRun ? departures.slice(0, i).map((d) => d.member) : [],
+  }));
+}
+
+/** The joiners after the first booted ahead, then each joiner strictly after those before it. */
+function joinsOf(record: DeployRecord, joiners: readonly string[], selection: readonly string[], selected: (step: StepId) => boolean) {
+  return [
+    ...bootAheadPhases(joiners, record.voting, selected),
+    ...joiners.flatMap((joiner, i) =>
+      joinPhases(joiner, [...record.voting, ...joiners.slice(0, i)], joiners.slice(0, i), selection, selected, i > 0),
+    ),
+  ];
+}
+
 /**
- * The phases in order: pki (run before the gather stage), departures, then render and converge the members etcd
- * has, health, auth and users, the joiners after the first booted, each joiner one after another, `formed` when the cluster formed in
- * this run or members joined, then the peer port's stages still to go.
+ * `formed`, when the cluster forms in this run, members join, or a member is replaced on a new image (a new VM
+ * too: formed.json and the rendered record learn of it once every replacement went through).
+ */
+function settlePhases(
+  inventory: Inventory,
+  record: DeployRecord,
+  after: { joins: readonly PlannedPhase[]; rebuilding: readonly PlannedPhase[] },
+  selection: readonly string[],
+  options: PlanOptions,
+): PlannedPhase[] {
+  const selected = selectedBy(options);
+  const replacedOnImage = after.rebuilding.some((phase) => phase.step === 'depart');
+  if (record.formed && after.joins.length === 0 && !replacedOnImage) return [];
+  const everyone: Pass = { cluster: inventory.members.map((member) => member.name), members: selection, joining: false, formed: true };
+  // A dry-run neither forms the cluster nor adds a member: there is nothing yet to render as existing.
+  const dryNote = options.dryRun ? { note: record.formed ? 'a dry-run adds no member' : 'a dry-run forms nothing' } : {};
+  // After replacements onto a new image: only if each went through (a failed one is a replacement or a joiner to the next run).
+  const onlyAfterReplacements = record.formed && after.joins.length === 0 ? { onlyIfClean: true as const } : {};
+  return [
+    {
+      step: 'formed',
+      pass: everyone,
+      seeds: selected('cloud-init'),
+      guests: selected('guest'),
+      formedBefore: record.formed,
+      ...dryNote,
+      ...onlyAfterReplacements,
+    },
+  ];
+}
+
+/**
+ * With release binaries on a formed cluster, a roll of etcd's version: its pre-flight first of all, so that a
+ * refusal leaves everything as it was (the seeds and the rendered record name the version too), and its end,
+ * the cluster version moved, after the health wait (it moves only once every member runs the new minor).
+ */
+function rollPhases(inventory: Inventory, record: DeployRecord, main: Pass, options: PlanOptions) {
+  if (inventory.etcd.binaries !== 'release' || !record.formed) return { upgrade: [], clusterVersion: [] };
+  const noRoll = selectedBy(options)('guest') ? {} : { skip: 'the guest step, which rolls the version, is not selected' };
+  const partial = options.limit ? { skip: 'a run limited to some members may leave others on the previous minor' } : {};
+  return {
+    upgrade: [{ step: 'upgrade', pass: main, ...noRoll }] satisfies PlannedPhase[],
+    clusterVersion: [{ step: 'cluster-version', pass: main, ...noRoll, ...partial }] satisfies PlannedPhase[],
+  };
+}
+
+/** auth and users, from the member that bootstraps auth when the run includes it. */
+function accessPhases(inventory: Inventory, record: DeployRecord, main: Pass, selected: (step: StepId) => boolean): PlannedPhase[] {
+  const bootstrap = inventory.members.filter((member) => member.bootstrapsAuth).map((member) => member.name);
+  const pass = { ...main, members: main.members.filter((name) => bootstrap.includes(name)) };
+  // No auth change while a roll of etcd's version may be left half done: members of two versions
+  // (3.4 and 3.5 write auth's WAL entries differently, etcd's 3.5 upgrade guide) after a failed step.
+  const authFreeze = inventory.etcd.binaries === 'release' && record.formed ? { onlyIfClean: true as const } : {};
+  return [
+    { ...checkedPhase('auth', pass, selected), ...authFreeze },
+    { ...checkedPhase('users', pass, selected), ...authFreeze },
+  ];
+}
+
+/**
+ * The phases in order: pki (run before the gather stage), the upgrade's pre-flight, departures, then render and
+ * converge the members etcd has, health, auth and users, rebuilds, the joiners after the first booted, each
+ * joiner one after another, `formed` when the cluster formed in this run or members joined, then the peer port's
+ * stages still to go, and the members' comparison.
  */
 export function buildPlan(inventory: Inventory, options: PlanOptions, record: DeployRecord): PlannedPhase[] {
   const selected = selectedBy(options);
@@ -257,74 +342,21 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
       `${joiners.join(', ')} must join the cluster, which needs the steps ${NEEDED_TO_JOIN.join(', ')}: run without --tags / --skip-tags leaving them out`,
     );
   }
-  // Members marked absent leave only in a run over the whole inventory; replacements named by --limit too.
-  const departures = record.departures.filter(({ departure, member }) =>
-    departure === 'replace' ? selection.includes(member) : !options.limit,
-  );
-  // A dry-run applies no departure: each one after the first is judged as if those before it were done.
-  const departing = departures.map(
-    ({ departure, member }, i): PlannedPhase => ({
-      step: 'depart',
-      departure,
-      member,
-      assumedRemoved: options.dryRun ? departures.slice(0, i).map((d) => d.member) : [],
-    }),
-  );
-  const joins = [
-    ...bootAheadPhases(joiners, record.voting, selected),
-    ...joiners.flatMap((joiner, i) =>
-      joinPhases(joiner, [...record.voting, ...joiners.slice(0, i)], joiners.slice(0, i), selection, selected, i > 0),
-    ),
-  ];
-  const bootstrap = inventory.members.filter((member) => member.bootstrapsAuth).map((member) => member.name);
-  const everyone: Pass = { cluster: inventory.members.map((member) => member.name), members: selection, joining: false, formed: true };
-  // A dry-run neither forms the cluster nor adds a member: there is nothing yet to render as existing.
-  const dryNote = options.dryRun ? { note: record.formed ? 'a dry-run adds no member' : 'a dry-run forms nothing' } : {};
+  const joins = joinsOf(record, joiners, selection, selected);
   const rebuilding = rebuildPhases(record, main.members, selected);
-  // A member replaced on a new image is a new VM too: formed.json and the rendered record learn of it,
-  // once every replacement went through (a failed one is a replacement or a joiner to the next run).
-  const replacedOnImage = rebuilding.some((phase) => phase.step === 'depart');
-  const onlyAfterReplacements = record.formed && joins.length === 0 ? { onlyIfClean: true as const } : {};
-  const settle: PlannedPhase[] =
-    record.formed && joins.length === 0 && !replacedOnImage
-      ? []
-      : [
-          {
-            step: 'formed',
-            pass: everyone,
-            seeds: selected('cloud-init'),
-            guests: selected('guest'),
-            formedBefore: record.formed,
-            ...dryNote,
-            ...onlyAfterReplacements,
-          },
-        ];
-  // No auth change while a roll of etcd's version may be left half done: members of two versions
-  // (3.4 and 3.5 write auth's WAL entries differently, etcd's 3.5 upgrade guide) after a failed step.
-  const authFreeze = inventory.etcd.binaries === 'release' && record.formed ? { onlyIfClean: true as const } : {};
-  // The guest step moves members to another etcd version: on a formed cluster, only after the pre-flight
-  // passed, which comes first of all so that a refusal leaves everything as it was (the seeds and the
-  // rendered record name the version too).
-  const rolls = inventory.etcd.binaries === 'release' && record.formed;
-  const noRoll = selected('guest') ? {} : { skip: 'the guest step, which rolls the version, is not selected' };
-  const upgrade: PlannedPhase[] = rolls ? [{ step: 'upgrade', pass: main, ...noRoll }] : [];
-  // The roll's end: the cluster version moved (it moves only once every member runs the new minor).
-  const partial = options.limit ? { skip: 'a run limited to some members may leave others on the previous minor' } : {};
-  const clusterVersion: PlannedPhase[] = rolls ? [{ step: 'cluster-version', pass: main, ...noRoll, ...partial }] : [];
+  const { upgrade, clusterVersion } = rollPhases(inventory, record, main, options);
   return [
     PKI,
     ...upgrade,
-    ...departing,
+    ...departurePhases(record, selection, options),
     { step: 'render', pass: main },
     ...convergePhases(main, selected, inventory.restore.enabled),
     checkedPhase('health', main, selected),
     ...clusterVersion,
-    // From the member that bootstraps auth, when the run includes it.
-    { ...checkedPhase('auth', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected), ...authFreeze },
-    { ...checkedPhase('users', { ...main, members: main.members.filter((name) => bootstrap.includes(name)) }, selected), ...authFreeze },
+    ...accessPhases(inventory, record, main, selected),
     ...rebuilding,
     ...joins,
-    ...settle,
+    ...settlePhases(inventory, record, { joins, rebuilding }, selection, options),
     ...peerTrustPhases(record, main, options, selected),
     consistencyPhase(options),
   ];

@@ -163,92 +163,101 @@ export function accessWarnings(wanted: WantedAccess, live: LiveAccess, stateReco
   ]);
 }
 
-/**
- * Pure: the operations that make etcd's application users and roles those of the inventory.
- * `stateRecord` is the state directory's record of what the tool made (empty when it has none).
- */
-export function planAccess(wanted: WantedAccess, live: LiveAccess, stateRecord: ManagedNames): AccessChange[] {
-  const wantedRoles = Object.keys(wanted.roles).sort();
-  const wantedUsers = Object.keys(wanted.users).sort();
+/** Users or roles the inventory wants that etcd has and the tool did not make: it never takes them over. */
+function refuseForeign(wanted: WantedAccess, live: LiveAccess): void {
   const managedRoles = new Set(live.managed.roles);
   const managedUsers = new Set(live.managed.users);
   const foreign = [
-    ...wantedRoles.filter((role) => live.roles.has(role) && !managedRoles.has(role)).map((role) => `role ${role}`),
-    ...wantedUsers.filter((user) => live.users.has(user) && !managedUsers.has(user)).map((user) => `user ${user}`),
+    ...Object.keys(wanted.roles)
+      .sort()
+      .filter((role) => live.roles.has(role) && !managedRoles.has(role))
+      .map((role) => `role ${role}`),
+    ...Object.keys(wanted.users)
+      .sort()
+      .filter((user) => live.users.has(user) && !managedUsers.has(user))
+      .map((user) => `user ${user}`),
   ];
-  if (foreign.length > 0) {
-    throw new AccessRefusal(
-      `etcd already has ${foreign.join(', ')}, which the tool did not create (not in ${MANAGED_KEY}); it never takes over users or roles made by hand: delete ${foreign.length > 1 ? 'them' : 'it'} with etcdctl, or give the inventory's ${foreign.length > 1 ? 'ones other names' : 'one another name'}`,
-    );
-  }
+  if (foreign.length === 0) return;
+  const them = foreign.length > 1 ? 'them' : 'it';
+  const rename = foreign.length > 1 ? 'ones other names' : 'one another name';
+  throw new AccessRefusal(
+    `etcd already has ${foreign.join(', ')}, which the tool did not create (not in ${MANAGED_KEY}); it never takes over users or roles made by hand: ` +
+      `delete ${them} with etcdctl, or give the inventory's ${rename}`,
+  );
+}
 
-  const changes: AccessChange[] = [];
-  // Widened first: everything this run may create is recorded, in both records, before it exists.
-  const widened = {
-    etcd: { users: sortedUnion(live.managed.users, wantedUsers), roles: sortedUnion(live.managed.roles, wantedRoles) },
-    stateDir: { users: sortedUnion(stateRecord.users, wantedUsers), roles: sortedUnion(stateRecord.roles, wantedRoles) },
-  };
-  if (!sameRecord(widened.etcd, live.managed) || !sameRecord(widened.stateDir, stateRecord)) {
-    changes.push({
-      summary: `record the users and roles the tool manages in ${MANAGED_KEY} and the state directory (${STATE_RECORD})`,
-      action: { kind: 'record-managed', ...widened },
-    });
-  }
-
-  for (const role of wantedRoles) {
-    const want = wanted.roles[role]!.permissions.map(permissionOf);
-    const have = live.roles.get(role);
-    if (!have) changes.push({ summary: `create role ${role}`, action: { kind: 'add-role', role } });
-    const haveIds = new Set((have ?? []).map(identityOf));
-    const wantRanges = new Set(want.map(rangeOf));
+/** One role made what the inventory says: created, each range no longer wanted revoked, each one missing granted. */
+function roleChanges(role: string, wanted: WantedAccess, live: LiveAccess): AccessChange[] {
+  const want = wanted.roles[role]!.permissions.map(permissionOf);
+  const have = live.roles.get(role);
+  const haveIds = new Set((have ?? []).map(identityOf));
+  const wantRanges = new Set(want.map(rangeOf));
+  return [
+    ...(have ? [] : [{ summary: `create role ${role}`, action: { kind: 'add-role' as const, role } }]),
     // A range whose type changes is granted again (etcd replaces it); one no longer wanted is revoked.
-    for (const permission of have ?? []) {
-      if (!wantRanges.has(rangeOf(permission)))
-        changes.push({
-          summary: `revoke ${describePermission(permission)} from role ${role}`,
-          action: { kind: 'revoke-permission', role, permission },
-        });
-    }
-    for (const permission of want) {
-      if (!haveIds.has(identityOf(permission)))
-        changes.push({
-          summary: `grant ${describePermission(permission)} to role ${role}`,
-          action: { kind: 'grant-permission', role, permission },
-        });
-    }
-  }
+    ...(have ?? [])
+      .filter((permission) => !wantRanges.has(rangeOf(permission)))
+      .map((permission) => ({
+        summary: `revoke ${describePermission(permission)} from role ${role}`,
+        action: { kind: 'revoke-permission' as const, role, permission },
+      })),
+    ...want
+      .filter((permission) => !haveIds.has(identityOf(permission)))
+      .map((permission) => ({
+        summary: `grant ${describePermission(permission)} to role ${role}`,
+        action: { kind: 'grant-permission' as const, role, permission },
+      })),
+  ];
+}
 
-  for (const user of wantedUsers) {
-    const settings = wanted.users[user]!;
-    const have = live.users.get(user);
-    const password = wanted.certificateMode ? undefined : settings.password;
-    if (!have) {
-      changes.push({
-        summary: `create user ${user} (${password ? 'password from the inventory, sent over TLS only' : `no password: its client certificate CN=${user} logs it in`})`,
-        action: { kind: 'add-user', user, ...(password ? { password } : {}) },
-      });
-    } else if (password && live.passwordsDiffer.includes(user)) {
-      changes.push({
-        summary: `change the password of user ${user} (to the inventory's)`,
-        action: { kind: 'change-password', user, password },
-      });
-    }
-    const haveRoles = have?.roles ?? [];
-    for (const role of haveRoles.filter((role) => !settings.roles.includes(role)).sort())
-      changes.push({ summary: `revoke role ${role} from user ${user}`, action: { kind: 'revoke-role', user, role } });
-    for (const role of [...new Set(settings.roles)].filter((role) => !haveRoles.includes(role)).sort())
-      changes.push({ summary: `grant role ${role} to user ${user}`, action: { kind: 'grant-role', user, role } });
-  }
+/** One user made what the inventory says: created (or its password changed), its roles revoked and granted. */
+function userChanges(user: string, wanted: WantedAccess, live: LiveAccess): AccessChange[] {
+  const settings = wanted.users[user]!;
+  const have = live.users.get(user);
+  const password = wanted.certificateMode ? undefined : settings.password;
+  const logsIn = password ? 'password from the inventory, sent over TLS only' : `no password: its client certificate CN=${user} logs it in`;
+  const changes: AccessChange[] = [];
+  if (!have)
+    changes.push({ summary: `create user ${user} (${logsIn})`, action: { kind: 'add-user', user, ...(password ? { password } : {}) } });
+  else if (password && live.passwordsDiffer.includes(user))
+    changes.push({
+      summary: `change the password of user ${user} (to the inventory's)`,
+      action: { kind: 'change-password', user, password },
+    });
+  const haveRoles = have?.roles ?? [];
+  for (const role of haveRoles.filter((role) => !settings.roles.includes(role)).sort())
+    changes.push({ summary: `revoke role ${role} from user ${user}`, action: { kind: 'revoke-role', user, role } });
+  for (const role of [...new Set(settings.roles)].filter((role) => !haveRoles.includes(role)).sort())
+    changes.push({ summary: `grant role ${role} to user ${user}`, action: { kind: 'grant-role', user, role } });
+  return changes;
+}
 
-  // Users before roles: a deleted role is revoked from every user, and a managed user may still hold it.
+/**
+ * Users and roles no longer in the inventory, deleted where both records name them (users first: a deleted role
+ * is revoked from every user, and a managed user may still hold it), then both records narrowed to what stays.
+ */
+function departureChanges(
+  wanted: WantedAccess,
+  live: LiveAccess,
+  stateRecord: ManagedNames,
+  widened: { etcd: ManagedNames; stateDir: ManagedNames },
+): AccessChange[] {
   // Only what both records name is deleted; a disagreement is accessWarnings', and left alone.
   const departing = departuresOf(wanted, live, stateRecord);
-  for (const user of departing.user.agreed)
-    changes.push({ summary: `delete user ${user} (no longer in the inventory)`, action: { kind: 'delete-user', user } });
-  for (const role of departing.role.agreed)
-    changes.push({ summary: `delete role ${role} (no longer in the inventory)`, action: { kind: 'delete-role', role } });
+  const changes: AccessChange[] = [
+    ...departing.user.agreed.map((user) => ({
+      summary: `delete user ${user} (no longer in the inventory)`,
+      action: { kind: 'delete-user' as const, user },
+    })),
+    ...departing.role.agreed.map((role) => ({
+      summary: `delete role ${role} (no longer in the inventory)`,
+      action: { kind: 'delete-role' as const, role },
+    })),
+  ];
   // Narrowed last, once what left the inventory is gone from etcd. The state directory keeps the names
   // only it has that etcd still holds: its word that the tool made them stands until an operator settles it.
+  const wantedUsers = Object.keys(wanted.users).sort();
+  const wantedRoles = Object.keys(wanted.roles).sort();
   const narrowed = {
     etcd: { users: wantedUsers, roles: wantedRoles },
     stateDir: {
@@ -256,16 +265,47 @@ export function planAccess(wanted: WantedAccess, live: LiveAccess, stateRecord: 
       roles: sortedUnion(wantedRoles, departing.role.onlyInStateDir),
     },
   };
-  if (!sameRecord(narrowed.etcd, widened.etcd) || !sameRecord(narrowed.stateDir, widened.stateDir)) {
-    const forgotten = KINDS.flatMap((kind) =>
-      [...departing[kind].agreed, ...departing[kind].gone, ...departing[kind].onlyInEtcd].sort().map((name) => `${kind} ${name}`),
-    );
-    changes.push({
+  if (sameRecord(narrowed.etcd, widened.etcd) && sameRecord(narrowed.stateDir, widened.stateDir)) return changes;
+  const forgotten = KINDS.flatMap((kind) =>
+    [...departing[kind].agreed, ...departing[kind].gone, ...departing[kind].onlyInEtcd].sort().map((name) => `${kind} ${name}`),
+  );
+  return [
+    ...changes,
+    {
       summary: `forget ${forgotten.join(', ')} in ${MANAGED_KEY} and the state directory (${STATE_RECORD})`,
       action: { kind: 'record-managed', ...narrowed },
-    });
-  }
-  return changes;
+    },
+  ];
+}
+
+/**
+ * Pure: the operations that make etcd's application users and roles those of the inventory.
+ * `stateRecord` is the state directory's record of what the tool made (empty when it has none).
+ */
+export function planAccess(wanted: WantedAccess, live: LiveAccess, stateRecord: ManagedNames): AccessChange[] {
+  refuseForeign(wanted, live);
+  const wantedRoles = Object.keys(wanted.roles).sort();
+  const wantedUsers = Object.keys(wanted.users).sort();
+  // Widened first: everything this run may create is recorded, in both records, before it exists.
+  const widened = {
+    etcd: { users: sortedUnion(live.managed.users, wantedUsers), roles: sortedUnion(live.managed.roles, wantedRoles) },
+    stateDir: { users: sortedUnion(stateRecord.users, wantedUsers), roles: sortedUnion(stateRecord.roles, wantedRoles) },
+  };
+  const recordFirst: AccessChange[] =
+    sameRecord(widened.etcd, live.managed) && sameRecord(widened.stateDir, stateRecord)
+      ? []
+      : [
+          {
+            summary: `record the users and roles the tool manages in ${MANAGED_KEY} and the state directory (${STATE_RECORD})`,
+            action: { kind: 'record-managed', ...widened },
+          },
+        ];
+  return [
+    ...recordFirst,
+    ...wantedRoles.flatMap((role) => roleChanges(role, wanted, live)),
+    ...wantedUsers.flatMap((user) => userChanges(user, wanted, live)),
+    ...departureChanges(wanted, live, stateRecord, widened),
+  ];
 }
 
 /**

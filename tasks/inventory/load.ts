@@ -354,32 +354,12 @@ function fail(source: Source, found: Problem[]): never {
 }
 
 /**
- * Reads and validates an inventory. Every problem is collected and reported at once, with its path,
- * before anything else runs; the result is fully resolved (defaults, derived MACs, PEM files).
+ * The document checked against the schema, member by member against the sound defaults, then by the
+ * cross-field rules: every problem at once, or the parsed document.
  */
-export function loadInventory(inventoryPath: string): Inventory {
-  const path = resolve(inventoryPath);
-  const baseDir = dirname(path);
-  const { data: raw, locate } = readYaml(path, inventoryPath);
-  const problems: Problem[] = [];
-
+function validatedDocument(raw: unknown, source: Source, problems: Problem[]): ParsedDocument {
   const top = documentSchema.safeParse(raw ?? {});
-  if (!top.success) {
-    problems.push(...problemsFromZod(top.error.issues, [], (p) => keysAt(documentSchema, p)));
-  }
-  const rawMembers = Array.isArray((raw as { members?: unknown })?.members)
-    ? ((raw as { members: unknown[] }).members as Record<string, unknown>[])
-    : [];
-  const memberNames = rawMembers.map((member) => (typeof member?.name === 'string' ? member.name : undefined));
-  const source: Source = {
-    path,
-    shownAs: inventoryPath,
-    locate,
-    rawMembers,
-    rawDefaults: (raw as { defaults?: unknown })?.defaults,
-    memberNames,
-  };
-
+  if (!top.success) problems.push(...problemsFromZod(top.error.issues, [], (p) => keysAt(documentSchema, p)));
   const rawDefaults = top.success ? top.data.defaults : {};
   const defaults = memberDefaultsSchema.safeParse(rawDefaults);
   const soundDefaults = { ...rawDefaults };
@@ -395,16 +375,18 @@ export function loadInventory(inventoryPath: string): Inventory {
   const members = top.success ? parseMembers(top.data.members, soundDefaults, problems) : [];
   // Cross-member rules need every member parsed; problems in defaults alone do not stop them.
   if (!top.success || members.length !== top.data.members.length) fail(source, problems);
-
   const doc: ParsedDocument = { ...top.data, members };
   problems.push(...checkRules(doc));
   if (problems.length > 0) fail(source, problems);
+  return doc;
+}
 
+/** Each hypervisor's login and its way there: the inventory's jump list, or else the ssh_config's ProxyJump. */
+function hypervisorsOf(doc: ParsedDocument, baseDir: string, problems: Problem[]): Hypervisor[] {
   const sshConfig = readSshConfig(doc.ssh_config, baseDir, problems);
-  const hypervisors = Object.entries(doc.hypervisors).map(
+  return Object.entries(doc.hypervisors).map(
     ([name, { jump, address, port, user, private_key, known_hosts, trust_on_first_use, ...settings }]): Hypervisor => {
       const login = sshHostOf(name, { address, port, user, private_key, known_hosts, trust_on_first_use }, sshConfig, baseDir);
-      // The inventory's jump list wins; without one, the ssh_config's ProxyJump for the hypervisor's address.
       const hops =
         jump.length > 0
           ? jump.map((bastion) => sshHostOf(bastion, doc.bastions[bastion]!, sshConfig, baseDir))
@@ -416,27 +398,52 @@ export function loadInventory(inventoryPath: string): Inventory {
       return { ...settings, ...host, jump: hops.map(({ proxyJump: __, ...bastion }) => bastion) };
     },
   );
-  const built = members.map((member, i) => buildMember(doc, hypervisors, member, i, baseDir, problems));
+}
+
+/** The PKI settings with the operator's PEM files read (CA, root client, intermediate CA and its chain). */
+function pkiOf(doc: ParsedDocument, baseDir: string, problems: Problem[]): Inventory['pki'] {
   const { ca, root_client, intermediate_ca, ...pkiSettings } = doc.pki;
   const intermediateCa = pemPair(intermediate_ca, baseDir, ['pki', 'intermediate_ca'], problems);
+  return {
+    ...pkiSettings,
+    ca: pemPair(ca, baseDir, ['pki', 'ca'], problems),
+    rootClient: pemPair(root_client, baseDir, ['pki', 'root_client'], problems),
+    ...(intermediateCa && intermediate_ca
+      ? {
+          intermediateCa: {
+            ...intermediateCa,
+            chain: pemOrFile(intermediate_ca.chain, baseDir, ['pki', 'intermediate_ca', 'chain'], problems),
+          },
+        }
+      : {}),
+  };
+}
+
+/**
+ * Reads and validates an inventory. Every problem is collected and reported at once, with its path,
+ * before anything else runs; the result is fully resolved (defaults, derived MACs, PEM files).
+ */
+export function loadInventory(inventoryPath: string): Inventory {
+  const path = resolve(inventoryPath);
+  const baseDir = dirname(path);
+  const { data: raw, locate } = readYaml(path, inventoryPath);
+  const problems: Problem[] = [];
+  const rawMembers = Array.isArray((raw as { members?: unknown })?.members)
+    ? ((raw as { members: unknown[] }).members as Record<string, unknown>[])
+    : [];
+  const memberNames = rawMembers.map((member) => (typeof member?.name === 'string' ? member.name : undefined));
+  const rawDefaults = (raw as { defaults?: unknown })?.defaults;
+  const source: Source = { path, shownAs: inventoryPath, locate, rawMembers, rawDefaults, memberNames };
+  const doc = validatedDocument(raw, source, problems);
+  const { members } = doc;
+  const hypervisors = hypervisorsOf(doc, baseDir, problems);
+  const built = members.map((member, i) => buildMember(doc, hypervisors, member, i, baseDir, problems));
   const inventory: Inventory = {
     path,
     stateDir: doc.cluster.state_dir ? resolve(baseDir, expandHome(doc.cluster.state_dir)) : join(baseDir, '.etcd-kvm', doc.cluster.name),
     cluster: doc.cluster,
     etcd: doc.etcd,
-    pki: {
-      ...pkiSettings,
-      ca: pemPair(ca, baseDir, ['pki', 'ca'], problems),
-      rootClient: pemPair(root_client, baseDir, ['pki', 'root_client'], problems),
-      ...(intermediateCa && intermediate_ca
-        ? {
-            intermediateCa: {
-              ...intermediateCa,
-              chain: pemOrFile(intermediate_ca.chain, baseDir, ['pki', 'intermediate_ca', 'chain'], problems),
-            },
-          }
-        : {}),
-    },
+    pki: pkiOf(doc, baseDir, problems),
     hypervisors,
     members: built.filter((_, i) => members[i]!.state === 'present'),
     absentMembers: built.filter((_, i) => members[i]!.state === 'absent'),

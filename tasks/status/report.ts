@@ -60,9 +60,106 @@ export const CERTIFICATE_WARNING_DAYS = 30;
 
 const DAY_MS = 86_400_000;
 
-export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly string[]): StatusReport {
+/** What a summary says as it goes: problems (the cluster is not healthy) and warnings. */
+interface Said {
+  problems: string[];
+  warnings: string[];
+}
+
+type MemberList = Exclude<StatusFacts['memberList'], { error: string }>;
+
+/** A member's served certificate: when it ends, and what is said when it is near its end, past it, or unread. */
+function servedCertificateOf(member: StatusFacts['members'][number], answers: boolean, at: Date, said: Said): string | null {
+  // A member whose etcd does not answer has no certificate to read either: one problem is enough.
+  if ('error' in member.servedCertificate) {
+    if (answers) said.warnings.push(`${member.name}: its served certificate could not be read (${member.servedCertificate.error})`);
+    return null;
+  }
+  const expires = member.servedCertificate.notAfter.toISOString();
+  const days = (member.servedCertificate.notAfter.getTime() - at.getTime()) / DAY_MS;
+  if (days < 0) said.problems.push(`${member.name}: its certificate expired ${expires}`);
+  else if (days < CERTIFICATE_WARNING_DAYS)
+    said.warnings.push(`${member.name}: its certificate expires in ${Math.floor(days)} days (${expires}): deploy --renew-certs`);
+  return expires;
+}
+
+/** One member's row, and what is said of it: its VM, its etcd, its alarms, its certificate, its image. */
+function memberRow(
+  member: StatusFacts['members'][number],
+  seen: { facts: StatusFacts; list: MemberList | undefined; leaderId: string | undefined },
+  said: Said,
+): MemberRow {
+  const { facts, list, leaderId } = seen;
+  const etcd: EtcdMemberFacts | undefined = 'error' in member.etcd ? undefined : member.etcd;
+  if (member.vm !== 'running') said.problems.push(`${member.name}: VM ${member.vm}`);
+  if (!etcd) said.problems.push(`${member.name}: etcd does not answer (${(member.etcd as { error: string }).error})`);
+  const listed = etcd && list?.find((m) => m.id === etcd.id);
+  const learner = Boolean(etcd?.isLearner || listed?.isLearner);
+  if (learner) said.problems.push(`${member.name}: still a learner (not promoted to a voting member)`);
+  const alarms = etcd ? facts.alarms.filter((a) => a.memberId === etcd.id).map((a) => a.alarm) : [];
+  const disarm = ' (writes refused: etcd-kvm maintain --compact --defrag, then --disarm)';
+  for (const alarm of alarms) said.problems.push(`${member.name}: alarm ${alarm}${alarm === 'NOSPACE' ? disarm : ''}`);
+  // etcd repeats every active alarm among each member's errors ("memberID:… alarm:NOSPACE"): shown once above.
+  for (const error of (etcd?.errors ?? []).filter((e) => !/^memberID:\d+ alarm:/.test(e))) said.problems.push(`${member.name}: ${error}`);
+  const certificateExpires = servedCertificateOf(member, etcd !== undefined, facts.at, said);
+  const image = imageOf(member);
+  if (image.warning) said.warnings.push(`${member.name}: ${image.warning}`);
+  const role: Role = !etcd ? 'unknown' : learner ? 'learner' : etcd.id === leaderId ? 'leader' : 'follower';
+  return {
+    name: member.name,
+    hypervisor: member.hypervisor,
+    vm: member.vm,
+    image: image.shown,
+    id: etcd?.id ?? null,
+    role,
+    raftTerm: etcd?.raftTerm ?? null,
+    revision: etcd?.revision ?? null,
+    appliedIndex: etcd?.appliedIndex ?? null,
+    dbSize: etcd?.dbSize ?? null,
+    dbSizeInUse: etcd?.dbSizeInUse ?? null,
+    version: etcd?.version ?? null,
+    alarms,
+    certificateExpires,
+    error: 'error' in member.etcd ? member.etcd.error : null,
+  };
+}
+
+/** etcd's member list against the inventory, and alarms of members the inventory does not name (still the cluster's). */
+function listProblems(facts: StatusFacts, list: MemberList | undefined, inventoryNames: readonly string[], members: readonly MemberRow[]) {
   const problems: string[] = [];
-  const warnings: string[] = [];
+  const unknownMembers = (list ?? []).filter((m) => !inventoryNames.includes(m.name));
+  for (const m of unknownMembers)
+    problems.push(`etcd lists member ${m.name || `(unstarted, ${m.peerURLs.join(',')})`} (${m.id}), which the inventory does not have`);
+  for (const name of inventoryNames)
+    if (list && !list.some((m) => m.name === name)) problems.push(`${name} is in the inventory but not in etcd's member list`);
+  for (const alarm of facts.alarms.filter((a) => !members.some((m) => m.id === a.memberId)))
+    problems.push(`member ${alarm.memberId}: alarm ${alarm.alarm}`);
+  return { unknownMembers, problems };
+}
+
+/** The versions the members run, the cluster version, and the CA's end: what is said of each. */
+function versionsAndCa(facts: StatusFacts, members: readonly MemberRow[], said: Said) {
+  const versions = versionsRun(members);
+  if (versions.length > 1) {
+    const each = versions.map(({ version, members: names }) => `${version}: ${names.join(', ')}`).join('; ');
+    said.warnings.push(
+      `members run ${versions.length} versions of etcd (${each}): ` +
+        'a roll is under way or was left half done; a deploy finishes it (etcd supports two adjacent versions meanwhile)',
+    );
+  }
+  const clusterVersion = typeof facts.clusterVersion === 'string' ? facts.clusterVersion : null;
+  if (typeof facts.clusterVersion !== 'string' && facts.members.some((m) => !('error' in m.etcd)))
+    said.warnings.push(`the cluster version could not be read (${facts.clusterVersion.error})`);
+  const caExpires = facts.caNotAfter ? facts.caNotAfter.toISOString() : null;
+  const caDays = facts.caNotAfter ? (facts.caNotAfter.getTime() - facts.at.getTime()) / DAY_MS : Number.POSITIVE_INFINITY;
+  if (caDays < CERTIFICATE_WARNING_DAYS)
+    said.warnings.push(`the CA expires in ${Math.floor(caDays)} days (${caExpires}): see "Rotating the CA" in the README`);
+  return { versions, clusterVersion, caExpires };
+}
+
+export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly string[]): StatusReport {
+  const said: Said = { problems: [], warnings: [] };
+  const { problems, warnings } = said;
   const list = 'error' in facts.memberList ? undefined : facts.memberList;
   if (!list) problems.push(`no member list: ${(facts.memberList as { error: string }).error}`);
 
@@ -74,83 +171,10 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
   const nameOfId = (id: string) =>
     list?.find((m) => m.id === id)?.name || facts.members.find((m) => !('error' in m.etcd) && m.etcd.id === id)?.name;
 
-  const members: MemberRow[] = facts.members.map((member) => {
-    const etcd: EtcdMemberFacts | undefined = 'error' in member.etcd ? undefined : member.etcd;
-    if (member.vm !== 'running') problems.push(`${member.name}: VM ${member.vm}`);
-    if (!etcd) problems.push(`${member.name}: etcd does not answer (${(member.etcd as { error: string }).error})`);
-    const listed = etcd && list?.find((m) => m.id === etcd.id);
-    const learner = Boolean(etcd?.isLearner || listed?.isLearner);
-    if (learner) problems.push(`${member.name}: still a learner (not promoted to a voting member)`);
-    const alarms = etcd ? facts.alarms.filter((a) => a.memberId === etcd.id).map((a) => a.alarm) : [];
-    for (const alarm of alarms)
-      problems.push(
-        `${member.name}: alarm ${alarm}${alarm === 'NOSPACE' ? ' (writes refused: compact, defragment, then maintain.ts --disarm)' : ''}`,
-      );
-    // etcd repeats every active alarm among each member's errors ("memberID:… alarm:NOSPACE"): shown once above.
-    for (const error of (etcd?.errors ?? []).filter((e) => !/^memberID:\d+ alarm:/.test(e))) problems.push(`${member.name}: ${error}`);
-    let certificateExpires: string | null = null;
-    // A member whose etcd does not answer has no certificate to read either: one problem is enough.
-    if ('error' in member.servedCertificate) {
-      if (etcd) warnings.push(`${member.name}: its served certificate could not be read (${member.servedCertificate.error})`);
-    } else {
-      certificateExpires = member.servedCertificate.notAfter.toISOString();
-      const days = (member.servedCertificate.notAfter.getTime() - facts.at.getTime()) / DAY_MS;
-      if (days < 0) problems.push(`${member.name}: its certificate expired ${certificateExpires}`);
-      else if (days < CERTIFICATE_WARNING_DAYS)
-        warnings.push(`${member.name}: its certificate expires in ${Math.floor(days)} days (${certificateExpires}): deploy --renew-certs`);
-    }
-    const image = imageOf(member);
-    if (image.warning) warnings.push(`${member.name}: ${image.warning}`);
-    const role: Role = !etcd ? 'unknown' : learner ? 'learner' : etcd.id === leaderId ? 'leader' : 'follower';
-    return {
-      name: member.name,
-      hypervisor: member.hypervisor,
-      vm: member.vm,
-      image: image.shown,
-      id: etcd?.id ?? null,
-      role,
-      raftTerm: etcd?.raftTerm ?? null,
-      revision: etcd?.revision ?? null,
-      appliedIndex: etcd?.appliedIndex ?? null,
-      dbSize: etcd?.dbSize ?? null,
-      dbSizeInUse: etcd?.dbSizeInUse ?? null,
-      version: etcd?.version ?? null,
-      alarms,
-      certificateExpires,
-      error: 'error' in member.etcd ? member.etcd.error : null,
-    };
-  });
-
-  const unknownMembers = (list ?? []).filter((m) => !inventoryNames.includes(m.name));
-  for (const m of unknownMembers)
-    problems.push(`etcd lists member ${m.name || `(unstarted, ${m.peerURLs.join(',')})`} (${m.id}), which the inventory does not have`);
-  for (const name of inventoryNames) {
-    if (list && !list.some((m) => m.name === name)) {
-      problems.push(`${name} is in the inventory but not in etcd's member list`);
-    }
-  }
-  // Alarms raised by members the inventory does not name are still the cluster's alarms.
-  for (const alarm of facts.alarms.filter((a) => !members.some((m) => m.id === a.memberId)))
-    problems.push(`member ${alarm.memberId}: alarm ${alarm.alarm}`);
-
-  const versions = versionsRun(members);
-  if (versions.length > 1) {
-    warnings.push(
-      `members run ${versions.length} versions of etcd (${versions.map(({ version, members: names }) => `${version}: ${names.join(', ')}`).join('; ')}): ` +
-        'a roll is under way or was left half done; a deploy finishes it (etcd supports two adjacent versions meanwhile)',
-    );
-  }
-  const clusterVersion = typeof facts.clusterVersion === 'string' ? facts.clusterVersion : null;
-  if (typeof facts.clusterVersion !== 'string' && facts.members.some((m) => !('error' in m.etcd)))
-    warnings.push(`the cluster version could not be read (${facts.clusterVersion.error})`);
-
-  let caExpires: string | null = null;
-  if (facts.caNotAfter) {
-    caExpires = facts.caNotAfter.toISOString();
-    const days = (facts.caNotAfter.getTime() - facts.at.getTime()) / DAY_MS;
-    if (days < CERTIFICATE_WARNING_DAYS)
-      warnings.push(`the CA expires in ${Math.floor(days)} days (${caExpires}): see "Rotating the CA" in the README`);
-  }
+  const members = facts.members.map((member) => memberRow(member, { facts, list, leaderId }, said));
+  const listed = listProblems(facts, list, inventoryNames, members);
+  problems.push(...listed.problems);
+  const { versions, clusterVersion, caExpires } = versionsAndCa(facts, members, said);
   if (facts.defragRecords && 'error' in facts.defragRecords)
     warnings.push(`the defragmentation records could not be read (${facts.defragRecords.error})`);
   problems.push(...mismatchProblems(facts.mismatch, warnings));
@@ -166,7 +190,7 @@ export function summarizeStatus(facts: StatusFacts, inventoryNames: readonly str
     healthy: problems.length === 0,
     leader: (leaderId && nameOfId(leaderId)) ?? null,
     members,
-    unknownMembers,
+    unknownMembers: listed.unknownMembers,
     caExpires,
     clusterVersion,
     versions,

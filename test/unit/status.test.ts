@@ -87,7 +87,7 @@ const cases: Case[] = [
       for (const m of f.members) (m.etcd as EtcdMemberFacts).errors.push('memberID:178 alarm:NOSPACE ');
     },
     healthy: false,
-    problems: [/^etcd-2: alarm NOSPACE \(writes refused: compact, defragment, then maintain.ts --disarm\)$/],
+    problems: [/^etcd-2: alarm NOSPACE \(writes refused: etcd-kvm maintain --compact --defrag, then --disarm\)$/],
     problemCount: 1,
   },
   {
