@@ -35,13 +35,11 @@ async function deploy(options: DeployOptions): Promise<number> {
   }
 }
 
-async function deployLocked(inventory: Inventory, options: DeployOptions): Promise<number> {
-  const started = performance.now();
-  // Before the runner: the options, the inventory and the state directory's lock.
-  const prelude = { name: "inventory and the state directory's lock", ms: started - MODULES_LOADED_AT_MS };
-  const runner = new Runner({ dryRun: options.dryRun, renderer: humanStream().isTTY ? 'default' : 'simple', staleAfter });
-  // The first SIGINT/SIGTERM lets the change in flight finish and starts no other; connections and
-  // tunnels close as the pipeline unwinds, and the recap says what was done. A second one ends at once.
+/**
+ * The first SIGINT/SIGTERM lets the change in flight finish and starts no other; connections and tunnels
+ * close as the pipeline unwinds, and the recap says what was done. A second one ends at once.
+ */
+function interruptOnSignals(runner: Runner): void {
   let signalled = false;
   const onSignal = (signal: NodeJS.Signals) => {
     // Its own flag: a run interrupted by a lost lock still finishes its change in flight on a first signal.
@@ -52,29 +50,52 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
+}
+
+/**
+ * A run that changes the cluster holds its lock in etcd too, beside the state directory's: taken before its first
+ * change. Under it, before the first change: no run goes on from members found holding different data until an
+ * operator says so (--accept-mismatch).
+ */
+function clusterLockHold(inventory: Inventory, options: DeployOptions, onLost: (why: string) => void): PipelineOptions['hold'] {
+  if (options.dryRun || options.renderOnly !== undefined) return undefined;
+  return async ({ connections, identities, clients }) => {
+    const gate = await lockBeforeFirstChange(
+      inventory,
+      { connections, identity: identities.root, clients },
+      { command: ['deploy', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost },
+    );
+    if (!gate || options.acceptMismatch) return gate;
+    return {
+      async beforeFirstChange() {
+        await gate.beforeFirstChange();
+        await refuseAfterMismatch(clients, inventory.members, identities.root());
+      },
+      release: () => gate.release(),
+    };
+  };
+}
+
+/** --profile's lines: each step's time, the time outside the phases, why facts took the slower way, the slowest commands. */
+function printProfile(runner: Runner, timing: ReturnType<typeof deployTiming>, outcome: Awaited<ReturnType<typeof runDeploy>>): void {
+  console.log(`\n${formatProfile(runner.results, runner.phaseTimes)}`);
+  console.log(formatOutside(timing));
+  // Why a member's facts took the slower way: an image without qemu-guest-agent, a domain without its channel.
+  for (const { member, reason } of outcome.guestAgentUnanswered)
+    console.log(`guest facts of ${member}: not through the guest agent (${reason})`);
+  for (const line of formatCommandTimes(outcome.slowestCommands)) console.log(forDisplay(line));
+}
+
+async function deployLocked(inventory: Inventory, options: DeployOptions): Promise<number> {
+  const started = performance.now();
+  // Before the runner: the options, the inventory and the state directory's lock.
+  const prelude = { name: "inventory and the state directory's lock", ms: started - MODULES_LOADED_AT_MS };
+  const runner = new Runner({ dryRun: options.dryRun, renderer: humanStream().isTTY ? 'default' : 'simple', staleAfter });
+  interruptOnSignals(runner);
   for (const warning of placementWarnings(inventory)) console.log(`warning: ${warning}`);
   const lockLoss = onLockLoss(runner);
-  // A run that changes the cluster holds its lock in etcd too, beside the state directory's: taken before its first change.
-  // Under it, before the first change: no run goes on from members found holding different data until an operator says so.
-  const hold: PipelineOptions['hold'] =
-    options.dryRun || options.renderOnly !== undefined
-      ? undefined
-      : async ({ connections, identities, clients }) => {
-          const gate = await lockBeforeFirstChange(
-            inventory,
-            { connections, identity: identities.root, clients },
-            { command: ['deploy', ...process.argv.slice(2)].join(' '), say: (line) => console.log(line), onLost: lockLoss.onLost },
-          );
-          if (!gate || options.acceptMismatch) return gate;
-          return {
-            async beforeFirstChange() {
-              await gate.beforeFirstChange();
-              await refuseAfterMismatch(clients, inventory.members, identities.root());
-            },
-            release: () => gate.release(),
-          };
-        };
-  const { written, unreachable, guestAgentUnanswered, slowestCommands, plan } = await runDeploy(inventory, runner, { ...options, hold });
+  const outcome = await runDeploy(inventory, runner, { ...options, hold: clusterLockHold(inventory, options, lockLoss.onLost) });
+  const { written, unreachable, plan } = outcome;
   if (plan) return listPhases(plan, runner, options.json);
 
   // Summaries by default; diffs where they are asked for, and in a dry-run, which is a plan to read.
@@ -92,23 +113,10 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
     phases: runner.phaseTimes,
     outside: [prelude, ...runner.spans],
   });
-  if (options.profile) {
-    console.log(`\n${formatProfile(runner.results, runner.phaseTimes)}`);
-    console.log(formatOutside(timing));
-    // Why a member's facts took the slower way: an image without qemu-guest-agent, a domain without its channel.
-    for (const { member, reason } of guestAgentUnanswered) console.log(`guest facts of ${member}: not through the guest agent (${reason})`);
-    for (const line of formatCommandTimes(slowestCommands)) console.log(forDisplay(line));
-  }
+  if (options.profile) printProfile(runner, timing, outcome);
   if (options.json) {
-    const report = {
-      inventory: inventory.path,
-      dryRun: options.dryRun,
-      results: runner.results,
-      recap: Object.fromEntries(recapByHost(runner.results)),
-      unreachable,
-      timing,
-    };
-    writeReport(options.json, report);
+    const recap = Object.fromEntries(recapByHost(runner.results));
+    writeReport(options.json, { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap, unreachable, timing });
   }
   const changed = runner.results.some((result) => result.status === 'changed');
   return deployExitCode(
@@ -121,7 +129,7 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
 function listPhases(plan: PlannedPhase[], runner: Runner, json: string | undefined): number {
   const lines = describePlan(plan);
   console.log(
-    `\nPLAN: the phases a run takes now, in order, after pki and the facts above (${plan.length})\n${lines.map((line) => `  ${line}`).join('\n')}`,
+    `\nPLAN: the phases a run takes now, in order (${plan.length}; the facts above were gathered after pki, before the plan was made)\n${lines.map((line) => `  ${line}`).join('\n')}`,
   );
   if (json) {
     const phases = plan.map((phase, i) => ({ phase: phaseTitle(phase), runs: !('skip' in phase && phase.skip), line: lines[i] }));

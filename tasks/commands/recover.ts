@@ -11,6 +11,8 @@ import { DeployContext } from '../deploy/context.ts';
 import { loadInventory } from '../inventory/load.ts';
 import { requireLoginKeys } from '../inventory/login-keys.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
+import { memberNamed } from '../inventory/member-named.ts';
+import type { SshConnection } from '../remote/ssh.ts';
 import { gatherQuorumFacts, type QuorumFacts } from '../recover/facts.ts';
 import {
   hasForceFlag,
@@ -86,6 +88,67 @@ function runDeploy(inventoryPath: string): number {
 }
 
 /**
+ * What the recovery does, from the members' facts: resume one begun (recovery.json), or begin one from the
+ * chosen survivor (recorded before anything changes); an exit code when it stops here (a refusal, a dry-run).
+ */
+function decideRecovery(
+  inventory: Inventory,
+  facts: QuorumFacts,
+  options: { fromMember?: string; dryRun: boolean },
+): { record: RecoveryRecord; force: boolean } | number {
+  const begun = readRecovery(inventory.stateDir);
+  const verdict = judgeQuorum(facts.members, facts.voting);
+  if (begun) {
+    if (options.fromMember !== undefined && options.fromMember !== begun.from)
+      throw new InputError(`a recovery from ${begun.from} is under way (since ${begun.started}): finish it without --from-member`);
+    const resumed = resumePlan(begun.from, verdict);
+    if ('refused' in resumed) {
+      console.log(`refused to resume the recovery from ${begun.from} begun ${begun.started}: ${resumed.refused}`);
+      return EXIT.failed;
+    }
+    console.log(`resuming the recovery from ${begun.from} begun ${begun.started}: ${resumed.say}`);
+    return options.dryRun ? EXIT.ok : { record: begun, force: resumed.force };
+  }
+  if (verdict.kind !== 'lost') {
+    console.log(`refused: ${verdict.why}`);
+    return EXIT.failed;
+  }
+  console.log(`quorum lost: ${verdict.why}`);
+  const chosen = chooseSurvivor(verdict.survivors, options.fromMember);
+  if ('refused' in chosen) {
+    console.log(`refused: ${chosen.refused}`);
+    return EXIT.failed;
+  }
+  console.log(describePlan(inventory, chosen, verdict.survivors, verdict.gone).join('\n'));
+  if (options.dryRun) return EXIT.ok;
+  const record = {
+    from: chosen.name,
+    raftIndex: String(chosen.raftIndex),
+    revision: String(chosen.revision),
+    started: new Date().toISOString(),
+  };
+  writeRecovery(inventory.stateDir, record);
+  return { record, force: true };
+}
+
+/** The other members' etcd stopped and their data moved aside, then the survivor started with --force-new-cluster. */
+async function forceNewClusterFrom(context: DeployContext, facts: QuorumFacts, from: Member, record: RecoveryRecord, ssh: SshConnection) {
+  const { inventory } = context;
+  const stamp = record.started.replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
+  for (const other of facts.members.filter((member) => member.etcd && member.name !== from.name)) {
+    const otherSsh = await context.memberSsh.reach(memberNamed(inventory, other.name), { windowMs: leadTimeoutMs(inventory) });
+    console.log(`${other.name}: etcd stopped, its data moved aside`);
+    await stopEtcd(otherSsh);
+    await setAside(otherSsh, inventory.etcd.data_dir, stamp);
+  }
+  console.log(`${from.name}: starting etcd with --force-new-cluster`);
+  await stopEtcd(ssh);
+  await startForcingNewCluster(ssh);
+  console.log(`${from.name}: etcd started with --force-new-cluster`);
+  await untilLeading(context.clients, from, leadTimeoutMs(inventory));
+}
+
+/**
  * Up to the deploy: the verdict, the plan, and the survivor leading a cluster of its own again. Resolves
  * to the record of the recovery when the deploy is to run, or to an exit code when it is not.
  */
@@ -98,67 +161,14 @@ async function recoverSurvivor(inventory: Inventory, options: { fromMember?: str
     );
   const context = await DeployContext.open(inventory, [], new FactCache());
   try {
-    const memberNamed = (name: string): Member => {
-      const member = inventory.members.find((m) => m.name === name);
-      if (!member) throw new InputError(`${name} is not a member of the inventory`);
-      return member;
-    };
-    const begun = readRecovery(inventory.stateDir);
     const facts = await gatherQuorumFacts(inventory, context.remote, context.clients);
     console.log(`members (${facts.voting} voting in etcd's member list):\n${describeFacts(facts).join('\n')}`);
-    const verdict = judgeQuorum(facts.members, facts.voting);
-    let record: RecoveryRecord;
-    let force: boolean;
-    if (begun) {
-      if (options.fromMember !== undefined && options.fromMember !== begun.from)
-        throw new InputError(`a recovery from ${begun.from} is under way (since ${begun.started}): finish it without --from-member`);
-      const resumed = resumePlan(begun.from, verdict);
-      if ('refused' in resumed) {
-        console.log(`refused to resume the recovery from ${begun.from} begun ${begun.started}: ${resumed.refused}`);
-        return EXIT.failed;
-      }
-      console.log(`resuming the recovery from ${begun.from} begun ${begun.started}: ${resumed.say}`);
-      if (options.dryRun) return EXIT.ok;
-      record = begun;
-      force = resumed.force;
-    } else {
-      if (verdict.kind !== 'lost') {
-        console.log(`refused: ${verdict.why}`);
-        return EXIT.failed;
-      }
-      console.log(`quorum lost: ${verdict.why}`);
-      const chosen = chooseSurvivor(verdict.survivors, options.fromMember);
-      if ('refused' in chosen) {
-        console.log(`refused: ${chosen.refused}`);
-        return EXIT.failed;
-      }
-      console.log(describePlan(inventory, chosen, verdict.survivors, verdict.gone).join('\n'));
-      if (options.dryRun) return EXIT.ok;
-      record = {
-        from: chosen.name,
-        raftIndex: String(chosen.raftIndex),
-        revision: String(chosen.revision),
-        started: new Date().toISOString(),
-      };
-      writeRecovery(inventory.stateDir, record);
-      force = true;
-    }
-    const from = memberNamed(record.from);
+    const decided = decideRecovery(inventory, facts, options);
+    if (typeof decided === 'number') return decided;
+    const { record, force } = decided;
+    const from = memberNamed(inventory, record.from);
     const ssh = await context.memberSsh.reach(from, { windowMs: leadTimeoutMs(inventory) });
-    if (force) {
-      const stamp = record.started.replace(/[-:]/g, '').replace(/\.\d+Z$/, 'Z');
-      for (const other of facts.members.filter((member) => member.etcd && member.name !== from.name)) {
-        const otherSsh = await context.memberSsh.reach(memberNamed(other.name), { windowMs: leadTimeoutMs(inventory) });
-        console.log(`${other.name}: etcd stopped, its data moved aside`);
-        await stopEtcd(otherSsh);
-        await setAside(otherSsh, inventory.etcd.data_dir, stamp);
-      }
-      console.log(`${from.name}: starting etcd with --force-new-cluster`);
-      await stopEtcd(ssh);
-      await startForcingNewCluster(ssh);
-      console.log(`${from.name}: etcd started with --force-new-cluster`);
-      await untilLeading(context.clients, from, leadTimeoutMs(inventory));
-    }
+    if (force) await forceNewClusterFrom(context, facts, from, record, ssh);
     if (await hasForceFlag(ssh)) {
       console.log(`${from.name}: etcd started again without --force-new-cluster`);
       await startNormally(ssh);

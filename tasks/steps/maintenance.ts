@@ -3,7 +3,7 @@ import type { Etcd3 } from 'etcd3';
 import { CONTROL_NODE, type ControlNode, type Step } from '../core/step.ts';
 import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
 import { alarmsListed, memberHealth, waitForHealth } from '../etcd/health.ts';
-import { RUN_LOCK_PREFIX } from '../etcd/run-lock.ts';
+import { RUN_LOCK_PREFIX } from '../inventory/lock-keys.ts';
 import { prefixEnd } from '../inventory/reserved.ts';
 import { ensureQuorumWithout, rollWaves } from '../etcd/roll.ts';
 import {

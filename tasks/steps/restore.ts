@@ -3,7 +3,7 @@ import type { Step } from '../core/step.ts';
 import { waitForCloudInit } from '../guest/facts.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { MemberConnections } from '../remote/members.ts';
-import type { SshConnection } from '../remote/ssh.ts';
+import type { SshConnection, Stdin } from '../remote/ssh.ts';
 import { installRelease, type ReleaseArchives } from '../guest/release-install.ts';
 import { managedRelease, snapshotRestoreProgram } from '../render/etcd-release.ts';
 import { peerUrl } from '../inventory/urls.ts';
@@ -70,42 +70,59 @@ export function restoreStep(
       const member = memberNamed(name);
       const snapshot = await source.open();
       const ssh = await connections.reach(member, { windowMs: timeoutMs });
-      const file = '/var/tmp/etcd-kvm-restore.db';
-      const scratch = `${dataDir}/.etcd-kvm-restore`;
-      // Over stdin, into a file only root reads: the snapshot is the cluster's data.
-      // Streamed from the control node's copy; as long as the guest's disk takes it (the run's health_timeout).
-      const upload = { stdin: snapshot, describe: 'snapshot upload', timeoutMs };
-      await ssh.run(['sudo', 'sh', '-c', 'umask 077 && cat > "$1"', 'sh', file], upload);
-      await ssh.run(['sudo', 'rm', '-rf', scratch]);
       const release = managedRelease(inventory);
-      if (release) await installRelease(ssh, releaseArchive, release, timeoutMs);
-      await ssh.run(
-        [
-          'sudo',
-          ...snapshotRestoreProgram(inventory, member),
-          'snapshot',
-          'restore',
-          file,
-          '--name',
-          member.name,
-          '--initial-cluster',
-          inventory.members.map((m) => `${m.name}=${peerUrl(inventory, m)}`).join(','),
-          '--initial-cluster-token',
-          inventory.cluster.initial_token,
-          '--initial-advertise-peer-urls',
-          peerUrl(inventory, member),
-          '--data-dir',
-          scratch,
-        ],
-        { describe: 'snapshot restore' },
+      await restoreInto(
+        ssh,
+        { inventory, member, snapshot, timeoutMs },
+        release ? () => installRelease(ssh, releaseArchive, release, timeoutMs) : undefined,
       );
-      await ssh.run(['sudo', 'mv', `${scratch}/member`, `${dataDir}/member`]);
-      await ssh.run(['sudo', 'chown', '-R', 'etcd:etcd', `${dataDir}/member`]);
-      await ssh.run(['sudo', 'rm', '-rf', scratch, file]);
-      // --no-block: etcd reports ready only once a quorum of restored members runs.
-      await ssh.run(['sudo', 'systemctl', 'start', '--no-block', 'etcd.service']);
     },
   };
+}
+
+/** `etcdutl snapshot restore` of this member, with the cluster the snapshot founds. */
+function restoreArgv(inventory: Inventory, member: Member, file: string, dataDir: string): string[] {
+  return [
+    'sudo',
+    ...snapshotRestoreProgram(inventory, member),
+    'snapshot',
+    'restore',
+    file,
+    '--name',
+    member.name,
+    '--initial-cluster',
+    inventory.members.map((m) => `${m.name}=${peerUrl(inventory, m)}`).join(','),
+    '--initial-cluster-token',
+    inventory.cluster.initial_token,
+    '--initial-advertise-peer-urls',
+    peerUrl(inventory, member),
+    '--data-dir',
+    dataDir,
+  ];
+}
+
+/**
+ * The snapshot into the member: uploaded over stdin into a file only root reads (it is the cluster's data),
+ * restored into a scratch directory beside the data directory, moved into place, and etcd started.
+ */
+async function restoreInto(
+  ssh: SshConnection,
+  { inventory, member, snapshot, timeoutMs }: { inventory: Inventory; member: Member; snapshot: Stdin; timeoutMs: number },
+  installTools: (() => Promise<unknown>) | undefined,
+): Promise<void> {
+  const dataDir = inventory.etcd.data_dir;
+  const file = '/var/tmp/etcd-kvm-restore.db';
+  const scratch = `${dataDir}/.etcd-kvm-restore`;
+  // Streamed from the control node's copy; as long as the guest's disk takes it (the run's health_timeout).
+  await ssh.run(['sudo', 'sh', '-c', 'umask 077 && cat > "$1"', 'sh', file], { stdin: snapshot, describe: 'snapshot upload', timeoutMs });
+  await ssh.run(['sudo', 'rm', '-rf', scratch]);
+  if (installTools) await installTools();
+  await ssh.run(restoreArgv(inventory, member, file, scratch), { describe: 'snapshot restore' });
+  await ssh.run(['sudo', 'mv', `${scratch}/member`, `${dataDir}/member`]);
+  await ssh.run(['sudo', 'chown', '-R', 'etcd:etcd', `${dataDir}/member`]);
+  await ssh.run(['sudo', 'rm', '-rf', scratch, file]);
+  // --no-block: etcd reports ready only once a quorum of restored members runs.
+  await ssh.run(['sudo', 'systemctl', 'start', '--no-block', 'etcd.service']);
 }
 
 export const restore = deployStep({

@@ -71,6 +71,91 @@ async function probe(context: RemoteContext, member: Member): Promise<VolumesSta
   return state;
 }
 
+type DiskSeen = 'yes' | 'no' | 'unknown';
+
+/**
+ * Which members had their OS disk when the step started: a missing disk next to existing ones means a cluster
+ * formed without this member's data. Asked once, by the first member that misses its disk, and before any
+ * member can apply (every apply comes after its own check, which awaits this).
+ */
+function disksAtStart(inventory: Inventory, context: RemoteContext): () => Promise<Map<string, DiskSeen>> {
+  let seen: Promise<Map<string, DiskSeen>> | undefined;
+  const diskOf = (member: Member): Promise<DiskSeen> =>
+    probe(context, member).then(
+      (state): DiskSeen => (state.os.exists ? 'yes' : 'no'),
+      (): DiskSeen => 'unknown',
+    );
+  return () =>
+    (seen ??= Promise.all(inventory.members.map(async (member) => [member.name, await diskOf(member)] as const)).then(
+      (entries) => new Map(entries),
+    ));
+}
+
+/** A missing OS disk: an overlay on the base image, unless the member would start empty in a cluster that exists. */
+function osDiskChanges(
+  member: Member,
+  state: VolumesState & { othersWithDisks: string[] },
+  { inventory, joining }: { inventory: Inventory; joining: boolean },
+): Change<VolumeAction>[] {
+  const { os, data, pool } = member.volumes;
+  if (state.os.exists) return [];
+  const on = `hypervisor ${member.hypervisor.name}`;
+  if ('existing' in os)
+    throw new Error(
+      `volume_id ${os.existing} does not exist in pool ${pool} on ${on}; create it or drop volume_id to let the tool make an overlay on base_image`,
+    );
+  // A data disk that is there holds the member's etcd data: a new OS disk boots the same member (an image rebuild).
+  const dataKept = state.data?.exists === true;
+  if (!joining && !dataKept && (!inventory.cluster.is_initializing || state.othersWithDisks.length > 0)) {
+    const exists =
+      state.othersWithDisks.length > 0
+        ? `other members have their disks: ${state.othersWithDisks.join(', ')}`
+        : 'cluster.is_initializing is false';
+    throw new Error(
+      `refusing to create a new OS disk for ${member.name}: the cluster already exists (${exists}), and a fresh member would start empty. ` +
+        'Restore the volume, or remove the member from the cluster (etcdctl member remove <its ID, from etcd-kvm status>) ' +
+        `or run with --replace ${member.name}: it then joins as a learner with a fresh disk and its data from the cluster. Nothing was changed for this member.`,
+    );
+  }
+  if (!state.base || 'missing' in state.base) {
+    const missing = state.base && 'missing' in state.base ? state.base.missing : '?';
+    throw new Error(`base image ${missing} not found on ${on}; upload it (for the local lab: npm run lab:up)`);
+  }
+  const capacityBytes = osDiskBytes(os, state.base.capacityBytes);
+  const kept = dataKept && data ? `; etcd's data stays on ${pool}/${'existing' in data ? data.existing : data.name}` : '';
+  const size = `${(capacityBytes / GIB).toFixed(0)} GiB`;
+  return [
+    {
+      summary: `create OS disk ${pool}/${os.name} (${size} qcow2 overlay on ${os.base.pool}/${os.base.volume}${kept})`,
+      action: { kind: 'overlay', pool, name: os.name, capacityBytes, basePath: state.base.path },
+    },
+  ];
+}
+
+/** A missing data disk: a new one, unless the cluster has formed, where it held the member's data. */
+function dataDiskChanges(
+  member: Member,
+  state: VolumesState,
+  { joining, formed }: { joining: boolean; formed: boolean },
+): Change<VolumeAction>[] {
+  const { data, pool } = member.volumes;
+  if (!data || !state.data || state.data.exists) return [];
+  if ('existing' in data)
+    throw new Error(`data_volume_id ${data.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}`);
+  if (!joining && formed) {
+    throw new Error(
+      `refusing to create a new data disk for ${member.name}: the cluster has formed, so ${pool}/${data.name} held this member's etcd data, and etcd would start on an empty one. ` +
+        `Restore the volume, or run with --replace ${member.name} (it joins again empty and takes its data from the cluster). Nothing was changed for this member.`,
+    );
+  }
+  return [
+    {
+      summary: `create data disk ${pool}/${data.name} (${data.sizeGib} GiB qcow2)`,
+      action: { kind: 'data', pool, name: data.name, capacityBytes: data.sizeGib * GIB },
+    },
+  ];
+}
+
 /**
  * `joining`: these members have just been added to a formed cluster as learners, so an empty disk is
  * what they need (they get their data from the cluster). `formed`: the cluster has formed (etcd said
@@ -84,24 +169,7 @@ export function volumesStep(
   { joining, formed }: { joining: boolean; formed: boolean },
 ): Step<VolumesState & { othersWithDisks: string[] }, VolumeAction> {
   const { targets, memberNamed } = memberTargets(members);
-  // Which members had their OS disk when this step started: a missing disk next to existing ones means a
-  // cluster formed without this member's data. Taken once, by the first member that misses its disk, and
-  // before any member can apply (every apply comes after its own check, which awaits this).
-  type DiskSeen = 'yes' | 'no' | 'unknown';
-  let disksAtStart: Promise<Map<string, DiskSeen>> | undefined;
-  const membersWithDisks = () =>
-    (disksAtStart ??= Promise.all(
-      inventory.members.map(
-        async (member) =>
-          [
-            member.name,
-            await probe(context, member).then(
-              (state): DiskSeen => (state.os.exists ? 'yes' : 'no'),
-              (): DiskSeen => 'unknown',
-            ),
-          ] as const,
-      ),
-    ).then((entries) => new Map<string, DiskSeen>(entries)));
+  const membersWithDisks = disksAtStart(inventory, context);
   return {
     name: 'volumes',
     targets,
@@ -114,49 +182,7 @@ export function volumesStep(
     },
     plan(state, name) {
       const member = memberNamed(name);
-      const { os, data, pool } = member.volumes;
-      const changes: Change<VolumeAction>[] = [];
-      if (!state.os.exists) {
-        if ('existing' in os)
-          throw new Error(
-            `volume_id ${os.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}; create it or drop volume_id to let the tool make an overlay on base_image`,
-          );
-        // A data disk that is there holds the member's etcd data: a new OS disk boots the same member (an image rebuild).
-        const dataKept = state.data?.exists === true;
-        if (!joining && !dataKept && (!inventory.cluster.is_initializing || state.othersWithDisks.length > 0)) {
-          throw new Error(
-            `refusing to create a new OS disk for ${name}: the cluster already exists (${state.othersWithDisks.length > 0 ? `other members have their disks: ${state.othersWithDisks.join(', ')}` : 'cluster.is_initializing is false'}), ` +
-              'and a fresh member would start empty. Restore the volume, or remove the member from the cluster (etcdctl member remove <its ID, ' +
-              `from status.ts>) or run with --replace ${name}: it then joins as a learner with a fresh disk and its data from the cluster. Nothing was changed for this member.`,
-          );
-        }
-        if (!state.base || 'missing' in state.base) {
-          throw new Error(
-            `base image ${state.base && 'missing' in state.base ? state.base.missing : '?'} not found on hypervisor ${member.hypervisor.name}; upload it (for the local lab: npm run lab:up)`,
-          );
-        }
-        const capacityBytes = osDiskBytes(os, state.base.capacityBytes);
-        const kept = dataKept && data ? `; etcd's data stays on ${pool}/${'existing' in data ? data.existing : data.name}` : '';
-        changes.push({
-          summary: `create OS disk ${pool}/${os.name} (${(capacityBytes / GIB).toFixed(0)} GiB qcow2 overlay on ${os.base.pool}/${os.base.volume}${kept})`,
-          action: { kind: 'overlay', pool, name: os.name, capacityBytes, basePath: state.base.path },
-        });
-      }
-      if (data && state.data && !state.data.exists) {
-        if ('existing' in data)
-          throw new Error(`data_volume_id ${data.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}`);
-        if (!joining && formed) {
-          throw new Error(
-            `refusing to create a new data disk for ${name}: the cluster has formed, so ${pool}/${data.name} held this member's etcd data, and etcd would start on an empty one. ` +
-              `Restore the volume, or run with --replace ${name} (it joins again empty and takes its data from the cluster). Nothing was changed for this member.`,
-          );
-        }
-        changes.push({
-          summary: `create data disk ${pool}/${data.name} (${data.sizeGib} GiB qcow2)`,
-          action: { kind: 'data', pool, name: data.name, capacityBytes: data.sizeGib * GIB },
-        });
-      }
-      return changes;
+      return [...osDiskChanges(member, state, { inventory, joining }), ...dataDiskChanges(member, state, { joining, formed })];
     },
     async apply(changes, name) {
       const virsh = await context.virshFor(memberNamed(name));

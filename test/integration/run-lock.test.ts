@@ -13,16 +13,15 @@ import { silenceKnownWarnings } from '../../tasks/core/warnings.ts';
 import { EtcdClients, type ClientIdentity } from '../../tasks/etcd/client.ts';
 import { waitForHealth } from '../../tasks/etcd/health.ts';
 import { clientIdentities } from '../../tasks/etcd/identities.ts';
+import { holderRecord, type RunLockHolder } from '../../tasks/etcd/run-lock-decision.ts';
 import {
   acquireClusterRunLock,
   lookAtClusterRunLock,
-  holderRecord,
-  runLockKey,
   type Acquisition,
   type ClusterRunLockOptions,
   type HeldRunLock,
-  type RunLockHolder,
-} from '../../tasks/etcd/run-lock.ts';
+} from '../../tasks/etcd/run-lock-lease.ts';
+import { runLockKey } from '../../tasks/inventory/lock-keys.ts';
 import { DEFRAG_LOCK_KEY } from '../../tasks/inventory/lock-keys.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
@@ -307,7 +306,7 @@ test('deploy and maintain from another copy of the state directory are refused a
   const doc = loopbackDocument();
   (doc.cluster as Record<string, unknown>).state_dir = clone;
   const path = writeInventory(doc);
-  const tool = (script: string, args: string[]) => run(process.execPath, ['--import', 'tsx', `tasks/${script}.ts`, '-i', path, ...args]);
+  const tool = (script: string, args: string[]) => run(process.execPath, ['--import', 'tsx', `tasks/commands/${script}.ts`, '-i', path, ...args]);
   const before = readdirSync(clone, { recursive: true }).sort();
 
   const other = holderOf('operator-a.example', 9999);

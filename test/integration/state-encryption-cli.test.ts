@@ -24,7 +24,7 @@ function tool(script: string, inventory: string, args: string[], env: Record<str
   const clean = { ...process.env };
   delete clean.ETCD_KVM_PASSPHRASE;
   delete clean.ETCD_KVM_PASSPHRASE_FILE;
-  return run(process.execPath, ['--import', 'tsx', `tasks/${script}.ts`, '-i', inventory, ...args], { env: { ...clean, ...env } });
+  return run(process.execPath, ['--import', 'tsx', `tasks/commands/${script}.ts`, '-i', inventory, ...args], { env: { ...clean, ...env } });
 }
 
 const PLANTED = '-----BEGIN PRIVATE KEY-----\nPLANTED\n-----END PRIVATE KEY-----\n';

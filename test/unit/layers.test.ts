@@ -1,4 +1,5 @@
 import test from 'ava';
+import ts from 'typescript';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 
@@ -137,4 +138,24 @@ test('no import circle between the files of tasks/', (t) => {
   };
   for (const file of importsOf.keys()) visit(file, []);
   t.deepEqual(circles, []);
+});
+
+/** Functions short enough to read at once: none in tasks/ of this many lines or more (its signature to its closing brace). */
+const LONGEST_FUNCTION = 80;
+
+test(`no function in tasks/ is ${LONGEST_FUNCTION} lines or longer`, (t) => {
+  const long: string[] = [];
+  for (const file of sources(TASKS)) {
+    const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true);
+    const visit = (node: ts.Node): void => {
+      if (ts.isFunctionLike(node) && 'body' in node && node.body) {
+        const first = source.getLineAndCharacterOfPosition(node.getStart(source)).line;
+        const lines = source.getLineAndCharacterOfPosition(node.end).line - first + 1;
+        if (lines >= LONGEST_FUNCTION) long.push(`${relative(TASKS, file)}:${first + 1} (${lines} lines)`);
+      }
+      ts.forEachChild(node, visit);
+    };
+    visit(source);
+  }
+  t.deepEqual(long, []);
 });

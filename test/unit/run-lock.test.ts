@@ -6,21 +6,17 @@ import { EtcdAuthenticationFailedError, EtcdError, GRPCDeadlineExceededError, GR
 import { LockHeldError } from '../../tasks/core/lock.ts';
 import { Runner } from '../../tasks/core/runner.ts';
 import { runDeploy, type PipelineOptions } from '../../tasks/deploy/pipeline.ts';
+import { acquireAfterLook, ClusterRunLockHeldError, unlessBusy } from '../../tasks/etcd/run-lock.ts';
 import {
-  acquireAfterLook,
-  acquireClusterRunLock,
-  ClusterRunLockHeldError,
   decideLock,
   holderRecord,
   parseHolderRecord,
-  runLockKey,
   thisRun,
-  unlessBusy,
-  type Acquisition,
-  type HeldRunLock,
   type LockAnswer,
   type LockDecision,
-} from '../../tasks/etcd/run-lock.ts';
+} from '../../tasks/etcd/run-lock-decision.ts';
+import { acquireClusterRunLock, type Acquisition, type HeldRunLock } from '../../tasks/etcd/run-lock-lease.ts';
+import { runLockKey } from '../../tasks/inventory/lock-keys.ts';
 import { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 import { silentMember } from '../helpers/silent-etcd.ts';

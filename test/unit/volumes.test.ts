@@ -91,7 +91,7 @@ test('existing disks are ok; a disk missing next to existing ones is refused, ne
   );
   t.regex(
     outcome['etcd-2']!,
-    /remove the member from the cluster \(etcdctl member remove <its ID, from status.ts>\) or run with --replace etcd-2: it then joins as a learner/,
+    /remove the member from the cluster \(etcdctl member remove <its ID, from etcd-kvm status>\) or run with --replace etcd-2: it then joins as a learner/,
   );
 });
 
