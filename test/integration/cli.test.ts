@@ -169,7 +169,9 @@ test('encrypted state: --encrypt seals every key, later runs work only with the 
     return passphrase === undefined ? env : { ...env, ETCD_KVM_PASSPHRASE: passphrase };
   };
   const tool = (script: string, args: string[], passphrase?: string) =>
-    run(process.execPath, ['--import', 'tsx', `tasks/commands/${script}.ts`, '-i', inventory, ...args], { env: withPassphrase(passphrase) });
+    run(process.execPath, ['--import', 'tsx', `tasks/commands/${script}.ts`, '-i', inventory, ...args], {
+      env: withPassphrase(passphrase),
+    });
   t.is(tool('deploy', ['--render-only', join(dir, 'rendered')]).status, 0);
   const keyFiles = () =>
     [['pki'], ['pki', 'members'], ['pki', 'peers'], ['pki', 'clients'], ['ssh'], ['ssh', 'hosts']].flatMap((sub) =>

@@ -306,7 +306,8 @@ test('deploy and maintain from another copy of the state directory are refused a
   const doc = loopbackDocument();
   (doc.cluster as Record<string, unknown>).state_dir = clone;
   const path = writeInventory(doc);
-  const tool = (script: string, args: string[]) => run(process.execPath, ['--import', 'tsx', `tasks/commands/${script}.ts`, '-i', path, ...args]);
+  const tool = (script: string, args: string[]) =>
+    run(process.execPath, ['--import', 'tsx', `tasks/commands/${script}.ts`, '-i', path, ...args]);
   const before = readdirSync(clone, { recursive: true }).sort();
 
   const other = holderOf('operator-a.example', 9999);
