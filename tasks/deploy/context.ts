@@ -12,17 +12,12 @@ import { identityFrom, materialsFrom, readFacts } from '../pki/materials.ts';
 import { PkiStore } from '../pki/store.ts';
 import { MemberConnections } from '../remote/members.ts';
 import type { SnapshotSource } from '../backup/source.ts';
-import { renderGuest, renderMemberAndGuest, type RenderedFile } from '../render/member.ts';
+import { renderGuest, renderMemberAndGuest } from '../render/member.ts';
 import type { DesiredGuest } from '../render/guest/desired.ts';
 import type { FirstStart } from '../render/etcd.ts';
 import type { NetworkNames } from '../steps/networks.ts';
+import type { Rendered } from '../steps/deploy-step.ts';
 import { CommandTimes } from '../remote/command-times.ts';
-
-/** What one render made: each member's files (domain XML, cloud-init) and its guest's contents. */
-export interface Rendered {
-  files: Map<string, RenderedFile[]>;
-  guests: Map<string, DesiredGuest>;
-}
 
 const renderContext = (inventory: Inventory, store: PkiStore, firstStart: FirstStart, networkNames?: NetworkNames) => ({
   inventory,

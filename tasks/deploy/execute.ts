@@ -1,7 +1,7 @@
 import type { Phase, Runner } from '../core/runner.ts';
 import { inventoryOf, type MembershipPlan } from '../etcd/membership.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import type { DeployRun, Pass, PlannedPhase, Rendered, Shown } from '../steps/deploy-step.ts';
+import type { DeployRun, DeployRunOptions, Pass, PlannedPhase, Rendered, Shown } from '../steps/deploy-step.ts';
 import { guestQuestions } from '../steps/guest.ts';
 import type { NetworkNames } from '../steps/networks.ts';
 import { prepareSteps, runPhase } from '../steps/registry.ts';
@@ -10,13 +10,8 @@ import { renderAll, type DeployContext } from './context.ts';
 import { prefetchFacts } from './gather.ts';
 import { phaseTitle, selectedBy, type PlanOptions } from './plan.ts';
 
-export interface ExecuteOptions extends PlanOptions {
-  diff?: boolean;
-  /** --accept-mismatch: an operator looked at the members' recorded mismatch; the run compares them again whatever it changes. */
-  acceptMismatch?: boolean;
-  /** --renew-certs: every leaf certificate issued again in this run. */
-  renewCerts?: boolean;
-}
+/** The plan's options and those the steps read (--diff, --accept-mismatch, --renew-certs). */
+export type ExecuteOptions = PlanOptions & DeployRunOptions;
 
 /** What the gather stage hands the phases: who is in the cluster, the networks' names, and the plan made from them. */
 export interface Planned {

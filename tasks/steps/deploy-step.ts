@@ -157,9 +157,13 @@ export interface DeployResources {
 /** The run's options a step reads. */
 export interface DeployRunOptions {
   dryRun: boolean;
+  /** --render-only DIR: the render writes its files there for review, and nothing else runs. */
   renderOnly?: string;
+  /** --diff: the run shows its changes' diffs (a dry-run always does). */
   diff?: boolean;
+  /** --accept-mismatch: an operator looked at the members' recorded mismatch; the run compares them again whatever it changes. */
   acceptMismatch?: boolean;
+  /** --renew-certs: every leaf certificate issued again in this run. */
   renewCerts?: boolean;
   tags?: readonly string[];
   skipTags?: readonly string[];
