@@ -25,8 +25,9 @@ import { volumes } from './volumes.ts';
 /**
  * The deploy's steps, in the order a run takes them: the table of contents `--tags`, `--help`, the
  * docs' step table, the plan (deploy/plan.ts) and its executor read. Each step is one module under
- * steps/ (its entry, the facts it asks ahead, how it runs its phases); adding one is that module and
- * its place here. The plan's phases come in this order (test/unit/registry-order.test.ts holds it).
+ * steps/ (its entry, the facts it asks ahead, how it runs its phases); adding one is that module, its
+ * place here, and where deploy/plan.ts places its phase. The plan's phases come in this order:
+ * test/unit/deploy-plan.test.ts holds it against every plan of its decision table.
  */
 export const DEPLOY_STEPS = [
   pki,
