@@ -6,8 +6,6 @@ import { PACKAGE_ROOT } from '../core/package-root.ts';
 import { bashCompletion } from './completion.ts';
 import { COMMANDS, type Command } from './commands.ts';
 
-export { COMMANDS, type Command };
-
 /**
  * The `etcd-kvm` command: `etcd-kvm deploy -i inv.yaml` runs tasks/deploy.ts with `-i inv.yaml`, exactly
  * as `npx tsx tasks/deploy.ts -i inv.yaml` does. cli/commands.ts is the one list of commands: --help and

@@ -8,7 +8,7 @@ import { prepareSteps, runPhase } from '../steps/registry.ts';
 import type { DesiredGuest } from '../render/guest/desired.ts';
 import { renderAll, type DeployContext } from './context.ts';
 import { prefetchFacts } from './gather.ts';
-import { phaseTitle, selectedBy, type PlanOptions } from './plan.ts';
+import { PKI_PHASE, phaseTitle, selectedBy, type PlanOptions } from './plan.ts';
 
 /** The plan's options and those the steps read (--diff, --accept-mismatch, --renew-certs). */
 export type ExecuteOptions = PlanOptions & DeployRunOptions;
@@ -54,7 +54,7 @@ export class DeployExecution implements DeployRun {
 
   /** The plan's first phase, before the gather stage. */
   async runPki(): Promise<void> {
-    await this.runner.runPhases([this.#phase({ step: 'pki' })]);
+    await this.runner.runPhases([this.#phase(PKI_PHASE)]);
   }
 
   /** Every phase after pki in order; each step's early work (etcd's users and roles asked) starts first, while the others work. */

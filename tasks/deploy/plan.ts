@@ -234,7 +234,7 @@ function peerTrustPhases(record: DeployRecord, main: Pass, options: PlanOptions,
  * First of all: the CA, the certificates and the cluster's ID. It runs before the gather stage (the
  * clients etcd is asked through need its certificates), so a listed plan shows it done.
  */
-const PKI: PlannedPhase = { step: 'pki' };
+export const PKI_PHASE: PlannedPhase = { step: 'pki' };
 
 /** The gather stage's departures this run takes, in order: members marked absent only in a run over the whole inventory. */
 function departurePhases(record: DeployRecord, selection: readonly string[], options: PlanOptions): PlannedPhase[] {
@@ -335,7 +335,7 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
     joining: false,
     formed: record.formed,
   };
-  if (options.renderOnly !== undefined) return [PKI, { step: 'render', pass: main }];
+  if (options.renderOnly !== undefined) return [PKI_PHASE, { step: 'render', pass: main }];
   const joiners = record.joiners.filter((name) => selection.includes(name));
   if (joiners.length > 0 && !NEEDED_TO_JOIN.every(selected)) {
     throw new InputError(
@@ -346,7 +346,7 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
   const rebuilding = rebuildPhases(record, main.members, selected);
   const { upgrade, clusterVersion } = rollPhases(inventory, record, main, options);
   return [
-    PKI,
+    PKI_PHASE,
     ...upgrade,
     ...departurePhases(record, selection, options),
     { step: 'render', pass: main },

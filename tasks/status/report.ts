@@ -150,10 +150,12 @@ function versionsAndCa(facts: StatusFacts, members: readonly MemberRow[], said: 
   const clusterVersion = typeof facts.clusterVersion === 'string' ? facts.clusterVersion : null;
   if (typeof facts.clusterVersion !== 'string' && facts.members.some((m) => !('error' in m.etcd)))
     said.warnings.push(`the cluster version could not be read (${facts.clusterVersion.error})`);
-  const caExpires = facts.caNotAfter ? facts.caNotAfter.toISOString() : null;
-  const caDays = facts.caNotAfter ? (facts.caNotAfter.getTime() - facts.at.getTime()) / DAY_MS : Number.POSITIVE_INFINITY;
-  if (caDays < CERTIFICATE_WARNING_DAYS)
-    said.warnings.push(`the CA expires in ${Math.floor(caDays)} days (${caExpires}): see "Rotating the CA" in the README`);
+  const caExpires = facts.caNotAfter?.toISOString() ?? null;
+  if (facts.caNotAfter) {
+    const days = (facts.caNotAfter.getTime() - facts.at.getTime()) / DAY_MS;
+    if (days < CERTIFICATE_WARNING_DAYS)
+      said.warnings.push(`the CA expires in ${Math.floor(days)} days (${caExpires}): see "Rotating the CA" in the README`);
+  }
   return { versions, clusterVersion, caExpires };
 }
 

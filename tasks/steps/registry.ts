@@ -1,3 +1,4 @@
+import type { Member } from '../inventory/model.ts';
 import { auth } from './auth.ts';
 import { cloudInit } from './cloud-init-iso.ts';
 import { clusterVersion } from './cluster-version.ts';
@@ -97,8 +98,7 @@ export function runPhase(phase: PlannedPhase, run: DeployRun): Shown {
 }
 
 /** Libvirt's questions about a member that the steps ask ahead, in one batch per hypervisor. */
-export const hypervisorQuestionsAhead = (member: Parameters<NonNullable<DeployStep['asksHypervisor']>>[0]) =>
-  DEPLOY_STEPS.flatMap((step: DeployStep) => step.asksHypervisor?.(member) ?? []);
+export const hypervisorQuestionsAhead = (member: Member) => DEPLOY_STEPS.flatMap((step: DeployStep) => step.asksHypervisor?.(member) ?? []);
 
 /** Every step's `prepare`, before the first phase. */
 export const prepareSteps = (run: DeployRun): void => {

@@ -4,7 +4,7 @@ import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { DEPLOY_HELP } from '../../tasks/cli/options.ts';
-import { COMMANDS } from '../../tasks/cli/main.ts';
+import { COMMANDS } from '../../tasks/cli/commands.ts';
 import { run } from '../helpers/exec.ts';
 
 /** The installed command as node runs it: bin/etcd-kvm.mjs, plain JS registering tsx itself (no --import tsx). */
@@ -64,7 +64,11 @@ test("every command runs its script, and the table's flags are the ones its --he
   for (const command of COMMANDS) {
     const result = etcdKvm([command.name, '--help']);
     t.is(result.status, 0, `${command.name}: ${result.stderr}`);
-    t.deepEqual([...command.flags].sort(), [...longFlags(result.stdout)].sort(), `${command.name}: tasks/cli/main.ts's flags are stale`);
+    t.deepEqual(
+      [...command.flags].sort(),
+      [...longFlags(result.stdout)].sort(),
+      `${command.name}: tasks/cli/commands.ts's flags are stale`,
+    );
   }
 });
 

@@ -1,6 +1,7 @@
 import test from 'ava';
 import { existsSync } from 'node:fs';
-import { COMMANDS, dispatch, helpText, scriptPath, type Command, type Dispatch } from '../../tasks/cli/main.ts';
+import { COMMANDS, type Command } from '../../tasks/cli/commands.ts';
+import { dispatch, helpText, scriptPath, type Dispatch } from '../../tasks/cli/main.ts';
 import { deployExitCode, parseDeployOptions } from '../../tasks/cli/options.ts';
 
 /** The etcd-kvm dispatcher's decisions, without running anything: what each command line asks for. */
