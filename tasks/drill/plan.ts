@@ -2,8 +2,7 @@ import { MiB } from '../core/limits.ts';
 import { commandLine } from '../core/shell.ts';
 import type { HashKV } from '../etcd/hash-kv.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import { GUEST_PATHS } from '../render/etcd.ts';
-import { etcdToolsDir, snapshotRestoreProgram } from '../render/etcd-release.ts';
+import { drillEtcdArgv, drillNeedsBytes, drillRestoreArgv, drillScratch } from '../render/restore-drill.ts';
 import type { BackupManifest } from '../backup/manifest.ts';
 
 /**
@@ -16,14 +15,8 @@ import type { BackupManifest } from '../backup/manifest.ts';
  * made. Then the scratch copy goes. The members' own etcd is never touched.
  */
 
-/** The throwaway etcd's transient unit, and its loopback ports (outside etcd's usual 2379/2380). */
+/** The throwaway etcd's transient unit (its commands: render/restore-drill.ts). */
 export const DRILL_UNIT = 'etcd-kvm-restore-drill';
-export const DRILL_CLIENT_PORT = 32379;
-const DRILL_PEER_URL = 'http://127.0.0.1:32380';
-const DRILL_NAME = 'restore-drill';
-
-/** On the member's data disk, beside etcd's data: the disk meant to hold a database of this size. */
-export const drillScratch = (inventory: Inventory) => `${inventory.etcd.data_dir}/.etcd-kvm-restore-drill`;
 
 /** What a member answers when asked whether it can take the drill. */
 export interface DrillCandidate {
@@ -61,12 +54,6 @@ export function drillMember(candidates: readonly DrillCandidate[], named?: strin
   return follower ? { member: follower.name } : { refused: 'the cluster has no follower to run a drill on' };
 }
 
-/**
- * The data disk's free space a drill needs: the snapshot file, the database it restores into (its size
- * again), and the write-ahead log etcd preallocates (64 MiB), with room to spare.
- */
-export const drillNeedsBytes = (snapshotBytes: number) => 2 * snapshotBytes + 96 * MiB;
-
 export function roomVerdict(member: string, availableBytes: number, snapshotBytes: number): string | undefined {
   const need = drillNeedsBytes(snapshotBytes);
   if (availableBytes >= need) return undefined;
@@ -91,42 +78,12 @@ export function drillUploadScript(inventory: Inventory): string {
 }
 
 /**
- * Restores the uploaded snapshot with the member's own etcd tools (its hash check included), removes the
- * file, and starts the throwaway etcd as the etcd user in a transient unit at a low CPU and I/O weight.
+ * Restores the uploaded snapshot, removes the file, and starts the throwaway etcd as the etcd user in a
+ * transient unit at a low CPU and I/O weight. (The members' agents run the same two commands on their
+ * schedule: render/guest/member-agent.ts hands them over in the agent's configuration.)
  */
 export function drillStartScript(inventory: Inventory, member: Member): string {
   const scratch = drillScratch(inventory);
-  const data = `${scratch}/data`;
-  const clientUrl = `https://127.0.0.1:${DRILL_CLIENT_PORT}`;
-  const cluster = `${DRILL_NAME}=${DRILL_PEER_URL}`;
-  const restore = [
-    ...snapshotRestoreProgram(inventory, member),
-    'snapshot',
-    'restore',
-    `${scratch}/snapshot.db`,
-    '--name',
-    DRILL_NAME,
-    '--initial-cluster',
-    cluster,
-    '--initial-advertise-peer-urls',
-    DRILL_PEER_URL,
-    '--data-dir',
-    data,
-  ];
-  const etcd = [
-    `${etcdToolsDir(inventory, member)}/etcd`,
-    `--name=${DRILL_NAME}`,
-    `--data-dir=${data}`,
-    `--listen-client-urls=${clientUrl}`,
-    `--advertise-client-urls=${clientUrl}`,
-    `--listen-peer-urls=${DRILL_PEER_URL}`,
-    `--initial-advertise-peer-urls=${DRILL_PEER_URL}`,
-    `--initial-cluster=${cluster}`,
-    `--cert-file=${GUEST_PATHS.serverCert}`,
-    `--key-file=${GUEST_PATHS.serverKey}`,
-    `--quota-backend-bytes=${inventory.etcd.space_quota}`,
-    ...(inventory.etcd.client_cert_auth ? ['--client-cert-auth', `--trusted-ca-file=${GUEST_PATHS.caCert}`] : []),
-  ];
   const unit = [
     'systemd-run',
     `--unit=${DRILL_UNIT}`,
@@ -134,11 +91,11 @@ export function drillStartScript(inventory: Inventory, member: Member): string {
     '--property=CPUWeight=10',
     '--property=IOWeight=10',
     '--property=Nice=10',
-    ...etcd,
+    ...drillEtcdArgv(inventory, member),
   ];
   return [
     'set -e',
-    commandLine(restore),
+    commandLine(drillRestoreArgv(inventory, member)),
     commandLine(['rm', '-f', `${scratch}/snapshot.db`]),
     commandLine(['chown', '-R', 'etcd:etcd', scratch]),
     commandLine(unit),

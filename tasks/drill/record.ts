@@ -17,6 +17,7 @@ export interface DrillRecord {
   keys?: number;
   /** What it showed, or why it failed, a line each (plan.ts, judgeDrill). */
   findings: string[];
+  /** Who drilled: "the control node" (`backup --verify`), or "its agent on schedule" (backup.verify, the member's agent). */
   by: string;
 }
 
@@ -47,8 +48,8 @@ export function drillLines(
 ): { line: string; warnings: string[] } {
   const age = (record: DrillRecord) => ago(Math.max(0, (now.getTime() - Date.parse(record.finished)) / 1000));
   const line = lastVerified
-    ? `backup drill: ${lastVerified.object} restored and verified ${age(lastVerified)} ago on ${lastVerified.member} (revision ${lastVerified.revision}, ${lastVerified.keys} keys)`
-    : 'backup drill: no backup verified by a restore drill yet (etcd-kvm backup --verify)';
+    ? `backup drill: ${lastVerified.object} restored and verified ${age(lastVerified)} ago on ${lastVerified.member} by ${lastVerified.by} (revision ${lastVerified.revision}, ${lastVerified.keys} keys)`
+    : 'backup drill: no backup verified by a restore drill yet (etcd-kvm backup --verify, or backup.verify on a schedule)';
   const warnings =
     lastDrill?.outcome === 'failed'
       ? [

@@ -10,7 +10,6 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import type { SshConnection } from '../remote/ssh.ts';
 import { Tunnel } from '../remote/tunnel.ts';
 import {
-  DRILL_CLIENT_PORT,
   DRILL_UNIT,
   drillCleanupScript,
   drillMember,
@@ -24,6 +23,7 @@ import {
   type RestoredFacts,
 } from './plan.ts';
 import { BACKUP_RECORD_KEYS } from '../backup/runs.ts';
+import { DRILL_CLIENT_PORT, DRILL_ETCD_WINDOW_MS } from '../render/restore-drill.ts';
 import type { DrillRecord } from './record.ts';
 import type { SnapshotFile } from '../backup/snapshot-file.ts';
 import { SnapshotDamaged, type ChosenSnapshot, type SnapshotSource } from '../backup/source.ts';
@@ -33,9 +33,6 @@ import { SnapshotDamaged, type ChosenSnapshot, type SnapshotSource } from '../ba
  * downloaded and checked on the control node (SnapshotSource: its manifest, its seal, its SHA-256), then
  * restored in one member as plan.ts describes; the result is recorded in etcd, where `status` reads it.
  */
-
-/** How long the throwaway etcd may take to answer once started: a first start under emulation takes seconds. */
-const DRILL_ETCD_WINDOW_MS = 120_000;
 
 async function candidates(inventory: Inventory, session: ClusterSession): Promise<DrillCandidate[]> {
   return Promise.all(

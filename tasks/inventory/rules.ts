@@ -923,6 +923,17 @@ const backupSettingsAreSound: Rule = (doc) => {
   return problems;
 };
 
+const drillsNeedBackups: Rule = (doc) =>
+  doc.backup.verify.enabled && !doc.backup.enabled
+    ? [
+        {
+          path: ['backup', 'verify', 'enabled'],
+          message: 'needs backup.enabled: true',
+          hint: "a scheduled drill restores the cluster's newest backup, with the bucket and keys the agents back up with: turn backups on too",
+        },
+      ]
+    : [];
+
 const defragNeedsTheAgentsIdentity: Rule = (doc) =>
   doc.maintenance.defrag.enabled && !doc.etcd.client_cert_auth
     ? [
@@ -996,6 +1007,7 @@ export const RULES: readonly Rule[] = [
   s3ValuesAreParsed,
   restoreIsClusterWide,
   backupSettingsAreSound,
+  drillsNeedBackups,
   defragNeedsTheAgentsIdentity,
   installNeedsReleaseVersion,
   stageNeedsReleaseBinaries,

@@ -948,6 +948,26 @@ export const backupSchema = z
         "The S3 endpoint as the members reach it, where it differs from the control node's (`restore.s3.endpoint`): a private address, a " +
           'VPC endpoint. Empty: the same.',
       ),
+    verify: z
+      .object({
+        enabled: z
+          .boolean()
+          .default(false)
+          .describe(
+            'At each tick one voting follower of a healthy cluster restores the newest of its backups into a scratch directory on its data ' +
+              'disk, reads it with a throwaway etcd on its loopback, checks its revision and HashKV against the manifest, and records the ' +
+              'result in etcd (`status`, the alerts): what `backup --verify` does, without a control node. Needs `backup.enabled`.',
+          ),
+        schedule: line
+          .regex(CALENDAR, 'must be a systemd calendar event, e.g. "daily", "*:0/15" or "*-*-* 04:30:00"')
+          .default('*-*-* 04:30:00')
+          .describe(
+            'When, as a systemd calendar event (`OnCalendar=`); an alert fires when no drill has verified a backup for two periods.',
+          ),
+      })
+      .strict()
+      .default({})
+      .describe('Restore drills on a schedule, inside the cluster: the newest backup proven to restore.'),
   })
   .strict()
   .default({})
@@ -975,7 +995,8 @@ export const alertForSchema = z
     mixed_versions: alertFor('30m', 'members run different etcd versions (longer than a roll takes)'),
     certificate_expiring: alertFor('1h', 'a certificate stays within `monitoring.certificate_expiry_days` of its end'),
     backup_missing: alertFor('10m', 'no backup has succeeded for two schedule periods'),
-    backup_drill_failed: alertFor('1m', "the cluster's last restore drill (`backup --verify`) failed"),
+    backup_drill_failed: alertFor('1m', "the cluster's last restore drill (`backup --verify`, `backup.verify`) failed"),
+    backup_unverified: alertFor('10m', 'no restore drill has verified a backup for two `backup.verify` periods'),
     drift: alertFor('30m', "a member's managed files differ from what the last converged run wrote"),
   })
   .strict()

@@ -224,6 +224,21 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     applies: (inventory) => inventory.backup.enabled,
   },
   {
+    key: 'backup_unverified',
+    name: 'EtcdKvmBackupUnverified',
+    severity: 'warning',
+    source: 'node',
+    // Counted from the last verified drill, or (none yet) from when the drills were scheduled: the freshest of
+    // either, across the members, speaks for the cluster. A period of 0 is one the agent could not tell.
+    expr: (s) =>
+      `time() - max by (etcd_cluster) (${s.node('__name__=~"etcd_kvm_backup_last_verified_timestamp_seconds|etcd_kvm_backup_verify_scheduled_since_timestamp_seconds"')}) > 2 * (max by (etcd_cluster) (etcd_kvm_backup_verify_period_seconds${s.node()}) > 0)`,
+    summary:
+      'cluster {{ $labels.etcd_cluster }}: no restore drill has verified a backup for {{ $value | humanizeDuration }}, two drill periods',
+    runbook:
+      'Run `etcd-kvm status -i INV` for the last drill, and `journalctl -u etcd-kvm-verify` on the members for why none ran (a drill runs only while the cluster is healthy); `etcd-kvm backup -i INV --verify` drills now.',
+    applies: (inventory) => inventory.backup.enabled && inventory.backup.verify.enabled,
+  },
+  {
     key: 'drift',
     name: 'EtcdKvmDrift',
     severity: 'warning',

@@ -29,12 +29,25 @@ def encrypt(message, aad, nonce, key):
     return bytes.fromhex(answer.stdout.decode())
 
 
+def decrypt(ciphertext, aad, nonce, key):
+    assert aad is None
+    answer = subprocess.run(
+        ["node", os.path.join(HERE, "xchacha-seal.mjs")],
+        input=json.dumps({"message": ciphertext.hex(), "nonce": nonce.hex(), "key": key.hex(), "open": True}).encode(),
+        capture_output=True,
+    )
+    if answer.returncode != 0:
+        raise ValueError(f"does not authenticate: {answer.stderr.decode()}")
+    return bytes.fromhex(answer.stdout.decode())
+
+
 try:
     import nacl.bindings  # noqa: F401
 except ImportError:
     nacl = types.ModuleType("nacl")
     bindings = types.ModuleType("nacl.bindings")
     bindings.crypto_aead_xchacha20poly1305_ietf_encrypt = encrypt
+    bindings.crypto_aead_xchacha20poly1305_ietf_decrypt = decrypt
     nacl.bindings = bindings
     sys.modules["nacl"], sys.modules["nacl.bindings"] = nacl, bindings
 
@@ -46,6 +59,30 @@ command, argument = sys.argv[1], json.loads(sys.argv[2])
 if command == "seal":
     sealed_key, digest = agent.seal_file(argument["source"], argument["destination"], bytes.fromhex(argument["master_key"]))
     print(json.dumps({"key": sealed_key.hex(), "sha256": digest}))
+elif command == "open":
+    # A sealed object opened as a scheduled drill opens it: its key with the master key, then its chunks as they come.
+    data_key = agent.open_sealed(bytes.fromhex(argument["master_key"]), bytes.fromhex(argument["key"]))
+
+    def pieces():
+        with open(argument["dump"], "rb") as dump:
+            while piece := dump.read(argument["piece_bytes"]):
+                yield piece
+
+    import hashlib
+
+    try:
+        snapshot = b"".join(agent.opened_chunks(pieces(), data_key))
+        print(json.dumps({"sha256": hashlib.sha256(snapshot).hexdigest(), "bytes": len(snapshot)}))
+    except Exception as error:  # noqa: BLE001 - what the drill would call not intact
+        print(json.dumps({"error": type(error).__name__}))
+elif command == "judge-drill":
+    outcome, findings = agent.judge_drill(argument["manifest"], argument["restored"])
+    print(json.dumps({"outcome": outcome, "findings": findings}))
+elif command == "drill-member":
+    view = dict(argument["view"])
+    view["statuses"] = {int(mid): status for mid, status in view["statuses"].items()}
+    member, refused = agent.drill_member(view, argument["order"])
+    print(json.dumps({"member": member} if member else {"refused": refused}))
 elif command == "manifest":
     print(json.dumps(agent.manifest_text(argument["fields"], bytes.fromhex(argument["master_key"]))))
 elif command == "judge-and-retain":

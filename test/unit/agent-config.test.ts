@@ -17,6 +17,7 @@ const ALIASES: Record<string, { path: string; taken: RegExp }> = {
   s3: { path: 's3', taken: /\bs3 = config\["s3"\]/ },
   settings: { path: 'defrag', taken: /\bsettings = config\["defrag"\]/ },
   rule: { path: 'defrag.rule', taken: /settings\["rule"\]/ },
+  drill: { path: 'verify', taken: /\bdrill = config\["verify"\]/ },
 };
 
 /** Every `name["a"]["b"]` and `name.get("a")` read in the agent, as a dotted path from the configuration's top. */
@@ -41,13 +42,13 @@ function pathsWritten(value: unknown, prefix = ''): string[] {
   ];
 }
 
-/** Backups, an encryption key and scheduled defragmentation: every key the agent can be given. */
+/** Backups, their drills, an encryption key and scheduled defragmentation: every key the agent can be given. */
 function everything() {
   const doc = baseDocument();
   const s3 = { endpoint: 'https://s3.example.org', bucket: 'bkt', object_prefix: 'lab', access_key: 'AK', secret_key: 'SK' };
   const inventory = load({
     ...doc,
-    backup: { enabled: true },
+    backup: { enabled: true, verify: { enabled: true } },
     maintenance: { defrag: { enabled: true } },
     defaults: { ...(doc.defaults as object), restore: { s3, encryption_key: 'ab'.repeat(32) } },
   });

@@ -7,7 +7,14 @@ import { join } from 'node:path';
 import { backupTimestamp, dumpObjectName, masterKeyFromHex, openDataKey, openStream } from '../../tasks/backup/format.ts';
 import { DEFRAG_LOCK_KEY, runLockKey } from '../../tasks/inventory/lock-keys.ts';
 import { AGENT_USER } from '../../tasks/inventory/tool-users.ts';
-import { AGENT_PATHS, BACKUP_PACKAGES, BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS } from '../../tasks/render/guest/member-agent.ts';
+import {
+  AGENT_PATHS,
+  BACKUP_PACKAGES,
+  BACKUP_UNITS,
+  DEFRAG_UNITS,
+  METRICS_UNITS,
+  VERIFY_UNITS,
+} from '../../tasks/render/guest/member-agent.ts';
 import { MANIFEST_PATH } from '../../tasks/render/guest/textfile.ts';
 import { GUEST_PATHS } from '../../tasks/render/etcd.ts';
 import { baseDocument, load, problemsOf } from '../helpers/inventory.ts';
@@ -181,8 +188,11 @@ test('every member gets the agent, its timer and its secrets 0400 to etcd; nothi
 });
 
 test('a task turned off is retired: its units and files (the S3 secrets with backups, all of the agent with both off), never what is written', async (t) => {
-  const render = async (backup: boolean, defrag: boolean) => {
-    const doc = withBackup({ enabled: backup, schedule: '*:0/15', keep: 5 }, { s3, encryption_key: 'ab'.repeat(32) });
+  const render = async (backup: boolean, defrag: boolean, verify = false) => {
+    const doc = withBackup(
+      { enabled: backup, schedule: '*:0/15', keep: 5, verify: { enabled: verify } },
+      { s3, encryption_key: 'ab'.repeat(32) },
+    );
     const inventory = load({ ...doc, maintenance: { defrag: { enabled: defrag, schedule: '*:0/10' } } });
     const guest = (await renderWithPki(inventory)).guests.get('etcd-2')!;
     const written = new Set(guest.files.map((file) => file.path));
@@ -194,15 +204,24 @@ test('a task turned off is retired: its units and files (the S3 secrets with bac
     return guest.retired;
   };
   const backupOnly = await render(true, false);
-  t.deepEqual(backupOnly.units, [DEFRAG_UNITS.timer, DEFRAG_UNITS.service]);
+  t.deepEqual(backupOnly.units, [DEFRAG_UNITS.timer, DEFRAG_UNITS.service, VERIFY_UNITS.timer, VERIFY_UNITS.service]);
   // No S3 CA in this inventory: the one an earlier configuration wrote goes too; and etcd's own leftover, a recovery's drop-in.
   t.deepEqual(
     backupOnly.paths.sort(),
-    [AGENT_PATHS.s3Ca, AGENT_PATHS.defragService, AGENT_PATHS.defragTimer, GUEST_PATHS.forceNewClusterDropIn].sort(),
+    [
+      AGENT_PATHS.s3Ca,
+      AGENT_PATHS.defragService,
+      AGENT_PATHS.defragTimer,
+      AGENT_PATHS.verifyService,
+      AGENT_PATHS.verifyTimer,
+      GUEST_PATHS.forceNewClusterDropIn,
+    ].sort(),
   );
+  // Drills on: their units stay.
+  t.deepEqual((await render(true, false, true)).units, [DEFRAG_UNITS.timer, DEFRAG_UNITS.service]);
 
   const defragOnly = await render(false, true);
-  t.deepEqual(defragOnly.units, [BACKUP_UNITS.timer, BACKUP_UNITS.service]);
+  t.deepEqual(defragOnly.units, [BACKUP_UNITS.timer, BACKUP_UNITS.service, VERIFY_UNITS.timer, VERIFY_UNITS.service]);
   for (const path of [AGENT_PATHS.accessKey, AGENT_PATHS.secretKey, AGENT_PATHS.timer, AGENT_PATHS.service])
     t.true(defragOnly.paths.includes(path), path);
   t.false(defragOnly.paths.includes(AGENT_PATHS.metricsFile));
@@ -210,7 +229,7 @@ test('a task turned off is retired: its units and files (the S3 secrets with bac
   const neither = await render(false, false);
   t.deepEqual(
     neither.units,
-    [BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS].flatMap(({ service, timer }) => [timer, service]),
+    [BACKUP_UNITS, DEFRAG_UNITS, VERIFY_UNITS, METRICS_UNITS].flatMap(({ service, timer }) => [timer, service]),
   );
   for (const path of [AGENT_PATHS.program, AGENT_PATHS.key, AGENT_PATHS.metricsTimer, AGENT_PATHS.metricsFile, MANIFEST_PATH])
     t.true(neither.paths.includes(path), path);

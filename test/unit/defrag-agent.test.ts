@@ -1,6 +1,6 @@
 import test from 'ava';
 import { spawnSync } from 'node:child_process';
-import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
@@ -344,9 +344,14 @@ test('a defrag tick that finds the one member not answering holding the lock wai
   );
 });
 
-test("the metrics task reports the cluster's restore drills from their records in etcd: the last one failed, and when one last verified", (t) => {
+test("the metrics task reports the cluster's restore drills from their records in etcd: the last one failed, when one last verified, and the scheduled drills' period and start", (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-metrics-'));
   const endpoint = 'https://192.168.150.11:2379';
+  // The drills' timer, written when they were scheduled: the unverified alert counts from it until a drill verifies.
+  const timer = join(dir, 'etcd-kvm-verify.timer');
+  writeFileSync(timer, '[Timer]\n');
+  const scheduled = Date.parse('2026-11-28T12:00:00Z') / 1000;
+  utimesSync(timer, scheduled, scheduled);
   const config = {
     member: 'etcd-1',
     backup_enabled: true,
@@ -354,6 +359,7 @@ test("the metrics task reports the cluster's restore drills from their records i
     work_dir: dir,
     etcd: { endpoint },
     metrics: { staging: join(dir, 'agent.prom'), manifest: join(dir, 'absent.json') },
+    verify: { enabled: true, schedule: 'daily', timer },
   };
   const kv = (key: string, value: unknown) => ({
     key: Buffer.from(`etcd-kvm/backup/${key}`).toString('base64'),
@@ -369,13 +375,23 @@ test("the metrics task reports the cluster's restore drills from their records i
   const failing = ran([
     success,
     kv('last-verified', verified),
-    kv('last-drill', { finished: '2026-11-29T05:00:00+00:00', outcome: 'failed' }),
+    kv('last-drill', { finished: '2026-11-29T05:00:00+00:00', outcome: 'failed', period_seconds: 7200 }),
   ]);
   t.regex(failing, /^etcd_kvm_backup_last_drill_failed 1$/m);
+  // The period the last scheduled drill recorded; without one (a drill of the control node's, or none), systemd's calendar says.
+  t.regex(failing, /^etcd_kvm_backup_verify_period_seconds 7200$/m);
+  t.regex(failing, new RegExp(`^etcd_kvm_backup_verify_scheduled_since_timestamp_seconds ${scheduled}$`, 'm'));
   t.regex(failing, new RegExp(`^etcd_kvm_backup_last_verified_timestamp_seconds ${Date.parse('2026-11-29T04:30:00Z') / 1000}$`, 'm'));
   const passing = ran([success, kv('last-verified', verified), kv('last-drill', verified)]);
   t.regex(passing, /^etcd_kvm_backup_last_drill_failed 0$/m);
   const never = ran([success]);
   t.regex(never, /^etcd_kvm_backup_last_drill_failed 0$/m);
   t.regex(never, /^etcd_kvm_backup_last_verified_timestamp_seconds 0$/m);
+  t.regex(never, /^etcd_kvm_backup_verify_period_seconds 86400$/m);
+  const off = agent<{ code: number; metrics: string }>('metrics-tick', {
+    config: { ...config, verify: { ...config.verify, enabled: false } },
+    answers: { 'endpoint status': [statusOf(1, endpoint, 2)], 'get etcd-kvm/backup/last-': { kvs: [success] } },
+  }).metrics;
+  t.regex(off, /^etcd_kvm_backup_verify_period_seconds 0$/m);
+  t.regex(off, /^etcd_kvm_backup_verify_scheduled_since_timestamp_seconds 0$/m);
 });

@@ -7,7 +7,6 @@ import {
   drillCleanupScript,
   drillMember,
   drillPrepareScript,
-  drillScratch,
   drillStartScript,
   drillUploadScript,
   judgeDrill,
@@ -16,6 +15,7 @@ import {
   type RestoredFacts,
 } from '../../tasks/drill/plan.ts';
 import type { BackupManifest } from '../../tasks/backup/manifest.ts';
+import { drillScratch } from '../../tasks/render/restore-drill.ts';
 import { drillLines, parseDrillRecord, type DrillRecord } from '../../tasks/drill/record.ts';
 import { MiB } from '../../tasks/core/limits.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
@@ -252,7 +252,7 @@ const record = (changes: Partial<DrillRecord> = {}): DrillRecord => ({
 test('status: the last verified backup and its age; the last drill warned when it failed; a record that is not one is refused', (t) => {
   const now = new Date('2026-11-29T04:00:00Z');
   t.deepEqual(drillLines(record(), record(), now), {
-    line: 'backup drill: lab-2026-11-29T02:30:00Z.dump restored and verified 60 min ago on etcd-2 (revision 40, 12 keys)',
+    line: 'backup drill: lab-2026-11-29T02:30:00Z.dump restored and verified 60 min ago on etcd-2 by the control node (revision 40, 12 keys)',
     warnings: [],
   });
   const failed = record({
@@ -263,7 +263,10 @@ test('status: the last verified backup and its age; the last drill warned when i
   t.deepEqual(drillLines(record(), failed, now).warnings, [
     'the last restore drill (lab-2026-11-29T02:30:00Z.dump, on etcd-2, 10 min ago) failed: restored: revision 41, 12 keys; HashKV … differs',
   ]);
-  t.is(drillLines(undefined, undefined, now).line, 'backup drill: no backup verified by a restore drill yet (etcd-kvm backup --verify)');
+  t.is(
+    drillLines(undefined, undefined, now).line,
+    'backup drill: no backup verified by a restore drill yet (etcd-kvm backup --verify, or backup.verify on a schedule)',
+  );
   t.deepEqual(parseDrillRecord(JSON.stringify(record())), record());
   t.is(parseDrillRecord('{"outcome":"ok"}'), undefined);
   t.is(parseDrillRecord('not json'), undefined);

@@ -117,9 +117,9 @@ test('metrics_port 0: no etcd job nor target file, and no alert on etcd metrics;
   const rules = (parse(renderAlertRules(inventory)) as RuleFile).groups[0]!.rules;
   t.deepEqual(
     rules.map((rule) => rule.alert),
-    ALERTS.filter((alert) => alert.source === 'node' && alert.key !== 'backup_missing' && alert.key !== 'backup_drill_failed').map(
-      (alert) => alert.name,
-    ),
+    ALERTS.filter(
+      (alert) => alert.source === 'node' && !['backup_missing', 'backup_drill_failed', 'backup_unverified'].includes(alert.key),
+    ).map((alert) => alert.name),
   );
   t.false(rules.some((rule) => rule.expr.includes(JOBS.etcd)));
 });

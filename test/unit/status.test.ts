@@ -317,7 +317,9 @@ test('status and restore drills: the last verified backup shown once a drill ran
   t.true(
     formatStatusTable(report)
       .split('\n')
-      .includes('backup drill: lab-2026-11-22T09:30:00Z.dump restored and verified 10 min ago on etcd-2 (revision 99, 7 keys)'),
+      .includes(
+        'backup drill: lab-2026-11-22T09:30:00Z.dump restored and verified 10 min ago on etcd-2 by the control node (revision 99, 7 keys)',
+      ),
   );
 
   const failed = healthy();
@@ -331,7 +333,7 @@ test('status and restore drills: the last verified backup shown once a drill ran
   scheduledNoDrill.drillRecords = {};
   t.is(
     summarizeStatus(scheduledNoDrill, NAMES).drill,
-    'backup drill: no backup verified by a restore drill yet (etcd-kvm backup --verify)',
+    'backup drill: no backup verified by a restore drill yet (etcd-kvm backup --verify, or backup.verify on a schedule)',
   );
 
   const noneAtAll = healthy();

@@ -12,6 +12,14 @@ import { etcdToolsDir } from '../etcd-release.ts';
 import { secretFile, type CloudConfigFragment, type ImagePackage, type RetiredParts, type WriteFile } from './fragment.ts';
 import { MANIFEST_PATH, TEXTFILE_DIR } from './textfile.ts';
 import { DISARM_BELOW_QUOTA } from '../../inventory/model.ts';
+import {
+  DRILL_CLIENT_URL,
+  DRILL_ETCD_WINDOW_MS,
+  drillEtcdArgv,
+  drillNeedsBytes,
+  drillRestoreArgv,
+  drillScratch,
+} from '../restore-drill.ts';
 
 /**
  * The members' agent (agent/etcd-kvm-agent.py), while it has an etcd identity (agentInEtcd:
@@ -21,6 +29,8 @@ import { DISARM_BELOW_QUOTA } from '../../inventory/model.ts';
  *   snapshot, seals it in etcd-backup's format, uploads it where restore.s3 points and prunes;
  * - `defrag` (inventory `maintenance.defrag`): each member defragments itself when the rule holds, one
  *   member at a time under a lease-backed lock in etcd, the leader last;
+ * - `verify` (inventory `backup.verify`): at each tick one voting follower of a healthy cluster restores the
+ *   newest backup in a scratch directory and checks it against its manifest (a restore drill, drill/plan.ts);
  * - `metrics`: every minute at its half (METRICS_SCHEDULE), what etcd does not export (its alarms, the last backup, the last
  *   defragmentation, drift of the managed files) into the node exporter's textfile directory.
  *
@@ -34,6 +44,7 @@ import { DISARM_BELOW_QUOTA } from '../../inventory/model.ts';
 export const BACKUP_UNITS = { service: 'etcd-kvm-backup.service', timer: 'etcd-kvm-backup.timer' } as const;
 export const DEFRAG_UNITS = { service: 'etcd-kvm-defrag.service', timer: 'etcd-kvm-defrag.timer' } as const;
 export const METRICS_UNITS = { service: 'etcd-kvm-metrics.service', timer: 'etcd-kvm-metrics.timer' } as const;
+export const VERIFY_UNITS = { service: 'etcd-kvm-verify.service', timer: 'etcd-kvm-verify.timer' } as const;
 
 const DIR = '/etc/etcd-kvm/agent';
 const WORK_DIR = '/var/lib/etcd-kvm-agent';
@@ -53,6 +64,8 @@ export const AGENT_PATHS = {
   defragTimer: `/etc/systemd/system/${DEFRAG_UNITS.timer}`,
   metricsService: `/etc/systemd/system/${METRICS_UNITS.service}`,
   metricsTimer: `/etc/systemd/system/${METRICS_UNITS.timer}`,
+  verifyService: `/etc/systemd/system/${VERIFY_UNITS.service}`,
+  verifyTimer: `/etc/systemd/system/${VERIFY_UNITS.timer}`,
   /** Written by the agent as the etcd user, then moved into the textfile directory (root's) by its unit. */
   metricsStaging: `${WORK_DIR}/etcd-kvm-agent.prom`,
   metricsFile: `${TEXTFILE_DIR}/etcd-kvm-agent.prom`,
@@ -91,6 +104,22 @@ export interface AgentConfig {
   };
   run_lock_key: string;
   metrics: { staging: string; manifest: string };
+  verify: {
+    enabled: boolean;
+    schedule: string;
+    /** Its timer's unit file: written when drills were scheduled, the time the staleness alert counts from until one verifies. */
+    timer: string;
+    /** The members in the inventory's order: the drill's member is the first voting follower in it (drill/plan.ts, drillMember). */
+    members: string[];
+    scratch: string;
+    restore: string[];
+    etcd: string[];
+    client_url: string;
+    /** How long the throwaway etcd may take to answer once started. */
+    answer_window_seconds: number;
+    /** The room a drill needs on the data disk: twice the snapshot and this much more (drill/plan.ts, drillNeedsBytes). */
+    spare_bytes: number;
+  };
 }
 
 /** What the agent reads: no secret in it, only where the secrets are. */
@@ -137,11 +166,39 @@ export function agentConfig(inventory: Inventory, member: Member, clusterId = ''
     // Taken by the tool's runs: while one holds it the agent does not defragment (inventory/lock-keys.ts).
     run_lock_key: runLockKey(inventory.cluster.name),
     metrics: { staging: AGENT_PATHS.metricsStaging, manifest: MANIFEST_PATH },
+    // The same restore and the same throwaway etcd as `backup --verify` (drill/plan.ts): one description of a drill.
+    verify: {
+      enabled: inventory.backup.verify.enabled,
+      schedule: inventory.backup.verify.schedule,
+      timer: AGENT_PATHS.verifyTimer,
+      members: inventory.members.map((other) => other.name),
+      scratch: drillScratch(inventory),
+      restore: drillRestoreArgv(inventory, member),
+      etcd: drillEtcdArgv(inventory, member),
+      client_url: DRILL_CLIENT_URL,
+      answer_window_seconds: DRILL_ETCD_WINDOW_MS / 1000,
+      spare_bytes: drillNeedsBytes(0),
+    },
   };
 }
 
+/**
+ * A drill's service may also write etcd's data directory, which its user (etcd) owns anyway: the agent makes
+ * its scratch directory there, on the data disk. Not the scratch directory alone: systemd sets up every
+ * process's mount namespace, even a `+` ExecStartPre's, before anything could create it, and fails the start
+ * on a path that is not there yet (status=226/NAMESPACE, seen on the lab's systemd 252).
+ */
+function drillServiceLines(dataDir: string): string[] {
+  return [`ReadWritePaths=${dataDir}`, 'CPUWeight=10', 'IOWeight=10'];
+}
+
 /** One task of the agent as a oneshot service, below etcd: it never takes the CPU or the disk from the member serving. */
-export function renderAgentService(task: 'backup' | 'defrag' | 'metrics', description: string, timeout: string): string {
+export function renderAgentService(
+  task: 'backup' | 'defrag' | 'metrics' | 'verify',
+  description: string,
+  timeout: string,
+  drillDataDir?: string,
+): string {
   return [
     `# Managed by etcd-kvm: ${description}.`,
     '[Unit]',
@@ -158,13 +215,17 @@ export function renderAgentService(task: 'backup' | 'defrag' | 'metrics', descri
     `ExecStart=${AGENT_PATHS.program} ${task}`,
     // The textfile directory is root's: the metrics the agent wrote as etcd are moved in (one rename, so
     // the node exporter never reads half a file); none written, nothing moved.
-    ...(task === 'backup' ? [] : [`ExecStartPost=+-/bin/mv -f ${AGENT_PATHS.metricsStaging} ${AGENT_PATHS.metricsFile}`]),
+    ...(task === 'defrag' || task === 'metrics'
+      ? [`ExecStartPost=+-/bin/mv -f ${AGENT_PATHS.metricsStaging} ${AGENT_PATHS.metricsFile}`]
+      : []),
     'Nice=10',
     'IOSchedulingClass=idle',
+    ...(drillDataDir ? drillServiceLines(drillDataDir) : []),
     // Fenced: a run (Python, etcdctl) needs a few tens of MiB, its S3 answers are bounded too, and nothing but its
     // work directory (StateDirectory, writable under ProtectSystem=strict) is its to write. The metrics' move
     // above runs as root outside the fence (+).
-    'MemoryMax=256M',
+    // A drill's throwaway etcd maps the restored database: room for it beside the run.
+    `MemoryMax=${drillDataDir ? '512M' : '256M'}`,
     'ProtectSystem=strict',
     'ProtectHome=yes',
     'PrivateTmp=yes',
@@ -207,7 +268,7 @@ export const renderBackupTimer = (schedule: string): string =>
   renderAgentTimer('the backup schedule (inventory backup.schedule)', schedule);
 
 /** Every unit the agent may run: a task's timer, then its service (stopped in this order, the timer cannot start it again). */
-const AGENT_UNITS = [BACKUP_UNITS, DEFRAG_UNITS, METRICS_UNITS].flatMap(({ service, timer }) => [timer, service]);
+const AGENT_UNITS = [BACKUP_UNITS, DEFRAG_UNITS, VERIFY_UNITS, METRICS_UNITS].flatMap(({ service, timer }) => [timer, service]);
 
 /**
  * What the agent leaves in a member under another configuration: every unit and file of a task that is
@@ -283,6 +344,17 @@ export function memberAgentFragment({ inventory, member, tls, clusterId }: Agent
         ),
       ]
     : [];
+  const verify = inventory.backup.enabled && inventory.backup.verify.enabled;
+  const verifyFiles: WriteFile[] = verify
+    ? [
+        unit(AGENT_PATHS.verifyService, renderAgentService('verify', 'scheduled restore drill', '1h', inventory.etcd.data_dir)),
+        unit(
+          AGENT_PATHS.verifyTimer,
+          renderAgentTimer('the restore drills (inventory backup.verify.schedule)', inventory.backup.verify.schedule),
+          VERIFY_UNITS.timer,
+        ),
+      ]
+    : [];
   const files: WriteFile[] = [
     { path: AGENT_PATHS.program, permissions: '0755', content: agentProgram() },
     unit(AGENT_PATHS.config, `${JSON.stringify(agentConfig(inventory, member, clusterId), null, 2)}\n`),
@@ -290,6 +362,7 @@ export function memberAgentFragment({ inventory, member, tls, clusterId }: Agent
     secretFile(AGENT_PATHS.key, OWNER, tls.agent?.key ? writeSecret(tls.agent.key) : pending(`private key of ${AGENT_USER}`)),
     ...backup,
     ...defragFiles,
+    ...verifyFiles,
     unit(
       AGENT_PATHS.metricsService,
       renderAgentService('metrics', "metrics etcd does not export, for the node exporter's textfile collector", '5min'),
@@ -299,6 +372,7 @@ export function memberAgentFragment({ inventory, member, tls, clusterId }: Agent
   const timers = [
     ...(inventory.backup.enabled ? [BACKUP_UNITS.timer] : []),
     ...(defrag.enabled ? [DEFRAG_UNITS.timer] : []),
+    ...(verify ? [VERIFY_UNITS.timer] : []),
     METRICS_UNITS.timer,
   ];
   return {
