@@ -52,6 +52,12 @@ export const COMMANDS: readonly Command[] = [
     flags: ['--inventory', '--json', '--help'],
   },
   {
+    name: 'drill',
+    module: 'drill',
+    summary: 'a fault drill: real faults one at a time under load, then no write lost and reads linearizable',
+    flags: ['--inventory', '--faults', '--hold', '--dry-run', '--json', '--report', '--svg', '--help'],
+  },
+  {
     name: 'maintain',
     module: 'maintain',
     summary: 'compact, defragment or clear a NOSPACE alarm, on a healthy cluster only',

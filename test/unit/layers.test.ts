@@ -27,6 +27,8 @@ const ALLOWED: Record<string, string[]> = {
   status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade', 'backup', 'verify', 'drill'],
   // Whether the members hold the same data: read through etcd's clients only (and the deploy's record of a difference).
   verify: ['core', 'inventory', 'etcd'],
+  // A fault drill: faults through libvirt and the members' SSH, clients through etcd's, verify after each.
+  faults: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'verify'],
   // Whether the quorum is lost for good, and from which survivor it comes back: the deploy asks it too.
   recover: ['core', 'inventory', 'remote', 'render', 'libvirt', 'etcd', 'steps'],
   // The deploy's stages: gather, plan, execute, over the steps; its last phase compares the members as verify does.
@@ -47,6 +49,7 @@ const ALLOWED: Record<string, string[]> = {
     'guest',
     'backup',
     'drill',
+    'faults',
     'steps',
     'status',
     'verify',
