@@ -122,6 +122,18 @@ async function settled(inventory: Inventory, session: ClusterSession, deadlineMs
   }
 }
 
+/**
+ * verify's failed checks once it passes or the deadline is past: a member healthy again may still be catching
+ * up on its raft log for a moment, which verify's bound on it sees.
+ */
+async function verifiedBy(inventory: Inventory, session: ClusterSession, deadlineMs: number): Promise<string[]> {
+  for (;;) {
+    const failed = await verifyFailures(inventory, session);
+    if (failed.length === 0 || performance.now() > deadlineMs) return failed;
+    await pause(2_000);
+  }
+}
+
 interface DrillContext {
   inventory: Inventory;
   session: ClusterSession;
@@ -161,10 +173,11 @@ async function runFault(context: DrillContext, fault: FaultDefinition, turn: num
     } finally {
       if (fault.heal) await act(session, member, fault.heal(member));
     }
-    const after = await settled(inventory, session, performance.now() + timing.settleMs);
+    const deadlineMs = performance.now() + timing.settleMs;
+    const after = await settled(inventory, session, deadlineMs);
     result.settledMs = clock();
     Object.assign(result, { leaderAfter: after.leader, elections: Math.max(0, after.term - before.term) });
-    result.verifyFailed = await verifyFailures(inventory, session);
+    result.verifyFailed = await verifiedBy(inventory, session, deadlineMs);
   } catch (error) {
     result.error = briefError(error);
   }
