@@ -243,6 +243,74 @@ scenario('scheduled backups: one member takes each tick, also with a member stop
   t.regex(status.stdout, new RegExp(`^backup: last success \\d+ (s|min) ago \\(\\S+\\) by etcd-\\d, revision \\d+, ${DUMP}$`, 'm'));
 });
 
+/** A drill's record in etcd (drill/record.ts), as the control node reads it. */
+function drillRecord(key: 'last-drill' | 'last-verified'): DrillRecord | undefined {
+  const answer = etcdctl(ALL, rootIdentity, ['get', `etcd-kvm/backup/${key}`, '--print-value-only']);
+  return answer.stdout.trim() ? parseDrillRecord(answer.stdout.trim()) : undefined;
+}
+
+// Here, while the first scenario's backups run each minute: later scenarios turn them off, and the last one
+// takes the control node's backup for the newest (a scheduled backup after it would hold its later keys).
+scenario(
+  "a scheduled restore drill (backup.verify): at its tick a follower's agent restores the newest backup on its own, its HashKV as recorded; status shows it, the others say whose it was, nothing is left behind; turned off, its units go",
+  async (t) => {
+    const started = Date.now();
+    // Every minute at :50, between the backups (:00) and the defragmentations (:15, :45); off again at the end.
+    writeInventory({ restore: false, backup: true, verify: '*:*:50' });
+    t.is(deployed(t).status, 0);
+    const fresh = () => {
+      const record = drillRecord('last-drill');
+      return record?.by === 'its agent on schedule' && Date.parse(record.finished) > started ? record : undefined;
+    };
+    try {
+      await until('a scheduled drill recorded', () => fresh() !== undefined, 3 * 60_000);
+    } finally {
+      // What each member's timer and agent did, in the log whatever came of it.
+      for (const name of ['etcd-1', 'etcd-2', 'etcd-3'] as const)
+        t.log(
+          name,
+          memberSsh(
+            name,
+            'systemctl list-timers etcd-kvm-verify.timer --no-pager; sudo journalctl -u etcd-kvm-verify -o cat --no-pager -n 40',
+          ).stdout,
+        );
+    }
+    const record = fresh()!;
+    t.log(JSON.stringify(record));
+    t.is(record.outcome, 'ok', record.findings.join('; '));
+    t.regex(record.findings.join('\n'), /^HashKV at revision \d+ is \d+, as recorded at backup time$/m);
+    // The newest backup when it drilled: still in the bucket (keep 2), a tick's backup at most after it.
+    t.true(dumps().slice(-2).includes(record.object), `${record.object} in ${dumps().join(', ')}`);
+    t.deepEqual(drillRecord('last-verified'), record);
+    const member = record.member as keyof typeof MEMBER_IPS;
+    // Nothing left in the member that drilled: its scratch directory empty, no throwaway etcd listening.
+    const left = memberSsh(member, "sudo sh -c 'ls -A /var/lib/etcd/.etcd-kvm-restore-drill; ss -Hltn sport = :32379'");
+    t.is(left.stdout.trim(), '', left.stdout + left.stderr);
+    // The others looked, and left the tick to it.
+    const other = (['etcd-1', 'etcd-2', 'etcd-3'] as const).find((name) => name !== member)!;
+    const said = memberSsh(other, 'sudo journalctl -u etcd-kvm-verify -o cat --no-pager').stdout;
+    t.regex(said, new RegExp(`^tick \\S+: the drill is ${member}'s`, 'm'), said);
+    const status = run(process.execPath, ['--import', 'tsx', 'tasks/commands/status.ts', '-i', INVENTORY]).stdout;
+    t.regex(
+      status,
+      new RegExp(
+        `^backup drill: ${regexEscaped(record.object)} restored and verified \\d+ s ago on ${member} by its agent on schedule`,
+        'm',
+      ),
+    );
+
+    // Back to the first scenario's inventory (backups on each minute), which the scenarios after it start from.
+    writeInventory({ restore: false, backup: true });
+    t.is(deployed(t).status, 0);
+    for (const name of ['etcd-1', 'etcd-2', 'etcd-3'] as const)
+      t.is(
+        memberSsh(name, 'test -e /etc/systemd/system/etcd-kvm-verify.timer || test -e /etc/systemd/system/etcd-kvm-verify.service').status,
+        1,
+        name,
+      );
+  },
+);
+
 scenario('a member whose image lacks python3-botocore: the deploy refuses that member by name and changes nothing', (t) => {
   // What the probe looks for: a file the package installs (ImagePackage.path), put aside as a stock image would lack it.
   const botocore = BACKUP_PACKAGES.find((need) => need.name === 'python3-botocore')!.path;
@@ -581,71 +649,6 @@ scenario(
     t.regex(broken.stdout, new RegExp(`^ {2}not restored: it did not download intact: ${regexEscaped(latest)}: `, 'm'));
     // The last verified backup stays the one that verified.
     t.regex(status(), new RegExp(`^backup drill: ${regexEscaped(latest)} restored and verified`, 'm'));
-  },
-);
-
-/** A drill's record in etcd (drill/record.ts), as the control node reads it. */
-function drillRecord(key: 'last-drill' | 'last-verified'): DrillRecord | undefined {
-  const answer = etcdctl(ALL, rootIdentity, ['get', `etcd-kvm/backup/${key}`, '--print-value-only']);
-  return answer.stdout.trim() ? parseDrillRecord(answer.stdout.trim()) : undefined;
-}
-
-scenario(
-  "a scheduled restore drill (backup.verify): at its tick a follower's agent restores the newest backup on its own, its HashKV as recorded; status shows it, the others say whose it was, nothing is left behind; turned off, its units go",
-  async (t) => {
-    const started = Date.now();
-    // Every minute at :50, between the backups (:00) and the defragmentations (:15, :45); off again at the end.
-    writeInventory({ restore: false, backup: true, verify: '*:*:50' });
-    t.is(deployed(t).status, 0);
-    const fresh = () => {
-      const record = drillRecord('last-drill');
-      return record?.by === 'its agent on schedule' && Date.parse(record.finished) > started ? record : undefined;
-    };
-    try {
-      await until('a scheduled drill recorded', () => fresh() !== undefined, 3 * 60_000);
-    } finally {
-      // What each member's timer and agent did, in the log whatever came of it.
-      for (const name of ['etcd-1', 'etcd-2', 'etcd-3'] as const)
-        t.log(
-          name,
-          memberSsh(
-            name,
-            'systemctl list-timers etcd-kvm-verify.timer --no-pager; sudo journalctl -u etcd-kvm-verify -o cat --no-pager -n 40',
-          ).stdout,
-        );
-    }
-    const record = fresh()!;
-    t.log(JSON.stringify(record));
-    t.is(record.outcome, 'ok', record.findings.join('; '));
-    t.regex(record.findings.join('\n'), /^HashKV at revision \d+ is \d+, as recorded at backup time$/m);
-    // The newest backup when it drilled: still in the bucket (keep 2), a tick's backup at most after it.
-    t.true(dumps().slice(-2).includes(record.object), `${record.object} in ${dumps().join(', ')}`);
-    t.deepEqual(drillRecord('last-verified'), record);
-    const member = record.member as keyof typeof MEMBER_IPS;
-    // Nothing left in the member that drilled: its scratch directory empty, no throwaway etcd listening.
-    const left = memberSsh(member, "sudo sh -c 'ls -A /var/lib/etcd/.etcd-kvm-restore-drill; ss -Hltn sport = :32379'");
-    t.is(left.stdout.trim(), '', left.stdout + left.stderr);
-    // The others looked, and left the tick to it.
-    const other = (['etcd-1', 'etcd-2', 'etcd-3'] as const).find((name) => name !== member)!;
-    const said = memberSsh(other, 'sudo journalctl -u etcd-kvm-verify -o cat --no-pager').stdout;
-    t.regex(said, new RegExp(`^tick \\S+: the drill is ${member}'s`, 'm'), said);
-    const status = run(process.execPath, ['--import', 'tsx', 'tasks/commands/status.ts', '-i', INVENTORY]).stdout;
-    t.regex(
-      status,
-      new RegExp(
-        `^backup drill: ${regexEscaped(record.object)} restored and verified \\d+ s ago on ${member} by its agent on schedule`,
-        'm',
-      ),
-    );
-
-    writeInventory({ restore: false, backup: true });
-    t.is(deployed(t).status, 0);
-    for (const name of ['etcd-1', 'etcd-2', 'etcd-3'] as const)
-      t.is(
-        memberSsh(name, 'test -e /etc/systemd/system/etcd-kvm-verify.timer || test -e /etc/systemd/system/etcd-kvm-verify.service').status,
-        1,
-        name,
-      );
   },
 );
 
