@@ -526,15 +526,8 @@ def backup(config):
         }
         bucket.put_bytes(stem + ".manifest", manifest_text(fields, master).encode())
         run["size"] = os.path.getsize(sealed)
-        names = bucket.list(s3["object_prefix"] + "-")
-        prefix = s3["object_prefix"]
-        manifests = {
-            manifest_name(dump): bucket.get(manifest_name(dump), MANIFEST_CAP_BYTES).decode(errors="replace")
-            for _, dump in snapshots_in(names, prefix)
-            if manifest_name(dump) in names
-        }
         now = datetime.datetime.now(datetime.timezone.utc)
-        trusted, ignored = judge(names, manifests, prefix, config["cluster_id"], master, now)
+        names, _, trusted, ignored = bucket_snapshots(config, bucket, master, now)
         deleted = retention(trusted, set(names), config["keep"], config.get("max_age_seconds", 0), now, uploaded=name)
         for old in deleted:
             bucket.delete(old)
@@ -647,8 +640,9 @@ def judge_drill(manifest, restored):
     return ("ok" if ok else "failed"), findings
 
 
-def newest_trusted(config, bucket, master):
-    """(name, manifest fields) of this cluster's newest backup (judge: only what verifies), or None."""
+def bucket_snapshots(config, bucket, master, now):
+    """(names, manifests, trusted, ignored): the prefix's objects, the manifests of its snapshots, and judge's
+    verdict on them, as pruning and the drills read the bucket."""
     prefix = config["s3"]["object_prefix"]
     names = bucket.list(prefix + "-")
     manifests = {
@@ -656,7 +650,13 @@ def newest_trusted(config, bucket, master):
         for _, dump in snapshots_in(names, prefix)
         if manifest_name(dump) in names
     }
-    trusted, _ = judge(names, manifests, prefix, config["cluster_id"], master, datetime.datetime.now(datetime.timezone.utc))
+    trusted, ignored = judge(names, manifests, prefix, config["cluster_id"], master, now)
+    return names, manifests, trusted, ignored
+
+
+def newest_trusted(config, bucket, master):
+    """(name, manifest fields) of this cluster's newest backup (judge: only what verifies), or None."""
+    _, manifests, trusted, _ = bucket_snapshots(config, bucket, master, datetime.datetime.now(datetime.timezone.utc))
     if not trusted:
         return None
     name = trusted[-1][1]
