@@ -44,14 +44,23 @@ function extensionsFor(profile: CertificateProfile, sans: SubjectAltNames): obje
   ];
 }
 
-export function issueCertificate(request: CertificateRequest, now = new Date()): string {
+/**
+ * A certificate's serial number, as hex, from 16 random bytes: 126 of their bits, the first byte 0x40–0x7f, so its DER
+ * INTEGER is positive and minimal as it stands. Clearing the high bit alone left a zero first byte in 1 certificate of
+ * 128, which node-forge drops: before a byte of 0x80 or more the serial then reads as negative (Go's x509, etcd's,
+ * refuses one since Go 1.23), before another zero it is a non-minimal INTEGER (OpenSSL: "illegal padding").
+ */
+export function certificateSerial(random: Buffer = randomBytes(16)): string {
+  const serial = Buffer.from(random);
+  serial[0] = (serial[0]! & 0x3f) | 0x40;
+  return serial.toString('hex');
+}
+
+export function issueCertificate(request: CertificateRequest, now = new Date(), serial = certificateSerial()): string {
   const cert = forge.pki.createCertificate();
   const subjectKey = forge.pki.privateKeyFromPem(request.subjectKeyPem) as forge.pki.rsa.PrivateKey;
   cert.publicKey = forge.pki.setRsaPublicKey(subjectKey.n, subjectKey.e);
-  // Positive 128-bit serial: high bit cleared so DER does not read it as negative.
-  const serial = randomBytes(16);
-  serial[0] = serial[0]! & 0x7f;
-  cert.serialNumber = serial.toString('hex');
+  cert.serialNumber = serial;
   // Back-date a little so a member whose clock lags a few minutes still accepts the certificate.
   cert.validity.notBefore = new Date(now.getTime() - BACKDATE_MS);
   cert.validity.notAfter = new Date(now.getTime() + request.validityHours * 3_600_000);
