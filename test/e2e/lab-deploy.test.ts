@@ -15,6 +15,8 @@ import { loadInventory } from '../../tasks/inventory/load.ts';
 import {
   deploy,
   deployInBackground,
+  etcdKvm,
+  installed,
   endpoint,
   etcdctl,
   etcdctlPuts,
@@ -314,8 +316,8 @@ scenario('ten consecutive runs on a converged cluster: changed=0 every time', (t
 
 /** status.ts as a script reads it (its JSON) and as a person does (its table's last line). */
 function status(t: ExecutionContext): { status: number; report: StatusReport; table: string } {
-  const json = run('npx', ['tsx', 'tasks/commands/status.ts', '-i', 'inventories/lab.yaml', '--json']);
-  const table = run('npx', ['tsx', 'tasks/commands/status.ts', '-i', 'inventories/lab.yaml']);
+  const json = etcdKvm('status', ['-i', 'inventories/lab.yaml', '--json']);
+  const table = etcdKvm('status', ['-i', 'inventories/lab.yaml']);
   t.log(table.stdout.trim());
   t.is(json.status, table.status);
   return { status: json.status, report: JSON.parse(json.stdout) as StatusReport, table: table.stdout };
@@ -379,7 +381,7 @@ scenario("status agrees with etcdctl's endpoint status and member list taken aro
 scenario(
   'verify: the members agree (HashKV equal at one pinned revision, as etcdctl endpoint hashkv gives it there); its canary read through each and gone',
   (t) => {
-    const verified = run('npx', ['tsx', 'tasks/commands/verify.ts', '-i', 'inventories/lab.yaml', '--json']);
+    const verified = etcdKvm('verify', ['-i', 'inventories/lab.yaml', '--json']);
     t.is(verified.status, 0, verified.stdout + verified.stderr);
     const report = JSON.parse(verified.stdout) as { passed: boolean; pinnedRevision: number; checks: Check[] };
     t.true(report.passed);
@@ -400,7 +402,7 @@ scenario(
     t.regex(report.checks.find((check) => check.check === 'canary')!.detail, /read back linearizably through etcd-1, etcd-2, etcd-3$/);
     t.is(etcdctl(ALL, rootIdentity, ['get', CANARY_KEY, '--print-value-only']).stdout.trim(), '', 'the canary is deleted');
     // The same checks as lines, one each.
-    const lines = run('npx', ['tsx', 'tasks/commands/verify.ts', '-i', 'inventories/lab.yaml']);
+    const lines = etcdKvm('verify', ['-i', 'inventories/lab.yaml']);
     t.is(lines.status, 0, lines.stdout + lines.stderr);
     t.regex(lines.stdout, /^ok {3}hashkv: equal on 3 voting members at revision \d+/m);
     t.regex(lines.stdout, /^ok {3}certificate etcd-3: chains to the CA, ends in \d+ days$/m);
@@ -415,8 +417,8 @@ scenario(
   (t) => {
     const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-drill-'));
     const started = Date.now();
-    const args = ['tsx', 'tasks/commands/drill.ts', '-i', LAB_INVENTORY, '--hold', '5', '--json', '--report', join(dir, 'drill.md')];
-    const drill = run('npx', args, { timeoutMs: 20 * 60_000 });
+    const args = ['-i', LAB_INVENTORY, '--hold', '5', '--json', '--report', join(dir, 'drill.md')];
+    const drill = etcdKvm('drill', args, { timeoutMs: 20 * 60_000 });
     outputs.push(drill.stdout, drill.stderr);
     t.log(`drill: exit ${drill.status} in ${((Date.now() - started) / 1000).toFixed(1)} s\n${drill.stderr}`);
     t.is(drill.status, 0, drill.stderr.slice(-3000));
@@ -516,7 +518,7 @@ scenario(
     t.regex(refusedStart.output, /\[etcd-3\] guest: .*etcd/, endOf(refusedStart));
     t.notRegex(refusedStart.output, /consistency \[FAILED/);
     // Read as an operator would, with the tool's own logs command (no ssh_config, keys read in memory).
-    const journal = run('npx', ['tsx', 'tasks/commands/logs.ts', '-i', 'inventories/lab.yaml', 'etcd-3', '--since', since, '-n', '2000']);
+    const journal = etcdKvm('logs', ['-i', 'inventories/lab.yaml', 'etcd-3', '--since', since, '-n', '2000']);
     t.is(journal.status, 0, journal.stderr);
     t.regex(journal.stdout, /found data inconsistency with peers/);
     t.is(mismatchRecord(), '');
@@ -570,7 +572,7 @@ scenario(
       );
       t.regex(seen.table, /^hint: etcd-kvm verify -i INVENTORY/m);
 
-      const caught = run('npx', ['tsx', 'tasks/commands/verify.ts', '-i', 'inventories/lab.yaml']);
+      const caught = etcdKvm('verify', ['-i', 'inventories/lab.yaml']);
       t.log(caught.stdout);
       t.is(caught.status, 1, caught.stdout + caught.stderr);
       const differ =
@@ -600,7 +602,7 @@ scenario(
       /consistency: the members agree after changes on etcd-3: equal on 3 voting members at revision \d+.*; the mismatch recorded at \S+ is removed/,
     );
     t.is(mismatchRecord(), '');
-    const repaired = run('npx', ['tsx', 'tasks/commands/verify.ts', '-i', 'inventories/lab.yaml']);
+    const repaired = etcdKvm('verify', ['-i', 'inventories/lab.yaml']);
     t.is(repaired.status, 0, repaired.stdout + repaired.stderr);
     t.is(etcdctl(ALL, rootIdentity, ['del', 'e2e/verify/marker']).status, 0);
     t.is(etcdctl(ALL, rootIdentity, ['del', '--prefix', 'e2e/verify/entries/']).status, 0);
@@ -663,9 +665,7 @@ scenario(
       `etcd-2/guest: changed remove ${FORCE_DROP_IN} (a recovery's --force-new-cluster, left by a recover that did not finish: the next start of etcd would found a new cluster of this member alone); reload systemd (unit files changed)`,
     ]);
     // Looked at as an operator would, with the tool's own ssh command (one command, its exit status).
-    const after = run('npx', [
-      'tsx',
-      'tasks/commands/ssh.ts',
+    const after = etcdKvm('ssh', [
       '-i',
       'inventories/lab.yaml',
       'etcd-2',
@@ -861,17 +861,7 @@ scenario(
           'grant role app1-rw to user app1',
         ],
       );
-      const written = run(process.execPath, [
-        '--import',
-        'tsx',
-        'tasks/commands/client.ts',
-        '-i',
-        readwrite,
-        '--user',
-        'app1',
-        '--out',
-        bundle,
-      ]);
+      const written = etcdKvm('client', ['-i', readwrite, '--user', 'app1', '--out', bundle]);
       t.is(written.status, 0, written.stderr);
       t.is(statSync(join(bundle, 'app1.key')).mode & 0o777, 0o600);
 
@@ -914,7 +904,7 @@ scenario(
   (t) => {
     const env = (passphrase: string) => ({ ...process.env, ETCD_KVM_PASSPHRASE: passphrase });
     const state = (flag: string) =>
-      run(process.execPath, ['--import', 'tsx', 'tasks/commands/state.ts', '-i', 'inventories/lab.yaml', flag], {
+      etcdKvm('state', ['-i', 'inventories/lab.yaml', flag], {
         env: env('lab-e2e-passphrase'),
       });
     const files = () => {
@@ -957,7 +947,7 @@ function runWith(t: { log: (...values: unknown[]) => void }, env: NodeJS.Process
   const reportPath = join(LAB_STATE, 'e2e-report-encrypted.json');
   rmSync(reportPath, { force: true });
   const started = Date.now();
-  const completed = run(process.execPath, ['--import', 'tsx', 'tasks/deploy.ts', '-i', 'inventories/lab.yaml', '--json', reportPath], {
+  const completed = run(process.execPath, [...installed('deploy'), '-i', 'inventories/lab.yaml', '--json', reportPath], {
     env,
     timeoutMs: 20 * 60_000,
   });
@@ -1397,7 +1387,7 @@ scenario('--renew-certs: every member serves a new certificate without losing qu
 
 /** maintain.ts with its arguments; its output is kept with the deploys' (no key material in any of them). */
 function maintained(t: ExecutionContext, args: string[]): { status: number; output: string } {
-  const result = run(process.execPath, ['--import', 'tsx', 'tasks/commands/maintain.ts', '-i', 'inventories/lab.yaml', ...args], {
+  const result = etcdKvm('maintain', ['-i', 'inventories/lab.yaml', ...args], {
     timeoutMs: 10 * 60_000,
   });
   const output = result.stdout + result.stderr;

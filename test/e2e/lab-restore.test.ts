@@ -18,6 +18,8 @@ import {
   deploy,
   endpoint,
   etcdctl,
+  etcdKvm,
+  installed,
   lab,
   LAB_STATE,
   MEMBER_IPS,
@@ -238,7 +240,7 @@ scenario('scheduled backups: one member takes each tick, also with a member stop
   t.truthy(stoppedTick);
   t.not(stoppedTick![1][0], 'etcd-3');
 
-  const status = run(process.execPath, ['--import', 'tsx', 'tasks/commands/status.ts', '-i', INVENTORY]);
+  const status = etcdKvm('status', ['-i', INVENTORY]);
   t.is(status.status, 0, status.stdout + status.stderr);
   t.regex(status.stdout, new RegExp(`^backup: last success \\d+ (s|min) ago \\(\\S+\\) by etcd-\\d, revision \\d+, ${DUMP}$`, 'm'));
 });
@@ -290,7 +292,7 @@ scenario(
     const other = (['etcd-1', 'etcd-2', 'etcd-3'] as const).find((name) => name !== member)!;
     const said = memberSsh(other, 'sudo journalctl -u etcd-kvm-verify -o cat --no-pager').stdout;
     t.regex(said, new RegExp(`^tick \\S+: the drill is ${member}'s`, 'm'), said);
-    const status = run(process.execPath, ['--import', 'tsx', 'tasks/commands/status.ts', '-i', INVENTORY]).stdout;
+    const status = etcdKvm('status', ['-i', INVENTORY]).stdout;
     t.regex(
       status,
       new RegExp(
@@ -395,7 +397,7 @@ scenario(
     for (const round of [1, 2]) {
       // Object names carry the time to the second: never two in one second.
       await new Promise((resolve) => setTimeout(resolve, 1_100));
-      const backup = run(process.execPath, ['--import', 'tsx', 'tasks/commands/backup.ts', '-i', INVENTORY, '--keep', '2'], {
+      const backup = etcdKvm('backup', ['-i', INVENTORY, '--keep', '2'], {
         timeoutMs: 5 * 60_000,
       });
       t.is(backup.status, 0, backup.stderr);
@@ -413,7 +415,7 @@ scenario(
     }
     const after = await listing();
     t.deepEqual(after, [...made, replayed].flatMap((dump) => BACKUP_OBJECTS.map((kind) => dump.replace(/\.dump$/, `.${kind}`))).sort());
-    const refused = run(process.execPath, ['--import', 'tsx', 'tasks/commands/backup.ts', '-i', INVENTORY, '--keep', '0']);
+    const refused = etcdKvm('backup', ['-i', INVENTORY, '--keep', '0']);
     t.is(refused.status, 2);
     t.regex(refused.stderr, /--keep 0: give a whole number of at least 1/);
     t.deepEqual(await listing(), after);
@@ -425,7 +427,7 @@ scenario(
   async (t) => {
     // Backups play no part here: the cluster runs no backup agent (the inventory turned them off). The restore is
     // off too: members rejoining empty would wait for one (recover refuses to run while it is on).
-    const recoverArgs = ['--import', 'tsx', 'tasks/commands/recover.ts', '-i', INVENTORY];
+    const recoverArgs = [...installed('recover'), '-i', INVENTORY];
     writeInventory({ restore: true, backup: false });
     const withRestore = run(process.execPath, [...recoverArgs, '--dry-run']);
     t.is(withRestore.status, 2);
@@ -465,7 +467,7 @@ scenario(
       await new Promise((resolve) => setTimeout(resolve, 1_000));
     }
 
-    const status = run(process.execPath, ['--import', 'tsx', 'tasks/commands/status.ts', '-i', INVENTORY]);
+    const status = etcdKvm('status', ['-i', INVENTORY]);
     t.is(status.status, 1);
     t.regex(status.stdout, /^problem: no leader: the quorum is lost \(1 of 3 members answer; no VM for etcd-2, etcd-3\)/m);
     t.regex(status.stdout, /^cluster: DEGRADED .* leader none$/m);
@@ -561,7 +563,7 @@ scenario(
 
 scenario('a backup from the control node: sealed, its key and manifest beside it, the master key never printed', async (t) => {
   t.is(etcdctl(ALL, rootIdentity, ['put', 'e2e/snapshot/before', 'in the backup']).status, 0);
-  const backup = run(process.execPath, ['--import', 'tsx', 'tasks/commands/backup.ts', '-i', INVENTORY], { timeoutMs: 5 * 60_000 });
+  const backup = etcdKvm('backup', ['-i', INVENTORY], { timeoutMs: 5 * 60_000 });
   t.is(backup.status, 0, backup.stderr);
   t.regex(
     backup.stdout,
@@ -586,10 +588,10 @@ scenario(
   'a restore drill: backup --verify restores the latest backup in a follower, its HashKV equal to the one recorded at backup time, leaves nothing behind and status shows it; a manifest recording another HashKV, and a damaged object, fail and are warned',
   async (t) => {
     const verify = (...args: string[]) =>
-      run(process.execPath, ['--import', 'tsx', 'tasks/commands/backup.ts', '-i', INVENTORY, '--verify', ...args], {
+      etcdKvm('backup', ['-i', INVENTORY, '--verify', ...args], {
         timeoutMs: 10 * 60_000,
       });
-    const status = () => run(process.execPath, ['--import', 'tsx', 'tasks/commands/status.ts', '-i', INVENTORY]).stdout;
+    const status = () => etcdKvm('status', ['-i', INVENTORY]).stdout;
     const latest = dumps().at(-1)!;
     const started = Date.now();
     const drilled = verify();
@@ -665,7 +667,7 @@ scenario(
     t.is(lab('down').status, 0);
     t.is(lab('up').status, 0);
 
-    const recoverArgs = ['--import', 'tsx', 'tasks/commands/recover.ts', '-i', INVENTORY, '--from-snapshot'];
+    const recoverArgs = [...installed('recover'), '-i', INVENTORY, '--from-snapshot'];
     const dry = run(process.execPath, [...recoverArgs, '--dry-run']);
     t.is(dry.status, 0, dry.stdout + dry.stderr);
     t.regex(dry.stdout, new RegExp(`^recover from ${regexEscaped(latest)} in s3 bucket etcd-backups at \\S+, taken \\S+ `, 'm'));

@@ -389,7 +389,8 @@ function countingWait(readyAfter: Record<string, number | undefined>, over: Part
   const wait: Wait<string> = {
     name: 'settled',
     targets: Object.keys(readyAfter),
-    deadlineMs: 200,
+    // Ten times the looks the ready targets need: 200 ms failed 'b' once in a unit run beside the integration tests.
+    deadlineMs: 2_000,
     pollMs: 10,
     async look(target) {
       const n = (looks.get(target) ?? 0) + 1;
