@@ -1,6 +1,7 @@
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
+import { LAB_KEPT_ENV } from './lab-kept.ts';
 import { avaClosingLines, DEFAULT_TIMINGS_PATH, parseSpans, TIMINGS_ENV, timingSummary } from './summary.ts';
 
 /**
@@ -8,16 +9,29 @@ import { avaClosingLines, DEFAULT_TIMINGS_PATH, parseSpans, TIMINGS_ENV, timingS
  * scenarios and set-ups append their spans to a timings file (test/helpers/timing.ts), emptied first;
  * the summary follows ava's own report, and ava's closing lines are repeated after it, so the run still
  * ends on them. The exit code is ava's.
+ *
+ * The lab stays up from one file to the next (scripts/e2e/lab-kept.ts): the runner takes it down before the first
+ * file, whatever a killed run left, and after the last, whatever came of ava.
  */
+
+/** `lab.ts down`, its time said: the runner's own, outside every file's spans. */
+function labDown(when: string): void {
+  const started = performance.now();
+  const down = spawnSync(process.execPath, ['--import', 'tsx', 'scripts/lab/lab.ts', 'down'], { encoding: 'utf8' });
+  const seconds = ((performance.now() - started) / 1000).toFixed(1);
+  console.log(`e2e: lab:down ${when}: exit ${down.status} in ${seconds} s`);
+  if (down.status !== 0) console.log(down.stdout + down.stderr);
+}
 
 const TIMINGS = resolve(DEFAULT_TIMINGS_PATH);
 mkdirSync(dirname(TIMINGS), { recursive: true });
 rmSync(TIMINGS, { force: true });
 
 const started = performance.now();
+labDown('before the first file');
 const ava = spawn(process.execPath, ['node_modules/ava/entrypoints/cli.mjs', ...process.argv.slice(2)], {
   stdio: ['inherit', 'pipe', 'inherit'],
-  env: { ...process.env, [TIMINGS_ENV]: TIMINGS },
+  env: { ...process.env, [TIMINGS_ENV]: TIMINGS, [LAB_KEPT_ENV]: '1' },
 });
 // Forwarded as it comes; the tail is kept for the closing lines.
 let tail = '';
@@ -28,6 +42,7 @@ ava.stdout.on('data', (chunk: Buffer) => {
 const [status, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((done) =>
   ava.on('close', (code, killedBy) => done([code, killedBy])),
 );
+labDown('after the last file');
 const wallMs = performance.now() - started;
 
 console.log(

@@ -7,7 +7,7 @@
 export const TIMINGS_ENV = 'ETCD_KVM_E2E_TIMINGS';
 export const DEFAULT_TIMINGS_PATH = '.etcd-kvm/e2e-timings.jsonl';
 
-export type SpanKind = 'lab:up' | 'lab:down' | 'cold deploy' | 'scenario';
+export type SpanKind = 'lab:up' | 'lab:down' | 'lab:clear' | 'cold deploy' | 'scenario';
 
 export interface Span {
   /** The test file's name, e.g. lab-deploy.test.ts. */
@@ -40,7 +40,10 @@ const extent = (spans: readonly Span[]) =>
 
 const shorten = (title: string, width: number) => (title.length > width ? `${title.slice(0, width - 1)}…` : title);
 
-/** The summary printed after ava's own report: per file (lab:up, lab:down and the cold deploy summed), then every span by duration. */
+/**
+ * The summary printed after ava's own report: per file (lab:up, lab:down with lab:clear, and the cold deploy summed),
+ * then every span by duration.
+ */
 export function timingSummary(spans: readonly Span[], wallMs: number): string {
   const files = [...new Set(spans.map((span) => span.file))];
   const ofKind = (file: string, kind: SpanKind) => spans.filter((span) => span.file === file && span.kind === kind);
@@ -49,7 +52,7 @@ export function timingSummary(spans: readonly Span[], wallMs: number): string {
       file,
       total: extent(spans.filter((span) => span.file === file)),
       up: sum(ofKind(file, 'lab:up')),
-      down: sum(ofKind(file, 'lab:down')),
+      down: sum([...ofKind(file, 'lab:down'), ...ofKind(file, 'lab:clear')]),
       cold: sum(ofKind(file, 'cold deploy')),
       scenarios: ofKind(file, 'scenario').length,
     }))
@@ -58,7 +61,7 @@ export function timingSummary(spans: readonly Span[], wallMs: number): string {
     '',
     `e2e time: ${duration(wallMs)} in all`,
     '',
-    'file                        total        lab:up   lab:down  cold deploy  scenarios',
+    'file                        total        lab:up  down/clr  cold deploy  scenarios',
     ...perFile.map(
       (row) =>
         `${row.file.padEnd(26)}  ${duration(row.total).padStart(11)}  ${duration(row.up).padStart(8)}  ${duration(row.down).padStart(8)}  ${duration(row.cold).padStart(11)}  ${String(row.scenarios).padStart(9)}`,

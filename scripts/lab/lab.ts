@@ -12,6 +12,7 @@ import {
   ensureLibvirtObjects,
   labObjectsDefined,
   libvirtStatus,
+  removeLabVms,
   removeLibvirtObjects,
 } from './libvirt.ts';
 import { ensureSecondHypervisor, linkBridges, removeSecondHypervisor, secondStatus } from './second.ts';
@@ -25,7 +26,7 @@ import { stopProcess } from './processes.ts';
  * started and removes its namespace), `status`.
  */
 
-const USAGE = `usage: npx tsx scripts/lab/lab.ts up|down|status
+const USAGE = `usage: npx tsx scripts/lab/lab.ts up|down|clear|status
 
   up       install missing Debian packages, build (or reuse) the VM image and, from it, the image
            members upgrade to (${LAB.secondBaseVolume}), create the network
@@ -41,6 +42,8 @@ const USAGE = `usage: npx tsx scripts/lab/lab.ts up|down|status
            GitHub releases, served at ${LAB.releaseUrl} (release-server)
   down     remove the lab's VMs and their disks, network, pools, daemons and namespaces;
            put /dev/kvm back; the built images and releases stay
+  clear    remove the lab's VMs and their disks on both hypervisors, nothing else: a lab that is up
+           stays up for the next cluster (the e2e runner's files in turn); a lab that is down, stays so
   status   what is running
 
   ETCD_KVM_LAB_ACCEL=kvm|qemu forces the acceleration choice that up reports.`;
@@ -107,6 +110,11 @@ async function down(): Promise<void> {
   if (kvmNote) log(kvmNote);
 }
 
+async function clear(): Promise<void> {
+  // libvirtd is only asked while it runs: a lab that is down has no VM to remove (down removes them).
+  await removeLabVms(log);
+}
+
 async function status(): Promise<void> {
   console.log(`namespace ${LAB.namespace}: ${(await namespaceExists(LAB.namespace)) ? 'present' : 'absent'}`);
   for (const daemon of daemonStatus()) console.log(`${daemon.name}: ${daemon.pid ? `running (pid ${daemon.pid})` : 'stopped'}`);
@@ -122,7 +130,7 @@ async function status(): Promise<void> {
   console.log(await libvirtStatus(SECOND_HYPERVISOR));
 }
 
-const commands: Record<string, () => Promise<void>> = { up, down, status };
+const commands: Record<string, () => Promise<void>> = { up, down, clear, status };
 const command = commands[process.argv[2] ?? ''];
 if (!command || process.argv.includes('--help')) {
   console.log(USAGE);

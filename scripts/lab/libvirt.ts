@@ -106,10 +106,10 @@ export async function ensureLibvirtObjects(hypervisor: LabHypervisor, images: La
   await ensureNetwork(hypervisor);
 }
 
-/** Lab domains: those with a disk in the lab's VM pool. */
-async function labDomains(): Promise<string[]> {
-  const { run: virsh } = virshOn(FIRST_HYPERVISOR);
-  const vmsDir = poolDir(FIRST_HYPERVISOR, LAB.pools.vms);
+/** Lab domains: those with a disk in the lab's VM pool (on the second hypervisor, its libvirtd being the lab's own, every domain has). */
+async function labDomains(hypervisor: LabHypervisor = FIRST_HYPERVISOR): Promise<string[]> {
+  const { run: virsh } = virshOn(hypervisor);
+  const vmsDir = poolDir(hypervisor, LAB.pools.vms);
   const names = (await virsh(['list', '--all', '--name'])).stdout
     .split('\n')
     .map((line) => line.trim())
@@ -174,4 +174,25 @@ export async function libvirtStatus(hypervisor: LabHypervisor): Promise<string> 
   const networks = (await virsh(['net-list', '--all'])).stdout.trim();
   const volumes = (await virsh(['vol-list', LAB.pools.images]).nothrow()).stdout.trim() || '(none)';
   return `${hypervisor.name} domains:\n${domains}\npools:\n${pools}\nnetworks:\n${networks}\nimages (${LAB.pools.images}):\n${volumes}`;
+}
+
+/**
+ * The lab's VMs and their disks removed from both hypervisors, all else left running: what a test file needs of the
+ * lab the file before it used (`lab.ts clear`). The images pool, the network and the daemons stay.
+ */
+export async function removeLabVms(log: (line: string) => void): Promise<void> {
+  for (const hypervisor of [FIRST_HYPERVISOR, SECOND_HYPERVISOR]) {
+    const { run: virsh, ok: virshOk } = virshOn(hypervisor);
+    if (!(await virshOk(['version']))) continue;
+    for (const domain of await labDomains(hypervisor)) {
+      await virsh(['destroy', domain]).nothrow();
+      await virsh(['undefine', domain, '--nvram']).nothrow();
+      log(`${hypervisor.name}: domain ${domain}: removed`);
+    }
+    const vmsDir = poolDir(hypervisor, LAB.pools.vms);
+    const volumes = existsSync(vmsDir) ? readdirSync(vmsDir) : [];
+    for (const volume of volumes) rmSync(join(vmsDir, volume), { recursive: true, force: true });
+    if (volumes.length > 0 && (await virshOk(['pool-info', LAB.pools.vms]))) await virsh(['pool-refresh', LAB.pools.vms]);
+    if (volumes.length > 0) log(`${hypervisor.name}: ${volumes.length} volume(s) of ${LAB.pools.vms} removed`);
+  }
 }

@@ -15,23 +15,24 @@ import { loadInventory } from '../../tasks/inventory/load.ts';
 import {
   deploy,
   deployInBackground,
-  etcdKvm,
-  installed,
+  type DeployRun,
   endpoint,
   etcdctl,
   etcdctlPuts,
+  etcdKvm,
+  freshLab,
   inLab,
-  raiseNospace,
-  lab,
+  installed,
   LAB_INVENTORY,
   LAB_STATE,
+  labRemoved,
   MEMBER_IPS,
   memberSsh,
   NAMESPACE,
+  raiseNospace,
   rootIdentity,
   tlsArgs,
   virsh,
-  type DeployRun,
 } from '../helpers/lab.ts';
 import { quorumKept, sampledHealth, withWriter } from '../helpers/lab-watch.ts';
 
@@ -77,19 +78,9 @@ const changed = (result: DeployRun) =>
     .filter((r) => r.status !== 'ok')
     .map((r) => `${r.host}/${r.step}: ${r.status} ${r.changes.map((c) => c.summary).join('; ')}`);
 
-test.before((t) => {
-  // Whatever an earlier (maybe killed) run left: start from an empty lab and fresh state.
-  const down = lab('down');
-  t.log(down.stdout);
-  rmSync(LAB_STATE, { recursive: true, force: true });
-  const up = lab('up');
-  t.log(up.stdout, up.stderr);
-  if (up.status !== 0) throw new Error(`lab:up failed: ${up.stderr}`);
-});
+test.before((t) => freshLab(t, LAB_STATE));
 
-test.after.always(() => {
-  lab('down');
-});
+test.after.always(() => labRemoved(LAB_STATE));
 
 scenario('a cold deploy creates a healthy, TLS-only, authenticated 3-member cluster', (t) => {
   const result = deployed(t);

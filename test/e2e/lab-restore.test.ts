@@ -16,17 +16,19 @@ import { run } from '../helpers/exec.ts';
 import {
   coldDeploy,
   deploy,
+  type DeployRun,
   endpoint,
   etcdctl,
   etcdKvm,
+  freshLab,
   installed,
   lab,
   LAB_STATE,
+  labRemoved,
   MEMBER_IPS,
   memberSsh,
   rootIdentity,
   virsh,
-  type DeployRun,
 } from '../helpers/lab.ts';
 import { LAB_S3_CREDENTIALS, startLabS3, type LabS3 } from '../helpers/lab-s3.ts';
 import { stopWatching, TICK_SCHEDULE, WATCH_SCENARIOS, WATCH_SETTINGS } from '../helpers/lab-watch-scenarios.ts';
@@ -167,11 +169,7 @@ function destroyWithDisks(t: ExecutionContext, members: readonly string[]): void
 }
 
 test.before(async (t) => {
-  lab('down');
-  rmSync(LAB_STATE, { recursive: true, force: true });
-  const up = lab('up');
-  if (up.status !== 0) throw new Error(`lab:up failed: ${up.stderr}`);
-  t.log(up.stdout);
+  freshLab(t, LAB_STATE);
   // After lab:up: the forwarder lives in the lab's namespace, which lab:down deletes.
   s3 = await startLabS3();
   s3Settings = { endpoint: s3.endpoint, bucket: s3.bucket, object_prefix: PREFIX, ...LAB_S3_CREDENTIALS };
@@ -179,7 +177,7 @@ test.before(async (t) => {
 
 test.after.always(async () => {
   await stopWatching();
-  lab('down');
+  labRemoved(LAB_STATE);
   rmSync(INVENTORY, { force: true });
   await s3?.stop();
 });

@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { SECOND, SECOND_URI, labPath } from '../../scripts/lab/config.ts';
+import { labKept } from '../../scripts/e2e/lab-kept.ts';
 import { livePid, processCommand } from '../../scripts/lab/processes.ts';
 import { freshBuild } from '../../bin/fresh-build.mjs';
 import { run, type Completed } from './exec.ts';
@@ -15,34 +16,39 @@ export const LAB_STATE = 'inventories/.etcd-kvm/lab';
 export const MEMBER_IPS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' } as const;
 
 /**
- * Set by a lab:up right after a lab:down (an empty lab), cleared by the deploy after it (or a command that
- * deploys, such as recover: coldDeploy): that deploy is a cold one, timed as such. A lab:up alone (a scenario
- * bringing back a daemon it stopped) makes none.
+ * Set by a lab:up right after a lab:down or a lab:clear (a lab without VMs), cleared by the deploy after it (or a
+ * command that deploys, such as recover: coldDeploy): that deploy is a cold one, timed as such. A lab:up alone (a
+ * scenario bringing back a daemon it stopped) makes none.
  */
 let coldDeployNext = false;
-let lastLabCommand: 'up' | 'down' | undefined;
+let lastLabCommand: 'up' | 'down' | 'clear' | undefined;
 
-export function lab(command: 'up' | 'down'): Completed {
+export function lab(command: 'up' | 'down' | 'clear'): Completed {
   const completed = timed(`lab:${command}`, `lab:${command}`, () =>
     run(process.execPath, ['--import', 'tsx', 'scripts/lab/lab.ts', command], { timeoutMs: 30 * 60_000 }),
   );
-  coldDeployNext = command === 'up' && lastLabCommand === 'down';
+  coldDeployNext = command === 'up' && (lastLabCommand === 'down' || lastLabCommand === 'clear');
   lastLabCommand = command;
   return completed;
 }
 
-/** An e2e file owns the machine's one lab: it starts from an empty lab and no state (whatever a killed run left)... */
+/**
+ * An e2e file owns the machine's one lab: it starts from a lab without VMs and no state (whatever a killed run left:
+ * lab:down; from the file before it under the e2e runner: lab:clear, scripts/e2e/lab-kept.ts)...
+ */
 export function freshLab(t: { log: (...values: unknown[]) => void }, stateDir: string): void {
-  lab('down');
+  const emptied = lab(labKept() ? 'clear' : 'down');
+  t.log(emptied.stdout);
+  if (emptied.status !== 0) throw new Error(`lab:${labKept() ? 'clear' : 'down'} failed: ${emptied.stderr}`);
   rmSync(stateDir, { recursive: true, force: true });
   const up = lab('up');
   t.log(up.stdout);
   if (up.status !== 0) throw new Error(`lab:up failed: ${up.stderr}`);
 }
 
-/** ...and leaves none behind. */
+/** ...and leaves none behind: no VM under the e2e runner (it takes the lab down after the last file), no lab otherwise. */
 export function labRemoved(stateDir: string): void {
-  lab('down');
+  lab(labKept() ? 'clear' : 'down');
   rmSync(stateDir, { recursive: true, force: true });
 }
 

@@ -10,7 +10,8 @@ const spans: Span[] = [
   { file: 'lab-deploy.test.ts', kind: 'scenario', title: 'ten runs', start: T0 + 192_500, ms: 61_500 },
   { file: 'lab-macvtap.test.ts', kind: 'lab:up', title: 'lab:up', start: T0 + 300_000, ms: 30_000 },
   { file: 'lab-macvtap.test.ts', kind: 'scenario', title: 'macvtap members', start: T0 + 330_000, ms: 100_000 },
-  { file: 'lab-macvtap.test.ts', kind: 'lab:down', title: 'lab:down', start: T0 + 430_000, ms: 9_000 },
+  { file: 'lab-macvtap.test.ts', kind: 'lab:clear', title: 'lab:clear', start: T0 + 430_000, ms: 3_000 },
+  { file: 'lab-macvtap.test.ts', kind: 'lab:down', title: 'lab:down', start: T0 + 433_000, ms: 6_000 },
 ];
 
 test('durations: seconds with a tenth under a minute, minutes and whole seconds above', (t) => {
@@ -24,7 +25,7 @@ test('the spans file: one JSON object a line, blank lines ignored', (t) => {
   t.deepEqual(parseSpans(`${spans.map((span) => JSON.stringify(span)).join('\n')}\n\n`), spans);
 });
 
-test('the summary: files by their total with lab:up, lab:down and cold deploy, then every span longest first', (t) => {
+test('the summary: files by their total with lab:up, lab:down and lab:clear together, and cold deploy, then every span longest first', (t) => {
   const lines = timingSummary(spans, 700_000).split('\n');
   t.true(lines.includes('e2e time: 11 min 40 s in all'), lines.join('\n'));
   const fileRows = lines.filter((line) => /^lab-\S+\.test\.ts /.test(line)).map((line) => line.split(/\s{2,}/));
@@ -40,7 +41,8 @@ test('the summary: files by their total with lab:up, lab:down and cold deploy, t
     ['1 min 02 s', 'lab-deploy', 'ten runs'],
     ['40.0 s', 'lab-deploy', '[lab:up] lab:up'],
     ['30.0 s', 'lab-macvtap', '[lab:up] lab:up'],
-    ['9.0 s', 'lab-macvtap', '[lab:down] lab:down'],
+    ['6.0 s', 'lab-macvtap', '[lab:down] lab:down'],
+    ['3.0 s', 'lab-macvtap', '[lab:clear] lab:clear'],
   ]);
 });
 
