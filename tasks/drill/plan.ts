@@ -1,6 +1,7 @@
 import { MiB } from '../core/limits.ts';
 import { commandLine } from '../core/shell.ts';
 import type { HashKV } from '../etcd/hash-kv.ts';
+import { wholeCluster, type MemberAnswer } from '../etcd/health.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { drillEtcdArgv, drillNeedsBytes, drillRestoreArgv, drillScratch } from '../render/restore-drill.ts';
 import type { BackupManifest } from '../backup/manifest.ts';
@@ -19,31 +20,18 @@ import type { BackupManifest } from '../backup/manifest.ts';
 export const DRILL_UNIT = 'etcd-kvm-restore-drill';
 
 /** What a member answers when asked whether it can take the drill. */
-export interface DrillCandidate {
-  name: string;
-  /** Its status, or why it did not answer. */
-  status: { id: string; leader: string; isLearner: boolean; alarms: readonly string[] } | { error: string };
-}
+export type DrillCandidate = MemberAnswer;
 
 /**
  * The member that restores: the one named, or the first voting follower in inventory order. Only while
- * the cluster is healthy (every member answers, all name one leader, no alarm, no learner): a drill adds
- * load, and a cluster that is short of a member has none to spare. Never the leader, whose slowness
- * every write would feel.
+ * the cluster is whole (etcd/health.ts, wholeCluster: every member answers, all name one leader, no alarm, no
+ * learner): a drill adds load, and a cluster that is short of a member has none to spare. Never the leader, whose
+ * slowness every write would feel.
  */
 export function drillMember(candidates: readonly DrillCandidate[], named?: string): { member: string } | { refused: string } {
-  const unhealthy = candidates.flatMap(({ name, status }) => {
-    if ('error' in status) return [`${name} does not answer (${status.error})`];
-    if (status.isLearner) return [`${name} is a learner`];
-    if (status.alarms.length > 0) return [`${name} reports ${status.alarms.join(', ')}`];
-    return [];
-  });
-  const leaders = new Set(candidates.flatMap(({ status }) => ('error' in status ? [] : [status.leader])));
-  if (leaders.size !== 1 || leaders.has('0')) unhealthy.push('the members do not name one leader');
-  if (unhealthy.length > 0)
-    return { refused: `a restore drill runs only on a healthy cluster, and this one is not: ${unhealthy.join('; ')}` };
-  const [leader] = leaders;
-  const isLeader = (candidate: DrillCandidate) => 'id' in candidate.status && candidate.status.id === leader;
+  const { unwhole, leaderId } = wholeCluster(candidates);
+  if (unwhole.length > 0) return { refused: `a restore drill runs only on a healthy cluster, and this one is not: ${unwhole.join('; ')}` };
+  const isLeader = (candidate: DrillCandidate) => 'id' in candidate.status && candidate.status.id === leaderId;
   if (named !== undefined) {
     const chosen = candidates.find((candidate) => candidate.name === named);
     if (!chosen) return { refused: `--member ${named} is not in the inventory` };

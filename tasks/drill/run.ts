@@ -2,9 +2,8 @@ import type { Etcd3 } from 'etcd3';
 import { briefError } from '../core/errors.ts';
 import { retryWhile } from '../core/retry.ts';
 import { etcd3At, firstAnswering } from '../etcd/client.ts';
-import { alarmsIn } from '../etcd/health.ts';
+import { memberAnswers } from '../etcd/health.ts';
 import { hashKV } from '../etcd/hash-kv.ts';
-import { memberStatus } from '../etcd/member-status.ts';
 import type { ClusterSession } from '../etcd/session.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { SshConnection } from '../remote/ssh.ts';
@@ -18,7 +17,6 @@ import {
   drillUploadScript,
   judgeDrill,
   roomVerdict,
-  type DrillCandidate,
   type DrillVerdict,
   type RestoredFacts,
 } from './plan.ts';
@@ -33,19 +31,6 @@ import { SnapshotDamaged, type ChosenSnapshot, type SnapshotSource } from '../ba
  * downloaded and checked on the control node (SnapshotSource: its manifest, its seal, its SHA-256), then
  * restored in one member as plan.ts describes; the result is recorded in etcd, where `status` reads it.
  */
-
-async function candidates(inventory: Inventory, session: ClusterSession): Promise<DrillCandidate[]> {
-  return Promise.all(
-    inventory.members.map(async (member) => {
-      try {
-        const status = await memberStatus(session.clients, member);
-        return { name: member.name, status: { ...status, alarms: alarmsIn(status.errors) } };
-      } catch (error) {
-        return { name: member.name, status: { error: briefError(error) } };
-      }
-    }),
-  );
-}
 
 /** What the throwaway etcd answers, asked through a tunnel over the member's own SSH to its loopback. */
 async function readRestored(
@@ -133,7 +118,7 @@ export async function restoreDrill(
   source: SnapshotSource,
   named?: string,
 ): Promise<DrillOutcome | { refused: string }> {
-  const choice = drillMember(await candidates(inventory, session), named);
+  const choice = drillMember(await memberAnswers(inventory, session.clients), named);
   if ('refused' in choice) return choice;
   const member = inventory.members.find((m) => m.name === choice.member)!;
   const chosen = await source.choose();

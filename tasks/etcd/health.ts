@@ -1,7 +1,9 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from './client.ts';
+import { briefError } from '../core/errors.ts';
 import { liveMember, type LiveMember } from './membership.ts';
+import { memberStatus } from './member-status.ts';
 
 /**
  * Is a member healthy, as etcd itself answers: it has a leader, and its member list is exactly the
@@ -34,6 +36,43 @@ export function alarmsListed(errorLists: readonly (readonly string[])[]): Listed
 
 /** The kinds of the cluster's active alarms in one member's status errors. */
 export const alarmsIn = (errors: readonly string[]): string[] => [...new Set(alarmsListed([errors]).map(({ alarm }) => alarm))];
+
+/** A member's answer to a status call (its alarms read from its errors), or why it gave none. */
+export interface MemberAnswer {
+  name: string;
+  status: { id: string; leader: string; isLearner: boolean; alarms: readonly string[]; raftTerm?: string } | { error: string };
+}
+
+/** Every member's status, asked side by side. */
+export function memberAnswers(inventory: Inventory, clients: EtcdClients): Promise<MemberAnswer[]> {
+  return Promise.all(
+    inventory.members.map(async (member): Promise<MemberAnswer> => {
+      try {
+        const status = await memberStatus(clients, member);
+        return { name: member.name, status: { ...status, alarms: alarmsIn(status.errors) } };
+      } catch (error) {
+        return { name: member.name, status: { error: briefError(error) } };
+      }
+    }),
+  );
+}
+
+/**
+ * What keeps a cluster from being whole, the bar for adding load on purpose (a restore drill, a fault drill): every
+ * member answers, none is a learner, none reports an alarm, and all name one leader. Empty when whole; with the
+ * leader's ID all of them name.
+ */
+export function wholeCluster(answers: readonly MemberAnswer[]): { unwhole: string[]; leaderId?: string } {
+  const unwhole = answers.flatMap(({ name, status }) => {
+    if ('error' in status) return [`${name} does not answer (${status.error})`];
+    if (status.isLearner) return [`${name} is a learner`];
+    if (status.alarms.length > 0) return [`${name} reports ${status.alarms.join(', ')}`];
+    return [];
+  });
+  const leaders = new Set(answers.flatMap(({ status }) => ('error' in status ? [] : [status.leader])));
+  if (leaders.size !== 1 || leaders.has('0')) return { unwhole: [...unwhole, 'the members do not name one leader'] };
+  return { unwhole, leaderId: [...leaders][0] };
+}
 
 export async function memberHealth(inventory: Inventory, clients: EtcdClients, member: Member): Promise<Health> {
   try {

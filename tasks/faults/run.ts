@@ -2,8 +2,7 @@ import { briefError } from '../core/errors.ts';
 import { TOOL_KEY_PREFIX } from '../inventory/reserved.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { ClusterSession } from '../etcd/session.ts';
-import { memberStatus, type EtcdMemberFacts } from '../etcd/member-status.ts';
-import { alarmsIn } from '../etcd/health.ts';
+import { memberAnswers, wholeCluster } from '../etcd/health.ts';
 import { Virsh } from '../libvirt/virsh.ts';
 import { gatherVerifyFacts } from '../verify/facts.ts';
 import { verifyChecks } from '../verify/verdict.ts';
@@ -64,28 +63,11 @@ interface ClusterState {
 }
 
 async function clusterState(inventory: Inventory, session: ClusterSession): Promise<ClusterState> {
-  const answers = await Promise.all(
-    inventory.members.map((member) =>
-      memberStatus(session.clients, member).then(
-        (status) => ({ member, status }),
-        (error: unknown) => ({ member, error: briefError(error) }),
-      ),
-    ),
-  );
-  const unhealthy: string[] = [];
-  const statuses: { member: Member; status: EtcdMemberFacts }[] = [];
-  for (const answer of answers)
-    if ('error' in answer) unhealthy.push(`${answer.member.name} does not answer (${answer.error})`);
-    else {
-      statuses.push(answer);
-      if (answer.status.isLearner) unhealthy.push(`${answer.member.name} is a learner`);
-      for (const alarm of alarmsIn(answer.status.errors)) unhealthy.push(`${answer.member.name} reports ${alarm}`);
-    }
-  const leaders = new Set(statuses.map(({ status }) => status.leader));
-  if (leaders.size !== 1 || leaders.has('0')) unhealthy.push('the members do not name one leader');
-  const leaderId = [...leaders][0];
-  const leader = statuses.find(({ status }) => status.id === leaderId)?.member.name ?? '';
-  return { leader, term: Math.max(0, ...statuses.map(({ status }) => Number(status.raftTerm))), unhealthy };
+  const answers = await memberAnswers(inventory, session.clients);
+  const { unwhole, leaderId } = wholeCluster(answers);
+  const leader = answers.find(({ status }) => 'id' in status && status.id === leaderId)?.name ?? '';
+  const terms = answers.flatMap(({ status }) => ('raftTerm' in status ? [Number(status.raftTerm)] : []));
+  return { leader, term: Math.max(0, ...terms), unhealthy: unwhole };
 }
 
 async function verifyFailures(inventory: Inventory, session: ClusterSession): Promise<string[]> {

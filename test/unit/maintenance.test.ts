@@ -1,5 +1,5 @@
 import test from 'ava';
-import { alarmsIn, alarmsListed } from '../../tasks/etcd/health.ts';
+import { alarmsIn, alarmsListed, wholeCluster, type MemberAnswer } from '../../tasks/etcd/health.ts';
 import { MaintenanceRefusal, planCompact, planDefrag, planDisarm, type AlarmFacts } from '../../tasks/etcd/maintenance.ts';
 
 /** maintain.ts's decisions as tables: facts in, changes (or a refusal) out. */
@@ -105,4 +105,40 @@ test("alarms: the cluster's, from every answering member's status errors, each a
     { memberId: '7', alarm: 'CORRUPT' },
   ]);
   t.deepEqual(alarmsListed([['etcdserver: no leader'], []]), []);
+});
+
+/** Three members that answer, all naming a1 (etcd-1's ID) as the leader, with etcd-3's answer as given. */
+const answersWith = (third: MemberAnswer['status']): MemberAnswer[] => [
+  { name: 'etcd-1', status: { id: 'a1', leader: 'a1', isLearner: false, alarms: [] } },
+  { name: 'etcd-2', status: { id: 'a2', leader: 'a1', isLearner: false, alarms: [] } },
+  { name: 'etcd-3', status: third },
+];
+const wholeTable: { name: string; third: MemberAnswer['status']; unwhole: string[]; leaderId?: string }[] = [
+  { name: 'whole', third: { id: 'a3', leader: 'a1', isLearner: false, alarms: [] }, unwhole: [], leaderId: 'a1' },
+  { name: 'silent', third: { error: 'timed out' }, unwhole: ['etcd-3 does not answer (timed out)'], leaderId: 'a1' },
+  { name: 'a learner', third: { id: 'a3', leader: 'a1', isLearner: true, alarms: [] }, unwhole: ['etcd-3 is a learner'], leaderId: 'a1' },
+  {
+    name: 'an alarm',
+    third: { id: 'a3', leader: 'a1', isLearner: false, alarms: ['NOSPACE'] },
+    unwhole: ['etcd-3 reports NOSPACE'],
+    leaderId: 'a1',
+  },
+  {
+    name: 'another leader',
+    third: { id: 'a3', leader: 'a3', isLearner: false, alarms: [] },
+    unwhole: ['the members do not name one leader'],
+  },
+];
+for (const row of wholeTable)
+  test(`a whole cluster (the drills' bar): ${row.name}`, (t) => {
+    const { unwhole, leaderId } = wholeCluster(answersWith(row.third));
+    t.deepEqual(unwhole, row.unwhole);
+    t.is(leaderId, row.leaderId);
+  });
+
+test('a whole cluster: members that all name no leader (0) are not one', (t) => {
+  const none = answersWith({ id: 'a3', leader: '0', isLearner: false, alarms: [] }).map((answer) =>
+    'id' in answer.status ? { ...answer, status: { ...answer.status, leader: '0' } } : answer,
+  );
+  t.deepEqual(wholeCluster(none), { unwhole: ['the members do not name one leader'] });
 });
