@@ -41,6 +41,8 @@ const PACKAGES = {
   'python3-botocore':
     "botocore's SigV4 signer, which the members' agent signs its S3 requests with: its unit test signs on the control node",
   systemd: "systemd-analyze calendar, which the members' agent reads its ticks from: its unit test runs it on the control node",
+  zsh: 'the zsh completion script is loaded and asked by a real zsh',
+  fish: 'the fish completion script is loaded and asked by a real fish (complete -C)',
 } as const satisfies Record<string, string>;
 
 export type PackageName = keyof typeof PACKAGES;
@@ -61,6 +63,8 @@ const TEST: PackageName[] = [
   'e2fsprogs',
   'systemd',
   'python3-botocore',
+  'zsh',
+  'fish',
 ];
 const LAB: PackageName[] = [
   'libvirt-daemon-system',

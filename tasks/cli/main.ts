@@ -3,7 +3,7 @@ import { extname, join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { EXIT } from '../core/errors.ts';
 import { PACKAGE_ROOT } from '../core/package-root.ts';
-import { bashCompletion } from './completion.ts';
+import { COMPLETION_SHELLS, completionScript, type CompletionShell } from './completion.ts';
 import { COMMANDS, type Command } from './commands.ts';
 
 /**
@@ -13,7 +13,10 @@ import { COMMANDS, type Command } from './commands.ts';
  */
 
 /** Built into this dispatcher rather than a script; listed by --help and completed like the others. */
-export const COMPLETION = { name: 'completion', summary: 'print the bash completion script: source <(etcd-kvm completion bash)' } as const;
+export const COMPLETION = {
+  name: 'completion',
+  summary: 'print the completion script for bash, zsh or fish: source <(etcd-kvm completion bash)',
+} as const;
 
 /** `etcd-kvm help [COMMAND]` and `etcd-kvm version`, the words other tools take for --help and --version. */
 export const HELP_COMMAND = { name: 'help', summary: "this text, or a command's own: etcd-kvm help COMMAND" } as const;
@@ -39,7 +42,10 @@ export function helpText(): string {
 }
 
 /** What a command line asks for: a script to run with the rest of the arguments, or text and an exit code. */
-export type Dispatch = { run: Command; rest: string[] } | { exit: number; stdout?: string; stderr?: string } | { completion: 'bash' };
+export type Dispatch =
+  | { run: Command; rest: string[] }
+  | { exit: number; stdout?: string; stderr?: string }
+  | { completion: CompletionShell };
 
 export function dispatch(argv: readonly string[], version: () => string): Dispatch {
   const [name, ...rest] = argv;
@@ -54,9 +60,9 @@ export function dispatch(argv: readonly string[], version: () => string): Dispat
     return { exit: EXIT.badInput, stderr: `error: help takes one command; commands are ${NAMES.join(', ')}` };
   }
   if (name === COMPLETION.name) {
-    if (rest.length === 1 && rest[0] === 'bash') return { completion: 'bash' };
-    const zsh = 'zsh: run `autoload -U +X bashcompinit && bashcompinit` first';
-    return { exit: EXIT.badInput, stderr: `error: say the shell: etcd-kvm completion bash (${zsh})` };
+    const shell = COMPLETION_SHELLS.find((known) => known === rest[0]);
+    if (shell && rest.length === 1) return { completion: shell };
+    return { exit: EXIT.badInput, stderr: `error: say the shell: etcd-kvm completion ${COMPLETION_SHELLS.join('|')}` };
   }
   const command = COMMANDS.find((candidate) => candidate.name === name);
   if (command) return { run: command, rest };
@@ -88,7 +94,7 @@ export async function main(argv: readonly string[]): Promise<void> {
   if ('completion' in plan) {
     // The step names come from the deploy's registry, which loads every step: only this command pays for it.
     const { SELECTABLE_STEPS } = await import('../steps/registry.ts');
-    console.log(bashCompletion(COMMANDS, COMPLETION.name, SELECTABLE_STEPS));
+    console.log(completionScript(plan.completion, { commands: COMMANDS, completion: COMPLETION.name, steps: SELECTABLE_STEPS }));
     return;
   }
   const script = scriptPath(plan.run);

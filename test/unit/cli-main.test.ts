@@ -53,9 +53,9 @@ test('an unknown command (or a flag before any command) is named, with the comma
   }
 });
 
-test('completion: bash only, else exit 2', (t) => {
-  t.deepEqual(dispatch(['completion', 'bash'], VERSION), { completion: 'bash' });
-  for (const rest of [[], ['zsh'], ['bash', 'extra']]) t.like(dispatch(['completion', ...rest], VERSION), { exit: 2 });
+test('completion: bash, zsh or fish, else exit 2', (t) => {
+  for (const shell of ['bash', 'zsh', 'fish'] as const) t.deepEqual(dispatch(['completion', shell], VERSION), { completion: shell });
+  for (const rest of [[], ['tcsh'], ['bash', 'extra']]) t.like(dispatch(['completion', ...rest], VERSION), { exit: 2 });
 });
 
 test('the table: unique names, an existing script each, one-line summaries, long flags with --help', (t) => {
