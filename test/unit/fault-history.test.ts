@@ -54,6 +54,24 @@ const table: { name: string; ops: Operation[]; final: Map<number, string>; probl
     problems: [],
   },
   {
+    name: 'a failed write applied late, after a later write was acknowledged (its link was cut): a read of it is legal',
+    ops: [write(1, 0, 10), write(2, 11, 20, false), write(3, 21, 30), read(2, 31, 40), read(3, 41, 50), read(2, 51, 60)],
+    final: kept(1, 2, 3),
+    problems: [],
+  },
+  {
+    name: 'an acknowledged write read after a later acknowledged one, a failed one between them: still stale',
+    ops: [write(1, 0, 10), write(2, 11, 20, false), write(3, 21, 30), read(1, 31, 40)],
+    final: kept(1, 2, 3),
+    problems: ['stale-read'],
+  },
+  {
+    name: 'a failed write read before it began: still from the future',
+    ops: [write(1, 0, 10), read(2, 11, 15), write(2, 16, 20, false)],
+    final: kept(1, 2),
+    problems: ['future-read'],
+  },
+  {
     name: 'a value seen by a read, then gone',
     ops: [write(1, 0, 10), write(2, 11, 20, false), read(2, 21, 30)],
     final: kept(1),
