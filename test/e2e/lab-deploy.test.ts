@@ -1179,9 +1179,10 @@ scenario('a changed guest setting reaches every running etcd in one run, rolled 
   try {
     for (let i = 0; i < 5; i++) t.is(etcdctl(ALL, rootIdentity, ['put', `e2e/roll/${i}`, `value ${i}`]).status, 0);
     const leader = leaderName();
-    const { result, samples } = sampledHealth(() => deployed(t, ['-i', retention]));
+    const sampled = sampledHealth(() => deployed(t, ['-i', retention]));
+    const { result } = sampled;
     t.is(result.status, 0, endOf(result));
-    quorumKept(t, samples);
+    quorumKept(t, sampled);
     const order = guestRoll(result);
     t.is(order.length, 3);
     t.is(order.at(-1), leader, `the leader (${leader}) restarts last: ${order.join(', ')}`);
@@ -1229,9 +1230,10 @@ scenario(
       /peer trust: members run trust-both after this pass; the run then moves them on to present-peer, then peer-only, each rolled once every member runs the stage before/,
     );
 
-    const { result, samples } = sampledHealth(() => deployed(t));
+    const sampled = sampledHealth(() => deployed(t));
+    const { result } = sampled;
     t.is(result.status, 0, endOf(result));
-    quorumKept(t, samples);
+    quorumKept(t, sampled);
     t.regex(
       result.output,
       /create the peer CA, which signs members' peer certificates only \(members deployed before move to it one stage at a time\)/,
@@ -1358,9 +1360,10 @@ scenario('--renew-certs: every member serves a new certificate without losing qu
   for (const serial of Object.values(before)) t.regex(serial, /^serial=[0-9A-F]+$/);
   const rootBefore = readFileSync(rootIdentity.cert!, 'utf8');
   t.is(etcdctl([endpoint('etcd-1')], rootIdentity, ['put', 'e2e/renewal', 'written before the renewal']).status, 0);
-  const { result, samples } = sampledHealth(() => deployed(t, ['--renew-certs']));
+  const sampled = sampledHealth(() => deployed(t, ['--renew-certs']));
+  const { result } = sampled;
   t.is(result.status, 0, endOf(result));
-  quorumKept(t, samples);
+  quorumKept(t, sampled);
   t.regex(changed(result).join('\n'), /localhost\/pki: changed issue certificate member\/etcd-1 \(renewal asked for/);
   const after = served();
   for (const member of MEMBERS) {

@@ -150,9 +150,10 @@ function leaderAndFollowers(): { leader: string; followers: string[] } {
 async function rolled(t: ExecutionContext, prefix: string): Promise<DeployRun> {
   let run: DeployRun | undefined;
   const acked = await withWriter(t, prefix, ALL, async () => {
-    const { result, samples } = sampledHealth(() => deployed(t));
+    const sampled = sampledHealth(() => deployed(t));
+    const { result } = sampled;
     run = result;
-    quorumKept(t, samples);
+    quorumKept(t, sampled);
   });
   nothingLost(t, prefix, acked);
   return run!;
