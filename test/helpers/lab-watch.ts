@@ -82,11 +82,12 @@ export function sampledHealth<T>(during: () => T): SampledRun<T> {
  * says why); every shorter stretch is logged.
  */
 export const quorumKept = (t: ExecutionContext, { samples, window }: Pick<SampledRun<unknown>, 'samples' | 'window'>) => {
-  // The samples watched the whole run: none missing for longer than one that timed out takes (2 s) and the pause after
-  // it, from the run's start to its end. Counting them (ten at least) failed a 4.8 s run that had nine.
+  // The samples watched the whole run, from its start to its end: none missing for longer than a sample takes while a
+  // member is down (its request's 2 s timeout; 3974 ms while lab-upgrade rebuilt a member, 2026-11-29 22:44, load 3-4).
+  // Counting them (ten at least) failed a 4.8 s run that had nine.
   const points = [window.from, ...samples.map((sample) => sample.at), window.to];
   const unwatched = Math.max(...points.slice(1).map((point, i) => point - points[i]!));
-  t.true(samples.length >= 2 && unwatched <= 3_000, `${samples.length} samples, at most ${unwatched} ms apart over the run`);
+  t.true(samples.length >= 2 && unwatched <= 5_000, `${samples.length} samples, at most ${unwatched} ms apart over the run`);
   const stretches = belowQuorum(samples, window.to);
   if (stretches.length > 0)
     t.log(
