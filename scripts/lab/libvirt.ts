@@ -107,7 +107,7 @@ export async function ensureLibvirtObjects(hypervisor: LabHypervisor, images: La
 }
 
 /** Lab domains: those with a disk in the lab's VM pool (on the second hypervisor, its libvirtd being the lab's own, every domain has). */
-async function labDomains(hypervisor: LabHypervisor = FIRST_HYPERVISOR): Promise<string[]> {
+async function labDomains(hypervisor: LabHypervisor): Promise<string[]> {
   const { run: virsh } = virshOn(hypervisor);
   const vmsDir = poolDir(hypervisor, LAB.pools.vms);
   const names = (await virsh(['list', '--all', '--name'])).stdout
@@ -120,6 +120,16 @@ async function labDomains(hypervisor: LabHypervisor = FIRST_HYPERVISOR): Promise
     if (xml.includes(`pool='${LAB.pools.vms}'`) || xml.includes(vmsDir)) domains.push(name);
   }
   return domains;
+}
+
+/** Each lab domain on the hypervisor stopped and undefined. */
+async function removeDomains(hypervisor: LabHypervisor, log: (line: string) => void): Promise<void> {
+  const { run: virsh } = virshOn(hypervisor);
+  for (const domain of await labDomains(hypervisor)) {
+    await virsh(['destroy', domain]).nothrow();
+    await virsh(['undefine', domain, '--nvram']).nothrow();
+    log(`${hypervisor.name}: domain ${domain}: removed`);
+  }
 }
 
 /** Where the machine's libvirtd (the first hypervisor's) keeps what it defines persistently. */
@@ -149,11 +159,7 @@ export function labObjectsDefined(): boolean {
 export async function removeLibvirtObjects(log: (line: string) => void): Promise<void> {
   const { run: virsh, ok: virshOk } = virshOn(FIRST_HYPERVISOR);
   if (!(await virshOk(['version']))) return;
-  for (const domain of await labDomains()) {
-    await virsh(['destroy', domain]).nothrow();
-    await virsh(['undefine', domain, '--nvram']).nothrow();
-    log(`domain ${domain}: removed`);
-  }
+  await removeDomains(FIRST_HYPERVISOR, log);
   if (await virshOk(['net-info', LAB.network.name])) {
     await virsh(['net-destroy', LAB.network.name]).nothrow();
     await virsh(['net-undefine', LAB.network.name]);
@@ -184,11 +190,7 @@ export async function removeLabVms(log: (line: string) => void): Promise<void> {
   for (const hypervisor of [FIRST_HYPERVISOR, SECOND_HYPERVISOR]) {
     const { run: virsh, ok: virshOk } = virshOn(hypervisor);
     if (!(await virshOk(['version']))) continue;
-    for (const domain of await labDomains(hypervisor)) {
-      await virsh(['destroy', domain]).nothrow();
-      await virsh(['undefine', domain, '--nvram']).nothrow();
-      log(`${hypervisor.name}: domain ${domain}: removed`);
-    }
+    await removeDomains(hypervisor, log);
     const vmsDir = poolDir(hypervisor, LAB.pools.vms);
     const volumes = existsSync(vmsDir) ? readdirSync(vmsDir) : [];
     for (const volume of volumes) rmSync(join(vmsDir, volume), { recursive: true, force: true });

@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process';
  * 1 when either failed.
  *
  * At once, because the integration tests mostly wait (on etcd, sshd, openssl, s3rver and the CLIs they start, one
- * file at a time): one after the other the two took 141 + 223 s here, side by side 274 s (idle machine, 2 cores).
+ * file at a time): one after the other the two took 141 + 223 s here, side by side 274–292 s (idle machine, 2 cores).
  * The unit tests run at nice 10: the integration tests' deadlines (leases, elections) get the CPU first.
  */
 
