@@ -8,7 +8,7 @@
 // about half the time (measured: `deploy --help` ~0.2 s against ~0.4 s, docs/benchmarks.md). Each
 // command script is an entry (tasks/cli/main.ts imports dist/tasks/commands/<command>.js by path), code they
 // share goes into chunks, and a dynamic import stays a chunk loaded only when the run needs it.
-import { readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 
@@ -70,14 +70,18 @@ const entryPoints = [
     .map((name) => `tasks/commands/${name}`),
 ];
 
-// A source removed since the last build must not linger as a module that still loads.
-rmSync(`${root}dist`, { recursive: true, force: true });
+// Built beside dist/ and swapped in whole at the end: a command running while it builds (an e2e run beside
+// `npm pack`'s prepare, an operator's deploy beside `npm run build`) loads its lazy chunks from a complete
+// dist/, never from one half written or removed; the build is deterministic, so a chunk's name is the same in
+// both. A fresh folder also means a source removed since the last build does not linger as a module that loads.
+const next = `dist.next-${process.pid}`;
+rmSync(`${root}${next}`, { recursive: true, force: true });
 const { metafile } = await esbuild.build({
   absWorkingDir: root,
   metafile: true,
   entryPoints,
   outbase: '.',
-  outdir: 'dist',
+  outdir: next,
   bundle: true,
   splitting: true,
   format: 'esm',
@@ -100,7 +104,26 @@ if (cjsImportedLazily.length > 0) {
   console.error(
     `build: dynamic import() of CommonJS modules, which the bundle would give no named exports:\n  ${cjsImportedLazily.join('\n  ')}\nimport them statically, or add them to EXTERNAL in scripts/build.mjs`,
   );
+  rmSync(`${root}${next}`, { recursive: true, force: true });
   process.exit(1);
 }
 // Written last: the command trusts dist/ only when this is newer than every source (bin/etcd-kvm.mjs).
-writeFileSync(`${root}dist/.built`, `${new Date().toISOString()}\n`);
+writeFileSync(`${root}${next}/.built`, `${new Date().toISOString()}\n`);
+swapIn(next);
+
+/** `next` becomes dist/; dist/ is gone only between two renames. Another build that swapped in first wins. */
+function swapIn(built) {
+  const old = `${root}dist.old-${process.pid}`;
+  try {
+    renameSync(`${root}dist`, old);
+  } catch (error) {
+    if (error.code !== 'ENOENT') throw error;
+  }
+  try {
+    renameSync(`${root}${built}`, `${root}dist`);
+  } catch (error) {
+    if (error.code !== 'ENOTEMPTY' && error.code !== 'EEXIST') throw error;
+    rmSync(`${root}${built}`, { recursive: true, force: true });
+  }
+  rmSync(old, { recursive: true, force: true });
+}
