@@ -1,0 +1,33 @@
+import { spawn, spawnSync } from 'node:child_process';
+import { printEnded, runBuffered } from './jobs.ts';
+
+/**
+ * `npm run test:ci`, what `.ci/run` runs after `npm ci`: `npm test` beside `npm run test:e2e`, the e2e's report
+ * as it comes and `npm test`'s whole when it ends; the exit code is 1 when either failed.
+ *
+ * Beside, because the e2e leaves the machine's two cores idle for stretches (agent ticks, elections, a member's
+ * first boot waiting on its disk), and `npm test` fills them: at nice 19 it takes only what the guests leave.
+ * Measured 2026-11-30 00:18–00:25 (a fast hour, load 5–10 while both ran): `npm test` at nice 19 beside
+ * lab-deploy's first scenarios passed in 394 s, where alone it takes ~300 s, and lab-deploy passed.
+ *
+ * The Debian packages both need are installed first, one apt at a time (the e2e's set holds the unit tests').
+ * Both read dist/: `npm pack` in the integration tests rebuilds it, which swaps the new build in whole
+ * (scripts/build.mjs), so an e2e command running then loads a complete one.
+ */
+
+const packages = spawnSync('npx', ['tsx', 'scripts/system/ensure-packages.ts', 'e2e'], { stdio: 'inherit' });
+if (packages.status !== 0) process.exit(1);
+
+console.log('npm test runs beside the e2e at nice 19; its report follows when it ends');
+const unit = runBuffered({ name: 'npm test (beside the e2e)', argv: ['nice', '-n', '19', 'npm', 'test'] }).then((ended) => {
+  printEnded(ended);
+  return ended.ok;
+});
+const e2e = new Promise<boolean>((done) => {
+  const child = spawn('npm', ['run', '-s', 'test:e2e'], { stdio: 'inherit' });
+  child.on('error', () => done(false));
+  child.on('close', (code) => done(code === 0));
+});
+const [unitOk, e2eOk] = await Promise.all([unit, e2e]);
+console.log(`\nci: npm test ${unitOk ? 'passed' : 'FAILED'}, e2e ${e2eOk ? 'passed' : 'FAILED'}`);
+process.exit(unitOk && e2eOk ? 0 : 1);
