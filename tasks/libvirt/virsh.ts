@@ -1,6 +1,6 @@
 import { commandLine } from '../core/shell.ts';
 import type { SshConnection } from '../remote/ssh.ts';
-import type { VirshAsker } from './session.ts';
+import type { VirshAsker, VirshReply } from './session.ts';
 
 /**
  * virsh on a hypervisor, over its SSH connection. Commands are argument arrays; read-only probes
@@ -32,6 +32,13 @@ export class Virsh {
 
   argv(args: readonly string[]): string[] {
     return virshArgv(this.uri, args);
+  }
+
+  /** These commands asked as a session asks them (guest/agent.ts takes either): through the session, or as one virsh batch. */
+  async ask(commands: readonly (readonly string[])[]): Promise<VirshReply[]> {
+    if (this.session) return this.session.ask(commands, { urgent: true });
+    const answers = await this.#askVirsh(commands.map((args, i) => [String(i), args] as const));
+    return commands.map((_, i) => ({ ok: answers[String(i)]!.code === 0, output: answers[String(i)]!.output }));
   }
 
   /** Runs a virsh command that must succeed; returns its stdout. */

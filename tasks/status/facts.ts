@@ -14,6 +14,9 @@ import { versionOf } from '../etcd/version.ts';
 import { memberStatus, type EtcdMemberFacts } from '../etcd/member-status.ts';
 import { alarmsListed } from '../etcd/health.ts';
 import { servedCertificate } from '../etcd/served-certificate.ts';
+import { presentThroughAgents } from '../guest/agent.ts';
+import { ownerQuestions, parseOwnerMark } from '../libvirt/ownership.ts';
+import { GUEST_PATHS } from '../render/etcd.ts';
 
 /**
  * What status reads, all of it read-only and asked at about the same moment: each hypervisor once
@@ -36,6 +39,11 @@ export interface MemberFacts {
     | { kind: 'unknown'; why: string };
   /** base_image's volume, when the tool makes the member's OS disk. */
   wantedImage?: string;
+  /**
+   * A recovery's --force-new-cluster drop-in is in its running guest, left by a recover that did not finish: the next
+   * start of its etcd would found a new cluster of it alone (false when not found, or its agent did not answer).
+   */
+  forceNewClusterLeft: boolean;
   etcd: EtcdMemberFacts | { error: string };
   /** notAfter of the certificate the member serves on its client port. */
   servedCertificate: { notAfter: Date } | { error: string };
@@ -73,6 +81,8 @@ export { hexId };
 export interface VmFacts {
   vm: string;
   image: MemberFacts['image'];
+  /** A recovery's --force-new-cluster drop-in is in the running guest (MemberFacts.forceNewClusterLeft). */
+  forceNewClusterLeft: boolean;
 }
 
 /** The image a member's OS disk was built from, from its vol-dumpxml (undefined: not asked, a volume_id). */
@@ -83,8 +93,29 @@ function imageFrom(answer: ProbeAnswer | undefined): MemberFacts['image'] {
   return path ? { kind: 'built-from', image: imageName(path) } : { kind: 'unknown', why: 'its OS disk has no backing image' };
 }
 
-/** Each member's VM facts, one probe per hypervisor. */
-export async function vmFacts(members: readonly Member[], connections: HypervisorConnections): Promise<Map<string, VmFacts>> {
+/**
+ * Which of these running members' guests hold a recovery's --force-new-cluster drop-in, asked of the guest agents of
+ * the domains marked with this cluster's ID only (never another cluster's VM of the same name). An agent that does
+ * not answer is taken as no drop-in: status says what it knows, and the deploy's guest step looks again.
+ */
+async function forceNewClusterLeft(virsh: Virsh, running: readonly Member[], marks: Record<string, ProbeAnswer>, clusterId: string) {
+  const ours = running.filter((member) => {
+    const mark = marks[`${member.name}/mark`];
+    return mark?.code === 0 && parseOwnerMark(mark.output)?.id === clusterId;
+  });
+  const found = await presentThroughAgents(
+    virsh,
+    ours.map((member) => ({ domain: member.name, path: GUEST_PATHS.forceNewClusterDropIn })),
+  ).catch(() => []);
+  return new Set(ours.filter((_, i) => found[i] === true).map((member) => member.name));
+}
+
+/** Each member's VM facts, one probe per hypervisor (and with `clusterId`, one look for a leftover drop-in). */
+export async function vmFacts(
+  members: readonly Member[],
+  connections: HypervisorConnections,
+  clusterId?: string,
+): Promise<Map<string, VmFacts>> {
   const facts = new Map<string, VmFacts>();
   await Promise.all(
     [...membersByHypervisor(members).values()].map(async (hosted) => {
@@ -93,9 +124,15 @@ export async function vmFacts(members: readonly Member[], connections: Hyperviso
         const virsh = new Virsh(await connections.get(hypervisor), hypervisor.libvirt_uri);
         const questions = hosted.flatMap((member): [string, Question][] => {
           const image = imageQuestions(member)?.osXml;
-          return [[member.name, ['domstate', member.name]], ...(image ? [[`${member.name}/image`, image] as [string, Question]] : [])];
+          return [
+            [member.name, ['domstate', member.name]],
+            [`${member.name}/mark`, ownerQuestions(member).mark],
+            ...(image ? [[`${member.name}/image`, image] as [string, Question]] : []),
+          ];
         });
         const answers = await virsh.probe(Object.fromEntries(questions));
+        const running = hosted.filter((member) => answers[member.name]?.code === 0 && answers[member.name]!.output.trim() === 'running');
+        const left = clusterId ? await forceNewClusterLeft(virsh, running, answers, clusterId) : new Set<string>();
         for (const member of hosted) {
           const answer = answers[member.name];
           const vm = !answer
@@ -105,11 +142,12 @@ export async function vmFacts(members: readonly Member[], connections: Hyperviso
               : saysDomainMissing(answer.output)
                 ? 'absent'
                 : `unknown (${answer.output.trim().split('\n')[0]})`;
-          facts.set(member.name, { vm, image: imageFrom(answers[`${member.name}/image`]) });
+          facts.set(member.name, { vm, image: imageFrom(answers[`${member.name}/image`]), forceNewClusterLeft: left.has(member.name) });
         }
       } catch (error) {
         const why = `hypervisor ${hypervisor.name}: ${briefError(error)}`;
-        for (const member of hosted) facts.set(member.name, { vm: `unknown (${why})`, image: { kind: 'unknown', why } });
+        for (const member of hosted)
+          facts.set(member.name, { vm: `unknown (${why})`, image: { kind: 'unknown', why }, forceNewClusterLeft: false });
       }
     }),
   );
@@ -121,12 +159,13 @@ export async function gatherStatus(
   clients: EtcdClients,
   connections: HypervisorConnections,
   identity: ClientIdentity,
-  caNotAfter?: Date,
+  known: { caNotAfter?: Date | undefined; clusterId?: string | undefined } = {},
 ): Promise<StatusFacts> {
+  const { caNotAfter, clusterId } = known;
   const members = inventory.members;
   const at = new Date();
   const [vms, perMember] = await Promise.all([
-    vmFacts(members, connections),
+    vmFacts(members, connections, clusterId),
     Promise.all(
       members.map(async (member) => {
         const [etcd, certificate] = await Promise.allSettled([memberStatus(clients, member), servedCertificate(clients, member, identity)]);
@@ -179,6 +218,7 @@ export async function gatherStatus(
       hypervisor: member.hypervisor.name,
       vm: vms.get(member.name)?.vm ?? 'unknown',
       image: vms.get(member.name)?.image ?? { kind: 'unknown', why: 'not asked' },
+      forceNewClusterLeft: vms.get(member.name)?.forceNewClusterLeft ?? false,
       ...('base' in member.volumes.os ? { wantedImage: member.volumes.os.base.volume } : {}),
       ...perMember[index]!,
     })),

@@ -55,6 +55,11 @@ export interface StatusReport {
   warnings: string[];
 }
 
+/** What a member's leftover --force-new-cluster drop-in means, and the two ways out of it. */
+export const FORCE_NEW_CLUSTER_LEFT =
+  "a recovery's --force-new-cluster drop-in is left in it: the next start of its etcd would found a new cluster of " +
+  'this member alone and drop the others; `etcd-kvm recover` finishes the recovery, or a deploy removes the drop-in';
+
 /** Certificates closer to expiry than this are warned about (the deploy's --renew-certs renews them). */
 export const CERTIFICATE_WARNING_DAYS = 30;
 
@@ -92,6 +97,7 @@ function memberRow(
   const { facts, list, leaderId } = seen;
   const etcd: EtcdMemberFacts | undefined = 'error' in member.etcd ? undefined : member.etcd;
   if (member.vm !== 'running') said.problems.push(`${member.name}: VM ${member.vm}`);
+  if (member.forceNewClusterLeft) said.problems.push(`${member.name}: ${FORCE_NEW_CLUSTER_LEFT}`);
   if (!etcd) said.problems.push(`${member.name}: etcd does not answer (${(member.etcd as { error: string }).error})`);
   const listed = etcd && list?.find((m) => m.id === etcd.id);
   const learner = Boolean(etcd?.isLearner || listed?.isLearner);

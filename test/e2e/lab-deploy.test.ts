@@ -6,7 +6,7 @@ import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, sta
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { run } from '../helpers/exec.ts';
-import type { StatusReport } from '../../tasks/status/report.ts';
+import { FORCE_NEW_CLUSTER_LEFT, type StatusReport } from '../../tasks/status/report.ts';
 import type { Check } from '../../tasks/verify/verdict.ts';
 import { CANARY_KEY } from '../../tasks/verify/facts.ts';
 import { faultDrillLines } from '../../tasks/faults/report.ts';
@@ -657,6 +657,13 @@ scenario(
       `sudo mkdir -p ${FORCE_DROP_IN.replace(/\/[^/]+$/, '')} && printf '[Service]\\n# left behind\\n' | sudo tee ${FORCE_DROP_IN} >/dev/null && sudo systemctl daemon-reload && systemctl show -p MainPID --value etcd`,
     );
     t.is(left.status, 0, left.stderr);
+    // status looks in the guests too: the drop-in is named as a problem of etcd-2's, and only that.
+    const before = etcdKvm('status', ['-i', 'inventories/lab.yaml']);
+    t.is(before.status, 1, before.stdout + before.stderr);
+    t.deepEqual(
+      before.stdout.split('\n').filter((line) => line.startsWith('problem: ')),
+      [`problem: etcd-2: ${FORCE_NEW_CLUSTER_LEFT}`],
+    );
     const result = deployed(t);
     t.is(result.status, 0, endOf(result));
     t.deepEqual(changed(result), [
@@ -678,6 +685,8 @@ scenario(
     t.false((dropIns ?? '').includes('force-new-cluster'), `systemd forgot it: ${dropIns}`);
     t.is(pid, left.stdout.trim(), 'etcd kept running, not restarted');
     t.deepEqual(changed(deployed(t)), []);
+    const healthy = etcdKvm('status', ['-i', 'inventories/lab.yaml']);
+    t.is(healthy.status, 0, healthy.stdout + healthy.stderr);
   },
 );
 

@@ -1,5 +1,6 @@
 import test from 'ava';
-import { askThroughAgents, finished } from '../../tasks/guest/agent.ts';
+import { askThroughAgents, finished, presentThroughAgents } from '../../tasks/guest/agent.ts';
+import type { VirshAsker } from '../../tasks/libvirt/session.ts';
 import { VirshSession } from '../../tasks/libvirt/session.ts';
 import { FakeVirshSession } from '../helpers/fake-virsh-session.ts';
 
@@ -120,4 +121,38 @@ test('a status reply that is not JSON, or an output cut short, is no answer', (t
     output: 'hi',
   });
   t.is(finished({ ok: true, output: '{"return": {"exited": false}}' }), 'running');
+});
+
+test('whether a file is there: opened and closed again, never read; no such file is false; an agent that does not answer says why', async (t) => {
+  const asked: string[] = [];
+  const virsh: VirshAsker = {
+    async ask(commands) {
+      return commands.map((args) => {
+        const [, , , domain, json] = args as [string, string, string, string, string];
+        const { execute, arguments: given } = JSON.parse(json) as { execute: string; arguments: { path?: string; handle?: number } };
+        asked.push(`${domain} ${execute} ${given.path ?? given.handle}`);
+        if (execute === 'guest-file-close') return { ok: true, output: '{"return":{}}' };
+        if (domain === 'with') return { ok: true, output: '{"return":1000}' };
+        if (domain === 'without')
+          return {
+            ok: false,
+            output: `error: internal error: unable to execute QEMU agent command 'guest-file-open': failed to open file '${given.path}' (flags=r): No such file or directory`,
+          };
+        return { ok: false, output: 'error: Guest agent is not responding: QEMU guest agent is not connected' };
+      });
+    },
+  };
+  const path = '/run/systemd/system/etcd.service.d/etcd-kvm-force-new-cluster.conf';
+  const found = await presentThroughAgents(
+    virsh,
+    ['with', 'without', 'silent'].map((domain) => ({ domain, path })),
+  );
+  t.deepEqual(found, [true, false, { unanswered: 'Guest agent is not responding: QEMU guest agent is not connected' }]);
+  t.deepEqual(asked, [
+    `with guest-file-open ${path}`,
+    `without guest-file-open ${path}`,
+    `silent guest-file-open ${path}`,
+    'with guest-file-close 1000',
+  ]);
+  t.deepEqual(await presentThroughAgents(virsh, []), []);
 });

@@ -23,8 +23,9 @@ const ALLOWED: Record<string, string[]> = {
   drill: ['core', 'inventory', 'remote', 'render', 'etcd', 'backup'],
   // The upgrade's pre-flight compares the members' data as verify does.
   steps: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'verify'],
-  // It names a deploy's recorded mismatch as verify/consistency.ts reads it.
-  status: ['core', 'inventory', 'remote', 'libvirt', 'etcd', 'upgrade', 'backup', 'verify', 'drill'],
+  // It names a deploy's recorded mismatch as verify/consistency.ts reads it, and looks in the guests (through their
+  // agents) for a recovery's leftover drop-in, at the path the member's rendering gives it.
+  status: ['core', 'inventory', 'remote', 'render', 'libvirt', 'etcd', 'guest', 'upgrade', 'backup', 'verify', 'drill'],
   // Whether the members hold the same data: read through etcd's clients only (and the deploy's record of a difference).
   verify: ['core', 'inventory', 'etcd'],
   // A fault drill: faults through libvirt and the members' SSH, clients through etcd's, verify after each.

@@ -32,6 +32,7 @@ function healthy(): StatusFacts {
     vm: 'running',
     image: { kind: 'built-from', image: 'debian-12.qcow2' },
     wantedImage: 'debian-12.qcow2',
+    forceNewClusterLeft: false,
     etcd: etcdOf(index),
     servedCertificate: { notAfter: new Date('2027-11-22T00:00:00Z') },
   }));
@@ -63,6 +64,16 @@ const cases: Case[] = [
     healthy: false,
     roles: ['unknown', 'follower', 'leader'],
     problems: [/etcd-1: VM shut off/, /etcd-1: etcd does not answer \(UNAVAILABLE\)/],
+  },
+  {
+    name: "a recovery's --force-new-cluster drop-in left in a running member: degraded, the way out named, its etcd still a follower",
+    facts: (f) => Object.assign(f.members[1]!, { forceNewClusterLeft: true }),
+    healthy: false,
+    roles: ['follower', 'follower', 'leader'],
+    problems: [
+      /^etcd-2: a recovery's --force-new-cluster drop-in is left in it: .*`etcd-kvm recover` finishes the recovery, or a deploy removes the drop-in$/,
+    ],
+    problemCount: 1,
   },
   {
     name: 'a VM that libvirt does not have: degraded',
