@@ -8,6 +8,7 @@ import { FactCache } from '../core/facts.ts';
 import { RunLock } from '../core/lock.ts';
 import { PACKAGE_ROOT } from '../core/package-root.ts';
 import { DeployContext } from '../deploy/context.ts';
+import { takeClusterRunLock } from '../etcd/run-lock.ts';
 import { loadInventory } from '../inventory/load.ts';
 import { requireLoginKeys } from '../inventory/login-keys.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -166,14 +167,31 @@ async function recoverSurvivor(inventory: Inventory, options: { fromMember?: str
     const decided = decideRecovery(inventory, facts, options);
     if (typeof decided === 'number') return decided;
     const { record, force } = decided;
-    const from = memberNamed(inventory, record.from);
-    const ssh = await context.memberSsh.reach(from, { windowMs: leadTimeoutMs(inventory) });
-    if (force) await forceNewClusterFrom(context, facts, from, record, ssh);
-    if (await hasForceFlag(ssh)) {
-      console.log(`${from.name}: etcd started again without --force-new-cluster`);
-      await startNormally(ssh);
-      // Itself, while it is the cluster's one voting member; any leader, once others rejoined before the run was killed.
-      await untilLeading(context.clients, from, leadTimeoutMs(inventory), force ? 'itself' : 'any');
+    // The cluster's run lock too, as every run that changes it takes: held while the cluster has a quorum (a recovery
+    // resumed after its forced start, a stale record), said to be local-only while it has none (no lease without a leader).
+    const clusterLock = await takeClusterRunLock(
+      inventory,
+      { connections: context.remote.connections, identity: context.identities.root, clients: context.clients },
+      {
+        command: ['recover', ...process.argv.slice(2)].join(' '),
+        say: (line) => console.log(line),
+        // Not stopped half-way: a forced start left in the middle is worse than one finished under a lost lock.
+        onLost: (why) => console.log(`lock: ${why}: the recovery goes on`),
+      },
+    );
+    try {
+      const from = memberNamed(inventory, record.from);
+      const ssh = await context.memberSsh.reach(from, { windowMs: leadTimeoutMs(inventory) });
+      if (force) await forceNewClusterFrom(context, facts, from, record, ssh);
+      if (await hasForceFlag(ssh)) {
+        console.log(`${from.name}: etcd started again without --force-new-cluster`);
+        await startNormally(ssh);
+        // Itself, while it is the cluster's one voting member; any leader, once others rejoined before the run was killed.
+        await untilLeading(context.clients, from, leadTimeoutMs(inventory), force ? 'itself' : 'any');
+      }
+    } finally {
+      // The deploy after it takes the lock itself.
+      await clusterLock?.release();
     }
     return record;
   } finally {

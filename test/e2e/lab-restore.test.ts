@@ -511,6 +511,9 @@ scenario(
     await exited;
     t.log(`killed: ${seen}`);
     t.true(existsSync(join(LAB_STATE, 'recovery.json')));
+    // It asked for the cluster's run lock before forcing anything; with no leader there is no lease to hold it by.
+    t.regex(seen, /^lock: .*: only the lock in \S+ holds this run \(a run from another copy of it is not kept out\)$/m);
+    t.true(seen.indexOf('lock: ') < seen.indexOf('etcd-1: etcd started with --force-new-cluster'), 'the lock was asked for first');
 
     const started = Date.now();
     const again = run(process.execPath, recoverArgs, { timeoutMs: 30 * 60_000 });
