@@ -32,8 +32,8 @@ virtual machines, and keeps it that way. Safe to re-run: it changes only what dr
 
 Options:
   -i, --inventory FILE   inventory YAML (required)
-      --dry-run          check and plan only: print per host what would change, with diffs
-  -D, --diff             also print the diff of every change a real run makes (as Ansible's --diff)
+      --dry-run          check and plan only: print per host what would change, a line each
+  -D, --diff             also print the diff of every change, after all of them (as Ansible's --diff)
   -C, --check            same as --dry-run (as Ansible users type it)
       --render-only DIR  issue/reuse certificates, write every rendered file under DIR/<member>/
                          and stop; contacts no hypervisor

@@ -98,8 +98,8 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
   const { written, unreachable, plan } = outcome;
   if (plan) return listPhases(plan, runner, options.json);
 
-  // Summaries by default; diffs where they are asked for, and in a dry-run, which is a plan to read.
-  const changes = formatChanges(runner.results, { dryRun: options.dryRun, diffs: options.diff || options.dryRun });
+  // Summaries, every one before any diff; the diffs where they are asked for (--diff), in a dry-run as in a real run.
+  const changes = formatChanges(runner.results, { dryRun: options.dryRun, diffs: options.diff });
   if (changes) console.log(`\n${changes}`);
   if (written.length > 0) console.log(`\nwrote ${written.length} files:\n${written.map((path) => `  ${path}`).join('\n')}`);
   console.log(`\n${formatRecap(runner.results, options.dryRun, performance.now() - started)}`);

@@ -31,9 +31,14 @@ function indent(text: string, by: string): string {
 const rollLength = (results: readonly StepResult[], step: string) =>
   Math.max(...results.filter((r) => r.step === step).map((r) => r.rollPosition ?? 0));
 
-/** What changed (or would change), host by host, step by step, with diffs. */
+/**
+ * What changed (or would change), host by host, step by step: one line a change, every one of them before any diff,
+ * so a plan reads whole and a failure is never buried among file contents. With `diffs` (--diff) the diffs follow,
+ * each under its host, step and change; without, a dry-run says how many it left out.
+ */
 export function formatChanges(results: readonly StepResult[], { dryRun, diffs }: { dryRun: boolean; diffs: boolean }): string {
   const lines: string[] = [];
+  const diffed: { heading: string; diff: Diff }[] = [];
   const hosts = [...new Set(results.map((r) => r.host))];
   for (const host of hosts) {
     const mine = results.filter((r) => r.host === host && (r.status === 'changed' || r.status === 'failed' || r.warnings?.length));
@@ -50,10 +55,17 @@ export function formatChanges(results: readonly StepResult[], { dryRun, diffs }:
         ? `${result.step} (roll ${result.rollPosition} of ${rollLength(results, result.step)})`
         : result.step;
       for (const change of result.changes) {
-        lines.push(`  ${step}: ${dryRun ? 'would ' : ''}${change.summary}`);
-        if (diffs && change.diff) lines.push(indent(unifiedDiff(change.diff), '    '));
+        const line = `${step}: ${dryRun ? 'would ' : ''}${change.summary}`;
+        lines.push(`  ${line}`);
+        if (change.diff) diffed.push({ heading: `${host} ${line}`, diff: change.diff });
       }
     }
+  }
+  if (diffs && diffed.length > 0) {
+    lines.push('', 'diffs:');
+    for (const { heading, diff } of diffed) lines.push(`${heading}`, indent(unifiedDiff(diff), '    '));
+  } else if (dryRun && diffed.length > 0) {
+    lines.push(`(${diffed.length} of these changes have a diff: --diff shows them)`);
   }
   return forDisplay(lines.join('\n'));
 }

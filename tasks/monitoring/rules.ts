@@ -246,7 +246,7 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `etcd_kvm_managed_files_drifted${s.node()} > 0`,
     summary: `{{ $value }} managed files of ${of} differ from what the last converged run wrote`,
     runbook:
-      'Run `etcd-kvm deploy -i INV --dry-run` to see the differences, then `etcd-kvm deploy -i INV` to put the files back (or carry a wanted change into the inventory first).',
+      'Run `etcd-kvm deploy -i INV --dry-run --diff` to see the differences, then `etcd-kvm deploy -i INV` to put the files back (or carry a wanted change into the inventory first).',
   },
 ];
 

@@ -48,8 +48,8 @@ export interface GuestStepOptions {
    */
   joining?: boolean;
   /**
-   * Does the run show its changes' diffs (--diff, a dry-run)? Only then is a drifted file's current
-   * text read: one more exec per member.
+   * Does the run show its changes' diffs (--diff)? Only then is a drifted file's current text read: one
+   * more exec per member.
    */
   diffs: boolean;
   /** Where the step says what a member waits on (its first boot). */
@@ -424,7 +424,7 @@ export function guestStepOf(pass: Pass, run: DeployRun): Step<GuestState, GuestS
     clients,
     clusterFormed: pass.formed && !pass.joining,
     joining: pass.joining,
-    diffs: run.options.dryRun || run.options.diff === true,
+    diffs: run.options.diff === true,
     progress: run.runner.progress,
     releaseArchive: (version) => run.resources.releaseArchive(version),
   });

@@ -67,9 +67,15 @@ test('--help explains the CLI and exits 0', (t) => {
   t.regex(result.stdout, /--render-only DIR/);
 });
 
-test('a dry-run on a fresh lab inventory shows per-host plans with diffs, changes nothing and prints no secret', (t) => {
+test('a dry-run on a fresh lab inventory shows per-host plans, a line a change, then with --diff their diffs; changes nothing and prints no secret', (t) => {
   const { dir, inventory } = labCopy();
-  const result = deploy(['-i', inventory, '--check']);
+  // Without --diff: the plan in lines, and how many diffs it leaves out.
+  const plain = deploy(['-i', inventory, '--check']);
+  t.is(plain.status, 1);
+  t.regex(plain.stdout, /etcd-1:\n {2}render: would create domain\.xml/);
+  t.false(plain.stdout.includes('+++ '), 'no diff without --diff');
+  t.regex(plain.stdout, /^\(\d+ of these changes have a diff: --diff shows them\)$/m);
+  const result = deploy(['-i', inventory, '--check', '--diff']);
   t.is(result.status, 1, 'the unreachable hypervisor fails the remote steps');
   const output = result.stdout + result.stderr;
   t.regex(output, UNREACHABLE);

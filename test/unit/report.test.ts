@@ -54,6 +54,11 @@ test('a real run prints summaries; diffs only when asked (--diff), as Ansible do
   const withDiff = formatChanges(results, { dryRun: false, diffs: true });
   t.regex(withDiff, /^ {4}-server a$/m);
   t.regex(withDiff, /^ {4}\+server b$/m);
+  // A dry-run alike: the plan in lines, its diffs only when asked, and how many it left out when not.
+  t.is(
+    formatChanges(results, { dryRun: true, diffs: false }),
+    'etcd-1:\n  guest: would update /etc/chrony/chrony.conf\n(1 of these changes have a diff: --diff shows them)',
+  );
   t.regex(formatRecap(results, false, 5_432), /^RECAP in 5\.4 s\netcd-1 +ok=0 {2}changed=1 {2}failed=0 {2}skipped=0$/);
 });
 
@@ -112,4 +117,35 @@ test('the recap names each hypervisor the run could not reach, its members and w
       'hypervisor kvm-3 (no member in this run): bastion jump (ops@203.0.113.7:22): cannot connect: ECONNREFUSED',
     ].join('\n'),
   );
+});
+
+test("with --diff every change's line comes first, host by host, a failure among them; the diffs follow, each under its host, step and change", (t) => {
+  const fileChange = (path: string, before: string, after: string) => ({ summary: `update ${path}`, diff: { label: path, before, after } });
+  const text = formatChanges(
+    [
+      result('etcd-1', {
+        status: 'changed',
+        changes: [fileChange('/etc/etcd/etcd.env', 'A=1\n', 'A=2\n'), { summary: 'restart etcd.service' }],
+      }),
+      result('etcd-2', { status: 'failed', error: 'the hypervisor did not answer' }),
+      result('etcd-3', { step: 'render', status: 'changed', changes: [fileChange('user-data', 'x\n', 'y\n')] }),
+    ],
+    { dryRun: true, diffs: true },
+  );
+  const lines = text.split('\n');
+  t.deepEqual(lines.slice(0, 8), [
+    'etcd-1:',
+    '  guest: would update /etc/etcd/etcd.env',
+    '  guest: would restart etcd.service',
+    'etcd-2:',
+    '  guest: FAILED: the hypervisor did not answer',
+    'etcd-3:',
+    '  render: would update user-data',
+    '',
+  ]);
+  t.is(lines[8], 'diffs:');
+  t.is(lines[9], 'etcd-1 guest: would update /etc/etcd/etcd.env');
+  t.true(lines.indexOf('    +A=2') > 9 && lines.indexOf('    +A=2') < lines.indexOf('etcd-3 render: would update user-data'), text);
+  t.regex(text, /^etcd-3 render: would update user-data\n {4}--- user-data \(current\)\n {4}\+\+\+ user-data \(wanted\)$/m);
+  t.false(text.includes('--diff shows them'));
 });
