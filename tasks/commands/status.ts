@@ -13,7 +13,7 @@ const HELP = `Usage: etcd-kvm status -i INVENTORY [--json]
 Reads the cluster as it is, changing nothing: per member its VM state (virsh), etcd member ID,
 role (leader, follower, learner), raft term, applied index, database size and size in use,
 etcd version, active alarms and the expiry of the certificate it serves, and (through its guest
-agent) whether a recovery's --force-new-cluster drop-in is left in it; then the cluster's health
+agent) whether a recovery's force-new-cluster drop-in is left in it; then the cluster's health
 as one line.
 
   -i, --inventory FILE   the inventory (required)
