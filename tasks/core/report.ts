@@ -63,7 +63,7 @@ export function formatChanges(results: readonly StepResult[], { dryRun, diffs }:
   }
   if (diffs && diffed.length > 0) {
     lines.push('', 'diffs:');
-    for (const { heading, diff } of diffed) lines.push(`${heading}`, indent(unifiedDiff(diff), '    '));
+    for (const { heading, diff } of diffed) lines.push(heading, indent(unifiedDiff(diff), '    '));
   } else if (dryRun && diffed.length > 0) {
     lines.push(`(${diffed.length} of these changes have a diff: --diff shows them)`);
   }

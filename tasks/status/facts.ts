@@ -110,6 +110,13 @@ async function forceNewClusterLeft(virsh: Virsh, running: readonly Member[], mar
   return new Set(ours.filter((_, i) => found[i] === true).map((member) => member.name));
 }
 
+/** virsh domstate's answer: the state, `absent`, or why it is unknown. */
+function vmState(answer: ProbeAnswer | undefined): string {
+  if (!answer) return 'unknown (no answer)';
+  if (answer.code === 0) return answer.output.trim();
+  return saysDomainMissing(answer.output) ? 'absent' : `unknown (${answer.output.trim().split('\n')[0]})`;
+}
+
 /** Each member's VM facts, one probe per hypervisor (and with `clusterId`, one look for a leftover drop-in). */
 export async function vmFacts(
   members: readonly Member[],
@@ -131,19 +138,15 @@ export async function vmFacts(
           ];
         });
         const answers = await virsh.probe(Object.fromEntries(questions));
-        const running = hosted.filter((member) => answers[member.name]?.code === 0 && answers[member.name]!.output.trim() === 'running');
+        const vms = new Map(hosted.map((member) => [member.name, vmState(answers[member.name])]));
+        const running = hosted.filter((member) => vms.get(member.name) === 'running');
         const left = clusterId ? await forceNewClusterLeft(virsh, running, answers, clusterId) : new Set<string>();
-        for (const member of hosted) {
-          const answer = answers[member.name];
-          const vm = !answer
-            ? 'unknown (no answer)'
-            : answer.code === 0
-              ? answer.output.trim()
-              : saysDomainMissing(answer.output)
-                ? 'absent'
-                : `unknown (${answer.output.trim().split('\n')[0]})`;
-          facts.set(member.name, { vm, image: imageFrom(answers[`${member.name}/image`]), forceNewClusterLeft: left.has(member.name) });
-        }
+        for (const member of hosted)
+          facts.set(member.name, {
+            vm: vms.get(member.name)!,
+            image: imageFrom(answers[`${member.name}/image`]),
+            forceNewClusterLeft: left.has(member.name),
+          });
       } catch (error) {
         const why = `hypervisor ${hypervisor.name}: ${briefError(error)}`;
         for (const member of hosted)
