@@ -30,5 +30,5 @@ for (let i = 0; i < Number(values.runs); i++) {
 timings.sort((a, b) => a - b);
 const median = timings[Math.floor(timings.length / 2)]!;
 console.log(
-  `pki cold (${inventory.members.length} members, RSA ${inventory.pki.key_length}): median ${median.toFixed(0)} ms, min ${timings[0]!.toFixed(0)} ms, max ${timings.at(-1)!.toFixed(0)} ms over ${timings.length} runs`,
+  `pki cold (${inventory.members.length} members, RSA ${inventory.pki.keyLength}): median ${median.toFixed(0)} ms, min ${timings[0]!.toFixed(0)} ms, max ${timings.at(-1)!.toFixed(0)} ms over ${timings.length} runs`,
 );

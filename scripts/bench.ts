@@ -111,7 +111,7 @@ async function removeMembers(): Promise<void> {
 async function healthy(ip: string): Promise<boolean> {
   const tls = ['--cacert', `${STATE}/pki/ca.crt`, '--cert', `${STATE}/pki/clients/root.crt`, '--key', `${STATE}/pki/clients/root.key`];
   const result =
-    await $`ip netns exec etcd-kvm-lab etcdctl --dial-timeout=2s --command-timeout=3s --endpoints=${`https://${ip}:${inventory.etcd.client_port}`} ${tls} endpoint health`
+    await $`ip netns exec etcd-kvm-lab etcdctl --dial-timeout=2s --command-timeout=3s --endpoints=${`https://${ip}:${inventory.etcd.clientPort}`} ${tls} endpoint health`
       .nothrow()
       .quiet();
   return result.exitCode === 0;

@@ -31,12 +31,12 @@ export class SnapshotBucket {
       // Checksums only where S3 requires them: newer defaults (CRC32 trailers) are refused by many S3-compatible servers.
       requestChecksumCalculation: 'WHEN_REQUIRED',
       responseChecksumValidation: 'WHEN_REQUIRED',
-      credentials: { accessKeyId: revealSecret(settings.access_key), secretAccessKey: revealSecret(settings.secret_key) },
+      credentials: { accessKeyId: revealSecret(settings.accessKey), secretAccessKey: revealSecret(settings.secretKey) },
       // Bounded: an S3 endpoint that stops answering fails the run instead of hanging it.
       requestHandler: new NodeHttpHandler({
         connectionTimeout: 10_000,
         requestTimeout: 300_000,
-        ...(settings.ca_cert ? { httpsAgent: new Agent({ ca: settings.ca_cert }) } : {}),
+        ...(settings.caCert ? { httpsAgent: new Agent({ ca: settings.caCert }) } : {}),
       }),
     });
   }

@@ -81,9 +81,8 @@ export class SnapshotSource {
   }
 
   get #masterKey(): Uint8Array {
-    if (this.restore.encryption_key.isEmpty)
-      throw new Error('restore.encryption_key is empty: a backup cannot be authenticated without it');
-    return masterKeyFromHex(this.restore.encryption_key.reveal());
+    if (this.restore.encryptionKey.isEmpty) throw new Error('restore.encryption_key is empty: a backup cannot be authenticated without it');
+    return masterKeyFromHex(this.restore.encryptionKey.reveal());
   }
 
   choose(): Promise<ChosenSnapshot> {
@@ -92,9 +91,9 @@ export class SnapshotSource {
   }
 
   async #choose(): Promise<ChosenSnapshot> {
-    const prefix = this.restore.s3.object_prefix;
+    const prefix = this.restore.s3.objectPrefix;
     const verdict = await judgeBucket(this.bucket, { prefix, clusterId: this.clusterId(), masterKey: this.#masterKey, now: new Date() });
-    const timestamp = this.restore.backup_timestamp;
+    const timestamp = this.restore.backupTimestamp;
     if (timestamp) {
       const name = dumpObjectName(prefix, timestamp);
       const own = verdict.trusted.find((snapshot) => snapshot.name === name);

@@ -25,6 +25,7 @@ import type { ISnapshotResponse } from 'etcd3';
 import type { EtcdClients } from '../etcd/client.ts';
 import { hashKV } from '../etcd/hash-kv.ts';
 import { withClusterSession } from '../etcd/session.ts';
+import { camelCase } from '../inventory/camel.ts';
 import { loadInventory } from '../inventory/load.ts';
 import { readIdentity } from '../pki/identity.ts';
 import { createHash } from 'node:crypto';
@@ -88,11 +89,13 @@ function parseKeep(value: unknown): number | undefined {
 
 /** The settings a backup needs, each missing one named; and the cluster's ID, which the manifest binds. */
 function backupSettings(inventory: Inventory): { clusterId: string; masterKey: Uint8Array } {
-  const { s3, encryption_key: key } = inventory.restore;
+  const { s3, encryptionKey: key } = inventory.restore;
   const missing = [
-    ...(['endpoint', 'bucket', 'object_prefix'] as const).filter((field) => !s3[field]).map((field) => `restore.s3.${field} is empty`),
-    ...(s3.access_key.isEmpty ? ['restore.s3.access_key is empty'] : []),
-    ...(s3.secret_key.isEmpty ? ['restore.s3.secret_key is empty'] : []),
+    ...(['endpoint', 'bucket', 'object_prefix'] as const)
+      .filter((field) => !s3[camelCase(field)])
+      .map((field) => `restore.s3.${field} is empty`),
+    ...(s3.accessKey.isEmpty ? ['restore.s3.access_key is empty'] : []),
+    ...(s3.secretKey.isEmpty ? ['restore.s3.secret_key is empty'] : []),
     ...(key.isEmpty ? ['restore.encryption_key is empty: every backup is sealed and authenticated with it'] : []),
   ];
   if (missing.length > 0)
@@ -130,7 +133,7 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
         try {
           // The revision as the snapshot begins: the snapshot holds at least it.
           revision = Number((await (await clients.for(member)).maintenance.status({})).header.revision);
-          size = await snapshotInto(file, clients, member, inventory.etcd.space_quota);
+          size = await snapshotInto(file, clients, member, inventory.etcd.spaceQuota);
           from = member;
           break;
         } catch (error) {
@@ -147,7 +150,7 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
         return undefined;
       });
       const taken = backupTimestamp(new Date());
-      const name = dumpObjectName(s3.object_prefix, taken);
+      const name = dumpObjectName(s3.objectPrefix, taken);
       const { dataKey, sealedKey } = newDataKey(masterKey);
       // The key first: whoever sees the .dump can already open it. The manifest last: until it is there, the
       // backup is not this cluster's (a run that stops half-way leaves objects the restore passes over).
@@ -167,8 +170,8 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
       await bucket.put(manifestObjectName(name), Buffer.from(renderManifest(manifest, masterKey)));
       const lines = [`backed up ${size} bytes from ${from.name} to ${bucket.where} as ${name} (encrypted, with its manifest)`];
       if (keep !== undefined) {
-        const context = { prefix: s3.object_prefix, clusterId, masterKey, now: new Date() };
-        const pruned = await pruneSnapshots(bucket, context, { keep, maxAgeSeconds: inventory.backup.max_age_hours * 3600 }, name);
+        const context = { prefix: s3.objectPrefix, clusterId, masterKey, now: new Date() };
+        const pruned = await pruneSnapshots(bucket, context, { keep, maxAgeSeconds: inventory.backup.maxAgeHours * 3600 }, name);
         lines.push(
           `kept ${pruned.kept.length} snapshot(s) (newest ${pruned.kept.at(-1)}); deleted ${pruned.deleted.length} object(s)${pruned.deleted.length ? `: ${pruned.deleted.join(', ')}` : ''}`,
           ...pruned.ignored.map((object) => `ignored ${object.name}: ${object.why}`),
@@ -189,7 +192,7 @@ async function verify(inventory: Inventory, timestamp: string, member: string | 
       `--verify ${timestamp}: give a backup's time as its name has it (RFC 3339 UTC, e.g. 2026-11-29T02:30:00Z), or none for the latest`,
     );
   const { clusterId } = backupSettings(inventory);
-  const source = new SnapshotSource({ ...inventory.restore, backup_timestamp: timestamp }, inventory.etcd.space_quota, () => clusterId);
+  const source = new SnapshotSource({ ...inventory.restore, backupTimestamp: timestamp }, inventory.etcd.spaceQuota, () => clusterId);
   try {
     const chosen = await source.choose();
     console.log(`drill: ${chosen.name} in ${source.bucket.where} (${chosen.provenance})`);

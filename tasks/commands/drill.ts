@@ -73,7 +73,7 @@ process.exitCode = await runTool({
     const chosen = faultsNamed(typeof values.faults === 'string' ? values.faults.split(',').map((name) => name.trim()) : undefined);
     if ('refused' in chosen) throw new InputError(`${chosen.refused}\n\n${HELP}`);
     const inventory = loadInventory(path);
-    const timing: DrillTiming = { quietMs: 5_000, holdMs: holdMs(values.hold), settleMs: inventory.cluster.health_timeout * 1000 };
+    const timing: DrillTiming = { quietMs: 5_000, holdMs: holdMs(values.hold), settleMs: inventory.cluster.healthTimeout * 1000 };
     // With --json, standard output is the report alone: what happens as it happens goes to standard error.
     const say = values.json ? (line: string) => console.error(line) : (line: string) => console.log(line);
     say(planLines(inventory, chosen.faults, timing));

@@ -44,7 +44,7 @@ process.exitCode = await runTool({
     const named = values.member as string | undefined;
     const members = named === undefined ? inventory.members : [memberNamed(inventory, named, `--member ${named}`)];
     return withClusterSession(inventory, async ({ clients, root }) => {
-      const certMode = inventory.etcd.client_cert_auth;
+      const certMode = inventory.etcd.clientCertAuth;
       if (certMode ? !root.cert || !root.key || root.key.isEmpty : !root.user || root.user.password.isEmpty)
         throw new Error(
           `no root ${certMode ? 'client certificate' : 'password'} in ${inventory.stateDir} or the inventory: run the deploy first`,

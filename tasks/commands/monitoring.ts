@@ -88,7 +88,7 @@ process.exitCode = await runTool({
     }
     const width = Math.max(...lines.map(([verdict]) => verdict.length));
     for (const [verdict, target] of lines) console.log(`${verdict.padEnd(width)}  ${target}`);
-    if (inventory.monitoring.metrics_port === 0)
+    if (inventory.monitoring.metricsPort === 0)
       console.log("monitoring.metrics_port is 0: no etcd job, and no alert on etcd's own metrics");
     return EXIT.ok;
   },

@@ -55,7 +55,7 @@ the same command.
 Exit: 0 recovered (or the dry-run's plan), 1 refused or failed, 2 bad input.`;
 
 /** How long a survivor may take to lead again after a (forced) start: as long as a member's first start. */
-const leadTimeoutMs = (inventory: Inventory) => inventory.cluster.health_timeout * 1000;
+const leadTimeoutMs = (inventory: Inventory) => inventory.cluster.healthTimeout * 1000;
 
 function describeFacts(facts: QuorumFacts): string[] {
   return facts.members.map((member) =>
@@ -140,7 +140,7 @@ async function forceNewClusterFrom(context: DeployContext, facts: QuorumFacts, f
     const otherSsh = await context.memberSsh.reach(memberNamed(inventory, other.name), { windowMs: leadTimeoutMs(inventory) });
     console.log(`${other.name}: etcd stopped, its data moved aside`);
     await stopEtcd(otherSsh);
-    await setAside(otherSsh, inventory.etcd.data_dir, stamp);
+    await setAside(otherSsh, inventory.etcd.dataDir, stamp);
   }
   console.log(`${from.name}: starting etcd with --force-new-cluster`);
   await stopEtcd(ssh);
@@ -209,14 +209,14 @@ async function recoverFromSnapshot(
   dryRun: boolean,
 ): Promise<{ object: string; timestamp: string } | number> {
   const { s3 } = inventory.restore;
-  if (!s3.endpoint || !s3.bucket || !s3.object_prefix)
+  if (!s3.endpoint || !s3.bucket || !s3.objectPrefix)
     throw new InputError(
       '--from-snapshot reads the backups where restore.s3 points: set restore.s3 (endpoint, bucket, object_prefix, keys)',
     );
   const context = await DeployContext.open(inventory, [], new FactCache());
   const source = new SnapshotSource(
-    { ...inventory.restore, backup_timestamp: timestamp },
-    inventory.etcd.space_quota,
+    { ...inventory.restore, backupTimestamp: timestamp },
+    inventory.etcd.spaceQuota,
     () => context.owner().identity.id,
   );
   try {

@@ -70,7 +70,7 @@ export class DeployContext {
   ) {
     this.remote = new RemoteContext(facts, this.commandTimes);
     this.identities = clientIdentities(inventory, store);
-    this.clients = new EtcdClients(this.remote.connections, inventory.etcd.client_port, this.identities.health);
+    this.clients = new EtcdClients(this.remote.connections, inventory.etcd.clientPort, this.identities.health);
     this.memberSsh = new MemberConnections(this.remote.connections, store.adminSsh, this.commandTimes);
     this.guestProbe = new GuestProbe(
       facts,
@@ -92,7 +92,7 @@ export class DeployContext {
     const snapshots = inventory.restore.enabled
       ? new (await import('../backup/source.ts')).SnapshotSource(
           inventory.restore,
-          inventory.etcd.space_quota,
+          inventory.etcd.spaceQuota,
           // Read when the snapshot is chosen: a run on a new state directory makes the ID in its pki step.
           () => identityFrom(inventory, store).id,
         )
@@ -131,7 +131,7 @@ export class DeployContext {
     const pinned = etcd.sha256 && etcd.version === tag ? { pinnedSha256: etcd.sha256 } : {};
     let archive = this.#releases.get(tag);
     if (!archive) {
-      archive = obtainRelease({ baseUrl: etcd.release_url, version, ...pinned }, join(this.inventory.stateDir, 'releases')).catch(
+      archive = obtainRelease({ baseUrl: etcd.releaseUrl, version, ...pinned }, join(this.inventory.stateDir, 'releases')).catch(
         (error: unknown) => {
           this.#releases.delete(tag);
           throw error;

@@ -197,7 +197,7 @@ async function clusterFacts(
   if (formed) return formedFacts(context, runner, members, formed, options.replace ?? []);
   // Every etcd down, or a cluster not formed yet: is_initializing: false, or a VM the cluster formed on, says which.
   const { answers, results } = await runner.runFact(
-    formationFact(inventory.stateDir, inventory.cluster.is_initializing, domainUuids(context.remote, context.inventory.members)),
+    formationFact(inventory.stateDir, inventory.cluster.isInitializing, domainUuids(context.remote, context.inventory.members)),
   );
   const verdict = answers.get(CONTROL_NODE);
   if (verdict?.formed) await refuseLostQuorum(context);
@@ -247,7 +247,7 @@ export async function gather(
   const peerStage = peerStageOfFacts(inventory, readFacts(inventory, store));
   const networkNames: NetworkNames = new Map();
   if (options.renderOnly !== undefined) {
-    const formed = !inventory.cluster.is_initializing;
+    const formed = !inventory.cluster.isInitializing;
     return {
       record: { formed, voting: inventory.members.map((m) => m.name), joiners: [], departures: [], peerStage, rebuilds: [] },
       membership: everyoneVotes(inventory),

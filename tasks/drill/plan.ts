@@ -56,7 +56,7 @@ export function drillCleanupScript(inventory: Inventory): string {
 
 /** Cleans up, then prints the data disk's free bytes: one process spawn in the guest for both. */
 export function drillPrepareScript(inventory: Inventory): string {
-  return `${drillCleanupScript(inventory)}; df -B1 --output=avail ${commandLine([inventory.etcd.data_dir])} | tail -n 1`;
+  return `${drillCleanupScript(inventory)}; df -B1 --output=avail ${commandLine([inventory.etcd.dataDir])} | tail -n 1`;
 }
 
 /** Writes standard input (the snapshot) where the drill restores it from, readable by root alone. */

@@ -79,7 +79,7 @@ async function drillIn(
   chosen: ChosenSnapshot,
 ): Promise<{ restored: RestoredFacts } | { refused: string } | { failed: string }> {
   const ssh = await session.members.get(member);
-  const timeoutMs = inventory.cluster.health_timeout * 1000;
+  const timeoutMs = inventory.cluster.healthTimeout * 1000;
   const free = (await ssh.run(['sudo', 'sh', '-c', drillPrepareScript(inventory)], { describe: 'drill: room' })).trim();
   if (!/^\d+$/.test(free)) throw new Error(`${member.name}: df did not say how much of its data disk is free (${free})`);
   const noRoom = roomVerdict(member.name, Number(free), file.size);

@@ -139,7 +139,7 @@ export const HEALTH_POLL_MS = 2_000;
 /** A member not healthy by its deadline: its last answer, and where to look. */
 export const healthFailure = (member: Member, waitedMs: number, lastAnswer: string): string =>
   `etcd on ${member.name} (${member.etcdIp}) not healthy after ${Math.round(waitedMs / 1000)} s; last answer: ${lastAnswer}. ` +
-  `Look at its console (virsh -c ${member.hypervisor.libvirt_uri} console ${member.name} on hypervisor ${member.hypervisor.name}) ` +
+  `Look at its console (virsh -c ${member.hypervisor.libvirtUri} console ${member.name} on hypervisor ${member.hypervisor.name}) ` +
   `and, once it boots, journalctl -u etcd -u cloud-final; cluster.health_timeout sets the wait.`;
 
 /** How long a member's etcd has to answer before it counts as down: a live member answers a status in tens of milliseconds. */

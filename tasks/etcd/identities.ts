@@ -39,7 +39,7 @@ export function clientIdentities(inventory: Inventory, store: PkiStore): ClientI
           cert: store.read(`member/${m.name}`).public ?? '',
           key: new Secret(store.read(`member/${m.name}`).privateKey ?? ''),
         };
-  if (inventory.etcd.client_cert_auth)
+  if (inventory.etcd.clientCertAuth)
     return { health: rootCertificate, beforeAuth: rootCertificate, root: rootCertificate, nonUser: memberCertificate };
   const anonymous = (): ClientIdentity => ({ label: 'anonymous', caCert: caCert() });
   const rootPassword = inventory.members.find((m) => m.bootstrapsAuth)?.rootPassword ?? new Secret('');

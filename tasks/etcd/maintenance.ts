@@ -30,10 +30,10 @@ export type DefragRule = Inventory['maintenance']['defrag']['rule'];
  */
 export function defragRuleHolds(facts: DatabaseFacts, rule: DefragRule, quota: number): string | undefined {
   const free = Math.max(facts.dbSize - facts.dbSizeInUse, 0);
-  if (free >= rule.free_bytes && facts.dbSize > 0 && free / facts.dbSize >= rule.free_fraction)
-    return `at least ${formatBytes(rule.free_bytes)}${rule.free_fraction > 0 ? ` and ${Math.round(rule.free_fraction * 100)} %` : ''} free`;
-  if (rule.quota_fraction > 0 && facts.dbSize >= quota * rule.quota_fraction && free > 0)
-    return `at least ${Math.round(rule.quota_fraction * 100)} % of the quota (${formatBytes(quota)}) with space to free`;
+  if (free >= rule.freeBytes && facts.dbSize > 0 && free / facts.dbSize >= rule.freeFraction)
+    return `at least ${formatBytes(rule.freeBytes)}${rule.freeFraction > 0 ? ` and ${Math.round(rule.freeFraction * 100)} %` : ''} free`;
+  if (rule.quotaFraction > 0 && facts.dbSize >= quota * rule.quotaFraction && free > 0)
+    return `at least ${Math.round(rule.quotaFraction * 100)} % of the quota (${formatBytes(quota)}) with space to free`;
   return undefined;
 }
 

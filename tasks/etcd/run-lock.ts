@@ -53,7 +53,7 @@ export async function takeClusterRunLock(
     () =>
       acquireClusterRunLock({
         ...run,
-        clientPort: inventory.etcd.client_port,
+        clientPort: inventory.etcd.clientPort,
         members: inventory.members,
         cluster: inventory.cluster.name,
         holder: thisRun(command),
@@ -144,7 +144,7 @@ export async function lockBeforeFirstChange(
   run: CliLockRun,
   { command, say, onLost }: CliLockSay,
 ): Promise<RunLockGate | undefined> {
-  const where = { ...run, clientPort: inventory.etcd.client_port, members: inventory.members, cluster: inventory.cluster.name };
+  const where = { ...run, clientPort: inventory.etcd.clientPort, members: inventory.members, cluster: inventory.cluster.name };
   const look = await lookAtClusterRunLock(where);
   if (look.kind === 'refused') throw new ClusterRunLockHeldError(look.message);
   if (look.kind === 'local-only') {

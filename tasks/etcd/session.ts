@@ -22,7 +22,7 @@ export async function withClusterSession<T>(inventory: Inventory, use: (session:
   const store = await PkiStore.open(inventory.stateDir);
   const identities = clientIdentities(inventory, store);
   const connections = new HypervisorConnections();
-  const clients = new EtcdClients(connections, inventory.etcd.client_port, identities.root);
+  const clients = new EtcdClients(connections, inventory.etcd.clientPort, identities.root);
   const members = new MemberConnections(connections, store.adminSsh);
   try {
     return await use({ connections, members, clients, root: identities.root(), store });

@@ -64,7 +64,7 @@ export const FAULTS: Readonly<Record<FaultKind, FaultDefinition>> = {
     inject: (member) => link(member, 'down'),
     heal: (member) => link(member, 'up'),
     // Followers call an election once they miss the leader for an election timeout (etcd randomizes it up to twice).
-    minimumHoldMs: (inventory) => 2 * inventory.etcd.election_timeout + 2_000,
+    minimumHoldMs: (inventory) => 2 * inventory.etcd.electionTimeout + 2_000,
   },
   reset: {
     kind: 'reset',

@@ -87,7 +87,7 @@ export async function drillRefusal(inventory: Inventory, session: ClusterSession
 
 async function act(session: ClusterSession, member: Member, action: FaultAction): Promise<void> {
   if (action.on === 'hypervisor') {
-    const virsh = new Virsh(await session.connections.get(member.hypervisor), member.hypervisor.libvirt_uri);
+    const virsh = new Virsh(await session.connections.get(member.hypervisor), member.hypervisor.libvirtUri);
     await virsh.run(action.virsh);
   } else await (await session.members.get(member)).run(action.argv, { describe: `drill: ${action.argv.slice(0, 3).join(' ')}` });
 }

@@ -147,7 +147,7 @@ export function sameHostHypervisors(hypervisors: readonly Hypervisor[]): Problem
     const key = JSON.stringify([
       hypervisor.address.toLowerCase(),
       hypervisor.port,
-      hypervisor.libvirt_uri,
+      hypervisor.libvirtUri,
       hypervisor.jump.map((hop) => [hop.address.toLowerCase(), hop.port]),
     ]);
     const earlier = seen.get(key);
@@ -158,7 +158,7 @@ export function sameHostHypervisors(hypervisors: readonly Hypervisor[]): Problem
     return [
       {
         path: ['hypervisors', hypervisor.name, 'address'],
-        message: `reaches the libvirt of hypervisor ${earlier} (${hypervisor.address}:${hypervisor.port}, ${hypervisor.libvirt_uri})`,
+        message: `reaches the libvirt of hypervisor ${earlier} (${hypervisor.address}:${hypervisor.port}, ${hypervisor.libvirtUri})`,
         hint: 'one host is one hypervisor: list all its members under one name',
       },
     ];

@@ -6,6 +6,7 @@ import { ZodArray, ZodDefault, ZodEffects, ZodObject, ZodOptional, ZodRecord, ty
 import { InputError } from '../core/errors.ts';
 import { readIfExists, unreadableReason } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
+import { camelized, camelizedByName } from './camel.ts';
 import { derivedMac } from './mac.ts';
 import { lookUpHost, parseJumpHop, parseSshConfig, type SshConfigFile } from './ssh-config.ts';
 import type { GuestServices, Hypervisor, SshHost, Inventory, Member, MemberInterface, PemPair, RestoreSettings } from './model.ts';
@@ -129,10 +130,10 @@ export function sshHostOf(
     address: found.hostName ?? given.address,
     port: given.port ?? found.port ?? 22,
     user: given.user ?? found.user ?? 'root',
-    private_key: given.private_key !== undefined ? (given.private_key ? inventoryPath(given.private_key) : '') : (found.identityFile ?? ''),
-    known_hosts:
+    privateKey: given.private_key !== undefined ? (given.private_key ? inventoryPath(given.private_key) : '') : (found.identityFile ?? ''),
+    knownHosts:
       given.known_hosts !== undefined ? inventoryPath(given.known_hosts) : (found.knownHosts ?? inventoryPath('~/.ssh/known_hosts')),
-    trust_on_first_use: given.trust_on_first_use,
+    trustOnFirstUse: given.trust_on_first_use,
     proxyJump: found.proxyJump ?? [],
   };
 }
@@ -283,7 +284,7 @@ function buildMember(
 function servicesWithPems(member: MemberInput, baseDir: string, path: Path, problems: Problem[]): GuestServices {
   const pem = (value: string, ...below: (string | number)[]) => pemOrFile(value, baseDir, [...path, ...below], problems);
   const { chrony, fluentbit, fluentbit_dynamic_config: dynamic, vault_agent: vault } = member;
-  return {
+  return camelized({
     chrony,
     fluentbit: {
       ...fluentbit,
@@ -305,16 +306,16 @@ function servicesWithPems(member: MemberInput, baseDir: string, path: Path, prob
       },
     },
     vault_agent: { ...vault, vault_ca_cert: pem(vault.vault_ca_cert, 'vault_agent', 'vault_ca_cert') },
-  };
+  });
 }
 
 /** The cluster's restore settings: every member's are equal (a rule), so the first member's, with its CA read. */
 function restoreOf(members: readonly MemberInput[], baseDir: string, problems: Problem[]): RestoreSettings {
   const restore = members[0]!.restore;
-  return {
+  return camelized({
     ...restore,
     s3: { ...restore.s3, ca_cert: pemOrFile(restore.s3.ca_cert, baseDir, ['members', 0, 'restore', 's3', 'ca_cert'], problems) },
-  };
+  });
 }
 
 function pemPair(
@@ -395,7 +396,7 @@ function hypervisorsOf(doc: ParsedDocument, baseDir: string, problems: Problem[]
               return sshHostOf(host, { address: host, ...given, trust_on_first_use: false }, sshConfig, baseDir);
             });
       const { proxyJump: _, ...host } = login;
-      return { ...settings, ...host, jump: hops.map(({ proxyJump: __, ...bastion }) => bastion) };
+      return { ...camelized(settings), ...host, jump: hops.map(({ proxyJump: __, ...bastion }) => bastion) };
     },
   );
 }
@@ -405,7 +406,7 @@ function pkiOf(doc: ParsedDocument, baseDir: string, problems: Problem[]): Inven
   const { ca, root_client, intermediate_ca, ...pkiSettings } = doc.pki;
   const intermediateCa = pemPair(intermediate_ca, baseDir, ['pki', 'intermediate_ca'], problems);
   return {
-    ...pkiSettings,
+    ...camelized(pkiSettings),
     ca: pemPair(ca, baseDir, ['pki', 'ca'], problems),
     rootClient: pemPair(root_client, baseDir, ['pki', 'root_client'], problems),
     ...(intermediateCa && intermediate_ca
@@ -441,18 +442,18 @@ export function loadInventory(inventoryPath: string): Inventory {
   const inventory: Inventory = {
     path,
     stateDir: doc.cluster.state_dir ? resolve(baseDir, expandHome(doc.cluster.state_dir)) : join(baseDir, '.etcd-kvm', doc.cluster.name),
-    cluster: doc.cluster,
-    etcd: doc.etcd,
+    cluster: camelized(doc.cluster),
+    etcd: camelized(doc.etcd),
     pki: pkiOf(doc, baseDir, problems),
     hypervisors,
     members: built.filter((_, i) => members[i]!.state === 'present'),
     absentMembers: built.filter((_, i) => members[i]!.state === 'absent'),
     restore: restoreOf(members, baseDir, problems),
-    backup: doc.backup,
-    monitoring: doc.monitoring,
-    maintenance: doc.maintenance,
-    roles: doc.roles,
-    users: doc.users,
+    backup: camelized(doc.backup),
+    monitoring: camelized(doc.monitoring),
+    maintenance: camelized(doc.maintenance),
+    roles: camelizedByName(doc.roles),
+    users: camelizedByName(doc.users),
   };
   problems.push(...sameHostHypervisors(hypervisors), ...volumeCollisions(built), ...derivedMacCollisions(doc.cluster.name, built));
   if (problems.length > 0) fail(source, problems);

@@ -22,10 +22,10 @@ function unreadable(file: string): string | undefined {
 export function loginKeyProblems(inventory: Inventory): Problem[] {
   const hosts = new Map<string, { path: (string | number)[]; file: string }>();
   for (const hypervisor of inventory.hypervisors) {
-    if (hypervisor.private_key)
-      hosts.set(`h:${hypervisor.name}`, { path: ['hypervisors', hypervisor.name, 'private_key'], file: hypervisor.private_key });
+    if (hypervisor.privateKey)
+      hosts.set(`h:${hypervisor.name}`, { path: ['hypervisors', hypervisor.name, 'private_key'], file: hypervisor.privateKey });
     for (const hop of hypervisor.jump)
-      if (hop.private_key) hosts.set(`b:${hop.name}`, { path: ['bastions', hop.name, 'private_key'], file: hop.private_key });
+      if (hop.privateKey) hosts.set(`b:${hop.name}`, { path: ['bastions', hop.name, 'private_key'], file: hop.privateKey });
   }
   return [...hosts.values()].flatMap(({ path, file }) => {
     const why = unreadable(file);

@@ -1,21 +1,22 @@
 import type { Secret } from '../core/secret.ts';
-import type {
-  BackupSettings,
-  MaintenanceSettings,
-  MonitoringSettings,
-  ClusterSettings,
-  EtcdSettings,
-  HypervisorInput,
-  MemberInput,
-  PkiSettings,
-  RoleInput,
-  UserInput,
-} from './schema.ts';
+import type { Camelized } from './camel.ts';
+import type * as Parsed from './schema.ts';
 
 /**
- * The validated inventory, with defaults merged, derived values filled in and PEM files read.
- * Everything after loading works on these types only.
+ * The validated inventory, with defaults merged, derived values filled in and PEM files read, its fields
+ * camelCased (inventory/camel.ts): `etcd.space_quota` in the file is `etcd.spaceQuota` here. Everything after
+ * loading works on these types only; no module outside inventory/ reads the file's snake_case fields (the
+ * layer test holds it).
  */
+
+export type ClusterSettings = Camelized<Parsed.ClusterSettings>;
+export type EtcdSettings = Camelized<Parsed.EtcdSettings>;
+export type BackupSettings = Camelized<Parsed.BackupSettings>;
+export type MonitoringSettings = Camelized<Parsed.MonitoringSettings>;
+export type MaintenanceSettings = Camelized<Parsed.MaintenanceSettings>;
+type PkiSettings = Camelized<Parsed.PkiSettings>;
+/** An alert's setting as the file names it (`monitoring.alert_for.member_down`): what docs and messages show. */
+export type AlertForField = keyof Parsed.MonitoringSettings['alert_for'];
 
 /** An SSH host the tool connects to: a hypervisor, or a bastion on the way to one (paths resolved). */
 export interface SshHost {
@@ -23,12 +24,12 @@ export interface SshHost {
   address: string;
   port: number;
   user: string;
-  private_key: string;
-  known_hosts: string;
-  trust_on_first_use: boolean;
+  privateKey: string;
+  knownHosts: string;
+  trustOnFirstUse: boolean;
 }
 
-export interface Hypervisor extends Omit<HypervisorInput, 'jump' | keyof SshHost>, SshHost {
+export interface Hypervisor extends Omit<Camelized<Parsed.HypervisorInput>, 'jump' | keyof SshHost>, SshHost {
   name: string;
   /** The bastions on the way, in connection order. */
   jump: SshHost[];
@@ -90,15 +91,15 @@ export interface Member {
 }
 
 /** The optional services a member runs besides etcd and the node exporter. */
-export type GuestServices = Pick<MemberInput, 'chrony' | 'fluentbit' | 'fluentbit_dynamic_config' | 'vault_agent'>;
+export type GuestServices = Camelized<Pick<Parsed.MemberInput, 'chrony' | 'fluentbit' | 'fluentbit_dynamic_config' | 'vault_agent'>>;
 
 /** Restoring the cluster from a snapshot: one setting for the whole cluster (a load rule makes every member's equal). */
-export type RestoreSettings = MemberInput['restore'];
+export type RestoreSettings = Camelized<Parsed.MemberInput['restore']>;
 
 /** An application role, user and permission, as the inventory gives them (`roles:` and `users:`). */
-export type RoleSettings = RoleInput;
-export type UserSettings = UserInput;
-export type PermissionSettings = RoleInput['permissions'][number];
+export type RoleSettings = Camelized<Parsed.RoleInput>;
+export type UserSettings = Camelized<Parsed.UserInput>;
+export type PermissionSettings = RoleSettings['permissions'][number];
 
 export interface PemPair {
   certificate: string;
@@ -111,7 +112,7 @@ export interface Inventory {
   stateDir: string;
   cluster: ClusterSettings;
   etcd: EtcdSettings;
-  pki: Omit<PkiSettings, 'ca' | 'root_client' | 'intermediate_ca'> & {
+  pki: Omit<PkiSettings, 'ca' | 'rootClient' | 'intermediateCa'> & {
     ca?: PemPair;
     rootClient?: PemPair;
     intermediateCa?: PemPair & { chain: string };

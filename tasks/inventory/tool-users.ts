@@ -15,7 +15,7 @@ export const AGENT_USER = 'etcd-kvm-agent';
  * defragmentation are on (certificate mode only: in password mode the agent has no identity yet).
  */
 export const agentInEtcd = (inventory: Pick<Inventory, 'backup' | 'maintenance' | 'etcd'>): boolean =>
-  inventory.etcd.client_cert_auth && (inventory.backup.enabled || inventory.maintenance.defrag.enabled);
+  inventory.etcd.clientCertAuth && (inventory.backup.enabled || inventory.maintenance.defrag.enabled);
 
 /** The users the tool adds for itself: the agent's, while it runs (agentInEtcd). */
 export const toolUsers = (inventory: Inventory): Record<string, UserSettings> =>

@@ -32,7 +32,7 @@ export class RemoteContext {
 
   async virshFor(member: Member): Promise<Virsh> {
     const [ssh, session] = await Promise.all([this.connections.get(member.hypervisor), this.sessions.get(member.hypervisor)]);
-    return new Virsh(ssh, member.hypervisor.libvirt_uri, session);
+    return new Virsh(ssh, member.hypervisor.libvirtUri, session);
   }
 
   /**

@@ -279,7 +279,7 @@ export class VirshSessions {
     const ssh = await this.connections.get(hypervisor);
     // virsh writes its errors to stderr: merged, they arrive in order with the answers.
     // Without -q, answers read as a batch's do (the probes' parsers were made on those), and `echo` ends its line.
-    const channel = await ssh.interactive(['sh', '-c', `exec ${commandLine(['virsh', '-c', hypervisor.libvirt_uri])} 2>&1`]);
+    const channel = await ssh.interactive(['sh', '-c', `exec ${commandLine(['virsh', '-c', hypervisor.libvirtUri])} 2>&1`]);
     return new VirshSession(channel, `hypervisor ${hypervisor.name}`);
   }
 

@@ -1,5 +1,6 @@
 import { stringify } from 'yaml';
-import type { Inventory } from '../inventory/model.ts';
+import { camelCase } from '../inventory/camel.ts';
+import type { AlertForField, Inventory } from '../inventory/model.ts';
 import { CLUSTER_LABEL, JOBS, type JobKey } from './scrape.ts';
 
 /**
@@ -13,7 +14,7 @@ import { CLUSTER_LABEL, JOBS, type JobKey } from './scrape.ts';
 
 type Monitoring = Inventory['monitoring'];
 /** An alert's key: its `monitoring.alert_for.<key>` setting. */
-export type AlertKey = keyof Monitoring['alert_for'];
+export type AlertKey = AlertForField;
 export type Severity = 'critical' | 'warning';
 
 /** The label selectors an expression takes, already narrowed to this cluster and the right job. */
@@ -93,7 +94,7 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     severity: 'warning',
     source: 'etcd',
     // The quota etcd runs with, from etcd itself: right even while a changed space_quota is not deployed yet.
-    expr: (s, m) => `etcd_mvcc_db_total_size_in_bytes${s.etcd()} > ${m.quota_fraction} * etcd_server_quota_backend_bytes${s.etcd()}`,
+    expr: (s, m) => `etcd_mvcc_db_total_size_in_bytes${s.etcd()} > ${m.quotaFraction} * etcd_server_quota_backend_bytes${s.etcd()}`,
     summary: `the database of ${of} is {{ $value | humanize1024 }}B, near its quota`,
     runbook:
       'Run `etcd-kvm maintain -i INV --compact --defrag` to reclaim space, or raise etcd.space_quota and run `etcd-kvm deploy -i INV`, before etcd raises NOSPACE and refuses writes.',
@@ -108,7 +109,7 @@ const DEFINITIONS: readonly AlertDefinition[] = [
       const [total, inUse] = ['etcd_mvcc_db_total_size_in_bytes', 'etcd_mvcc_db_total_size_in_use_in_bytes'].map(
         (name) => `${name}${s.etcd()}`,
       );
-      return `(${inUse} / ${total} < 0.5) and (${total} - ${inUse} > ${m.fragmentation_floor_bytes})`;
+      return `(${inUse} / ${total} < 0.5) and (${total} - ${inUse} > ${m.fragmentationFloorBytes})`;
     },
     summary: `only {{ $value | humanizePercentage }} of the database file of ${of} is in use`,
     runbook: 'Run `etcd-kvm maintain -i INV --defrag`, which defragments one member at a time, the leader last.',
@@ -192,7 +193,7 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     name: 'EtcdKvmCertificateExpiring',
     severity: 'warning',
     source: 'node',
-    expr: (s, m) => `etcd_kvm_certificate_expiry_timestamp_seconds${s.node()} - time() < ${m.certificate_expiry_days * DAY_SECONDS}`,
+    expr: (s, m) => `etcd_kvm_certificate_expiry_timestamp_seconds${s.node()} - time() < ${m.certificateExpiryDays * DAY_SECONDS}`,
     summary: `certificate {{ $labels.certificate }} ({{ $labels.subject }}) of ${of} ends in {{ $value | humanizeDuration }}`,
     runbook:
       'Run `etcd-kvm deploy -i INV --renew-certs` to re-issue the member and client certificates; a CA or peer CA is never rotated by the tool (docs/operating.md, Rotating the CA).',
@@ -287,7 +288,7 @@ function selectorsOf(inventory: Inventory): Selectors {
 /** Without the etcd job nothing reads etcd's metrics; without scheduled backups none is missing. */
 const applicable = (inventory: Inventory) =>
   DEFINITIONS.filter(
-    (definition) => (definition.source !== 'etcd' || inventory.monitoring.metrics_port !== 0) && (definition.applies?.(inventory) ?? true),
+    (definition) => (definition.source !== 'etcd' || inventory.monitoring.metricsPort !== 0) && (definition.applies?.(inventory) ?? true),
   );
 
 /** The alerts this cluster's rules file holds. */
@@ -302,12 +303,12 @@ export function renderAlertRules(inventory: Inventory): string {
   const rules = applicable(inventory).map((definition) => ({
     alert: definition.name,
     expr: definition.expr(select, monitoring),
-    for: monitoring.alert_for[definition.key],
+    for: monitoring.alertFor[camelCase(definition.key)],
     labels: { severity: definition.severity },
     annotations: {
       summary: definition.summary,
       description: definition.runbook,
-      ...(monitoring.runbook_url ? { runbook_url: `${monitoring.runbook_url}#${runbookAnchor(definition.name)}` } : {}),
+      ...(monitoring.runbookUrl ? { runbook_url: `${monitoring.runbookUrl}#${runbookAnchor(definition.name)}` } : {}),
     },
   }));
   const header = `# Written by etcd-kvm monitoring for cluster ${inventory.cluster.name}: regenerate rather than edit.`;

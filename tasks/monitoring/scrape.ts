@@ -58,7 +58,7 @@ export const memberLabels = (inventory: Inventory, member: string): Record<strin
  * job: its client port would need a client certificate, which this configuration deliberately never holds.
  */
 export function scrapeJobs(inventory: Inventory): ScrapeJob[] {
-  const port = inventory.monitoring.metrics_port;
+  const port = inventory.monitoring.metricsPort;
   // One group per member, since each carries its own member label.
   const groups = (targetPort: number): TargetGroup[] =>
     inventory.members.map((member) => ({ targets: [`${member.etcdIp}:${targetPort}`], labels: memberLabels(inventory, member.name) }));
@@ -83,7 +83,7 @@ export function renderPrometheusConfig(inventory: Inventory, options: ConfigOpti
   const at = (file: string) => (options.directory === undefined ? file : posix.join(options.directory, file));
   const config = {
     // Rules evaluated as often as the series they read change; Prometheus's own default is 1m.
-    global: { scrape_interval: inventory.monitoring.scrape_interval, evaluation_interval: inventory.monitoring.scrape_interval },
+    global: { scrape_interval: inventory.monitoring.scrapeInterval, evaluation_interval: inventory.monitoring.scrapeInterval },
     rule_files: [at(FILES.rules)],
     scrape_configs: scrapeJobs(inventory).map((job) => ({
       job_name: job.name,

@@ -37,7 +37,7 @@ export function clientBundle(inventory: Inventory, store: PkiStore, user: string
     ['ETCDCTL_CACERT', `${dir}/ca.crt`],
   ];
   const files: BundleFile[] = [{ name: 'ca.crt', content: caCert, mode: 0o644 }];
-  if (inventory.etcd.client_cert_auth) {
+  if (inventory.etcd.clientCertAuth) {
     const pair =
       user === 'root' && inventory.pki.rootClient
         ? { public: inventory.pki.rootClient.certificate, privateKey: inventory.pki.rootClient.key.reveal() }

@@ -83,7 +83,7 @@ const sorted = (values: Iterable<string>) => [...new Set(values)].sort();
  */
 export function memberSans(inventory: Inventory, member: Member): SubjectAltNames {
   return {
-    dns: sorted([member.name, ...(member.fqdn ? [member.fqdn] : []), ...inventory.pki.extra_domains, 'localhost']),
+    dns: sorted([member.name, ...(member.fqdn ? [member.fqdn] : []), ...inventory.pki.extraDomains, 'localhost']),
     ips: sorted([...member.interfaces.map((nic) => nic.ip), '127.0.0.1']),
   };
 }
@@ -130,7 +130,7 @@ export function wantedCertificates(inventory: Inventory): WantedCertificate[] {
     ? []
     : [{ id: 'client/root', commonName: 'root', profile: 'client', sans: { dns: [], ips: [] } }];
   // Certificate mode: each application user logs in with a certificate whose CN is its name.
-  const users = inventory.etcd.client_cert_auth
+  const users = inventory.etcd.clientCertAuth
     ? certifiedUsers(inventory).map(
         (user): WantedCertificate => ({ id: `client/${user}`, commonName: user, profile: 'client', sans: { dns: [], ips: [] } }),
       )
@@ -264,7 +264,7 @@ function refuseGivenCas(inventory: Inventory, now: Date): void {
  * nothing it signed exists; refused wherever going on would replace it silently.
  */
 function planOwnCa(inventory: Inventory, facts: PkiFacts, ca: StoredPair, now: Date): Change<PkiAction>[] {
-  const renewBefore = inventory.pki.early_renewal_period;
+  const renewBefore = inventory.pki.earlyRenewalPeriod;
   // Why the intermediate must be issued (pki.intermediate and a CA only): undefined while it can sign.
   const intermediateDue =
     inventory.pki.intermediate && ca.public !== undefined ? intermediateReason(facts.intermediate, ca.public, renewBefore, now) : undefined;
@@ -315,7 +315,7 @@ function planSigner(
   if (inventory.pki.intermediateCa) return { signer: { pem: inventory.pki.intermediateCa.certificate }, changes: [] };
   if (!inventory.pki.intermediate) return { signer: caPem === undefined ? { isNew: 'the CA is new' } : { pem: caPem }, changes: [] };
   const reason =
-    caPem === undefined ? 'the CA is new' : intermediateReason(facts.intermediate, caPem, inventory.pki.early_renewal_period, now);
+    caPem === undefined ? 'the CA is new' : intermediateReason(facts.intermediate, caPem, inventory.pki.earlyRenewalPeriod, now);
   // No reason to issue it: the stored intermediate has its certificate.
   if (reason === undefined) return { signer: { pem: facts.intermediate.public! }, changes: [] };
   const issue: Change<PkiAction> = { summary: `issue the intermediate CA (${reason})`, action: { kind: 'issue-intermediate' } };
@@ -338,7 +338,7 @@ function planLeaves(
         ? stored.public
           ? signer.isNew
           : 'missing'
-        : reissueReason(certificate, stored, signer.pem, inventory.pki.early_renewal_period, now, renewIssuedBefore);
+        : reissueReason(certificate, stored, signer.pem, inventory.pki.earlyRenewalPeriod, now, renewIssuedBefore);
     if (reason === undefined) return [];
     const before = stored.public ? describeSans(inspectCertificate(stored.public).sans) : '';
     const diff = { label: `${certificate.id} subject alt names`, before, after: describeSans(certificate.sans) };
@@ -368,7 +368,7 @@ function planSshKeys(inventory: Inventory, facts: PkiFacts): Change<PkiAction>[]
 /** A user removed from the inventory (or password mode) has no certificate the tool keeps. */
 function planRetiredClients(inventory: Inventory, facts: PkiFacts, wanted: readonly WantedCertificate[]): Change<PkiAction>[] {
   const wantedClients = new Set(wanted.map((certificate) => certificate.id));
-  const why = `no such user in the inventory${inventory.etcd.client_cert_auth ? '' : ' in certificate mode'}`;
+  const why = `no such user in the inventory${inventory.etcd.clientCertAuth ? '' : ' in certificate mode'}`;
   return facts.clientNames
     .map((name) => `client/${name}` as const)
     .filter((id) => id !== 'client/root' && !wantedClients.has(id))
@@ -432,7 +432,7 @@ function planPeerCa(inventory: Inventory, facts: PkiFacts, now: Date, renewIssue
         ? stored.public
           ? 'the peer CA is new'
           : 'missing'
-        : reissueReason(certificate, stored, peerCaPem, inventory.pki.early_renewal_period, now, renewIssuedBefore);
+        : reissueReason(certificate, stored, peerCaPem, inventory.pki.earlyRenewalPeriod, now, renewIssuedBefore);
     if (reason !== undefined)
       changes.push({ summary: `issue certificate ${certificate.id} (${reason})`, action: { kind: 'issue', certificate } });
   }

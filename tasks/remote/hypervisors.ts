@@ -22,9 +22,9 @@ const targetOf = (kind: 'bastion' | 'hypervisor', host: SshHost): Hop['target'] 
   host: host.address,
   port: host.port,
   user: host.user,
-  ...(host.private_key ? { privateKeyPath: host.private_key } : {}),
-  knownHostsPath: host.known_hosts,
-  trustOnFirstUse: host.trust_on_first_use,
+  ...(host.privateKey ? { privateKeyPath: host.privateKey } : {}),
+  knownHostsPath: host.knownHosts,
+  trustOnFirstUse: host.trustOnFirstUse,
 });
 
 /** Pure: the connections to open, in order, to reach a hypervisor; the last is the hypervisor's own. */

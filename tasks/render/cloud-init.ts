@@ -70,13 +70,13 @@ export function guestFragments(input: CloudInitInput): CloudConfigFragment[] {
   const { inventory, member, writeSecret } = input;
   const features = [
     dependenciesFragment(inventory, member),
-    dataVolumeFragment(member, inventory.etcd.data_dir),
+    dataVolumeFragment(member, inventory.etcd.dataDir),
     etcdFragment(inventory, member, input.tls, input.firstStart, writeSecret),
     nodeExporterFragment(member),
     chronyFragment(member.services.chrony),
     fluentBitFragment({ fluentbit: member.services.fluentbit, dynamic: usesDynamicConfig(member.services) }, writeSecret),
     fluentBitDynamicFragment(member.services, writeSecret),
-    vaultAgentFragment(member.services.vault_agent, writeSecret),
+    vaultAgentFragment(member.services.vaultAgent, writeSecret),
     memberAgentFragment({ inventory, member, tls: input.tls, clusterId: input.clusterId }, writeSecret),
   ];
   return [...features, textfileFragment(input.tls, features, agentInEtcd(inventory))];

@@ -11,29 +11,29 @@ import { compareVersions, type EtcdVersion } from '../upgrade/version.ts';
  * run without); the compact-hash check is left out, since 3.4 has no such flag.
  */
 
-type Checks = Inventory['etcd']['corruption_checks'];
+type Checks = Inventory['etcd']['corruptionChecks'];
 
 const V3_5_5: EtcdVersion = { major: 3, minor: 5, patch: 5 };
 const V3_6: EtcdVersion = { major: 3, minor: 6, patch: 0 };
 
 export function corruptionCheckSettings(checks: Checks, version: EtcdVersion | undefined): [string, string][] {
-  const periodic = checks.periodic_interval !== '0';
-  const compactHash = checks.compact_hash && version !== undefined && compareVersions(version, V3_5_5) >= 0;
+  const periodic = checks.periodicInterval !== '0';
+  const compactHash = checks.compactHash && version !== undefined && compareVersions(version, V3_5_5) >= 0;
   if (version && compareVersions(version, V3_6) >= 0) {
     const gates = [...(checks.initial ? ['InitialCorruptCheck=true'] : []), ...(compactHash ? ['CompactHashCheck=true'] : [])];
     return [
       ...(gates.length > 0 ? [['ETCD_FEATURE_GATES', gates.join(',')] as [string, string]] : []),
-      ...(periodic ? [['ETCD_CORRUPT_CHECK_TIME', checks.periodic_interval] as [string, string]] : []),
-      ...(compactHash ? [['ETCD_COMPACT_HASH_CHECK_TIME', checks.compact_hash_interval] as [string, string]] : []),
+      ...(periodic ? [['ETCD_CORRUPT_CHECK_TIME', checks.periodicInterval] as [string, string]] : []),
+      ...(compactHash ? [['ETCD_COMPACT_HASH_CHECK_TIME', checks.compactHashInterval] as [string, string]] : []),
     ];
   }
   return [
     ...(checks.initial ? [['ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK', 'true'] as [string, string]] : []),
-    ...(periodic ? [['ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME', checks.periodic_interval] as [string, string]] : []),
+    ...(periodic ? [['ETCD_EXPERIMENTAL_CORRUPT_CHECK_TIME', checks.periodicInterval] as [string, string]] : []),
     ...(compactHash
       ? ([
           ['ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED', 'true'],
-          ['ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_TIME', checks.compact_hash_interval],
+          ['ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_TIME', checks.compactHashInterval],
         ] as [string, string][])
       : []),
   ];

@@ -46,7 +46,7 @@ export function managedRelease(inventory: Inventory): GuestRelease | undefined {
  */
 export function stagedRelease(inventory: Inventory): GuestRelease | undefined {
   const running = managedRelease(inventory);
-  const version = inventory.etcd.stage_version === undefined ? undefined : parseVersion(inventory.etcd.stage_version);
+  const version = inventory.etcd.stageVersion === undefined ? undefined : parseVersion(inventory.etcd.stageVersion);
   if (!running || !version || compareVersions(version, running.version) === 0) return undefined;
   return guestReleaseOf(version);
 }

@@ -48,43 +48,43 @@ export function etcdEnvironment(
 ): [string, string][] {
   const { etcd } = inventory;
   const clientUrls = [clientUrl(inventory, member)];
-  const loopback = `https://127.0.0.1:${etcd.client_port}`;
-  if (etcd.listen_localhost && !clientUrls.includes(loopback)) clientUrls.push(loopback);
+  const loopback = `https://127.0.0.1:${etcd.clientPort}`;
+  if (etcd.listenLocalhost && !clientUrls.includes(loopback)) clientUrls.push(loopback);
   const initialCluster = inventory.members.map((m) => `${m.name}=${peerUrl(inventory, m)}`).join(',');
   return [
     ['ETCD_NAME', member.name],
-    ['ETCD_DATA_DIR', etcd.data_dir],
+    ['ETCD_DATA_DIR', etcd.dataDir],
     ['ETCD_LISTEN_PEER_URLS', peerUrl(inventory, member)],
     ['ETCD_LISTEN_CLIENT_URLS', clientUrls.join(',')],
     ['ETCD_ADVERTISE_CLIENT_URLS', clientUrl(inventory, member)],
     ['ETCD_INITIAL_ADVERTISE_PEER_URLS', peerUrl(inventory, member)],
     ['ETCD_INITIAL_CLUSTER', initialCluster],
     ['ETCD_INITIAL_CLUSTER_STATE', initialClusterState],
-    ['ETCD_INITIAL_CLUSTER_TOKEN', inventory.cluster.initial_token],
+    ['ETCD_INITIAL_CLUSTER_TOKEN', inventory.cluster.initialToken],
     ['ETCD_CERT_FILE', GUEST_PATHS.serverCert],
     ['ETCD_KEY_FILE', GUEST_PATHS.serverKey],
     // Password mode, as in the seed module: clients are not asked for a certificate at all.
-    ...(etcd.client_cert_auth ? [['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert] as [string, string]] : []),
-    ['ETCD_CLIENT_CERT_AUTH', String(etcd.client_cert_auth)],
+    ...(etcd.clientCertAuth ? [['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert] as [string, string]] : []),
+    ['ETCD_CLIENT_CERT_AUTH', String(etcd.clientCertAuth)],
     // Members only on the peer port: its own CA bundle and certificate, never the clients' CA alone (see pki/peer-trust.ts).
     ['ETCD_PEER_CERT_FILE', GUEST_PATHS.peerCert],
     ['ETCD_PEER_KEY_FILE', GUEST_PATHS.peerKey],
     ['ETCD_PEER_TRUSTED_CA_FILE', GUEST_PATHS.peerTrustedCa],
     ['ETCD_PEER_CLIENT_CERT_AUTH', 'true'],
     ...(peerAllowedCn ? [['ETCD_PEER_CERT_ALLOWED_CN', peerAllowedCn] as [string, string]] : []),
-    ['ETCD_AUTO_COMPACTION_MODE', etcd.auto_compaction_mode],
-    ['ETCD_AUTO_COMPACTION_RETENTION', etcd.auto_compaction_retention],
-    ['ETCD_QUOTA_BACKEND_BYTES', String(etcd.space_quota)],
+    ['ETCD_AUTO_COMPACTION_MODE', etcd.autoCompactionMode],
+    ['ETCD_AUTO_COMPACTION_RETENTION', etcd.autoCompactionRetention],
+    ['ETCD_QUOTA_BACKEND_BYTES', String(etcd.spaceQuota)],
     ...raftTiming(etcd),
     // etcd 3.4 enables the gateway unless told otherwise.
-    ['ETCD_ENABLE_GRPC_GATEWAY', String(etcd.grpc_gateway_enabled)],
+    ['ETCD_ENABLE_GRPC_GATEWAY', String(etcd.grpcGatewayEnabled)],
     // /metrics and /health only, over plain HTTP: a scraper needs no identity that could reach keys (docs/monitoring.md).
-    ...(inventory.monitoring.metrics_port === 0
+    ...(inventory.monitoring.metricsPort === 0
       ? []
-      : [['ETCD_LISTEN_METRICS_URLS', `http://${member.etcdIp}:${inventory.monitoring.metrics_port}`] as [string, string]]),
-    ...corruptionCheckSettings(etcd.corruption_checks, knownEtcdVersion(inventory, member)),
+      : [['ETCD_LISTEN_METRICS_URLS', `http://${member.etcdIp}:${inventory.monitoring.metricsPort}`] as [string, string]]),
+    ...corruptionCheckSettings(etcd.corruptionChecks, knownEtcdVersion(inventory, member)),
     ...versionSettingsOf(inventory),
-    ...(etcd.snapshot_count === undefined ? [] : [['ETCD_SNAPSHOT_COUNT', String(etcd.snapshot_count)] as [string, string]]),
+    ...(etcd.snapshotCount === undefined ? [] : [['ETCD_SNAPSHOT_COUNT', String(etcd.snapshotCount)] as [string, string]]),
   ];
 }
 
@@ -94,8 +94,8 @@ export function etcdEnvironment(
  */
 function raftTiming(etcd: Inventory['etcd']): [string, string][] {
   return [
-    ...(etcd.heartbeat_interval === ETCD_DEFAULT_HEARTBEAT_MS ? [] : [['ETCD_HEARTBEAT_INTERVAL', String(etcd.heartbeat_interval)]]),
-    ...(etcd.election_timeout === ETCD_DEFAULT_ELECTION_MS ? [] : [['ETCD_ELECTION_TIMEOUT', String(etcd.election_timeout)]]),
+    ...(etcd.heartbeatInterval === ETCD_DEFAULT_HEARTBEAT_MS ? [] : [['ETCD_HEARTBEAT_INTERVAL', String(etcd.heartbeatInterval)]]),
+    ...(etcd.electionTimeout === ETCD_DEFAULT_ELECTION_MS ? [] : [['ETCD_ELECTION_TIMEOUT', String(etcd.electionTimeout)]]),
   ] as [string, string][];
 }
 
@@ -105,7 +105,7 @@ function versionSettingsOf(inventory: Inventory): [string, string][] {
   if (!release) return [];
   // The inventory's snapshot_count, where it is set, replaces the pinned one (below).
   const pinned = versionSettings(release.version).filter(
-    ([key]) => inventory.etcd.snapshot_count === undefined || key !== 'ETCD_SNAPSHOT_COUNT',
+    ([key]) => inventory.etcd.snapshotCount === undefined || key !== 'ETCD_SNAPSHOT_COUNT',
   );
   return [[RELEASE_BINARY_VARIABLE, release.binary], ...pinned];
 }
@@ -144,7 +144,7 @@ export function renderUnitFile(inventory: Inventory, member: Member): string {
     binary: `${etcdBinaryDir(member)}/etcd`,
     anyRelease: managedRelease(inventory) ? ANY_RELEASE_BINARY : undefined,
     binaryVariable: RELEASE_BINARY_VARIABLE,
-    dataDir: inventory.etcd.data_dir,
+    dataDir: inventory.etcd.dataDir,
     onDataDisk: member.volumes.data !== undefined,
     restoreFirst: inventory.restore.enabled,
   });

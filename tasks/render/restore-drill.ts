@@ -16,7 +16,7 @@ const DRILL_PEER_URL = 'http://127.0.0.1:32380';
 const DRILL_NAME = 'restore-drill';
 
 /** On the member's data disk, beside etcd's data: the disk meant to hold a database of this size. */
-export const drillScratch = (inventory: Inventory) => `${inventory.etcd.data_dir}/.etcd-kvm-restore-drill`;
+export const drillScratch = (inventory: Inventory) => `${inventory.etcd.dataDir}/.etcd-kvm-restore-drill`;
 
 /**
  * The data disk's free space a drill needs: the snapshot file, the database it restores into (its size
@@ -62,7 +62,7 @@ export function drillEtcdArgv(inventory: Inventory, member: Member): string[] {
     `--initial-cluster=${DRILL_NAME}=${DRILL_PEER_URL}`,
     `--cert-file=${GUEST_PATHS.serverCert}`,
     `--key-file=${GUEST_PATHS.serverKey}`,
-    `--quota-backend-bytes=${inventory.etcd.space_quota}`,
-    ...(inventory.etcd.client_cert_auth ? ['--client-cert-auth', `--trusted-ca-file=${GUEST_PATHS.caCert}`] : []),
+    `--quota-backend-bytes=${inventory.etcd.spaceQuota}`,
+    ...(inventory.etcd.clientCertAuth ? ['--client-cert-auth', `--trusted-ca-file=${GUEST_PATHS.caCert}`] : []),
   ];
 }

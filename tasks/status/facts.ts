@@ -128,7 +128,7 @@ export async function vmFacts(
     [...membersByHypervisor(members).values()].map(async (hosted) => {
       const { hypervisor } = hosted[0]!;
       try {
-        const virsh = new Virsh(await connections.get(hypervisor), hypervisor.libvirt_uri);
+        const virsh = new Virsh(await connections.get(hypervisor), hypervisor.libvirtUri);
         const questions = hosted.flatMap((member): [string, Question][] => {
           const image = imageQuestions(member)?.osXml;
           return [

@@ -31,7 +31,7 @@ export function seedQuestions(member: Member): Record<'info' | 'digest', Questio
   return {
     info: volInfo(pool, volume),
     digest: {
-      shell: `${commandLine(virshArgv(member.hypervisor.libvirt_uri, ['vol-download', '--pool', pool, volume, '/dev/stdout']))} | sha256sum`,
+      shell: `${commandLine(virshArgv(member.hypervisor.libvirtUri, ['vol-download', '--pool', pool, volume, '/dev/stdout']))} | sha256sum`,
     },
   };
 }

@@ -56,7 +56,7 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
     const virsh = await context.virshFor(member);
     await shutDown(virsh, member.name);
     await virsh.run(['start', member.name]);
-    await waitForHealth(inventory, clients, member, inventory.cluster.health_timeout * 1000);
+    await waitForHealth(inventory, clients, member, inventory.cluster.healthTimeout * 1000);
   }
 
   return {

@@ -79,7 +79,7 @@ interface GuestContext extends GuestStepOptions {
 
 export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStepAction> {
   const { targets, memberNamed } = memberTargets(options.members);
-  const guest: GuestContext = { ...options, memberNamed, timeoutMs: options.inventory.cluster.health_timeout * 1000 };
+  const guest: GuestContext = { ...options, memberNamed, timeoutMs: options.inventory.cluster.healthTimeout * 1000 };
   const { inventory, clients, clusterFormed } = options;
   const staging = new ReleaseStaging(async (name, release) =>
     installRelease(guest, await guest.ssh.reach(memberNamed(name), { windowMs: guest.timeoutMs }), release),

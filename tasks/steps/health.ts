@@ -33,7 +33,7 @@ export function healthWait(
   return {
     name: 'health',
     targets,
-    deadlineMs: inventory.cluster.health_timeout * 1000,
+    deadlineMs: inventory.cluster.healthTimeout * 1000,
     pollMs: HEALTH_POLL_MS,
     async look(name) {
       const member = memberNamed(name);
@@ -54,7 +54,7 @@ export function healthWait(
     },
     pending: (reason) => `wait for etcd to become healthy (now: ${reason})`,
     waiting: (reason) => `waiting for etcd: ${reason}`,
-    failure: (name, reason) => healthFailure(memberNamed(name), inventory.cluster.health_timeout * 1000, reason),
+    failure: (name, reason) => healthFailure(memberNamed(name), inventory.cluster.healthTimeout * 1000, reason),
   };
 }
 

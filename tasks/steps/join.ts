@@ -166,7 +166,7 @@ export const join = deployStep<'join', 'join' | 'promote'>({
     return run.runner.runStep(
       phase.step === 'join'
         ? addLearnerStep(inventory, clients, before, joiner)
-        : promoteStep(inventory, clients, before, joiner, inventory.cluster.health_timeout * 1000),
+        : promoteStep(inventory, clients, before, joiner, inventory.cluster.healthTimeout * 1000),
     );
   },
 });

@@ -146,7 +146,7 @@ export function defragStep(inventory: Inventory, clients: EtcdClients, record: D
     name: 'defrag',
     targets,
     check: (name) => sizes(memberNamed(name)),
-    plan: (facts) => planDefrag(facts, inventory.maintenance.defrag.rule, inventory.etcd.space_quota),
+    plan: (facts) => planDefrag(facts, inventory.maintenance.defrag.rule, inventory.etcd.spaceQuota),
     // One member at a time, followers first, the leader last: a member being defragmented answers nothing.
     rollingOrder: (pending) =>
       rollWaves(
@@ -159,7 +159,7 @@ export function defragStep(inventory: Inventory, clients: EtcdClients, record: D
       for (const { action } of changes) {
         await ensureQuorumWithout(inventory, clients, member);
         await (await clients.for(member)).maintenance.defragment({ deadline: Date.now() + DEFRAG_TIMEOUT_MS });
-        await waitForHealth(inventory, clients, member, inventory.cluster.health_timeout * 1000);
+        await waitForHealth(inventory, clients, member, inventory.cluster.healthTimeout * 1000);
         record.set(name, { before: action.before, after: await sizes(member) });
       }
     },
@@ -184,7 +184,7 @@ export function disarmStep(
       // The alarms as the statuses list them (never Alarm's Get: etcd puts it through raft, etcd/health.ts).
       const listed = alarmsListed(statuses.flatMap((status) => (status ? [status.errors] : [])));
       const alarms = listed.map(({ memberId, alarm }) => ({ member: nameOf(memberId), alarm, id: memberId }));
-      return { alarms, dbSizes, quota: inventory.etcd.space_quota, ids: new Map(alarms.map((a) => [a.member, a.id])) };
+      return { alarms, dbSizes, quota: inventory.etcd.spaceQuota, ids: new Map(alarms.map((a) => [a.member, a.id])) };
     },
     plan: (facts) => planDisarm(facts),
     async apply(_changes, _target, facts) {

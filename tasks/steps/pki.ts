@@ -83,7 +83,7 @@ async function applyPki(inventory: Inventory, store: PkiStore, actions: PkiActio
 
 /** Every key the actions need, at once on libuv's thread pool (RSA generation dominates); signing is quick and sequential after. */
 async function generateKeys(inventory: Inventory, actions: readonly PkiAction[], leaves: number, hostKeyMembers: readonly string[]) {
-  const bits = inventory.pki.key_length;
+  const bits = inventory.pki.keyLength;
   const wants = (kind: PkiAction['kind']) => actions.some((action) => action.kind === kind);
   const rsaIf = (wanted: boolean) => (wanted ? generateRsaKey(bits) : undefined);
   const [ca, peerCa, intermediate, leafKeys, ssh, hostKeys] = await Promise.all([
@@ -100,7 +100,7 @@ async function generateKeys(inventory: Inventory, actions: readonly PkiAction[],
 /** What every CA of the cluster carries from the inventory; members' and clients' certificates live pki.validity_period (issueLeaves). */
 const certificateBase = (inventory: Inventory) => ({
   organization: inventory.pki.organization,
-  validityHours: inventory.pki.ca_validity_period,
+  validityHours: inventory.pki.caValidityPeriod,
   sans: { dns: [], ips: [] },
 });
 
@@ -152,7 +152,7 @@ function issueLeaves(
   const issuer = { certificatePem: signer.public!, keyPem: signer.privateKey! };
   const chain = chainAfterLeaf(inventory, signer);
   const { organization } = certificateBase(inventory);
-  const validityHours = inventory.pki.validity_period;
+  const validityHours = inventory.pki.validityPeriod;
   wanted.forEach((leaf, i) => {
     const key = keys[i]!;
     // A peer certificate is signed by the peer CA alone, with no chain: members trust that CA directly.

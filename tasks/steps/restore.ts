@@ -35,9 +35,9 @@ export function restoreStep(
   releaseArchive?: ReleaseArchives,
 ): Step<RestoreState, 'restore'> {
   const { targets, memberNamed } = memberTargets(inventory.restore.enabled ? members : []);
-  const dataDir = inventory.etcd.data_dir;
+  const dataDir = inventory.etcd.dataDir;
   /** How long a booting member's SSH is waited for: cluster.health_timeout (a dry-run's patience asks once). */
-  const timeoutMs = inventory.cluster.health_timeout * 1000;
+  const timeoutMs = inventory.cluster.healthTimeout * 1000;
 
   return {
     name: 'restore',
@@ -93,7 +93,7 @@ function restoreArgv(inventory: Inventory, member: Member, file: string, dataDir
     '--initial-cluster',
     inventory.members.map((m) => `${m.name}=${peerUrl(inventory, m)}`).join(','),
     '--initial-cluster-token',
-    inventory.cluster.initial_token,
+    inventory.cluster.initialToken,
     '--initial-advertise-peer-urls',
     peerUrl(inventory, member),
     '--data-dir',
@@ -110,7 +110,7 @@ async function restoreInto(
   { inventory, member, snapshot, timeoutMs }: { inventory: Inventory; member: Member; snapshot: Stdin; timeoutMs: number },
   installTools: (() => Promise<unknown>) | undefined,
 ): Promise<void> {
-  const dataDir = inventory.etcd.data_dir;
+  const dataDir = inventory.etcd.dataDir;
   const file = '/var/tmp/etcd-kvm-restore.db';
   const scratch = `${dataDir}/.etcd-kvm-restore`;
   // Streamed from the control node's copy; as long as the guest's disk takes it (the run's health_timeout).

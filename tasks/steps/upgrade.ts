@@ -134,7 +134,7 @@ async function agreementBeforeMove(
 async function v2StoreOf({ inventory, inMember }: UpgradeStepOptions, member: Member, running: EtcdVersion): Promise<V2StoreVerdict> {
   try {
     const etcdutl = `${guestReleaseOf(running).dir}/etcdutl`;
-    const { code, stdout, stderr } = await inMember(member, v2StoreCheckCommand(etcdutl, inventory.etcd.data_dir));
+    const { code, stdout, stderr } = await inMember(member, v2StoreCheckCommand(etcdutl, inventory.etcd.dataDir));
     return v2StoreVerdict(code, `${stdout}\n${stderr}`);
   } catch (error) {
     return { unchecked: briefError(error) };

@@ -100,9 +100,7 @@ async function readAccess(client: Etcd3, inventory: Inventory): Promise<LiveAcce
   const users = [...namedUsers, ...managedUsers];
   const userNames = users.map(([name]) => name);
   // Password mode: whether etcd accepts each managed user's inventory password (etcd keeps only a hash).
-  const checked = inventory.etcd.client_cert_auth
-    ? []
-    : userNames.filter((name) => managed.users.includes(name) && name in inventory.users);
+  const checked = inventory.etcd.clientCertAuth ? [] : userNames.filter((name) => managed.users.includes(name) && name in inventory.users);
   const differ = await Promise.all(
     checked.map((name) =>
       client.auth.authenticate({ name, password: revealSecret(inventory.users[name]!.password) }).then(
@@ -175,7 +173,7 @@ export function usersStep(
   const wanted: WantedAccess = {
     roles: inventory.roles,
     users: { ...inventory.users, ...toolUsers(inventory) },
-    certificateMode: inventory.etcd.client_cert_auth,
+    certificateMode: inventory.etcd.clientCertAuth,
   };
   return {
     name: 'users',

@@ -106,7 +106,7 @@ function osDiskChanges(
     );
   // A data disk that is there holds the member's etcd data: a new OS disk boots the same member (an image rebuild).
   const dataKept = state.data?.exists === true;
-  if (!joining && !dataKept && (!inventory.cluster.is_initializing || state.othersWithDisks.length > 0)) {
+  if (!joining && !dataKept && (!inventory.cluster.isInitializing || state.othersWithDisks.length > 0)) {
     const exists =
       state.othersWithDisks.length > 0
         ? `other members have their disks: ${state.othersWithDisks.join(', ')}`

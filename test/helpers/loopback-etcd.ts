@@ -44,7 +44,7 @@ export function startRenderedMembers(
     const asRendered = parseEnvironmentFile(files.get(GUEST_PATHS.environmentFile)!.content);
     const env = new Map(asRendered);
     env.set('ETCD_DATA_DIR', join(dir, 'data'));
-    for (const [key, guestPath] of FILE_SETTINGS(inventory.etcd.client_cert_auth)) {
+    for (const [key, guestPath] of FILE_SETTINGS(inventory.etcd.clientCertAuth)) {
       const path = join(dir, guestPath.split('/').pop()!);
       writeFileSync(path, files.get(guestPath)!.content, { mode: 0o600 });
       env.set(key, path);

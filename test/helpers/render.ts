@@ -13,7 +13,7 @@ import { scratchDir } from './scratch.ts';
 /** Issues the PKI into a fresh state directory and renders every member: what a deploy would upload. */
 export async function renderWithPki(
   inventory: Inventory,
-  firstStart: FirstStart = inventory.cluster.is_initializing ? 'new' : 'existing',
+  firstStart: FirstStart = inventory.cluster.isInitializing ? 'new' : 'existing',
 ): Promise<{ inventory: Inventory; rendered: Map<string, RenderedFile[]>; guests: Map<string, DesiredGuest> }> {
   const stateDir = scratchDir('render');
   const withState = { ...inventory, stateDir };

@@ -23,7 +23,7 @@ export function unconnected(inventory: Inventory): {
   const identities: ClientIdentities = { health: identity, beforeAuth: identity, root: identity, nonUser: identity };
   return {
     remote,
-    clients: new EtcdClients(remote.connections, inventory.etcd.client_port, identity),
+    clients: new EtcdClients(remote.connections, inventory.etcd.clientPort, identity),
     memberSsh: new MemberConnections(remote.connections, {
       privateKey: refuse('the admin key'),
       knownHostsPath: '/nonexistent/known_hosts',

@@ -1,4 +1,5 @@
 import test from 'ava';
+import { camelized } from '../../tasks/inventory/camel.ts';
 import { corruptionCheckSettings } from '../../tasks/render/corruption-checks.ts';
 import { etcdEnvironment } from '../../tasks/render/etcd.ts';
 import { parseVersion } from '../../tasks/upgrade/version.ts';
@@ -71,14 +72,14 @@ const rows: { name: string; version?: string; checks?: Partial<Checks>; env: Rec
 for (const row of rows)
   test(`corruption checks: ${row.name}`, (t) => {
     const version = row.version === undefined ? undefined : parseVersion(row.version);
-    t.deepEqual(Object.fromEntries(corruptionCheckSettings({ ...DEFAULTS, ...row.checks }, version)), row.env);
+    t.deepEqual(Object.fromEntries(corruptionCheckSettings(camelized({ ...DEFAULTS, ...row.checks }), version)), row.env);
   });
 
 test("the inventory's defaults: initial on, periodic every 4 h, compact-hash every minute; in a release member's environment", (t) => {
   const doc = baseDocument();
   doc.etcd = { version: 'v3.5.16', binaries: 'release' };
   const inventory = load(doc);
-  t.deepEqual(inventory.etcd.corruption_checks, DEFAULTS);
+  t.deepEqual(inventory.etcd.corruptionChecks, camelized(DEFAULTS));
   t.like(Object.fromEntries(etcdEnvironment(inventory, inventory.members[0]!, 'existing')), {
     ETCD_EXPERIMENTAL_INITIAL_CORRUPT_CHECK: 'true',
     ETCD_EXPERIMENTAL_COMPACT_HASH_CHECK_ENABLED: 'true',
@@ -98,7 +99,7 @@ test('a periodic check more often than a minute, or a duration etcd would not re
     'etcd.corruption_checks.compact_hash_interval: must be a duration such as "1m", "4h" or "1h30m", or "0" for none',
   ]);
   t.deepEqual(
-    load({ ...baseDocument(), etcd: { corruption_checks: { periodic_interval: '1m30s' } } }).etcd.corruption_checks.periodic_interval,
+    load({ ...baseDocument(), etcd: { corruption_checks: { periodic_interval: '1m30s' } } }).etcd.corruptionChecks.periodicInterval,
     '1m30s',
   );
 });

@@ -1,4 +1,5 @@
 import test from 'ava';
+import { camelized } from '../../tasks/inventory/camel.ts';
 import { spawnSync } from 'node:child_process';
 import { chmodSync, mkdtempSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { createHash } from 'node:crypto';
@@ -142,7 +143,7 @@ for (const [what, size, inUse, rule, holds] of ruleRows)
   test(`maintenance.defrag.rule, agent and maintain alike: ${what}`, (t) => {
     const facts = { dbSize: size * MiB, dbSizeInUse: inUse * MiB };
     t.is(agent<boolean>('rule-holds', { size: facts.dbSize, in_use: facts.dbSizeInUse, rule, quota: QUOTA }), holds, 'the agent');
-    t.is(defragRuleHolds(facts, rule, QUOTA) !== undefined, holds, 'maintain --defrag');
+    t.is(defragRuleHolds(facts, camelized(rule), QUOTA) !== undefined, holds, 'maintain --defrag');
   });
 
 for (const [what, v, action, why] of rows)

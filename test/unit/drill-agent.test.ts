@@ -220,7 +220,7 @@ test("scheduled drills: each member's agent gets a timer and the drill's two com
   const scratch = drillScratch(inventory);
   const service = files.get(AGENT_PATHS.verifyService)!.split('\n');
   for (const line of [
-    `ReadWritePaths=${inventory.etcd.data_dir}`,
+    `ReadWritePaths=${inventory.etcd.dataDir}`,
     'ExecStart=/usr/local/sbin/etcd-kvm-agent verify',
     'MemoryMax=512M',
     'CPUWeight=10',

@@ -38,7 +38,7 @@ test.serial('a client whose tunnel opens after close() is refused, and its tunne
     Tunnel.open = open;
   });
 
-  const clients = new EtcdClients(connections, inventory.etcd.client_port, identity);
+  const clients = new EtcdClients(connections, inventory.etcd.clientPort, identity);
   const opening = clients.for(member);
   clients.close();
   connected({} as SshConnection);
@@ -55,7 +55,7 @@ test.serial('after close() no client is opened at all', async (t) => {
       return Promise.resolve({} as SshConnection);
     },
   } as unknown as HypervisorConnections;
-  const clients = new EtcdClients(connections, inventory.etcd.client_port, identity);
+  const clients = new EtcdClients(connections, inventory.etcd.clientPort, identity);
   clients.close();
   await t.throwsAsync(clients.for(member), { instanceOf: EtcdClientsClosed });
   t.is(asked, 0);

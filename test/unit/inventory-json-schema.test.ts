@@ -76,7 +76,7 @@ test('prefix_length: 24 and "24" are taken by both; a boolean, a list, hex or a 
 
 test('etcd.auto_compaction_retention: a number is its text, a boolean is refused by both', (t) => {
   const withRetention = (value: unknown) => ({ ...baseDocument(), etcd: { auto_compaction_retention: value } }) as Record<string, unknown>;
-  t.is(load(withRetention(5000) as Parameters<typeof load>[0]).etcd.auto_compaction_retention, '5000');
+  t.is(load(withRetention(5000) as Parameters<typeof load>[0]).etcd.autoCompactionRetention, '5000');
   t.true(validate(withRetention('1h')));
   t.false(validate(withRetention(true)));
   t.deepEqual(problemsOf(withRetention(true)), [

@@ -22,9 +22,9 @@ test('the base document loads, with defaults and derived values filled in', (t) 
   t.is(first.etcdIp, '10.10.0.11');
   t.is(first.hypervisor.name, 'hv');
   t.is(first.volumes.cloudInit.name, 'etcd-1-cloud-init.iso');
-  t.is(inventory.etcd.space_quota, 8 * 1024 ** 3);
-  t.is(inventory.etcd.auto_compaction_retention, '1000');
-  t.true(inventory.etcd.client_cert_auth);
+  t.is(inventory.etcd.spaceQuota, 8 * 1024 ** 3);
+  t.is(inventory.etcd.autoCompactionRetention, '1000');
+  t.true(inventory.etcd.clientCertAuth);
   t.regex(first.interfaces[0]!.mac, /^52:54:00(:[0-9a-f]{2}){3}$/);
 });
 
@@ -35,7 +35,7 @@ test("the default etcd release is a supported 3.5 patch, one 3.6's upgrade guide
   t.deepEqual([major, minor], [3, 5]);
   t.true(patch! >= 32);
   t.is(etcd.binaries, 'image');
-  t.is(etcd.release_url, 'https://github.com/etcd-io/etcd/releases/download');
+  t.is(etcd.releaseUrl, 'https://github.com/etcd-io/etcd/releases/download');
   t.is(etcd.sha256, undefined);
 });
 

@@ -2,6 +2,8 @@ import test from 'ava';
 import ts from 'typescript';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
+import { ZodObject, ZodType, type ZodTypeAny } from 'zod';
+import { documentSchema, memberSchema } from '../../tasks/inventory/schema.ts';
 
 /**
  * The folders under tasks/ are layers, and imports point one way: down. docs/architecture.md's "Layers"
@@ -162,4 +164,47 @@ test(`no function in tasks/ is ${LONGEST_FUNCTION} lines or longer`, (t) => {
     visit(source);
   }
   t.deepEqual(long, []);
+});
+
+/** Every field name the inventory file may hold with an underscore in it (`space_quota`): the schema's keys, all the way down. */
+function snakeFieldsOf(schema: ZodTypeAny, found = new Set<string>()): Set<string> {
+  const def = schema._def as {
+    innerType?: ZodTypeAny;
+    schema?: ZodTypeAny;
+    type?: ZodTypeAny;
+    valueType?: ZodTypeAny;
+    options?: ZodTypeAny[];
+  };
+  if (schema instanceof ZodObject)
+    for (const [key, field] of Object.entries(schema.shape as Record<string, ZodTypeAny>)) {
+      if (key.includes('_')) found.add(key);
+      snakeFieldsOf(field, found);
+    }
+  for (const inner of [def.innerType, def.schema, def.type, def.valueType, ...(def.options ?? [])])
+    if (inner instanceof ZodType) snakeFieldsOf(inner, found);
+  return found;
+}
+
+test("nothing outside inventory/ reads a field by the file's snake_case name: the loader hands on the camelCased model", (t) => {
+  const fields = snakeFieldsOf(documentSchema);
+  snakeFieldsOf(memberSchema, fields);
+  t.true(fields.has('space_quota') && fields.has('trusted_gpg_keys') && fields.has('role_id'), 'the walk reaches nested fields');
+  const reads: string[] = [];
+  for (const file of sources(TASKS).filter((path) => layerOf(path) !== 'inventory')) {
+    const source = ts.createSourceFile(file, readFileSync(file, 'utf8'), ts.ScriptTarget.Latest, true);
+    const visit = (node: ts.Node): void => {
+      const name = ts.isPropertyAccessExpression(node)
+        ? node.name.text
+        : ts.isElementAccessExpression(node) && ts.isStringLiteral(node.argumentExpression)
+          ? node.argumentExpression.text
+          : ts.isBindingElement(node) && ts.isObjectBindingPattern(node.parent)
+            ? (node.propertyName ?? node.name).getText(source)
+            : undefined;
+      if (name !== undefined && fields.has(name))
+        reads.push(`${relative(TASKS, file)}:${source.getLineAndCharacterOfPosition(node.getStart(source)).line + 1} ${name}`);
+      ts.forEachChild(node, visit);
+    };
+    visit(source);
+  }
+  t.deepEqual(reads, []);
 });

@@ -1,4 +1,5 @@
 import test from 'ava';
+import { camelized } from '../../tasks/inventory/camel.ts';
 import { alarmsIn, alarmsListed, wholeCluster, type MemberAnswer } from '../../tasks/etcd/health.ts';
 import { MaintenanceRefusal, planCompact, planDefrag, planDisarm, type AlarmFacts } from '../../tasks/etcd/maintenance.ts';
 
@@ -34,7 +35,7 @@ const defragCases: { name: string; dbSize: number; inUse: number; rule?: Partial
 
 for (const row of defragCases) {
   test(`defrag by maintenance.defrag.rule: ${row.name}`, (t) => {
-    const changes = planDefrag({ dbSize: row.dbSize, dbSizeInUse: row.inUse }, { ...RULE, ...row.rule }, row.quota ?? QUOTA_8G);
+    const changes = planDefrag({ dbSize: row.dbSize, dbSizeInUse: row.inUse }, camelized({ ...RULE, ...row.rule }), row.quota ?? QUOTA_8G);
     t.is(changes.length, row.because ? 1 : 0);
     if (row.because) {
       t.deepEqual(changes[0]!.action, { kind: 'defragment', before: { dbSize: row.dbSize, dbSizeInUse: row.inUse } });

@@ -1,4 +1,5 @@
 import test from 'ava';
+import { camelCase } from '../../tasks/inventory/camel.ts';
 import { readFileSync } from 'node:fs';
 import { posix } from 'node:path';
 import { parse } from 'yaml';
@@ -125,7 +126,7 @@ test('metrics_port 0: no etcd job nor target file, and no alert on etcd metrics;
 });
 
 test('the alerts: one per monitoring.alert_for key, each named once', (t) => {
-  t.deepEqual(ALERTS.map((alert) => alert.key).sort(), Object.keys(FIXTURE.monitoring.alert_for).sort());
+  t.deepEqual(ALERTS.map((alert) => camelCase(alert.key)).sort(), Object.keys(FIXTURE.monitoring.alertFor).sort());
   t.is(new Set(ALERTS.map((alert) => alert.name)).size, ALERTS.length);
 });
 
@@ -142,13 +143,13 @@ test('the rules file: one group etcd-kvm, every alert with its for:, severity an
   );
   for (const [index, rule] of rules.entries()) {
     const alert = ALERTS[index]!;
-    t.is(rule.for, FIXTURE.monitoring.alert_for[alert.key], alert.name);
+    t.is(rule.for, FIXTURE.monitoring.alertFor[camelCase(alert.key)], alert.name);
     t.true(['critical', 'warning'].includes(rule.labels.severity), alert.name);
     t.regex(rule.annotations.summary ?? '', /\{\{ \$labels\.(member|etcd_cluster) \}\}/, alert.name);
     t.is(rule.annotations.description, alert.runbook, alert.name);
     t.regex(rule.annotations.description ?? '', /`etcd-kvm [a-z]+ /, alert.name);
     // The fixture says where docs/monitoring.md is published: each alert points at its own row there.
-    t.is(rule.annotations.runbook_url, `${FIXTURE.monitoring.runbook_url}#${alert.name.toLowerCase()}`, alert.name);
+    t.is(rule.annotations.runbook_url, `${FIXTURE.monitoring.runbookUrl}#${alert.name.toLowerCase()}`, alert.name);
     t.deepEqual(Object.keys(rule.annotations).sort(), ['description', 'runbook_url', 'summary'], alert.name);
     // Every selector of the expression names the cluster and a job of ours.
     const selectors = rule.expr.match(/\{[^}]*\}/g) ?? [];
@@ -187,7 +188,7 @@ test('docs/monitoring.md has every alert, with its severity and its runbook as r
 });
 
 test('without monitoring.runbook_url the alerts carry summary and description only; the target label is etcd_cluster, never cluster', (t) => {
-  const inventory = { ...FIXTURE, monitoring: { ...FIXTURE.monitoring, runbook_url: '' } };
+  const inventory = { ...FIXTURE, monitoring: { ...FIXTURE.monitoring, runbookUrl: '' } };
   const file = parse(renderAlertRules(inventory)) as RuleFile;
   for (const rule of file.groups[0]!.rules) t.deepEqual(Object.keys(rule.annotations).sort(), ['description', 'summary'], rule.alert);
   // A Prometheus's external_labels often set `cluster` for its own cluster: no expression or target of ours uses it.

@@ -3,6 +3,7 @@ import { maskSecret } from '../../tasks/core/secret.ts';
 import { GUEST_SERVICE_ACCOUNTS, TOOL_NAME_PREFIX } from '../../tasks/inventory/reserved.ts';
 import { PEER_COMMON_NAME } from '../../tasks/pki/peer-trust.ts';
 import { guestFragments } from '../../tasks/render/cloud-init.ts';
+import type { Member } from '../../tasks/inventory/model.ts';
 import { baseDocument, load, problemsOf } from '../helpers/inventory.ts';
 
 /** The names the inventory rules keep for the tool are the names the tool really uses. */
@@ -12,14 +13,14 @@ test('the guest accounts the admin user may not take are exactly the service acc
   const member = inventory.members[0]!;
   const { services } = member;
   // Every optional service on, and the upstream install that creates the base accounts.
-  const everything = {
+  const everything: Member = {
     ...member,
     installDependencies: true,
     services: {
       ...services,
-      vault_agent: { ...services.vault_agent, enabled: true },
+      vaultAgent: { ...services.vaultAgent, enabled: true },
       fluentbit: { ...services.fluentbit, enabled: true },
-      fluentbit_dynamic_config: { ...services.fluentbit_dynamic_config, enabled: true },
+      fluentbitDynamicConfig: { ...services.fluentbitDynamicConfig, enabled: true },
     },
   };
   const fragments = guestFragments({ inventory, member: everything, tls: {}, firstStart: 'new', writeSecret: maskSecret });

@@ -99,15 +99,15 @@ function restoreFrom(endpoint: string, backupTimestamp: string): RestoreSettings
   return {
     ...restore,
     enabled: true,
-    backup_timestamp: backupTimestamp,
-    encryption_key: new Secret(MASTER_HEX),
+    backupTimestamp: backupTimestamp,
+    encryptionKey: new Secret(MASTER_HEX),
     s3: {
       ...restore.s3,
       endpoint,
       bucket: 'backups',
-      object_prefix: 'lab',
-      access_key: new Secret('access'),
-      secret_key: new Secret('secret'),
+      objectPrefix: 'lab',
+      accessKey: new Secret('access'),
+      secretKey: new Secret('secret'),
     },
   };
 }

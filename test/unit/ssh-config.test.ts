@@ -53,12 +53,12 @@ const withConfig = (hypervisor: Record<string, unknown>, extra: Record<string, u
 test('precedence: the inventory wins, then the ssh_config entry of the address, then the defaults', (t) => {
   const fromConfig = withConfig({ address: 'lab-hv' });
   t.deepEqual(
-    [fromConfig.address, fromConfig.port, fromConfig.user, fromConfig.private_key, fromConfig.known_hosts],
+    [fromConfig.address, fromConfig.port, fromConfig.user, fromConfig.privateKey, fromConfig.knownHosts],
     ['192.168.160.1', 2200, 'ops', join(homedir(), '.ssh/lab_key'), '/etc/lab/known_hosts'],
   );
   // ProxyJump becomes the jump chain, each hop looked up in the same file.
   t.deepEqual(
-    fromConfig.jump.map((hop) => `${hop.name}: ${hop.user}@${hop.address}:${hop.port} ${hop.private_key || '(agent)'}`),
+    fromConfig.jump.map((hop) => `${hop.name}: ${hop.user}@${hop.address}:${hop.port} ${hop.privateKey || '(agent)'}`),
     [`edge: jumper@127.0.0.1:2223 ${join(homedir(), 'keys/edge_key')}`, 'inner: fallback@inner:22 (agent)'],
   );
 
@@ -66,11 +66,8 @@ test('precedence: the inventory wins, then the ssh_config entry of the address, 
     { address: 'lab-hv', port: 22, user: 'root', private_key: '', known_hosts: 'kh', jump: ['b'] },
     { bastions: { b: { address: '10.9.9.9' } } },
   );
-  t.deepEqual(
-    [inventoryWins.address, inventoryWins.port, inventoryWins.user, inventoryWins.private_key],
-    ['192.168.160.1', 22, 'root', ''],
-  );
-  t.true(inventoryWins.known_hosts.endsWith('/kh'), 'relative to the inventory');
+  t.deepEqual([inventoryWins.address, inventoryWins.port, inventoryWins.user, inventoryWins.privateKey], ['192.168.160.1', 22, 'root', '']);
+  t.true(inventoryWins.knownHosts.endsWith('/kh'), 'relative to the inventory');
   t.deepEqual(
     inventoryWins.jump.map((hop) => hop.address),
     ['10.9.9.9'],
@@ -78,7 +75,7 @@ test('precedence: the inventory wins, then the ssh_config entry of the address, 
 
   const unmatched = withConfig({ address: '10.1.2.3' });
   t.deepEqual(
-    [unmatched.address, unmatched.port, unmatched.user, unmatched.private_key, unmatched.jump.length],
+    [unmatched.address, unmatched.port, unmatched.user, unmatched.privateKey, unmatched.jump.length],
     ['10.1.2.3', 22, 'fallback', '', 0],
   );
 });

@@ -204,7 +204,7 @@ function healthCases() {
     t.regex(
       failure,
       new RegExp(
-        `^etcd on etcd-2 \\(${lab.members[1]!.etcdIp.replaceAll('.', '\\.')}\\) not healthy after ${lab.cluster.health_timeout} s; last answer: no leader\\. Look at its console`,
+        `^etcd on etcd-2 \\(${lab.members[1]!.etcdIp.replaceAll('.', '\\.')}\\) not healthy after ${lab.cluster.healthTimeout} s; last answer: no leader\\. Look at its console`,
       ),
     );
   });
@@ -271,7 +271,7 @@ function dryRunCases() {
       get: async () => Promise.reject(new SshError('member etcd-1: connect ECONNREFUSED')),
     }) as unknown as MemberConnections;
   /** A second of health_timeout: a run's wait for a booting member ends soon. */
-  const quick = { ...lab, cluster: { ...lab.cluster, health_timeout: 1 }, restore: { ...lab.restore, enabled: true } };
+  const quick = { ...lab, cluster: { ...lab.cluster, healthTimeout: 1 }, restore: { ...lab.restore, enabled: true } };
   const source = {
     bucket: { where: 's3 bucket backups' },
     choose: async () => ({ name: 'etcd-2026-11-21T09:30:00Z.dump', provenance: "this cluster's latest, taken by etcd-1 at revision 7" }),

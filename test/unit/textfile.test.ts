@@ -85,7 +85,7 @@ test('scheduled defragmentation alone: the agent, its defrag and metrics timers,
     backup_enabled: false,
     defrag: { enabled: true, rule: { free_bytes: 1048576, free_fraction: 0, quota_fraction: 0.8 }, disarm_below_fraction: 0.9 },
   });
-  t.is(config.defrag.quota_bytes, load(withDefrag()).etcd.space_quota);
+  t.is(config.defrag.quota_bytes, load(withDefrag()).etcd.spaceQuota);
 });
 
 test('etcd listens for metrics on monitoring.metrics_port over plain HTTP on its address; 0 turns it off; a taken port is refused', async (t) => {

@@ -26,7 +26,7 @@ interface AptRepository {
 function updaterRelease(member: Member) {
   if (!usesDynamicConfig(member.services)) return undefined;
   const [project, version] =
-    member.services.fluentbit_dynamic_config.source === 'etcd'
+    member.services.fluentbitDynamicConfig.source === 'etcd'
       ? ['configurations-auto-updater', UPSTREAM.configurationsAutoUpdater]
       : ['gitsync', UPSTREAM.gitsync];
   const base = `https://github.com/Ferlab-Ste-Justine/${project}/releases/download/v${version}/${project}_${version}`;
@@ -55,7 +55,7 @@ export function renderInstaller(inventory: Inventory, member: Member): string {
     });
     packages.push(`fluent-bit=${UPSTREAM.fluentBit}`);
   }
-  if (member.services.vault_agent.enabled) {
+  if (member.services.vaultAgent.enabled) {
     repositories.push({
       name: 'hashicorp',
       keyUrl: 'https://apt.releases.hashicorp.com/gpg',
@@ -95,7 +95,7 @@ export function dependenciesFragment(inventory: Inventory, member: Member): Clou
   const systemUser = (name: string) => ({ name, system: true, lock_passwd: true, shell: '/usr/sbin/nologin', homedir: `/var/lib/${name}` });
   return {
     // Created in cloud-init's init stage, before the deferred files they own are written.
-    users: [systemUser('etcd'), systemUser('prometheus'), ...(member.services.vault_agent.enabled ? [systemUser('vault')] : [])],
+    users: [systemUser('etcd'), systemUser('prometheus'), ...(member.services.vaultAgent.enabled ? [systemUser('vault')] : [])],
     // qemu-guest-agent: the tool asks for the member's facts through it (guest/agent.ts).
     modules: { packages: ['curl', 'ca-certificates', 'qemu-guest-agent', ...(member.services.chrony.enabled ? ['chrony'] : [])] },
     writeFiles: [{ path: INSTALLER_PATH, permissions: '0755', content: renderInstaller(inventory, member) }],

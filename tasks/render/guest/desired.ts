@@ -63,7 +63,7 @@ export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>, fragmen
   return {
     files,
     services: real.flatMap((fragment) => fragment.services ?? []),
-    dataDir: input.inventory.etcd.data_dir,
+    dataDir: input.inventory.etcd.dataDir,
     ...(release ? { release } : {}),
     ...(staged ? { staged } : {}),
     retired: {

@@ -70,7 +70,7 @@ export function etcdFragment(
     ],
     runcmd: [
       // On the data disk when there is one (mounted by then): install -d also fixes owner and mode.
-      ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', inventory.etcd.data_dir],
+      ['install', '-d', '-o', 'etcd', '-g', 'etcd', '-m', '0700', inventory.etcd.dataDir],
     ],
     // A recovery that did not finish (recover killed after the forced start, then a plain deploy): gone, systemd
     // reloaded, before any restart here, which would otherwise found a new cluster again and drop the members since.

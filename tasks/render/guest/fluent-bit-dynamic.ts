@@ -14,11 +14,11 @@ import { VAULT_AGENT_PATHS, VAULT_AGENT_UNIT } from './vault-agent.ts';
  * systemd to reload fluent-bit.
  */
 
-export type DynamicConfig = GuestServices['fluentbit_dynamic_config'];
+export type DynamicConfig = GuestServices['fluentbitDynamicConfig'];
 
 /** Dynamic configuration applies only where fluent-bit itself runs (as in the module). */
-export const usesDynamicConfig = (services: Pick<GuestServices, 'fluentbit' | 'fluentbit_dynamic_config'>) =>
-  services.fluentbit.enabled && services.fluentbit_dynamic_config.enabled;
+export const usesDynamicConfig = (services: Pick<GuestServices, 'fluentbit' | 'fluentbitDynamicConfig'>) =>
+  services.fluentbit.enabled && services.fluentbitDynamicConfig.enabled;
 
 const ROOT = '/etc/fluent-bit-config-updater';
 
@@ -52,7 +52,7 @@ const SYSTEMCTL = '/usr/bin/systemctl';
 /** Where the updater finds its etcd credentials: a client certificate and key, or a username/password file. */
 type CredentialFiles = { kind: 'certificate'; cert: string; key: string } | { kind: 'password'; password: string };
 
-const fromVault = (dynamic: DynamicConfig) => dynamic.etcd.vault_agent_secret_path !== '';
+const fromVault = (dynamic: DynamicConfig) => dynamic.etcd.vaultAgentSecretPath !== '';
 
 /** Certificate auth when a client certificate is given (also with Vault, to choose it), else password auth. */
 export function credentialFiles(dynamic: DynamicConfig): CredentialFiles {
@@ -76,7 +76,7 @@ export function updaterConfig(dynamic: DynamicConfig): Record<string, unknown> {
     return {
       ...common,
       etcd_client: {
-        prefix: dynamic.etcd.key_prefix,
+        prefix: dynamic.etcd.keyPrefix,
         endpoints: dynamic.etcd.endpoints,
         ...ETCD_CLIENT_TIMINGS,
         auth: { ca_cert: CONFIG_UPDATER.etcdCa, ...credentialSettings(credentialFiles(dynamic)) },
@@ -92,7 +92,7 @@ export function updaterConfig(dynamic: DynamicConfig): Record<string, unknown> {
       ref: git.ref,
       path: git.path,
       auth: { ssh_key: CONFIG_UPDATER.gitSshKey, known_key: CONFIG_UPDATER.gitKnownKey },
-      ...(git.trusted_gpg_keys.length > 0 ? { accepted_signatures: CONFIG_UPDATER.gitTrustedKeys } : {}),
+      ...(git.trustedGpgKeys.length > 0 ? { accepted_signatures: CONFIG_UPDATER.gitTrustedKeys } : {}),
     },
     ...notification,
   };
@@ -122,7 +122,7 @@ export function renderSudoers(dynamic: DynamicConfig): string {
 
 /** Vault agent renders the updater's etcd credentials from a KV v2 secret and restarts it on renewal. */
 export function vaultTemplateConfig(dynamic: DynamicConfig): Record<string, unknown> {
-  const path = JSON.stringify(dynamic.etcd.vault_agent_secret_path);
+  const path = JSON.stringify(dynamic.etcd.vaultAgentSecretPath);
   const files = credentialFiles(dynamic);
   const restart = { command: ['sudo', '--non-interactive', SYSTEMCTL, 'restart', `${CONFIG_UPDATER.service}.service`] };
   const template = (destination: string, field: string) => ({
@@ -146,7 +146,7 @@ export function vaultTemplateConfig(dynamic: DynamicConfig): Record<string, unkn
 
 function etcdSourceFiles(dynamic: DynamicConfig, writeSecret: SecretWriter): WriteFile[] {
   const { client } = dynamic.etcd;
-  const files: WriteFile[] = [{ path: CONFIG_UPDATER.etcdCa, permissions: '0644', content: dynamic.etcd.ca_certificate }];
+  const files: WriteFile[] = [{ path: CONFIG_UPDATER.etcdCa, permissions: '0644', content: dynamic.etcd.caCertificate }];
   if (fromVault(dynamic)) {
     files.push({
       path: CONFIG_UPDATER.vaultTemplate,
@@ -173,9 +173,9 @@ function etcdSourceFiles(dynamic: DynamicConfig, writeSecret: SecretWriter): Wri
 function gitSourceFiles(dynamic: DynamicConfig, writeSecret: SecretWriter): WriteFile[] {
   const { git } = dynamic;
   return [
-    secretFile(CONFIG_UPDATER.gitSshKey, UPDATER_OWNER, writeSecret(git.auth.client_ssh_key)),
-    { path: CONFIG_UPDATER.gitKnownKey, permissions: '0644', content: `${git.auth.server_ssh_fingerprint.trim()}\n` },
-    ...git.trusted_gpg_keys.map((key, index) => ({
+    secretFile(CONFIG_UPDATER.gitSshKey, UPDATER_OWNER, writeSecret(git.auth.clientSshKey)),
+    { path: CONFIG_UPDATER.gitKnownKey, permissions: '0644', content: `${git.auth.serverSshFingerprint.trim()}\n` },
+    ...git.trustedGpgKeys.map((key, index) => ({
       path: `${CONFIG_UPDATER.gitTrustedKeys}/key${index}.asc`,
       permissions: '0644',
       content: key,
@@ -221,7 +221,7 @@ export function renderUpdaterUnits(dynamic: DynamicConfig): WriteFile[] {
 
 export function fluentBitDynamicFragment(services: GuestServices, writeSecret: SecretWriter): CloudConfigFragment {
   if (!usesDynamicConfig(services)) return {};
-  const dynamic = services.fluentbit_dynamic_config;
+  const dynamic = services.fluentbitDynamicConfig;
   const started = dynamic.source === 'etcd' ? `${CONFIG_UPDATER.service}.service` : `${CONFIG_UPDATER.service}.timer`;
   // The etcd watcher reads its configuration and credentials at start; the git sync is a fresh process
   // each minute. Vault agent reads its template directory at start.

@@ -41,10 +41,7 @@ export function fluentBitConfig(settings: FluentBitSettings, writeSecret: Secret
   return {
     service: { flush: 1, log_level: 'info', 'storage.path': `${FLUENT_BIT_PATHS.storage}/buffer` },
     pipeline: {
-      inputs: [
-        journal(fluentbit.etcd_tag, 'etcd.service', 'etcd'),
-        journal(fluentbit.node_exporter_tag, NODE_EXPORTER.unit, 'node-exporter'),
-      ],
+      inputs: [journal(fluentbit.etcdTag, 'etcd.service', 'etcd'), journal(fluentbit.nodeExporterTag, NODE_EXPORTER.unit, 'node-exporter')],
       outputs: [
         {
           name: 'forward',
@@ -52,10 +49,10 @@ export function fluentBitConfig(settings: FluentBitSettings, writeSecret: Secret
           host: forward.domain,
           port: forward.port,
           self_hostname: forward.hostname,
-          shared_key: writeSecret(forward.shared_key),
+          shared_key: writeSecret(forward.sharedKey),
           tls: 'on',
           'tls.verify': 'on',
-          ...(forward.ca_cert ? { 'tls.ca_file': FLUENT_BIT_PATHS.forwardCa } : {}),
+          ...(forward.caCert ? { 'tls.ca_file': FLUENT_BIT_PATHS.forwardCa } : {}),
         },
       ],
     },
@@ -89,8 +86,8 @@ export function fluentBitFragment(settings: FluentBitSettings, writeSecret: Secr
         content: renderFluentBitConfig(settings, writeSecret),
         notify: FLUENT_BIT_UNIT,
       },
-      ...(settings.fluentbit.forward.ca_cert
-        ? [{ path: FLUENT_BIT_PATHS.forwardCa, permissions: '0644', content: settings.fluentbit.forward.ca_cert, notify: FLUENT_BIT_UNIT }]
+      ...(settings.fluentbit.forward.caCert
+        ? [{ path: FLUENT_BIT_PATHS.forwardCa, permissions: '0644', content: settings.fluentbit.forward.caCert, notify: FLUENT_BIT_UNIT }]
         : []),
       { path: FLUENT_BIT_PATHS.dropIn, permissions: '0644', content: renderDropIn(settings.dynamic), notify: FLUENT_BIT_UNIT },
     ],

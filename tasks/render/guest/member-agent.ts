@@ -97,7 +97,8 @@ export interface AgentConfig {
   secrets: { access_key: string; secret_key: string; encryption_key?: string };
   defrag: {
     enabled: boolean;
-    rule: Inventory['maintenance']['defrag']['rule'];
+    /** The inventory's `maintenance.defrag.rule`, in its file's names: the agent's `rule_holds` reads them. */
+    rule: { free_bytes: number; free_fraction: number; quota_fraction: number };
     quota_bytes: number;
     disarm_below_fraction: number;
     lock_key: string;
@@ -124,7 +125,7 @@ export interface AgentConfig {
 
 /** What the agent reads: no secret in it, only where the secrets are. */
 export function agentConfig(inventory: Inventory, member: Member, clusterId = ''): AgentConfig {
-  const { s3, encryption_key: encryptionKey } = inventory.restore;
+  const { s3, encryptionKey } = inventory.restore;
   const etcdctl = `${etcdToolsDir(inventory, member)}/etcdctl`;
   const { defrag } = inventory.maintenance;
   return {
@@ -134,7 +135,7 @@ export function agentConfig(inventory: Inventory, member: Member, clusterId = ''
     backup_enabled: inventory.backup.enabled,
     schedule: inventory.backup.schedule,
     keep: inventory.backup.keep,
-    max_age_seconds: inventory.backup.max_age_hours * 3600,
+    max_age_seconds: inventory.backup.maxAgeHours * 3600,
     work_dir: AGENT_PATHS.workDir,
     etcd: {
       endpoint: clientUrl(inventory, member),
@@ -146,9 +147,9 @@ export function agentConfig(inventory: Inventory, member: Member, clusterId = ''
     s3: {
       endpoint: inventory.backup.endpoint || s3.endpoint,
       bucket: s3.bucket,
-      object_prefix: s3.object_prefix,
+      object_prefix: s3.objectPrefix,
       region: s3.region,
-      ca_file: s3.ca_cert ? AGENT_PATHS.s3Ca : '',
+      ca_file: s3.caCert ? AGENT_PATHS.s3Ca : '',
     },
     secrets: {
       access_key: AGENT_PATHS.accessKey,
@@ -157,8 +158,8 @@ export function agentConfig(inventory: Inventory, member: Member, clusterId = ''
     },
     defrag: {
       enabled: defrag.enabled,
-      rule: defrag.rule,
-      quota_bytes: inventory.etcd.space_quota,
+      rule: { free_bytes: defrag.rule.freeBytes, free_fraction: defrag.rule.freeFraction, quota_fraction: defrag.rule.quotaFraction },
+      quota_bytes: inventory.etcd.spaceQuota,
       // Under a NOSPACE alarm: cleared once every database is under this share of the quota (as maintain --disarm).
       disarm_below_fraction: DISARM_BELOW_QUOTA,
       lock_key: DEFRAG_LOCK_KEY,
@@ -316,7 +317,7 @@ export const BACKUP_PACKAGES: readonly ImagePackage[] = [
 
 export function memberAgentFragment({ inventory, member, tls, clusterId }: AgentInput, writeSecret: SecretWriter): CloudConfigFragment {
   if (!agentInEtcd(inventory)) return { retired: retiredAgentParts([], []) };
-  const { s3, encryption_key: encryptionKey } = inventory.restore;
+  const { s3, encryptionKey } = inventory.restore;
   const unit = (path: string, content: string, notify?: string): WriteFile => ({
     path,
     permissions: '0644',
@@ -325,10 +326,10 @@ export function memberAgentFragment({ inventory, member, tls, clusterId }: Agent
   });
   const backup: WriteFile[] = inventory.backup.enabled
     ? [
-        secretFile(AGENT_PATHS.accessKey, OWNER, writeSecret(s3.access_key)),
-        secretFile(AGENT_PATHS.secretKey, OWNER, writeSecret(s3.secret_key)),
+        secretFile(AGENT_PATHS.accessKey, OWNER, writeSecret(s3.accessKey)),
+        secretFile(AGENT_PATHS.secretKey, OWNER, writeSecret(s3.secretKey)),
         ...(encryptionKey.isEmpty ? [] : [secretFile(AGENT_PATHS.encryptionKey, OWNER, writeSecret(encryptionKey))]),
-        ...(s3.ca_cert ? [unit(AGENT_PATHS.s3Ca, s3.ca_cert)] : []),
+        ...(s3.caCert ? [unit(AGENT_PATHS.s3Ca, s3.caCert)] : []),
         unit(AGENT_PATHS.service, renderBackupService()),
         unit(AGENT_PATHS.timer, renderBackupTimer(inventory.backup.schedule), BACKUP_UNITS.timer),
       ]
@@ -347,7 +348,7 @@ export function memberAgentFragment({ inventory, member, tls, clusterId }: Agent
   const verify = inventory.backup.enabled && inventory.backup.verify.enabled;
   const verifyFiles: WriteFile[] = verify
     ? [
-        unit(AGENT_PATHS.verifyService, renderAgentService('verify', 'scheduled restore drill', '1h', inventory.etcd.data_dir)),
+        unit(AGENT_PATHS.verifyService, renderAgentService('verify', 'scheduled restore drill', '1h', inventory.etcd.dataDir)),
         unit(
           AGENT_PATHS.verifyTimer,
           renderAgentTimer('the restore drills (inventory backup.verify.schedule)', inventory.backup.verify.schedule),

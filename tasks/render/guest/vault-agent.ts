@@ -21,10 +21,10 @@ export const VAULT_AGENT_PATHS = {
   unit: '/etc/systemd/system/vault-agent.service',
 } as const;
 
-export function vaultAgentConfig(vault: GuestServices['vault_agent']): Record<string, unknown> {
+export function vaultAgentConfig(vault: GuestServices['vaultAgent']): Record<string, unknown> {
   return {
     pid_file: '/run/vault-agent/agent.pid',
-    vault: { address: vault.vault_address, ...(vault.vault_ca_cert ? { ca_cert: VAULT_AGENT_PATHS.ca } : {}) },
+    vault: { address: vault.vaultAddress, ...(vault.vaultCaCert ? { ca_cert: VAULT_AGENT_PATHS.ca } : {}) },
     auto_auth: {
       method: [
         {
@@ -53,9 +53,9 @@ export function renderVaultAgentUnit(binary: string): string {
   });
 }
 
-export function vaultAgentFragment(vault: GuestServices['vault_agent'], writeSecret: SecretWriter): CloudConfigFragment {
+export function vaultAgentFragment(vault: GuestServices['vaultAgent'], writeSecret: SecretWriter): CloudConfigFragment {
   if (!vault.enabled) return {};
-  const { role_id: roleId, secret_id: secretId } = vault.auth_method.config;
+  const { roleId, secretId } = vault.authMethod.config;
   return {
     writeFiles: [
       {
@@ -66,8 +66,8 @@ export function vaultAgentFragment(vault: GuestServices['vault_agent'], writeSec
       },
       secretFile(VAULT_AGENT_PATHS.roleId, 'vault:vault', writeSecret(roleId), VAULT_AGENT_UNIT),
       secretFile(VAULT_AGENT_PATHS.secretId, 'vault:vault', writeSecret(secretId), VAULT_AGENT_UNIT),
-      ...(vault.vault_ca_cert
-        ? [{ path: VAULT_AGENT_PATHS.ca, permissions: '0644', content: vault.vault_ca_cert, notify: VAULT_AGENT_UNIT }]
+      ...(vault.vaultCaCert
+        ? [{ path: VAULT_AGENT_PATHS.ca, permissions: '0644', content: vault.vaultCaCert, notify: VAULT_AGENT_UNIT }]
         : []),
       { path: VAULT_AGENT_PATHS.unit, permissions: '0644', content: renderVaultAgentUnit('/usr/bin/vault'), notify: VAULT_AGENT_UNIT },
     ],
