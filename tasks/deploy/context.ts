@@ -1,7 +1,7 @@
 import type { FactCache } from '../core/facts.ts';
 import { join } from 'node:path';
 import { obtainRelease, type Release } from '../upgrade/release.ts';
-import { releaseTag, type EtcdVersion } from '../upgrade/version.ts';
+import { releaseTag, sameVersion, type EtcdVersion } from '../upgrade/version.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { clientIdentities, type ClientIdentities } from '../etcd/identities.ts';
 import { EtcdClients } from '../etcd/client.ts';
@@ -128,7 +128,7 @@ export class DeployContext {
   releaseArchive(version: EtcdVersion): Promise<Release> {
     const { etcd } = this.inventory;
     const tag = releaseTag(version);
-    const pinned = etcd.sha256 && etcd.version === tag ? { pinnedSha256: etcd.sha256 } : {};
+    const pinned = etcd.sha256 && etcd.version && sameVersion(etcd.version, version) ? { pinnedSha256: etcd.sha256 } : {};
     let archive = this.#releases.get(tag);
     if (!archive) {
       archive = obtainRelease({ baseUrl: etcd.releaseUrl, version, ...pinned }, join(this.inventory.stateDir, 'releases')).catch(

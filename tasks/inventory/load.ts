@@ -6,10 +6,21 @@ import { ZodArray, ZodDefault, ZodEffects, ZodObject, ZodOptional, ZodRecord, ty
 import { InputError } from '../core/errors.ts';
 import { readIfExists, unreadableReason } from '../core/files.ts';
 import { Secret } from '../core/secret.ts';
+import { parseVersion } from '../upgrade/version.ts';
 import { camelized, camelizedByName } from './camel.ts';
 import { derivedMac } from './mac.ts';
 import { lookUpHost, parseJumpHop, parseSshConfig, type SshConfigFile } from './ssh-config.ts';
-import type { GuestServices, Hypervisor, SshHost, Inventory, Member, MemberInterface, PemPair, RestoreSettings } from './model.ts';
+import type {
+  EtcdSettings,
+  GuestServices,
+  Hypervisor,
+  SshHost,
+  Inventory,
+  Member,
+  MemberInterface,
+  PemPair,
+  RestoreSettings,
+} from './model.ts';
 import { atTheirSource, formatProblem, problemsFromZod, type Path, type Problem } from './problems.ts';
 import { describeSpot, locator, type Locate } from './source-map.ts';
 import { derivedMacCollisions, sameHostHypervisors, volumeCollisions } from './collisions.ts';
@@ -420,6 +431,16 @@ function pkiOf(doc: ParsedDocument, baseDir: string, problems: Problem[]): Inven
   };
 }
 
+/** etcd's settings with its versions parsed: the rules have made sure each is a release where one is needed. */
+function etcdOf(doc: ParsedDocument): EtcdSettings {
+  const { version, stageVersion, binaries, ...settings } = camelized(doc.etcd);
+  const parsed = parseVersion(version);
+  if (binaries === 'image') return { ...settings, binaries, ...(parsed ? { version: parsed } : {}) };
+  const staged = stageVersion === undefined ? undefined : parseVersion(stageVersion);
+  if (!parsed) throw new Error(`etcd.version ${version} passed the rules without being a release tag`);
+  return { ...settings, binaries, version: parsed, ...(staged ? { stageVersion: staged } : {}) };
+}
+
 /**
  * Reads and validates an inventory. Every problem is collected and reported at once, with its path,
  * before anything else runs; the result is fully resolved (defaults, derived MACs, PEM files).
@@ -443,7 +464,7 @@ export function loadInventory(inventoryPath: string): Inventory {
     path,
     stateDir: doc.cluster.state_dir ? resolve(baseDir, expandHome(doc.cluster.state_dir)) : join(baseDir, '.etcd-kvm', doc.cluster.name),
     cluster: camelized(doc.cluster),
-    etcd: camelized(doc.etcd),
+    etcd: etcdOf(doc),
     pki: pkiOf(doc, baseDir, problems),
     hypervisors,
     members: built.filter((_, i) => members[i]!.state === 'present'),

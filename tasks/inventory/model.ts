@@ -1,4 +1,5 @@
 import type { Secret } from '../core/secret.ts';
+import type { EtcdVersion } from '../upgrade/version.ts';
 import type { Camelized } from './camel.ts';
 import type * as Parsed from './schema.ts';
 
@@ -10,7 +11,14 @@ import type * as Parsed from './schema.ts';
  */
 
 export type ClusterSettings = Camelized<Parsed.ClusterSettings>;
-export type EtcdSettings = Camelized<Parsed.EtcdSettings>;
+/**
+ * etcd's settings, its versions parsed: `version` is a release wherever the tool installs one (a rule refuses any
+ * other text with `binaries: release` or `install_dependencies`), and undefined only where nothing installs etcd
+ * and the file names no release (`binaries: image`; the image's etcd is what runs). `stage_version` needs
+ * `binaries: release`.
+ */
+export type EtcdSettings = Omit<Camelized<Parsed.EtcdSettings>, 'version' | 'stageVersion' | 'binaries'> &
+  ({ binaries: 'release'; version: EtcdVersion; stageVersion?: EtcdVersion } | { binaries: 'image'; version?: EtcdVersion });
 export type BackupSettings = Camelized<Parsed.BackupSettings>;
 export type MonitoringSettings = Camelized<Parsed.MonitoringSettings>;
 export type MaintenanceSettings = Camelized<Parsed.MaintenanceSettings>;

@@ -1,6 +1,6 @@
 import type { Inventory, Member } from '../inventory/model.ts';
 import { etcdBinaryDir } from './guest/dependencies.ts';
-import { compareVersions, parseVersion, releaseTag, type EtcdVersion } from '../upgrade/version.ts';
+import { compareVersions, releaseTag, type EtcdVersion } from '../upgrade/version.ts';
 
 /**
  * etcd's binaries in a member with `binaries: release`: one directory per release under /opt/etcd-kvm,
@@ -33,11 +33,8 @@ export const guestReleaseOf = (version: EtcdVersion): GuestRelease => {
 
 /** The release every member runs, when the tool manages etcd's binaries. */
 export function managedRelease(inventory: Inventory): GuestRelease | undefined {
-  if (inventory.etcd.binaries !== 'release') return undefined;
-  const version = parseVersion(inventory.etcd.version);
-  // The inventory's rules refuse any other version text with binaries: release.
-  if (!version) throw new Error(`etcd.version ${inventory.etcd.version} is not a release tag`);
-  return guestReleaseOf(version);
+  const { etcd } = inventory;
+  return etcd.binaries === 'release' ? guestReleaseOf(etcd.version) : undefined;
 }
 
 /**
@@ -46,7 +43,7 @@ export function managedRelease(inventory: Inventory): GuestRelease | undefined {
  */
 export function stagedRelease(inventory: Inventory): GuestRelease | undefined {
   const running = managedRelease(inventory);
-  const version = inventory.etcd.stageVersion === undefined ? undefined : parseVersion(inventory.etcd.stageVersion);
+  const version = inventory.etcd.binaries === 'release' ? inventory.etcd.stageVersion : undefined;
   if (!running || !version || compareVersions(version, running.version) === 0) return undefined;
   return guestReleaseOf(version);
 }
@@ -83,5 +80,5 @@ export function versionSettings(version: EtcdVersion): [string, string][] {
 export function knownEtcdVersion(inventory: Inventory, member: Member): EtcdVersion | undefined {
   const managed = managedRelease(inventory);
   if (managed) return managed.version;
-  return member.installDependencies ? parseVersion(inventory.etcd.version) : undefined;
+  return member.installDependencies ? inventory.etcd.version : undefined;
 }

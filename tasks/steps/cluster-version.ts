@@ -20,8 +20,10 @@ export function clusterVersionWait(
   root: () => ClientIdentity,
 ): Wait<string> {
   const { targets, memberNamed } = memberTargets(members);
-  const wanted = parseVersion(inventory.etcd.version);
-  const minor = wanted ? minorOf(wanted) : inventory.etcd.version;
+  const wanted = inventory.etcd.version;
+  // The plan has this wait with binaries: release only, where etcd.version is always a release (inventory/model.ts).
+  if (!wanted) throw new Error('the cluster version is waited for with binaries: release only');
+  const minor = minorOf(wanted);
   return {
     name: 'cluster-version',
     targets,

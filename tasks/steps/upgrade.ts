@@ -55,8 +55,9 @@ export const snapshotBefore = (inventory: Inventory, from: EtcdVersion, to: Etcd
 
 export function upgradeStep(options: UpgradeStepOptions): Step<UpgradeState, UpgradeAction, ControlNode> {
   const { inventory } = options;
-  const target = parseVersion(inventory.etcd.version);
-  if (!target) throw new Error(`etcd.version ${inventory.etcd.version} is not a release tag`);
+  const target = inventory.etcd.version;
+  // The plan has this step with binaries: release only, where etcd.version is always a release (inventory/model.ts).
+  if (!target) throw new Error('the upgrade step runs with binaries: release only');
   // Snapshots written since the step was made are this run's.
   const runStarted = Date.now();
   return {

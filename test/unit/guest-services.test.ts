@@ -580,7 +580,7 @@ test('invalid combinations of the optional features are reported with their path
     'etcd.stage_version: "3.5.30" is not an etcd release tag — stage a release by its tag, like v3.5.33',
   ]);
   const staged = load(withDefaults({}, (doc) => (doc.etcd = { binaries: 'release', version: 'v3.5.16', stage_version: 'v3.5.30' })));
-  t.is(staged.etcd.stageVersion, 'v3.5.30');
+  t.deepEqual(staged.etcd.binaries === 'release' && staged.etcd.stageVersion, { major: 3, minor: 5, patch: 30 });
 });
 
 test('invalid fluent-bit dynamic configurations are reported with their paths', (t) => {

@@ -11,7 +11,8 @@ import { documentSchema, memberSchema } from '../../tasks/inventory/schema.ts';
  */
 const ALLOWED: Record<string, string[]> = {
   core: [],
-  inventory: ['core'],
+  // The loader parses etcd's versions (upgrade/version.ts, which needs core alone) once, for everything after it.
+  inventory: ['core', 'upgrade'],
   // etcd's versions, releases and the pre-flight of a version change: pure, or files on the control node.
   upgrade: ['core'],
   pki: ['core', 'inventory'],

@@ -1,5 +1,6 @@
 import type { Inventory, Member } from '../../inventory/model.ts';
 import { quote } from '../../core/shell.ts';
+import { releaseTag } from '../../upgrade/version.ts';
 import { renderTemplate } from '../templates.ts';
 import { CONFIG_UPDATER, usesDynamicConfig } from './fluent-bit-dynamic.ts';
 import type { CloudConfigFragment } from './fragment.ts';
@@ -41,8 +42,11 @@ function updaterRelease(member: Member) {
   };
 }
 
+/** What install_dependencies runs at first boot: etcd's release `etcd` (etcd.version's) and the services' upstream packages. */
 export function renderInstaller(inventory: Inventory, member: Member): string {
-  const etcdVersion = inventory.etcd.version;
+  const release = inventory.etcd.version;
+  if (!release) throw new Error('install_dependencies with no release in etcd.version: the inventory rules refuse that');
+  const etcdVersion = releaseTag(release);
   const etcdDir = `etcd-${etcdVersion}-linux-amd64`;
   const exporterDir = `node_exporter-${UPSTREAM.nodeExporter}.linux-amd64`;
   const repositories: AptRepository[] = [];
