@@ -4,6 +4,7 @@ import type { ClientIdentities } from '../../tasks/etcd/identities.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
 import { RemoteContext } from '../../tasks/libvirt/context.ts';
 import { MemberConnections } from '../../tasks/remote/members.ts';
+import { SshConnection } from '../../tasks/remote/ssh.ts';
 
 /**
  * The connections a step is built with, real and unconnected: for tests of what a step plans, which
@@ -31,3 +32,9 @@ export function unconnected(inventory: Inventory): {
     identities,
   };
 }
+
+/**
+ * An SshConnection no test connects or forwards through, for code that only passes one on: an instance of the
+ * class with no client behind it, so any use of it fails at once.
+ */
+export const unusedSshConnection = (): SshConnection => Object.create(SshConnection.prototype);

@@ -4,6 +4,7 @@ import { loadInventory } from '../../tasks/inventory/load.ts';
 import type { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
 import type { SshConnection } from '../../tasks/remote/ssh.ts';
 import { Tunnel } from '../../tasks/remote/tunnel.ts';
+import { unusedSshConnection } from '../helpers/unconnected.ts';
 
 /**
  * A client still opening when the run closes its clients (a connection warmed for a step the run then
@@ -41,7 +42,7 @@ test.serial('a client whose tunnel opens after close() is refused, and its tunne
   const clients = new EtcdClients(connections, inventory.etcd.clientPort, identity);
   const opening = clients.for(member);
   clients.close();
-  connected({} as SshConnection);
+  connected(unusedSshConnection());
   await t.throwsAsync(opening, { instanceOf: EtcdClientsClosed });
   t.is(tunnels.length, 1, 'the tunnel was opened, after close()');
   t.true(tunnels[0]!.closed, 'and closed');
@@ -52,7 +53,7 @@ test.serial('after close() no client is opened at all', async (t) => {
   const connections = {
     get: () => {
       asked++;
-      return Promise.resolve({} as SshConnection);
+      return Promise.resolve(unusedSshConnection());
     },
   } as unknown as HypervisorConnections;
   const clients = new EtcdClients(connections, inventory.etcd.clientPort, identity);
