@@ -111,12 +111,14 @@ const timeOf = (dump: string) => Date.parse(takenAt(dump));
 /** The lab's bucket through the S3 API, as anyone holding only its keys reaches it. */
 const labBucket = () =>
   new SnapshotBucket({
-    ...s3Settings,
+    endpoint: s3!.endpoint,
+    bucket: s3!.bucket,
+    objectPrefix: PREFIX,
     region: '',
-    ca_cert: '',
-    access_key: new Secret('S3RVER'),
-    secret_key: new Secret('S3RVER'),
-  } as never);
+    caCert: '',
+    accessKey: new Secret(LAB_S3_CREDENTIALS.access_key),
+    secretKey: new Secret(LAB_S3_CREDENTIALS.secret_key),
+  });
 const BACKUP_OBJECTS = ['dump', 'key', 'manifest'];
 
 /**

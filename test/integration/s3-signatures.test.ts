@@ -49,12 +49,12 @@ const toolBucket = () =>
   new SnapshotBucket({
     endpoint,
     bucket: BUCKET,
-    object_prefix: 'unused',
+    objectPrefix: 'unused',
     region: '',
-    ca_cert: '',
-    access_key: new Secret(ACCOUNT.accessKeyId),
-    secret_key: new Secret(ACCOUNT.secretAccessKey),
-  } as never);
+    caCert: '',
+    accessKey: new Secret(ACCOUNT.accessKeyId),
+    secretKey: new Secret(ACCOUNT.secretAccessKey),
+  });
 
 interface RoundTrip {
   listed?: string[];
