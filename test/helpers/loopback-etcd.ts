@@ -1,5 +1,5 @@
 import type { ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Inventory } from '../../tasks/inventory/model.ts';
@@ -18,6 +18,20 @@ export const FILE_SETTINGS = (clientCertAuth: boolean): [string, string][] => [
   ...(clientCertAuth ? [['ETCD_TRUSTED_CA_FILE', GUEST_PATHS.caCert] as [string, string]] : []),
 ];
 
+/**
+ * The kernel gives every outgoing connection, and every listener on port 0, a local port from
+ * ip_local_port_range; on loopback that connection's address is 127.0.0.1, etcd-1's. A fixed port
+ * inside the range can be held by any test's client at the moment etcd-1 starts (or by its
+ * TIME_WAIT, 60 s after it closed), and etcd-1 then exits at once: "bind: address already in use".
+ * Seen under load, with the unit tests' connections beside the integration tests.
+ */
+export function refuseEphemeralPorts(ports: readonly number[]): void {
+  const [low, high] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+  const inside = ports.filter((port) => port >= low! && port <= high!);
+  if (inside.length > 0)
+    throw new Error(`ports ${inside.join(', ')} are in the kernel's ephemeral range ${low}-${high}: choose fixed ports below it`);
+}
+
 export interface LoopbackMember {
   /** The member's etcd.env as rendered, before its file locations moved. */
   rendered: Map<string, string>;
@@ -34,6 +48,7 @@ export function startRenderedMembers(
   rendered: Map<string, RenderedFile[]>,
   processes: Processes,
 ): { work: string; members: Map<string, LoopbackMember> } {
+  refuseEphemeralPorts([inventory.etcd.clientPort, inventory.etcd.peerPort, inventory.monitoring.metricsPort]);
   const work = mkdtempSync(join(tmpdir(), 'etcd-kvm-etcd-'));
   processes.removeAfter(work);
   const members = new Map<string, LoopbackMember>();
@@ -52,6 +67,11 @@ export function startRenderedMembers(
     const process_ = processes.start('etcd', [], {
       env: { PATH: process.env.PATH, ...Object.fromEntries(env) },
       logFile: join(dir, 'etcd.log'),
+    });
+    // An etcd that ends by itself (not stopped by the test) says why here, not as a health wait that runs out.
+    process_.once('exit', (code) => {
+      if (code !== null && code !== 0)
+        console.error(`${member.name}'s etcd exited ${code}:\n${readFileSync(join(dir, 'etcd.log'), 'utf8').slice(-2000)}`);
     });
     members.set(member.name, { rendered: asRendered, process: process_ });
   }

@@ -85,7 +85,7 @@ async function startCluster(t: ExecutionContext, clientCertAuth: boolean, client
 }
 
 test('a 3-member etcd cluster starts from the rendered config over TLS, and refuses clients without a certificate', async (t) => {
-  const CLIENT_PORT = 42379;
+  const CLIENT_PORT = 22379;
   const { inventory, work, peerAllowedCn } = await startCluster(t, true, CLIENT_PORT);
 
   const pki = join(inventory.stateDir, 'pki');
@@ -254,7 +254,7 @@ test('a 3-member etcd cluster starts from the rendered config over TLS, and refu
 });
 
 test('password mode: health and the auth bootstrap through the etcd client, root by password, anonymous refused, REST gateway answers', async (t) => {
-  const CLIENT_PORT = 43379;
+  const CLIENT_PORT = 23379;
   const { inventory } = await startCluster(t, false, CLIENT_PORT);
   const store = new PkiStore(inventory.stateDir);
   const identities = clientIdentities(inventory, store);
@@ -340,7 +340,7 @@ test('password mode: health and the auth bootstrap through the etcd client, root
 });
 
 test('password mode: application roles and users converge to the inventory; a user made by hand is left alone', async (t) => {
-  const CLIENT_PORT = 44379;
+  const CLIENT_PORT = 24379;
   const { inventory } = await startCluster(t, false, CLIENT_PORT);
   const identities = clientIdentities(inventory, new PkiStore(inventory.stateDir));
   const clients = new EtcdClients(new HypervisorConnections(), CLIENT_PORT, identities.health);

@@ -43,7 +43,7 @@ import { compactStep } from '../../tasks/steps/maintenance.ts';
  */
 
 const IPS = ['127.0.0.1', '127.0.0.2', '127.0.0.3'];
-const CLIENT_PORT = 45379;
+const CLIENT_PORT = 25379;
 
 silenceKnownWarnings();
 

@@ -21,7 +21,7 @@ const processes = new Processes();
 let sshd: TestSshd;
 
 test.before(async () => {
-  sshd = await startSshd(processes, 42222);
+  sshd = await startSshd(processes, 22222);
 });
 test.after.always(() => processes.stopAll());
 
@@ -237,7 +237,7 @@ test('a tunnel asks for its connection for every socket: after the connection dr
 test('an unknown host key is refused with a hint; trust on first use records it', async (t) => {
   const empty = knownHostsFile('known_hosts_empty', '');
   await t.throwsAsync(SshConnection.open(target(empty)), {
-    message: /refusing to connect: \[127\.0\.0\.1\]:42222 is not in .*known_hosts_empty; add its key \(ssh-keyscan/,
+    message: /refusing to connect: \[127\.0\.0\.1\]:22222 is not in .*known_hosts_empty; add its key \(ssh-keyscan/,
   });
   const connection = await SshConnection.open(target(empty, true));
   connection.close();
@@ -248,7 +248,7 @@ test('a changed host key is refused even with trust on first use', async (t) => 
   const other = 'AAAAC3NzaC1lZDI1NTE5AAAAIOJw4WxdS3DqW3ZkM5U3kvpnGw0aKk1n8w5aQ1y3N6pX';
   const wrong = knownHostsFile('known_hosts_wrong', `[127.0.0.1]:${sshd.port} ssh-ed25519 ${other}\n`);
   await t.throwsAsync(SshConnection.open(target(wrong, true)), {
-    message: /refusing to connect: the host key of \[127\.0\.0\.1\]:42222 CHANGED/,
+    message: /refusing to connect: the host key of \[127\.0\.0\.1\]:22222 CHANGED/,
   });
 });
 
@@ -262,7 +262,7 @@ test('a hashed known_hosts entry is matched', async (t) => {
 });
 
 test('a hypervisor behind a bastion (ssh -J): commands run through the chain; each hop is checked against its own known_hosts and named when it fails', async (t) => {
-  const bastion = await startSshd(processes, 42223);
+  const bastion = await startSshd(processes, 22223);
   const inventory = (bastionKnownHosts: string, hypervisorKnownHosts: string) => {
     const doc = baseDocument();
     doc.bastions = {
