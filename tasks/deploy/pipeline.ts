@@ -21,10 +21,6 @@ import type { CommandTime } from '../remote/command-times.ts';
  * The steps and their order are in steps/registry.ts.
  */
 
-export { renderAll } from './context.ts';
-export { selectMembers } from './plan.ts';
-export { SELECTABLE_STEPS } from '../steps/registry.ts';
-
 export interface PipelineOptions {
   dryRun: boolean;
   renderOnly?: string;

@@ -1,7 +1,7 @@
 import { parse } from 'yaml';
 import { Runner } from '../../tasks/core/runner.ts';
 import type { Inventory } from '../../tasks/inventory/model.ts';
-import { renderAll } from '../../tasks/deploy/pipeline.ts';
+import { renderAll } from '../../tasks/deploy/context.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import type { FirstStart } from '../../tasks/render/etcd.ts';
 import type { RenderedFile } from '../../tasks/render/member.ts';

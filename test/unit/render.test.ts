@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { XMLParser } from 'fast-xml-parser';
 import { parse } from 'yaml';
-import { renderAll } from '../../tasks/deploy/pipeline.ts';
+import { renderAll } from '../../tasks/deploy/context.ts';
 import { etcdEnvironment, parseEnvironmentFile, renderEnvironmentFile } from '../../tasks/render/etcd.ts';
 import { renderGuest, renderMember, renderMemberAndGuest } from '../../tasks/render/member.ts';
 import { renderedFilesStep } from '../../tasks/steps/rendered-files.ts';

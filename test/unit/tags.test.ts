@@ -7,7 +7,8 @@ import { DEPLOY_HELP, parseDeployOptions } from '../../tasks/cli/options.ts';
 import { InputError } from '../../tasks/core/errors.ts';
 import { Runner } from '../../tasks/core/runner.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
-import { runDeploy, SELECTABLE_STEPS, type PipelineOptions } from '../../tasks/deploy/pipeline.ts';
+import { runDeploy, type PipelineOptions } from '../../tasks/deploy/pipeline.ts';
+import { SELECTABLE_STEPS } from '../../tasks/steps/registry.ts';
 import { run } from '../helpers/exec.ts';
 
 /**
