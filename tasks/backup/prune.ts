@@ -46,7 +46,8 @@ export async function pruneSnapshots(
       await bucket.delete(name);
     } catch (error) {
       throw new Error(
-        `deleting ${name} failed after deleting ${deleted.length} object(s)${deleted.length ? ` (${deleted.join(', ')})` : ''}: ${(error as Error).message}`,
+        `deleting ${name} failed after deleting ${deleted.length} object(s)` +
+          `${deleted.length ? ` (${deleted.join(', ')})` : ''}: ${(error as Error).message}`,
       );
     }
     deleted.push(name);

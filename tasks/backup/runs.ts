@@ -72,7 +72,8 @@ export function judgeBackups(lastSuccess: BackupRun | undefined, lastRun: Backup
   const limit = 2 * (lastSuccess.period_seconds ?? 43_200);
   if (ageSeconds > limit)
     problems.push(
-      `the last successful backup is ${ago(ageSeconds)} old (${lastSuccess.object}), more than two schedule periods (${ago(limit)}): see journalctl -u etcd-kvm-backup on a member`,
+      `the last successful backup is ${ago(ageSeconds)} old (${lastSuccess.object}), ` +
+        `more than two schedule periods (${ago(limit)}): see journalctl -u etcd-kvm-backup on a member`,
     );
   return { lastSuccess: { ...lastSuccess, ageSeconds }, problems, warnings };
 }
@@ -81,5 +82,8 @@ export function judgeBackups(lastSuccess: BackupRun | undefined, lastRun: Backup
 export function backupLine(verdict: Pick<BackupVerdict, 'lastSuccess'>): string {
   const last = verdict.lastSuccess;
   if (!last) return 'backup: none has succeeded yet';
-  return `backup: last success ${ago(last.ageSeconds)} ago (${last.finished.slice(0, 19)}Z) by ${last.member}, revision ${last.revision ?? '?'}, ${last.object}`;
+  return (
+    `backup: last success ${ago(last.ageSeconds)} ago (${last.finished.slice(0, 19)}Z) ` +
+    `by ${last.member}, revision ${last.revision ?? '?'}, ${last.object}`
+  );
 }

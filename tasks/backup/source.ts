@@ -47,7 +47,10 @@ export interface ChosenSnapshot {
 function ignoredNote(ignored: readonly IgnoredSnapshot[]): string {
   if (ignored.length === 0) return '';
   const named = ignored.slice(0, 3).map((snapshot) => `${snapshot.name} (${snapshot.why})`);
-  return `; ignored ${ignored.length} other snapshot(s) that are not this cluster's own: ${named.join(', ')}${ignored.length > 3 ? ', …' : ''}`;
+  return (
+    `; ignored ${ignored.length} other snapshot(s) that are not this ` +
+    `cluster's own: ${named.join(', ')}${ignored.length > 3 ? ', …' : ''}`
+  );
 }
 
 const takenBy = (manifest: BackupManifest) => `taken by ${manifest.by} at revision ${manifest.revision}`;

@@ -17,7 +17,8 @@ export const COMMANDS: readonly Command[] = [
     name: 'deploy',
     module: 'deploy',
     summary: 'turn the inventory into a running TLS etcd cluster on libvirt VMs, or bring it back to it',
-    // Hand-listed: DEPLOY_FLAGS (tasks/cli/options.ts) comes with the step registry, which this table must not load; bin.test.ts holds them equal.
+    // Hand-listed: DEPLOY_FLAGS (tasks/cli/options.ts) comes with the step
+    // registry, which this table must not load; bin.test.ts holds them equal.
     flags: [
       '--inventory',
       '--dry-run',

@@ -153,6 +153,11 @@ function fishCompletion(input: CompletionInput): string {
     ['help', "a command's usage"],
     ['version', "etcd-kvm's version"],
   ];
+  const flagLines = commands.flatMap((command) =>
+    command.flags.map((flag) => `complete -c etcd-kvm -n ${subcommand([command.name])} -l ${flag.slice(2)}`),
+  );
+  const notAValue = `not __etcd_kvm_after ${VALUE_OPTIONS.join(' ')}`;
+  const memberWordWanted = `__fish_seen_subcommand_from logs ssh; and __etcd_kvm_no_word_yet; and ${notAValue}`;
   return `# fish completion for etcd-kvm. Load it with:  etcd-kvm completion fish | source
 # or save it as ~/.config/fish/completions/etcd-kvm.fish
 function __etcd_kvm_members
@@ -194,10 +199,10 @@ function __etcd_kvm_no_word_yet
     end
 end
 ${firsts.map(([name, summary]) => `complete -c etcd-kvm -n __fish_use_subcommand -f -a ${name} -d ${fishQuote(summary!)}`).join('\n')}
-${commands.flatMap((command) => command.flags.map((flag) => `complete -c etcd-kvm -n ${subcommand([command.name])} -l ${flag.slice(2)}`)).join('\n')}
+${flagLines.join('\n')}
 complete -c etcd-kvm -n ${subcommand([completion])} -f -a ${fishQuote(COMPLETION_SHELLS.join(' '))}
 complete -c etcd-kvm -n ${subcommand(['help'])} -f -a ${fishQuote(commands.map((command) => command.name).join(' '))}
 complete -c etcd-kvm -n ${fishQuote(`__etcd_kvm_after ${TAG_FLAGS.join(' ')}`)} -f -a '(__etcd_kvm_steps)'
 complete -c etcd-kvm -n ${fishQuote(`__etcd_kvm_after ${MEMBER_FLAGS.join(' ')}`)} -f -a '(__etcd_kvm_members)'
-complete -c etcd-kvm -n '__fish_seen_subcommand_from logs ssh; and __etcd_kvm_no_word_yet; and not __etcd_kvm_after ${VALUE_OPTIONS.join(' ')}' -f -a '(__etcd_kvm_members)'`;
+complete -c etcd-kvm -n '${memberWordWanted}' -f -a '(__etcd_kvm_members)'`;
 }

@@ -100,13 +100,15 @@ function backupSettings(inventory: Inventory): { clusterId: string; masterKey: U
   ];
   if (missing.length > 0)
     throw new InputError(
-      'backup writes where restore reads: set restore.s3 (endpoint, bucket, object_prefix, access_key, secret_key) and restore.encryption_key under defaults',
+      'backup writes where restore reads: set restore.s3 (endpoint, bucket, ' +
+        'object_prefix, access_key, secret_key) and restore.encryption_key under defaults',
       missing,
     );
   const clusterId = readIdentity(inventory.stateDir, inventory.cluster.name)?.id;
   if (!clusterId)
     throw new InputError(
-      `the state directory (${inventory.stateDir}) has no cluster ID yet: deploy the cluster first; a backup is bound to the cluster it was taken of`,
+      `the state directory (${inventory.stateDir}) has no cluster ID yet: ` +
+        `deploy the cluster first; a backup is bound to the cluster it was taken of`,
     );
   return { clusterId, masterKey: masterKeyFromHex(key.reveal()) };
 }
@@ -173,7 +175,8 @@ async function backup(inventory: Inventory, only: string | undefined, keep: numb
         const context = { prefix: s3.objectPrefix, clusterId, masterKey, now: new Date() };
         const pruned = await pruneSnapshots(bucket, context, { keep, maxAgeSeconds: inventory.backup.maxAgeHours * 3600 }, name);
         lines.push(
-          `kept ${pruned.kept.length} snapshot(s) (newest ${pruned.kept.at(-1)}); deleted ${pruned.deleted.length} object(s)${pruned.deleted.length ? `: ${pruned.deleted.join(', ')}` : ''}`,
+          `kept ${pruned.kept.length} snapshot(s) (newest ${pruned.kept.at(-1)}); ` +
+            `deleted ${pruned.deleted.length} object(s)${pruned.deleted.length ? `: ${pruned.deleted.join(', ')}` : ''}`,
           ...pruned.ignored.map((object) => `ignored ${object.name}: ${object.why}`),
         );
       }
@@ -205,7 +208,8 @@ async function verify(inventory: Inventory, timestamp: string, member: string | 
     for (const finding of verdict.findings) console.log(`  ${finding}`);
     console.log(
       verdict.outcome === 'ok'
-        ? `verified: ${record.object} restores on ${record.member} and holds what the cluster held (recorded in ${BACKUP_RECORD_KEYS.lastVerified})`
+        ? `verified: ${record.object} restores on ${record.member} and holds ` +
+            `what the cluster held (recorded in ${BACKUP_RECORD_KEYS.lastVerified})`
         : `FAILED: ${record.object} does not prove restorable as this cluster's backup (recorded in ${BACKUP_RECORD_KEYS.lastDrill})`,
     );
     return verdict.outcome === 'ok' ? EXIT.ok : EXIT.failed;

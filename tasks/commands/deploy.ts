@@ -26,7 +26,8 @@ async function deploy(options: DeployOptions): Promise<number> {
   const lock = options.dryRun ? undefined : RunLock.acquire(inventory.stateDir);
   if (lock?.tookOverFrom)
     console.log(
-      `lock: took over the lock of a run that is gone (PID ${lock.tookOverFrom.pid} on ${lock.tookOverFrom.host} since ${lock.tookOverFrom.since})`,
+      `lock: took over the lock of a run that is gone (PID ${lock.tookOverFrom.pid} ` +
+        `on ${lock.tookOverFrom.host} since ${lock.tookOverFrom.since})`,
     );
   try {
     return await deployLocked(inventory, options);
@@ -129,7 +130,8 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
 function listPhases(plan: PlannedPhase[], runner: Runner, json: string | undefined): number {
   const lines = describePlan(plan);
   console.log(
-    `\nPLAN: the phases a run takes now, in order (${plan.length}; the facts above were gathered after pki, before the plan was made)\n${lines.map((line) => `  ${line}`).join('\n')}`,
+    `\nPLAN: the phases a run takes now, in order (${plan.length}; the facts above were gathered after pki, ` +
+      `before the plan was made)\n${lines.map((line) => `  ${line}`).join('\n')}`,
   );
   if (json) {
     const phases = plan.map((phase, i) => ({ phase: phaseTitle(phase), runs: !('skip' in phase && phase.skip), line: lines[i] }));

@@ -50,10 +50,12 @@ function holdMs(value: unknown): number {
 
 function planLines(inventory: Inventory, faults: readonly FaultDefinition[], timing: DrillTiming): string {
   return [
-    `plan: ${faults.length} fault(s), one at a time, each held, then undone; the cluster healthy again and verify passing (within ${timing.settleMs / 1000} s) before the next:`,
+    `plan: ${faults.length} fault(s), one at a time, each held, then undone; ` +
+      `the cluster healthy again and verify passing (within ${timing.settleMs / 1000} s) before the next:`,
     ...faults.map(
       (fault, i) =>
-        `  ${i + 1}. ${fault.kind} on ${fault.target === 'leader' ? 'the leader' : 'a follower (in turn)'}, held ${holdFor(fault, inventory, timing.holdMs) / 1000} s: ${fault.says}`,
+        `  ${i + 1}. ${fault.kind} on ${fault.target === 'leader' ? 'the leader' : 'a follower (in turn)'}, ` +
+        `held ${holdFor(fault, inventory, timing.holdMs) / 1000} s: ${fault.says}`,
     ),
   ].join('\n');
 }

@@ -60,7 +60,8 @@ const leadTimeoutMs = (inventory: Inventory) => inventory.cluster.healthTimeout 
 function describeFacts(facts: QuorumFacts): string[] {
   return facts.members.map((member) =>
     member.etcd
-      ? `  ${member.name}: etcd answers, raft index ${member.etcd.raftIndex}, revision ${member.etcd.revision}, leader ${member.etcd.leader === '0' ? 'none' : member.etcd.leader}`
+      ? `  ${member.name}: etcd answers, raft index ${member.etcd.raftIndex}, ` +
+        `revision ${member.etcd.revision}, leader ${member.etcd.leader === '0' ? 'none' : member.etcd.leader}`
       : `  ${member.name}: ${member.dataGone ? `data gone (${member.dataGone})` : `etcd silent (${member.silent}), its disks still there`}`,
   );
 }
@@ -69,14 +70,17 @@ function describePlan(inventory: Inventory, chosen: Survivor, survivors: readonl
   const others = inventory.members.map((member) => member.name).filter((name) => name !== chosen.name);
   const asideNames = survivors.filter((survivor) => survivor.name !== chosen.name).map((survivor) => survivor.name);
   return [
-    `recover from ${chosen.name} at revision ${chosen.revision} (raft index ${chosen.raftIndex}): every write ${chosen.name} had applied is kept;` +
+    `recover from ${chosen.name} at revision ${chosen.revision} (raft ` +
+      `index ${chosen.raftIndex}): every write ${chosen.name} had applied is kept;` +
       ` writes that ${gone.join(', ') || 'the lost members'} applied after raft index ${chosen.raftIndex}, if any, are lost`,
     '  1. stop etcd on every survivor',
     ...(asideNames.length
       ? [`  2. move ${asideNames.join(', ')}'s data aside on its own disk (<data_dir>/member.before-recover-<time>, never deleted)`]
       : []),
-    `  ${asideNames.length ? 3 : 2}. start ${chosen.name} once with --force-new-cluster (a cluster of one member, with its data), then normally`,
-    `  ${asideNames.length ? 4 : 3}. deploy: ${others.join(', ')} made again where gone, and joined one at a time as learners with empty data, then promoted`,
+    `  ${asideNames.length ? 3 : 2}. start ${chosen.name} once with ` +
+      `--force-new-cluster (a cluster of one member, with its data), then normally`,
+    `  ${asideNames.length ? 4 : 3}. deploy: ${others.join(', ')} made again where gone, ` +
+      `and joined one at a time as learners with empty data, then promoted`,
   ];
 }
 
@@ -157,7 +161,8 @@ async function recoverSurvivor(inventory: Inventory, options: { fromMember?: str
   // The rendered unit of a member restoring waits for its data: members rejoining empty would never start.
   if (inventory.restore.enabled)
     throw new InputError(
-      'restore.enabled is true: members that rejoin the recovered cluster would wait for a restore that never comes (their etcd unit starts only once its data directory holds a member)',
+      'restore.enabled is true: members that rejoin the recovered cluster would wait for a restore ' +
+        'that never comes (their etcd unit starts only once its data directory holds a member)',
       ['set restore.enabled: false (it only founds a cluster), then run recover again'],
     );
   const context = await DeployContext.open(inventory, [], new FactCache());

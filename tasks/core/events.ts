@@ -26,7 +26,10 @@ export type RunListener = (event: RunEvent) => void;
 /** The run's record, kept by listening: every step's result and each phase's wall-clock time, in order. */
 export class RunLog {
   readonly results: StepResult[] = [];
-  /** Each phase's wall-clock time, in the order they ran: a phase's own work (facts asked ahead for later steps, waits between steps) counts here and in no step. */
+  /**
+   * Each phase's wall-clock time, in the order they ran: a phase's own work (facts
+   * asked ahead for later steps, waits between steps) counts here and in no step.
+   */
   readonly phaseTimes: { phase: string; ms: number }[] = [];
   /** The run's work outside its phases that it waited for, in order (Runner.timed). */
   readonly spans: TimedPart[] = [];

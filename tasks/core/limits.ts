@@ -49,7 +49,10 @@ export const S3_KEY_OBJECT_CAP: Cap = { name: 's3-key-object', bytes: 4 * KiB };
 /** A backup's .manifest object: nine short lines (backup/manifest.ts). */
 export const S3_MANIFEST_OBJECT_CAP: Cap = { name: 's3-manifest-object', bytes: 4 * KiB };
 
-/** etcd's documented maximum backend quota (the inventory's etcd.space_quota cannot exceed it): the largest a database, so a snapshot, can be. */
+/**
+ * etcd's documented maximum backend quota (the inventory's etcd.space_quota
+ * cannot exceed it): the largest a database, so a snapshot, can be.
+ */
 export const ETCD_MAX_QUOTA_BYTES = 8 * GiB;
 
 /** A cap's size: 16 MiB, 4 KiB; one that is not a whole number of units exactly, with its rounding: "33555784 bytes (about 32 MiB)". */

@@ -118,7 +118,10 @@ function parseHolder(text: string): LockHolder | undefined {
   return undefined;
 }
 
-/** Gone: in this scope, and no such process. A holder elsewhere (another machine or container, whatever its name) cannot be checked from here. */
+/**
+ * Gone: in this scope, and no such process. A holder elsewhere (another
+ * machine or container, whatever its name) cannot be checked from here.
+ */
 const isStale = (holder: LockHolder): boolean => goneHere(holder);
 
 function heldError(path: string, holder: LockHolder): LockHeldError {
@@ -151,11 +154,13 @@ function takeOver(path: string, mine: string, staleText: string, stale: LockHold
     if (taker && isStale(taker)) {
       // Left by a run killed while taking over (a few milliseconds): removing it safely would need a third lock.
       throw new LockHeldError(
-        `${guard} was left by a run that is gone (PID ${taker.pid}) while it took over ${path}. If no run is going, remove both files and run again.`,
+        `${guard} was left by a run that is gone (PID ${taker.pid}) ` +
+          `while it took over ${path}. If no run is going, remove both files and run again.`,
       );
     }
     throw new LockHeldError(
-      `another run${taker ? ` (PID ${taker.pid} on ${taker.host})` : ''} is taking over the stale lock ${path} right now; run again when it is done.`,
+      `another run${taker ? ` (PID ${taker.pid} on ${taker.host})` : ''} is ` +
+        `taking over the stale lock ${path} right now; run again when it is done.`,
     );
   }
   try {

@@ -26,7 +26,8 @@ function fromFile(path: string): Secret {
     const mode = fstatSync(fd).mode & 0o777;
     if (mode & SHARED_BITS) {
       throw new InputError(
-        `${PASSPHRASE_FILE_ENV}: ${path} is open to group or others (mode ${mode.toString(8).padStart(4, '0')}); make it private: chmod 600 ${path}`,
+        `${PASSPHRASE_FILE_ENV}: ${path} is open to group or others (mode ` +
+          `${mode.toString(8).padStart(4, '0')}); make it private: chmod 600 ${path}`,
       );
     }
     text = readFileSync(fd, 'utf8');

@@ -329,7 +329,8 @@ export class Runner {
     const ordered = waves.flat();
     if (ordered.length !== pending.length || pending.some((p) => !ordered.includes(p.target))) {
       throw new Error(
-        `${step.name}: its roll order (${ordered.join(', ')}) does not name each target with changes (${pending.map((p) => p.target).join(', ')}) once`,
+        `${step.name}: its roll order (${ordered.join(', ')}) does not name each ` +
+          `target with changes (${pending.map((p) => p.target).join(', ')}) once`,
       );
     }
     let stoppedAt: string[] = [];
@@ -418,7 +419,10 @@ export class Runner {
     const count = (status: StepResult['status']) => results.filter((r) => r.status === status).length;
     const verb = this.options.dryRun ? 'would change' : 'changed';
     const skipped = count('skipped');
-    const line = `${phase.title}: ${results.length ? `${count('changed')} ${verb}, ${count('ok')} ok` : 'done'}${failed.length ? `, ${failed.length} failed` : ''}${skipped ? `, ${skipped} skipped` : ''}`;
+    const counts = results.length ? `${count('changed')} ${verb}, ${count('ok')} ok` : 'done';
+    const failures = failed.length ? `, ${failed.length} failed` : '';
+    const skips = skipped ? `, ${skipped} skipped` : '';
+    const line = `${phase.title}: ${counts}${failures}${skips}`;
     // Errors can carry a guest's words (journal lines): shown without its terminal control sequences.
     if (failed.length > 0)
       return { kind: 'failed', line, error: failed.map((r) => `[${r.host}] ${r.step}: ${forDisplay(r.error ?? '')}`).join('\n') };

@@ -178,7 +178,9 @@ async function formedFacts(
     .filter(({ member }) => members.includes(member))
     .map(({ member, stage }) => (stage === 'to-add' ? member.name : `${member.name} (${stage}, resumed)`));
   const notReplaced = disks.doubts.length ? `; not replaced, for want of certain evidence: ${disks.doubts.join('; ')}` : '';
-  const line = `formed (leader ${formed.leader}): members join as existing${joining.length ? `; to join one after another: ${joining.join(', ')}` : ''}${notReplaced}`;
+  const line =
+    `formed (leader ${formed.leader}): members join as existing` +
+    `${joining.length ? `; to join one after another: ${joining.join(', ')}` : ''}${notReplaced}`;
   return { shown: line, value: { formed: true, membership, leader: formed.leader } satisfies ClusterFacts };
 }
 
@@ -224,7 +226,8 @@ async function refuseLostQuorum(context: DeployContext): Promise<void> {
       : `--from-member ${best.name} keeps every write ${best.name} had applied (revision ${best.revision}, raft index ${best.raftIndex})`;
   throw new QuorumLostError(
     `the cluster has lost its quorum for good: ${quorum.why}. Nothing was changed. See what recover would do with ` +
-      `etcd-kvm recover -i ${inventory.path} --dry-run: ${fromMember}; --from-snapshot, once no member holds data, keeps what the backup holds (see "Disaster recovery" in docs/operating.md)`,
+      `etcd-kvm recover -i ${inventory.path} --dry-run: ${fromMember}; --from-snapshot, ` +
+      `once no member holds data, keeps what the backup holds (see "Disaster recovery" in docs/operating.md)`,
   );
 }
 

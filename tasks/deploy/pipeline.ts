@@ -78,7 +78,8 @@ function validateNames(inventory: Inventory, options: PipelineOptions): void {
     const unknown = (names ?? []).filter((name) => !inventory.members.some((member) => member.name === name));
     if (unknown.length > 0)
       throw new InputError(
-        `${flag} names members the inventory does not have (present): ${unknown.join(', ')}; members are ${inventory.members.map((m) => m.name).join(', ')}`,
+        `${flag} names members the inventory does not have (present): ${unknown.join(', ')}; ` +
+          `members are ${inventory.members.map((m) => m.name).join(', ')}`,
       );
   }
 }

@@ -217,7 +217,9 @@ function peerTrustPhases(record: DeployRecord, main: Pass, options: PlanOptions,
   if (ahead.length === 0) return [];
   // A dry-run shows the first stage's changes only (the later ones need the record the run writes): it says what follows.
   if (options.dryRun) {
-    const note = `members run ${record.peerStage} after this pass; the run then moves them on to ${ahead.join(', then ')}, each rolled once every member runs the stage before`;
+    const note =
+      `members run ${record.peerStage} after this pass; the run then moves them on ` +
+      `to ${ahead.join(', then ')}, each rolled once every member runs the stage before`;
     return [{ step: 'peer-trust', stage: ahead[0]!, note }];
   }
   const stagePass: Pass = { ...main, formed: true };
@@ -339,7 +341,8 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
   const joiners = record.joiners.filter((name) => selection.includes(name));
   if (joiners.length > 0 && !NEEDED_TO_JOIN.every(selected)) {
     throw new InputError(
-      `${joiners.join(', ')} must join the cluster, which needs the steps ${NEEDED_TO_JOIN.join(', ')}: run without --tags / --skip-tags leaving them out`,
+      `${joiners.join(', ')} must join the cluster, which needs the steps ` +
+        `${NEEDED_TO_JOIN.join(', ')}: run without --tags / --skip-tags leaving them out`,
     );
   }
   const joins = joinsOf(record, joiners, selection, selected);
@@ -394,23 +397,38 @@ export function describePlan(plan: readonly PlannedPhase[]): string[] {
     switch (phase.step) {
       case 'depart':
         if (phase.image)
-          return `${title}${phase.member} from image ${phase.image.from} onto ${phase.image.to}: no data disk, so it leaves and joins again empty; never below a healthy quorum`;
-        return `${title}${phase.member}, one at a time, never below a healthy quorum${phase.assumedRemoved.length ? ` (judged as if ${phase.assumedRemoved.join(', ')} had left)` : ''}`;
+          return (
+            `${title}${phase.member} from image ${phase.image.from} onto ${phase.image.to}: ` +
+            `no data disk, so it leaves and joins again empty; never below a healthy quorum`
+          );
+        return (
+          `${title}${phase.member}, one at a time, never below a healthy quorum` +
+          `${phase.assumedRemoved.length ? ` (judged as if ${phase.assumedRemoved.join(', ')} had left)` : ''}`
+        );
       case 'join':
         return `${title}${phase.member} as a learner beside ${phase.before.join(', ')}`;
       case 'promote':
         return `${title}${phase.member} to a voting member once in sync`;
       case 'rebuild':
-        return `${title}${phase.skip ? `skipped: ${phase.skip}` : `${phase.member} from image ${phase.from} onto ${phase.to}, data disk kept; its guest and health next`}`;
+        if (phase.skip) return `${title}skipped: ${phase.skip}`;
+        return `${title}${phase.member} from image ${phase.from} onto ${phase.to}, data disk kept; its guest and health next`;
       case 'formed':
         if (phase.note) return `${title}${phase.note}`;
-        return `${title}${phase.pass.members.join(', ')} again as existing (seeds: ${phase.seeds ? 'yes' : 'no'}, guests: ${phase.guests ? 'yes' : 'no'})${phase.formedBefore ? ', the joiners in' : ', once the cluster has formed'}`;
+        return (
+          `${title}${phase.pass.members.join(', ')} again as existing (seeds: ${phase.seeds ? 'yes' : 'no'}, guests: ` +
+          `${phase.guests ? 'yes' : 'no'})${phase.formedBefore ? ', the joiners in' : ', once the cluster has formed'}`
+        );
       case 'peer-trust':
         return `${title}${phase.note ?? `move every member to ${phase.stage}`}`;
-      case 'pki':
-        return `${title}the CA, certificates and the cluster's ID: run first, before the gather stage (etcd is asked with its certificates)`;
-      case 'consistency':
-        return `${title}${phase.note ?? "once a member changed in this run (or with --accept-mismatch): every voting member's HashKV at one revision, equal"}`;
+      case 'pki': {
+        const when = 'run first, before the gather stage (etcd is asked with its certificates)';
+        return `${title}the CA, certificates and the cluster's ID: ${when}`;
+      }
+      case 'consistency': {
+        const otherwise =
+          "once a member changed in this run (or with --accept-mismatch): every voting member's HashKV at one revision, equal";
+        return `${title}${phase.note ?? otherwise}`;
+      }
       default: {
         const joining = phase.bootedAheadOf ? ` (joining after ${phase.bootedAheadOf}; booted ahead)` : ' (joining)';
         const on = `${phase.pass.members.join(', ') || '(no member)'}${phase.pass.joining ? joining : ''}`;

@@ -46,12 +46,18 @@ export function roomVerdict(member: string, availableBytes: number, snapshotByte
   const need = drillNeedsBytes(snapshotBytes);
   if (availableBytes >= need) return undefined;
   const mib = (bytes: number) => `${Math.ceil(bytes / MiB)} MiB`;
-  return `${member}'s data disk has ${mib(availableBytes)} free, and a drill of this ${mib(snapshotBytes)} snapshot needs ${mib(need)}: nothing was restored (grow the data disk, or run the drill on another member with --member)`;
+  return (
+    `${member}'s data disk has ${mib(availableBytes)} free, and a drill of this ${mib(snapshotBytes)} snapshot ` +
+    `needs ${mib(need)}: nothing was restored (grow the data disk, or run the drill on another member with --member)`
+  );
 }
 
 /** Stops a drill's etcd and removes its scratch copy: before a drill (a killed run's leftovers) and after it, whatever happened. */
 export function drillCleanupScript(inventory: Inventory): string {
-  return `systemctl stop ${DRILL_UNIT} 2>/dev/null; systemctl reset-failed ${DRILL_UNIT} 2>/dev/null; rm -rf ${commandLine([drillScratch(inventory)])}`;
+  return (
+    `systemctl stop ${DRILL_UNIT} 2>/dev/null; systemctl reset-failed ${DRILL_UNIT} ` +
+    `2>/dev/null; rm -rf ${commandLine([drillScratch(inventory)])}`
+  );
 }
 
 /** Cleans up, then prints the data disk's free bytes: one process spawn in the guest for both. */
@@ -134,12 +140,14 @@ export function judgeDrill(manifest: BackupManifest | undefined, restored: Resto
     findings.push(`HashKV at revision ${manifest.revision} could not be read from the restored copy: ${found?.error ?? 'not asked'}`);
   } else if (found.compactRevision !== recorded.compactRevision)
     findings.push(
-      `HashKV not compared: the member was ${compaction(recorded.compactRevision)} when it was hashed, the snapshot ${compaction(found.compactRevision)} (a compaction between the two)`,
+      `HashKV not compared: the member was ${compaction(recorded.compactRevision)} when it was hashed, ` +
+        `the snapshot ${compaction(found.compactRevision)} (a compaction between the two)`,
     );
   else if (found.hash !== recorded.hash) {
     ok = false;
     findings.push(
-      `HashKV at revision ${manifest.revision} is ${found.hash}, but ${recorded.hash} was recorded at backup time: the restored data is not what the cluster held`,
+      `HashKV at revision ${manifest.revision} is ${found.hash}, but ${recorded.hash} ` +
+        `was recorded at backup time: the restored data is not what the cluster held`,
     );
   } else findings.push(`HashKV at revision ${manifest.revision} is ${found.hash}, as recorded at backup time`);
   return { outcome: ok ? 'ok' : 'failed', findings };

@@ -48,12 +48,14 @@ export function drillLines(
 ): { line: string; warnings: string[] } {
   const age = (record: DrillRecord) => ago(Math.max(0, (now.getTime() - Date.parse(record.finished)) / 1000));
   const line = lastVerified
-    ? `backup drill: ${lastVerified.object} restored and verified ${age(lastVerified)} ago on ${lastVerified.member} by ${lastVerified.by} (revision ${lastVerified.revision}, ${lastVerified.keys} keys)`
+    ? `backup drill: ${lastVerified.object} restored and verified ${age(lastVerified)} ago ` +
+      `on ${lastVerified.member} by ${lastVerified.by} (revision ${lastVerified.revision}, ${lastVerified.keys} keys)`
     : 'backup drill: no backup verified by a restore drill yet (etcd-kvm backup --verify, or backup.verify on a schedule)';
   const warnings =
     lastDrill?.outcome === 'failed'
       ? [
-          `the last restore drill (${lastDrill.object}, on ${lastDrill.member}, ${age(lastDrill)} ago) failed: ${lastDrill.findings.join('; ')}`,
+          `the last restore drill (${lastDrill.object}, on ${lastDrill.member}, ` +
+            `${age(lastDrill)} ago) failed: ${lastDrill.findings.join('; ')}`,
         ]
       : [];
   return { line, warnings };

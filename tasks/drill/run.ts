@@ -53,7 +53,8 @@ async function readRestored(
     const status = await retryWhile(led, () => true, { windowMs: DRILL_ETCD_WINDOW_MS, pauseMs: 1_000 }).catch(async (error: unknown) => {
       const log = await ssh.exec(['sudo', 'journalctl', '-u', DRILL_UNIT, '-n', '15', '--no-pager', '-o', 'cat']).catch(() => undefined);
       throw new Error(
-        `the drill's etcd did not answer within ${DRILL_ETCD_WINDOW_MS / 1000} s (${briefError(error)}); its last log lines:\n${log?.stdout.trim() ?? '(none)'}`,
+        `the drill's etcd did not answer within ${DRILL_ETCD_WINDOW_MS / 1000} s ` +
+          `(${briefError(error)}); its last log lines:\n${log?.stdout.trim() ?? '(none)'}`,
       );
     });
     const keys = await restored.getAll().count();

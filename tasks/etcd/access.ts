@@ -152,8 +152,10 @@ export function accessWarnings(wanted: WantedAccess, live: LiveAccess, stateReco
   return KINDS.flatMap((kind) => [
     ...departing[kind].onlyInEtcd.map(
       (name) =>
-        `${kind} ${name} is named in ${MANAGED_KEY} but not in the state directory's record (${STATE_RECORD}), so the tool cannot tell it made it: left alone (not deleted) and dropped from ${MANAGED_KEY}. ` +
-        `If the tool made it before this record existed, delete it with etcdctl ${kind} delete ${name}; if not, something that can write ${MANAGED_KEY} added it (check the roles granted by hand)`,
+        `${kind} ${name} is named in ${MANAGED_KEY} but not in the state directory's record (${STATE_RECORD}), ` +
+        `so the tool cannot tell it made it: left alone (not deleted) and dropped from ${MANAGED_KEY}. ` +
+        `If the tool made it before this record existed, delete it with etcdctl ${kind} delete ${name}; ` +
+        `if not, something that can write ${MANAGED_KEY} added it (check the roles granted by hand)`,
     ),
     ...departing[kind].onlyInStateDir.map(
       (name) =>
@@ -181,7 +183,8 @@ function refuseForeign(wanted: WantedAccess, live: LiveAccess): void {
   const them = foreign.length > 1 ? 'them' : 'it';
   const rename = foreign.length > 1 ? 'ones other names' : 'one another name';
   throw new AccessRefusal(
-    `etcd already has ${foreign.join(', ')}, which the tool did not create (not in ${MANAGED_KEY}); it never takes over users or roles made by hand: ` +
+    `etcd already has ${foreign.join(', ')}, which the tool did not create ` +
+      `(not in ${MANAGED_KEY}); it never takes over users or roles made by hand: ` +
       `delete ${them} with etcdctl, or give the inventory's ${rename}`,
   );
 }
@@ -327,7 +330,8 @@ export function parseManaged(value: string | null | undefined, where = MANAGED_K
   const roles = list(fields.roles);
   if (!users || !roles)
     throw new Error(
-      `${where} is not {"users": [...], "roles": [...]}; restore it, or delete it (the users and roles the tool made are then no longer recognised as its own)`,
+      `${where} is not {"users": [...], "roles": [...]}; restore it, or delete it ` +
+        `(the users and roles the tool made are then no longer recognised as its own)`,
     );
   return { users, roles };
 }

@@ -40,7 +40,8 @@ export function readFormation(stateDir: string): FormationRecord | undefined {
     !Object.values(domains).every((uuid) => typeof uuid === 'string')
   ) {
     throw new Error(
-      `${formationPath(stateDir)} is damaged; restore it from a copy of the state directory, or delete it if this cluster has never formed (the tool then decides from etcd alone)`,
+      `${formationPath(stateDir)} is damaged; restore it from a copy of the state directory, ` +
+        `or delete it if this cluster has never formed (the tool then decides from etcd alone)`,
     );
   }
   return { recorded: parsed.recorded, domains };
@@ -77,7 +78,10 @@ export interface FormationVerdict {
   why: string;
 }
 
-/** Each inventory member's domain as seen in this run: its UUID, null when its hypervisor says there is none, undefined when unknown (its hypervisor did not answer). */
+/**
+ * Each inventory member's domain as seen in this run: its UUID, null when its hypervisor
+ * says there is none, undefined when unknown (its hypervisor did not answer).
+ */
 export type SeenDomains = ReadonlyMap<string, string | null | undefined>;
 
 /**
@@ -97,13 +101,17 @@ export function formationWithoutAnswer(isInitializing: boolean, record: Formatio
   if (still.length > 0) {
     return {
       formed: true,
-      why: `no member answers, but ${still.join(', ')} ${still.length === 1 ? 'is a VM' : 'are VMs'} of the cluster recorded as formed on ${when} (formed.json): members stay existing`,
+      why:
+        `no member answers, but ${still.join(', ')} ${still.length === 1 ? 'is a VM' : 'are VMs'} ` +
+        `of the cluster recorded as formed on ${when} (formed.json): members stay existing`,
     };
   }
   if (unseen.length > 0) {
     return {
       formed: true,
-      why: `no member answers, and the VMs of ${unseen.join(', ')} cannot be seen; the cluster was recorded as formed on ${when} (formed.json): members stay existing`,
+      why:
+        `no member answers, and the VMs of ${unseen.join(', ')} cannot be seen; ` +
+        `the cluster was recorded as formed on ${when} (formed.json): members stay existing`,
     };
   }
   return { formed: false, why: `not formed yet: none of the VMs of the cluster recorded on ${when} is left, so members start as new` };

@@ -96,7 +96,8 @@ export function planDisarm(facts: AlarmFacts): Change<DisarmAction>[] {
   }
   if (problems.length > 0) {
     throw new MaintenanceRefusal(
-      `refusing to disarm NOSPACE: ${problems.join(', ')}, and every member must be under ${formatBytes(limit)} (90 % of etcd.space_quota ${formatBytes(facts.quota)}). ` +
+      `refusing to disarm NOSPACE: ${problems.join(', ')}, and every member must be ` +
+        `under ${formatBytes(limit)} (90 % of etcd.space_quota ${formatBytes(facts.quota)}). ` +
         'Free space first (maintain.ts --compact --defrag, after deleting what is not needed), or raise etcd.space_quota and deploy.',
     );
   }

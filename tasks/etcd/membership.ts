@@ -100,7 +100,9 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
     const namesake = list.find((candidate) => candidate.name === member.name);
     if (namesake && namesake !== live) {
       problems.push(
-        `etcd has a member named ${member.name} at ${namesake.peerURLs.join(', ')}, but the inventory puts ${member.name} at ${url}: a member's address is not changed in place (remove it with etcdctl member remove ${BigInt(namesake.id).toString(16)} and run again to add it back)`,
+        `etcd has a member named ${member.name} at ${namesake.peerURLs.join(', ')}, ` +
+          `but the inventory puts ${member.name} at ${url}: a member's address is not changed in place (remove ` +
+          `it with etcdctl member remove ${BigInt(namesake.id).toString(16)} and run again to add it back)`,
       );
       continue;
     }
@@ -125,8 +127,10 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
   const strangers = list.filter((live) => !claimed.has(live));
   for (const stranger of strangers) {
     problems.push(
-      `etcd has member ${describe(stranger)}, which the inventory does not have. Leaving a member out of the inventory does not remove it; ` +
-        `remove it with etcdctl member remove ${BigInt(stranger.id).toString(16)} or mark it state: absent in the inventory to have it removed, or add it back`,
+      `etcd has member ${describe(stranger)}, which the inventory does not have. ` +
+        `Leaving a member out of the inventory does not remove it; ` +
+        `remove it with etcdctl member remove ${BigInt(stranger.id).toString(16)} ` +
+        `or mark it state: absent in the inventory to have it removed, or add it back`,
     );
   }
   // etcd accepts one learner at a time: a second joiner waits for the first to be promoted.
@@ -135,11 +139,13 @@ export function planMembership(inventory: Inventory, list: readonly LiveMember[]
     problems.push(`etcd has ${learners.length} learners (${learners.map(describe).join('; ')}); it allows one at a time`);
   if (replacedVoters > 0 && voting.length === 0)
     problems.push(
-      `every voting member is to be replaced (${replacements.map((r) => `${r.member.name}: ${r.why}`).join('; ')}): the cluster would be gone; restore it from a snapshot instead`,
+      `every voting member is to be replaced (${replacements.map((r) => `${r.member.name}: ${r.why}`).join('; ')}): ` +
+        `the cluster would be gone; restore it from a snapshot instead`,
     );
   else if (voting.length === 0 && joiners.length > 0)
     problems.push(
-      'no member of the inventory is a voting member of the cluster etcd answers for: this is another cluster, or its members all changed address',
+      'no member of the inventory is a voting member of the cluster etcd answers for: ' +
+        'this is another cluster, or its members all changed address',
     );
   if (problems.length > 0)
     throw new MembershipRefusal(`the cluster's members do not match the inventory: ${problems.join('; ')}. Nothing was changed.`);

@@ -74,7 +74,8 @@ export async function ensureQuorumWithout(inventory: Inventory, clients: EtcdCli
       .filter(({ health }) => !health.healthy)
       .map(({ other, health }) => `${other.name} (${health.healthy ? '' : health.reason})`);
     throw new QuorumError(
-      `refusing to take etcd on ${member.name} down: only ${healthy} of the other ${others.length} members are healthy and ${needed} must be (a quorum of ${inventory.members.length} is ${quorumOf(inventory.members.length)}); ` +
+      `refusing to take etcd on ${member.name} down: only ${healthy} of the other ${others.length} members are healthy ` +
+        `and ${needed} must be (a quorum of ${inventory.members.length} is ${quorumOf(inventory.members.length)}); ` +
         `unhealthy: ${unhealthy.join(', ')}. Bring those back first (the next run starts a stopped etcd), then run again.`,
     );
   }

@@ -119,7 +119,9 @@ function overtaken(key: string, value: string): Extract<LockDecision, { kind: 'r
   return {
     kind: 'refused',
     holder,
-    message: `another run took the cluster's run lock in etcd (${key}) after this run read the cluster: ${who}. It may have changed what this run read, so this run changed nothing; run it again.`,
+    message:
+      `another run took the cluster's run lock in etcd (${key}) after this run read the cluster: ` +
+      `${who}. It may have changed what this run read, so this run changed nothing; run it again.`,
   };
 }
 

@@ -189,7 +189,10 @@ export class HeldRunLock {
           if (/requested lease not found/i.test(firstLines(error).join(' '))) return undefined;
         }
       }
-      return `could not release the cluster's run lock (${this.key}): no member answered; it expires by itself within ${this.options.ttlS} s`;
+      return (
+        `could not release the cluster's run lock (${this.key}): ` +
+        `no member answered; it expires by itself within ${this.options.ttlS} s`
+      );
     } finally {
       this.clients.close();
       // A renewal under way may still open a member's client: closed again once it is done.

@@ -121,7 +121,8 @@ export async function acquireAfterLook(
     if (acquired.kind === 'refused') throw new ClusterRunLockHeldError(acquired.message);
     if (Date.now() >= deadline)
       throw new ClusterRunLockHeldError(
-        `etcd answered this run's look at the cluster's run lock but not its acquisition for ${Math.round(patienceMs / 1000)} s (${acquired.why}); another run may be changing the cluster, so this run changed nothing: run it again`,
+        `etcd answered this run's look at the cluster's run lock but not its acquisition for ${Math.round(patienceMs / 1000)} ` +
+          `s (${acquired.why}); another run may be changing the cluster, so this run changed nothing: run it again`,
       );
     await delay(pauseMs);
   }

@@ -68,7 +68,8 @@ export async function refuseMixedMinors(inventory: Inventory, clients: EtcdClien
   if (minors.size > 1) {
     const running = answers.map(({ name, version }) => `${name} ${version ?? '(no answer)'}`).join(', ');
     throw new MixedVersionsError(
-      `the members run two minors of etcd (${running}): no user, role or auth change until every member runs one (etcd 3.4 and 3.5 store passwords differently); finish the roll (deploy) first`,
+      `the members run two minors of etcd (${running}): no user, role or auth change until every ` +
+        `member runs one (etcd 3.4 and 3.5 store passwords differently); finish the roll (deploy) first`,
     );
   }
 }

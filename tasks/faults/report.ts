@@ -12,12 +12,14 @@ function outcome(fault: FaultResult): string {
 }
 
 const clients = (fault: FaultResult) =>
-  `longest without an acknowledged write ${seconds(fault.longestWriteGapMs)}, ${fault.failedOperations} client operation(s) failed and were retried elsewhere`;
+  `longest without an acknowledged write ${seconds(fault.longestWriteGapMs)}, ` +
+  `${fault.failedOperations} client operation(s) failed and were retried elsewhere`;
 
 function historyLine(report: FaultDrillReport): string {
   const { history } = report;
   return history.problems.length === 0
-    ? `history: every acknowledged write kept, every read linearizable (${history.writes.acknowledged} writes acknowledged, ${history.writes.failed} failed; ${history.reads.answered} reads, ${history.reads.failed} failed)`
+    ? `history: every acknowledged write kept, every read linearizable (${history.writes.acknowledged} writes acknowledged, ` +
+        `${history.writes.failed} failed; ${history.reads.answered} reads, ${history.reads.failed} failed)`
     : `history: ${history.problems.length} problem(s): ${history.problems.map((problem) => `${problem.kind}: ${problem.says}`).join('; ')}`;
 }
 
@@ -31,10 +33,18 @@ export function faultDrillLines(report: FaultDrillReport): string {
 }
 
 export function faultDrillMarkdown(report: FaultDrillReport, cluster: string): string {
-  const rows = report.faults.map(
-    (fault) =>
-      `| ${fault.kind} | ${fault.member} | ${fault.settledMs === undefined ? '—' : seconds(fault.settledMs - fault.injectedMs)} | ${seconds(fault.longestWriteGapMs)} | ${fault.failedOperations} | ${fault.elections ?? '—'} | ${fault.error ? `failed: ${fault.error}` : fault.verifyFailed.length === 0 ? 'passed' : `failed: ${fault.verifyFailed.join('; ')}`} |`,
-  );
+  const rows = report.faults.map((fault) => {
+    const settled = fault.settledMs === undefined ? '—' : seconds(fault.settledMs - fault.injectedMs);
+    const verdict = fault.error
+      ? `failed: ${fault.error}`
+      : fault.verifyFailed.length === 0
+        ? 'passed'
+        : `failed: ${fault.verifyFailed.join('; ')}`;
+    return (
+      `| ${fault.kind} | ${fault.member} | ${settled} | ${seconds(fault.longestWriteGapMs)} ` +
+      `| ${fault.failedOperations} | ${fault.elections ?? '—'} | ${verdict} |`
+    );
+  });
   return [
     `# Fault drill of ${cluster}, ${report.started}`,
     '',

@@ -23,18 +23,24 @@ export function faultDrillSvg(report: FaultDrillReport, members: readonly string
   const height = 20 + members.length * ROW + 40;
   const rows = members.map(
     (member) =>
-      `<text x="4" y="${y(member) + 18}" font-size="12">${xmlText(member)}</text><line x1="${LEFT}" x2="${LEFT + WIDTH}" y1="${y(member) + 14}" y2="${y(member) + 14}" stroke="#ccc"/>`,
+      `<text x="4" y="${y(member) + 18}" font-size="12">${xmlText(member)}</text><line x1="${LEFT}" ` +
+      `x2="${LEFT + WIDTH}" y1="${y(member) + 14}" y2="${y(member) + 14}" stroke="#ccc"/>`,
   );
   const faults = report.faults.map((fault) => {
     const end = fault.settledMs ?? endMs;
     const fill = fault.error || fault.verifyFailed.length > 0 ? '#e06666' : '#f6b26b';
-    return `<g class="fault"><title>${xmlText(`${fault.kind} on ${fault.member}: ${fault.says}`)}</title><rect x="${x(fault.injectedMs)}" y="${y(fault.member) + 4}" width="${(Number(x(end)) - Number(x(fault.injectedMs))).toFixed(1)}" height="20" fill="${fill}" opacity="0.8"/><text x="${x(fault.injectedMs)}" y="${y(fault.member) + 18}" font-size="11">${xmlText(fault.kind)}</text></g>`;
+    return (
+      `<g class="fault"><title>${xmlText(`${fault.kind} on ${fault.member}: ${fault.says}`)}</title><rect x="${x(fault.injectedMs)}" ` +
+      `y="${y(fault.member) + 4}" width="${(Number(x(end)) - Number(x(fault.injectedMs))).toFixed(1)}" height="20" fill="${fill}" ` +
+      `opacity="0.8"/><text x="${x(fault.injectedMs)}" y="${y(fault.member) + 18}" font-size="11">${xmlText(fault.kind)}</text></g>`
+    );
   });
   const failures = report.operations
     .filter((op) => !op.ok && members.includes(op.member))
     .map(
       (op) =>
-        `<line class="failed" x1="${x(op.invokedMs)}" x2="${x(op.invokedMs)}" y1="${y(op.member) + 2}" y2="${y(op.member) + 26}" stroke="#cc0000"><title>${xmlText(`${op.kind} ${op.error ?? ''}`)}</title></line>`,
+        `<line class="failed" x1="${x(op.invokedMs)}" x2="${x(op.invokedMs)}" y1="${y(op.member) + 2}" ` +
+        `y2="${y(op.member) + 26}" stroke="#cc0000"><title>${xmlText(`${op.kind} ${op.error ?? ''}`)}</title></line>`,
     );
   const axisY = 20 + members.length * ROW + 10;
   const ticks = Array.from({ length: 11 }, (_, i) => {

@@ -205,7 +205,9 @@ const READ_CHUNK_BYTES = 1 << 20;
 /** More than any file the tool reads (certificates, settings, cloud-init's results, a process's environment). */
 const MAX_FILE_BYTES = 16 << 20;
 
-/** A guest-file-read reply: a chunk and whether it was the last, or why there is none (the reply's text is never shown: it may be a key's). */
+/**
+ * A guest-file-read reply: a chunk and whether it was the last, or why there is none (the reply's text is never shown: it may be a key's).
+ */
 function chunkOf(reply: VirshReply): { bytes: Buffer; eof: boolean } | { unreadable: string } {
   if (!reply.ok) return { unreadable: reasonOf(reply) };
   try {

@@ -75,7 +75,10 @@ export class DigestMemory {
       this.#changed = false;
       return undefined;
     } catch (error) {
-      return `could not keep the guests' file digests in ${this.path} (${(error as NodeJS.ErrnoException).code ?? error}): the next run reads every file again`;
+      return (
+        `could not keep the guests' file digests in ${this.path} ` +
+        `(${(error as NodeJS.ErrnoException).code ?? error}): the next run reads every file again`
+      );
     }
   }
 }

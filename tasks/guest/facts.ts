@@ -70,7 +70,10 @@ export interface GuestQuestions {
   units: readonly string[];
   environmentUnits: readonly string[];
   dataDir: string;
-  /** With binaries: release, the binary of the release the unit runs: is it installed? (stat only: an install renames a whole, verified directory into place.) */
+  /**
+   * With binaries: release, the binary of the release the unit runs: is it installed?
+   * (stat only: an install renames a whole, verified directory into place.)
+   */
   releaseBinary?: string;
   /** The staged release's binary: is it installed? (stat only, as releaseBinary.) */
   stagedBinary?: string;
@@ -115,7 +118,9 @@ export interface StatEntry {
   mode: number;
   owner: string;
   mtime: number;
-  /** Inode, size, and both times as stat printed them (to the nanosecond): what tells a file's content unchanged (guest/digest-memory.ts). */
+  /**
+   * Inode, size, and both times as stat printed them (to the nanosecond): what tells a file's content unchanged (guest/digest-memory.ts).
+   */
   identity: string;
   /** The change time (ctime), in nanoseconds. */
   changedAtNs: bigint;
@@ -213,9 +218,11 @@ export const AGENT_PROBE_SCRIPT = [
   section('cloud-init-result'),
   `[ ! -e "$1" ] || { ${PRINT_LINES}; } 2>/dev/null < "$1" || printf '%s\\n' '${UNREADABLE}'; shift`,
   section('units'),
-  `while [ $# -gt 0 ] && [ "$1" != -- ]; do pid=; read -r pid 2>/dev/null < "$2"; [ -n "$pid" ] && printf '%s %s\\n' "$1" "$pid"; shift 2; done; shift`,
+  `while [ $# -gt 0 ] && [ "$1" != -- ]; do pid=; read -r pid 2>/dev/null < "$2"; ` +
+    `[ -n "$pid" ] && printf '%s %s\\n' "$1" "$pid"; shift 2; done; shift`,
   `while [ $# -gt 0 ] && [ "$1" != -- ]; do printf '${MARK} text %s\\n' "$1"; [ ! -f "$1" ] ||`,
-  `  { l=; while IFS= read -r l; do printf '%s\\n' "$l"; l=; done; [ -z "$l" ] || printf '%s\\n${NO_NEWLINE}\\n' "$l"; } 2>/dev/null < "$1" ||`,
+  `  { l=; while IFS= read -r l; do printf '%s\\n' "$l"; l=; done; ` +
+    `[ -z "$l" ] || printf '%s\\n${NO_NEWLINE}\\n' "$l"; } 2>/dev/null < "$1" ||`,
   `  printf '%s\\n' '${UNREADABLE}'; shift; done; shift`,
   section('stat'),
   `exec ${STAT_PROGRAM} "$@" 2>/dev/null`,
@@ -231,7 +238,10 @@ export function agentProbeCommand(questions: GuestQuestions): { path: string; ar
   };
 }
 
-/** What the agent's probe says: stat's entries, each unit's first process, cloud-init's result, the secrets' bytes; a throw when its stat never started. */
+/**
+ * What the agent's probe says: stat's entries, each unit's first process,
+ * cloud-init's result, the secrets' bytes; a throw when its stat never started.
+ */
 export function parseAgentProbe(
   output: string,
 ): Pick<ProbeParts, 'stats' | 'processes' | 'cloudInitResult'> & { texts: Map<string, string> } {
@@ -271,7 +281,10 @@ const processesFrom = (text: string): Map<string, string> =>
 /** Sets `pid` to the unit's first process, read with a builtin; empty when none runs. */
 const readFirstProcess = (unit: string) => `pid=; read -r pid < ${quote(processesOf(unit))} 2>/dev/null`;
 
-/** The probe over SSH: run as root (`sudo sh -s`), printing the parts in sections. Missing files and units are simply absent from the answer. */
+/**
+ * The probe over SSH: run as root (`sudo sh -s`), printing the parts in
+ * sections. Missing files and units are simply absent from the answer.
+ */
 export function guestProbeScript(questions: GuestQuestions): string {
   const paths = questions.paths.map(quote).join(' ');
   const lines = [
@@ -305,9 +318,10 @@ export function waitForCloudInit(): string {
 
 /** The units' state as systemd itself tells it, for when the files do not settle it. */
 export function unitStateScript(units: readonly string[]): string {
+  const properties = 'Id,LoadState,UnitFileState,ActiveState,SubState,ActiveEnterTimestamp,NeedDaemonReload';
   return [
     section('systemd'),
-    `${commandLine(['systemctl', 'show', '--timestamp=unix', '-p', 'Id,LoadState,UnitFileState,ActiveState,SubState,ActiveEnterTimestamp,NeedDaemonReload', '--', ...units])} 2>/dev/null`,
+    `${commandLine(['systemctl', 'show', '--timestamp=unix', '-p', properties, '--', ...units])} 2>/dev/null`,
     section('end'),
   ].join('\n');
 }

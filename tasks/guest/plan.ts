@@ -71,7 +71,9 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
     facts.releaseInstalled === false
       ? [
           {
-            summary: `install etcd ${formatVersion(desired.release.version)} into ${desired.release.dir} (its release archive, verified on the control node and again in the guest)`,
+            summary:
+              `install etcd ${formatVersion(desired.release.version)} into ${desired.release.dir} ` +
+              `(its release archive, verified on the control node and again in the guest)`,
             action: { kind: 'install-release', release: desired.release },
           },
         ]
@@ -80,7 +82,9 @@ export function planGuest(desired: DesiredGuest, facts: GuestFacts, context: Gue
     desired.staged && facts.stagedInstalled === false
       ? [
           {
-            summary: `stage etcd ${formatVersion(desired.staged.version)} into ${desired.staged.dir}, not run (etcd.stage_version: a roll to it then only restarts)`,
+            summary:
+              `stage etcd ${formatVersion(desired.staged.version)} into ${desired.staged.dir}, ` +
+              `not run (etcd.stage_version: a roll to it then only restarts)`,
             action: { kind: 'install-release', release: desired.staged },
           },
         ]
@@ -101,7 +105,8 @@ function planPackages(desired: DesiredGuest, facts: GuestFacts): GuestChange[] {
   if (!desired.packages.install)
     throw new RefusedError(
       `the image lacks ${missing.map((need) => `${need.name} (${need.path} is not there; ${need.why})`).join(' and ')}. ` +
-        `Install ${names.join(' ')} in the member's image (apt-get install ${names.join(' ')}), or set the member's install_dependencies: true to have the tool install them.`,
+        `Install ${names.join(' ')} in the member's image (apt-get install ${names.join(' ')}), ` +
+        `or set the member's install_dependencies: true to have the tool install them.`,
     );
   return [
     {
@@ -140,8 +145,10 @@ function withRollback(changes: GuestChange[], facts: GuestFacts): GuestChange[] 
 function planContents(desired: DesiredGuest, facts: GuestFacts, context: GuestPlanContext): GuestChange[] {
   if (context.clusterFormed && !facts.dataDirInitialized) {
     throw new RefusedError(
-      `etcd's data directory ${desired.dataDir} holds no member data, but the cluster has formed: starting etcd here would found a second, empty cluster ` +
-        '(or fail to join). Replace it: deploy --replace <this member> removes it from the cluster and joins it again as a learner, with its data from the cluster.',
+      `etcd's data directory ${desired.dataDir} holds no member data, ` +
+        `but the cluster has formed: starting etcd here would found a second, empty cluster ` +
+        '(or fail to join). Replace it: deploy --replace <this member> removes it from ' +
+        'the cluster and joins it again as a learner, with its data from the cluster.',
     );
   }
   const changes: GuestChange[] = [];

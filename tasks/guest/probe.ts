@@ -113,7 +113,9 @@ export class GuestProbe {
     }
   }
 
-  /** Asks one member now: through its agent, or over SSH (`connect`, only then) when the agent does not answer (re-checks, the first boot). */
+  /**
+   * Asks one member now: through its agent, or over SSH (`connect`, only then) when the agent does not answer (re-checks, the first boot).
+   */
   async askNow(member: Member, questions: GuestQuestions, connect: () => Promise<SshConnection>): Promise<GuestFacts> {
     const ssh: RunScript = async (script) => overSsh(await connect())(script);
     const [answer] = await this.#partsThroughAgents([{ member, questions }]);

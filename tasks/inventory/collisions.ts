@@ -89,7 +89,9 @@ export function volumeCollisions(members: readonly Member[]): Problem[] {
     else if (taken !== 'the base image') {
       problems.push({
         path: ['members', member.index, 'base_image'],
-        message: `names volume ${os.base.pool}/${os.base.volume} on hypervisor ${member.hypervisor.name}, which is ${taken}: the member's disk would be layered on a disk a VM writes`,
+        message:
+          `names volume ${os.base.pool}/${os.base.volume} on hypervisor ${member.hypervisor.name}, ` +
+          `which is ${taken}: the member's disk would be layered on a disk a VM writes`,
         hint: "base_image is the OS image members' disks are layered on, never a member's own disk",
       });
       owner.set(key, 'the base image');

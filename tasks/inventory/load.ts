@@ -75,7 +75,8 @@ function readYaml(path: string, shownAs: string): { data: unknown; locate: Locat
         ...(more.length > 0 ? [`(${more.length} more parse errors after it, most of them caused by it: fix this one first)`] : []),
       ],
       [
-        `in ${shownAs}:${first.linePos?.[0].line ?? '?'}:${first.linePos?.[0].col ?? '?'}\n${snippet.map((line) => `    ${line}`).join('\n')}`,
+        `in ${shownAs}:${first.linePos?.[0].line ?? '?'}:${first.linePos?.[0].col ?? '?'}\n` +
+          `${snippet.map((line) => `    ${line}`).join('\n')}`,
       ],
     );
   }

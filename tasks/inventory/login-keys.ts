@@ -34,7 +34,9 @@ export function loginKeyProblems(inventory: Inventory): Problem[] {
           {
             path,
             message: `cannot read the private key ${file} (${why})`,
-            hint: "give the path of a readable key (relative to the inventory), fix the ssh_config's IdentityFile it came from, or leave it out to use ssh-agent",
+            hint:
+              'give the path of a readable key (relative to the inventory), ' +
+              "fix the ssh_config's IdentityFile it came from, or leave it out to use ssh-agent",
           },
         ]
       : [];

@@ -19,7 +19,8 @@ export function placementWarnings(inventory: Inventory): string[] {
     .filter(([, hosted]) => members.length - hosted.length < quorum)
     .map(
       ([hypervisor, hosted]) =>
-        `${hosted.length} of ${members.length} members are on hypervisor ${hypervisor} (${hosted.map((member) => member.name).join(', ')}): losing that host loses quorum (${quorum} needed); ` +
+        `${hosted.length} of ${members.length} members are on hypervisor ${hypervisor} ` +
+        `(${hosted.map((member) => member.name).join(', ')}): losing that host loses quorum (${quorum} needed); ` +
         `put at most ${members.length - quorum} member${members.length - quorum === 1 ? '' : 's'} on any one hypervisor`,
     );
 }

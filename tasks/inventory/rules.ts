@@ -158,7 +158,9 @@ const memberIsNotTheControlNode: Rule = (doc) =>
       ? [
           {
             path: ['members', i, 'name'],
-            message: `'${targetName(CONTROL_NODE)}' is how the recap and the report name the machine the tool runs on: that member's results could not be told from the control node's`,
+            message:
+              `'${targetName(CONTROL_NODE)}' is how the recap and the report name the machine ` +
+              `the tool runs on: that member's results could not be told from the control node's`,
             hint: 'give the member another name',
           },
         ]
@@ -172,7 +174,9 @@ const adminIsNoServiceAccount: Rule = (doc) =>
       ? [
           {
             path: ['members', i, 'ssh_admin_user'],
-            message: `${member.ssh_admin_user} is an account of the guest's own (services run as ${GUEST_SERVICE_ACCOUNTS.filter((name) => name !== 'root').join(', ')}; root logins are disabled)`,
+            message:
+              `${member.ssh_admin_user} is an account of the guest's own (services run ` +
+              `as ${GUEST_SERVICE_ACCOUNTS.filter((name) => name !== 'root').join(', ')}; root logins are disabled)`,
             hint: 'cloud-init would make the admin and that account one user: give the admin a name of its own, such as ubuntu or ops',
           },
         ]
@@ -196,7 +200,9 @@ const extraDomainsAreNoMemberNames: Rule = (doc) => {
           {
             path: ['pki', 'extra_domains', k],
             message: `${domain} is ${owner}: every member's certificate would carry it, so any member could pass as that one`,
-            hint: "extra_domains are names every member answers to (a load balancer's, a round-robin DNS name); a member's own names are already in its own certificate",
+            hint:
+              "extra_domains are names every member answers to (a load balancer's, " +
+              "a round-robin DNS name); a member's own names are already in its own certificate",
           },
         ]
       : [];
@@ -223,7 +229,9 @@ const userNamesAreTheirOwn: Rule = (doc) => {
       return [
         {
           path,
-          message: `starts with ${TOOL_NAME_PREFIX}, whatever its case: the tool names its own identities so (its members' peer certificates carry CN=${TOOL_NAME_PREFIX}-peer)`,
+          message:
+            `starts with ${TOOL_NAME_PREFIX}, whatever its case: the tool names its own ` +
+            `identities so (its members' peer certificates carry CN=${TOOL_NAME_PREFIX}-peer)`,
           hint: 'give application users names of their own',
         },
       ];
@@ -231,7 +239,9 @@ const userNamesAreTheirOwn: Rule = (doc) => {
       return [
         {
           path,
-          message: `is the name of member ${folded}: members' certificates carry CN=${folded}, and etcd takes a client certificate's CN for the user`,
+          message:
+            `is the name of member ${folded}: members' certificates carry CN=${folded}, ` +
+            `and etcd takes a client certificate's CN for the user`,
           hint: 'give application users names no member has',
         },
       ];
@@ -239,7 +249,9 @@ const userNamesAreTheirOwn: Rule = (doc) => {
       return [
         {
           path,
-          message: `differs from user ${earlier} only in case: their files (pki/clients/NAME.crt, a bundle's NAME.crt) are one file where names ignore case`,
+          message:
+            `differs from user ${earlier} only in case: their files (pki/clients/NAME.crt, ` +
+            `a bundle's NAME.crt) are one file where names ignore case`,
           hint: 'give users names that differ in more than case',
         },
       ];
@@ -390,8 +402,12 @@ const permissionsAvoidToolKeys: Rule = (doc) =>
       return [
         {
           path: ['roles', role, 'permissions', j, field],
-          message: `${field} ${JSON.stringify(value)} reaches the tool's own keys under ${TOOL_KEY_PREFIX} (among them its record of the users and roles it manages)`,
-          hint: `keep application keys outside ${TOOL_KEY_PREFIX}, e.g. a prefix such as /app1/: a role that can write the record could make the tool delete users`,
+          message:
+            `${field} ${JSON.stringify(value)} reaches the tool's own keys under ` +
+            `${TOOL_KEY_PREFIX} (among them its record of the users and roles it manages)`,
+          hint:
+            `keep application keys outside ${TOOL_KEY_PREFIX}, e.g. a prefix such as /app1/: ` +
+            `a role that can write the record could make the tool delete users`,
         },
       ];
     }),
@@ -590,7 +606,9 @@ const oneDefragRule: Rule = (doc) => {
     {
       path: ['etcd', 'defrag_min_free'],
       message: "has moved: `maintain --defrag` and the members' agents both read maintenance.defrag.rule now",
-      hint: `remove it and write maintenance: { defrag: { rule: { free_bytes: ${minFree}, free_fraction: 0, quota_fraction: 0 } } } for the same threshold (the rule's defaults: 200 MiB free, or 80 % of the quota)`,
+      hint:
+        `remove it and write maintenance: { defrag: { rule: { free_bytes: ${minFree}, free_fraction: 0, ` +
+        `quota_fraction: 0 } } } for the same threshold (the rule's defaults: 200 MiB free, or 80 % of the quota)`,
     },
   ];
 };
@@ -622,7 +640,9 @@ const distinctPorts: Rule = (doc) => {
           {
             path: ['monitoring', 'metrics_port'],
             message: `equals another port of the member (${metrics})`,
-            hint: `etcd's client (${client}) and peer (${peer}) ports and the node exporter's (${NODE_EXPORTER_PORT}) are taken; etcd's convention is 2381`,
+            hint:
+              `etcd's client (${client}) and peer (${peer}) ports and the node ` +
+              `exporter's (${NODE_EXPORTER_PORT}) are taken; etcd's convention is 2381`,
           },
         ]
       : []),
@@ -646,11 +666,12 @@ const electionOutlastsHeartbeats: Rule = (doc) => {
 /** A renewal period as long as a certificate's life would issue every certificate again on every run. */
 const renewalInsideValidity: Rule = (doc) => {
   const { validity_period: validity, early_renewal_period: renewal } = doc.pki;
+  const reissue = 'every run would issue every certificate again';
   return renewal >= validity
     ? [
         {
           path: ['pki', 'early_renewal_period'],
-          message: `is ${renewal} hours, not shorter than validity_period (${validity} hours): every run would issue every certificate again`,
+          message: `is ${renewal} hours, not shorter than validity_period (${validity} hours): ${reissue}`,
           hint: `a sixth of the life is common, here ${Math.floor(validity / 6)} hours`,
         },
       ]
@@ -733,6 +754,11 @@ const enabledFeaturesAreComplete: Rule = (doc) =>
   );
 
 /** The etcd source needs exactly one way to authenticate: a certificate and key, a username and password, or Vault. */
+/** The hint for a key or password set beside vault_agent_secret_path. */
+const CREDENTIALS_FROM_VAULT =
+  'the credentials come from Vault: leave client.key and client.password empty ' +
+  '(set client.certificate only to choose certificate auth)';
+
 const dynamicConfigCredentialsAreSound: Rule = (doc) =>
   doc.members.flatMap((member, i): Problem[] => {
     const dynamic = member.fluentbit_dynamic_config;
@@ -753,7 +779,7 @@ const dynamicConfigCredentialsAreSound: Rule = (doc) =>
         problems.push({
           path: [...path, 'client'],
           message: 'holds a key or password although vault_agent_secret_path is set',
-          hint: 'the credentials come from Vault: leave client.key and client.password empty (set client.certificate only to choose certificate auth)',
+          hint: CREDENTIALS_FROM_VAULT,
         });
       return problems;
     }
@@ -891,7 +917,9 @@ const backupSettingsAreSound: Rule = (doc) => {
     problems.push({
       path: ['backup', 'enabled'],
       message: 'needs etcd.client_cert_auth: true',
-      hint: 'the agent logs into etcd with a client certificate of its own (CN=etcd-kvm-agent); in password mode it has no identity yet: not implemented',
+      hint:
+        'the agent logs into etcd with a client certificate of its own (CN=etcd-kvm-agent); ' +
+        'in password mode it has no identity yet: not implemented',
     });
   const first = doc.members[0];
   if (!first) return problems;
@@ -910,7 +938,9 @@ const backupSettingsAreSound: Rule = (doc) => {
     problems.push({
       path: ['members', 0, 'restore', 'encryption_key'],
       message: 'is empty while backup.enabled is true',
-      hint: "every backup is sealed and authenticated with it (etcd-backup's 64-hex-digit master key): set restore.encryption_key under defaults",
+      hint:
+        "every backup is sealed and authenticated with it (etcd-backup's " +
+        '64-hex-digit master key): set restore.encryption_key under defaults',
     });
   doc.members.forEach((member, i) => {
     if (s3Target(member) !== s3Target(first))
@@ -929,7 +959,9 @@ const drillsNeedBackups: Rule = (doc) =>
         {
           path: ['backup', 'verify', 'enabled'],
           message: 'needs backup.enabled: true',
-          hint: "a scheduled drill restores the cluster's newest backup, with the bucket and keys the agents back up with: turn backups on too",
+          hint:
+            "a scheduled drill restores the cluster's newest backup, " +
+            'with the bucket and keys the agents back up with: turn backups on too',
         },
       ]
     : [];
@@ -940,7 +972,9 @@ const defragNeedsTheAgentsIdentity: Rule = (doc) =>
         {
           path: ['maintenance', 'defrag', 'enabled'],
           message: 'needs etcd.client_cert_auth: true',
-          hint: 'the agent logs into etcd with a client certificate of its own (CN=etcd-kvm-agent); in password mode it has no identity yet: not implemented',
+          hint:
+            'the agent logs into etcd with a client certificate of its own (CN=etcd-kvm-agent); ' +
+            'in password mode it has no identity yet: not implemented',
         },
       ]
     : [];
@@ -952,7 +986,9 @@ const installNeedsReleaseVersion: Rule = (doc) =>
         {
           path: ['etcd', 'version'],
           message: `${JSON.stringify(doc.etcd.version)} is not an etcd release tag`,
-          hint: `${doc.etcd.binaries === 'release' ? 'binaries: release installs' : 'install_dependencies downloads'} that release: use a tag like v3.5.33`,
+          hint:
+            `${doc.etcd.binaries === 'release' ? 'binaries: release installs' : 'install_dependencies downloads'} ` +
+            `that release: use a tag like v3.5.33`,
         },
       ]
     : [];

@@ -57,7 +57,9 @@ const dataDirectory = line
   .refine(
     (path) => !SYSTEM_DIRECTORIES.has(path),
     (path) => ({
-      message: `${path} is a system directory; etcd's data directory is made etcd's own (mode 0700): use a directory of its own such as /var/lib/etcd`,
+      message:
+        `${path} is a system directory; etcd's data directory is made etcd's ` +
+        `own (mode 0700): use a directory of its own such as /var/lib/etcd`,
     }),
   );
 
@@ -485,7 +487,9 @@ export const memberFields = {
     "The admin user's console password (`virsh console`), never an SSH one. It lands in the seed ISO in plain text, and the ISO " +
       'stays attached: prefer `admin_user_password_hash`.',
   ),
-  /** The admin user's console password as a crypt(3) hash ($6$… or $y$…): only the hash reaches the seed ISO (cloud-init's hashed_passwd). */
+  /**
+   * The admin user's console password as a crypt(3) hash ($6$… or $y$…): only the hash reaches the seed ISO (cloud-init's hashed_passwd).
+   */
   admin_user_password_hash: cryptHash.describe(
     "The console password as a crypt(3) hash (`$6$…` or `$y$…`, e.g. from `mkpasswd -m sha-512`), cloud-init's `hashed_passwd`; not " +
       'with `admin_user_password`.',
@@ -522,7 +526,9 @@ export const memberFields = {
 export const memberSchema = z
   .object({
     name: name.describe('The VM name, hostname and etcd member name (a DNS label).'),
-    /** `absent`: the member is to leave the cluster (Ansible's idiom): removed from etcd, its VM shut down and undefined, its volumes kept. */
+    /**
+     * `absent`: the member is to leave the cluster (Ansible's idiom): removed from etcd, its VM shut down and undefined, its volumes kept.
+     */
     state: z
       .enum(['present', 'absent'])
       .default('present')
@@ -601,8 +607,10 @@ export const etcdSchema = z
       .enum(['image', 'release'])
       .default('image')
       .describe(
-        '`release`: the tool installs `version` from `release_url` in every member and moves them when it changes (one at a time, leader last, ' +
-          "after a pre-flight and a snapshot); `image`: etcd is the image's (or install_dependencies'), the tool only reports the version it runs.",
+        '`release`: the tool installs `version` from `release_url` in every ' +
+          'member and moves them when it changes (one at a time, leader last, ' +
+          "after a pre-flight and a snapshot); `image`: etcd is the image's (or " +
+          "install_dependencies'), the tool only reports the version it runs.",
       ),
     release_url: line
       .regex(/^https?:\/\/\S+$/, 'is an http(s) URL')
@@ -620,7 +628,8 @@ export const etcdSchema = z
       .optional()
       .describe(
         'With `binaries: release`, a release (`vX.Y.Z`) installed into every member beside the one it runs, and not run: set it ahead of ' +
-          'a roll (kubeadm pulls its images ahead alike), and the roll, once `version` names it, costs a restart per member instead of an ' +
+          'a roll (kubeadm pulls its images ahead alike), and the roll, ' +
+          'once `version` names it, costs a restart per member instead of an ' +
           "install and a restart. Checked against the release's SHA256SUMS.",
       ),
     snapshot_count: z
@@ -954,8 +963,10 @@ export const backupSchema = z
           .boolean()
           .default(false)
           .describe(
-            'At each tick one voting follower of a healthy cluster restores the newest of its backups into a scratch directory on its data ' +
-              'disk, reads it with a throwaway etcd on its loopback, checks its revision and HashKV against the manifest, and records the ' +
+            'At each tick one voting follower of a healthy cluster restores ' +
+              'the newest of its backups into a scratch directory on its data ' +
+              'disk, reads it with a throwaway etcd on its loopback, ' +
+              'checks its revision and HashKV against the manifest, and records the ' +
               'result in etcd (`status`, the alerts): what `backup --verify` does, without a control node. Needs `backup.enabled`.',
           ),
         schedule: line
@@ -1011,7 +1022,8 @@ export const monitoringSchema = z
       .max(65535)
       .default(2381)
       .describe(
-        "etcd's `listen-metrics-urls` port: `/metrics` and `/health` over plain HTTP on the member's address, no client certificate and no " +
+        "etcd's `listen-metrics-urls` port: `/metrics` and `/health` over " +
+          "plain HTTP on the member's address, no client certificate and no " +
           'etcd user (they carry no keys or values); 0: none.',
       ),
     scrape_interval: promDuration.default('30s').describe('How often the generated scrape configuration scrapes each target.'),
@@ -1094,7 +1106,8 @@ export const maintenanceSchema = z
       .strict()
       .default({})
       .describe(
-        'Defragmentation by rule on a schedule, inside the cluster. A NOSPACE alarm is the one unhealthy state it acts in: it defragments, and ' +
+        'Defragmentation by rule on a schedule, inside the cluster. ' +
+          'A NOSPACE alarm is the one unhealthy state it acts in: it defragments, and ' +
           'clears the alarm once every database is under the quota again.',
       ),
   })

@@ -68,7 +68,8 @@ export function judgeOwnership(
     return {
       kind: 'refused',
       reason:
-        `domain ${member} belongs to cluster ${mark.cluster} (id ${mark.id}), not to this one (${us.cluster}, id ${us.id ?? 'not made yet'}); ` +
+        `domain ${member} belongs to cluster ${mark.cluster} (id ${mark.id}), ` +
+        `not to this one (${us.cluster}, id ${us.id ?? 'not made yet'}); ` +
         'nothing of it or its volumes is touched. Give this cluster other member names, or place it on another hypervisor; ' +
         'if this is the same cluster, run with the state directory that deployed it',
     };
@@ -81,7 +82,8 @@ export function judgeOwnership(
   return {
     kind: 'refused',
     reason:
-      `domain ${member} exists without this tool's mark${made ? ` (titled for cluster ${made[1]})` : ''}; nothing of it or its volumes is touched. ` +
+      `domain ${member} exists without this tool's mark${made ? ` (titled for cluster ${made[1]})` : ''}; ` +
+      `nothing of it or its volumes is touched. ` +
       "If it is this cluster's member, run with --adopt to mark it as this cluster's; otherwise give this cluster other member names",
   };
 }

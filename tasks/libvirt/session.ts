@@ -41,7 +41,9 @@ const ASK_TIMEOUT_MS = 30_000;
 /** A session's marker: 128 random bits, out of a guest's reach to guess. Only hex digits, so it needs no quoting care. */
 export const sessionMark = (): string => `@@etcd-kvm-${randomBytes(16).toString('hex')}@@`;
 
-/** One command as a line of virsh's interactive mode, framed by its markers. Words are quoted as for sh, which virsh's parser reads alike. */
+/**
+ * One command as a line of virsh's interactive mode, framed by its markers. Words are quoted as for sh, which virsh's parser reads alike.
+ */
 export function sessionLine(mark: string, seq: number, args: readonly string[]): string {
   // A newline would end the line early: virsh would run the rest as another command.
   if (args.some((arg) => /[\r\n]/.test(arg))) throw new Error(`a virsh argument holds a line break: ${args[0]}`);

@@ -105,7 +105,8 @@ export class Virsh {
     for (const [name] of asked) {
       if (!answers[name])
         throw new Error(
-          `probe on ${this.ssh.target.label} gave no answer for ${name}: ${result.stderr.trim() || result.stdout.trim().split('\n')[0] || `exit ${result.code}`}`,
+          `probe on ${this.ssh.target.label} gave no answer for ${name}: ` +
+            `${result.stderr.trim() || result.stdout.trim().split('\n')[0] || `exit ${result.code}`}`,
         );
     }
     return answers;

@@ -14,7 +14,8 @@ export function volumeState(answer: ProbeAnswer, what: string): VolumeState {
   const said = virshSays(answer);
   const hint =
     missingObject(answer) === 'pool'
-      ? ' (the pool is missing on that hypervisor, so whether the volume exists is unknown: check volume_pool; virsh pool-list --all lists the pools)'
+      ? ' (the pool is missing on that hypervisor, so whether the volume exists ' +
+        'is unknown: check volume_pool; virsh pool-list --all lists the pools)'
       : '';
   throw new Error(`cannot read ${what}: ${said}${hint}`);
 }

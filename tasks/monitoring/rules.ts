@@ -55,7 +55,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `up${s.etcd()} == 0`,
     summary: `etcd member ${of} does not answer on its metrics port`,
     runbook:
-      'Run `etcd-kvm status -i INV` to see whether its VM and etcd run, then `etcd-kvm deploy -i INV` to bring it back; if a majority is lost for good, `etcd-kvm recover -i INV --dry-run` says from which survivor.',
+      'Run `etcd-kvm status -i INV` to see whether its VM and etcd run, then `etcd-kvm deploy -i INV` to bring it back; ' +
+      'if a majority is lost for good, `etcd-kvm recover -i INV --dry-run` says from which survivor.',
   },
   {
     key: 'node_exporter_down',
@@ -75,7 +76,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `etcd_server_has_leader${s.etcd()} == 0`,
     summary: `etcd member ${of} sees no leader: the cluster may have lost its quorum`,
     runbook:
-      'Run `etcd-kvm status -i INV` to count the members that answer and bring the missing ones back with `etcd-kvm deploy -i INV`; if a majority is lost for good, run `etcd-kvm recover -i INV --dry-run`.',
+      'Run `etcd-kvm status -i INV` to count the members that answer and bring the missing ones back with ' +
+      '`etcd-kvm deploy -i INV`; if a majority is lost for good, run `etcd-kvm recover -i INV --dry-run`.',
   },
   {
     key: 'leader_changes',
@@ -86,7 +88,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `max by (etcd_cluster) (increase(etcd_server_leader_changes_seen_total${s.etcd()}[15m])) > 3`,
     summary: 'cluster {{ $labels.etcd_cluster }}: leadership changed {{ $value | printf "%.0f" }} times in 15 minutes',
     runbook:
-      'Elections follow missed heartbeats: look for slow disks (the fsync and commit alerts) and lost packets between the members, and at `etcd-kvm status -i INV`.',
+      'Elections follow missed heartbeats: look for slow disks (the fsync and commit alerts) ' +
+      'and lost packets between the members, and at `etcd-kvm status -i INV`.',
   },
   {
     key: 'database_near_quota',
@@ -97,7 +100,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s, m) => `etcd_mvcc_db_total_size_in_bytes${s.etcd()} > ${m.quotaFraction} * etcd_server_quota_backend_bytes${s.etcd()}`,
     summary: `the database of ${of} is {{ $value | humanize1024 }}B, near its quota`,
     runbook:
-      'Run `etcd-kvm maintain -i INV --compact --defrag` to reclaim space, or raise etcd.space_quota and run `etcd-kvm deploy -i INV`, before etcd raises NOSPACE and refuses writes.',
+      'Run `etcd-kvm maintain -i INV --compact --defrag` to reclaim space, ' +
+      'or raise etcd.space_quota and run `etcd-kvm deploy -i INV`, before etcd raises NOSPACE and refuses writes.',
   },
   {
     key: 'database_fragmented',
@@ -123,7 +127,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `etcd_kvm_alarm_active${s.node('alarm="NOSPACE"')} == 1`,
     summary: `NOSPACE alarm raised on ${of}: the cluster refuses writes`,
     runbook:
-      'Free space with `etcd-kvm maintain -i INV --compact --defrag` (or raise etcd.space_quota and run `etcd-kvm deploy -i INV`), then clear the alarm with `etcd-kvm maintain -i INV --disarm`.',
+      'Free space with `etcd-kvm maintain -i INV --compact --defrag` (or raise etcd.space_quota and ' +
+      'run `etcd-kvm deploy -i INV`), then clear the alarm with `etcd-kvm maintain -i INV --disarm`.',
   },
   {
     key: 'corrupt_alarm',
@@ -134,7 +139,9 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `etcd_kvm_alarm_active${s.node('alarm="CORRUPT"')} == 1`,
     summary: `CORRUPT alarm raised on ${of}: members' data differ, and the cluster refuses requests`,
     runbook:
-      'See which member the alarm names with `etcd-kvm status -i INV`, replace that member with `etcd-kvm deploy -i INV --replace MEMBER` (it joins again empty and takes its data from the others), then clear the alarm with `etcdctl alarm disarm` as root.',
+      'See which member the alarm names with `etcd-kvm status -i INV`, replace that member with ' +
+      '`etcd-kvm deploy -i INV --replace MEMBER` (it joins again empty and takes its ' +
+      'data from the others), then clear the alarm with `etcdctl alarm disarm` as root.',
   },
   {
     key: 'slow_wal_fsync',
@@ -144,7 +151,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `${p99('etcd_disk_wal_fsync_duration_seconds_bucket', s.etcd())} > 0.5`,
     summary: `99th percentile WAL fsync on ${of} is {{ $value | humanizeDuration }}`,
     runbook:
-      "The member's disk is too slow for etcd: look at its hypervisor's storage load, or move its volumes to faster storage and rebuild it with `etcd-kvm deploy -i INV --replace MEMBER`.",
+      "The member's disk is too slow for etcd: look at its hypervisor's storage load, " +
+      'or move its volumes to faster storage and rebuild it with `etcd-kvm deploy -i INV --replace MEMBER`.',
   },
   {
     key: 'slow_backend_commit',
@@ -154,7 +162,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `${p99('etcd_disk_backend_commit_duration_seconds_bucket', s.etcd())} > 0.25`,
     summary: `99th percentile backend commit on ${of} is {{ $value | humanizeDuration }}`,
     runbook:
-      "The member's disk is too slow for etcd: look at its hypervisor's storage load, or move its volumes to faster storage and rebuild it with `etcd-kvm deploy -i INV --replace MEMBER`.",
+      "The member's disk is too slow for etcd: look at its hypervisor's storage load, " +
+      'or move its volumes to faster storage and rebuild it with `etcd-kvm deploy -i INV --replace MEMBER`.',
   },
   {
     key: 'proposals_failing',
@@ -166,7 +175,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `increase(etcd_server_proposals_failed_total${s.etcd()}[5m]) > 0`,
     summary: `proposals keep failing on ${of}`,
     runbook:
-      'Proposals fail without a leader or a quorum: run `etcd-kvm status -i INV` and bring missing members back with `etcd-kvm deploy -i INV`.',
+      'Proposals fail without a leader or a quorum: run `etcd-kvm status -i INV` ' +
+      'and bring missing members back with `etcd-kvm deploy -i INV`.',
   },
   {
     key: 'learner_not_promoted',
@@ -176,7 +186,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `etcd_server_is_learner${s.etcd()} == 1`,
     summary: `${of} is still a learner`,
     runbook:
-      'Run `etcd-kvm deploy -i INV`, which promotes a learner once it has caught up with the leader; `etcd-kvm status -i INV` shows how far behind it is.',
+      'Run `etcd-kvm deploy -i INV`, which promotes a learner once it has caught ' +
+      'up with the leader; `etcd-kvm status -i INV` shows how far behind it is.',
   },
   {
     key: 'mixed_versions',
@@ -186,7 +197,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `count by (etcd_cluster) (count by (etcd_cluster, server_version) (etcd_server_version${s.etcd()})) > 1`,
     summary: 'cluster {{ $labels.etcd_cluster }} runs {{ $value }} etcd versions at once',
     runbook:
-      "Finish the upgrade or its rollback: set etcd.version and run `etcd-kvm deploy -i INV`; `etcd-kvm status -i INV` shows each member's version.",
+      'Finish the upgrade or its rollback: set etcd.version and run `etcd-kvm deploy -i INV`; ' +
+      "`etcd-kvm status -i INV` shows each member's version.",
   },
   {
     key: 'certificate_expiring',
@@ -196,7 +208,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s, m) => `etcd_kvm_certificate_expiry_timestamp_seconds${s.node()} - time() < ${m.certificateExpiryDays * DAY_SECONDS}`,
     summary: `certificate {{ $labels.certificate }} ({{ $labels.subject }}) of ${of} ends in {{ $value | humanizeDuration }}`,
     runbook:
-      'Run `etcd-kvm deploy -i INV --renew-certs` to re-issue the member and client certificates; a CA or peer CA is never rotated by the tool (docs/operating.md, Rotating the CA).',
+      'Run `etcd-kvm deploy -i INV --renew-certs` to re-issue the member and client certificates; ' +
+      'a CA or peer CA is never rotated by the tool (docs/operating.md, Rotating the CA).',
   },
   {
     key: 'backup_missing',
@@ -207,7 +220,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     // agent lags is not a missing backup), in one alert. A period of 0 is one the agent could not tell: no
     // threshold, rather than an alert at every age.
     expr: (s) =>
-      `time() - max by (etcd_cluster) (etcd_kvm_backup_last_success_timestamp_seconds${s.node()}) > 2 * (max by (etcd_cluster) (etcd_kvm_backup_period_seconds${s.node()}) > 0)`,
+      `time() - max by (etcd_cluster) (etcd_kvm_backup_last_success_timestamp_seconds${s.node()}) ` +
+      `> 2 * (max by (etcd_cluster) (etcd_kvm_backup_period_seconds${s.node()}) > 0)`,
     summary: 'cluster {{ $labels.etcd_cluster }}: no backup has succeeded for {{ $value | humanizeDuration }}, two schedule periods',
     runbook: "Run `etcd-kvm status -i INV` for the last backup and the agents' errors, and `etcd-kvm backup -i INV` to take one now.",
     applies: (inventory) => inventory.backup.enabled,
@@ -221,7 +235,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `max by (etcd_cluster) (etcd_kvm_backup_last_drill_failed${s.node()}) > 0`,
     summary: 'cluster {{ $labels.etcd_cluster }}: the last restore drill failed: a backup may not restore',
     runbook:
-      'Run `etcd-kvm status -i INV` for what the drill found, mend it (docs/operating.md, Restore drills), then `etcd-kvm backup -i INV --verify` again.',
+      'Run `etcd-kvm status -i INV` for what the drill found, mend it (docs/operating.md, ' +
+      'Restore drills), then `etcd-kvm backup -i INV --verify` again.',
     applies: (inventory) => inventory.backup.enabled,
   },
   {
@@ -231,12 +246,18 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     source: 'node',
     // Counted from the last verified drill, or (none yet) from when the drills were scheduled: the freshest of
     // either, across the members, speaks for the cluster. A period of 0 is one the agent could not tell.
-    expr: (s) =>
-      `time() - max by (etcd_cluster) (${s.node('__name__=~"etcd_kvm_backup_last_verified_timestamp_seconds|etcd_kvm_backup_verify_scheduled_since_timestamp_seconds"')}) > 2 * (max by (etcd_cluster) (etcd_kvm_backup_verify_period_seconds${s.node()}) > 0)`,
+    expr: (s) => {
+      const stamps = 'etcd_kvm_backup_last_verified_timestamp_seconds|etcd_kvm_backup_verify_scheduled_since_timestamp_seconds';
+      return (
+        `time() - max by (etcd_cluster) (${s.node(`__name__=~"${stamps}"`)}) ` +
+        `> 2 * (max by (etcd_cluster) (etcd_kvm_backup_verify_period_seconds${s.node()}) > 0)`
+      );
+    },
     summary:
       'cluster {{ $labels.etcd_cluster }}: no restore drill has verified a backup for {{ $value | humanizeDuration }}, two drill periods',
     runbook:
-      'Run `etcd-kvm status -i INV` for the last drill, and `journalctl -u etcd-kvm-verify` on the members for why none ran (a drill runs only while the cluster is healthy); `etcd-kvm backup -i INV --verify` drills now.',
+      'Run `etcd-kvm status -i INV` for the last drill, and `journalctl -u etcd-kvm-verify` on the members for ' +
+      'why none ran (a drill runs only while the cluster is healthy); `etcd-kvm backup -i INV --verify` drills now.',
     applies: (inventory) => inventory.backup.enabled && inventory.backup.verify.enabled,
   },
   {
@@ -247,7 +268,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     expr: (s) => `etcd_kvm_managed_files_drifted${s.node()} > 0`,
     summary: `{{ $value }} managed files of ${of} differ from what the last converged run wrote`,
     runbook:
-      'Run `etcd-kvm deploy -i INV --dry-run --diff` to see the differences, then `etcd-kvm deploy -i INV` to put the files back (or carry a wanted change into the inventory first).',
+      'Run `etcd-kvm deploy -i INV --dry-run --diff` to see the differences, ' +
+      'then `etcd-kvm deploy -i INV` to put the files back (or carry a wanted change into the inventory first).',
   },
 ];
 

@@ -39,7 +39,8 @@ export function readIdentity(stateDir: string, cluster: string): ClusterIdentity
   }
   if (typeof stored.id !== 'string' || !/^[0-9a-f-]{36}$/.test(stored.id)) {
     throw new Error(
-      `${identityPath(stateDir)} is damaged (no valid "id"); restore it from a copy of the state directory: the cluster's domains carry that ID, and the tool does not touch domains it cannot prove are its own`,
+      `${identityPath(stateDir)} is damaged (no valid "id"); restore it from a copy of the state directory: ` +
+        `the cluster's domains carry that ID, and the tool does not touch domains it cannot prove are its own`,
     );
   }
   return { cluster, id: stored.id, adoptsUnmarked: stored.adoptsUnmarked === true };

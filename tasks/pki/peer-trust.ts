@@ -37,7 +37,8 @@ export function readPeerTrust(stateDir: string): PeerTrustStage | undefined {
   }
   if (!(PEER_STAGES as readonly unknown[]).includes(stage))
     throw new Error(
-      `${join(stateDir, RECORD)} is damaged: its stage must be one of ${PEER_STAGES.join(', ')}; restore it from where the state directory came from`,
+      `${join(stateDir, RECORD)} is damaged: its stage must be one of ${PEER_STAGES.join(', ')}; ` +
+        `restore it from where the state directory came from`,
     );
   return stage as PeerTrustStage;
 }
@@ -62,10 +63,12 @@ export function peerStageOf(known: {
   if (known.recorded) return known.recorded;
   if (known.peerCaMade)
     throw new InputError(
-      `${join(known.stateDir, RECORD)} is missing, though the peer CA was made: which stage the members' peer ports run is unknown, and none is guessed (trust-both would admit every certificate the cluster CA signed)`,
+      `${join(known.stateDir, RECORD)} is missing, though the peer CA was made: which stage the members' peer ` +
+        `ports run is unknown, and none is guessed (trust-both would admit every certificate the cluster CA signed)`,
       [
         'put the file back from where the state directory came from (a backup, the repository it is kept in)',
-        `or, if every member's etcd.env sets ETCD_PEER_CERT_ALLOWED_CN=${PEER_COMMON_NAME} (the move finished), write {"stage":"peer-only"} into it`,
+        `or, if every member's etcd.env sets ETCD_PEER_CERT_ALLOWED_CN=` +
+          `${PEER_COMMON_NAME} (the move finished), write {"stage":"peer-only"} into it`,
       ],
     );
   return known.membersDeployedBefore ? 'trust-both' : 'peer-only';

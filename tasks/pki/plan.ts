@@ -388,7 +388,9 @@ function planStateDirectory(facts: PkiFacts): Change<PkiAction>[] {
   if (!facts.identity) {
     const deployedBefore = deployedBeforeMarks(facts);
     changes.push({
-      summary: `create the cluster's ID (cluster-id.json), which marks its domains as its own${deployedBefore ? '; domains an earlier version made for this cluster get the mark' : ''}`,
+      summary:
+        `create the cluster's ID (cluster-id.json), which marks its domains as its ` +
+        `own${deployedBefore ? '; domains an earlier version made for this cluster get the mark' : ''}`,
       action: { kind: 'cluster-id', adoptsUnmarked: deployedBefore },
     });
   }
@@ -404,7 +406,8 @@ function planPeerCa(inventory: Inventory, facts: PkiFacts, now: Date, renewIssue
     const peerSigned = [...facts.leaves.entries()].filter(([id, pair]) => id.startsWith('peer/') && pair.public).map(([id]) => id);
     if (peerSigned.length > 0)
       throw new PkiRefusal(
-        `the peer CA is missing from the state directory but certificates it signed exist (${peerSigned.join(', ')}); restore pki/peer-ca.crt and pki/peer-ca.key`,
+        `the peer CA is missing from the state directory but certificates it signed ` +
+          `exist (${peerSigned.join(', ')}); restore pki/peer-ca.crt and pki/peer-ca.key`,
       );
     const firstStage = peerStageOfFacts(inventory, facts);
     const how =
@@ -416,13 +419,15 @@ function planPeerCa(inventory: Inventory, facts: PkiFacts, now: Date, renewIssue
     peerCaPem = undefined;
   } else if (!peerCa.privateKey) {
     throw new PkiRefusal(
-      'pki/peer-ca.crt exists but pki/peer-ca.key is missing; restore the key into the state directory (the peer CA is never replaced silently)',
+      'pki/peer-ca.crt exists but pki/peer-ca.key is missing; ' +
+        'restore the key into the state directory (the peer CA is never replaced silently)',
     );
   } else if (!keyMatchesCertificate(peerCa.public, peerCa.privateKey)) {
     throw new PkiRefusal("pki/peer-ca.key does not belong to pki/peer-ca.crt; restore the pair that signed the members' peer certificates");
   } else if (inspectCertificate(peerCa.public).notAfter.getTime() < now.getTime()) {
     throw new PkiRefusal(
-      `the peer CA expired ${inspectCertificate(peerCa.public).notAfter.toISOString()}; rotating a CA is a deliberate operation: see "Rotating the CA" in the README`,
+      `the peer CA expired ${inspectCertificate(peerCa.public).notAfter.toISOString()}; ` +
+        `rotating a CA is a deliberate operation: see "Rotating the CA" in the README`,
     );
   }
   for (const certificate of wantedPeerCertificates(inventory)) {

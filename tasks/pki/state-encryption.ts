@@ -71,9 +71,15 @@ export function kdfProblem(kdf: Pick<Kdf, 'N' | 'r' | 'p' | 'salt'>): string | u
   if (memory > KDF_BOUNDS.maxMemoryBytes)
     return `too costly: N=${N}, r=${r}, p=${p} needs ${Math.round(memory / 2 ** 20)} MiB (at most ${KDF_BOUNDS.maxMemoryBytes / 2 ** 20})`;
   if (N * r * p > KDF_BOUNDS.maxWork)
-    return `too costly: N·r·p = 2^${Math.log2(N * r * p).toFixed(1)} (at most 2^${Math.log2(KDF_BOUNDS.maxWork)}, 16 times what this tool makes)`;
+    return (
+      `too costly: N·r·p = 2^${Math.log2(N * r * p).toFixed(1)} (at most ` +
+      `2^${Math.log2(KDF_BOUNDS.maxWork)}, 16 times what this tool makes)`
+    );
   if (N < KDF_BOUNDS.minN || N * r * p < KDF_BOUNDS.minWork)
-    return `too weak: N=${N}, r=${r}, p=${p} (at least N=2^${Math.log2(KDF_BOUNDS.minN)} and N·r·p = 2^${Math.log2(KDF_BOUNDS.minWork)}, what this tool makes)`;
+    return (
+      `too weak: N=${N}, r=${r}, p=${p} (at least N=2^${Math.log2(KDF_BOUNDS.minN)} ` +
+      `and N·r·p = 2^${Math.log2(KDF_BOUNDS.minWork)}, what this tool makes)`
+    );
   if (typeof kdf.salt !== 'string' || Buffer.from(kdf.salt, 'base64').length < KDF_BOUNDS.minSaltBytes)
     return `too weak: the salt is shorter than ${KDF_BOUNDS.minSaltBytes} bytes`;
   return undefined;
@@ -151,7 +157,8 @@ export class StateCipher {
     const problem = kdfProblem(record.kdf);
     if (problem)
       throw new InputError(
-        `${where}/${ENCRYPTION_RECORD}: its scrypt parameters are refused (${problem}); restore the record from where the directory came from`,
+        `${where}/${ENCRYPTION_RECORD}: its scrypt parameters are refused ` +
+          `(${problem}); restore the record from where the directory came from`,
       );
     const cipher = await StateCipher.#derive(passphrase, {
       name: 'scrypt',

@@ -83,7 +83,8 @@ export class PkiStore {
 
   #refusePlain(files: readonly string[]): InputError {
     return new InputError(
-      `${files.map((file) => join(this.stateDir, file)).join(', ')}: not encrypted, in a state directory whose every private key is sealed (no conversion under way); refused, as anyone able to write the directory could have put it there`,
+      `${files.map((file) => join(this.stateDir, file)).join(', ')}: not encrypted, in a state directory whose every private ` +
+        `key is sealed (no conversion under way); refused, as anyone able to write the directory could have put it there`,
       [
         `if you put it there, seal it: etcd-kvm state -i <inventory> --encrypt`,
         'otherwise restore the sealed file from where the directory came from',
@@ -111,7 +112,8 @@ export class PkiStore {
     }
     if (!this.cipher)
       throw new Error(
-        `${join(this.stateDir, file)} is encrypted, but the state directory has no ${ENCRYPTION_RECORD} (restore it from where the directory came from)`,
+        `${join(this.stateDir, file)} is encrypted, but the state directory has ` +
+          `no ${ENCRYPTION_RECORD} (restore it from where the directory came from)`,
       );
     return this.cipher.open(stored, file);
   }

@@ -16,7 +16,10 @@ import type { MemberQuorumFacts } from './verdict.ts';
 export function snapshotRefusal(members: readonly MemberQuorumFacts[]): string | undefined {
   const holding = members.filter((member) => member.etcd || !member.dataGone).map((member) => member.name);
   if (holding.length === 0) return undefined;
-  return `${holding.join(', ')} still ${holding.length > 1 ? 'hold' : 'holds'} data (or may): a backup holds less. Recover from a survivor (--from-member), or run the deploy to start members that are down`;
+  return (
+    `${holding.join(', ')} still ${holding.length > 1 ? 'hold' : 'holds'} data (or may): a backup holds less. ` +
+    `Recover from a survivor (--from-member), or run the deploy to start members that are down`
+  );
 }
 
 /** The inventory's text with the restore on (from `timestamp`, or the latest) and the cluster founded anew. */

@@ -58,7 +58,9 @@ export function judgeQuorum(members: readonly MemberQuorumFacts[], voting: numbe
   }
   return {
     kind: 'lost',
-    why: `only ${survivors.length} of ${voting} voting members hold their data (${gone.map((name) => `${name}: ${members.find((m) => m.name === name)!.dataGone}`).join('; ')}); a quorum is ${needed}`,
+    why:
+      `only ${survivors.length} of ${voting} voting members hold their data ` +
+      `(${gone.map((name) => `${name}: ${members.find((m) => m.name === name)!.dataGone}`).join('; ')}); a quorum is ${needed}`,
     survivors,
     gone,
     voting,
@@ -71,7 +73,9 @@ export function chooseSurvivor(survivors: readonly Survivor[], named?: string): 
     const survivor = survivors.find((candidate) => candidate.name === named);
     return (
       survivor ?? {
-        refused: `${named} is not a survivor: its etcd does not answer with its data (survivors: ${survivors.map((s) => s.name).join(', ') || 'none'})`,
+        refused:
+          `${named} is not a survivor: its etcd does not answer with its data ` +
+          `(survivors: ${survivors.map((s) => s.name).join(', ') || 'none'})`,
       }
     );
   }
@@ -103,10 +107,14 @@ export function resumePlan(from: string, verdict: QuorumVerdict): { force: boole
     return { force: false, say: `the cluster has a quorum (${verdict.why}): nothing is forced again; the deploy finishes the recovery` };
   if (verdict.kind === 'may-return')
     return {
-      refused: `the members that hold their data could form a quorum again (${verdict.why}), which no recovery under way leaves: the record is stale. Run the deploy; once the cluster is healthy, delete recovery.json`,
+      refused:
+        `the members that hold their data could form a quorum again (${verdict.why}), which no recovery under ` +
+        `way leaves: the record is stale. Run the deploy; once the cluster is healthy, delete recovery.json`,
     };
   return {
     force: true,
-    say: `the quorum is still lost (${verdict.why}): etcd stops on the other members that answer, their data is moved aside, ${from} starts forcing a new cluster, then the deploy`,
+    say:
+      `the quorum is still lost (${verdict.why}): etcd stops on the other members that answer, ` +
+      `their data is moved aside, ${from} starts forcing a new cluster, then the deploy`,
   };
 }

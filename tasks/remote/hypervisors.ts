@@ -39,7 +39,9 @@ export function hopsTo(hypervisor: Hypervisor): Hop[] {
   });
 }
 
-/** Why a hypervisor could not be reached: the whole message, and without its own name and address when it is the hypervisor's own failure. */
+/**
+ * Why a hypervisor could not be reached: the whole message, and without its own name and address when it is the hypervisor's own failure.
+ */
 export interface Unreachable {
   at: string;
   reason: string;

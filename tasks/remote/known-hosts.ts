@@ -72,7 +72,9 @@ export function verifyHostKey(
   if (revokedKeys(text).some((key) => key.blob.equals(presented))) {
     return {
       ok: false,
-      reason: `${pattern} presented the host key ${fingerprintOf(presented)}, which ${knownHostsPath} marks @revoked: refused (a revoked key is never accepted, nor recorded)`,
+      reason:
+        `${pattern} presented the host key ${fingerprintOf(presented)}, ` +
+        `which ${knownHostsPath} marks @revoked: refused (a revoked key is never accepted, nor recorded)`,
     };
   }
   const known = knownKeysFor(text, host, port);
@@ -80,13 +82,17 @@ export function verifyHostKey(
   if (known.length > 0) {
     return {
       ok: false,
-      reason: `the host key of ${pattern} CHANGED: it does not match ${knownHostsPath}; if the host was really reinstalled, remove its line there and run again`,
+      reason:
+        `the host key of ${pattern} CHANGED: it does not match ${knownHostsPath}; ` +
+        `if the host was really reinstalled, remove its line there and run again`,
     };
   }
   if (!trustOnFirstUse) {
     return {
       ok: false,
-      reason: `${pattern} is not in ${knownHostsPath}; add its key (ssh-keyscan -p ${port} ${host} >> ${knownHostsPath}) or set trust_on_first_use: true`,
+      reason:
+        `${pattern} is not in ${knownHostsPath}; add its key (ssh-keyscan ` +
+        `-p ${port} ${host} >> ${knownHostsPath}) or set trust_on_first_use: true`,
     };
   }
   const type = presented.subarray(4, 4 + presented.readUInt32BE(0)).toString();

@@ -230,11 +230,10 @@ export class SshConnection {
                 // No exit status and no signal: the connection went away under the command (sshd killed,
                 // the network cut). Said as such, naming the host, rather than as a failed command.
                 if ((code === undefined || code === null) && !signal) {
-                  reject(
-                    new SshError(
-                      `${this.target.label}: the SSH connection was lost while ${argv[0]} ran; the command may or may not have finished (the next run checks again)`,
-                    ),
-                  );
+                  const lost =
+                    `${this.target.label}: the SSH connection was lost while ${argv[0]} ran; ` +
+                    `the command may or may not have finished (the next run checks again)`;
+                  reject(new SshError(lost));
                   return;
                 }
                 resolve({

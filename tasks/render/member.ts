@@ -43,7 +43,9 @@ function cloudInitInput(context: RenderContext, member: Member): Omit<CloudInitI
   };
 }
 
-/** Everything rendered for one member: its domain XML and its three cloud-init files. `fragments`: its guest's, when the caller has them. */
+/**
+ * Everything rendered for one member: its domain XML and its three cloud-init files. `fragments`: its guest's, when the caller has them.
+ */
 export function renderMember(
   context: RenderContext,
   member: Member,

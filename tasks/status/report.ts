@@ -259,7 +259,10 @@ function backupsOf(records: NonNullable<StatusFacts['backupRecords']>, at: Date)
 function noLeader(facts: StatusFacts, answering: number): string {
   const gone = facts.members.filter((member) => member.vm === 'absent').map((member) => member.name);
   if (answering >= quorumOf(facts.members.length) || gone.length === 0) return 'no leader';
-  return `no leader: the quorum is lost (${answering} of ${facts.members.length} members answer; no VM for ${gone.join(', ')}): if their disks are gone too, etcd-kvm recover --dry-run says what recovering keeps; if not, a deploy starts them`;
+  return (
+    `no leader: the quorum is lost (${answering} of ${facts.members.length} members answer; no VM for ${gone.join(', ')}): ` +
+    `if their disks are gone too, etcd-kvm recover --dry-run says what recovering keeps; if not, a deploy starts them`
+  );
 }
 
 /** The image a member was built from, as the table shows it, and a warning when it is not base_image's. */
@@ -293,7 +296,10 @@ function versionLine(report: StatusReport): string {
   const cluster = report.clusterVersion ? `cluster version ${report.clusterVersion.replace(/\.0$/, '')}` : 'cluster version unknown';
   if (report.versions.length === 0) return `etcd: ${cluster}, no member answered`;
   if (report.versions.length === 1) return `etcd: ${cluster}, every member that answered runs ${report.versions[0]!.version}`;
-  return `etcd: ${cluster}, members on ${report.versions.length} versions: ${report.versions.map(({ version, members }) => `${version} (${members.join(', ')})`).join(', ')}`;
+  return (
+    `etcd: ${cluster}, members on ${report.versions.length} versions: ` +
+    `${report.versions.map(({ version, members }) => `${version} (${members.join(', ')})`).join(', ')}`
+  );
 }
 
 const size = (bytes: number | null) => (bytes === null ? '-' : formatBytes(bytes));
@@ -350,7 +356,8 @@ export function formatStatusTable(report: StatusReport): string {
   lines.push(
     report.healthy
       ? `cluster: healthy, ${voting} of ${report.members.length} members voting, leader ${report.leader}`
-      : `cluster: DEGRADED (${report.problems.length} problem${report.problems.length === 1 ? '' : 's'}), ${voting} of ${report.members.length} members voting, leader ${report.leader ?? 'none'}`,
+      : `cluster: DEGRADED (${report.problems.length} problem${report.problems.length === 1 ? '' : 's'}), ` +
+          `${voting} of ${report.members.length} members voting, leader ${report.leader ?? 'none'}`,
   );
   return lines.join('\n');
 }
@@ -364,6 +371,7 @@ function mismatchProblems(mismatch: StatusFacts['mismatch'], warnings: string[])
   }
   const record = parseMismatch(mismatch);
   return [
-    `the members' data differed after a run at ${record.at} (${record.detail}): deploys change nothing until one with --accept-mismatch finds them equal`,
+    `the members' data differed after a run at ${record.at} (${record.detail}): ` +
+      `deploys change nothing until one with --accept-mismatch finds them equal`,
   ];
 }

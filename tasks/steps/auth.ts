@@ -107,11 +107,12 @@ export function authStep(
       const changes: { summary: string; action: AuthAction }[] = [];
       const pending = state.unreachable ? ' (once etcd is healthy)' : '';
       if (!state.rootRole) changes.push({ summary: `create role root${pending}`, action: 'role' });
-      if (!state.rootUser)
-        changes.push({
-          summary: `create user root (${passwordMode ? 'password from the inventory, sent over TLS only' : 'no password: the client certificate CN=root authenticates'})${pending}`,
-          action: 'user',
-        });
+      if (!state.rootUser) {
+        const login = passwordMode
+          ? 'password from the inventory, sent over TLS only'
+          : 'no password: the client certificate CN=root authenticates';
+        changes.push({ summary: `create user root (${login})${pending}`, action: 'user' });
+      }
       if (!state.rootUserHasRole) changes.push({ summary: `grant role root to user root${pending}`, action: 'grant' });
       if (!state.authEnabled) changes.push({ summary: `enable authentication${pending}`, action: 'enable' });
       return changes;

@@ -42,7 +42,8 @@ export function clusterVersionWait(
     pending: (reason) => `wait for the cluster version to move to ${minor} (now: ${reason})`,
     waiting: (reason) => `waiting for the cluster version ${minor}: ${reason}`,
     failure: (name, reason) =>
-      `the cluster version did not move to ${minor} within cluster.health_timeout (${inventory.cluster.healthTimeout} s) as ${name} sees it: ${reason}. ` +
+      `the cluster version did not move to ${minor} within cluster.health_timeout ` +
+      `(${inventory.cluster.healthTimeout} s) as ${name} sees it: ${reason}. ` +
       'It moves once every member runs that minor: status lists the version each member runs.',
   };
 }

@@ -18,7 +18,9 @@ export const consistency = deployStep({
   on: 'etcd',
   selectable: false,
   changes: [],
-  doc: "once a member changed in the run: every voting member's HashKV at one revision, equal; a difference fails the run, and later runs change nothing until --accept-mismatch",
+  doc:
+    "once a member changed in the run: every voting member's HashKV at one revision, equal; " +
+    'a difference fails the run, and later runs change nothing until --accept-mismatch',
   async run(_phase, run) {
     const { clients, inventory } = run.resources;
     const { acceptMismatch } = run.options;

@@ -125,12 +125,18 @@ function quorumRefusal(facts: DepartFacts, live: LiveMember): string | undefined
   if (!facts.leaderId) return 'the cluster has no leader';
   const after = facts.healthy.length + facts.unhealthy.length;
   if (facts.healthy.length < quorumOf(after)) {
-    return `right after it, only ${facts.healthy.length} of the ${after} voting members etcd would have left are healthy, and they need ${quorumOf(after)} for a quorum`;
+    return (
+      `right after it, only ${facts.healthy.length} of the ${after} voting members ` +
+      `etcd would have left are healthy, and they need ${quorumOf(after)} for a quorum`
+    );
   }
   if (live.isLearner) return undefined;
   const healthyNow = facts.healthy.length + (facts.itselfHealthy ? 1 : 0);
   if (healthyNow < quorumOf(after + 1))
-    return `only ${healthyNow} of the cluster's ${after + 1} voting members are healthy, and committing the removal needs ${quorumOf(after + 1)}`;
+    return (
+      `only ${healthyNow} of the cluster's ${after + 1} voting members are healthy, ` +
+      `and committing the removal needs ${quorumOf(after + 1)}`
+    );
   return undefined;
 }
 

@@ -11,7 +11,8 @@ import { deployStep } from './deploy-step.ts';
 export const alarmWarnings = (alarms: readonly string[]): string[] =>
   alarms.includes('NOSPACE')
     ? [
-        'etcd reports an active NOSPACE alarm: the cluster refuses writes. Delete what is not needed, then maintain.ts --compact --defrag --disarm (or raise etcd.space_quota)',
+        'etcd reports an active NOSPACE alarm: the cluster refuses writes. Delete what is not needed, ' +
+          'then maintain.ts --compact --defrag --disarm (or raise etcd.space_quota)',
       ]
     : alarms.map((alarm) => `etcd reports an active ${alarm} alarm`);
 

@@ -72,7 +72,8 @@ export function addLearnerStep(
       if (facts.live) return [];
       if (facts.unhealthy.length > 0) {
         throw new MembershipRefusal(
-          `refusing to add ${joiner.name}: the cluster must be healthy with a leader first; not healthy: ${facts.unhealthy.join(', ')}. Nothing was changed.`,
+          `refusing to add ${joiner.name}: the cluster must be healthy with a leader first; ` +
+            `not healthy: ${facts.unhealthy.join(', ')}. Nothing was changed.`,
         );
       }
       return [
@@ -86,7 +87,8 @@ export function addLearnerStep(
       for (const { action } of changes) {
         await retryWhile(
           () => firstAnswering(clients, voting, (client) => client.cluster.memberAdd({ peerURLs: [action.peerUrl], isLearner: true })),
-          // Never after a timeout: that add may have gone through; etcd would refuse a second (its peer URL exists), failing an add that worked.
+          // Never after a timeout: that add may have gone through; etcd would
+          // refuse a second (its peer URL exists), failing an add that worked.
           (error) => JUST_RESTARTED.test((error as Error).message) && !/DEADLINE_EXCEEDED|timed? ?out/i.test((error as Error).message),
           ADD_RETRY,
         );
@@ -138,9 +140,10 @@ export function promoteStep(
           } catch (error) {
             const message = (error as Error).message;
             if (!NOT_IN_SYNC.test(message) || Date.now() > deadline) {
-              throw new Error(
-                `promoting ${joiner.name} failed: ${message.split('\n')[0]}${NOT_IN_SYNC.test(message) ? ` (still behind the leader after ${Math.round(timeoutMs / 1000)} s; cluster.health_timeout sets the wait)` : ''}`,
-              );
+              const behind = NOT_IN_SYNC.test(message)
+                ? ` (still behind the leader after ${Math.round(timeoutMs / 1000)} s; cluster.health_timeout sets the wait)`
+                : '';
+              throw new Error(`promoting ${joiner.name} failed: ${message.split('\n')[0]}${behind}`);
             }
             await delay(PROMOTE_RETRY_MS);
           }

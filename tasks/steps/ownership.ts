@@ -32,7 +32,9 @@ export function ownershipStep(
       if (ownership.kind !== 'to-mark') return [];
       return [
         {
-          summary: `mark domain ${name} as cluster ${identity.cluster}'s (${ownership.why}; ${ownership.running ? 'live and persistent, ' : ''}no restart)`,
+          summary:
+            `mark domain ${name} as cluster ${identity.cluster}'s (${ownership.why}; ` +
+            `${ownership.running ? 'live and persistent, ' : ''}no restart)`,
           action: 'mark',
         },
       ];
@@ -77,7 +79,9 @@ export function adoptionStep(
       if (!adoptsUnmarked || !everyDomainMarked()) return [];
       return [
         {
-          summary: `stop taking unmarked domains titled for cluster ${cluster} as its own (cluster-id.json): every member's domain carries the mark now`,
+          summary:
+            `stop taking unmarked domains titled for cluster ${cluster} as its ` +
+            `own (cluster-id.json): every member's domain carries the mark now`,
           action: 'stop',
         },
       ];

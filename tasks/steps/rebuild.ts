@@ -57,14 +57,16 @@ export function rebuildStep(
       if (verdict.kind === 'replace')
         throw new Error(
           `refusing to move ${member.name} onto ${verdict.to} (built from ${verdict.from}): it has no data disk, so it would leave ` +
-            'its cluster and join again empty, and it is the only voting member. Grow the cluster first, or give members a data disk. Nothing was changed.',
+            'its cluster and join again empty, and it is the only voting member. ' +
+            'Grow the cluster first, or give members a data disk. Nothing was changed.',
         );
       const { os, pool } = member.volumes;
       if (!('base' in os) || !state.disk) return [];
       return [
         {
           summary:
-            `rebuild ${member.name} on ${verdict.to} (built from ${verdict.from}): ${state.running ? 'stop it, ' : ''}a new OS disk ${pool}/${os.name} on the new image, start it; ` +
+            `rebuild ${member.name} on ${verdict.to} (built from ${verdict.from}): ` +
+            `${state.running ? 'stop it, ' : ''}a new OS disk ${pool}/${os.name} on the new image, start it; ` +
             'its data disk, etcd member ID and SSH host key stay',
           action: { pool, name: os.name, ...state.disk, running: state.running },
         },
@@ -126,7 +128,9 @@ export const rebuild = deployStep({
   on: 'hypervisors',
   selectable: true,
   changes: ['libvirt', 'guest', 'vm'],
-  doc: 'a member built from another image than base_image: a new OS disk on it, data disk kept (without one: replaced on it); one at a time, leader last',
+  doc:
+    'a member built from another image than base_image: a new OS disk on it, ' +
+    'data disk kept (without one: replaced on it); one at a time, leader last',
   asksHypervisor: (member) => Object.values(imageQuestions(member) ?? {}),
   run: (phase, run) =>
     run.runner.runStep(

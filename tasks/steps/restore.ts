@@ -61,7 +61,9 @@ export function restoreStep(
       const later = state.unreachable ? ' (once the member has booted)' : '';
       return [
         {
-          summary: `restore ${name}'s data directory from ${state.snapshot?.name} in ${source.bucket.where}, then start etcd${later} (${state.snapshot?.provenance})`,
+          summary:
+            `restore ${name}'s data directory from ${state.snapshot?.name} in ${source.bucket.where}, ` +
+            `then start etcd${later} (${state.snapshot?.provenance})`,
           action: 'restore',
         },
       ];

@@ -84,7 +84,8 @@ export function upgradeStep(options: UpgradeStepOptions): Step<UpgradeState, Upg
       return [
         {
           summary:
-            `etcd ${formatVersion(verdict.from)} → ${formatVersion(verdict.to)} (${verdict.step.kind} step) on ${verdict.pending.join(', ')}, ` +
+            `etcd ${formatVersion(verdict.from)} → ${formatVersion(verdict.to)} ` +
+            `(${verdict.step.kind} step) on ${verdict.pending.join(', ')}, ` +
             `one at a time, leader last (the guest step); pre-flight passed: ${passed(verdict.checks)}; first a snapshot into ${path}`,
           action: { kind: 'snapshot', path },
         },

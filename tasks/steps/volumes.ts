@@ -102,7 +102,8 @@ function osDiskChanges(
   const on = `hypervisor ${member.hypervisor.name}`;
   if ('existing' in os)
     throw new Error(
-      `volume_id ${os.existing} does not exist in pool ${pool} on ${on}; create it or drop volume_id to let the tool make an overlay on base_image`,
+      `volume_id ${os.existing} does not exist in pool ${pool} on ${on}; ` +
+        `create it or drop volume_id to let the tool make an overlay on base_image`,
     );
   // A data disk that is there holds the member's etcd data: a new OS disk boots the same member (an image rebuild).
   const dataKept = state.data?.exists === true;
@@ -112,9 +113,11 @@ function osDiskChanges(
         ? `other members have their disks: ${state.othersWithDisks.join(', ')}`
         : 'cluster.is_initializing is false';
     throw new Error(
-      `refusing to create a new OS disk for ${member.name}: the cluster already exists (${exists}), and a fresh member would start empty. ` +
+      `refusing to create a new OS disk for ${member.name}: ` +
+        `the cluster already exists (${exists}), and a fresh member would start empty. ` +
         'Restore the volume, or remove the member from the cluster (etcdctl member remove <its ID, from etcd-kvm status>) ' +
-        `or run with --replace ${member.name}: it then joins as a learner with a fresh disk and its data from the cluster. Nothing was changed for this member.`,
+        `or run with --replace ${member.name}: it then joins as a learner with a ` +
+        `fresh disk and its data from the cluster. Nothing was changed for this member.`,
     );
   }
   if (!state.base || 'missing' in state.base) {
@@ -144,8 +147,10 @@ function dataDiskChanges(
     throw new Error(`data_volume_id ${data.existing} does not exist in pool ${pool} on hypervisor ${member.hypervisor.name}`);
   if (!joining && formed) {
     throw new Error(
-      `refusing to create a new data disk for ${member.name}: the cluster has formed, so ${pool}/${data.name} held this member's etcd data, and etcd would start on an empty one. ` +
-        `Restore the volume, or run with --replace ${member.name} (it joins again empty and takes its data from the cluster). Nothing was changed for this member.`,
+      `refusing to create a new data disk for ${member.name}: the cluster has formed, ` +
+        `so ${pool}/${data.name} held this member's etcd data, and etcd would start on an empty one. ` +
+        `Restore the volume, or run with --replace ${member.name} (it joins again empty ` +
+        `and takes its data from the cluster). Nothing was changed for this member.`,
     );
   }
   return [

@@ -132,7 +132,9 @@ function stepCheck(from: EtcdVersion, to: EtcdVersion, step: VersionStep, cluste
     return {
       name,
       ok: false,
-      detail: `${move} moves ${Math.abs(step.minors)} minors: etcd supports one at a time; set etcd.version to the latest patch of the next minor first`,
+      detail:
+        `${move} moves ${Math.abs(step.minors)} minors: etcd supports one at a time; ` +
+        `set etcd.version to the latest patch of the next minor first`,
     };
   }
   // Backwards: a binary swap while the cluster version is still the target's minor (a roll undone half way).
@@ -147,7 +149,9 @@ function stepCheck(from: EtcdVersion, to: EtcdVersion, step: VersionStep, cluste
     return {
       name,
       ok: false,
-      detail: `${move} goes back below the cluster version ${minorOf(cluster)}: once every member ran ${minorOf(cluster)}, only etcd's downgrade procedure (etcdctl downgrade, from 3.6) goes back; this tool does not run it`,
+      detail:
+        `${move} goes back below the cluster version ${minorOf(cluster)}: once every member ran ${minorOf(cluster)}, ` +
+        `only etcd's downgrade procedure (etcdctl downgrade, from 3.6) goes back; this tool does not run it`,
     };
   }
   return { name, ok: true, detail: `${move}: back to the cluster version ${minorOf(cluster)} (a roll undone)` };

@@ -69,7 +69,8 @@ async function get(url: string): Promise<Response> {
   }
   if (!response.ok) {
     throw new ReleaseError(
-      `cannot download ${url}: HTTP ${response.status} (check etcd.version and etcd.release_url: a mirror keeps etcd's layout <base>/vX.Y.Z/<archive>)`,
+      `cannot download ${url}: HTTP ${response.status} (check etcd.version and ` +
+        `etcd.release_url: a mirror keeps etcd's layout <base>/vX.Y.Z/<archive>)`,
     );
   }
   return response;
@@ -165,7 +166,8 @@ export async function obtainRelease(source: ReleaseSource, directory: string, ha
     const got = await download(names.archiveUrl, partial);
     if (got !== expected.sha256) {
       throw new ReleaseError(
-        `${names.archiveUrl} has digest ${got}, but its ${expected.verifiedBy} says ${expected.sha256}: not installed (a damaged download or a changed release; check etcd.sha256 and the mirror)`,
+        `${names.archiveUrl} has digest ${got}, but its ${expected.verifiedBy} says ${expected.sha256}: ` +
+          `not installed (a damaged download or a changed release; check etcd.sha256 and the mirror)`,
       );
     }
     renameSync(partial, archivePath);

@@ -118,7 +118,8 @@ export async function clearMismatch(clients: EtcdClients, members: readonly Memb
 }
 
 const HOW_TO_GO_ON =
-  'Find the member whose data differs (etcd-kvm verify names the hashes), and mend it (deploy --replace NAME builds it again from the others); ' +
+  'Find the member whose data differs (etcd-kvm verify names the hashes), ' +
+  'and mend it (deploy --replace NAME builds it again from the others); ' +
   'then run with --accept-mismatch: that run compares the members again and removes the record once they agree';
 
 /** The refusal of a run's first change while a mismatch is recorded (none with --accept-mismatch). */

@@ -121,7 +121,9 @@ function raftLogChecks(facts: VerifyFacts): Check[] {
       {
         check: 'raft log',
         ok: true,
-        detail: `applied indexes within ${APPLIED_INDEX_BOUND} of ${ahead}: ${indexes.map(({ name, applied }) => `${name} ${applied}`).join(', ')}`,
+        detail:
+          `applied indexes within ${APPLIED_INDEX_BOUND} of ${ahead}: ` +
+          `${indexes.map(({ name, applied }) => `${name} ${applied}`).join(', ')}`,
       },
     ];
   return behind.map(({ name, applied }) => ({

@@ -79,7 +79,8 @@ export function etcdFragment(
       paths: [GUEST_PATHS.forceNewClusterDropIn],
       why: {
         [GUEST_PATHS.forceNewClusterDropIn]:
-          "a recovery's --force-new-cluster, left by a recover that did not finish: the next start of etcd would found a new cluster of this member alone",
+          "a recovery's --force-new-cluster, left by a recover that did not finish: " +
+          'the next start of etcd would found a new cluster of this member alone',
       },
     },
     // With restore enabled the unit's condition keeps etcd stopped until the restore step filled the data directory.

@@ -186,7 +186,9 @@ function gitSourceFiles(dynamic: DynamicConfig, writeSecret: SecretWriter): Writ
 export function renderUpdaterUnits(dynamic: DynamicConfig): WriteFile[] {
   const environment = dynamic.source === 'etcd' ? 'CONFS_AUTO_UPDATER_CONFIG_FILE' : 'GITSYNC_CONFIG_FILE';
   const service = renderServiceUnit({
-    comment: `Managed by etcd-kvm: syncs ${DYNAMIC_CONFIG.dir} from ${dynamic.source === 'etcd' ? 'an etcd key prefix' : 'a git repository'}.`,
+    comment:
+      `Managed by etcd-kvm: syncs ${DYNAMIC_CONFIG.dir} ` +
+      `from ${dynamic.source === 'etcd' ? 'an etcd key prefix' : 'a git repository'}.`,
     description: 'fluent-bit dynamic configuration updater',
     user: CONFIG_UPDATER.user,
     // The updater exits on any error and relies on systemd to retry, for as long as it takes (etcd

@@ -40,7 +40,8 @@ const escapeLabel = (value: string) => value.replace(/\\/g, '\\\\').replace(/"/g
 /** Prometheus's text format: one series per certificate (a bundle gives one per certificate in it), notAfter in Unix seconds. */
 export function renderCertificateMetrics(tls: MemberTls): string {
   const lines = [
-    '# HELP etcd_kvm_certificate_expiry_timestamp_seconds When each certificate the member serves or trusts ends (notAfter), written by etcd-kvm.',
+    '# HELP etcd_kvm_certificate_expiry_timestamp_seconds When each certificate ' +
+      'the member serves or trusts ends (notAfter), written by etcd-kvm.',
     '# TYPE etcd_kvm_certificate_expiry_timestamp_seconds gauge',
   ];
   for (const [label, pem] of certificatesOf(tls)) {
