@@ -12,8 +12,8 @@ import type {
   UserInput,
 } from './schema.ts';
 import { NODE_EXPORTER_PORT } from './urls.ts';
-import type { Problem } from './problems.ts';
-import { s3ValueProblems } from './s3-values.ts';
+import type { Path, Problem } from './problems.ts';
+import { s3ValueProblems, urlProblem, type UrlRules } from './s3-values.ts';
 import { CONTROL_NODE, targetName } from '../core/step.ts';
 import { isIPv4, isNetworkOrBroadcast, sameSubnet } from './ipv4.ts';
 import { GUEST_SERVICE_ACCOUNTS, prefixEnd, reachesToolKeys, RESERVED_USER_NAMES, TOOL_KEY_PREFIX, TOOL_NAME_PREFIX } from './reserved.ts';
@@ -584,7 +584,8 @@ const LOOPBACK_HOST = /^(localhost|127(\.\d{1,3}){3}|\[::1\])$/i;
 const releasesOverHttpArePinned: Rule = (doc) => {
   const { binaries, release_url: url, sha256 } = doc.etcd;
   if (binaries !== 'release' || !url.startsWith('http://') || sha256 !== undefined) return [];
-  if (LOOPBACK_HOST.test(hostOf(url))) return [];
+  // A URL that is not sound is urlsAreSound's to refuse, and this message would show it (credentials and all).
+  if (LOOPBACK_HOST.test(hostOf(url)) || urlProblem(url, RELEASE_URL) !== undefined) return [];
   return [
     {
       path: ['etcd', 'release_url'],
@@ -592,6 +593,37 @@ const releasesOverHttpArePinned: Rule = (doc) => {
       hint: "use https, or pin the archive's digest in etcd.sha256 (a mirror on this machine, 127.0.0.1, is fine as it is)",
     },
   ];
+};
+
+const RELEASE_URL: UrlRules = {
+  example: 'https://github.com/etcd-io/etcd/releases/download',
+  credentialsGo: 'printed in messages and logs',
+  credentialsHint: 'serve the releases where no credentials are needed: a mirror of your own, over https',
+  query: false,
+};
+
+/**
+ * The other URLs the inventory gives, parsed as the S3 endpoints are: etcd's releases (printed in messages,
+ * the release's directory and archive appended to it) and the runbooks' page (in every alert rule).
+ */
+const urlsAreSound: Rule = (doc) => {
+  const found: [Path, string, UrlRules][] = [
+    [['etcd', 'release_url'], doc.etcd.release_url, RELEASE_URL],
+    [
+      ['monitoring', 'runbook_url'],
+      doc.monitoring.runbook_url,
+      {
+        example: 'https://git.example.org/ops/etcd-kvm/blob/main/docs/monitoring.md',
+        credentialsGo: 'in every alert',
+        credentialsHint: 'give the page a URL anyone who gets the alert may read',
+        query: true,
+      },
+    ],
+  ];
+  return found.flatMap(([path, url, rules]) => {
+    const problem = url ? urlProblem(url, rules) : undefined;
+    return problem ? [{ path, ...problem }] : [];
+  });
 };
 
 /**
@@ -1035,6 +1067,7 @@ export const RULES: readonly Rule[] = [
   electionOutlastsHeartbeats,
   renewalInsideValidity,
   releasesOverHttpArePinned,
+  urlsAreSound,
   oneDefragRule,
   periodicCorruptionCheckIsRare,
   enabledFeaturesAreComplete,

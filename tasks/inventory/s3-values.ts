@@ -15,26 +15,57 @@ export interface S3Values {
   region: string;
 }
 
-/** What an endpoint URL must not carry, or undefined when it is sound. Never echoes the URL: it may hold credentials. */
-export function endpointProblem(endpoint: string): { message: string; hint: string } | undefined {
+/** How a URL field is checked: what to say for credentials in it, whether it may have a query, and an example. */
+export interface UrlRules {
+  example: string;
+  /** Where credentials in the URL would end up, in clear. */
+  credentialsGo: string;
+  credentialsHint: string;
+  query: boolean;
+}
+
+/**
+ * What a URL the inventory gives must not carry, or undefined when it is sound: an http(s) URL with a host, no
+ * credentials in its user-info (they would be written out or printed in clear), no fragment, and a query only
+ * where its field allows one. Never echoes the URL: it may hold credentials.
+ */
+export function urlProblem(
+  text: string,
+  rules: UrlRules,
+  notAUrlHint = `e.g. ${rules.example}`,
+): { message: string; hint: string } | undefined {
   let url: URL;
   try {
-    url = new URL(endpoint);
+    url = new URL(text);
   } catch {
-    return { message: 'is not a URL', hint: 'e.g. https://s3.eu-west-1.amazonaws.com or http://10.0.0.5:9000' };
+    return { message: 'is not a URL', hint: notAUrlHint };
   }
   if (url.protocol !== 'https:' && url.protocol !== 'http:')
-    return { message: `has the scheme ${url.protocol.replace(/:$/, '')}, not http or https`, hint: 'e.g. https://s3.example.org' };
+    return { message: `has the scheme ${url.protocol.replace(/:$/, '')}, not http or https`, hint: `e.g. ${rules.example}` };
   if (url.username || url.password)
     return {
-      message: 'carries credentials in its user-info (the URL is not shown): they would be written into every member in clear',
-      hint: 'give the keys in restore.s3.access_key and restore.s3.secret_key, and the endpoint without them',
+      message: `carries credentials in its user-info (the URL is not shown): they would be ${rules.credentialsGo} in clear`,
+      hint: rules.credentialsHint,
     };
-  if (!url.hostname) return { message: 'has no host', hint: 'e.g. https://s3.example.org' };
-  if (url.search || endpoint.includes('?')) return { message: 'has a query', hint: 'give the endpoint alone; requests add their own' };
-  if (url.hash || endpoint.includes('#')) return { message: 'has a fragment', hint: 'give the endpoint alone' };
+  if (!url.hostname) return { message: 'has no host', hint: `e.g. ${rules.example}` };
+  if (!rules.query && (url.search || text.includes('?')))
+    return { message: 'has a query', hint: 'give the endpoint alone; requests add their own' };
+  if (url.hash || text.includes('#')) return { message: 'has a fragment', hint: 'give the endpoint alone' };
   return undefined;
 }
+
+/** What an S3 endpoint URL must not carry, or undefined when it is sound. */
+export const endpointProblem = (endpoint: string) =>
+  urlProblem(
+    endpoint,
+    {
+      example: 'https://s3.example.org',
+      credentialsGo: 'written into every member',
+      credentialsHint: 'give the keys in restore.s3.access_key and restore.s3.secret_key, and the endpoint without them',
+      query: false,
+    },
+    'e.g. https://s3.eu-west-1.amazonaws.com or http://10.0.0.5:9000',
+  );
 
 // S3's bucket naming rules: 3 to 63 lowercase letters, digits, dots and hyphens, a letter or digit at each end.
 const BUCKET = /^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$/;

@@ -495,6 +495,23 @@ const refusals: { name: string; edit: (doc: Doc) => void; problem: string }[] = 
       "etcd.release_url: is plain http (http://mirror.example/etcd): anyone on the way can serve another archive with a SHA256SUMS that matches it — use https, or pin the archive's digest in etcd.sha256 (a mirror on this machine, 127.0.0.1, is fine as it is)",
   },
   {
+    name: 'a release URL with credentials in it: refused without showing them, and the plain-http refusal says nothing of it',
+    edit: (doc) => (doc.etcd = { version: 'v3.5.30', binaries: 'release', release_url: 'http://me:s3cret@mirror.example/etcd' }),
+    problem:
+      'etcd.release_url: carries credentials in its user-info (the URL is not shown): they would be printed in messages and logs in clear — serve the releases where no credentials are needed: a mirror of your own, over https',
+  },
+  {
+    name: 'a release URL with a query: the release directory and archive are appended to it',
+    edit: (doc) => (doc.etcd = { release_url: 'https://mirror.example/etcd?token=1' }),
+    problem: 'etcd.release_url: has a query — give the endpoint alone; requests add their own',
+  },
+  {
+    name: 'a runbook URL with credentials in it: they would be in every alert',
+    edit: (doc) => (doc.monitoring = { runbook_url: 'https://wiki:pw@wiki.example/etcd' }),
+    problem:
+      'monitoring.runbook_url: carries credentials in its user-info (the URL is not shown): they would be in every alert in clear — give the page a URL anyone who gets the alert may read',
+  },
+  {
     name: 'a health_timeout that would overflow a timer',
     edit: (doc) => ((doc.cluster as Record<string, unknown>).health_timeout = 1e12),
     problem: 'cluster.health_timeout: is in seconds; at most a day',
@@ -904,4 +921,9 @@ test('releases over plain http are taken pinned (etcd.sha256) or from this machi
     { release_url: 'http://mirror.example/etcd' },
   ];
   for (const etcd of accepted) t.notThrows(() => load(edit((doc) => (doc.etcd = etcd))), JSON.stringify(etcd));
+});
+
+test("a runbook page's URL may have a query (a wiki's ?title=): the alerts add their #anchor after it", (t) => {
+  const inventory = load(edit((doc) => (doc.monitoring = { runbook_url: 'https://wiki.example/index.php?title=etcd' })));
+  t.is(inventory.monitoring.runbookUrl, 'https://wiki.example/index.php?title=etcd');
 });
