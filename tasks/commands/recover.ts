@@ -29,7 +29,7 @@ import {
 } from '../recover/force-new-cluster.ts';
 import { withOptionalValues } from '../cli/optional-value.ts';
 import { removeRestoringInventory, restoringInventoryPath, snapshotRefusal, writeRestoringInventory } from '../recover/from-snapshot.ts';
-import { chooseSurvivor, judgeQuorum, resumePlan, type Survivor } from '../recover/verdict.ts';
+import { chooseSurvivor, judgeQuorum, recordRefusal, resumePlan, type Survivor } from '../recover/verdict.ts';
 import { SnapshotSource } from '../backup/source.ts';
 
 const HELP = `Usage: etcd-kvm recover -i INVENTORY [--from-member NAME | --from-snapshot [TIMESTAMP]] [--dry-run]
@@ -99,6 +99,7 @@ function runDeploy(inventoryPath: string): number {
 function decideRecovery(
   inventory: Inventory,
   facts: QuorumFacts,
+  clusterId: string,
   options: { fromMember?: string; dryRun: boolean },
 ): { record: RecoveryRecord; force: boolean } | number {
   const begun = readRecovery(inventory.stateDir);
@@ -106,7 +107,9 @@ function decideRecovery(
   if (begun) {
     if (options.fromMember !== undefined && options.fromMember !== begun.from)
       throw new InputError(`a recovery from ${begun.from} is under way (since ${begun.started}): finish it without --from-member`);
-    const resumed = resumePlan(begun.from, verdict);
+    const survivor = facts.members.find((member) => member.name === begun.from);
+    const unbound = recordRefusal({ record: begun, clusterId, ...(survivor ? { survivor } : {}) });
+    const resumed = unbound ? { refused: unbound } : resumePlan(begun.from, verdict);
     if ('refused' in resumed) {
       console.log(`refused to resume the recovery from ${begun.from} begun ${begun.started}: ${resumed.refused}`);
       return EXIT.failed;
@@ -126,11 +129,13 @@ function decideRecovery(
   }
   console.log(describePlan(inventory, chosen, verdict.survivors, verdict.gone).join('\n'));
   if (options.dryRun) return EXIT.ok;
-  const record = {
+  const record: RecoveryRecord = {
     from: chosen.name,
     raftIndex: String(chosen.raftIndex),
     revision: String(chosen.revision),
     started: new Date().toISOString(),
+    clusterId,
+    memberId: facts.members.find((member) => member.name === chosen.name)!.etcd!.id,
   };
   writeRecovery(inventory.stateDir, record);
   return { record, force: true };
@@ -169,7 +174,13 @@ async function recoverSurvivor(inventory: Inventory, options: { fromMember?: str
   try {
     const facts = await gatherQuorumFacts(inventory, context.remote, context.clients);
     console.log(`members (${facts.voting} voting in etcd's member list):\n${describeFacts(facts).join('\n')}`);
-    const decided = decideRecovery(inventory, facts, options);
+    const clusterId = context.owner().identity.id;
+    // Every deploy's pki step records the cluster's ID first: a state directory without one never deployed it.
+    if (clusterId === undefined)
+      throw new InputError(
+        `${inventory.stateDir} holds no cluster ID (cluster-id.json): it is not the state directory that deployed this cluster`,
+      );
+    const decided = decideRecovery(inventory, facts, clusterId, options);
     if (typeof decided === 'number') return decided;
     const { record, force } = decided;
     // The cluster's run lock too, as every run that changes it takes: held while the cluster has a quorum (a recovery

@@ -24,6 +24,12 @@ export interface RecoveryRecord {
   raftIndex: string;
   revision: string;
   started: string;
+  /**
+   * What binds the record to one recovery: the cluster's ID (the state directory's identity) and the survivor's
+   * etcd member ID. Absent from a record an earlier version wrote; resumePlan refuses such a record.
+   */
+  clusterId?: string;
+  memberId?: string;
 }
 
 const recordPath = (stateDir: string) => join(stateDir, 'recovery.json');

@@ -93,6 +93,31 @@ export function chooseSurvivor(survivors: readonly Survivor[], named?: string): 
   return ranked[0] ?? { refused: 'no member survived with its data: only a snapshot can bring the cluster back (--from-snapshot)' };
 }
 
+/** What a recovery record must match to be resumed: this state directory's cluster, and its survivor as it answers now. */
+export interface RecordBinding {
+  record: { from: string; clusterId?: string; memberId?: string };
+  clusterId: string;
+  /** The survivor's facts now (its etcd member ID, when it answers). */
+  survivor?: MemberQuorumFacts;
+}
+
+/**
+ * Why a record is not this recovery's, or undefined when it is: written for another cluster (a state directory
+ * copied from elsewhere), begun from a member that has been built again since (another member ID), or written by
+ * an earlier version that bound it to nothing. Each is refused; a fresh `recover` judges the quorum again.
+ */
+export function recordRefusal({ record, clusterId, survivor }: RecordBinding): string | undefined {
+  const again = 'delete recovery.json and run recover again: it judges the quorum afresh';
+  if (record.clusterId === undefined || record.memberId === undefined)
+    return `the record names no cluster or member ID (an earlier etcd-kvm wrote it), so nothing binds it to this recovery: ${again}`;
+  if (record.clusterId !== clusterId)
+    return `the record is cluster ${record.clusterId}'s, and this state directory is cluster ${clusterId}'s: ${again}`;
+  const now = survivor?.etcd?.id;
+  if (now !== undefined && now !== record.memberId)
+    return `${record.from} answers as member ${now}, and the recovery began from member ${record.memberId}: it was built again since; ${again}`;
+  return undefined;
+}
+
 /**
  * What a recovery found under way (recovery.json) still does, from live facts, not from the record: the
  * destructive part (etcd stopped on the other members, their data moved aside, the survivor forced into a

@@ -553,9 +553,13 @@ scenario(
       (member) =>
         !etcdctl([endpoint(member)], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout.includes(`"member_id":${leaderId},`),
     )!;
+    // Bound to this cluster and to the follower as it answers (a record bound to nothing is refused: unit-tested).
+    const clusterId = (JSON.parse(readFileSync(join(LAB_STATE, 'cluster-id.json'), 'utf8')) as { id: string }).id;
+    const followerStatus = etcdctl([endpoint(follower)], rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout;
+    const memberId = BigInt(/"member_id":(\d+)/.exec(followerStatus)![1]!).toString(16);
     writeFileSync(
       join(LAB_STATE, 'recovery.json'),
-      JSON.stringify({ from: follower, raftIndex: '1', revision: '1', started: '2026-01-01T00:00:00Z' }),
+      JSON.stringify({ from: follower, raftIndex: '1', revision: '1', started: '2026-01-01T00:00:00Z', clusterId, memberId }),
     );
     const stale = run(process.execPath, recoverArgs, { timeoutMs: 10 * 60_000 });
     t.is(stale.status, 0, stale.stdout + stale.stderr);

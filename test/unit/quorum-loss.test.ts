@@ -5,7 +5,14 @@ import { parse } from 'yaml';
 import { withOptionalValues } from '../../tasks/cli/optional-value.ts';
 import { snapshotRefusal, withRestoreForced } from '../../tasks/recover/from-snapshot.ts';
 import { readRecovery, writeRecovery } from '../../tasks/recover/force-new-cluster.ts';
-import { chooseSurvivor, judgeQuorum, resumePlan, type MemberQuorumFacts, type QuorumVerdict } from '../../tasks/recover/verdict.ts';
+import {
+  chooseSurvivor,
+  judgeQuorum,
+  recordRefusal,
+  resumePlan,
+  type MemberQuorumFacts,
+  type QuorumVerdict,
+} from '../../tasks/recover/verdict.ts';
 import { scratchDir } from '../helpers/scratch.ts';
 
 const answering = (name: string, raftIndex: number, revision: number, leader = '0', isLearner = false): MemberQuorumFacts => ({
@@ -156,6 +163,42 @@ test('resume: a record left behind, then a power cut (every etcd silent, every d
     /^the members that hold their data could form a quorum again \(3 of 3 voting members still hold their data.*the record is stale\. Run the deploy; once the cluster is healthy, delete recovery\.json$/,
   );
 });
+
+/** recovery.json bound to its recovery: this state directory's cluster ID, and the survivor's member ID as it answers now. */
+const bindingTable: [string, Parameters<typeof recordRefusal>[0], RegExp | undefined][] = [
+  [
+    'the same cluster, the survivor answering as the member it was',
+    { record: { from: 'a', clusterId: 'c-1', memberId: 'id-a' }, clusterId: 'c-1', survivor: answering('a', 10, 5) },
+    undefined,
+  ],
+  [
+    'the same cluster, the survivor silent (stopped by the recovery): nothing says otherwise',
+    { record: { from: 'a', clusterId: 'c-1', memberId: 'id-a' }, clusterId: 'c-1', survivor: silent('a') },
+    undefined,
+  ],
+  [
+    'a state directory copied from another cluster',
+    { record: { from: 'a', clusterId: 'c-2', memberId: 'id-a' }, clusterId: 'c-1', survivor: answering('a', 10, 5) },
+    /^the record is cluster c-2's, and this state directory is cluster c-1's: delete recovery\.json and run recover again/,
+  ],
+  [
+    'the survivor built again since (another member ID)',
+    { record: { from: 'a', clusterId: 'c-1', memberId: 'id-old' }, clusterId: 'c-1', survivor: answering('a', 10, 5) },
+    /^a answers as member id-a, and the recovery began from member id-old: it was built again since; delete recovery\.json/,
+  ],
+  [
+    'a record an earlier version wrote, bound to nothing',
+    { record: { from: 'a' }, clusterId: 'c-1', survivor: answering('a', 10, 5) },
+    /^the record names no cluster or member ID \(an earlier etcd-kvm wrote it\)/,
+  ],
+];
+
+for (const [name, binding, refused] of bindingTable)
+  test(`resume, the record's binding: ${name}`, (t) => {
+    const got = recordRefusal(binding);
+    if (refused === undefined) t.is(got, undefined);
+    else t.regex(got ?? '(accepted)', refused);
+  });
 
 test('recovery.json is written for its owner alone', (t) => {
   const dir = scratchDir('recovery');
