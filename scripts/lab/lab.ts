@@ -137,7 +137,7 @@ if (!command || process.argv.includes('--help')) {
   process.exit(command || process.argv.includes('--help') ? 0 : 2);
 }
 if (process.getuid?.() !== 0) {
-  console.error('lab: must run as root (network namespaces, libvirtd, /dev/kvm)');
+  console.error('lab: must run as root (network namespaces, libvirtd, and /dev/kvm where there is one)');
   process.exit(2);
 }
 $.verbose = false;
