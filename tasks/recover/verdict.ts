@@ -113,8 +113,10 @@ export function recordRefusal({ record, clusterId, survivor }: RecordBinding): s
   if (record.clusterId !== clusterId)
     return `the record is cluster ${record.clusterId}'s, and this state directory is cluster ${clusterId}'s: ${again}`;
   const now = survivor?.etcd?.id;
-  if (now !== undefined && now !== record.memberId)
-    return `${record.from} answers as member ${now}, and the recovery began from member ${record.memberId}: it was built again since; ${again}`;
+  if (now !== undefined && now !== record.memberId) {
+    const rebuilt = `${record.from} answers as member ${now}, and the recovery began from member ${record.memberId}`;
+    return `${rebuilt}: it was built again since; ${again}`;
+  }
   return undefined;
 }
 
