@@ -1,6 +1,6 @@
 /**
- * The e2e suite's time, from the spans test/helpers/timing.ts records: each file's total, lab:up, lab:down
- * and cold deploy, then every scenario and set-up sorted by duration, the longest first.
+ * The e2e suite's time, from the spans test/helpers/timing.ts records: every scenario and set-up sorted by
+ * duration, the longest first, then each file's total, lab:up, lab:down and cold deploy.
  */
 
 /** Where the spans go: the variable `npm run test:e2e` sets, or the default path (under the repository's ignored .etcd-kvm/). */
@@ -41,8 +41,8 @@ const extent = (spans: readonly Span[]) =>
 const shorten = (title: string, width: number) => (title.length > width ? `${title.slice(0, width - 1)}…` : title);
 
 /**
- * The summary printed after ava's own report: per file (lab:up, lab:down with lab:clear, and the cold deploy summed),
- * then every span by duration.
+ * The summary printed after ava's own report: every span by duration, then per file (lab:up, lab:down with
+ * lab:clear, and the cold deploy summed), then the whole time.
  */
 export function timingSummary(spans: readonly Span[], wallMs: number): string {
   const files = [...new Set(spans.map((span) => span.file))];
@@ -57,9 +57,17 @@ export function timingSummary(spans: readonly Span[], wallMs: number): string {
       scenarios: ofKind(file, 'scenario').length,
     }))
     .sort((a, b) => b.total - a.total);
+  const byDuration = [...spans]
+    .sort((a, b) => b.ms - a.ms)
+    .map(
+      (span) =>
+        `${duration(span.ms).padStart(11)}  ${span.file.replace(/\.test\.ts$/, '').padEnd(16)}  ${span.kind === 'scenario' ? '' : `[${span.kind}] `}${shorten(span.title, 110)}`,
+    );
+  // The file table and the whole time last: a log cut to its head and tail (CI's is) still shows them.
   const lines = [
     '',
-    `e2e time: ${duration(wallMs)} in all`,
+    'by duration:',
+    ...byDuration,
     '',
     'file                        total        lab:up  down/clr  cold deploy  scenarios',
     ...perFile.map(
@@ -67,13 +75,7 @@ export function timingSummary(spans: readonly Span[], wallMs: number): string {
         `${row.file.padEnd(26)}  ${duration(row.total).padStart(11)}  ${duration(row.up).padStart(8)}  ${duration(row.down).padStart(8)}  ${duration(row.cold).padStart(11)}  ${String(row.scenarios).padStart(9)}`,
     ),
     '',
-    'by duration:',
-    ...[...spans]
-      .sort((a, b) => b.ms - a.ms)
-      .map(
-        (span) =>
-          `${duration(span.ms).padStart(11)}  ${span.file.replace(/\.test\.ts$/, '').padEnd(16)}  ${span.kind === 'scenario' ? '' : `[${span.kind}] `}${shorten(span.title, 110)}`,
-      ),
+    `e2e time: ${duration(wallMs)} in all`,
   ];
   return lines.join('\n');
 }

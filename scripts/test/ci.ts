@@ -1,9 +1,10 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { printEnded, runBuffered } from './jobs.ts';
+import { type Ended, failureDigest, printEnded, runBuffered } from './jobs.ts';
 
 /**
  * `npm run test:ci`, what `.ci/run` runs after `npm ci`: `npm test` beside `npm run test:e2e`, the e2e's report
- * as it comes and `npm test`'s whole when it ends; the exit code is 1 when either failed.
+ * as it comes and `npm test`'s whole when it ends (a failed one's digest again at the end); the exit code is 1
+ * when either failed.
  *
  * Beside, because the e2e leaves the machine's two cores idle for stretches (agent ticks, elections, a member's
  * first boot waiting on its disk), and `npm test` fills them: at nice 19 it takes only what the guests leave.
@@ -21,13 +22,16 @@ if (packages.status !== 0) process.exit(1);
 console.log('npm test runs beside the e2e at nice 19; its report follows when it ends');
 const unit = runBuffered({ name: 'npm test (beside the e2e)', argv: ['nice', '-n', '19', 'npm', 'test'] }).then((ended) => {
   printEnded(ended);
-  return ended.ok;
+  return ended;
 });
 const e2e = new Promise<boolean>((done) => {
   const child = spawn('npm', ['run', '-s', 'test:e2e'], { stdio: 'inherit' });
   child.on('error', () => done(false));
   child.on('close', (code) => done(code === 0));
 });
-const [unitOk, e2eOk] = await Promise.all([unit, e2e]);
+const [unitEnded, e2eOk]: [Ended, boolean] = await Promise.all([unit, e2e]);
+const unitOk = unitEnded.ok;
+// Again at the very end: its report came in the middle of the e2e's, and a log cut to its head and tail loses it.
+if (!unitOk) console.log(`\n${failureDigest(unitEnded)}`);
 console.log(`\nci: npm test ${unitOk ? 'passed' : 'FAILED'}, e2e ${e2eOk ? 'passed' : 'FAILED'}`);
 process.exit(unitOk && e2eOk ? 0 : 1);

@@ -25,15 +25,19 @@ test('the spans file: one JSON object a line, blank lines ignored', (t) => {
   t.deepEqual(parseSpans(`${spans.map((span) => JSON.stringify(span)).join('\n')}\n\n`), spans);
 });
 
-test('the summary: files by their total with lab:up, lab:down and lab:clear together, and cold deploy, then every span longest first', (t) => {
+test('the summary: every span longest first, then files by their total with lab:up, lab:down and lab:clear together, and cold deploy, the whole time last', (t) => {
   const lines = timingSummary(spans, 700_000).split('\n');
-  t.true(lines.includes('e2e time: 11 min 40 s in all'), lines.join('\n'));
+  // Last, so a log cut to its head and tail still shows them.
+  t.is(lines.at(-1), 'e2e time: 11 min 40 s in all', lines.join('\n'));
+  t.true(lines.indexOf('by duration:') < lines.findIndex((line) => line.startsWith('file ')));
   const fileRows = lines.filter((line) => /^lab-\S+\.test\.ts /.test(line)).map((line) => line.split(/\s{2,}/));
   t.deepEqual(fileRows, [
     ['lab-deploy.test.ts', '4 min 14 s', '40.0 s', '0.0 s', '2 min 30 s', '2'],
     ['lab-macvtap.test.ts', '2 min 19 s', '30.0 s', '9.0 s', '0.0 s', '1'],
   ]);
-  const byDuration = lines.slice(lines.indexOf('by duration:') + 1).map((line) => line.trim().split(/\s{2,}/));
+  const byDuration = lines
+    .slice(lines.indexOf('by duration:') + 1, lines.findIndex((line) => line.startsWith('file ')) - 1)
+    .map((line) => line.trim().split(/\s{2,}/));
   t.deepEqual(byDuration, [
     ['2 min 32 s', 'lab-deploy', 'a cold deploy creates a cluster'],
     ['2 min 30 s', 'lab-deploy', '[cold deploy] deploy'],
