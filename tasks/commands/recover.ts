@@ -135,7 +135,7 @@ function decideRecovery(
     revision: String(chosen.revision),
     started: new Date().toISOString(),
     clusterId,
-    memberId: facts.members.find((member) => member.name === chosen.name)!.etcd!.id,
+    memberId: chosen.id,
   };
   writeRecovery(inventory.stateDir, record);
   return { record, force: true };

@@ -20,6 +20,8 @@ export interface MemberQuorumFacts {
 
 export interface Survivor {
   name: string;
+  /** Its etcd member ID (hex), which a recovery record binds to. */
+  id: string;
   raftIndex: bigint;
   revision: bigint;
 }
@@ -44,7 +46,7 @@ export function judgeQuorum(members: readonly MemberQuorumFacts[], voting: numbe
     };
   const survivors = members
     .filter((member) => member.etcd && !member.etcd.isLearner)
-    .map(({ name, etcd }): Survivor => ({ name, raftIndex: etcd!.raftIndex, revision: etcd!.revision }));
+    .map(({ name, etcd }): Survivor => ({ name, id: etcd!.id, raftIndex: etcd!.raftIndex, revision: etcd!.revision }));
   const gone = members.filter((member) => !member.etcd && member.dataGone).map((member) => member.name);
   const maybe = members.filter((member) => !member.etcd && !member.dataGone);
   if (survivors.length + maybe.length >= needed) {

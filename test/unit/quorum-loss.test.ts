@@ -45,8 +45,8 @@ for (const [title, members, voting, kind, survivors] of table) {
     t.is(verdict.kind, kind, verdict.why);
     if (verdict.kind === 'lost')
       t.deepEqual(
-        verdict.survivors.map((survivor) => survivor.name),
-        survivors ?? [],
+        verdict.survivors.map((survivor) => [survivor.name, survivor.id]),
+        (survivors ?? []).map((name) => [name, `id-${name}`]),
       );
   });
 }
@@ -57,9 +57,9 @@ test('the lost verdict names what is gone and the quorum needed', (t) => {
 });
 
 const survivors = [
-  { name: 'b', raftIndex: 12n, revision: 6n },
-  { name: 'a', raftIndex: 12n, revision: 7n },
-  { name: 'c', raftIndex: 9n, revision: 9n },
+  { name: 'b', id: 'id-b', raftIndex: 12n, revision: 6n },
+  { name: 'a', id: 'id-a', raftIndex: 12n, revision: 7n },
+  { name: 'c', id: 'id-c', raftIndex: 9n, revision: 9n },
 ];
 
 test('the most advanced survivor: the highest raft index, then revision, then name', (t) => {
