@@ -38,9 +38,15 @@ export function printEnded({ job, ok, output, seconds }: Ended): void {
  * output's last lines, where ava writes each failure's assertion and its closing count.
  */
 export function failureDigest({ job, output }: Ended, lastLines = 40): string {
-  const lines = output.replace(/\u001b\[[0-9;]*m/g, '').trimEnd().split('\n');
+  const lines = output
+    .replace(/\u001b\[[0-9;]*m/g, '')
+    .trimEnd()
+    .split('\n');
   const failed = lines.filter((line) => line.includes('✘')).slice(0, 20);
-  return [`===== ${job.name} FAILED: its failed tests, then its last ${lastLines} lines =====`, ...failed, '…', ...lines.slice(-lastLines)].join(
-    '\n',
-  );
+  return [
+    `===== ${job.name} FAILED: its failed tests, then its last ${lastLines} lines =====`,
+    ...failed,
+    '…',
+    ...lines.slice(-lastLines),
+  ].join('\n');
 }
