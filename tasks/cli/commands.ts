@@ -41,6 +41,12 @@ export const COMMANDS: readonly Command[] = [
     ],
   },
   {
+    name: 'doctor',
+    module: 'doctor',
+    summary: 'check the ground before a deploy: tools here; libvirt, /dev/kvm, pools, images, networks there',
+    flags: ['--inventory', '--json', '--help'],
+  },
+  {
     name: 'status',
     module: 'status',
     summary: "read each member's VM, etcd role, sizes, alarms and certificate expiry",

@@ -9,6 +9,7 @@ import {
   deploy,
   deployInBackground,
   etcdctl,
+  etcdKvm,
   freshLab,
   inLab,
   killSecondSshSessions,
@@ -245,6 +246,53 @@ scenario(
     const after = deployed(t, 'lab2 reachable again');
     t.is(after.status, 0);
     t.deepEqual(notOk(after), []);
+  },
+);
+
+scenario(
+  "doctor on the lab: both hypervisors' ground ready (libvirt, pools, base image, network, each running member's guest agent); with lab2's sshd stopped and lab's image pool stopped it fails naming each with what to do, and changes nothing",
+  (t) => {
+    converged(t);
+    const doctor = () => etcdKvm('doctor', ['-i', INVENTORY]);
+    const ready = doctor();
+    t.is(ready.status, 0, ready.stdout + ready.stderr);
+    for (const [hypervisor, members] of [
+      ['lab', ['etcd-h1', 'etcd-h2']],
+      ['lab2', ['etcd-h3']],
+    ] as const) {
+      const line = (detail: string) => new RegExp(`^ok {4}hypervisor ${hypervisor} +${detail}$`, 'm');
+      t.regex(ready.stdout, line('reached; libvirt \\d+\\.\\d+\\.\\d+'));
+      t.regex(ready.stdout, line('pool etcd-lab runs, [\\d.]+ GiB free'));
+      t.regex(ready.stdout, line('base image debian-12-etcd\\.qcow2 in pool etcd-lab-images, [\\d.]+ GiB'));
+      t.regex(ready.stdout, line('network etcd-lab is active'));
+      for (const member of members) t.regex(ready.stdout, line(`${member} runs; its guest agent answers`));
+    }
+    t.regex(ready.stdout, /^ok {4}control node +xorriso at /m);
+    t.regex(ready.stdout, /\ndoctor: the ground is ready/);
+
+    process.kill(secondSshdPid()!, 'SIGTERM');
+    t.teardown(() => lab('up'));
+    t.is(virsh(['pool-destroy', 'etcd-lab-images']).status, 0);
+    t.teardown(() => virsh(['pool-start', 'etcd-lab-images']));
+    const domains = domainNames(virsh(['list', '--name']));
+    const broken = doctor();
+    t.is(broken.status, 1, broken.stdout + broken.stderr);
+    t.regex(
+      broken.stdout,
+      /^FAIL {2}hypervisor lab2 +hypervisor lab2 at root@127\.0\.0\.1:2224: cannot connect: .*\n +fix: check hypervisors\.lab2 .*its members: etcd-h3$/m,
+    );
+    t.regex(
+      broken.stdout,
+      /^FAIL {2}hypervisor lab +pool etcd-lab-images is not running\n +fix: virsh pool-start etcd-lab-images && virsh pool-autostart etcd-lab-images$/m,
+    );
+    t.regex(broken.stdout, /\ndoctor: \d+ failed/);
+    // Read-only: the pool stays stopped, and every member runs on.
+    t.regex(virsh(['pool-info', 'etcd-lab-images']).stdout, /State:\s+inactive/);
+    t.deepEqual(domainNames(virsh(['list', '--name'])), domains);
+
+    t.is(virsh(['pool-start', 'etcd-lab-images']).status, 0);
+    t.is(lab('up').status, 0);
+    t.is(doctor().status, 0);
   },
 );
 

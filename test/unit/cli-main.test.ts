@@ -15,7 +15,7 @@ function named(name: string): Command {
 const deploy = named('deploy');
 /** Every name the dispatcher takes, in the order its messages list them. */
 const NAMES =
-  'deploy, status, verify, drill, maintain, backup, recover, client, monitoring, logs, ssh, etcdctl, state, completion, help, version';
+  'deploy, doctor, status, verify, drill, maintain, backup, recover, client, monitoring, logs, ssh, etcdctl, state, completion, help, version';
 
 {
   const rows: { argv: string[]; expect: Dispatch }[] = [

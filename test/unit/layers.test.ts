@@ -37,6 +37,8 @@ const ALLOWED: Record<string, string[]> = {
   recover: ['core', 'inventory', 'remote', 'render', 'libvirt', 'etcd', 'steps'],
   // The deploy's stages: gather, plan, execute, over the steps; its last phase compares the members as verify does.
   deploy: ['core', 'inventory', 'pki', 'render', 'remote', 'libvirt', 'etcd', 'guest', 'backup', 'upgrade', 'steps', 'recover', 'verify'],
+  // The ground a deploy stands on, read through libvirt on each hypervisor; nothing of etcd's.
+  doctor: ['core', 'inventory', 'remote', 'libvirt'],
   // The CLI's help lists the steps from their registry.
   cli: ['core', 'steps'],
   monitoring: ['core', 'inventory', 'render'],
@@ -57,6 +59,7 @@ const ALLOWED: Record<string, string[]> = {
     'steps',
     'status',
     'verify',
+    'doctor',
     'recover',
     'deploy',
     'cli',
