@@ -32,10 +32,12 @@ import { volumes } from './volumes.ts';
  */
 export const DEPLOY_STEPS = [
   pki,
+  // The gather stage, as deploy/gather.ts takes it: the cluster phase asks etcd, then who is in it (members) and
+  // records the formation (formation); the networks' names after.
   cluster,
+  members,
   formation,
   networks,
-  members,
   upgrade,
   depart,
   render,
