@@ -402,7 +402,7 @@ test("every plan of the table takes its steps in the registry's order: each step
 test("every step of the registry is run by a phase of some plan of the table, or is one of the gather stage's (which run before the plan)", (t) => {
   const planned = new Set(rows.flatMap((row) => planOf(row).map((phase) => stepRunning(phase.step).id)));
   const gathered = DEPLOY_STEPS.filter((step: DeployStep) => step.run === undefined).map((step) => step.id);
-  t.deepEqual(gathered, ['cluster', 'formation', 'networks', 'members']);
+  t.deepEqual(gathered, ['cluster', 'members', 'formation', 'networks']);
   t.deepEqual(
     DEPLOY_STEPS.map((step) => step.id).filter((id) => !planned.has(id) && !gathered.includes(id)),
     [],
