@@ -29,6 +29,8 @@ export const COMMANDS: readonly Command[] = [
       '--tags',
       '--skip-tags',
       '--list-phases',
+      '--plan-out',
+      '--plan',
       '--renew-certs',
       '--replace',
       '--adopt',

@@ -8,6 +8,10 @@ export interface DeployOptions {
   renderOnly?: string;
   /** --list-phases: gather, print the plan, change nothing. */
   listPhases: boolean;
+  /** --plan-out FILE: a dry-run that writes what it plans to FILE (deploy/saved-plan.ts). */
+  planOut?: string;
+  /** --plan FILE: run only what FILE planned, against the inventory and state it was planned from. */
+  plan?: string;
   limit?: string[];
   tags?: string[];
   skipTags?: string[];
@@ -43,6 +47,13 @@ ${tagsHelp('                           ')}
       --skip-tags STEPS  run every step but these
       --list-phases      ask the cluster what it is, then print the phases a run would take, one
                          per line (as a dry-run would run them), and change nothing
+      --plan-out FILE    a dry-run that also writes its plan to FILE for review (as Terraform's plan
+                         -out): each host's changes, the options, digests of the inventory and state
+      --plan FILE        run that plan (as Terraform's apply PLAN): refused, changing nothing, unless
+                         the inventory and the state directory are those it was made from and a
+                         dry-run now plans exactly its changes; its options are the plan's. What
+                         a step could not see then (a member not booted yet) it decides when the
+                         run gets there, as every run does
       --renew-certs      re-issue every member and client certificate now (they are also
                          renewed within pki.early_renewal_period of expiry); the guest step
                          pushes them, no restart needed
@@ -83,6 +94,8 @@ const DEPLOY_FLAGS = {
   inventory: { type: 'string', short: 'i' },
   'dry-run': { type: 'boolean', default: false },
   'list-phases': { type: 'boolean', default: false },
+  'plan-out': { type: 'string' },
+  plan: { type: 'string' },
   check: { type: 'boolean', short: 'C', default: false },
   'render-only': { type: 'string' },
   limit: { type: 'string', short: 'l' },
@@ -116,8 +129,24 @@ const HELP_ONLY: DeployOptions = {
   help: true,
 };
 
+/** The flags a plan decides with: a run of a saved plan takes them from it. */
+const DECISION_FLAGS = ['limit', 'tags', 'skip-tags', 'renew-certs', 'replace', 'adopt', 'accept-mismatch'] as const;
+
+/** --plan runs a saved plan as it was made; --plan-out makes one in a dry-run. */
+function refusePlanConflicts(values: DeployFlags): void {
+  const making = values['plan-out'] !== undefined;
+  if (making && (values['list-phases'] || values['render-only'] || values.plan !== undefined))
+    throw new InputError("--plan-out writes a dry-run's plan: it excludes --list-phases, --render-only and --plan");
+  if (values.plan === undefined) return;
+  const others = ['dry-run', 'check', 'list-phases', 'render-only'].filter((flag) => values[flag as keyof DeployFlags]);
+  if (others.length) throw new InputError(`--plan runs a saved plan: it excludes --${others.join(', --')}`);
+  const decided = DECISION_FLAGS.filter((flag) => values[flag] !== undefined && values[flag] !== false);
+  if (decided.length) throw new InputError(`--plan takes --${decided.join(', --')} from the plan it runs; give them to --plan-out instead`);
+}
+
 /** Flags that exclude each other, refused with why. */
 function refuseConflicts(values: DeployFlags, dryRun: boolean): void {
+  refusePlanConflicts(values);
   if (values['list-phases'] && values['render-only'])
     throw new InputError('--list-phases and --render-only exclude each other: --render-only renders only');
   if (dryRun && values['render-only'])
@@ -138,12 +167,14 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
   if (values.help) return HELP_ONLY;
   if (!values.inventory) throw new InputError('missing -i/--inventory FILE; see --help');
   // Listing the phases gathers what a dry-run gathers, and changes nothing either.
-  const dryRun = values['dry-run'] || values.check || values['list-phases'];
+  const dryRun = values['dry-run'] || values.check || values['list-phases'] || values['plan-out'] !== undefined;
   refuseConflicts(values, dryRun);
   return {
     inventory: values.inventory,
     dryRun,
     listPhases: values['list-phases'],
+    ...(values['plan-out'] ? { planOut: values['plan-out'] } : {}),
+    ...(values.plan ? { plan: values.plan } : {}),
     ...(values['render-only'] ? { renderOnly: values['render-only'] } : {}),
     ...(values.limit ? { limit: list(values.limit) } : {}),
     ...(values.tags ? { tags: list(values.tags) } : {}),

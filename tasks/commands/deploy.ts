@@ -17,9 +17,25 @@ import { describePlan, phaseTitle, type PlannedPhase } from '../deploy/plan.ts';
 import { staleAfter } from '../steps/registry.ts';
 import { lockBeforeFirstChange, onLockLoss } from '../etcd/run-lock.ts';
 import { refuseAfterMismatch } from '../verify/consistency.ts';
+import {
+  inventoryDigest,
+  PLAN_FORMAT,
+  planDifferences,
+  plannedChanges,
+  planStale,
+  readSavedPlan,
+  stateDigest,
+  writeSavedPlan,
+  type SavedPlan,
+} from '../deploy/saved-plan.ts';
 
-async function deploy(options: DeployOptions): Promise<number> {
-  const inventory = loadInventory(options.inventory);
+async function deploy(given: DeployOptions): Promise<number> {
+  const inventory = loadInventory(given.inventory);
+  // A saved plan's own options (--limit, --tags, …) are the run's: the flags refused them beside --plan.
+  const saved = given.plan === undefined ? undefined : readSavedPlan(given.plan);
+  const options: DeployOptions = saved ? { ...given, ...saved.decisions } : given;
+  // Read now: what the plan is decided from is the file as it was loaded.
+  const inventorySha256 = options.planOut === undefined ? undefined : inventoryDigest(inventory.path);
   // Before the state directory's lock: a run refused for bad input leaves nothing behind.
   checkDeployInput(inventory, options);
   // A dry-run writes nothing, so it takes no lock either.
@@ -30,7 +46,11 @@ async function deploy(options: DeployOptions): Promise<number> {
         `on ${lock.tookOverFrom.host} since ${lock.tookOverFrom.since})`,
     );
   try {
-    return await deployLocked(inventory, options);
+    if (saved) {
+      const refused = await refusedPlan(inventory, options, saved);
+      if (refused !== undefined) return refused;
+    }
+    return await deployLocked(inventory, options, inventorySha256);
   } finally {
     lock?.release();
   }
@@ -87,7 +107,7 @@ function printProfile(runner: Runner, timing: ReturnType<typeof deployTiming>, o
   for (const line of formatCommandTimes(outcome.slowestCommands)) console.log(forDisplay(line));
 }
 
-async function deployLocked(inventory: Inventory, options: DeployOptions): Promise<number> {
+async function deployLocked(inventory: Inventory, options: DeployOptions, inventorySha256?: string): Promise<number> {
   const started = performance.now();
   // Before the runner: the options, the inventory and the state directory's lock.
   const prelude = { name: "inventory and the state directory's lock", ms: started - MODULES_LOADED_AT_MS };
@@ -120,10 +140,60 @@ async function deployLocked(inventory: Inventory, options: DeployOptions): Promi
     writeReport(options.json, { inventory: inventory.path, dryRun: options.dryRun, results: runner.results, recap, unreachable, timing });
   }
   const changed = runner.results.some((result) => result.status === 'changed');
+  if (options.planOut !== undefined && inventorySha256 !== undefined && !runner.failed && runner.interrupted === undefined)
+    savePlan(options.planOut, inventory, options, inventorySha256, runner);
+  else if (options.planOut !== undefined) console.log(`\nno plan written to ${options.planOut}: the dry-run did not end cleanly`);
   return deployExitCode(
     { lockLost: lockLoss.lost, interrupted: runner.interrupted !== undefined, failed: runner.failed, changed },
     options.detailedExitcode,
   );
+}
+
+/** --plan-out: what the dry-run planned, the options it was planned with, and what it was decided from. */
+function savePlan(path: string, inventory: Inventory, options: DeployOptions, inventorySha256: string, runner: Runner): void {
+  const { limit, tags, skipTags, renewCerts, replace, adopt, acceptMismatch } = options;
+  const decisions = { limit, tags, skipTags, renewCerts, replace, adopt, acceptMismatch };
+  const plan: SavedPlan = {
+    format: PLAN_FORMAT,
+    created: new Date().toISOString(),
+    inventory: { path: inventory.path, sha256: inventorySha256 },
+    state: { sha256: stateDigest(inventory.stateDir) },
+    decisions: JSON.parse(JSON.stringify(decisions)),
+    changes: plannedChanges(runner.results),
+  };
+  writeSavedPlan(path, plan);
+  const hosts = new Set(plan.changes.map((change) => change.host)).size;
+  console.log(`\nplan written to ${path}: ${plan.changes.length} steps to change on ${hosts} hosts; deploy --plan ${path} runs it`);
+}
+
+/**
+ * --plan: refused (exit 1, nothing changed) when the inventory or the state directory moved since the plan, or a
+ * dry-run now plans other changes than it holds; undefined when the run may go on.
+ */
+async function refusedPlan(inventory: Inventory, options: DeployOptions, saved: SavedPlan): Promise<number | undefined> {
+  const path = options.plan!;
+  const stale = planStale(saved, inventory.path, inventory.stateDir);
+  if (stale) {
+    console.log(`refused: the plan ${path} is stale: ${stale}; nothing was changed (make a new one with --plan-out)`);
+    return EXIT.failed;
+  }
+  console.log(`the plan ${path} (${saved.created}): a dry-run now, to see that the cluster has not moved since`);
+  const runner = new Runner({ dryRun: true, renderer: 'silent', staleAfter });
+  await runDeploy(inventory, runner, { ...options, dryRun: true });
+  if (runner.failed) {
+    const failed = runner.results.filter((result) => result.status === 'failed');
+    console.log(`refused: the dry-run before the plan failed (${failed.map((r) => `${r.host} ${r.step}: ${r.error}`).join('; ')})`);
+    return EXIT.failed;
+  }
+  const differences = planDifferences(saved.changes, plannedChanges(runner.results));
+  if (differences.length) {
+    console.log(
+      `refused: the cluster moved since the plan ${path}; nothing was changed:\n${differences.map((line) => `  ${line}`).join('\n')}`,
+    );
+    return EXIT.failed;
+  }
+  console.log(`the plan holds: ${saved.changes.length} steps to change, as planned; running it`);
+  return undefined;
 }
 
 /** --list-phases: the plan, one line per phase (and in the --json report, each phase's title and whether it runs). */

@@ -1299,6 +1299,59 @@ scenario(
   },
 );
 
+scenario(
+  'a reviewed plan: --plan-out writes it and changes nothing; --plan refuses it once the inventory changed or a member drifted, changing nothing, and runs it as planned once they are back',
+  (t) => {
+    const planned = variant('plan', (yaml) => yaml.replace('threshold: 1', 'threshold: 2'));
+    const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-plan-'));
+    const planFile = join(dir, 'plan.json');
+    const chronyConf = () => memberSsh('etcd-2', 'grep ^makestep /etc/chrony/chrony.conf').stdout.trim();
+    t.teardown(() => {
+      memberSsh('etcd-2', 'sudo systemctl start chrony');
+      rmSync(planned, { force: true });
+      rmSync(dir, { recursive: true, force: true });
+    });
+    const reviewed = deployed(t, ['-i', planned, '--plan-out', planFile, '--detailed-exitcode']);
+    t.is(reviewed.status, 3, endOf(reviewed));
+    t.regex(reviewed.output, new RegExp(`plan written to ${planFile}: \\d+ steps to change on 3 hosts; deploy --plan ${planFile} runs it`));
+    t.is(statSync(planFile).mode & 0o777, 0o600);
+    const plan = JSON.parse(readFileSync(planFile, 'utf8')) as { changes: { host: string; step: string; summaries: string[] }[] };
+    t.deepEqual(
+      plan.changes.filter((change) => change.step === 'guest').map((change) => change.host),
+      ['etcd-1', 'etcd-2', 'etcd-3'],
+    );
+    t.is(chronyConf(), 'makestep 1 3', 'the plan changed nothing');
+
+    // The inventory edited after the review: refused before any host is asked.
+    const edited = readFileSync(planned, 'utf8');
+    writeFileSync(planned, edited.replace('threshold: 2', 'threshold: 3'));
+    const stale = deployed(t, ['-i', planned, '--plan', planFile]);
+    t.is(stale.status, 1, endOf(stale));
+    t.regex(stale.output, new RegExp(`refused: the plan ${planFile} is stale: the inventory .*\\.e2e-plan\\.yaml changed since`));
+    writeFileSync(planned, edited);
+
+    // A member drifted after the review: a dry-run now plans another change there, and the run is refused.
+    t.is(memberSsh('etcd-2', 'sudo systemctl stop chrony').status, 0);
+    const moved = deployed(t, ['-i', planned, '--plan', planFile]);
+    t.is(moved.status, 1, endOf(moved));
+    t.regex(
+      moved.output,
+      /refused: the cluster moved since the plan .*; nothing was changed:\n {2}etcd-2 guest: the plan holds .*; now it plans .*chrony/,
+    );
+    t.is(chronyConf(), 'makestep 1 3', 'the refused plan changed nothing');
+
+    t.is(memberSsh('etcd-2', 'sudo systemctl start chrony').status, 0);
+    const applied = deployed(t, ['-i', planned, '--plan', planFile]);
+    t.is(applied.status, 0, endOf(applied));
+    t.regex(applied.output, /the plan holds: \d+ steps to change, as planned; running it/);
+    t.is(chronyConf(), 'makestep 2 3');
+    t.deepEqual(changed(deployed(t, ['-i', planned])), [], 'the plan brought the cluster to the planned inventory');
+    // Back to the lab inventory, for the scenarios after this one.
+    t.is(deployed(t).status, 0);
+    t.is(chronyConf(), 'makestep 1 3');
+  },
+);
+
 scenario('drift inside the members is repaired by one run, each with its exact change', (t) => {
   t.is(memberSsh('etcd-1', 'sudo systemctl stop etcd').status, 0);
   t.is(memberSsh('etcd-2', 'echo "# edited by hand" | sudo tee -a /etc/etcd/etcd.env >/dev/null').status, 0);
