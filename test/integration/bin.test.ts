@@ -49,7 +49,7 @@ test('an unknown command: exit 2, named on stderr with the commands, no stack tr
   for (const name of ['frob', '--inventory']) {
     const result = etcdKvm([name, '-i', 'inv.yaml']);
     t.is(result.status, 2);
-    t.true(result.stderr.startsWith(`error: unknown command ${name}; commands are deploy, status, `), result.stderr);
+    t.true(result.stderr.startsWith(`error: unknown command ${name}; commands are deploy, doctor, status, `), result.stderr);
     t.notRegex(result.stderr, STACK_FRAME);
   }
 });
