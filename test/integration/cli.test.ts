@@ -289,8 +289,12 @@ test('--limit acts on the named members only and rejects unknown names', (t) => 
   t.regex(unknown.stderr, /--limit names unknown members: etcd-9/);
 });
 
-test("SIGINT while a step waits: nothing after it starts, the recap is printed, exit 130 (not listr's 127, not a crash)", async (t) => {
-  // A "hypervisor" that accepts connections and never answers: the run waits in its SSH handshake.
+/**
+ * One deploy against a "hypervisor" that accepts connections and never answers, so the run waits in its SSH handshake
+ * (20 s), sent SIGINT half a second after its cluster phase began. Late when the signal reached it only after its owner
+ * step had ended (or after it exited): beside the e2e at nice 19 this test's own process can be starved that long.
+ */
+async function interruptedWhileWaiting(): Promise<{ code: number | null; output: string; late: boolean }> {
   const sockets: Socket[] = [];
   const silent = createServer((socket) => sockets.push(socket));
   await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
@@ -312,13 +316,27 @@ test("SIGINT while a step waits: nothing after it starts, the recap is printed, 
     };
     child.stdout!.on('data', take);
     child.stderr!.on('data', take);
-    t.is(await exited, 130, output);
-    t.regex(output, /SIGINT: finishing the change in flight, starting no other/);
-    t.regex(output, /owner: skipped, interrupted \(SIGINT\)/);
-    t.regex(output, /RECAP in [\d.]+ s/);
-    t.false(/\n\s+at /.test(output), 'no stack trace');
+    const code = await exited;
+    const handled = output.indexOf('SIGINT: finishing');
+    const ownerEnded = output.search(/✖ owner:/);
+    return { code, output, late: handled < 0 || (ownerEnded >= 0 && ownerEnded < handled) };
   } finally {
     for (const socket of sockets) socket.destroy();
     silent.close();
   }
+}
+
+test("SIGINT while a step waits: nothing after it starts, the recap is printed, exit 130 (not listr's 127, not a crash)", async (t) => {
+  let run = await interruptedWhileWaiting();
+  for (let attempt = 2; attempt <= 3 && run.late; attempt++) {
+    t.log(`attempt ${attempt - 1}: the signal came after the owner step had ended (this process was starved); again`);
+    run = await interruptedWhileWaiting();
+  }
+  const { code, output, late } = run;
+  t.false(late, `the signal reached the run while it waited, in one of 3 attempts:\n${output}`);
+  t.is(code, 130, output);
+  t.regex(output, /SIGINT: finishing the change in flight, starting no other/);
+  t.regex(output, /owner: skipped, interrupted \(SIGINT\)/);
+  t.regex(output, /RECAP in [\d.]+ s/);
+  t.false(/\n\s+at /.test(output), 'no stack trace');
 });
