@@ -7,7 +7,10 @@ import { type Ended, failureDigest, printEnded, runBuffered } from './jobs.ts';
  * when either failed.
  *
  * Beside, because the e2e leaves the machine's two cores idle for stretches (agent ticks, elections, a member's
- * first boot waiting on its disk), and `npm test` fills them: at nice 19 it takes only what the guests leave.
+ * first boot waiting on its disk), and `npm test` fills them. At nice 10: its integration tests run there, and its
+ * unit tests at 19 (side-by-side.ts adds 10). At nice 19 the integration tests were starved past their own waits
+ * beside the e2e's first boots (2026-12-02, load 8-13: a test process that saw its child's output 20 s late); a
+ * nice-10 process weighs 110 against a guest's 1024, a nice-19 one 15.
  * Measured 2026-11-30 00:18–00:25 (a fast hour, load 5–10 while both ran): `npm test` at nice 19 beside
  * lab-deploy's first scenarios passed in 394 s, where alone it takes ~300 s, and lab-deploy passed.
  *
@@ -19,8 +22,8 @@ import { type Ended, failureDigest, printEnded, runBuffered } from './jobs.ts';
 const packages = spawnSync('npx', ['tsx', 'scripts/system/ensure-packages.ts', 'e2e'], { stdio: 'inherit' });
 if (packages.status !== 0) process.exit(1);
 
-console.log('npm test runs beside the e2e at nice 19; its report follows when it ends');
-const unit = runBuffered({ name: 'npm test (beside the e2e)', argv: ['nice', '-n', '19', 'npm', 'test'] }).then((ended) => {
+console.log('npm test runs beside the e2e at nice 10 (its unit tests at 19); its report follows when it ends');
+const unit = runBuffered({ name: 'npm test (beside the e2e)', argv: ['nice', '-n', '10', 'npm', 'test'] }).then((ended) => {
   printEnded(ended);
   return ended;
 });
