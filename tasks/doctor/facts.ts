@@ -142,7 +142,10 @@ export async function gatherDoctorFacts(inventory: Inventory, connections: Hyper
         const virsh = new Virsh(await connections.get(asked.hypervisor), asked.hypervisor.libvirtUri);
         return { asked, ...reachedFacts(asked, await virsh.probe(groundQuestions(asked))) };
       } catch (error) {
-        return { asked, reachable: false, reason: (error as Error).message };
+        // Said without the hypervisor's own name, which the check's subject carries.
+        const unreachable = connections.unreachable.get(asked.hypervisor.name);
+        const reason = unreachable?.detail ? `${unreachable.at}: ${unreachable.detail}` : (error as Error).message;
+        return { asked, reachable: false, reason };
       }
     }),
   );

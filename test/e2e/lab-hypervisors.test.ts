@@ -279,7 +279,7 @@ scenario(
     t.is(broken.status, 1, broken.stdout + broken.stderr);
     t.regex(
       broken.stdout,
-      /^FAIL {2}hypervisor lab2 +hypervisor lab2 at root@127\.0\.0\.1:2224: cannot connect: .*\n +fix: check hypervisors\.lab2 .*its members: etcd-h3$/m,
+      /^FAIL {2}hypervisor lab2 +root@127\.0\.0\.1:2224: cannot connect: .*\n +fix: check hypervisors\.lab2 .*its members: etcd-h3$/m,
     );
     t.regex(
       broken.stdout,
