@@ -33,7 +33,14 @@ async function deploy(given: DeployOptions): Promise<number> {
   const inventory = loadInventory(given.inventory);
   // A saved plan's own options (--limit, --tags, …) are the run's: the flags refused them beside --plan.
   const saved = given.plan === undefined ? undefined : readSavedPlan(given.plan);
-  const options: DeployOptions = saved ? { ...given, ...saved.decisions } : given;
+  const options: DeployOptions = saved
+    ? {
+        ...given,
+        ...saved.decisions,
+        renewCerts: saved.decisions.renewCerts === true,
+        acceptMismatch: saved.decisions.acceptMismatch === true,
+      }
+    : given;
   // Read now: what the plan is decided from is the file as it was loaded.
   const inventorySha256 = options.planOut === undefined ? undefined : inventoryDigest(inventory.path);
   // Before the state directory's lock: a run refused for bad input leaves nothing behind.

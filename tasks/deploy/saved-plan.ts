@@ -4,6 +4,7 @@ import { sha256 } from '../core/digest.ts';
 import { InputError } from '../core/errors.ts';
 import { PRIVATE_FILE_MODE, writeFileAtomic } from '../core/files.ts';
 import type { StepResult } from '../core/step.ts';
+import type { PipelineOptions } from './pipeline.ts';
 
 /**
  * A reviewed plan, as Terraform's `plan -out` and `apply PLAN`: `deploy --plan-out FILE` writes what a dry-run
@@ -25,15 +26,7 @@ export interface PlannedChange {
 }
 
 /** The options a plan was made with: a run of the plan takes them from the file. */
-export interface PlanDecisions {
-  limit?: string[];
-  tags?: string[];
-  skipTags?: string[];
-  renewCerts: boolean;
-  replace?: string[];
-  adopt?: string[];
-  acceptMismatch: boolean;
-}
+export type PlanDecisions = Pick<PipelineOptions, 'limit' | 'tags' | 'skipTags' | 'renewCerts' | 'replace' | 'adopt' | 'acceptMismatch'>;
 
 export interface SavedPlan {
   format: typeof PLAN_FORMAT;

@@ -1,6 +1,7 @@
 import type { Hypervisor } from '../inventory/model.ts';
 import type { ControlNodeFacts, DoctorFacts, PoolFacts, ReachedFacts } from './facts.ts';
 import type { GroundAsked } from './ground.ts';
+import { GIB } from '../libvirt/volumes.ts';
 
 /**
  * What `etcd-kvm doctor` concludes from what it read (doctor/facts.ts): one line per thing the deploy needs, ok, a
@@ -16,7 +17,6 @@ export interface DoctorCheck {
   fix?: string;
 }
 
-const GIB = 1024 ** 3;
 const gib = (bytes: number) => `${(bytes / GIB).toFixed(1)} GiB`;
 const MIN_NODE_MAJOR = 20;
 const EMULATED = 'software emulation, many times slower';

@@ -1,4 +1,5 @@
 import type { Hypervisor, Inventory, Member } from '../inventory/model.ts';
+import { GIB } from '../libvirt/volumes.ts';
 
 /**
  * What the ground must hold before a deploy can build the inventory's members, per hypervisor: the pools and base
@@ -29,7 +30,6 @@ export interface GroundAsked {
   volumes: PlannedVolume[];
 }
 
-const GIB = 1024 ** 3;
 const unique = <T>(items: readonly T[], key: (item: T) => string): T[] => [...new Map(items.map((item) => [key(item), item])).values()];
 
 function plannedVolumes(member: Member): PlannedVolume[] {
