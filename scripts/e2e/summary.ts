@@ -17,6 +17,8 @@ export interface Span {
   /** When it began, in ms since the epoch: a file's time is from its first span's start to its last span's end. */
   start: number;
   ms: number;
+  /** Set when the work threw or its test had failed by its end. */
+  failed?: true;
 }
 
 export const parseSpans = (text: string): Span[] =>
@@ -37,6 +39,8 @@ const sum = (spans: readonly Span[]) => spans.reduce((total, span) => total + sp
 /** From the first span's start to the last one's end (spans nest: a cold deploy runs inside a scenario). */
 const extent = (spans: readonly Span[]) =>
   spans.length ? Math.max(...spans.map((span) => span.start + span.ms)) - Math.min(...spans.map((span) => span.start)) : 0;
+
+const fileName = (span: Span) => span.file.replace(/\.test\.ts$/, '');
 
 const shorten = (title: string, width: number) => (title.length > width ? `${title.slice(0, width - 1)}…` : title);
 
@@ -61,8 +65,9 @@ export function timingSummary(spans: readonly Span[], wallMs: number): string {
     .sort((a, b) => b.ms - a.ms)
     .map(
       (span) =>
-        `${duration(span.ms).padStart(11)}  ${span.file.replace(/\.test\.ts$/, '').padEnd(16)}  ${span.kind === 'scenario' ? '' : `[${span.kind}] `}${shorten(span.title, 110)}`,
+        `${duration(span.ms).padStart(11)}  ${fileName(span).padEnd(16)}  ${span.failed ? 'FAILED ' : ''}${span.kind === 'scenario' ? '' : `[${span.kind}] `}${shorten(span.title, 110)}`,
     );
+  const failed = spans.filter((span) => span.failed);
   // The file table and the whole time last: a log cut to its head and tail (CI's is) still shows them.
   const lines = [
     '',
@@ -76,6 +81,10 @@ export function timingSummary(spans: readonly Span[], wallMs: number): string {
     ),
     '',
     `e2e time: ${duration(wallMs)} in all`,
+    // Named in full, once more at the very end: in a long log they are what a reader looks for first.
+    ...(failed.length
+      ? ['', 'failed:', ...failed.map((span) => `  ${fileName(span)} › ${span.kind === 'scenario' ? '' : `[${span.kind}] `}${span.title}`)]
+      : []),
   ];
   return lines.join('\n');
 }

@@ -40,7 +40,7 @@ const e2e = new Promise<boolean>((done) => {
 const [besideEnded, e2eOk]: [Ended, boolean] = await Promise.all([beside, e2e]);
 // Again at the very end: their reports came before or in the middle of the e2e's, and a log cut to its head and
 // tail loses them.
-for (const ended of [integration, besideEnded]) if (!ended.ok) console.log(`\n${failureDigest(ended)}`);
+for (const ended of [integration, besideEnded]) if (!ended.ok) console.log(`\n${failureDigest(ended.job.name, ended.output)}`);
 const verdict = (ok: boolean) => (ok ? 'passed' : 'FAILED');
 console.log(`\nci: integration ${verdict(integration.ok)}, unit and checks ${verdict(besideEnded.ok)}, e2e ${verdict(e2eOk)}`);
 process.exit(integration.ok && besideEnded.ok && e2eOk ? 0 : 1);

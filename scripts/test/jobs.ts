@@ -37,14 +37,14 @@ export function printEnded({ job, ok, output, seconds }: Ended): void {
  * What a failed job's output says of its failure, for the end of a long log: ava's failed tests (its ✘ lines) and the
  * output's last lines, where ava writes each failure's assertion and its closing count.
  */
-export function failureDigest({ job, output }: Ended, lastLines = 40): string {
+export function failureDigest(name: string, output: string, lastLines = 40): string {
   const lines = output
     .replace(/\u001b\[[0-9;]*m/g, '')
     .trimEnd()
     .split('\n');
   const failed = lines.filter((line) => line.includes('✘')).slice(0, 20);
   return [
-    `===== ${job.name} FAILED: its failed tests, then its last ${lastLines} lines =====`,
+    `===== ${name} FAILED: its failed tests, then its last ${lastLines} lines =====`,
     ...failed,
     '…',
     ...lines.slice(-lastLines),

@@ -14,31 +14,51 @@ import { DEFAULT_TIMINGS_PATH, TIMINGS_ENV, type Span, type SpanKind } from '../
 /** The test file this worker runs (ava runs one file per worker). */
 const currentFile = (): string => basename(fileURLToPath(test.meta.file));
 
-function record(kind: SpanKind, title: string, start: number, ms: number): void {
+function record(kind: SpanKind, title: string, start: number, ms: number, failed: boolean): void {
   const path = process.env[TIMINGS_ENV] ?? DEFAULT_TIMINGS_PATH;
   mkdirSync(dirname(path), { recursive: true });
-  const span: Span = { file: currentFile(), kind, title, start, ms: Math.round(ms) };
+  const span: Span = { file: currentFile(), kind, title, start, ms: Math.round(ms), ...(failed ? { failed } : {}) };
   appendFileSync(path, `${JSON.stringify(span)}\n`);
 }
 
-/** Runs `work` (synchronous or not) and records how long it took, also when it throws. */
-export function timed<T>(kind: SpanKind, title: string, work: () => T): T {
+/**
+ * Runs `work` (synchronous or not) and records how long it took, also when it throws; a throw, or `failedSoFar`
+ * saying so at the end (an ava test's assertions), marks the span failed.
+ */
+export function timed<T>(kind: SpanKind, title: string, work: () => T, failedSoFar: () => boolean = () => false): T {
   const start = Date.now();
   const started = performance.now();
-  const done = () => record(kind, title, start, performance.now() - started);
+  const done = (threw: boolean) => record(kind, title, start, performance.now() - started, threw || failedSoFar());
   let result: T;
   try {
     result = work();
   } catch (error) {
-    done();
+    done(true);
     throw error;
   }
-  if (result instanceof Promise) return result.finally(done) as T;
-  done();
+  if (result instanceof Promise)
+    return result.then(
+      (value) => {
+        done(false);
+        return value;
+      },
+      (error: unknown) => {
+        done(true);
+        throw error;
+      },
+    ) as T;
+  done(false);
   return result;
 }
 
 /** A scenario of an e2e file: `test.serial` whose duration goes into the timings file. */
 export function scenario(title: string, run: (t: ExecutionContext) => unknown): void {
-  test.serial(title, (t) => timed('scenario', title, () => run(t)));
+  test.serial(title, (t) =>
+    timed(
+      'scenario',
+      title,
+      () => run(t),
+      () => !t.passed,
+    ),
+  );
 }

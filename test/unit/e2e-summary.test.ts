@@ -50,6 +50,17 @@ test('the summary: every span longest first, then files by their total with lab:
   ]);
 });
 
+test('a failed span: marked in the list by duration, and named in full once more after the whole time', (t) => {
+  const failed: Span = { ...spans[3]!, failed: true };
+  const lines = timingSummary([...spans.slice(0, 3), failed, ...spans.slice(4)], 700_000).split('\n');
+  t.true(
+    lines.some((line) => /^\s+1 min 02 s\s+lab-deploy\s+FAILED ten runs$/.test(line)),
+    lines.join('\n'),
+  );
+  t.deepEqual(lines.slice(lines.indexOf('e2e time: 11 min 40 s in all') + 1), ['', 'failed:', '  lab-deploy › ten runs']);
+  t.false(timingSummary(spans, 700_000).includes('FAILED'));
+});
+
 test("ava's closing lines, colours taken off, from the end of its output only", (t) => {
   const output = [
     '  ✔ lab-deploy › a cold deploy (2m 30s)',

@@ -8,7 +8,7 @@ test("a failed job's digest: ava's failed tests by name, then the output's last 
     ...Array.from({ length: 50 }, (_, i) => `line ${i}`),
     '  1 test failed',
   ].join('\n');
-  const digest = failureDigest({ job: { name: 'npm test', argv: ['npm', 'test'] }, ok: false, output, seconds: 1 }, 5).split('\n');
+  const digest = failureDigest('npm test', output, 5).split('\n');
   t.deepEqual(digest, [
     '===== npm test FAILED: its failed tests, then its last 5 lines =====',
     '  ✘ [fail]: etcd-cluster › password mode: users converge Timed out',
