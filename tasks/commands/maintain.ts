@@ -5,6 +5,7 @@ import { RunLock } from '../core/lock.ts';
 import { formatChanges, formatRecap } from '../core/report.ts';
 import { Runner, type Phase } from '../core/runner.ts';
 import { formatBytes } from '../etcd/maintenance.ts';
+import { handoffNote } from '../etcd/roll.ts';
 import { onLockLoss, takeClusterRunLock } from '../etcd/run-lock.ts';
 import { withClusterSession } from '../etcd/session.ts';
 import { loadInventory } from '../inventory/load.ts';
@@ -74,8 +75,11 @@ process.exitCode = await runTool({
     if (changes) console.log(`\n${changes}`);
     if (record.size > 0) {
       console.log('\ndatabase sizes (before -> after):');
-      for (const [name, { before, after }] of record)
-        console.log(`  ${name}: ${formatBytes(before.dbSize)} -> ${formatBytes(after.dbSize)} (in use ${formatBytes(after.dbSizeInUse)})`);
+      for (const [name, { before, after, handedOff }] of record)
+        console.log(
+          `  ${name}: ${formatBytes(before.dbSize)} -> ${formatBytes(after.dbSize)} (in use ${formatBytes(after.dbSizeInUse)})` +
+            (handedOff ? `; ${handoffNote(handedOff)}` : ''),
+        );
     }
     console.log(`\n${formatRecap(runner.results, dryRun, performance.now() - started)}`);
     return runner.failed || lockLoss.lost ? EXIT.failed : EXIT.ok;

@@ -57,6 +57,15 @@ export const callOptions =
 /** Asked of the run's clients after close(): nothing opened then would ever be closed. */
 export class EtcdClientsClosed extends Error {}
 
+/**
+ * What code that asks members questions takes of EtcdClients: a member's client or endpoint, and why its
+ * hypervisor cannot be reached (the run's clients; a test's stand-in).
+ */
+export type MemberClients = Pick<EtcdClients, 'for' | 'endpoint' | 'unreachable'>;
+
+/** What the clients ask of the run's hypervisor connections: a connection to tunnel through, and which cannot be reached. */
+export type TunnelConnections = Pick<HypervisorConnections, 'get' | 'unreachable'>;
+
 export class EtcdClients {
   readonly #clients = new Map<string, Promise<Etcd3>>();
   readonly #tunnels: Tunnel[] = [];
@@ -68,7 +77,7 @@ export class EtcdClients {
   #closed = false;
 
   constructor(
-    readonly connections: HypervisorConnections,
+    readonly connections: TunnelConnections,
     readonly clientPort: number,
     readonly identity: () => ClientIdentity,
     readonly deadlines: CallDeadlines = CALL_DEADLINES,

@@ -1,6 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import type { Inventory, Member } from '../inventory/model.ts';
-import type { EtcdClients } from './client.ts';
+import type { MemberClients } from './client.ts';
 import { briefError } from '../core/errors.ts';
 import { liveMember, type LiveMember } from './membership.ts';
 import { memberStatus } from './member-status.ts';
@@ -44,7 +44,7 @@ export interface MemberAnswer {
 }
 
 /** Every member's status, asked side by side. */
-export function memberAnswers(inventory: Inventory, clients: EtcdClients): Promise<MemberAnswer[]> {
+export function memberAnswers(inventory: Inventory, clients: MemberClients): Promise<MemberAnswer[]> {
   return Promise.all(
     inventory.members.map(async (member): Promise<MemberAnswer> => {
       try {
@@ -74,7 +74,7 @@ export function wholeCluster(answers: readonly MemberAnswer[]): { unwhole: strin
   return { unwhole, leaderId: [...leaders][0] };
 }
 
-export async function memberHealth(inventory: Inventory, clients: EtcdClients, member: Member): Promise<Health> {
+export async function memberHealth(inventory: Inventory, clients: MemberClients, member: Member): Promise<Health> {
   try {
     const client = await clients.for(member);
     const [status, list] = await Promise.all([client.maintenance.status({}), client.cluster.memberList({})]);
@@ -114,7 +114,7 @@ function describeEtcdError(error: unknown, member: Member): string {
  */
 export async function waitForHealth(
   inventory: Inventory,
-  clients: EtcdClients,
+  clients: MemberClients,
   member: Member,
   timeoutMs: number,
   onAnswer?: (health: Health) => void,
@@ -146,7 +146,7 @@ export const healthFailure = (member: Member, waitedMs: number, lastAnswer: stri
 const ANSWER_PROBE_MS = 5_000;
 
 /** The member's status if its etcd answers now, undefined when it does not answer in time. */
-async function statusNow(clients: EtcdClients, member: Member): Promise<{ leader: string } | undefined> {
+async function statusNow(clients: MemberClients, member: Member): Promise<{ leader: string } | undefined> {
   const asked = clients
     .for(member)
     .then((client) => client.maintenance.status({}))
@@ -158,11 +158,11 @@ async function statusNow(clients: EtcdClients, member: Member): Promise<{ leader
 }
 
 /** Does the member's etcd answer a status request now (with or without a leader)? */
-export const etcdAnswers = async (clients: EtcdClients, member: Member): Promise<boolean> =>
+export const etcdAnswers = async (clients: MemberClients, member: Member): Promise<boolean> =>
   (await statusNow(clients, member)) !== undefined;
 
 /** Does the member's etcd answer now, with a leader? No answer in time is no. */
-export async function hasLeaderNow(clients: EtcdClients, member: Member): Promise<boolean> {
+export async function hasLeaderNow(clients: MemberClients, member: Member): Promise<boolean> {
   const status = await statusNow(clients, member);
   return status !== undefined && Boolean(status.leader) && status.leader !== '0';
 }
@@ -182,7 +182,7 @@ export interface FormedCluster {
  * is being created nothing answers, and members start as `new`; once it has formed every member's
  * environment says `existing`, so a member that lost its data never founds a second cluster.
  */
-export async function formedCluster(clients: EtcdClients, members: readonly Member[]): Promise<FormedCluster | undefined> {
+export async function formedCluster(clients: MemberClients, members: readonly Member[]): Promise<FormedCluster | undefined> {
   const asks = members.map(async (member): Promise<FormedCluster> => {
     const client = await clients.for(member);
     const [status, list] = await Promise.all([client.maintenance.status({}), client.cluster.memberList({})]);

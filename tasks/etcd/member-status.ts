@@ -1,5 +1,5 @@
 import type { Member } from '../inventory/model.ts';
-import type { EtcdClients } from './client.ts';
+import type { MemberClients } from './client.ts';
 import { hexId } from './membership.ts';
 
 /** One member as its own etcd tells it (Maintenance.Status), with IDs in hex as etcdctl shows them. */
@@ -20,7 +20,7 @@ export interface EtcdMemberFacts {
 }
 
 /** A member's Status, asked of that member. */
-export async function memberStatus(clients: EtcdClients, member: Member): Promise<EtcdMemberFacts> {
+export async function memberStatus(clients: MemberClients, member: Member): Promise<EtcdMemberFacts> {
   const client = await clients.for(member);
   const status = await client.maintenance.status({});
   return {

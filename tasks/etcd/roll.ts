@@ -2,7 +2,7 @@ import { firstLineOf } from '../core/errors.ts';
 import { setTimeout as delay } from 'node:timers/promises';
 import type { RollKind } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import type { EtcdClients } from './client.ts';
+import type { MemberClients } from './client.ts';
 import { memberHealth } from './health.ts';
 
 /**
@@ -34,7 +34,7 @@ export function rollOrder(candidates: readonly RollCandidate[], leader: string |
 }
 
 /** The waves of a roll; asks etcd for the leader only when a member is to be restarted. */
-export async function rollWaves(inventory: Inventory, clients: EtcdClients, candidates: readonly RollCandidate[]): Promise<string[][]> {
+export async function rollWaves(inventory: Inventory, clients: MemberClients, candidates: readonly RollCandidate[]): Promise<string[][]> {
   const leader = candidates.some((candidate) => candidate.kind === 'restarts')
     ? await currentLeader(inventory, clients, inventory.members)
     : undefined;
@@ -42,7 +42,7 @@ export async function rollWaves(inventory: Inventory, clients: EtcdClients, cand
 }
 
 /** The leader's name as the first member that answers sees it; undefined when none answers. */
-export async function currentLeader(inventory: Inventory, clients: EtcdClients, members: readonly Member[]): Promise<string | undefined> {
+export async function currentLeader(inventory: Inventory, clients: MemberClients, members: readonly Member[]): Promise<string | undefined> {
   for (const member of members) {
     const health = await memberHealth(inventory, clients, member);
     if (health.healthy) return health.leader;
@@ -64,7 +64,7 @@ export const healthyOthersNeeded = (size: number) => Math.min(quorumOf(size), si
 export class QuorumError extends Error {}
 
 /** Refuses to take `member` down unless the other members are healthy enough to keep the quorum meanwhile. */
-export async function ensureQuorumWithout(inventory: Inventory, clients: EtcdClients, member: Member): Promise<void> {
+export async function ensureQuorumWithout(inventory: Inventory, clients: MemberClients, member: Member): Promise<void> {
   const others = inventory.members.filter((m) => m.name !== member.name);
   const answers = await Promise.all(others.map(async (other) => ({ other, health: await memberHealth(inventory, clients, other) })));
   const healthy = answers.filter(({ health }) => health.healthy).length;
@@ -85,7 +85,7 @@ export async function ensureQuorumWithout(inventory: Inventory, clients: EtcdCli
 const RELEASE_POLL_MS = 500;
 
 /** The leader's applied index, asked of the member etcd names as leader (hex or decimal ID as Status gives it). */
-async function leaderApplied(inventory: Inventory, clients: EtcdClients, leaderId: string): Promise<bigint> {
+async function leaderApplied(inventory: Inventory, clients: MemberClients, leaderId: string): Promise<bigint> {
   for (const member of inventory.members) {
     const status = await (await clients.for(member)).maintenance.status({}).catch(() => undefined);
     if (status && status.header.member_id === leaderId) return BigInt(status.raftAppliedIndex);
@@ -105,7 +105,7 @@ export interface CatchUpMark {
  */
 export async function catchUp(
   inventory: Inventory,
-  clients: EtcdClients,
+  clients: MemberClients,
   member: Member,
   mark: CatchUpMark,
   version?: string,
@@ -125,7 +125,7 @@ export async function catchUp(
  */
 export async function waitForRelease(
   inventory: Inventory,
-  clients: EtcdClients,
+  clients: MemberClients,
   member: Member,
   version: string,
   timeoutMs: number,
@@ -150,7 +150,77 @@ export async function waitForRelease(
 }
 
 /** Leadership handed from `from`, which leads, to `to`: MoveLeader is the leader's to do, so `from` is asked. */
-export async function moveLeader(clients: EtcdClients, from: Member, to: Member): Promise<void> {
+export async function moveLeader(clients: MemberClients, from: Member, to: Member): Promise<void> {
   const target = await (await clients.for(to)).maintenance.status({});
   await (await clients.for(from)).maintenance.moveLeader({ targetID: target.header.member_id });
 }
+
+/** What one member said of itself when asked before a handoff: its ID, the leader it follows, how far it has applied. */
+export interface Standing {
+  name: string;
+  id: string;
+  leaderId: string;
+  applied: bigint;
+}
+
+export type Handoff =
+  /** The member does not lead (or did not answer, so it cannot be asked to hand anything over). */
+  | { kind: 'not-leader' }
+  /** It leads and no other member answered following it: a cluster of one, or the others down. */
+  | { kind: 'nobody' }
+  | { kind: 'hand-to'; to: string };
+
+/**
+ * Pure: whom `member` hands leadership to before it is taken down — the follower of it that has applied the most
+ * (the least to catch up, so the shortest pause once it leads), the inventory's order breaking ties. Standings come
+ * in the inventory's order; a member that did not answer is absent.
+ */
+export function handoffFor(member: string, standings: readonly Standing[]): Handoff {
+  const own = standings.find((standing) => standing.name === member);
+  if (!own || own.leaderId !== own.id) return { kind: 'not-leader' };
+  const followers = standings.filter((standing) => standing.name !== member && standing.leaderId === own.id);
+  if (!followers.length) return { kind: 'nobody' };
+  const best = followers.reduce((chosen, follower) => (follower.applied > chosen.applied ? follower : chosen));
+  return { kind: 'hand-to', to: best.name };
+}
+
+/** A handoff that was tried: to whom, and why it did not happen when it did not. */
+export interface HandedOff {
+  to: string;
+  failed?: string;
+}
+
+/**
+ * Before `member`'s etcd is restarted, defragmented or stopped: when it leads, leadership goes to its most caught-up
+ * follower first (MoveLeader returns once the transfer is done), while the leader still serves. A stopping etcd
+ * hands over on its own, to the peer connected longest; a defragmenting one does not, and takes no write meanwhile.
+ * A transfer that fails does not stop the work: the cluster elects a leader as it would have without it, and the
+ * caller says so. Undefined when the member did not lead (or had nobody to hand to).
+ */
+export async function handLeadershipAway(inventory: Inventory, clients: MemberClients, member: Member): Promise<HandedOff | undefined> {
+  const others = inventory.members.filter((other) => other.name !== member.name);
+  if (!others.length) return undefined;
+  const standings = await Promise.all(
+    inventory.members.map(async (asked): Promise<Standing | undefined> => {
+      const status = await clients
+        .for(asked)
+        .then((client) => client.maintenance.status({}))
+        .catch(() => undefined);
+      return status && { name: asked.name, id: status.header.member_id, leaderId: status.leader, applied: BigInt(status.raftAppliedIndex) };
+    }),
+  );
+  const handoff = handoffFor(
+    member.name,
+    standings.filter((standing) => standing !== undefined),
+  );
+  if (handoff.kind !== 'hand-to') return undefined;
+  const successor = others.find((other) => other.name === handoff.to)!;
+  return moveLeader(clients, member, successor).then(
+    () => ({ to: successor.name }),
+    (error: unknown) => ({ to: successor.name, failed: firstLineOf(error) }),
+  );
+}
+
+/** A handoff in a few words, for a run's progress. */
+export const handoffNote = ({ to, failed }: HandedOff): string =>
+  failed ? `leadership not handed to ${to} (${failed}): etcd elects a leader` : `leadership handed to ${to} first`;

@@ -201,7 +201,8 @@ export class HeldRunLock {
   }
 }
 
-export type Acquisition = { kind: 'acquired'; lock: HeldRunLock } | Exclude<LockDecision, { kind: 'acquired' }>;
+/** `Lock`: the lock held, a HeldRunLock but for code that only passes it on (acquireAfterLook). */
+export type Acquisition<Lock = HeldRunLock> = { kind: 'acquired'; lock: Lock } | Exclude<LockDecision, { kind: 'acquired' }>;
 
 /** The first member whose etcd answers, with its client and position. */
 async function firstAnswering(clients: LockClients, members: readonly Member[], ms: number): Promise<{ client: Etcd3; index: number }> {

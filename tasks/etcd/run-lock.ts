@@ -83,10 +83,10 @@ export const DEFRAG_PATIENCE_MS = 180_000;
  * through `say`), and refused (ClusterRunLockHeldError, nothing changed) when it is still under way after
  * `patienceMs`: a deploy's roll and a defragmentation, which can move leadership, never run at once.
  */
-export async function unlessBusy(
-  acquire: () => Promise<Acquisition>,
+export async function unlessBusy<Lock = HeldRunLock>(
+  acquire: () => Promise<Acquisition<Lock>>,
   { patienceMs = DEFRAG_PATIENCE_MS, pauseMs = 2_000, say }: { patienceMs?: number; pauseMs?: number; say?: (line: string) => void } = {},
-): Promise<Exclude<Acquisition, { kind: 'busy' }>> {
+): Promise<Exclude<Acquisition<Lock>, { kind: 'busy' }>> {
   const deadline = Date.now() + patienceMs;
   for (let said = false; ; said = true) {
     const acquired = await acquire();
@@ -106,14 +106,14 @@ export async function unlessBusy(
  * leader, which a run going on unlocked would collide with — and refused (ClusterRunLockHeldError,
  * nothing changed) when another run holds or took it, or when etcd has not answered by `patienceMs`.
  */
-export async function acquireAfterLook(
-  acquire: () => Promise<Acquisition>,
+export async function acquireAfterLook<Lock = HeldRunLock>(
+  acquire: () => Promise<Acquisition<Lock>>,
   {
     patienceMs = ACQUIRE_AFTER_LOOK_MS,
     pauseMs = 1_000,
     busy = {},
   }: { patienceMs?: number; pauseMs?: number; busy?: Parameters<typeof unlessBusy>[1] } = {},
-): Promise<HeldRunLock> {
+): Promise<Lock> {
   const deadline = Date.now() + patienceMs;
   for (;;) {
     const acquired = await unlessBusy(acquire, busy);

@@ -1,13 +1,13 @@
 import { get } from 'node:https';
 import { revealSecret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import type { ClientIdentity, EtcdClients } from './client.ts';
+import type { ClientIdentity, MemberClients } from './client.ts';
 import { memberStatus } from './member-status.ts';
 import { minorOf, parseVersion } from '../upgrade/version.ts';
 
 /** etcd's `/version` on a member's client port: its own version and the cluster's. */
 export async function versionOf(
-  clients: EtcdClients,
+  clients: MemberClients,
   member: Member,
   identity: ClientIdentity,
 ): Promise<{ etcdserver: string; etcdcluster: string }> {
@@ -49,7 +49,7 @@ export class MixedVersionsError extends Error {}
  * before it proposes, 3.4 when it applies), which no later check shows — seen on the lab. A member
  * that does not answer is not counted: it applies nothing until it is back.
  */
-export async function refuseMixedMinors(inventory: Inventory, clients: EtcdClients): Promise<void> {
+export async function refuseMixedMinors(inventory: Inventory, clients: MemberClients): Promise<void> {
   const answers = await Promise.all(
     inventory.members.map(async (member) => ({
       name: member.name,

@@ -41,7 +41,7 @@ type RunScript = (script: string) => Promise<string>;
 
 // The script on stdin: sudo logs one short command line instead of the whole script on every run.
 const overSsh =
-  (ssh: SshConnection): RunScript =>
+  (ssh: Pick<SshConnection, 'run'>): RunScript =>
   (script) =>
     ssh.run(['sudo', 'sh', '-s'], { stdin: script, describe: 'guest probe', timeoutMs: 60_000 });
 
@@ -54,6 +54,9 @@ const AGENT_PROBE_TIMEOUT_MS = 30_000;
  * connection's channels (remote/ssh.ts MAX_CHANNELS) that the run's other commands need too.
  */
 const AGENT_LANES = 3;
+
+/** Where a probe takes a hypervisor's virsh sessions for the agents' calls: all it asks of VirshSessions. */
+export type AgentSessions = Pick<VirshSessions, 'get'>;
 
 /**
  * Asks members for their guest facts: through the QEMU guest agent (one process per member, a shell
@@ -76,7 +79,7 @@ export class GuestProbe {
   constructor(
     readonly facts: FactCache,
     readonly connections: MemberConnections,
-    readonly sessions: VirshSessions,
+    readonly sessions: AgentSessions,
     /** This cluster's ID (read after the pki step makes it): the agent is asked only inside domains marked with it. */
     readonly clusterId: () => string | undefined,
     /** What files were read before: one whose identity has not changed since is not read again. */
@@ -116,7 +119,7 @@ export class GuestProbe {
   /**
    * Asks one member now: through its agent, or over SSH (`connect`, only then) when the agent does not answer (re-checks, the first boot).
    */
-  async askNow(member: Member, questions: GuestQuestions, connect: () => Promise<SshConnection>): Promise<GuestFacts> {
+  async askNow(member: Member, questions: GuestQuestions, connect: () => Promise<Pick<SshConnection, 'run'>>): Promise<GuestFacts> {
     const ssh: RunScript = async (script) => overSsh(await connect())(script);
     const [answer] = await this.#partsThroughAgents([{ member, questions }]);
     return (

@@ -25,7 +25,7 @@ const INSTALL_SCRIPT = [
 export type ReleaseArchives = (version: EtcdVersion) => Promise<Release>;
 
 export async function installRelease(
-  ssh: SshConnection,
+  ssh: Pick<SshConnection, 'run'>,
   releaseArchive: ReleaseArchives | undefined,
   release: GuestRelease,
   timeoutMs: number,

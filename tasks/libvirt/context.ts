@@ -9,6 +9,11 @@ import type { CommandTimes } from '../remote/command-times.ts';
 /** The kind of fact libvirt's answers are, in the run's fact cache: the steps that change them say so (steps/registry.ts). */
 const LIBVIRT = 'libvirt';
 
+/** A member's libvirt answers by the questions' names: what a step that only reads asks of RemoteContext (its probe). */
+export interface LibvirtAnswers {
+  probe(member: Member, questions: Record<string, Question>): Promise<Record<string, ProbeAnswer>>;
+}
+
 /**
  * What the remote steps share during one run: the hypervisor connections, and the answers of one
  * batched probe per member asked up front (like Ansible's fact gathering), so that a run where nothing

@@ -9,7 +9,7 @@ export const SHUTDOWN_GRACE_MS = 120_000;
  * libvirt refuses `shutdown` unless the domain runs: a paused one is resumed first, one already "in
  * shutdown" is only waited for, and any other active state (pmsuspended) waits out the grace.
  */
-export async function shutDown(virsh: Virsh, name: string, graceMs = SHUTDOWN_GRACE_MS): Promise<void> {
+export async function shutDown(virsh: Pick<Virsh, 'run'>, name: string, graceMs = SHUTDOWN_GRACE_MS): Promise<void> {
   const { state } = parseDomInfo(await virsh.run(['dominfo', name]));
   if (state === 'paused') await virsh.run(['resume', name]);
   if (state === 'running' || state === 'paused') await virsh.run(['shutdown', name]);

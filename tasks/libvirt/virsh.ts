@@ -1,5 +1,5 @@
 import { commandLine } from '../core/shell.ts';
-import type { SshConnection } from '../remote/ssh.ts';
+import type { SshConnection, SshTarget } from '../remote/ssh.ts';
 import type { VirshAsker, VirshReply } from './session.ts';
 
 /**
@@ -22,9 +22,12 @@ const SESSION_BATCH = 8;
 
 export const virshArgv = (uri: string, args: readonly string[]): string[] => ['virsh', '-q', '-c', uri, ...args];
 
+/** What virsh asks of its hypervisor's connection: commands run there, and its name for errors. */
+export type VirshHost = Pick<SshConnection, 'run' | 'exec'> & { readonly target: Pick<SshTarget, 'label'> };
+
 export class Virsh {
   constructor(
-    readonly ssh: SshConnection,
+    readonly ssh: VirshHost,
     readonly uri: string,
     /** The run's interactive virsh on this hypervisor, if it has one: questions asked there spawn no process. */
     readonly session?: VirshAsker,

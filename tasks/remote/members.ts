@@ -1,6 +1,5 @@
 import type { Duplex } from 'node:stream';
-import type { Member } from '../inventory/model.ts';
-import type { HypervisorConnections } from './hypervisors.ts';
+import type { Hypervisor, Member } from '../inventory/model.ts';
 import { retryWhile } from '../core/retry.ts';
 import type { CommandTimes } from './command-times.ts';
 import { ConnectionPool } from './pool.ts';
@@ -11,6 +10,11 @@ export class HypervisorUnreachable extends SshError {}
 
 /** How often a booting member's SSH is tried again. */
 export const BOOTING_RETRY_MS = 2_000;
+
+/** What member connections ask of the run's hypervisor connections: one to forward a member's SSH through. */
+export interface ForwardingHypervisors {
+  get(hypervisor: Hypervisor): Promise<Pick<SshConnection, 'forward'>>;
+}
 
 /**
  * SSH into members themselves, as the admin user with the tool's own key, checking each member's
@@ -23,7 +27,7 @@ export class MemberConnections {
   readonly #pool = new ConnectionPool({ forgetFailures: true });
 
   constructor(
-    readonly hypervisors: HypervisorConnections,
+    readonly hypervisors: ForwardingHypervisors,
     readonly identity: { privateKey: () => string; knownHostsPath: string },
     readonly commandTimes?: CommandTimes,
   ) {}

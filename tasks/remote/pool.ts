@@ -1,5 +1,11 @@
 import type { SshConnection } from './ssh.ts';
 
+/** What the pool asks of a connection: to hear when the other end closed it, and to close it. */
+export interface Pooled {
+  readonly client: { once(event: 'close', listener: () => void): unknown };
+  close(): void;
+}
+
 /** Asked for a connection after the run's end (facts asked ahead that were still on their way). */
 export class PoolClosed extends Error {}
 
@@ -7,15 +13,15 @@ export class PoolClosed extends Error {}
  * SSH connections opened on first use and shared for the whole run (concurrent callers wait for
  * the same one), closed together at the end.
  */
-export class ConnectionPool {
-  readonly #opening = new Map<string, Promise<SshConnection>>();
+export class ConnectionPool<Connection extends Pooled = SshConnection> {
+  readonly #opening = new Map<string, Promise<Connection>>();
   /** Set by closeAll: work still in flight then (facts asked ahead) must not open a connection nobody would close. */
   #closed = false;
 
   /** forgetFailures: a failed attempt is not kept, so the next get tries again (a host still booting). */
   constructor(readonly options: { forgetFailures: boolean }) {}
 
-  get(key: string, open: () => Promise<SshConnection>): Promise<SshConnection> {
+  get(key: string, open: () => Promise<Connection>): Promise<Connection> {
     // An open connection keeps the process alive: after the run's end none may be made.
     if (this.#closed) return Promise.reject(new PoolClosed(`${key}: not connecting, the run has ended`));
     let connection = this.#opening.get(key);
@@ -31,7 +37,7 @@ export class ConnectionPool {
   }
 
   /** Drops the connection under `key` (only that one, if given), closing it: the next get opens a new one. */
-  forget(key: string, only?: Promise<SshConnection>): void {
+  forget(key: string, only?: Promise<Connection>): void {
     const current = this.#opening.get(key);
     if (!current || (only && current !== only)) return;
     this.#opening.delete(key);

@@ -1,6 +1,6 @@
 import type { AnyStep, Patience, Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import type { EtcdClients } from '../etcd/client.ts';
+import type { MemberClients } from '../etcd/client.ts';
 import type { ClientIdentities } from '../etcd/identities.ts';
 import { memberHealth } from '../etcd/health.ts';
 import { revealSecret } from '../core/secret.ts';
@@ -47,7 +47,7 @@ const NOTHING_YET = { rootRole: false, rootUser: false, rootUserHasRole: false, 
  * Never AuthStatus: etcd 3.5 puts it through raft, and a 3.4 member of the same cluster (a roll half
  * done) panics applying it ("not implemented"), again at every restart — seen on the lab.
  */
-export async function authEnabled(clients: EtcdClients, member: Member, identities: ClientIdentities): Promise<boolean> {
+export async function authEnabled(clients: MemberClients, member: Member, identities: ClientIdentities): Promise<boolean> {
   const nonUser = await clients.for(member, identities.nonUser(member));
   try {
     await nonUser.get('etcd-kvm/auth-probe').string();
@@ -66,7 +66,7 @@ export async function authEnabled(clients: EtcdClients, member: Member, identiti
  */
 export async function notHealthy(
   inventory: Inventory,
-  clients: EtcdClients,
+  clients: MemberClients,
   member: Member,
   patience: Patience,
 ): Promise<string | undefined> {
@@ -77,7 +77,7 @@ export async function notHealthy(
 export function authStep(
   inventory: Inventory,
   members: readonly Member[],
-  clients: EtcdClients,
+  clients: MemberClients,
   identities: ClientIdentities,
 ): Step<AuthState, AuthAction> {
   const bootstrap = members.filter((member) => member.bootstrapsAuth);
@@ -148,7 +148,7 @@ export function authStep(
  */
 export function accessPhase(
   id: 'auth' | 'users',
-  make: (inventory: Inventory, members: readonly Member[], clients: EtcdClients, identities: ClientIdentities) => AnyStep,
+  make: (inventory: Inventory, members: readonly Member[], clients: MemberClients, identities: ClientIdentities) => AnyStep,
 ): Pick<DeployStep<'auth' | 'users'>, 'prepare' | 'run'> {
   const built = new WeakMap<DeployRun, AnyStep>();
   const stepOf = (run: DeployRun): AnyStep => {

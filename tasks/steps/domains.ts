@@ -2,7 +2,7 @@ import type { Change, Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { EtcdClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
-import { ensureQuorumWithout, rollWaves, type RollKind } from '../etcd/roll.ts';
+import { ensureQuorumWithout, handLeadershipAway, rollWaves, type RollKind } from '../etcd/roll.ts';
 import { canonicalDomainXml, compareDomainXml, parseDomInfo } from '../libvirt/domain-xml.ts';
 import { isNotFound, type Question } from '../libvirt/virsh.ts';
 import type { RenderedFile } from '../render/member.ts';
@@ -53,6 +53,7 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
 
   async function restart(member: Member): Promise<void> {
     await ensureQuorumWithout(inventory, clients, member);
+    await handLeadershipAway(inventory, clients, member);
     const virsh = await context.virshFor(member);
     await shutDown(virsh, member.name);
     await virsh.run(['start', member.name]);

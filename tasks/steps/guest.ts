@@ -1,8 +1,8 @@
 import type { Progress } from '../core/progress.ts';
 import type { Change, Patience, Step } from '../core/step.ts';
-import type { EtcdClients } from '../etcd/client.ts';
+import type { MemberClients } from '../etcd/client.ts';
 import { waitForHealth } from '../etcd/health.ts';
-import { ensureQuorumWithout, rollWaves, waitForRelease } from '../etcd/roll.ts';
+import { ensureQuorumWithout, handLeadershipAway, handoffNote, rollWaves, waitForRelease } from '../etcd/roll.ts';
 import { quote } from '../core/shell.ts';
 import type { GuestRelease } from '../render/etcd-release.ts';
 import { installRelease as installReleaseArchive, type ReleaseArchives } from '../guest/release-install.ts';
@@ -12,7 +12,7 @@ import { enableLinkOf, waitForCloudInit, type GuestFacts, type GuestQuestions } 
 import type { GuestProbe } from '../guest/probe.ts';
 import { driftedContent, isUnitFile, planGuest, PREVIOUS_DIR, rollKindOf, type GuestAction, type GuestChange } from '../guest/plan.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import { BOOTING_RETRY_MS, HypervisorUnreachable, type MemberConnections } from '../remote/members.ts';
+import { BOOTING_RETRY_MS, HypervisorUnreachable } from '../remote/members.ts';
 import { BootWaitFailed, waitForBoot, type BootWait, type BootWatch } from '../guest/boot.ts';
 import type { SshConnection } from '../remote/ssh.ts';
 import type { DesiredGuest } from '../render/guest/desired.ts';
@@ -33,14 +33,26 @@ type GuestState =
   | { kind: 'booting' }
   | { kind: 'probed'; facts: GuestFacts; currentContent: Map<string, string> | undefined };
 
+/** What the guest step does in a member over SSH: commands that must succeed (run), and those whose exit it reads (exec). */
+export type GuestShell = Pick<SshConnection, 'run' | 'exec'>;
+
+/** How the guest step reaches members over SSH (MemberConnections): waited for while one boots, or tried once. */
+export interface GuestConnections {
+  reach(member: Member, options: { windowMs: number }): Promise<GuestShell>;
+  get(member: Member): Promise<GuestShell>;
+}
+
+/** What the guest step asks of the run's guest probe (GuestProbe). */
+export type GuestFactsProbe = Pick<GuestProbe, 'takeEarly' | 'askNow' | 'lookAtBoot'>;
+
 export interface GuestStepOptions {
   inventory: Inventory;
   members: readonly Member[];
   desired: ReadonlyMap<string, DesiredGuest>;
-  ssh: MemberConnections;
+  ssh: GuestConnections;
   /** Its early answers are dropped by the run's fact cache when a step restarts the VM or restores etcd. */
-  probe: GuestProbe;
-  clients: EtcdClients;
+  probe: GuestFactsProbe;
+  clients: MemberClients;
   clusterFormed: boolean;
   /**
    * The members join the cluster as learners in this pass: a start waits for etcd to be ready, not for the
@@ -231,7 +243,7 @@ async function factsAfterBoot(guest: GuestContext, member: Member, boot: BootWai
 /** Current text of drifted files that hold no secret, for the diff: one more exec, only when something drifted and diffs are shown. */
 async function readDriftedContent(
   guest: GuestContext,
-  connect: () => Promise<SshConnection>,
+  connect: () => Promise<GuestShell>,
   name: string,
   facts: GuestFacts,
 ): Promise<Map<string, string> | undefined> {
@@ -253,7 +265,7 @@ async function readDriftedContent(
 async function applyGuestAction(
   guest: GuestContext,
   member: Member,
-  ssh: SshConnection,
+  ssh: GuestShell,
   action: Exclude<GuestStepAction, FileAction>,
 ): Promise<void> {
   if (action.kind === 'after-boot') throw new Error('the guest could not be probed: nothing to apply');
@@ -269,7 +281,7 @@ async function applyGuestAction(
 const APT_INSTALL_TIMEOUT_MS = 15 * 60_000;
 
 /** Debian packages into a member (install_dependencies): the package lists refreshed first, as cloud-init's packages module does. */
-async function installPackages(ssh: SshConnection, packages: readonly string[]): Promise<void> {
+async function installPackages(ssh: GuestShell, packages: readonly string[]): Promise<void> {
   const script = 'apt-get update -q && exec apt-get install -y -q --no-install-recommends "$@"';
   await ssh.run(['sudo', 'env', 'DEBIAN_FRONTEND=noninteractive', 'sh', '-c', script, 'apt-get', ...packages], {
     timeoutMs: APT_INSTALL_TIMEOUT_MS,
@@ -278,17 +290,17 @@ async function installPackages(ssh: SshConnection, packages: readonly string[]):
 }
 
 /** File changes in a row, in one command: the files' contents over stdin, never in argv (guest/file-batch.ts). */
-async function applyFileBatch(ssh: SshConnection, actions: readonly FileAction[]): Promise<void> {
+async function applyFileBatch(ssh: GuestShell, actions: readonly FileAction[]): Promise<void> {
   const batch = fileBatch(actions);
   await ssh.run(batchCommand(batch), { stdin: batch.stdin, describe: batch.describe });
 }
 
 /** The run's release archive into a member (guest/release-install.ts). */
-const installRelease = (guest: GuestContext, ssh: SshConnection, release: GuestRelease) =>
+const installRelease = (guest: GuestContext, ssh: GuestShell, release: GuestRelease) =>
   installReleaseArchive(ssh, guest.releaseArchive, release, guest.timeoutMs);
 
 /** The kept files back in place, and the service restarted on them; true when it is healthy again. */
-async function rollBack(guest: GuestContext, member: Member, ssh: SshConnection, unit: string, paths: readonly string[]): Promise<boolean> {
+async function rollBack(guest: GuestContext, member: Member, ssh: GuestShell, unit: string, paths: readonly string[]): Promise<boolean> {
   // systemd rereads its units only when a unit file is put back (a release's roll changes the environment file alone).
   const reload = paths.some(isUnitFile) ? 'systemctl daemon-reload; ' : '';
   const script = `set -e; for f; do cp -p -- "$0$f" "$f"; done; ${reload}systemctl restart ${quote(unit)}`;
@@ -313,12 +325,16 @@ const isRollingStart = (action: { kind: string }): action is StartAction =>
 async function restartRolling(
   guest: GuestContext,
   member: Member,
-  ssh: SshConnection,
+  ssh: GuestShell,
   action: StartAction,
   files: readonly FileAction[] = [],
 ): Promise<void> {
   const { inventory, clients, timeoutMs } = guest;
-  if (action.kind === 'restart') await ensureQuorumWithout(inventory, clients, member);
+  if (action.kind === 'restart') {
+    await ensureQuorumWithout(inventory, clients, member);
+    const handedOff = await handLeadershipAway(inventory, clients, member);
+    if (handedOff) guest.progress?.update(member.name, `etcd restarting (${handoffNote(handedOff)})`);
+  }
   const verb = startVerb(action);
   const unit = action.service.unit;
   const deadline = Date.now() + timeoutMs;
@@ -365,7 +381,7 @@ class FilesNotWrittenError extends Error {}
  * may be an older roll's, and putting them back would move a healthy member that was never restarted.
  */
 async function filesThenService(
-  ssh: SshConnection,
+  ssh: GuestShell,
   files: readonly FileAction[],
   verb: string,
   unit: string,

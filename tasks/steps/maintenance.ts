@@ -5,7 +5,7 @@ import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
 import { alarmsListed, memberHealth, waitForHealth } from '../etcd/health.ts';
 import { RUN_LOCK_PREFIX } from '../inventory/lock-keys.ts';
 import { prefixEnd } from '../inventory/reserved.ts';
-import { ensureQuorumWithout, rollWaves } from '../etcd/roll.ts';
+import { ensureQuorumWithout, handLeadershipAway, rollWaves, type HandedOff } from '../etcd/roll.ts';
 import {
   MaintenanceRefusal,
   planCompact,
@@ -133,8 +133,8 @@ export function compactStep(inventory: Inventory, clients: EtcdClients): Step<Co
   };
 }
 
-/** Database sizes before and after, per member defragmented in this run, for the report. */
-export type DefragRecord = Map<string, { before: DatabaseFacts; after: DatabaseFacts }>;
+/** Database sizes before and after, per member defragmented in this run, and the leadership it handed off first, for the report. */
+export type DefragRecord = Map<string, { before: DatabaseFacts; after: DatabaseFacts; handedOff?: HandedOff }>;
 
 export function defragStep(inventory: Inventory, clients: EtcdClients, record: DefragRecord): Step<DatabaseFacts, DefragAction> {
   const { targets, memberNamed } = memberTargets(inventory.members);
@@ -158,9 +158,11 @@ export function defragStep(inventory: Inventory, clients: EtcdClients, record: D
       const member = memberNamed(name);
       for (const { action } of changes) {
         await ensureQuorumWithout(inventory, clients, member);
+        // A member being defragmented answers nothing: were it the leader, no write would be taken meanwhile.
+        const handedOff = await handLeadershipAway(inventory, clients, member);
         await (await clients.for(member)).maintenance.defragment({ deadline: Date.now() + DEFRAG_TIMEOUT_MS });
         await waitForHealth(inventory, clients, member, inventory.cluster.healthTimeout * 1000);
-        record.set(name, { before: action.before, after: await sizes(member) });
+        record.set(name, { before: action.before, after: await sizes(member), ...(handedOff ? { handedOff } : {}) });
       }
     },
   };

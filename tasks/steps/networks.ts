@@ -1,6 +1,6 @@
 import type { Fact } from '../core/step.ts';
 import type { Member } from '../inventory/model.ts';
-import type { RemoteContext } from '../libvirt/context.ts';
+import type { LibvirtAnswers } from '../libvirt/context.ts';
 import { isNotFound, type ProbeAnswer } from '../libvirt/virsh.ts';
 import { memberTargets } from './member-targets.ts';
 import { deployStep } from './deploy-step.ts';
@@ -18,7 +18,7 @@ export const networkIdsOf = (member: Member): string[] => [
 /** The names found, by member, then by UUID: what renderAll takes. */
 export type NetworkNames = Map<string, Map<string, string>>;
 
-export function networksFact(members: readonly Member[], context: RemoteContext): Fact<Map<string, string>> {
+export function networksFact(members: readonly Member[], context: LibvirtAnswers): Fact<Map<string, string>> {
   const { targets, memberNamed } = memberTargets(members.filter((member) => networkIdsOf(member).length > 0));
   return {
     name: 'networks',

@@ -1,7 +1,6 @@
 import type { Change, Step } from '../core/step.ts';
 import type { EtcdClients } from '../etcd/client.ts';
-import { memberHealth } from '../etcd/health.ts';
-import { currentLeader, ensureQuorumWithout, moveLeader } from '../etcd/roll.ts';
+import { ensureQuorumWithout, handLeadershipAway } from '../etcd/roll.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
 import { parseDomInfo } from '../libvirt/domain-xml.ts';
@@ -113,12 +112,7 @@ async function rebuildFacts(member: Member, context: RemoteContext): Promise<Reb
 /** The member stopped, once the others keep the quorum without it and it no longer leads (an election is seconds of no writes). */
 async function stopForRebuild(inventory: Inventory, clients: EtcdClients, member: Member, context: RemoteContext): Promise<void> {
   await ensureQuorumWithout(inventory, clients, member);
-  const others = inventory.members.filter((other) => other.name !== member.name);
-  if (others.length > 0 && (await currentLeader(inventory, clients, inventory.members)) === member.name) {
-    const health = await Promise.all(others.map((other) => memberHealth(inventory, clients, other)));
-    const successor = others.find((_, i) => health[i]!.healthy);
-    if (successor) await moveLeader(clients, member, successor);
-  }
+  await handLeadershipAway(inventory, clients, member);
   await shutDown(await context.virshFor(member), member.name);
 }
 

@@ -26,11 +26,14 @@ interface RestoreState {
   snapshot?: ChosenSnapshot;
 }
 
+/** Where the restore step takes its snapshot (SnapshotSource): the one chosen, its bytes, and where it is kept. */
+export type RestoreSource = Pick<SnapshotSource, 'choose' | 'open'> & { readonly bucket: Pick<SnapshotSource['bucket'], 'where'> };
+
 export function restoreStep(
   inventory: Inventory,
   members: readonly Member[],
-  connections: MemberConnections,
-  source: SnapshotSource,
+  connections: Pick<MemberConnections, 'reach'>,
+  source: RestoreSource,
   /** With binaries: release, the run's release archive on the control node. */
   releaseArchive?: ReleaseArchives,
 ): Step<RestoreState, 'restore'> {

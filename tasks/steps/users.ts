@@ -5,7 +5,7 @@ import { PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.t
 import type { Step } from '../core/step.ts';
 import { revealSecret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import type { EtcdClients } from '../etcd/client.ts';
+import type { MemberClients } from '../etcd/client.ts';
 import type { ClientIdentities } from '../etcd/identities.ts';
 import { retryTransient } from '../etcd/transient.ts';
 import { ignoreIf, unlessNotFound } from '../etcd/answers.ts';
@@ -160,7 +160,7 @@ async function applyAction(client: Etcd3, stateDir: string, action: AccessAction
 export function usersStep(
   inventory: Inventory,
   members: readonly Member[],
-  clients: EtcdClients,
+  clients: MemberClients,
   identities: ClientIdentities,
 ): Step<UsersState, AccessAction> {
   const { targets, memberNamed } = memberTargets(members.filter((member) => member.bootstrapsAuth));

@@ -2,7 +2,7 @@ import type { Change, Step } from '../core/step.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { GIB, volInfo, volumeState, type VolumeState } from '../libvirt/volumes.ts';
 import type { ProbeAnswer, Question } from '../libvirt/virsh.ts';
-import type { RemoteContext } from '../libvirt/context.ts';
+import type { LibvirtAnswers, RemoteContext } from '../libvirt/context.ts';
 import { memberTargets } from './member-targets.ts';
 import { deployStep } from './deploy-step.ts';
 
@@ -54,7 +54,10 @@ export function volumeQuestions(member: Member): Partial<Record<VolumeQuestion, 
   };
 }
 
-async function probe(context: RemoteContext, member: Member): Promise<VolumesState> {
+/** What the volumes step asks of the hypervisors: their volumes' answers, and a virsh to create the missing ones. */
+export type VolumesContext = LibvirtAnswers & Pick<RemoteContext, 'virshFor'>;
+
+async function probe(context: LibvirtAnswers, member: Member): Promise<VolumesState> {
   const { os, data, pool } = member.volumes;
   const answers: Partial<Record<VolumeQuestion, ProbeAnswer>> = await context.probe(
     member,
@@ -78,7 +81,7 @@ type DiskSeen = 'yes' | 'no' | 'unknown';
  * formed without this member's data. Asked once, by the first member that misses its disk, and before any
  * member can apply (every apply comes after its own check, which awaits this).
  */
-function disksAtStart(inventory: Inventory, context: RemoteContext): () => Promise<Map<string, DiskSeen>> {
+function disksAtStart(inventory: Inventory, context: LibvirtAnswers): () => Promise<Map<string, DiskSeen>> {
   let seen: Promise<Map<string, DiskSeen>> | undefined;
   const diskOf = (member: Member): Promise<DiskSeen> =>
     probe(context, member).then(
@@ -170,7 +173,7 @@ function dataDiskChanges(
 export function volumesStep(
   inventory: Inventory,
   members: readonly Member[],
-  context: RemoteContext,
+  context: VolumesContext,
   { joining, formed }: { joining: boolean; formed: boolean },
 ): Step<VolumesState & { othersWithDisks: string[] }, VolumeAction> {
   const { targets, memberNamed } = memberTargets(members);

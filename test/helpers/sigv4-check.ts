@@ -66,7 +66,7 @@ export async function sigV4Refusal(request: ArrivedRequest, account: Account): P
   };
   const match = AUTHORIZATION.exec(header('authorization') ?? '');
   if (!match) return 'no AWS4-HMAC-SHA256 authorization header';
-  const [, accessKey, , region, signedNames, signature] = match as unknown as string[];
+  const [, accessKey, , region, signedNames, signature] = match;
   if (accessKey !== account.accessKeyId) return `unknown access key ${accessKey}`;
   const date = /^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z$/.exec(header('x-amz-date') ?? '');
   if (!date) return 'no x-amz-date header';

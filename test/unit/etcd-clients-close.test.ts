@@ -1,7 +1,6 @@
 import test from 'ava';
-import { EtcdClients, EtcdClientsClosed } from '../../tasks/etcd/client.ts';
+import { EtcdClients, EtcdClientsClosed, type TunnelConnections } from '../../tasks/etcd/client.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
-import type { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
 import type { SshConnection } from '../../tasks/remote/ssh.ts';
 import { Tunnel } from '../../tasks/remote/tunnel.ts';
 import { unusedSshConnection } from '../helpers/unconnected.ts';
@@ -21,7 +20,7 @@ test.serial('a client whose tunnel opens after close() is refused, and its tunne
   const connection = new Promise<SshConnection>((resolve) => {
     connected = resolve;
   });
-  const connections = { get: () => connection } as unknown as HypervisorConnections;
+  const connections: TunnelConnections = { get: () => connection, unreachable: new Map() };
   const tunnels: { closed: boolean }[] = [];
   const open = Tunnel.open;
   Tunnel.open = async (...args) => {
@@ -50,12 +49,13 @@ test.serial('a client whose tunnel opens after close() is refused, and its tunne
 
 test.serial('after close() no client is opened at all', async (t) => {
   let asked = 0;
-  const connections = {
+  const connections: TunnelConnections = {
     get: () => {
       asked++;
       return Promise.resolve(unusedSshConnection());
     },
-  } as unknown as HypervisorConnections;
+    unreachable: new Map(),
+  };
   const clients = new EtcdClients(connections, inventory.etcd.clientPort, identity);
   clients.close();
   await t.throwsAsync(clients.for(member), { instanceOf: EtcdClientsClosed });

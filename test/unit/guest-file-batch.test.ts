@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { batched, fileBatch, FILE_BATCH_SCRIPT, SERVICE_FAILED_EXIT, type FileAction } from '../../tasks/guest/file-batch.ts';
 import type { GuestAction } from '../../tasks/guest/plan.ts';
+import { guestReleaseOf } from '../../tasks/render/etcd-release.ts';
 import type { ManagedFile } from '../../tasks/render/guest/desired.ts';
 
 /** The batch script run for real by the host's sh (as the guest's, without sudo), in a directory of its own. */
@@ -142,8 +143,8 @@ test("a roll's turn: its files, then the service restarted, last, in the same co
 test('runs of file actions are gathered, in order; an install or a restart stays on its own', (t) => {
   const write: GuestAction = { kind: 'write', file: file('/a', 'a', 0o644) };
   const reload: GuestAction = { kind: 'daemon-reload' };
-  const install = { kind: 'install-release' } as unknown as GuestAction;
-  const restart = { kind: 'restart' } as unknown as GuestAction;
+  const install: GuestAction = { kind: 'install-release', release: guestReleaseOf({ major: 3, minor: 5, patch: 16 }) };
+  const restart: GuestAction = { kind: 'restart', service: { unit: 'etcd.service', onChange: 'restart' }, why: 'its files changed' };
   const keep: GuestAction = { kind: 'keep-previous', paths: ['/a'] };
   t.deepEqual(batched<GuestAction>([install, keep, write, reload, restart]), [install, [keep, write, reload], restart]);
   t.deepEqual(batched<GuestAction>([write, restart, reload]), [[write], restart, [reload]]);

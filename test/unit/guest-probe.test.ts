@@ -5,7 +5,6 @@ import type { GuestQuestions } from '../../tasks/guest/facts.ts';
 import { sha256 } from '../../tasks/core/digest.ts';
 import { GuestProbe } from '../../tasks/guest/probe.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
-import type { VirshSessions } from '../../tasks/libvirt/session.ts';
 import { FakeGuests } from '../helpers/fake-guest-agent.ts';
 import { unconnected } from '../helpers/unconnected.ts';
 
@@ -46,13 +45,7 @@ function guest(): FakeGuests {
 
 const probeOf = (guests: FakeGuests, digests = DigestMemory.empty()) => {
   const session = guests.session();
-  return new GuestProbe(
-    new FactCache(),
-    unconnected(lab).memberSsh,
-    { get: async () => session } as unknown as VirshSessions,
-    () => 'cluster-1',
-    digests,
-  );
+  return new GuestProbe(new FactCache(), unconnected(lab).memberSsh, { get: async () => session }, () => 'cluster-1', digests);
 };
 const noSsh = () => Promise.reject(new Error('the agent answers: no SSH'));
 const managedOpened = (guests: FakeGuests) => guests.opened.filter(({ path }) => questions.paths.includes(path)).map(({ path }) => path);

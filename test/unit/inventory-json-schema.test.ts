@@ -46,7 +46,7 @@ for (const path of shipped) {
 function withPrefixLength(value: unknown): Record<string, unknown> {
   const doc = baseDocument();
   (doc.members[0]!.libvirt_networks as Record<string, unknown>[])[0]!.prefix_length = value;
-  return doc as unknown as Record<string, unknown>;
+  return doc;
 }
 
 const problemsOf = (doc: Record<string, unknown>): readonly string[] => {

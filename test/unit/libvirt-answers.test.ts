@@ -3,8 +3,7 @@ import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { compareDomainXml, parseDomInfo } from '../../tasks/libvirt/domain-xml.ts';
 import { volumeState } from '../../tasks/libvirt/volumes.ts';
-import { isNotFound, missingObject, parseVirshBatch, Virsh, virshBatch, type Question } from '../../tasks/libvirt/virsh.ts';
-import type { SshConnection } from '../../tasks/remote/ssh.ts';
+import { isNotFound, missingObject, parseVirshBatch, Virsh, virshBatch, type Question, type VirshHost } from '../../tasks/libvirt/virsh.ts';
 import { renderDomainXml } from '../../tasks/render/domain.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import { VirshSession } from '../../tasks/libvirt/session.ts';
@@ -22,16 +21,17 @@ const LIVE = fixture('virsh-dumpxml-inactive-etcd-1.xml');
  * A connection that answers with recorded output: the virsh batch with the recording up to the
  * batch's end marker, the pipelines (`sha256sum` here) with what the recording has after it.
  */
-const replaying = (recorded: string) =>
-  ({
-    target: { label: 'hypervisor lab' },
-    exec: async (argv: string[]) => {
-      const end = recorded.indexOf('@@etcd-kvm@@\n');
-      if (argv[2]!.includes('virsh'))
-        return { command: 'sh', code: 0, stdout: end < 0 ? recorded : recorded.slice(0, end + 13), stderr: '' };
-      return { command: 'sh', code: 0, stdout: end < 0 ? '' : recorded.slice(end + 13), stderr: '' };
-    },
-  }) as unknown as SshConnection;
+const replaying = (recorded: string): VirshHost => ({
+  target: { label: 'hypervisor lab' },
+  run: async () => {
+    throw new Error('a replayed connection runs no command of its own');
+  },
+  exec: async (argv: readonly string[]) => {
+    const end = recorded.indexOf('@@etcd-kvm@@\n');
+    if (argv[2]!.includes('virsh')) return { command: 'sh', code: 0, stdout: end < 0 ? recorded : recorded.slice(0, end + 13), stderr: '' };
+    return { command: 'sh', code: 0, stdout: end < 0 ? '' : recorded.slice(end + 13), stderr: '' };
+  },
+});
 
 // What is asked does not matter to a replayed answer; only which questions are virsh commands and which pipelines.
 const QUESTIONS: Record<string, Question> = {

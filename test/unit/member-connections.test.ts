@@ -1,11 +1,10 @@
 import test from 'ava';
-import type { EtcdClients } from '../../tasks/etcd/client.ts';
 import { waitForHealth } from '../../tasks/etcd/health.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import type { Member } from '../../tasks/inventory/model.ts';
-import type { HypervisorConnections } from '../../tasks/remote/hypervisors.ts';
-import { HypervisorUnreachable, MemberConnections } from '../../tasks/remote/members.ts';
+import { type ForwardingHypervisors, HypervisorUnreachable, MemberConnections } from '../../tasks/remote/members.ts';
 import { SshError } from '../../tasks/remote/ssh.ts';
+import { standInClients } from '../helpers/stand-ins.ts';
 
 /** Waiting for a booting member's SSH, or for its etcd, ends at once when its hypervisor cannot be reached. */
 
@@ -13,12 +12,12 @@ const member = loadInventory('inventories/lab.yaml').members[0]!;
 
 test('a hypervisor that cannot be reached ends the wait for a booting member at once, naming the hypervisor', async (t) => {
   let asked = 0;
-  const hypervisors = {
+  const hypervisors: ForwardingHypervisors = {
     get: async () => {
       asked++;
       throw new SshError('hypervisor lab (root@127.0.0.1:2222): cannot connect: connect ECONNREFUSED 127.0.0.1:2222');
     },
-  } as unknown as HypervisorConnections;
+  };
   const connections = new MemberConnections(hypervisors, { privateKey: () => '', knownHostsPath: '/dev/null' });
   const started = Date.now();
   const error = await t.throwsAsync(connections.reach(member, { windowMs: 60_000 }));
@@ -32,14 +31,14 @@ test("a window of 0 (a dry-run's patience) tries a booting member's SSH once; a 
   const attempts = async (windowMs: number) => {
     let asked = 0;
     // The hypervisor answers; the member behind it refuses (still booting).
-    const hypervisors = {
+    const hypervisors: ForwardingHypervisors = {
       get: async () => ({
         forward: async () => {
           asked++;
           throw new SshError('member etcd-1: connect ECONNREFUSED 192.168.150.11:22');
         },
       }),
-    } as unknown as HypervisorConnections;
+    };
     const connections = new MemberConnections(hypervisors, { privateKey: () => '', knownHostsPath: '/dev/null' });
     const error = await t.throwsAsync(connections.reach(member, { windowMs }));
     t.false(error instanceof HypervisorUnreachable);
@@ -52,14 +51,14 @@ test("a window of 0 (a dry-run's patience) tries a booting member's SSH once; a 
 test("the health wait ends at once when the member's hypervisor became unreachable (a dead tunnel looks like a member that is down)", async (t) => {
   const inventory = loadInventory('inventories/lab.yaml');
   let asked = 0;
-  const clients = {
+  const clients = standInClients({
     for: async () => {
       asked++;
       throw new Error('14 UNAVAILABLE: No connection established');
     },
     unreachable: (of: Member) =>
       of.hypervisor.name === 'lab' ? 'hypervisor lab (root@127.0.0.1:2222): cannot connect: read ECONNRESET' : undefined,
-  } as unknown as EtcdClients;
+  });
   const started = Date.now();
   await t.throwsAsync(waitForHealth(inventory, clients, member, 60_000), {
     message: 'etcd on etcd-1 cannot be asked: hypervisor lab (root@127.0.0.1:2222): cannot connect: read ECONNRESET',

@@ -1,5 +1,5 @@
 import test from 'ava';
-import type { RemoteContext } from '../../tasks/libvirt/context.ts';
+import type { LibvirtAnswers } from '../../tasks/libvirt/context.ts';
 import { networkIdsOf, networksFact } from '../../tasks/steps/networks.ts';
 import { renderDomainXml } from '../../tasks/render/domain.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
@@ -18,7 +18,7 @@ function inventoryWithIds() {
 }
 
 /** A hypervisor that answers `virsh net-name` with `answer`. */
-const answering = (answer: { code: number; output: string }) => ({ probe: async () => ({ n0: answer }) }) as unknown as RemoteContext;
+const answering = (answer: { code: number; output: string }): LibvirtAnswers => ({ probe: async () => ({ n0: answer }) });
 const cases = [
   { name: 'known: its name', answer: { code: 0, output: 'etcd-lab\n' }, names: [[LAB_NET, 'etcd-lab']] },
   {

@@ -1,6 +1,5 @@
 import test from 'ava';
-import { ConnectionPool, PoolClosed } from '../../tasks/remote/pool.ts';
-import type { SshConnection } from '../../tasks/remote/ssh.ts';
+import { ConnectionPool, PoolClosed, type Pooled } from '../../tasks/remote/pool.ts';
 
 /** A stand-in connection that records whether it was closed. */
 function fakeConnection() {
@@ -8,19 +7,19 @@ function fakeConnection() {
   const close = () => {
     state.closed = true;
   };
-  const connection = { close, client: { once: () => undefined } } as unknown as SshConnection;
+  const connection: Pooled = { close, client: { once: () => undefined } };
   return { connection, state };
 }
 
 test('after the run ends no connection is opened: work still in flight cannot keep the process alive', async (t) => {
-  const pool = new ConnectionPool({ forgetFailures: true });
+  const pool = new ConnectionPool<Pooled>({ forgetFailures: true });
   let opened = 0;
   // One connection still being opened when the run ends: closed as soon as it is there.
-  let finish: (ssh: SshConnection) => void = () => undefined;
+  let finish: (ssh: Pooled) => void = () => undefined;
   const late = fakeConnection();
   const pending = pool.get('member etcd-1', () => {
     opened++;
-    return new Promise<SshConnection>((resolve) => (finish = resolve));
+    return new Promise<Pooled>((resolve) => (finish = resolve));
   });
   const closing = pool.closeAll();
   finish(late.connection);

@@ -6,14 +6,14 @@ import type { Virsh } from '../../tasks/libvirt/virsh.ts';
 
 const dominfo = (state: string) => `Id:             3\nName:           etcd-1\nState:          ${state}\nAutostart:      enable\n`;
 
-function fakeVirsh(states: string[]): { virsh: Virsh; asked: string[] } {
+function fakeVirsh(states: string[]): { virsh: Pick<Virsh, 'run'>; asked: string[] } {
   const asked: string[] = [];
-  const virsh = {
+  const virsh: Pick<Virsh, 'run'> = {
     run: async (args: readonly string[]) => {
       asked.push(args[0]!);
       return args[0] === 'dominfo' ? dominfo(states.shift() ?? 'shut off') : '';
     },
-  } as unknown as Virsh;
+  };
   return { virsh, asked };
 }
 

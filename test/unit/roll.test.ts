@@ -1,5 +1,13 @@
 import test from 'ava';
-import { healthyOthersNeeded, quorumOf, rollOrder, type RollCandidate } from '../../tasks/etcd/roll.ts';
+import {
+  type Handoff,
+  handoffFor,
+  healthyOthersNeeded,
+  quorumOf,
+  rollOrder,
+  type RollCandidate,
+  type Standing,
+} from '../../tasks/etcd/roll.ts';
 
 const cases: { name: string; candidates: RollCandidate[]; leader?: string; waves: string[][] }[] = [
   {
@@ -73,3 +81,52 @@ test('healthy others needed before a member goes down: the quorum, or every othe
   // 1 member: nothing else can be healthy, and a restart must still be possible; 2: the other one; 3 and up: a quorum.
   t.deepEqual([1, 2, 3, 4, 5, 7].map(healthyOthersNeeded), [0, 1, 2, 3, 3, 4]);
 });
+
+const standing = (name: string, id: string, leaderId: string, applied: number): Standing => ({
+  name,
+  id,
+  leaderId,
+  applied: BigInt(applied),
+});
+
+const handoffCases: { name: string; member: string; standings: Standing[]; handoff: Handoff }[] = [
+  {
+    name: 'a follower hands nothing over',
+    member: 'etcd-2',
+    standings: [standing('etcd-1', '1', '1', 10), standing('etcd-2', '2', '1', 10), standing('etcd-3', '3', '1', 10)],
+    handoff: { kind: 'not-leader' },
+  },
+  {
+    name: 'the leader hands to the follower that has applied the most',
+    member: 'etcd-1',
+    standings: [standing('etcd-1', '1', '1', 20), standing('etcd-2', '2', '1', 18), standing('etcd-3', '3', '1', 19)],
+    handoff: { kind: 'hand-to', to: 'etcd-3' },
+  },
+  {
+    name: 'equal followers: the first in the inventory',
+    member: 'etcd-3',
+    standings: [standing('etcd-1', '1', '3', 20), standing('etcd-2', '2', '3', 20), standing('etcd-3', '3', '3', 20)],
+    handoff: { kind: 'hand-to', to: 'etcd-1' },
+  },
+  {
+    name: 'a member that follows another leader (a stale view) is not handed to',
+    member: 'etcd-1',
+    standings: [standing('etcd-1', '1', '1', 20), standing('etcd-2', '2', '3', 30), standing('etcd-3', '3', '1', 5)],
+    handoff: { kind: 'hand-to', to: 'etcd-3' },
+  },
+  {
+    name: 'the leader with no follower answering: nobody to hand to',
+    member: 'etcd-1',
+    standings: [standing('etcd-1', '1', '1', 20)],
+    handoff: { kind: 'nobody' },
+  },
+  {
+    name: 'the member itself did not answer: not asked to hand anything over',
+    member: 'etcd-1',
+    standings: [standing('etcd-2', '2', '1', 20), standing('etcd-3', '3', '1', 20)],
+    handoff: { kind: 'not-leader' },
+  },
+];
+
+for (const { name, member, standings, handoff } of handoffCases)
+  test(`handoff: ${name}`, (t) => t.deepEqual(handoffFor(member, standings), handoff));

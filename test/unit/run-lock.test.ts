@@ -28,6 +28,8 @@ import { silentMember } from '../helpers/silent-etcd.ts';
  */
 
 const KEY = runLockKey('lab');
+/** A held lock as acquireAfterLook sees it: passed on, never used. */
+type HeldLock = Pick<HeldRunLock, 'key'>;
 const holder = { host: 'operator-b.example', pid: 4242, since: '2026-03-01T10:00:00.000Z', command: 'deploy -i inventories/lab.yaml' };
 
 /** The decision, if it is of `kind`; otherwise the test fails, showing what it was. */
@@ -130,10 +132,10 @@ test("the holder record is this run's host, PID, start and command, and reads ba
 });
 
 test('after an answered look the lock is asked again while etcd does not answer, never given up for the local lock alone: held, refused at once, or refused at the deadline', async (t) => {
-  const lock = { key: 'held' } as unknown as HeldRunLock;
+  const lock: HeldLock = { key: 'held' };
   const unanswered: Acquisition = { kind: 'local-only', why: 'etcd does not answer (etcdserver: leader changed)' };
   let asked = 0;
-  const answers: Acquisition[] = [unanswered, unanswered, { kind: 'acquired', lock }];
+  const answers: Acquisition<HeldLock>[] = [unanswered, unanswered, { kind: 'acquired', lock }];
   t.is(await acquireAfterLook(async () => answers[asked++]!, { patienceMs: 5_000, pauseMs: 1 }), lock);
   t.is(asked, 3);
 
@@ -169,10 +171,10 @@ test("a member's scheduled defragmentation under way: not now, naming the member
   // Its value comes from etcd: shown without a terminal's control sequences.
   t.false(expectKind(decideLock({ created: false, defragBy: 'etcd-2\u001b[2J' }, KEY), 'busy').why.includes('\u001b'));
 
-  const lock = { key: 'held' } as unknown as HeldRunLock;
+  const lock: HeldLock = { key: 'held' };
   const said: string[] = [];
   let asked = 0;
-  const answers: Acquisition[] = [busy, busy, { kind: 'acquired', lock }];
+  const answers: Acquisition<HeldLock>[] = [busy, busy, { kind: 'acquired', lock }];
   t.is(
     await acquireAfterLook(async () => answers[asked++]!, {
       patienceMs: 5_000,

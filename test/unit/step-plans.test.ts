@@ -1,25 +1,23 @@
 import test from 'ava';
 import { readFileSync } from 'node:fs';
 import { Secret } from '../../tasks/core/secret.ts';
-import type { EtcdClients } from '../../tasks/etcd/client.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import { renderDomainXml } from '../../tasks/render/domain.ts';
 import type { RenderedFile } from '../../tasks/render/member.ts';
-import type { SnapshotSource } from '../../tasks/backup/source.ts';
 import type { MemberConnections } from '../../tasks/remote/members.ts';
 import { patienceOf } from '../../tasks/core/runner.ts';
 import type { AnyStep } from '../../tasks/core/step.ts';
-import type { GuestProbe } from '../../tasks/guest/probe.ts';
 import type { DesiredGuest } from '../../tasks/render/guest/desired.ts';
 import { SshError } from '../../tasks/remote/ssh.ts';
 import { authStep } from '../../tasks/steps/auth.ts';
 import { cloudInitIsoStep } from '../../tasks/steps/cloud-init-iso.ts';
 import { domainsStep } from '../../tasks/steps/domains.ts';
 import { alarmWarnings, healthWait } from '../../tasks/steps/health.ts';
-import { guestStep } from '../../tasks/steps/guest.ts';
+import { guestStep, type GuestFactsProbe } from '../../tasks/steps/guest.ts';
 import { sha256 } from '../../tasks/core/digest.ts';
 import { restoreStep } from '../../tasks/steps/restore.ts';
 import { usersStep } from '../../tasks/steps/users.ts';
+import { standInClients, standInProbe, standInShell, standInSource } from '../helpers/stand-ins.ts';
 import { unconnected } from '../helpers/unconnected.ts';
 
 /**
@@ -221,7 +219,7 @@ healthCases();
 
 // restore: only a member without data, and only when restore is enabled.
 function restoreCases() {
-  const source = { bucket: { where: 's3 bucket backups at http://127.0.0.1:9000' } } as unknown as SnapshotSource;
+  const source = standInSource({ bucket: { where: 's3 bucket backups at http://127.0.0.1:9000' } });
   const enabled = { ...lab, restore: { ...lab.restore, enabled: true } };
   const step = restoreStep(enabled, enabled.members, memberSsh, source);
   const CHOSEN = { name: 'etcd-2026-11-21T09:30:00Z.dump', provenance: "this cluster's latest, taken by etcd-2 at revision 41" };
@@ -261,21 +259,20 @@ restoreCases();
 // (wait out the deadline, then fail), plans for later or fails. The steps take no dry-run flag.
 function dryRunCases() {
   /** etcd on every member refuses: not healthy. */
-  const etcdDown = { for: async () => Promise.reject(new Error('14 UNAVAILABLE: No connection established')) } as unknown as EtcdClients;
-  const sshRefused = (windows: number[]) =>
-    ({
-      reach: async (_member: unknown, { windowMs }: { windowMs: number }) => {
-        windows.push(windowMs);
-        throw new SshError('member etcd-1: connect ECONNREFUSED');
-      },
-      get: async () => Promise.reject(new SshError('member etcd-1: connect ECONNREFUSED')),
-    }) as unknown as MemberConnections;
+  const etcdDown = standInClients({ for: async () => Promise.reject(new Error('14 UNAVAILABLE: No connection established')) });
+  const sshRefused = (windows: number[]): Pick<MemberConnections, 'reach' | 'get'> => ({
+    reach: async (_member: unknown, { windowMs }: { windowMs: number }) => {
+      windows.push(windowMs);
+      throw new SshError('member etcd-1: connect ECONNREFUSED');
+    },
+    get: async () => Promise.reject(new SshError('member etcd-1: connect ECONNREFUSED')),
+  });
   /** A second of health_timeout: a run's wait for a booting member ends soon. */
   const quick = { ...lab, cluster: { ...lab.cluster, healthTimeout: 1 }, restore: { ...lab.restore, enabled: true } };
-  const source = {
+  const source = standInSource({
     bucket: { where: 's3 bucket backups' },
     choose: async () => ({ name: 'etcd-2026-11-21T09:30:00Z.dump', provenance: "this cluster's latest, taken by etcd-1 at revision 7" }),
-  } as unknown as SnapshotSource;
+  });
   const desired = new Map([
     [
       'etcd-1',
@@ -290,8 +287,8 @@ function dryRunCases() {
   ]);
   /** The guest agent: nothing taken early; its boot looked at as `boot` says. */
   const agent = (boot: 'running' | { unanswered: string }) =>
-    ({ takeEarly: async () => undefined, lookAtBoot: async () => boot }) as unknown as GuestProbe;
-  const guest = (probe: GuestProbe) =>
+    standInProbe({ takeEarly: async () => undefined, lookAtBoot: async () => boot });
+  const guest = (probe: GuestFactsProbe) =>
     guestStep({
       inventory: quick,
       members: [quick.members[0]!],
@@ -371,12 +368,19 @@ function dryRunCases() {
       environments: new Map(),
       dataDirInitialized: true,
       cloudInit: { state },
+      retiredFound: new Set<string>(),
+      packageFilesMissing: new Set<string>(),
     });
     const execs: string[][] = [];
-    const ssh = { exec: async (argv: string[]) => void execs.push(argv) };
-    const sshUp = { reach: async () => ssh, get: async () => ssh } as unknown as MemberConnections;
+    const ssh = standInShell({
+      exec: async (argv) => {
+        execs.push([...argv]);
+        return { command: argv.join(' '), code: 0, stdout: '', stderr: '' };
+      },
+    });
+    const sshUp = { reach: async () => ssh, get: async () => ssh };
     const step = (answers: ReturnType<typeof facts>[]) => {
-      const probe = { ...agent({ unanswered: 'no agent' }), askNow: async () => answers.shift() } as unknown as GuestProbe;
+      const probe = { ...agent({ unanswered: 'no agent' }), askNow: async () => answers.shift()! };
       return guestStep({
         inventory: quick,
         members: [quick.members[0]!],
@@ -425,9 +429,10 @@ function dryRunCases() {
       dataDirInitialized: true,
       cloudInit: { state: 'done' as const },
       retiredFound: new Set<string>(),
+      packageFilesMissing: new Set<string>(),
     });
     const step = (early: ReturnType<typeof factsWith>, asked: ReturnType<typeof factsWith>[]) => {
-      const probe = { takeEarly: async () => early, askNow: async () => asked.shift() } as unknown as GuestProbe;
+      const probe = standInProbe({ takeEarly: async () => early, askNow: async () => asked.shift()! });
       return guestStep({
         inventory: quick,
         members: [quick.members[0]!],
@@ -462,20 +467,24 @@ function dryRunCases() {
       dataDirInitialized: false,
       cloudInit: { state: 'done' as const },
       retiredFound: new Set<string>(),
+      packageFilesMissing: new Set<string>(),
     };
     const step = (joining: boolean, ran: string[]) => {
-      const ssh = {
-        run: async (argv: string[]) => void ran.push(argv.join(' ')),
-        exec: async () => ({ stdout: '', stderr: '', code: 0 }),
-      };
+      const ssh = standInShell({
+        run: async (argv) => {
+          ran.push(argv.join(' '));
+          return '';
+        },
+        exec: async (argv) => ({ command: argv.join(' '), stdout: '', stderr: '', code: 0 }),
+      });
       return guestStep({
         inventory: quick,
         members: [quick.members[0]!],
         desired: wanted,
-        ssh: { reach: async () => ssh, get: async () => ssh } as unknown as MemberConnections,
-        probe: { takeEarly: async () => facts, askNow: async () => facts } as unknown as GuestProbe,
+        ssh: { reach: async () => ssh, get: async () => ssh },
+        probe: standInProbe({ takeEarly: async () => facts, askNow: async () => facts }),
         // Asked for the member's health, the answer is at once that it cannot be.
-        clients: { ...etcdDown, unreachable: () => 'its hypervisor did not answer' } as unknown as EtcdClients,
+        clients: { ...etcdDown, unreachable: () => 'its hypervisor did not answer' },
         clusterFormed: false,
         joining,
         diffs: false,

@@ -2,8 +2,7 @@ import test from 'ava';
 import { patienceOf } from '../../tasks/core/runner.ts';
 import type { Inventory, Member } from '../../tasks/inventory/model.ts';
 import type { ProbeAnswer, Question } from '../../tasks/libvirt/virsh.ts';
-import type { RemoteContext } from '../../tasks/libvirt/context.ts';
-import { volumesStep } from '../../tasks/steps/volumes.ts';
+import { volumesStep, type VolumesContext } from '../../tasks/steps/volumes.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 
 /**
@@ -23,7 +22,7 @@ const noPool: ProbeAnswer = {
   output: "error: failed to get pool 'typo'\nerror: Storage pool not found: no storage pool with matching name 'typo'",
 };
 
-function fakeHypervisor(disks: Disks): RemoteContext {
+function fakeHypervisor(disks: Disks): VolumesContext {
   const answer = (member: Member, question: Question): ProbeAnswer => {
     if ('shell' in question) throw new Error('unexpected shell question');
     if (question[0] === 'vol-path') return { code: 0, output: '/pools/images/base.qcow2\n' };
@@ -39,7 +38,10 @@ function fakeHypervisor(disks: Disks): RemoteContext {
       if (disks[member.name] === 'unreadable') throw new Error('hypervisor hv: cannot connect');
       return Object.fromEntries(Object.entries(questions).map(([name, question]) => [name, answer(member, question)]));
     },
-  } as unknown as RemoteContext;
+    async virshFor() {
+      throw new Error('the fake hypervisor creates no volume');
+    },
+  };
 }
 
 async function plans(inventory: Inventory, disks: Disks, { joining = false, formed = false } = {}): Promise<Record<string, string>> {
