@@ -161,6 +161,8 @@ export interface Standing {
   id: string;
   leaderId: string;
   applied: bigint;
+  /** A learner cannot take leadership (etcd refuses the transfer). */
+  learner: boolean;
 }
 
 export type Handoff =
@@ -178,7 +180,7 @@ export type Handoff =
 export function handoffFor(member: string, standings: readonly Standing[]): Handoff {
   const own = standings.find((standing) => standing.name === member);
   if (!own || own.leaderId !== own.id) return { kind: 'not-leader' };
-  const followers = standings.filter((standing) => standing.name !== member && standing.leaderId === own.id);
+  const followers = standings.filter((standing) => standing.name !== member && standing.leaderId === own.id && !standing.learner);
   if (!followers.length) return { kind: 'nobody' };
   const best = followers.reduce((chosen, follower) => (follower.applied > chosen.applied ? follower : chosen));
   return { kind: 'hand-to', to: best.name };
@@ -206,7 +208,15 @@ export async function handLeadershipAway(inventory: Inventory, clients: MemberCl
         .for(asked)
         .then((client) => client.maintenance.status({}))
         .catch(() => undefined);
-      return status && { name: asked.name, id: status.header.member_id, leaderId: status.leader, applied: BigInt(status.raftAppliedIndex) };
+      return (
+        status && {
+          name: asked.name,
+          id: status.header.member_id,
+          leaderId: status.leader,
+          applied: BigInt(status.raftAppliedIndex),
+          learner: status.isLearner,
+        }
+      );
     }),
   );
   const handoff = handoffFor(

@@ -82,11 +82,12 @@ test('healthy others needed before a member goes down: the quorum, or every othe
   t.deepEqual([1, 2, 3, 4, 5, 7].map(healthyOthersNeeded), [0, 1, 2, 3, 3, 4]);
 });
 
-const standing = (name: string, id: string, leaderId: string, applied: number): Standing => ({
+const standing = (name: string, id: string, leaderId: string, applied: number, learner = false): Standing => ({
   name,
   id,
   leaderId,
   applied: BigInt(applied),
+  learner,
 });
 
 const handoffCases: { name: string; member: string; standings: Standing[]; handoff: Handoff }[] = [
@@ -113,6 +114,12 @@ const handoffCases: { name: string; member: string; standings: Standing[]; hando
     member: 'etcd-1',
     standings: [standing('etcd-1', '1', '1', 20), standing('etcd-2', '2', '3', 30), standing('etcd-3', '3', '1', 5)],
     handoff: { kind: 'hand-to', to: 'etcd-3' },
+  },
+  {
+    name: 'a learner, however caught up, is not handed to (etcd refuses it)',
+    member: 'etcd-1',
+    standings: [standing('etcd-1', '1', '1', 20), standing('etcd-2', '2', '1', 18), standing('etcd-4', '4', '1', 20, true)],
+    handoff: { kind: 'hand-to', to: 'etcd-2' },
   },
   {
     name: 'the leader with no follower answering: nobody to hand to',
