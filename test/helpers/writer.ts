@@ -6,7 +6,7 @@ import { Etcd3 } from 'etcd3';
 /**
  * A client that keeps writing while the cluster changes under it: a new key every 200 ms through
  * any healthy member (another one after an error, which it logs on stderr), each acknowledged key on
- * stdout as `ack N`. Stops at SIGTERM. Run inside the lab's namespace:
+ * stdout as `ack N MS` (MS: when it was acknowledged, ms since the epoch). Stops at SIGTERM. Run inside the lab's namespace:
  *   node --import tsx test/helpers/writer.ts PREFIX CA CERT KEY ENDPOINT...
  */
 const [prefix, ca, cert, key, ...endpoints] = process.argv.slice(2);
@@ -30,7 +30,7 @@ for (let n = 1; !stopping; n++) {
   for (let attempt = 0; attempt < 20 && !stopping; attempt++) {
     try {
       await clients[at]!.put(`${prefix}${n}`).value(String(n));
-      console.log(`ack ${n}`);
+      console.log(`ack ${n} ${Date.now()}`);
       break;
     } catch (error) {
       console.error(`write ${n} through ${endpoints[at]}: ${(error as Error).message.split('\n')[0]}`);
