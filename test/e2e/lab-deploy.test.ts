@@ -1202,9 +1202,6 @@ scenario('a changed guest setting reaches every running etcd in one run, rolled 
     const order = guestRoll(result);
     t.is(order.length, 3);
     t.is(order.at(-1), leader, `the leader (${leader}) restarts last: ${order.join(', ')}`);
-    // It handed its leadership to a follower before its restart, as the run's progress says; the followers handed nothing.
-    t.regex(result.output, new RegExp(`${leader}: etcd restarting \\(leadership handed to etcd-\\d first\\)`), endOf(result));
-    t.is([...result.output.matchAll(/: etcd restarting \(leadership/g)].length, 1, endOf(result));
     for (const member of MEMBERS) t.is(runningValue(member, 'ETCD_AUTO_COMPACTION_RETENTION'), '777', member);
     for (let i = 0; i < 5; i++)
       t.is(etcdctl([endpoint('etcd-2')], rootIdentity, ['get', '--print-value-only', `e2e/roll/${i}`]).stdout.trim(), `value ${i}`);
