@@ -42,6 +42,9 @@ const extent = (spans: readonly Span[]) =>
 
 const fileName = (span: Span) => span.file.replace(/\.test\.ts$/, '');
 
+/** A set-up's kind before its title ("[lab:up] "); a scenario's title stands alone. */
+const kindLabel = (span: Span) => (span.kind === 'scenario' ? '' : `[${span.kind}] `);
+
 const shorten = (title: string, width: number) => (title.length > width ? `${title.slice(0, width - 1)}…` : title);
 
 /**
@@ -65,7 +68,7 @@ export function timingSummary(spans: readonly Span[], wallMs: number): string {
     .sort((a, b) => b.ms - a.ms)
     .map(
       (span) =>
-        `${duration(span.ms).padStart(11)}  ${fileName(span).padEnd(16)}  ${span.failed ? 'FAILED ' : ''}${span.kind === 'scenario' ? '' : `[${span.kind}] `}${shorten(span.title, 110)}`,
+        `${duration(span.ms).padStart(11)}  ${fileName(span).padEnd(16)}  ${span.failed ? 'FAILED ' : ''}${kindLabel(span)}${shorten(span.title, 110)}`,
     );
   const failed = spans.filter((span) => span.failed);
   // The file table and the whole time last: a log cut to its head and tail (CI's is) still shows them.
@@ -82,9 +85,7 @@ export function timingSummary(spans: readonly Span[], wallMs: number): string {
     '',
     `e2e time: ${duration(wallMs)} in all`,
     // Named in full, once more at the very end: in a long log they are what a reader looks for first.
-    ...(failed.length
-      ? ['', 'failed:', ...failed.map((span) => `  ${fileName(span)} › ${span.kind === 'scenario' ? '' : `[${span.kind}] `}${span.title}`)]
-      : []),
+    ...(failed.length ? ['', 'failed:', ...failed.map((span) => `  ${fileName(span)} › ${kindLabel(span)}${span.title}`)] : []),
   ];
   return lines.join('\n');
 }
