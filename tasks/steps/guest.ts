@@ -113,15 +113,16 @@ export function guestStep(options: GuestStepOptions): Step<GuestState, GuestStep
           'see /var/log/cloud-init.log in the guest; the guest step converges the files and services all the same',
       ];
     },
-    rollingOrder(pending) {
-      staging.learn(pending);
+    async rollingOrder(pending) {
       const guestChanges = (changes: readonly Change<GuestStepAction>[]) =>
         changes.filter((change): change is GuestChange => change.action.kind !== 'after-boot');
-      return rollWaves(
+      const waves = await rollWaves(
         inventory,
         clients,
         pending.map(({ target, changes }) => ({ target, kind: rollKindOf(guestChanges(changes)) })),
       );
+      staging.learn(pending, waves.flat());
+      return waves;
     },
     async apply(changes, name) {
       const member = memberNamed(name);

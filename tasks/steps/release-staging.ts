@@ -1,11 +1,14 @@
 import type { GuestRelease } from '../render/etcd-release.ts';
 
 /**
- * The releases a roll installs, installed ahead on every member whose plan installs one, all at once:
- * unpacking an archive costs seconds of a TCG guest's CPU, which a member's turn in the roll then does
- * not pay. A release's directory sits beside the running one and changes nothing until etcd.env names
- * it, so a roll that stops early leaves the later members running what they ran. Best effort: a member
- * whose install ahead failed installs in its own turn, and fails there if it must.
+ * The releases a roll installs, installed ahead on every member whose plan installs one: unpacking an archive
+ * costs seconds of a TCG guest's CPU, which a member's turn in the roll then does not pay. One member at a time, in
+ * the roll's order (followers first, the leader last), each at the lowest CPU and I/O weight in its guest
+ * (release-install.ts): while it installs, the other members keep the quorum with the machine's whole CPU. All at
+ * once, every etcd was starved together, and a client waited 17-26 s for an acknowledged write in a roll whose
+ * restarts alone pause it ~3 s (issue 50). A release's directory sits beside the running one and changes nothing
+ * until etcd.env names it, so a roll that stops early leaves the later members running what they ran. Best effort:
+ * a member whose install ahead failed installs in its own turn, and fails there if it must.
  */
 
 interface Install {
@@ -24,13 +27,19 @@ export class ReleaseStaging {
 
   constructor(readonly install: (member: string, release: GuestRelease) => Promise<void>) {}
 
-  /** Remembers what this roll installs where (the runner hands the roll every member with changes). */
-  learn(pending: Pending): void {
-    this.#wanted = pending.flatMap(({ target, changes }) =>
-      changes.flatMap(({ action }) =>
-        action.kind === 'install-release' && action.release ? [{ member: target, release: action.release }] : [],
-      ),
-    );
+  /**
+   * Remembers what this roll installs where (the runner hands the roll every member with changes), in the roll's
+   * order: `order` is its members as its waves take them.
+   */
+  learn(pending: Pending, order: readonly string[]): void {
+    const turn = (member: string) => (order.includes(member) ? order.indexOf(member) : order.length);
+    this.#wanted = [...pending]
+      .sort((a, b) => turn(a.target) - turn(b.target))
+      .flatMap(({ target, changes }) =>
+        changes.flatMap(({ action }) =>
+          action.kind === 'install-release' && action.release ? [{ member: target, release: action.release }] : [],
+        ),
+      );
   }
 
   /** Installs everything wanted, once per roll (when its first member applies); then tells which installs were done ahead. */
@@ -44,19 +53,12 @@ export class ReleaseStaging {
     // One member alone gains nothing from going first.
     const members = [...new Set(this.#wanted.map(({ member }) => member))];
     if (members.length < 2) return new Set();
-    const done = await Promise.all(
-      members.map(async (member) => {
-        const installs = this.#wanted.filter((install) => install.member === member);
-        const ok: string[] = [];
-        // One member's installs one after another: its guest has one CPU.
-        for (const install of installs)
-          await this.install(install.member, install.release).then(
-            () => ok.push(keyOf(install)),
-            () => undefined,
-          );
-        return ok;
-      }),
-    );
-    return new Set(done.flat());
+    const done = new Set<string>();
+    for (const install of this.#wanted)
+      await this.install(install.member, install.release).then(
+        () => done.add(keyOf(install)),
+        () => undefined,
+      );
+    return done;
   }
 }

@@ -2,7 +2,7 @@ import test from 'ava';
 import { guestReleaseOf } from '../../tasks/render/etcd-release.ts';
 import { ReleaseStaging } from '../../tasks/steps/release-staging.ts';
 
-/** The releases installed ahead of a roll: every member that installs one, at once, once; a failure is that member's own. */
+/** The releases installed ahead of a roll: every member that installs one, one at a time in the roll's order, once; a failure is that member's own. */
 
 const v3516 = guestReleaseOf({ major: 3, minor: 5, patch: 16 });
 const v3530 = guestReleaseOf({ major: 3, minor: 5, patch: 30 });
@@ -17,7 +17,7 @@ const pendingOf = (installs: string[], others: string[] = [], release = v3516) =
 const MEMBERS = ['etcd-1', 'etcd-2', 'etcd-3', 'etcd-4'];
 const stagedOf = (ahead: (member: string, release: typeof v3516) => boolean, release = v3516) => MEMBERS.filter((m) => ahead(m, release));
 
-test('every member whose plan installs a release, at the same time, once however many members apply', async (t) => {
+test("every member whose plan installs a release, one at a time in the roll's order (the leader last), once however many members apply", async (t) => {
   const started: string[] = [];
   let running = 0;
   let most = 0;
@@ -27,16 +27,27 @@ test('every member whose plan installs a release, at the same time, once however
     await new Promise((resolve) => setTimeout(resolve, 20));
     running--;
   });
-  staging.learn(pendingOf(['etcd-1', 'etcd-2', 'etcd-3'], ['etcd-4']));
+  // etcd-1 leads: the roll takes it last.
+  staging.learn(pendingOf(['etcd-1', 'etcd-2', 'etcd-3'], ['etcd-4']), ['etcd-4', 'etcd-2', 'etcd-3', 'etcd-1']);
   const [first, second] = await Promise.all([staging.staged(), staging.staged()]);
   t.deepEqual(stagedOf(first), ['etcd-1', 'etcd-2', 'etcd-3']);
   t.deepEqual(stagedOf(second), ['etcd-1', 'etcd-2', 'etcd-3']);
   // Another release than the one installed is not said to be there.
   t.deepEqual(stagedOf(first, v3530), []);
-  t.deepEqual(started.sort(), ['etcd-1', 'etcd-2', 'etcd-3']);
-  t.is(most, 3);
+  t.deepEqual(started, ['etcd-2', 'etcd-3', 'etcd-1']);
+  t.is(most, 1, 'never two members at once');
   await staging.staged();
   t.is(started.length, 3, 'installed once');
+});
+
+test("a member the roll's order does not name (it keeps running) installs after the ones it names", async (t) => {
+  const started: string[] = [];
+  const staging = new ReleaseStaging(async (member) => {
+    started.push(member);
+  });
+  staging.learn(pendingOf(['etcd-1', 'etcd-2', 'etcd-3']), ['etcd-3', 'etcd-2']);
+  await staging.staged();
+  t.deepEqual(started, ['etcd-3', 'etcd-2', 'etcd-1']);
 });
 
 test("a member that installs two releases (the one it rolls to, and etcd.stage_version's) installs them one after the other", async (t) => {
@@ -48,7 +59,7 @@ test("a member that installs two releases (the one it rolls to, and etcd.stage_v
     target,
     changes: [...changes, { action: { kind: 'install-release', release: v3530 } }],
   }));
-  staging.learn(pending);
+  staging.learn(pending, ['etcd-1', 'etcd-2']);
   const ahead = await staging.staged();
   t.deepEqual(stagedOf(ahead), ['etcd-1', 'etcd-2']);
   t.deepEqual(stagedOf(ahead, v3530), ['etcd-1', 'etcd-2']);
@@ -62,7 +73,7 @@ test('a member whose install ahead failed is left to its own turn; the others ar
   const staging = new ReleaseStaging(async (member) => {
     if (member === 'etcd-2') throw new Error('no space left on device');
   });
-  staging.learn(pendingOf(['etcd-1', 'etcd-2', 'etcd-3']));
+  staging.learn(pendingOf(['etcd-1', 'etcd-2', 'etcd-3']), MEMBERS);
   t.deepEqual(stagedOf(await staging.staged()), ['etcd-1', 'etcd-3']);
 });
 
@@ -72,7 +83,7 @@ test('one member alone, or none, installs nothing ahead', async (t) => {
     installed.push(member);
   };
   const alone = new ReleaseStaging(install);
-  alone.learn(pendingOf(['etcd-1'], ['etcd-2']));
+  alone.learn(pendingOf(['etcd-1'], ['etcd-2']), MEMBERS);
   t.deepEqual(stagedOf(await alone.staged()), []);
   const unlearned = new ReleaseStaging(install);
   t.deepEqual(stagedOf(await unlearned.staged()), []);
