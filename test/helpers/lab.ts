@@ -182,24 +182,36 @@ export function etcdctlPuts(endpoints: string[], identity: Identity, prefix: str
 
 export const endpoint = (member: keyof typeof MEMBER_IPS) => `https://${MEMBER_IPS[member]}:2379`;
 
+/**
+ * How long one command on a member may take over SSH. Not run()'s 60 s: right after a cold deploy a guest is still
+ * finishing its first boot, and under load its SSH session alone outlasts that (40 s for one `systemd-analyze` on an
+ * idle machine, 2026-12-02 12:42; a scenario of CI's run that day failed after 70 s at load 10, one of its commands
+ * cut at 60 s). A command that hangs still fails, later.
+ */
+const MEMBER_SSH_TIMEOUT_MS = 3 * 60_000;
+
 /** A command on a member over SSH, through the hypervisor, with the tool's key and pinned host key. */
 export function memberSsh(member: keyof typeof MEMBER_IPS, command: string): Completed {
   const hypervisor = '.etcd-kvm/lab/hypervisor';
   const proxy = `ssh -i ${hypervisor}/client_key -o UserKnownHostsFile=${hypervisor}/known_hosts -o StrictHostKeyChecking=yes -p 2222 -W %h:%p root@127.0.0.1`;
-  return run('ssh', [
-    '-o',
-    'BatchMode=yes',
-    '-o',
-    'StrictHostKeyChecking=yes',
-    '-o',
-    `UserKnownHostsFile=${join(LAB_STATE, 'ssh/known_hosts')}`,
-    '-o',
-    `ProxyCommand=${proxy}`,
-    '-i',
-    join(LAB_STATE, 'ssh/admin.key'),
-    `admin@${MEMBER_IPS[member]}`,
-    command,
-  ]);
+  return run(
+    'ssh',
+    [
+      '-o',
+      'BatchMode=yes',
+      '-o',
+      'StrictHostKeyChecking=yes',
+      '-o',
+      `UserKnownHostsFile=${join(LAB_STATE, 'ssh/known_hosts')}`,
+      '-o',
+      `ProxyCommand=${proxy}`,
+      '-i',
+      join(LAB_STATE, 'ssh/admin.key'),
+      `admin@${MEMBER_IPS[member]}`,
+      command,
+    ],
+    { timeoutMs: MEMBER_SSH_TIMEOUT_MS },
+  );
 }
 
 /** A program run inside the lab namespace, where the member addresses exist. */
