@@ -146,15 +146,29 @@ function leaderAndFollowers(): { leader: string; followers: string[] } {
   return { leader, followers: MEMBERS.filter((m) => m !== leader) };
 }
 
-/** A version change under a writer and the health sampler; the run's exit, and what it printed. */
-async function rolled(t: ExecutionContext, prefix: string): Promise<DeployRun> {
+/**
+ * The longest a client may wait for an acknowledged write while a version change rolls (issue 50). Measured on the lab
+ * alone on 2026-12-02 14:20 (load ~5): 0.9 s for 3.4.23 → 3.5.16, 1.4 s for 3.5.16 → 3.5.30, with the leader handing
+ * leadership away first and releases installed one member at a time at low weight; before both, 25.6 and 17.3 s.
+ * 10 s leaves CI's load its room and still fails the old behaviour.
+ */
+const ROLL_GAP_AT_MOST_MS = 10_000;
+
+/** A change rolled under a writer and the health sampler (and, given, a bound on the writer's gap); the run's exit and output. */
+async function rolled(t: ExecutionContext, prefix: string, longestGapAtMostMs?: number): Promise<DeployRun> {
   let run: DeployRun | undefined;
-  const acked = await withWriter(t, prefix, ALL, async () => {
-    const sampled = sampledHealth(() => deployed(t));
-    const { result } = sampled;
-    run = result;
-    quorumKept(t, sampled);
-  });
+  const acked = await withWriter(
+    t,
+    prefix,
+    ALL,
+    async () => {
+      const sampled = sampledHealth(() => deployed(t));
+      const { result } = sampled;
+      run = result;
+      quorumKept(t, sampled);
+    },
+    longestGapAtMostMs,
+  );
   nothingLost(t, prefix, acked);
   return run!;
 }
@@ -243,7 +257,7 @@ scenario(
     );
 
     writeInventory('v3.5.16', true);
-    const run = await rolled(t, '/e2e/upgrade-3.5.16/');
+    const run = await rolled(t, '/e2e/upgrade-3.5.16/', ROLL_GAP_AT_MOST_MS);
     t.is(run.status, 0);
     t.regex(run.output, /etcd 3\.4\.23 → 3\.5\.16 \(minor step\)/);
     t.deepEqual(versions(), { 'etcd-1': '3.5.16', 'etcd-2': '3.5.16', 'etcd-3': '3.5.16' });
@@ -274,7 +288,7 @@ scenario(
     t.deepEqual(versions(), { 'etcd-1': '3.5.16', 'etcd-2': '3.5.16', 'etcd-3': '3.5.16' });
 
     writeInventory('v3.5.30', true);
-    const run = await rolled(t, '/e2e/upgrade-3.5.30/');
+    const run = await rolled(t, '/e2e/upgrade-3.5.30/', ROLL_GAP_AT_MOST_MS);
     t.is(run.status, 0);
     t.regex(run.output, /etcd 3\.5\.16 → 3\.5\.30 \(patch step\)/);
     t.false(

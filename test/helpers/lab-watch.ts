@@ -107,7 +107,17 @@ export function longestGap(times: readonly number[]): number {
   return sorted.slice(1).reduce((longest, at, i) => Math.max(longest, at - sorted[i]!), 0);
 }
 
-export async function withWriter(t: ExecutionContext, prefix: string, endpoints: string[], during: () => Promise<void>): Promise<string[]> {
+/**
+ * Writes through every endpoint given while `during` runs; returns the keys acknowledged, which must be readable after.
+ * With `longestGapAtMostMs`, the longest time without an acknowledged write is asserted to be at most that.
+ */
+export async function withWriter(
+  t: ExecutionContext,
+  prefix: string,
+  endpoints: string[],
+  during: () => Promise<void>,
+  longestGapAtMostMs?: number,
+): Promise<string[]> {
   const acks: string[] = [];
   const errors: string[] = [];
   const writer = asRootInLab('test/helpers/writer.ts', [prefix], endpoints, ['ignore', 'pipe', 'pipe']);
@@ -132,5 +142,7 @@ export async function withWriter(t: ExecutionContext, prefix: string, endpoints:
     `writer: ${answered.length} writes acknowledged, ${errors.join('').trim().split('\n').filter(Boolean).length} errors retried elsewhere, ` +
       `longest gap between two acknowledged writes ${(gap / 1000).toFixed(1)} s`,
   );
+  if (longestGapAtMostMs !== undefined)
+    t.true(gap <= longestGapAtMostMs, `the longest gap between acknowledged writes, ${gap} ms, is at most ${longestGapAtMostMs} ms`);
   return answered.map(({ key }) => key);
 }
