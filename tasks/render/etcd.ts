@@ -4,6 +4,7 @@ import { ANY_RELEASE_BINARY, knownEtcdVersion, managedRelease, RELEASE_BINARY_VA
 import { corruptionCheckSettings } from './corruption-checks.ts';
 import { etcdBinaryDir } from './guest/dependencies.ts';
 import { renderTemplate } from './templates.ts';
+import { compareVersions, type EtcdVersion } from '../upgrade/version.ts';
 
 /** Where the member's etcd files live inside the guest. */
 export const GUEST_PATHS = {
@@ -76,6 +77,7 @@ export function etcdEnvironment(
     ['ETCD_AUTO_COMPACTION_RETENTION', etcd.autoCompactionRetention],
     ['ETCD_QUOTA_BACKEND_BYTES', String(etcd.spaceQuota)],
     ...raftTiming(etcd),
+    ...preVote(knownEtcdVersion(inventory, member)),
     // etcd 3.4 enables the gateway unless told otherwise.
     ['ETCD_ENABLE_GRPC_GATEWAY', String(etcd.grpcGatewayEnabled)],
     // /metrics and /health only, over plain HTTP: a scraper needs no identity that could reach keys (docs/monitoring.md).
@@ -97,6 +99,21 @@ function raftTiming(etcd: Inventory['etcd']): [string, string][] {
     ...(etcd.heartbeatInterval === ETCD_DEFAULT_HEARTBEAT_MS ? [] : [['ETCD_HEARTBEAT_INTERVAL', String(etcd.heartbeatInterval)]]),
     ...(etcd.electionTimeout === ETCD_DEFAULT_ELECTION_MS ? [] : [['ETCD_ELECTION_TIMEOUT', String(etcd.electionTimeout)]]),
   ] as [string, string][];
+}
+
+const V3_5: EtcdVersion = { major: 3, minor: 5, patch: 0 };
+
+/**
+ * Raft's pre-vote, where the member's etcd does not turn it on by itself (3.4; 3.5 and later do, and the image's
+ * etcd, whose version the tool does not know before it runs, gets it too: every etcd since 3.4 reads the flag).
+ * Without it, a member restarted in a roll campaigns as soon as the leader's heartbeats are late (etcd advances a
+ * restarted member's election ticks), and its higher term deposes a leader the rest still follow: on the lab
+ * (3.4.23, CI of 2026-12-02 18:40), a follower restarted by the peer CA's roll started an election 2 s after it
+ * came up, and the cluster had no leader for 7 s. With pre-vote it asks first, and members that hear their
+ * leader refuse it.
+ */
+function preVote(version: EtcdVersion | undefined): [string, string][] {
+  return version && compareVersions(version, V3_5) >= 0 ? [] : [['ETCD_PRE_VOTE', 'true']];
 }
 
 /** With binaries: release, the release's binary the unit runs, then the settings that differ by version. */

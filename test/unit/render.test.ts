@@ -64,6 +64,22 @@ for (const row of raftTimings) {
   });
 }
 
+// Raft's pre-vote: turned on where etcd does not turn it on by itself (3.4, and the image's etcd of unknown version).
+const preVotes: { name: string; etcd: Record<string, unknown>; preVote?: string }[] = [
+  { name: "the image's etcd (its version unknown)", etcd: {}, preVote: 'true' },
+  { name: 'release v3.4.23', etcd: { binaries: 'release', version: 'v3.4.23' }, preVote: 'true' },
+  { name: 'release v3.5.16 (on by default)', etcd: { binaries: 'release', version: 'v3.5.16' } },
+  { name: 'release v3.6.5 (on by default)', etcd: { binaries: 'release', version: 'v3.6.5' } },
+];
+for (const row of preVotes) {
+  test(`pre-vote in etcd.env: ${row.name}`, (t) => {
+    const doc = baseDocument();
+    doc.etcd = row.etcd;
+    const inventory = load(doc);
+    t.is(new Map(etcdEnvironment(inventory, inventory.members[0]!, 'existing')).get('ETCD_PRE_VOTE'), row.preVote);
+  });
+}
+
 test('environment file values round-trip, quoting what systemd would split', (t) => {
   const variables: [string, string][] = [
     ['ETCD_NAME', 'etcd-1'],
