@@ -1,10 +1,11 @@
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus } from 'node:os';
-import { join } from 'node:path';
 import { parse, stringify } from 'yaml';
 import { $ } from 'zx';
 import { LAB } from './lab/config.ts';
 import { argument, median } from './bench/cli.ts';
+import { freshLabCluster, inMember, restartToHealthy } from './bench/lab-cluster.ts';
+import { MEMBER_IPS } from '../test/helpers/lab-names.ts';
 import { COMMAND_TIMES_HEADING } from '../tasks/remote/command-times.ts';
 
 /**
@@ -24,9 +25,7 @@ import { COMMAND_TIMES_HEADING } from '../tasks/remote/command-times.ts';
  */
 
 const INVENTORY = 'inventories/.bench-upgrade.yaml';
-const STATE = 'inventories/.etcd-kvm/lab';
 const REPORT = '/tmp/etcd-kvm-bench-upgrade.json';
-const MEMBERS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' } as const;
 const VERSIONS = ['v3.5.16', 'v3.5.30'] as const;
 
 const rolls = Number(argument('--rolls', '1'));
@@ -70,45 +69,8 @@ async function deployed(): Promise<{ ms: number; report: Report; commands: strin
   return { ms, report: JSON.parse(readFileSync(REPORT, 'utf8')) as Report, commands };
 }
 
-const tls = () => ['--cacert', `${STATE}/pki/ca.crt`, '--cert', `${STATE}/pki/clients/root.crt`, '--key', `${STATE}/pki/clients/root.key`];
-
-async function healthy(ip: string): Promise<boolean> {
-  const endpoint = `https://${ip}:2379`;
-  const result =
-    await $`ip netns exec etcd-kvm-lab etcdctl --dial-timeout=1s --command-timeout=2s --endpoints=${endpoint} ${tls()} endpoint health`
-      .nothrow()
-      .quiet();
-  return result.exitCode === 0;
-}
-
-/** A command in a member over SSH, through the lab hypervisor's sshd, with the state directory's pinned host keys. */
-function inMember(ip: string, command: string) {
-  const hypervisor = '.etcd-kvm/lab/hypervisor';
-  const proxy = `ssh -i ${hypervisor}/client_key -o UserKnownHostsFile=${hypervisor}/known_hosts -o StrictHostKeyChecking=yes -p 2222 -W %h:%p root@127.0.0.1`;
-  const options = ['-o', 'BatchMode=yes', '-o', `UserKnownHostsFile=${join(STATE, 'ssh/known_hosts')}`, '-o', `ProxyCommand=${proxy}`];
-  return $`ssh ${options} -i ${join(STATE, 'ssh/admin.key')} ${`admin@${ip}`} ${command}`;
-}
-
-/** One member's etcd restarted by hand, to healthy: the floor of what a roll can cost per member. */
-async function restartToHealthy(ip: string): Promise<number> {
-  const started = performance.now();
-  await inMember(ip, 'sudo systemctl restart etcd');
-  while (!(await healthy(ip))) {
-    if (performance.now() - started > 300_000) throw new Error(`${ip} not healthy 5 min after its restart`);
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
-  return performance.now() - started;
-}
-
 async function main(): Promise<void> {
-  await $`npm run lab:up`.quiet();
-  for (const name of Object.keys(MEMBERS)) {
-    await $`virsh -q -c qemu:///system destroy ${name}`.nothrow().quiet();
-    await $`virsh -q -c qemu:///system undefine ${name}`.nothrow().quiet();
-  }
-  for (const volume of Object.keys(MEMBERS).flatMap((name) => [`${name}-os.qcow2`, `${name}-data.qcow2`, `${name}-cloud-init.iso`]))
-    await $`virsh -q -c qemu:///system vol-delete --pool etcd-lab ${volume}`.nothrow().quiet();
-  rmSync(STATE, { recursive: true, force: true });
+  await freshLabCluster();
   writeInventory(VERSIONS[0]);
   await deployed();
   console.error(`deployed on ${VERSIONS[0]}`);
@@ -126,7 +88,7 @@ async function main(): Promise<void> {
     perMemberRun[way].push(run.ms / members);
     perMemberRoll[way].push(Math.max(...rolled.map((r) => r.durationMs)) / members);
     // The floor under the same load: each member restarted by hand, one after another.
-    for (const ip of Object.values(MEMBERS)) bounds.push(await restartToHealthy(ip));
+    for (const ip of Object.values(MEMBER_IPS)) bounds.push(await restartToHealthy(ip));
     console.error(
       `roll to ${to} (${way}): ${seconds(run.ms)} (${seconds(run.ms / members)} per member); restarts by hand: ${bounds.slice(-3).map(seconds).join(', ')}`,
     );
@@ -140,7 +102,7 @@ async function main(): Promise<void> {
     await roll('staged', VERSIONS[1]);
     await roll('back', VERSIONS[0]);
     // The release the roll goes to is not in the members: the roll installs it.
-    for (const ip of Object.values(MEMBERS)) await inMember(ip, `sudo rm -rf /opt/etcd-kvm/etcd-${VERSIONS[1]}-linux-amd64`);
+    for (const ip of Object.values(MEMBER_IPS)) await inMember(ip, `sudo rm -rf /opt/etcd-kvm/etcd-${VERSIONS[1]}-linux-amd64`);
     await roll('installs', VERSIONS[1]);
     await roll('back', VERSIONS[0]);
   }

@@ -1,35 +1,15 @@
 import type { ExecutionContext } from 'ava';
-import { spawn, spawnSync, type StdioOptions } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { endpoint, MEMBER_IPS, NAMESPACE, rootIdentity } from './lab.ts';
+import { endpoint, MEMBER_IPS } from './lab-names.ts';
+import { asRootInLab, startWriter, type WriterTally } from './lab-writer.ts';
 import { belowQuorum, QUORUM_LOST_AFTER_MS } from './quorum-samples.ts';
 
 /** Watching the lab's cluster from outside while a run changes it: health sampled every 0.5 s, a writer counting acknowledged writes. */
 
 const MEMBERS = Object.keys(MEMBER_IPS) as (keyof typeof MEMBER_IPS)[];
-
-/** A helper script in its own process inside the lab namespace, given root's CA, certificate and key between `before` and `after`. */
-const asRootInLab = (script: string, before: string[], after: string[], stdio: StdioOptions) =>
-  spawn(
-    'ip',
-    [
-      'netns',
-      'exec',
-      NAMESPACE,
-      process.execPath,
-      '--import',
-      'tsx',
-      script,
-      ...before,
-      rootIdentity.caCert,
-      rootIdentity.cert!,
-      rootIdentity.key!,
-      ...after,
-    ],
-    { stdio },
-  );
 
 /** Runs `during` while a separate process samples every member's /health every 0.5 s; returns the samples. */
 /** One sample: the members healthy (/health true: up, with a leader) and those that answered at all. */
@@ -100,13 +80,6 @@ export const quorumKept = (t: ExecutionContext, { samples, window }: Pick<Sample
   );
 };
 
-/** Writes through every endpoint given while `during` runs; every acknowledged key must be readable after. */
-/** The longest time between two consecutive acknowledgements, in ms (0 with fewer than two). */
-export function longestGap(times: readonly number[]): number {
-  const sorted = [...times].sort((a, b) => a - b);
-  return sorted.slice(1).reduce((longest, at, i) => Math.max(longest, at - sorted[i]!), 0);
-}
-
 /**
  * Writes through every endpoint given while `during` runs; returns the keys acknowledged, which must be readable after.
  * With `longestGapAtMostMs`, the longest time without an acknowledged write is asserted to be at most that.
@@ -118,31 +91,23 @@ export async function withWriter(
   during: () => Promise<void>,
   longestGapAtMostMs?: number,
 ): Promise<string[]> {
-  const acks: string[] = [];
-  const errors: string[] = [];
-  const writer = asRootInLab('test/helpers/writer.ts', [prefix], endpoints, ['ignore', 'pipe', 'pipe']);
-  writer.stdout!.on('data', (chunk: Buffer) => acks.push(chunk.toString()));
-  writer.stderr!.on('data', (chunk: Buffer) => errors.push(chunk.toString()));
+  const writer = startWriter(prefix, endpoints);
+  let tally: WriterTally;
   try {
     await during();
   } finally {
-    writer.kill('SIGTERM');
-    await new Promise((resolve) => writer.on('close', resolve));
+    tally = await writer.stop();
   }
-  const answered = acks
-    .join('')
-    .split('\n')
-    .flatMap((line) => {
-      const ack = /^ack (\d+) (\d+)$/.exec(line);
-      return ack ? [{ key: ack[1]!, at: Number(ack[2]) }] : [];
-    });
-  const gap = longestGap(answered.map(({ at }) => at));
+  const { acked, retried, longestGapMs } = tally;
   // The longest time a client went without an acknowledged write (issue 50's figure), logged for the record.
   t.log(
-    `writer: ${answered.length} writes acknowledged, ${errors.join('').trim().split('\n').filter(Boolean).length} errors retried elsewhere, ` +
-      `longest gap between two acknowledged writes ${(gap / 1000).toFixed(1)} s`,
+    `writer: ${acked.length} writes acknowledged, ${retried} errors retried elsewhere, ` +
+      `longest gap between two acknowledged writes ${(longestGapMs / 1000).toFixed(1)} s`,
   );
   if (longestGapAtMostMs !== undefined)
-    t.true(gap <= longestGapAtMostMs, `the longest gap between acknowledged writes, ${gap} ms, is at most ${longestGapAtMostMs} ms`);
-  return answered.map(({ key }) => key);
+    t.true(
+      longestGapMs <= longestGapAtMostMs,
+      `the longest gap between acknowledged writes, ${longestGapMs} ms, is at most ${longestGapAtMostMs} ms`,
+    );
+  return acked.map(({ key }) => key);
 }

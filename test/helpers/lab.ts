@@ -7,13 +7,11 @@ import { livePid, processCommand } from '../../scripts/lab/processes.ts';
 import { freshBuild } from '../../bin/fresh-build.mjs';
 import { run, type Completed } from './exec.ts';
 import { timed } from './timing.ts';
+import { endpoint, type Identity, LAB_INVENTORY, LAB_STATE, MEMBER_IPS, NAMESPACE, rootIdentity, tlsArgs } from './lab-names.ts';
 
 /** Driving the local lab and looking at it from outside the tool: virsh, and etcdctl inside the namespace. */
 
-export const NAMESPACE = 'etcd-kvm-lab';
-export const LAB_INVENTORY = 'inventories/lab.yaml';
-export const LAB_STATE = 'inventories/.etcd-kvm/lab';
-export const MEMBER_IPS = { 'etcd-1': '192.168.150.11', 'etcd-2': '192.168.150.12', 'etcd-3': '192.168.150.13' } as const;
+export { endpoint, type Identity, LAB_INVENTORY, LAB_STATE, MEMBER_IPS, NAMESPACE, rootIdentity, tlsArgs } from './lab-names.ts';
 
 /**
  * Set by a lab:up right after a lab:down or a lab:clear (a lab without VMs), cleared by the deploy after it (or a
@@ -145,26 +143,6 @@ export function killSecondSshSessions(): number {
   return sessions.length;
 }
 
-export interface Identity {
-  caCert: string;
-  cert?: string;
-  key?: string;
-}
-
-export const rootIdentity: Identity = {
-  caCert: join(LAB_STATE, 'pki/ca.crt'),
-  cert: join(LAB_STATE, 'pki/clients/root.crt'),
-  key: join(LAB_STATE, 'pki/clients/root.key'),
-};
-
-/** An identity as etcdctl's and curl's TLS flags (both name them alike). */
-export const tlsArgs = (identity: Identity): string[] => [
-  '--cacert',
-  identity.caCert,
-  ...(identity.cert ? ['--cert', identity.cert] : []),
-  ...(identity.key ? ['--key', identity.key] : []),
-];
-
 /** etcdctl 3.4 inside the lab namespace (or another), where the member addresses exist. */
 export function etcdctl(endpoints: string[], identity: Identity, args: string[], namespace = NAMESPACE): Completed {
   const tls = tlsArgs(identity);
@@ -179,8 +157,6 @@ export function etcdctlPuts(endpoints: string[], identity: Identity, prefix: str
   const loop = `i=1; while [ $i -le ${count} ]; do "$@" "${prefix}$i" v >/dev/null || exit 1; i=$((i + 1)); done`;
   return run(...within(NAMESPACE, 'sh', ['-c', loop, 'sh', ...put]));
 }
-
-export const endpoint = (member: keyof typeof MEMBER_IPS) => `https://${MEMBER_IPS[member]}:2379`;
 
 /**
  * How long one command on a member may take over SSH. Not run()'s 60 s: right after a cold deploy a guest is still
