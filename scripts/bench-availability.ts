@@ -1,10 +1,9 @@
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { cpus } from 'node:os';
-import { parse, stringify } from 'yaml';
 import { $ } from 'zx';
 import { LAB } from './lab/config.ts';
 import { argument } from './bench/cli.ts';
-import { freshLabCluster, labEtcdctl, restartToHealthy } from './bench/lab-cluster.ts';
+import { freshLabCluster, labEtcdctl, restartToHealthy, writeReleaseInventory } from './bench/lab-cluster.ts';
 import { endpoint, MEMBER_IPS, type LabMember } from '../test/helpers/lab-names.ts';
 import { longestGap, startWriter } from '../test/helpers/lab-writer.ts';
 
@@ -40,19 +39,13 @@ interface InventoryWanted {
   image?: string;
 }
 
-function writeInventory({ version, stage, quota, image }: InventoryWanted): void {
-  const doc = parse(readFileSync('inventories/lab.yaml', 'utf8'));
-  doc.etcd = {
-    ...doc.etcd,
-    binaries: 'release',
+const writeInventory = ({ version, stage, quota, image }: InventoryWanted) =>
+  writeReleaseInventory(
+    INVENTORY,
     version,
-    release_url: LAB.releaseUrl,
-    ...(stage ? { stage_version: stage } : {}),
-    ...(quota ? { space_quota: quota } : {}),
-  };
-  doc.defaults.base_image = { pool: LAB.pools.images, volume: image ?? LAB.baseVolume };
-  writeFileSync(INVENTORY, stringify(doc), { mode: 0o600 });
-}
+    { ...(stage ? { stage_version: stage } : {}), ...(quota ? { space_quota: quota } : {}) },
+    image ?? LAB.baseVolume,
+  );
 
 /** A command of the tool (`deploy`, `maintain`), run through tsx from the sources; it must succeed. */
 async function tool(command: string, args: string[]): Promise<void> {

@@ -1,10 +1,8 @@
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import { cpus } from 'node:os';
-import { parse, stringify } from 'yaml';
 import { $ } from 'zx';
-import { LAB } from './lab/config.ts';
 import { argument, median } from './bench/cli.ts';
-import { freshLabCluster, inMember, restartToHealthy } from './bench/lab-cluster.ts';
+import { freshLabCluster, inMember, restartToHealthy, writeReleaseInventory } from './bench/lab-cluster.ts';
 import { MEMBER_IPS } from '../test/helpers/lab-names.ts';
 import { COMMAND_TIMES_HEADING } from '../tasks/remote/command-times.ts';
 
@@ -41,17 +39,8 @@ const WAYS: Record<RollWay, string> = {
 $.verbose = false;
 const seconds = (ms: number) => `${(ms / 1000).toFixed(1)} s`;
 
-function writeInventory(version: string, stageVersion?: string): void {
-  const doc = parse(readFileSync('inventories/lab.yaml', 'utf8'));
-  doc.etcd = {
-    ...doc.etcd,
-    binaries: 'release',
-    version,
-    release_url: LAB.releaseUrl,
-    ...(stageVersion ? { stage_version: stageVersion } : {}),
-  };
-  writeFileSync(INVENTORY, stringify(doc), { mode: 0o600 });
-}
+const writeInventory = (version: string, stageVersion?: string) =>
+  writeReleaseInventory(INVENTORY, version, stageVersion ? { stage_version: stageVersion } : {});
 
 interface Report {
   results: { step: string; host: string; status: string; durationMs: number }[];

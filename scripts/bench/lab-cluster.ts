@@ -1,7 +1,9 @@
-import { rmSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { parse, stringify } from 'yaml';
 import { $ } from 'zx';
-import { LAB_STATE, MEMBER_IPS, rootIdentity, tlsArgs } from '../../test/helpers/lab-names.ts';
+import { LAB } from '../lab/config.ts';
+import { LAB_INVENTORY, LAB_STATE, MEMBER_IPS, rootIdentity, tlsArgs } from '../../test/helpers/lab-names.ts';
 
 /**
  * The lab cluster as the benches drive it from outside the tool: brought up empty, a member's etcd asked for its
@@ -53,4 +55,15 @@ export async function restartToHealthy(ip: string): Promise<number> {
     await new Promise((resolve) => setTimeout(resolve, 250));
   }
   return performance.now() - started;
+}
+
+/**
+ * The lab inventory on the lab's release server at `version`, with more etcd settings (`etcd`) and, given, another
+ * base image, written to `path` (0600) for a bench's deploys.
+ */
+export function writeReleaseInventory(path: string, version: string, etcd: Record<string, unknown> = {}, image?: string): void {
+  const doc = parse(readFileSync(LAB_INVENTORY, 'utf8'));
+  doc.etcd = { ...doc.etcd, binaries: 'release', version, release_url: LAB.releaseUrl, ...etcd };
+  if (image) doc.defaults.base_image = { pool: LAB.pools.images, volume: image };
+  writeFileSync(path, stringify(doc), { mode: 0o600 });
 }
