@@ -28,12 +28,18 @@ export const SERVICE_FAILED_EXIT = 97;
  */
 export const FILE_BATCH_SCRIPT = [
   'set -e; umask 077; previous=$1; shift',
-  // A process only for a directory that is not there yet: each costs tenths of a second in an emulated guest.
-  'dir() { [ -d "$1" ] || mkdir -p -- "$1"; }',
+  // A directory a write needs is made as cloud-init's write_files makes it at first boot: 0755, root's. Under the
+  // batch's umask it was 0700, and a feature turned on after the first boot (scheduled backups, defragmentation,
+  // drills) got /etc/etcd-kvm/agent that its agent, which runs as etcd, could not enter: every tick failed. The
+  // files keep their own modes (secrets 0400). A process only for a directory that is not there yet: each costs
+  // tenths of a second in an emulated guest.
+  'dir() { [ -d "$1" ] || { umask 022; mkdir -p -- "$1"; umask 077; }; }',
+  // Where files are kept for a rollback: root's alone.
+  'kept_dir() { [ -d "$1" ] || mkdir -p -- "$1"; }',
   'while [ $# -gt 0 ]; do',
   '  case $1 in',
   // biome-ignore lint/suspicious/noTemplateCurlyInString: shell parameter expansions, run by sh in the guest.
-  '    keep) dir "$previous${2%/*}"; cp -p -- "$2" "$previous$2"; shift 2 ;;',
+  '    keep) kept_dir "$previous${2%/*}"; cp -p -- "$2" "$previous$2"; shift 2 ;;',
   '    write)',
   // biome-ignore lint/suspicious/noTemplateCurlyInString: shell parameter expansions, run by sh in the guest.
   '      dir "${2%/*}"; t="$2.etcd-kvm-new"; head -c "$5" > "$t"',

@@ -16,7 +16,7 @@ import { enableLinkOf, overrideOf, type GuestFacts } from './facts.ts';
 
 export type GuestAction =
   | { kind: 'write'; file: ManagedFile }
-  | { kind: 'attributes'; file: ManagedFile }
+  | { kind: 'attributes'; file: Pick<ManagedFile, 'path' | 'mode' | 'owner'> }
   | { kind: 'daemon-reload' }
   | { kind: 'enable'; unit: string }
   /** A turned-off task's units stopped (a run of its service cut short), before their files go. */
@@ -183,6 +183,7 @@ function planContents(desired: DesiredGuest, facts: GuestFacts, context: GuestPl
     }
   }
 
+  changes.push(...directoryFixes(desired, facts));
   changes.push(...retirements(desired, facts));
   for (const change of changes) if (change.action.kind === 'remove') changedPaths.add(change.action.path);
 
@@ -215,6 +216,21 @@ function planContents(desired: DesiredGuest, facts: GuestFacts, context: GuestPl
       });
   }
   return changes;
+}
+
+/** A managed directory whose owner or mode is not the wanted one, fixed; one that is not there yet a write makes as wanted. */
+function directoryFixes(desired: DesiredGuest, facts: GuestFacts): GuestChange[] {
+  return desired.directories.flatMap((directory) => {
+    const fact = facts.files.get(directory.path);
+    if (!fact) return [];
+    const wrong = [
+      ...(fact.mode !== directory.mode ? [`mode ${octal(fact.mode)} → ${octal(directory.mode)}`] : []),
+      ...(fact.owner !== directory.owner ? [`owner ${fact.owner} → ${directory.owner}`] : []),
+    ];
+    return wrong.length === 0
+      ? []
+      : [{ summary: `fix directory ${directory.path}: ${wrong.join(', ')}`, action: { kind: 'attributes' as const, file: directory } }];
+  });
 }
 
 /**

@@ -417,7 +417,7 @@ function startVerb(action: StartAction): string {
 /** What the guest probe asks a member, from what it should contain. */
 export function guestQuestions(wanted: DesiredGuest): GuestQuestions {
   return {
-    paths: wanted.files.map((file) => file.path),
+    paths: [...wanted.files, ...wanted.directories].map(({ path }) => path),
     secrets: wanted.files.filter((file) => file.secret).map((file) => file.path),
     units: wanted.services.map((service) => service.unit),
     environmentUnits: wanted.services.filter((service) => service.environment).map((service) => service.unit),

@@ -55,6 +55,31 @@ test('a roll turn in one command: the environment kept, then it and a new file w
   t.is(batch.describe, `keep ${env}; write ${env}; write ${key}`);
 });
 
+test("directories a write needs are made as cloud-init makes them (0755), so a feature turned on later is readable by its service's user; kept copies' stay private", (t) => {
+  const root = mkdtempSync(join(tmpdir(), 'file-batch-'));
+  const config = join(root, 'etc/etcd-kvm/agent/backup.json');
+  const key = join(root, 'etc/etcd-kvm/agent/agent.key');
+  spawnSync('mkdir', ['-p', join(root, 'etc/etcd')]);
+  const env = join(root, 'etc/etcd/etcd.env');
+  writeFileSync(env, 'OLD\n', { mode: 0o640 });
+  const { status, stderr } = run(
+    [
+      { kind: 'keep-previous', paths: [env] },
+      { kind: 'write', file: file(config, '{}\n', 0o644) },
+      { kind: 'write', file: file(key, 'PRIVATE KEY\n', 0o400, true) },
+    ],
+    join(root, 'previous'),
+  );
+  t.is(status, 0, stderr);
+  // Under the batch's umask 077 these were 0700: the agent (user etcd) could not enter them and failed every tick.
+  t.is(modeOf(join(root, 'etc/etcd-kvm')), 0o755);
+  t.is(modeOf(join(root, 'etc/etcd-kvm/agent')), 0o755);
+  t.is(modeOf(config), 0o644);
+  t.is(modeOf(key), 0o400);
+  t.is(modeOf(join(root, 'previous')), 0o700);
+  t.is(modeOf(join(root, 'previous', root, 'etc/etcd')), 0o700);
+});
+
 test('attributes alone: owner and mode fixed, the content untouched', (t) => {
   const root = mkdtempSync(join(tmpdir(), 'file-batch-'));
   const path = join(root, 'ca.crt');

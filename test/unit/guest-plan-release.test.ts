@@ -45,6 +45,7 @@ const desired: DesiredGuest = {
   release,
   retired: { units: [], paths: [] },
   packages: { needed: [], install: false },
+  directories: [],
 };
 
 function converged(): GuestFacts {

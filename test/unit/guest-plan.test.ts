@@ -11,6 +11,7 @@ const ENV = '/etc/etcd/etcd.env';
 const UNIT = '/etc/systemd/system/etcd.service';
 const KEY = '/etc/etcd/tls/server.key';
 const CHRONY = '/etc/chrony/chrony.conf';
+const AGENT_DIR = '/etc/etcd-kvm/agent';
 const STARTED = 1_000;
 /** A task turned off in the inventory: what it left behind is retired. */
 const BACKUP_SERVICE = 'etcd-kvm-backup.service';
@@ -49,6 +50,7 @@ const desired: DesiredGuest = {
     why: { [FORCE_DROP_IN]: FORCE_WHY },
   },
   packages: { needed: [], install: false },
+  directories: [{ path: AGENT_DIR, mode: 0o755, owner: 'root:root' }],
 };
 
 const RUNNING_ENV = new Map([
@@ -63,6 +65,8 @@ function converged(): GuestFacts {
   const files = new Map<string, FileFact>(
     desired.files.map((f) => [f.path, { digest: sha256(f.content), mode: f.mode, owner: f.owner, mtime: STARTED - 10 }]),
   );
+  // A directory as the probe sees one: stat's mode and owner, no digest.
+  files.set(AGENT_DIR, { digest: '', mode: 0o755, owner: 'root:root', mtime: STARTED - 10 });
   const unit = (): UnitFact => ({
     loaded: true,
     enabled: 'enabled',
@@ -160,6 +164,21 @@ const cases: Case[] = [
     name: 'wrong owner: fixed without rewriting',
     facts: (f) => (f.files.get(KEY)!.owner = 'root:root'),
     changes: [['attributes', `fix ${KEY}: owner root:root → etcd:etcd`]],
+  },
+  {
+    name: 'a managed directory made private (a feature turned on by an earlier version): its mode fixed, so its service can enter it',
+    facts: (f) => (f.files.get(AGENT_DIR)!.mode = 0o700),
+    changes: [['attributes', `fix directory ${AGENT_DIR}: mode 0700 → 0755`]],
+  },
+  {
+    name: 'a managed directory of another owner: its owner fixed',
+    facts: (f) => (f.files.get(AGENT_DIR)!.owner = 'etcd:etcd'),
+    changes: [['attributes', `fix directory ${AGENT_DIR}: owner etcd:etcd → root:root`]],
+  },
+  {
+    name: 'a managed directory not there yet: nothing of its own (the writes into it make it as wanted)',
+    facts: (f) => f.files.delete(AGENT_DIR),
+    changes: [],
   },
   {
     name: 'secret changed: rewritten, the content never shown',

@@ -282,6 +282,7 @@ function dryRunCases() {
         dataDir: '/var/lib/etcd',
         retired: { units: [], paths: [] },
         packages: { needed: [], install: false },
+        directories: [],
       } satisfies DesiredGuest,
     ],
   ]);
@@ -419,6 +420,7 @@ function dryRunCases() {
           dataDir: '/var/lib/etcd',
           retired: { units: [], paths: [] },
           packages: { needed: [], install: false },
+          directories: [],
         } satisfies DesiredGuest,
       ],
     ]);

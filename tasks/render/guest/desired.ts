@@ -1,5 +1,5 @@
 import { guestFragmentsBothWays, type CloudInitInput } from '../cloud-init.ts';
-import type { GuestService, ImagePackage, RetiredParts } from './fragment.ts';
+import type { GuestService, ImagePackage, ManagedDirectory, RetiredParts } from './fragment.ts';
 import { managedRelease, stagedRelease, type GuestRelease } from '../etcd-release.ts';
 
 /**
@@ -26,6 +26,8 @@ export interface ManagedFile {
 
 export interface DesiredGuest {
   files: ManagedFile[];
+  /** Directories held to their owner and mode where they exist. */
+  directories: ManagedDirectory[];
   services: GuestService[];
   /** etcd's data directory: holds member/ once the member has joined its cluster. */
   dataDir: string;
@@ -62,6 +64,7 @@ export function desiredGuest(input: Omit<CloudInitInput, 'writeSecret'>, fragmen
   const staged = stagedRelease(input.inventory);
   return {
     files,
+    directories: real.flatMap((fragment) => fragment.directories ?? []),
     services: real.flatMap((fragment) => fragment.services ?? []),
     dataDir: input.inventory.etcd.dataDir,
     ...(release ? { release } : {}),

@@ -55,6 +55,22 @@ export interface CloudConfigFragment {
   retired?: RetiredParts;
   /** Debian packages this feature's programs need in the guest (see ImagePackage). */
   needs?: ImagePackage[];
+  /** Directories of this feature's files that its service's user must enter (see ManagedDirectory). */
+  directories?: ManagedDirectory[];
+}
+
+/**
+ * A directory the guest step holds to its owner and mode where it exists (a write makes it as it is wanted, and
+ * cloud-init's write_files makes its files' directories 0755 and root's at first boot). Versions before 2026-12-03
+ * made the directories of a feature turned on after the first boot 0700, which the feature's service, running as
+ * another user, could not enter: the next run repairs them.
+ */
+export interface ManagedDirectory {
+  path: string;
+  /** Permission bits, as a number (0o755). */
+  mode: number;
+  /** user:group */
+  owner: string;
 }
 
 /**

@@ -9,7 +9,14 @@ import type { MemberTls } from '../../pki/materials.ts';
 import { DEFRAG_LOCK_KEY, runLockKey } from '../../inventory/lock-keys.ts';
 import { GUEST_PATHS } from '../etcd.ts';
 import { etcdToolsDir } from '../etcd-release.ts';
-import { secretFile, type CloudConfigFragment, type ImagePackage, type RetiredParts, type WriteFile } from './fragment.ts';
+import {
+  secretFile,
+  type CloudConfigFragment,
+  type ImagePackage,
+  type ManagedDirectory,
+  type RetiredParts,
+  type WriteFile,
+} from './fragment.ts';
 import { MANIFEST_PATH, TEXTFILE_DIR } from './textfile.ts';
 import { DISARM_BELOW_QUOTA } from '../../inventory/model.ts';
 import {
@@ -47,6 +54,8 @@ export const METRICS_UNITS = { service: 'etcd-kvm-metrics.service', timer: 'etcd
 export const VERIFY_UNITS = { service: 'etcd-kvm-verify.service', timer: 'etcd-kvm-verify.timer' } as const;
 
 const DIR = '/etc/etcd-kvm/agent';
+/** The agent's configuration directories: the agent runs as etcd and must enter both (its secrets are 0400 etcd's). */
+const AGENT_DIRECTORIES: ManagedDirectory[] = ['/etc/etcd-kvm', DIR].map((path) => ({ path, mode: 0o755, owner: 'root:root' }));
 const WORK_DIR = '/var/lib/etcd-kvm-agent';
 export const AGENT_PATHS = {
   program: '/usr/local/sbin/etcd-kvm-agent',
@@ -378,6 +387,7 @@ export function memberAgentFragment({ inventory, member, tls, clusterId }: Agent
   ];
   return {
     writeFiles: files,
+    directories: AGENT_DIRECTORIES,
     services: timers.map((timer) => ({ unit: timer, onChange: 'restart' as const })),
     retired: retiredAgentParts(files, timers),
     ...(inventory.backup.enabled ? { needs: [...BACKUP_PACKAGES] } : {}),
