@@ -2,7 +2,7 @@ import test from 'ava';
 import { MembershipRefusal } from '../../tasks/etcd/membership.ts';
 import type { Member } from '../../tasks/inventory/model.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
-import { departStep, type Departure, type DepartFacts } from '../../tasks/steps/depart.ts';
+import { departStep, stopMemberVm, type Departure, type DepartFacts } from '../../tasks/steps/depart.ts';
 import { unconnected } from '../helpers/unconnected.ts';
 
 /** A member's departure as a table: facts (etcd's list, leader, health, libvirt) in; changes or a refusal out. */
@@ -259,4 +259,46 @@ test('depart: the being-replaced mark is written live too only while the VM runs
     step('replace').plan({ ...base(), vm: running ? 'running' : 'shut off', ownership: { kind: 'ours', running } }, 'etcd-3')[0]!.action;
   t.deepEqual(mark(true), { kind: 'mark-replacing', active: true, memberId: '13' });
   t.deepEqual(mark(false), { kind: 'mark-replacing', active: false, memberId: '13' });
+});
+
+/** A hypervisor's virsh as the departure's VM stop uses it: what it was asked and told to run, in order. */
+function recordingVirsh(agent: 'answers' | 'silent') {
+  const said: string[] = [];
+  return {
+    said,
+    virsh: {
+      async ask(commands: readonly (readonly string[])[]) {
+        for (const command of commands) said.push(`ask ${command.join(' ')}`);
+        if (agent === 'silent') return commands.map(() => ({ ok: false, output: 'error: Guest agent is not responding' }));
+        return commands.map((command) =>
+          command.join(' ').includes('guest-exec-status')
+            ? { ok: true, output: '{"return":{"exited":true,"exitcode":0}}' }
+            : { ok: true, output: '{"return":{"pid":7}}' },
+        );
+      },
+      async run(args: readonly string[]) {
+        said.push(`run ${args.join(' ')}`);
+        return '';
+      },
+    },
+  };
+}
+
+test("a departing member's VM: its etcd stopped through the guest agent first (its clients' connections closed), then destroyed", async (t) => {
+  const { said, virsh } = recordingVirsh('answers');
+  await stopMemberVm(virsh, 'etcd-3');
+  t.is(said.length, 3, said.join('\n'));
+  t.regex(
+    said[0]!,
+    /^ask qemu-agent-command --timeout \d+ etcd-3 \{"execute":"guest-exec","arguments":\{"path":"\/bin\/systemctl","arg":\["stop","etcd"\]/,
+  );
+  t.regex(said[1]!, /^ask qemu-agent-command --timeout \d+ etcd-3 \{"execute":"guest-exec-status","arguments":\{"pid":7\}\}$/);
+  t.is(said[2], 'run destroy etcd-3');
+});
+
+test('a departing member whose agent does not answer: its VM destroyed all the same, nothing waited for', async (t) => {
+  const { said, virsh } = recordingVirsh('silent');
+  await stopMemberVm(virsh, 'etcd-3');
+  t.is(said.length, 2, said.join('\n'));
+  t.is(said[1], 'run destroy etcd-3');
 });
