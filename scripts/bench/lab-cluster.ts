@@ -58,12 +58,19 @@ export async function restartToHealthy(ip: string): Promise<number> {
 }
 
 /**
- * The lab inventory on the lab's release server at `version`, with more etcd settings (`etcd`) and, given, another
- * base image, written to `path` (0600) for a bench's deploys.
+ * The lab inventory on the lab's release server at `version`, with more etcd settings (`etcd`), given another base
+ * image, and given, the `maintenance` section, written to `path` (0600) for a bench's deploys.
  */
-export function writeReleaseInventory(path: string, version: string, etcd: Record<string, unknown> = {}, image?: string): void {
+export function writeReleaseInventory(
+  path: string,
+  version: string,
+  etcd: Record<string, unknown> = {},
+  image?: string,
+  maintenance?: Record<string, unknown>,
+): void {
   const doc = parse(readFileSync(LAB_INVENTORY, 'utf8'));
   doc.etcd = { ...doc.etcd, binaries: 'release', version, release_url: LAB.releaseUrl, ...etcd };
   if (image) doc.defaults.base_image = { pool: LAB.pools.images, volume: image };
+  if (maintenance) doc.maintenance = maintenance;
   writeFileSync(path, stringify(doc), { mode: 0o600 });
 }

@@ -98,11 +98,11 @@ export async function withWriter(
   } finally {
     tally = await writer.stop();
   }
-  const { acked, retried, longestGapMs } = tally;
+  const { acked, retries, longestGapMs } = tally;
   // The longest time a client went without an acknowledged write (issue 50's figure), logged for the record.
   t.log(
-    `writer: ${acked.length} writes acknowledged, ${retried} errors retried elsewhere, ` +
-      `longest gap between two acknowledged writes ${(longestGapMs / 1000).toFixed(1)} s`,
+    `writer: ${acked.length} writes acknowledged, ${retries.length} errors retried elsewhere, ` +
+      `longest gap between two acknowledged writes ${(longestGapMs / 1000).toFixed(1)} s${retries.map((line) => `\n  ${line}`).join('')}`,
   );
   if (longestGapAtMostMs !== undefined)
     t.true(

@@ -40,8 +40,8 @@ export function longestGap(times: readonly number[]): number {
 export interface WriterTally {
   /** Each acknowledged write: its key's number, and when (ms since the epoch). */
   acked: { key: string; at: number }[];
-  /** Attempts that failed and were tried again through another member. */
-  retried: number;
+  /** Attempts that failed and were tried again through another member, as the writer said each (member, wait, error). */
+  retries: string[];
   /** The longest time without an acknowledged write, in ms: what a client waited. */
   longestGapMs: number;
 }
@@ -55,8 +55,8 @@ export function tallied(acks: string, errors: string): WriterTally {
     const ack = /^ack (\d+) (\d+)$/.exec(line);
     return ack ? [{ key: ack[1]!, at: Number(ack[2]) }] : [];
   });
-  const retried = wholeLines(errors).filter((line) => line.startsWith('write ')).length;
-  return { acked, retried, longestGapMs: longestGap(acked.map(({ at }) => at)) };
+  const retries = wholeLines(errors).filter((line) => line.startsWith('write '));
+  return { acked, retries, longestGapMs: longestGap(acked.map(({ at }) => at)) };
 }
 
 /**

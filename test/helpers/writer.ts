@@ -5,7 +5,7 @@ import { Etcd3 } from 'etcd3';
 
 /**
  * A client that keeps writing while the cluster changes under it: a new key every 200 ms through
- * any healthy member (another one after an error, which it logs on stderr), each acknowledged key on
+ * any healthy member (another one after an error, which it logs on stderr with how long the attempt took), each acknowledged key on
  * stdout as `ack N MS` (MS: when it was acknowledged, ms since the epoch). Stops at SIGTERM. Run inside the lab's namespace:
  *   node --import tsx test/helpers/writer.ts PREFIX CA CERT KEY ENDPOINT...
  */
@@ -28,12 +28,14 @@ let at = 0;
 for (let n = 1; !stopping; n++) {
   const started = Date.now();
   for (let attempt = 0; attempt < 20 && !stopping; attempt++) {
+    const tried = Date.now();
     try {
       await clients[at]!.put(`${prefix}${n}`).value(String(n));
       console.log(`ack ${n} ${Date.now()}`);
       break;
     } catch (error) {
-      console.error(`write ${n} through ${endpoints[at]}: ${(error as Error).message.split('\n')[0]}`);
+      // How long the attempt waited: a deadline (3 s) is a member that vanished, a fast error one that said no.
+      console.error(`write ${n} through ${endpoints[at]} after ${Date.now() - tried} ms: ${(error as Error).message.split('\n')[0]}`);
       at = (at + 1) % clients.length;
     }
   }

@@ -7,14 +7,17 @@ import { longestGap, tallied } from '../helpers/lab-writer.ts';
 test('acknowledgements are read with their times; only the write errors count as retries', (t) => {
   const acks = 'ack 1 1000\nack 2 1200\nack 3 4700\n';
   const errors =
-    'write 3 through https://192.168.150.11:2379: 14 UNAVAILABLE\n(node:42) Warning: something else\nwrite 3 through https://192.168.150.12:2379: deadline\n';
+    'write 3 through https://192.168.150.11:2379 after 12 ms: 14 UNAVAILABLE\n(node:42) Warning: something else\nwrite 3 through https://192.168.150.12:2379 after 3001 ms: deadline\n';
   t.deepEqual(tallied(acks, errors), {
     acked: [
       { key: '1', at: 1000 },
       { key: '2', at: 1200 },
       { key: '3', at: 4700 },
     ],
-    retried: 2,
+    retries: [
+      'write 3 through https://192.168.150.11:2379 after 12 ms: 14 UNAVAILABLE',
+      'write 3 through https://192.168.150.12:2379 after 3001 ms: deadline',
+    ],
     longestGapMs: 3500,
   });
 });
