@@ -89,7 +89,7 @@ interface Measured {
  * acknowledging before the end is not let off by the lack of a next write. Lost: acknowledged, and not readable after.
  */
 async function measured(name: string, operation: () => Promise<unknown>): Promise<Measured> {
-  const prefix = `bench-availability/${name}/`;
+  const prefix = `bench-availability/${name.replace(/[^a-z0-9-]+/g, '-')}/`;
   const writer = startWriter(prefix, ALL);
   await new Promise((resolve) => setTimeout(resolve, SETTLE_MS));
   const started = performance.now();
@@ -216,8 +216,13 @@ const OPERATIONS: Operation[] = [
   deployOf('image-rebuild', { version: 'v3.5.30', quota: QUOTA, image: LAB.secondBaseVolume }),
 ];
 
-/** Always measured: the lower bound the others are held against. */
+/** Always measured, each BOUND_SAMPLES times: the lower bound the others are held against. */
 const LOWER_BOUNDS = ['follower-by-hand', 'leader-by-hand'];
+/**
+ * One restart by hand is no bound: the leader's took 0.4-0.6 s in two sittings and 4.0 s in a third (a write in
+ * flight while the stopping leader handed over met its 3 s deadline). The median of three, each shown.
+ */
+const BOUND_SAMPLES = 3;
 /** Held to the issue's bound: at most 1.5 × the leader restarted by hand. */
 const ROLLED = [
   'rolled-restart',
@@ -250,7 +255,10 @@ async function main(): Promise<void> {
   const results: Measured[] = [];
   try {
     for (const operation of OPERATIONS) {
-      if (only.length === 0 || only.includes(operation.name) || LOWER_BOUNDS.includes(operation.name)) {
+      if (LOWER_BOUNDS.includes(operation.name)) {
+        for (let sample = 1; sample <= BOUND_SAMPLES; sample++)
+          results.push(await measured(`${operation.name} ${sample}/${BOUND_SAMPLES}`, operation.run));
+      } else if (only.length === 0 || only.includes(operation.name)) {
         await operation.prepare?.();
         results.push(await measured(operation.name, operation.run));
         await operation.after?.();
@@ -262,24 +270,43 @@ async function main(): Promise<void> {
   report(results);
 }
 
+/** The median gap of a lower bound's samples, and the samples, shortest first. */
+function boundOf(results: Measured[], name: string): { ms: number; samples: number[] } {
+  const samples = results
+    .filter(({ operation }) => operation.startsWith(`${name} `))
+    .map(({ gapMs }) => gapMs)
+    .sort((a, b) => a - b);
+  return { ms: samples[Math.floor(samples.length / 2)]!, samples };
+}
+
+/**
+ * Each operation against both bounds: the leader restarted by hand (issue 50's, what a restart costs without a
+ * hand-off) and a follower restarted by hand (the least any restart costs a client that fails over).
+ */
 function report(results: Measured[]): void {
-  const bound = results.find(({ operation }) => operation === 'leader-by-hand')!.gapMs;
+  const leader = boundOf(results, 'leader-by-hand');
+  const follower = boundOf(results, 'follower-by-hand');
   console.log(
     `Measured ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC on ${cpus().length} × ${cpus()[0]?.model ?? 'unknown CPU'}, ` +
       'QEMU TCG (no KVM), 3 members; a write every 200 ms through any member, 3 s deadline.\n',
   );
-  console.log('| operation | acknowledged | lost | retried | longest gap | gap ÷ leader restarted by hand | took | load |');
-  console.log('|---|---|---|---|---|---|---|---|');
+  for (const [what, bound] of [
+    ['the leader', leader],
+    ['a follower', follower],
+  ] as const)
+    console.log(`${what} restarted by hand: the median of ${bound.samples.map(seconds).join(', ')}: ${seconds(bound.ms)}.`);
+  console.log('\n| operation | acknowledged | lost | retried | longest gap | ÷ leader by hand | ÷ follower by hand | took | load |');
+  console.log('|---|---|---|---|---|---|---|---|---|');
   for (const r of results)
     console.log(
-      `| ${r.operation} | ${r.acknowledged} | ${r.lost} | ${r.retries.length} | ${seconds(r.gapMs)} | ${(r.gapMs / bound).toFixed(2)} | ${seconds(r.tookMs)} | ${r.load} |`,
+      `| ${r.operation} | ${r.acknowledged} | ${r.lost} | ${r.retries.length} | ${seconds(r.gapMs)} | ${(r.gapMs / leader.ms).toFixed(2)} | ${(r.gapMs / follower.ms).toFixed(2)} | ${seconds(r.tookMs)} | ${r.load} |`,
     );
   console.log('');
   const lost = results.filter(({ lost }) => lost > 0);
   console.log(`Writes lost: ${lost.length === 0 ? 'none' : lost.map(({ operation, lost }) => `${operation} ${lost}`).join(', ')}.`);
   for (const r of results.filter(({ operation }) => ROLLED.includes(operation)))
     console.log(
-      `${r.operation}: ${(r.gapMs / bound).toFixed(2)} × the lower bound (target ≤ 1.5: ${r.gapMs <= 1.5 * bound ? 'met' : 'NOT met'}).`,
+      `${r.operation}: ${(r.gapMs / leader.ms).toFixed(2)} × the leader restarted by hand (target ≤ 1.5: ${r.gapMs <= 1.5 * leader.ms ? 'met' : 'NOT met'}), ${(r.gapMs / follower.ms).toFixed(2)} × a follower.`,
     );
   const replaced = results.find(({ operation }) => operation === 'replace-follower');
   if (replaced)
