@@ -5,6 +5,8 @@ import { LAB } from './lab/config.ts';
 import { argument } from './bench/cli.ts';
 import { freshLabCluster, labEtcdctl, restartToHealthy, writeReleaseInventory } from './bench/lab-cluster.ts';
 import { endpoint, MEMBER_IPS, type LabMember } from '../test/helpers/lab-names.ts';
+import { leaderEndpoint, parseEndpointStatuses, valuesUnder } from '../test/helpers/etcdctl-json.ts';
+import { DEFRAG_RECORD_PREFIX } from '../tasks/status/defrag-records.ts';
 import { longestGap, startWriter } from '../test/helpers/lab-writer.ts';
 
 /**
@@ -59,12 +61,8 @@ async function tool(command: string, args: string[]): Promise<void> {
 }
 
 async function leader(): Promise<LabMember> {
-  const statuses = JSON.parse((await labEtcdctl(ALL, ['endpoint', 'status', '-w', 'json'])).stdout) as {
-    Endpoint: string;
-    Status: { header: { member_id: number }; leader: number };
-  }[];
-  const found = statuses.find((status) => status.Status.header.member_id === status.Status.leader);
-  const name = MEMBERS.find((member) => found && endpoint(member) === found.Endpoint);
+  const leading = leaderEndpoint(parseEndpointStatuses((await labEtcdctl(ALL, ['endpoint', 'status', '-w', 'json'])).stdout));
+  const name = MEMBERS.find((member) => endpoint(member) === leading);
   if (!name) throw new Error('no member says it leads');
   return name;
 }
@@ -149,11 +147,9 @@ const deployOf = (name: string, wants: InventoryWanted): Operation => ({
 });
 /** Each member's last defragmentation by its agent, as the agents record it in etcd (its end, to the second). */
 async function defragRecords(): Promise<Record<string, string>> {
-  const listed = await labEtcdctl(ALL, ['get', '--prefix', 'etcd-kvm/defrag/last/', '-w', 'json']);
+  const listed = await labEtcdctl(ALL, ['get', '--prefix', DEFRAG_RECORD_PREFIX, '-w', 'json']);
   if (listed.exitCode !== 0) throw new Error(`the defragmentation records could not be read: ${listed.stderr}`);
-  const kvs = (JSON.parse(listed.stdout) as { kvs?: { key: string; value: string }[] }).kvs ?? [];
-  const text = (base64: string) => Buffer.from(base64, 'base64').toString();
-  return Object.fromEntries(kvs.map((kv) => [text(kv.key).replace('etcd-kvm/defrag/last/', ''), text(kv.value)]));
+  return valuesUnder(listed.stdout, DEFRAG_RECORD_PREFIX);
 }
 
 /**

@@ -3,6 +3,8 @@ import { X509Certificate } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { leaderEndpoint, parseEndpointStatuses, valuesUnder } from './etcdctl-json.ts';
+import { DEFRAG_RECORD_PREFIX } from '../../tasks/status/defrag-records.ts';
 import { run } from './exec.ts';
 import { endpoint, etcdctl, raiseNospace, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, tlsArgs } from './lab.ts';
 import { startLabPrometheus, type LabPrometheus } from './lab-prometheus.ts';
@@ -77,23 +79,15 @@ const agentJournal = (member: keyof typeof MEMBER_IPS, unit: string, since: stri
 
 /** The agents' defragmentation records in etcd, by member. */
 function defragRecords(): Record<string, { time: string; seconds: number; leadership_moved_to?: string }> {
-  const listed = etcdctl(ALL, rootIdentity, ['get', '--prefix', 'etcd-kvm/defrag/last/', '-w', 'json']);
-  const kvs = (JSON.parse(listed.stdout) as { kvs?: { key: string; value: string }[] }).kvs ?? [];
+  const listed = etcdctl(ALL, rootIdentity, ['get', '--prefix', DEFRAG_RECORD_PREFIX, '-w', 'json']);
   return Object.fromEntries(
-    kvs.map((kv) => [
-      Buffer.from(kv.key, 'base64').toString().replace('etcd-kvm/defrag/last/', ''),
-      JSON.parse(Buffer.from(kv.value, 'base64').toString()),
-    ]),
+    Object.entries(valuesUnder(listed.stdout, DEFRAG_RECORD_PREFIX)).map(([member, value]) => [member, JSON.parse(value)]),
   );
 }
 
 function leaderName(): (typeof MEMBERS)[number] | undefined {
-  const statuses = JSON.parse(etcdctl(ALL, rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout) as {
-    Endpoint: string;
-    Status: { header: { member_id: number }; leader: number };
-  }[];
-  const leader = statuses.find((status) => status.Status.header.member_id === status.Status.leader);
-  return MEMBERS.find((member) => leader && endpoint(member) === leader.Endpoint);
+  const leading = leaderEndpoint(parseEndpointStatuses(etcdctl(ALL, rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout));
+  return MEMBERS.find((member) => endpoint(member) === leading);
 }
 
 /** Seconds since the epoch, as the journal's --since takes them. */
