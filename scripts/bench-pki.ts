@@ -21,7 +21,7 @@ for (let i = 0; i < Number(values.runs); i++) {
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-bench-pki-'));
   const started = performance.now();
   const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(
-    pkiStep({ ...inventory, stateDir }, new PkiStore(stateDir)),
+    pkiStep({ inventory: { ...inventory, stateDir }, store: new PkiStore(stateDir) }),
   );
   timings.push(performance.now() - started);
   if (result?.status !== 'changed') throw new Error(`unexpected PKI result: ${result?.status} ${result?.error ?? ''}`);

@@ -59,10 +59,10 @@ process.exitCode = await runTool({
         const phase = (title: string, step: Parameters<Runner['runStep']>[0]): Phase => ({ title, run: () => runner.runStep(step) });
         try {
           await runner.runPhases([
-            phase('healthy', healthyClusterStep(inventory, clients)),
-            ...(values.compact ? [phase('compact', compactStep(inventory, clients))] : []),
-            ...(values.defrag ? [phase('defrag', defragStep(inventory, clients, record))] : []),
-            ...(values.disarm ? [phase('disarm', disarmStep(inventory, clients))] : []),
+            phase('healthy', healthyClusterStep({ inventory, clients })),
+            ...(values.compact ? [phase('compact', compactStep({ inventory, clients }))] : []),
+            ...(values.defrag ? [phase('defrag', defragStep({ inventory, clients, record }))] : []),
+            ...(values.disarm ? [phase('disarm', disarmStep({ inventory, clients }))] : []),
           ]);
         } finally {
           await clusterLock?.release();

@@ -167,11 +167,11 @@ async function formedFacts(
   const membership = answers.get(CONTROL_NODE);
   if (!membership) return { shown: results };
   const recorded = await runner.runStep(
-    formationStep(
-      inventory.stateDir,
-      inventory.members.map((member) => member.name),
-      domainUuids(context.remote, context.inventory.members),
-    ),
+    formationStep({
+      stateDir: inventory.stateDir,
+      members: inventory.members.map((member) => member.name),
+      domainUuids: domainUuids(context.remote, context.inventory.members),
+    }),
   );
   if (recorded.some((result) => result.status === 'failed')) return { shown: recorded };
   const joining = membership.joiners
@@ -199,7 +199,11 @@ async function clusterFacts(
   if (formed) return formedFacts(context, runner, members, formed, options.replace ?? []);
   // Every etcd down, or a cluster not formed yet: is_initializing: false, or a VM the cluster formed on, says which.
   const { answers, results } = await runner.runFact(
-    formationFact(inventory.stateDir, inventory.cluster.isInitializing, domainUuids(context.remote, context.inventory.members)),
+    formationFact({
+      stateDir: inventory.stateDir,
+      isInitializing: inventory.cluster.isInitializing,
+      domainUuids: domainUuids(context.remote, context.inventory.members),
+    }),
   );
   const verdict = answers.get(CONTROL_NODE);
   if (verdict?.formed) await refuseLostQuorum(context);
@@ -263,7 +267,7 @@ export async function gather(
   if (withNetworks.length > 0) {
     // A network_id no hypervisor knows fails that member alone (the runner skips it from then on).
     const names = await runner.runPhaseFor('networks', async () => {
-      const { answers, results } = await runner.runFact(networksFact(withNetworks, context.remote));
+      const { answers, results } = await runner.runFact(networksFact({ members: withNetworks, context: context.remote }));
       return { shown: results, value: answers };
     });
     if (!names) return undefined;

@@ -74,12 +74,15 @@ export async function notHealthy(
   return health.healthy ? undefined : patience.notReady(new Error(health.reason));
 }
 
-export function authStep(
-  inventory: Inventory,
-  members: readonly Member[],
-  clients: MemberClients,
-  identities: ClientIdentities,
-): Step<AuthState, AuthAction> {
+/** What the auth and users steps are built from: the cluster, the members they may ask, and how. */
+export interface AccessStepOptions {
+  inventory: Inventory;
+  members: readonly Member[];
+  clients: MemberClients;
+  identities: ClientIdentities;
+}
+
+export function authStep({ inventory, members, clients, identities }: AccessStepOptions): Step<AuthState, AuthAction> {
   const bootstrap = members.filter((member) => member.bootstrapsAuth);
   const { targets, memberNamed } = memberTargets(bootstrap);
   return {
@@ -148,7 +151,7 @@ export function authStep(
  */
 export function accessPhase(
   id: 'auth' | 'users',
-  make: (inventory: Inventory, members: readonly Member[], clients: MemberClients, identities: ClientIdentities) => AnyStep,
+  make: (options: AccessStepOptions) => AnyStep,
 ): Pick<DeployStep<'auth' | 'users'>, 'prepare' | 'run'> {
   const built = new WeakMap<DeployRun, AnyStep>();
   const stepOf = (run: DeployRun): AnyStep => {
@@ -156,7 +159,7 @@ export function accessPhase(
     if (!step) {
       const main = run.clusterOf(run.membership.voting.map((member) => member.name));
       const bootstrapping = run.resources.membersNamed(run.plan.flatMap((phase) => (phase.step === 'auth' ? phase.pass.members : [])));
-      step = make(main, bootstrapping, run.resources.clients, run.resources.identities);
+      step = make({ inventory: main, members: bootstrapping, clients: run.resources.clients, identities: run.resources.identities });
       built.set(run, step);
     }
     return step;

@@ -36,12 +36,17 @@ export function seedQuestions(member: Member): Record<'info' | 'digest', Questio
   };
 }
 
-export function cloudInitIsoStep(
-  stateDir: string,
-  members: readonly Member[],
-  rendered: ReadonlyMap<string, RenderedFile[]>,
-  context: RemoteContext,
-): Step<SeedState, null> {
+export function cloudInitIsoStep({
+  stateDir,
+  members,
+  rendered,
+  context,
+}: {
+  stateDir: string;
+  members: readonly Member[];
+  rendered: ReadonlyMap<string, RenderedFile[]>;
+  context: RemoteContext;
+}): Step<SeedState, null> {
   const { targets, memberNamed } = memberTargets(members);
   const filesOf = (name: string) => rendered.get(name) ?? [];
   const memoOf = (name: string) => join(stateDir, 'seeds', `${name}.json`);
@@ -91,6 +96,13 @@ export const cloudInit = deployStep({
   asksHypervisor: (member) => Object.values(seedQuestions(member)),
   run: ({ pass }, run) => {
     const { inventory, remote, membersNamed } = run.resources;
-    return run.runner.runStep(cloudInitIsoStep(inventory.stateDir, membersNamed(pass.members), run.renderedFor(pass).files, remote));
+    return run.runner.runStep(
+      cloudInitIsoStep({
+        stateDir: inventory.stateDir,
+        members: membersNamed(pass.members),
+        rendered: run.renderedFor(pass).files,
+        context: remote,
+      }),
+    );
   },
 });

@@ -13,12 +13,17 @@ import { deployStep } from './deploy-step.ts';
  * runs the new minor; until then the cluster keeps the old minor's behaviour (and a step back is still
  * allowed). On a cluster already there it is one look.
  */
-export function clusterVersionWait(
-  inventory: Inventory,
-  members: readonly Member[],
-  clients: EtcdClients,
-  root: () => ClientIdentity,
-): Wait<string> {
+export function clusterVersionWait({
+  inventory,
+  members,
+  clients,
+  root,
+}: {
+  inventory: Inventory;
+  members: readonly Member[];
+  clients: EtcdClients;
+  root: () => ClientIdentity;
+}): Wait<string> {
   const { targets, memberNamed } = memberTargets(members);
   const wanted = inventory.etcd.version;
   // The plan has this wait with binaries: release only, where etcd.version is always a release (inventory/model.ts).
@@ -57,11 +62,11 @@ export const clusterVersion = deployStep({
   doc: "with binaries: release on a formed cluster: /version's cluster version at etcd.version's minor on every member",
   run: ({ pass }, run) =>
     run.runner.runWait(
-      clusterVersionWait(
-        run.clusterOf(pass.cluster),
-        run.resources.membersNamed(pass.members),
-        run.resources.clients,
-        run.resources.identities.root,
-      ),
+      clusterVersionWait({
+        inventory: run.clusterOf(pass.cluster),
+        members: run.resources.membersNamed(pass.members),
+        clients: run.resources.clients,
+        root: run.resources.identities.root,
+      }),
     ),
 });

@@ -181,12 +181,17 @@ export interface DepartOptions {
  * a replacement marks the domain first and undefines it last, so that the mark outlives etcd's listing
  * and the disks (replacingQuestion).
  */
-export function departStep(
-  inventory: Inventory,
-  clients: EtcdClients,
-  remote: RemoteContext,
-  how: DepartOptions,
-): Step<DepartFacts, DepartAction> {
+export function departStep({
+  inventory,
+  clients,
+  remote,
+  how,
+}: {
+  inventory: Inventory;
+  clients: EtcdClients;
+  remote: RemoteContext;
+  how: DepartOptions;
+}): Step<DepartFacts, DepartAction> {
   const { departure, member } = how;
   return {
     name: departure,
@@ -395,14 +400,19 @@ export const depart = deployStep({
     const member = planned.image ? membersNamed([planned.member])[0]! : departingNamed(run.membership, [planned.member])[0]!;
     const together = run.plan.flatMap((phase) => (phase.step === 'depart' && !phase.image ? [phase.member] : []));
     return run.runner.runStep(
-      departStep(inventory, clients, remote, {
-        departure: planned.departure,
-        member,
-        // A member replaced on a new image is still among the voters the gather stage saw.
-        staying: run.membership.voting.filter((voter) => voter.name !== member.name),
-        alsoDeparting: planned.image ? [member] : departingNamed(run.membership, together),
-        assumedRemoved: departingNamed(run.membership, planned.assumedRemoved),
-        owner: run.resources.owner(),
+      departStep({
+        inventory,
+        clients,
+        remote,
+        how: {
+          departure: planned.departure,
+          member,
+          // A member replaced on a new image is still among the voters the gather stage saw.
+          staying: run.membership.voting.filter((voter) => voter.name !== member.name),
+          alsoDeparting: planned.image ? [member] : departingNamed(run.membership, together),
+          assumedRemoved: departingNamed(run.membership, planned.assumedRemoved),
+          owner: run.resources.owner(),
+        },
       }),
     );
   },

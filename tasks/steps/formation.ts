@@ -29,11 +29,15 @@ const sameDomains = (a: Record<string, string>, b: Record<string, string>) =>
  * the members' VMs as libvirt has them (etcd/formation.ts); a damaged record fails it, and with it
  * the run, before anything is rendered.
  */
-export function formationFact(
-  stateDir: string,
-  isInitializing: boolean,
-  domainUuids: () => Promise<SeenDomains>,
-): Fact<FormationVerdict, ControlNode> {
+export function formationFact({
+  stateDir,
+  isInitializing,
+  domainUuids,
+}: {
+  stateDir: string;
+  isInitializing: boolean;
+  domainUuids: () => Promise<SeenDomains>;
+}): Fact<FormationVerdict, ControlNode> {
   return {
     name: 'formation',
     targets: [CONTROL_NODE],
@@ -48,11 +52,15 @@ export function formationFact(
  * reads the record to decide whether the cluster has formed all the same, and changes nothing. A
  * damaged record fails it, and with it the run, before anything is rendered.
  */
-export function formationStep(
-  stateDir: string,
-  members: readonly string[],
-  domainUuids: () => Promise<SeenDomains>,
-): Step<FormationState, Record<string, string>, ControlNode> {
+export function formationStep({
+  stateDir,
+  members,
+  domainUuids,
+}: {
+  stateDir: string;
+  members: readonly string[];
+  domainUuids: () => Promise<SeenDomains>;
+}): Step<FormationState, Record<string, string>, ControlNode> {
   return {
     name: 'formation',
     targets: [CONTROL_NODE],

@@ -26,11 +26,18 @@ export const formed = deployStep({
     // The guests asked again now, after every change of this run, and answering while the seeds are rewritten.
     if (guests) run.prefetchGuests(pass);
     const everyone = inventory.members.map((member) => member.name);
-    const recorded = await run.runner.runStep(formationStep(inventory.stateDir, everyone, domainUuids(remote, inventory.members)));
-    const files = [...recorded, ...(await run.runner.runStep(renderedFilesStep(inventory.stateDir, rendered.files)))];
+    const recorded = await run.runner.runStep(
+      formationStep({ stateDir: inventory.stateDir, members: everyone, domainUuids: domainUuids(remote, inventory.members) }),
+    );
+    const files = [
+      ...recorded,
+      ...(await run.runner.runStep(renderedFilesStep({ stateDir: inventory.stateDir, rendered: rendered.files }))),
+    ];
     // The seeds on the hypervisors and the files in the guests at the same time: neither reads the other.
     const [seeded, converged] = await Promise.all([
-      seeds ? run.runner.runStep(cloudInitIsoStep(inventory.stateDir, members, rendered.files, remote)) : [],
+      seeds
+        ? run.runner.runStep(cloudInitIsoStep({ stateDir: inventory.stateDir, members, rendered: rendered.files, context: remote }))
+        : [],
       guests ? run.runner.runStep(guestStepOf(pass, run)) : [],
     ]);
     return [...files, ...seeded, ...converged];

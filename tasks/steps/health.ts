@@ -23,12 +23,17 @@ export const alarmWarnings = (alarms: readonly string[]): string[] =>
  * deadline with the member, its last answer and where to look; a member whose hypervisor connection
  * is dead fails at once (no answer could come through it).
  */
-export function healthWait(
-  inventory: Inventory,
-  members: readonly Member[],
-  clients: EtcdClients,
-  { caughtUp = false }: { caughtUp?: boolean } = {},
-): Wait<Health> {
+export function healthWait({
+  inventory,
+  members,
+  clients,
+  caughtUp = false,
+}: {
+  inventory: Inventory;
+  members: readonly Member[];
+  clients: EtcdClients;
+  caughtUp?: boolean;
+}): Wait<Health> {
   const { targets, memberNamed } = memberTargets(members);
   const marks = new Map<string, CatchUpMark>(members.map((member) => [member.name, {}]));
   return {
@@ -68,7 +73,10 @@ export const health = deployStep({
   doc: "every member healthy with the inventory's voting members, within cluster.health_timeout",
   run: ({ pass, caughtUp }, run) =>
     run.runner.runWait(
-      healthWait(run.clusterOf(pass.cluster), run.resources.membersNamed(pass.members), run.resources.clients, {
+      healthWait({
+        inventory: run.clusterOf(pass.cluster),
+        members: run.resources.membersNamed(pass.members),
+        clients: run.resources.clients,
         caughtUp: caughtUp === true,
       }),
     ),

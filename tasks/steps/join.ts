@@ -56,13 +56,15 @@ async function joinFacts(inventory: Inventory, clients: EtcdClients, voting: rea
 
 type AddAction = { kind: 'add-learner'; peerUrl: string };
 
-/** `voting`: the cluster's voting members before this joiner (the inventory's members etcd already has). */
-export function addLearnerStep(
-  inventory: Inventory,
-  clients: EtcdClients,
-  voting: readonly Member[],
-  joiner: Member,
-): Step<JoinFacts, AddAction> {
+/** A joiner's steps: `voting` is the cluster's voting members before it (the inventory's members etcd already has). */
+interface JoinStepOptions {
+  inventory: Inventory;
+  clients: EtcdClients;
+  voting: readonly Member[];
+  joiner: Member;
+}
+
+export function addLearnerStep({ inventory, clients, voting, joiner }: JoinStepOptions): Step<JoinFacts, AddAction> {
   const url = peerUrl(inventory, joiner);
   return {
     name: 'add',
@@ -99,13 +101,13 @@ export function addLearnerStep(
 
 type PromoteAction = { kind: 'promote'; id: string };
 
-export function promoteStep(
-  inventory: Inventory,
-  clients: EtcdClients,
-  voting: readonly Member[],
-  joiner: Member,
-  timeoutMs: number,
-): Step<JoinFacts, PromoteAction> {
+export function promoteStep({
+  inventory,
+  clients,
+  voting,
+  joiner,
+  timeoutMs,
+}: JoinStepOptions & { timeoutMs: number }): Step<JoinFacts, PromoteAction> {
   return {
     name: 'promote',
     targets: [joiner.name],
@@ -168,8 +170,8 @@ export const join = deployStep<'join', 'join' | 'promote'>({
     const joiner = membersNamed([phase.member])[0]!;
     return run.runner.runStep(
       phase.step === 'join'
-        ? addLearnerStep(inventory, clients, before, joiner)
-        : promoteStep(inventory, clients, before, joiner, inventory.cluster.healthTimeout * 1000),
+        ? addLearnerStep({ inventory, clients, voting: before, joiner })
+        : promoteStep({ inventory, clients, voting: before, joiner, timeoutMs: inventory.cluster.healthTimeout * 1000 }),
     );
   },
 });

@@ -103,7 +103,13 @@ async function newestRevisionNotALock(client: Etcd3, from: number): Promise<numb
   return revision;
 }
 
-export function compactStep(inventory: Inventory, clients: EtcdClients): Step<CompactionFacts, CompactAction, ControlNode> {
+/** What the maintenance steps ask etcd through. */
+interface MaintenanceOptions {
+  inventory: Inventory;
+  clients: EtcdClients;
+}
+
+export function compactStep({ inventory, clients }: MaintenanceOptions): Step<CompactionFacts, CompactAction, ControlNode> {
   // Fixed at the first look, so the re-check after the apply asks about the same revision even while writes go on.
   let target: number | undefined;
   return {
@@ -136,7 +142,11 @@ export function compactStep(inventory: Inventory, clients: EtcdClients): Step<Co
 /** Database sizes before and after, per member defragmented in this run, and the leadership it handed off first, for the report. */
 export type DefragRecord = Map<string, { before: DatabaseFacts; after: DatabaseFacts; handedOff?: HandedOff }>;
 
-export function defragStep(inventory: Inventory, clients: EtcdClients, record: DefragRecord): Step<DatabaseFacts, DefragAction> {
+export function defragStep({
+  inventory,
+  clients,
+  record,
+}: MaintenanceOptions & { record: DefragRecord }): Step<DatabaseFacts, DefragAction> {
   const { targets, memberNamed } = memberTargets(inventory.members);
   const sizes = async (member: Member): Promise<DatabaseFacts> => {
     const status = await (await clients.for(member)).maintenance.status({});
@@ -168,10 +178,10 @@ export function defragStep(inventory: Inventory, clients: EtcdClients, record: D
   };
 }
 
-export function disarmStep(
-  inventory: Inventory,
-  clients: EtcdClients,
-): Step<AlarmFacts & { ids: Map<string, string> }, DisarmAction, ControlNode> {
+export function disarmStep({
+  inventory,
+  clients,
+}: MaintenanceOptions): Step<AlarmFacts & { ids: Map<string, string> }, DisarmAction, ControlNode> {
   return {
     name: 'disarm',
     targets: [CONTROL_NODE],
@@ -202,7 +212,7 @@ export function disarmStep(
  * Maintenance starts only on a healthy cluster: every member answers with a leader and the
  * inventory's member list. A step on the control node, so a refusal stops every step after it.
  */
-export function healthyClusterStep(inventory: Inventory, clients: EtcdClients): Step<string[], never, ControlNode> {
+export function healthyClusterStep({ inventory, clients }: MaintenanceOptions): Step<string[], never, ControlNode> {
   return {
     name: 'healthy',
     targets: [CONTROL_NODE],

@@ -18,7 +18,7 @@ export const networkIdsOf = (member: Member): string[] => [
 /** The names found, by member, then by UUID: what renderAll takes. */
 export type NetworkNames = Map<string, Map<string, string>>;
 
-export function networksFact(members: readonly Member[], context: LibvirtAnswers): Fact<Map<string, string>> {
+export function networksFact({ members, context }: { members: readonly Member[]; context: LibvirtAnswers }): Fact<Map<string, string>> {
   const { targets, memberNamed } = memberTargets(members.filter((member) => networkIdsOf(member).length > 0));
   return {
     name: 'networks',

@@ -14,11 +14,17 @@ import { deployStep } from './deploy-step.ts';
  * A domain an earlier version made for this cluster (or one adopted with --adopt) gets the mark, in
  * its persistent definition and, while it runs, live: no restart.
  */
-export function ownershipStep(
-  members: readonly Member[],
-  context: RemoteContext,
-  { identity, adopt }: { identity: ClusterIdentity; adopt: ReadonlySet<string> },
-): Step<Ownership, 'mark'> {
+export function ownershipStep({
+  members,
+  context,
+  identity,
+  adopt,
+}: {
+  members: readonly Member[];
+  context: RemoteContext;
+  identity: ClusterIdentity;
+  adopt: ReadonlySet<string>;
+}): Step<Ownership, 'mark'> {
   const { targets, memberNamed } = memberTargets(members);
   return {
     name: 'owner',
@@ -64,11 +70,15 @@ export function ownershipStep(
  * cluster as its own, until every member's domain carries the mark: then it stops, so a domain made
  * later under such a title is refused like any other unmarked one.
  */
-export function adoptionStep(
-  stateDir: string,
-  cluster: string,
-  everyDomainMarked: () => boolean,
-): Step<{ adoptsUnmarked: boolean }, 'stop', ControlNode> {
+export function adoptionStep({
+  stateDir,
+  cluster,
+  everyDomainMarked,
+}: {
+  stateDir: string;
+  cluster: string;
+  everyDomainMarked: () => boolean;
+}): Step<{ adoptsUnmarked: boolean }, 'stop', ControlNode> {
   return {
     name: 'adoption',
     targets: [CONTROL_NODE],
@@ -108,11 +118,14 @@ export const owner = deployStep({
     const members = membersNamed(pass.members);
     run.prefetchFacts(members, run.renderedFor(pass).guests);
     const ours = run.resources.owner();
-    const results = await run.runner.runStep(ownershipStep(members, remote, ours));
+    const results = await run.runner.runStep(ownershipStep({ members, context: remote, ...ours }));
     // Every member's domain marked in this pass: a migrated state directory stops adopting unmarked ones.
     const wholeCluster = !pass.joining && pass.members.length === inventory.members.length;
     if (!ours.identity.adoptsUnmarked || ours.identity.id === undefined || !wholeCluster) return results;
     const everyDomainMarked = () => results.every((result) => result.status === 'ok' || result.status === 'changed');
-    return [...results, ...(await run.runner.runStep(adoptionStep(inventory.stateDir, inventory.cluster.name, everyDomainMarked)))];
+    return [
+      ...results,
+      ...(await run.runner.runStep(adoptionStep({ stateDir: inventory.stateDir, cluster: inventory.cluster.name, everyDomainMarked }))),
+    ];
   },
 });

@@ -26,7 +26,16 @@ import { deployStep } from './deploy-step.ts';
  * signed by the intermediate is stored with the intermediate after it, so whoever presents it (etcd,
  * etcdctl, the tool) sends the chain up to the CA that members and clients trust.
  */
-export function pkiStep(inventory: Inventory, store: PkiStore, renewIssuedBefore?: Date): Step<PkiFacts, PkiAction, ControlNode> {
+export function pkiStep({
+  inventory,
+  store,
+  renewIssuedBefore,
+}: {
+  inventory: Inventory;
+  store: PkiStore;
+  /** --renew-certs: leaves issued before this are issued again. */
+  renewIssuedBefore?: Date;
+}): Step<PkiFacts, PkiAction, ControlNode> {
   return {
     name: 'pki',
     targets: [CONTROL_NODE],
@@ -188,5 +197,11 @@ export const pki = deployStep({
   changes: [],
   doc: "CA, peer CA, member and client certificates, the tool's SSH key; the cluster's ID",
   run: (_phase, run) =>
-    run.runner.runStep(pkiStep(run.resources.inventory, run.resources.store, run.options.renewCerts ? run.started : undefined)),
+    run.runner.runStep(
+      pkiStep({
+        inventory: run.resources.inventory,
+        store: run.resources.store,
+        renewIssuedBefore: run.options.renewCerts ? run.started : undefined,
+      }),
+    ),
 });

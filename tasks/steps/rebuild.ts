@@ -35,12 +35,17 @@ interface RebuildAction {
   running: boolean;
 }
 
-export function rebuildStep(
-  inventory: Inventory,
-  member: Member,
-  context: RemoteContext,
-  clients: EtcdClients,
-): Step<RebuildState, RebuildAction> {
+export function rebuildStep({
+  inventory,
+  member,
+  context,
+  clients,
+}: {
+  inventory: Inventory;
+  member: Member;
+  context: RemoteContext;
+  clients: EtcdClients;
+}): Step<RebuildState, RebuildAction> {
   return {
     name: 'rebuild',
     targets: [member.name],
@@ -128,11 +133,11 @@ export const rebuild = deployStep({
   asksHypervisor: (member) => Object.values(imageQuestions(member) ?? {}),
   run: (phase, run) =>
     run.runner.runStep(
-      rebuildStep(
-        run.clusterOf(run.membership.voting.map((member) => member.name)),
-        run.resources.membersNamed([phase.member])[0]!,
-        run.resources.remote,
-        run.resources.clients,
-      ),
+      rebuildStep({
+        inventory: run.clusterOf(run.membership.voting.map((member) => member.name)),
+        member: run.resources.membersNamed([phase.member])[0]!,
+        context: run.resources.remote,
+        clients: run.resources.clients,
+      }),
     ),
 });

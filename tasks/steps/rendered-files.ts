@@ -18,7 +18,13 @@ interface RecordedFile {
 
 type RenderRecord = { [file: string]: RecordedFile };
 
-export function renderedFilesStep(stateDir: string, rendered: ReadonlyMap<string, RenderedFile[]>): Step<RenderRecord, RenderedFile> {
+export function renderedFilesStep({
+  stateDir,
+  rendered,
+}: {
+  stateDir: string;
+  rendered: ReadonlyMap<string, RenderedFile[]>;
+}): Step<RenderRecord, RenderedFile> {
   const recordPath = (member: string) => join(stateDir, 'rendered', `${member}.json`);
   return {
     name: 'render',
@@ -77,6 +83,6 @@ export const render = deployStep({
       run.written.push(...writeRendered(run.options.renderOnly, rendered.files));
       return [];
     }
-    return run.runner.runStep(renderedFilesStep(run.resources.inventory.stateDir, rendered.files));
+    return run.runner.runStep(renderedFilesStep({ stateDir: run.resources.inventory.stateDir, rendered: rendered.files }));
   },
 });

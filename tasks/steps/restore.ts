@@ -29,14 +29,20 @@ interface RestoreState {
 /** Where the restore step takes its snapshot (SnapshotSource): the one chosen, its bytes, and where it is kept. */
 export type RestoreSource = Pick<SnapshotSource, 'choose' | 'open'> & { readonly bucket: Pick<SnapshotSource['bucket'], 'where'> };
 
-export function restoreStep(
-  inventory: Inventory,
-  members: readonly Member[],
-  connections: Pick<MemberConnections, 'reach'>,
-  source: RestoreSource,
+export function restoreStep({
+  inventory,
+  members,
+  connections,
+  source,
+  releaseArchive,
+}: {
+  inventory: Inventory;
+  members: readonly Member[];
+  connections: Pick<MemberConnections, 'reach'>;
+  source: RestoreSource;
   /** With binaries: release, the run's release archive on the control node. */
-  releaseArchive?: ReleaseArchives,
-): Step<RestoreState, 'restore'> {
+  releaseArchive?: ReleaseArchives;
+}): Step<RestoreState, 'restore'> {
   const { targets, memberNamed } = memberTargets(inventory.restore.enabled ? members : []);
   const dataDir = inventory.etcd.dataDir;
   /** How long a booting member's SSH is waited for: cluster.health_timeout (a dry-run's patience asks once). */
@@ -141,9 +147,13 @@ export const restore = deployStep({
     const { memberSsh, snapshots, membersNamed } = run.resources;
     if (!snapshots) throw new Error('the plan has a restore phase, but restore.enabled is not set');
     return run.runner.runStep(
-      restoreStep(run.clusterOf(pass.cluster), membersNamed(pass.members), memberSsh, snapshots, (version) =>
-        run.resources.releaseArchive(version),
-      ),
+      restoreStep({
+        inventory: run.clusterOf(pass.cluster),
+        members: membersNamed(pass.members),
+        connections: memberSsh,
+        source: snapshots,
+        releaseArchive: (version) => run.resources.releaseArchive(version),
+      }),
     );
   },
 });

@@ -23,7 +23,7 @@ import {
   type Permission,
   type WantedAccess,
 } from '../etcd/access.ts';
-import { accessPhase, authEnabled, notHealthy } from './auth.ts';
+import { accessPhase, authEnabled, notHealthy, type AccessStepOptions } from './auth.ts';
 import { deployStep } from './deploy-step.ts';
 import { memberTargets } from './member-targets.ts';
 import { toolUsers } from '../inventory/tool-users.ts';
@@ -157,12 +157,7 @@ async function applyAction(client: Etcd3, stateDir: string, action: AccessAction
   }
 }
 
-export function usersStep(
-  inventory: Inventory,
-  members: readonly Member[],
-  clients: MemberClients,
-  identities: ClientIdentities,
-): Step<UsersState, AccessAction> {
+export function usersStep({ inventory, members, clients, identities }: AccessStepOptions): Step<UsersState, AccessAction> {
   const { targets, memberNamed } = memberTargets(members.filter((member) => member.bootstrapsAuth));
   // Before the auth step has run (a dry-run of a new cluster), root does not exist yet.
   const asRoot = async (member: Member) =>

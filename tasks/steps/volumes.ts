@@ -170,12 +170,19 @@ function dataDiskChanges(
  * so, or formed.json when no etcd answers): a member's missing data disk is its data lost, never a disk
  * to create — etcd would start `existing` on it empty.
  */
-export function volumesStep(
-  inventory: Inventory,
-  members: readonly Member[],
-  context: VolumesContext,
-  { joining, formed }: { joining: boolean; formed: boolean },
-): Step<VolumesState & { othersWithDisks: string[] }, VolumeAction> {
+export function volumesStep({
+  inventory,
+  members,
+  context,
+  joining,
+  formed,
+}: {
+  inventory: Inventory;
+  members: readonly Member[];
+  context: VolumesContext;
+  joining: boolean;
+  formed: boolean;
+}): Step<VolumesState & { othersWithDisks: string[] }, VolumeAction> {
   const { targets, memberNamed } = memberTargets(members);
   const membersWithDisks = disksAtStart(inventory, context);
   return {
@@ -209,7 +216,10 @@ export const volumes = deployStep({
   asksHypervisor: (member) => Object.values(volumeQuestions(member)),
   run: ({ pass }, run) =>
     run.runner.runStep(
-      volumesStep(run.clusterOf(pass.cluster), run.resources.membersNamed(pass.members), run.resources.remote, {
+      volumesStep({
+        inventory: run.clusterOf(pass.cluster),
+        members: run.resources.membersNamed(pass.members),
+        context: run.resources.remote,
         joining: pass.joining,
         formed: pass.formed,
       }),

@@ -18,7 +18,7 @@ export async function renderWithPki(
   const stateDir = scratchDir('render');
   const withState = { ...inventory, stateDir };
   const store = new PkiStore(stateDir);
-  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(withState, store));
+  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep({ inventory: withState, store }));
   if (result?.status === 'failed') throw new Error(result.error);
   const { files, guests } = renderAll(withState, withState.members, store, firstStart);
   return { inventory: withState, rendered: files, guests };

@@ -264,7 +264,7 @@ test('password mode: health and the auth bootstrap through the etcd client, root
     // Password mode: /version needs no client certificate.
     t.regex((await versionOf(clients, inventory.members[2]!, identities.health())).etcdserver, /^\d+\.\d+\.\d+$/);
     const runner = new Runner({ dryRun: false, renderer: 'silent' });
-    const [first] = await runner.runStep(authStep(inventory, inventory.members, clients, identities));
+    const [first] = await runner.runStep(authStep({ inventory, members: inventory.members, clients, identities }));
     t.is(first?.status, 'changed', first?.error);
     t.deepEqual(
       first?.changes.map((change) => change.summary),
@@ -275,7 +275,7 @@ test('password mode: health and the auth bootstrap through the etcd client, root
         'enable authentication',
       ],
     );
-    const [second] = await runner.runStep(authStep(inventory, inventory.members, clients, identities));
+    const [second] = await runner.runStep(authStep({ inventory, members: inventory.members, clients, identities }));
     t.is(second?.status, 'ok', second?.error);
   } finally {
     clients.close();
@@ -351,14 +351,16 @@ test('password mode: application roles and users converge to the inventory; a us
     });
   const runner = new Runner({ dryRun: false, renderer: 'silent' });
   const converge = async (roles: Inventory['roles'], users: Inventory['users']) => {
-    const [result] = await runner.runStep(usersStep({ ...inventory, roles, users }, inventory.members, clients, identities));
+    const [result] = await runner.runStep(
+      usersStep({ inventory: { ...inventory, roles, users }, members: inventory.members, clients, identities }),
+    );
     t.not(result?.status, 'failed', result?.error);
     return result!;
   };
   const app1 = (access: 'read' | 'readwrite') => ({ app1: { permissions: [{ prefix: '/app1/', access }] } });
   try {
     for (const member of inventory.members) await waitForHealth(inventory, clients, member, 60_000);
-    t.is((await runner.runStep(authStep(inventory, inventory.members, clients, identities)))[0]?.status, 'changed');
+    t.is((await runner.runStep(authStep({ inventory, members: inventory.members, clients, identities })))[0]?.status, 'changed');
     t.is(etcdctl('root:loopback-root-pw', ['user', 'add', 'handmade:handmade-pw']).status, 0);
 
     const created = await converge(app1('readwrite'), { alice: { roles: ['app1'], password: new Secret('alice-pw-1') } });
@@ -396,16 +398,16 @@ test('password mode: application roles and users converge to the inventory; a us
     // reads are raft requests, etcd-io/etcd#18487), so it costs no member a write.
     const raftIndex = async () => (await (await clients.for(inventory.members[0]!, identities.root())).maintenance.status({})).raftIndex;
     const before = await raftIndex();
-    t.is((await runner.runStep(authStep(inventory, inventory.members, clients, identities)))[0]?.status, 'ok');
+    t.is((await runner.runStep(authStep({ inventory, members: inventory.members, clients, identities })))[0]?.status, 'ok');
     t.is((await converge({}, {})).status, 'ok');
     t.is(await raftIndex(), before);
     const [refused] = await runner.runStep(
-      usersStep(
-        { ...inventory, roles: {}, users: { handmade: { roles: [], password: new Secret('other') } } },
-        inventory.members,
+      usersStep({
+        inventory: { ...inventory, roles: {}, users: { handmade: { roles: [], password: new Secret('other') } } },
+        members: inventory.members,
         clients,
         identities,
-      ),
+      }),
     );
     t.is(refused?.status, 'failed');
     t.regex(refused?.error ?? '', /etcd already has user handmade, which the tool did not create/);

@@ -22,7 +22,7 @@ function inventoryIn(stateDir: string, change: (doc: Doc) => void = () => {}) {
 async function applyPki(stateDir: string, change?: (doc: Doc) => void) {
   const inventory = inventoryIn(stateDir, change);
   const runner = new Runner({ dryRun: false, renderer: 'silent' });
-  const [result] = await runner.runStep(pkiStep(inventory, new PkiStore(stateDir)));
+  const [result] = await runner.runStep(pkiStep({ inventory, store: new PkiStore(stateDir) }));
   return result!;
 }
 

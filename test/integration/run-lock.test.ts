@@ -344,7 +344,7 @@ test("maintain's compaction is done once: the runs' own locks (a put and a delet
   const compactUnderLock = async () => {
     const lock = held(await acquire('compaction', holderOf('operator-a.example', 8888)));
     try {
-      const [result] = await runner.runStep(compactStep(inventory, clients));
+      const [result] = await runner.runStep(compactStep({ inventory, clients }));
       return result!;
     } finally {
       await lock.release();

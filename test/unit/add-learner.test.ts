@@ -28,7 +28,7 @@ function clientsAnswering(answers: (Error | 'added')[]): { clients: EtcdClients;
 }
 
 const apply = (clients: EtcdClients) =>
-  addLearnerStep(lab, clients, [one, two], three).apply(
+  addLearnerStep({ inventory: lab, clients, voting: [one, two], joiner: three }).apply(
     [{ summary: 'add etcd-3', action: { kind: 'add-learner', peerUrl: 'https://192.168.150.13:2380' } }],
     three.name,
     { unhealthy: [] },

@@ -20,7 +20,7 @@ interface Who {
   alsoDeparting: Member[];
 }
 const ALONE: Who = { member: three, staying: [one, two], alsoDeparting: [] };
-const step = (departure: Departure, who: Who = ALONE) => departStep(lab, clients, remote, { departure, owner, ...who });
+const step = (departure: Departure, who: Who = ALONE) => departStep({ inventory: lab, clients, remote, how: { departure, owner, ...who } });
 
 const base = (): DepartFacts => ({
   live: { id: '13', name: 'etcd-3', peerURLs: ['https://192.168.150.13:2380'], isLearner: false },
@@ -247,7 +247,12 @@ for (const row of refusals) {
 test("depart: a replacement refuses to delete the operator's own volumes", (t) => {
   const theirs = { ...three, volumes: { ...three.volumes, os: { existing: 'golden-etcd-3.qcow2' } } };
   const facts = { ...base(), volumes: ['etcd-lab/golden-etcd-3.qcow2'] };
-  const replace = departStep(lab, clients, remote, { departure: 'replace', member: theirs, staying: [one, two], alsoDeparting: [], owner });
+  const replace = departStep({
+    inventory: lab,
+    clients,
+    remote,
+    how: { departure: 'replace', member: theirs, staying: [one, two], alsoDeparting: [], owner },
+  });
   t.throws(() => replace.plan(facts, 'etcd-3'), {
     instanceOf: MembershipRefusal,
     message: /its volume\(s\) etcd-lab\/golden-etcd-3\.qcow2 are the operator's/,

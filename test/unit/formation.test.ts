@@ -99,7 +99,7 @@ for (const c of verdicts) {
 }
 
 const planOf = (state: FormationState, members = MEMBERS) =>
-  formationStep('/nonexistent', members, async () => state.seen).plan(state, CONTROL_NODE);
+  formationStep({ stateDir: '/nonexistent', members, domainUuids: async () => state.seen }).plan(state, CONTROL_NODE);
 
 const plans: {
   name: string;
@@ -154,9 +154,19 @@ for (const c of plans) {
 test('without an answer the formation fact decides from the record and the VMs seen', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-formation-'));
   writeFormation(dir, record.domains);
-  const verdict = await formationFact(dir, true, async () => live({ 'etcd-3': U3 })).ask(CONTROL_NODE);
+  const verdict = await formationFact({ stateDir: dir, isInitializing: true, domainUuids: async () => live({ 'etcd-3': U3 }) }).ask(
+    CONTROL_NODE,
+  );
   t.true(verdict.formed);
-  t.false((await formationFact(mkdtempSync(join(tmpdir(), 'etcd-kvm-formation-')), true, async () => live({})).ask(CONTROL_NODE)).formed);
+  t.false(
+    (
+      await formationFact({
+        stateDir: mkdtempSync(join(tmpdir(), 'etcd-kvm-formation-')),
+        isInitializing: true,
+        domainUuids: async () => live({}),
+      }).ask(CONTROL_NODE)
+    ).formed,
+  );
 });
 
 test('formationToRecord: seen wins, the record fills in what was not seen, a gone domain and a member not in the inventory are dropped', (t) => {

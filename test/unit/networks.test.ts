@@ -38,7 +38,7 @@ const cases = [
 
 for (const row of cases) {
   test(`networks: ${row.name}`, async (t) => {
-    const fact = networksFact(inventoryWithIds().members, answering(row.answer));
+    const fact = networksFact({ members: inventoryWithIds().members, context: answering(row.answer) });
     t.deepEqual(fact.targets, ['etcd-1'], 'only members with network_id are asked');
     if (row.refused) {
       await t.throwsAsync(fact.ask('etcd-1'), { message: row.refused });

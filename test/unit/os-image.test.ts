@@ -103,7 +103,7 @@ test('rebuild step: a member without a data disk that the plan could not replace
   const doc = baseDocument();
   const inventory = load(doc);
   const { remote, clients } = unconnected(inventory);
-  const step = rebuildStep(inventory, member(false), remote, clients);
+  const step = rebuildStep({ inventory, member: member(false), context: remote, clients });
   const error = t.throws(() => step.plan({ verdict: { kind: 'replace', from: 'a.qcow2', to: 'images/b.qcow2' }, running: true }, 'etcd-2'));
   t.regex(
     error.message,

@@ -160,14 +160,14 @@ test('a migrated state directory stops adopting unmarked domains once every memb
   writeNewIdentity(stateDir, true);
   const id = readIdentity(stateDir, 'lab')!.id;
   const plans = async (everyMarked: boolean) => {
-    const step = adoptionStep(stateDir, 'lab', () => everyMarked);
+    const step = adoptionStep({ stateDir, cluster: 'lab', everyDomainMarked: () => everyMarked });
     return step.plan(await step.check(CONTROL_NODE, patienceOf(false)), CONTROL_NODE).map((change) => change.summary);
   };
   t.deepEqual(await plans(false), [], 'a member still unmarked (or refused): keep adopting');
   t.deepEqual(await plans(true), [
     "stop taking unmarked domains titled for cluster lab as its own (cluster-id.json): every member's domain carries the mark now",
   ]);
-  const step = adoptionStep(stateDir, 'lab', () => true);
+  const step = adoptionStep({ stateDir, cluster: 'lab', everyDomainMarked: () => true });
   await step.apply([], CONTROL_NODE, await step.check(CONTROL_NODE, patienceOf(false)));
   t.deepEqual(readIdentity(stateDir, 'lab'), { cluster: 'lab', id, adoptsUnmarked: false }, 'the same ID, adoption off');
   t.deepEqual(await plans(true), []);

@@ -26,7 +26,7 @@ import { baseDocument, load } from '../helpers/inventory.ts';
 async function issued(): Promise<{ inventory: Inventory; store: PkiStore }> {
   const inventory = { ...load(baseDocument()), stateDir: mkdtempSync(join(tmpdir(), 'etcd-kvm-peer-')) };
   const store = new PkiStore(inventory.stateDir);
-  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(inventory, store));
+  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep({ inventory, store }));
   if (result?.status !== 'changed') throw new Error(result?.error ?? 'the pki step changed nothing');
   return { inventory, store };
 }
@@ -65,7 +65,7 @@ test('a state directory from before the peer CA: the pki step makes it and recor
     summaries.join('\n'),
   );
   t.true(summaries.includes('issue certificate peer/etcd-2 (missing)'));
-  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(inventory, store));
+  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep({ inventory, store }));
   t.is(result?.status, 'changed', result?.error);
   t.is(readPeerTrust(inventory.stateDir), 'trust-both');
 });
@@ -155,7 +155,7 @@ test('the record lost from a deployed state directory: its members are rendered 
   const error = t.throws(() => materialsFrom(inventory, readFacts(inventory, store)), { instanceOf: InputError });
   t.regex(error!.message, /peer-trust\.json is missing, though the peer CA was made/);
   t.true(error!.problems.some((hint) => hint.includes('ETCD_PEER_CERT_ALLOWED_CN=etcd-kvm-peer')));
-  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep(inventory, store));
+  const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep({ inventory, store }));
   // The pki step has nothing to issue and writes no record: the deploy's gather stage is where the run stops (exit 2).
   t.is(result?.status, 'ok', result?.error);
   t.is(readPeerTrust(inventory.stateDir), undefined);

@@ -278,7 +278,7 @@ test('domain XML: sizes, TCG or KVM CPU, disks, cdrom on virtio-scsi, NICs, esca
 test('render step: first run creates, unchanged is ok, a changed field shows a diff, a secret-only change is redacted', async (t) => {
   const stateDir = mkdtempSync(join(tmpdir(), 'etcd-kvm-rec-'));
   const step = (inventory: Inventory) =>
-    renderedFilesStep(stateDir, renderAll(inventory, inventory.members, new PkiStore(stateDir), 'new').files);
+    renderedFilesStep({ stateDir, rendered: renderAll(inventory, inventory.members, new PkiStore(stateDir), 'new').files });
   const doc = baseDocument();
   const first = step(load(doc));
   const empty = await first.check('etcd-1', patienceOf(false));

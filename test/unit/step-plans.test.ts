@@ -107,7 +107,7 @@ domainCases();
 
 // cloud-init: the seed volume by digest.
 function cloudInitCases() {
-  const step = cloudInitIsoStep('/nonexistent-state', [etcd1], new Map(), remote);
+  const step = cloudInitIsoStep({ stateDir: '/nonexistent-state', members: [etcd1], rendered: new Map(), context: remote });
   const wanted = { sha256: 'a'.repeat(64), size: 389120, imageSize: 389120 };
   const cases: { name: string; state: Parameters<typeof step.plan>[0]; changes: string[] }[] = [
     {
@@ -139,7 +139,7 @@ cloudInitCases();
 
 // auth: from the bootstrap member, in order role, user, grant, enable.
 function authCases() {
-  const certMode = authStep(lab, lab.members, clients, identities);
+  const certMode = authStep({ inventory: lab, members: lab.members, clients, identities });
   const none = { rootRole: false, rootUser: false, rootUserHasRole: false, authEnabled: false };
   const cases: { name: string; state: Parameters<typeof certMode.plan>[0]; password?: boolean; changes: string[] }[] = [
     {
@@ -184,7 +184,7 @@ function authCases() {
     test(`auth plan: ${row.name}`, (t) => {
       t.deepEqual(certMode.targets, ['etcd-1'], 'the bootstrap member alone');
       const members = row.password ? lab.members.map((m, i) => (i === 0 ? { ...m, rootPassword: new Secret('pw-Zq7') } : m)) : lab.members;
-      const changes = authStep(lab, members, clients, identities).plan(row.state, 'etcd-1');
+      const changes = authStep({ inventory: lab, members, clients, identities }).plan(row.state, 'etcd-1');
       t.deepEqual(summaries(changes), row.changes);
       t.false(JSON.stringify(changes).includes('pw-Zq7'));
     });
@@ -195,10 +195,13 @@ authCases();
 // health: a wait; what a dry-run reports, and a NOSPACE alarm's warning with what to do.
 function healthCases() {
   test('health wait: a dry-run names what it would wait for', (t) => {
-    t.is(healthWait(lab, lab.members, clients).pending('no leader'), 'wait for etcd to become healthy (now: no leader)');
+    t.is(
+      healthWait({ inventory: lab, members: lab.members, clients }).pending('no leader'),
+      'wait for etcd to become healthy (now: no leader)',
+    );
   });
   test('health wait: the failure names the member, the last answer, the time waited and where to look', (t) => {
-    const failure = healthWait(lab, lab.members, clients).failure('etcd-2', 'no leader');
+    const failure = healthWait({ inventory: lab, members: lab.members, clients }).failure('etcd-2', 'no leader');
     t.regex(
       failure,
       new RegExp(
@@ -221,7 +224,7 @@ healthCases();
 function restoreCases() {
   const source = standInSource({ bucket: { where: 's3 bucket backups at http://127.0.0.1:9000' } });
   const enabled = { ...lab, restore: { ...lab.restore, enabled: true } };
-  const step = restoreStep(enabled, enabled.members, memberSsh, source);
+  const step = restoreStep({ inventory: enabled, members: enabled.members, connections: memberSsh, source });
   const CHOSEN = { name: 'etcd-2026-11-21T09:30:00Z.dump', provenance: "this cluster's latest, taken by etcd-2 at revision 41" };
   const cases: { name: string; state: Parameters<typeof step.plan>[0]; changes: string[] }[] = [
     { name: 'data there: nothing, ever again', state: { restored: true }, changes: [] },
@@ -251,7 +254,8 @@ function restoreCases() {
     },
   ];
   for (const row of cases) test(`restore plan: ${row.name}`, (t) => t.deepEqual(summaries(step.plan(row.state, 'etcd-1')), row.changes));
-  test('restore: no targets while restore is disabled', (t) => t.deepEqual(restoreStep(lab, lab.members, memberSsh, source).targets, []));
+  test('restore: no targets while restore is disabled', (t) =>
+    t.deepEqual(restoreStep({ inventory: lab, members: lab.members, connections: memberSsh, source }).targets, []));
 }
 restoreCases();
 
@@ -304,7 +308,7 @@ function dryRunCases() {
   const cases: { name: string; step: () => AnyStep; dryRun: string[]; run: string | RegExp }[] = [
     {
       name: 'auth, etcd not healthy',
-      step: () => authStep(lab, lab.members, etcdDown, identities),
+      step: () => authStep({ inventory: lab, members: lab.members, clients: etcdDown, identities }),
       dryRun: [
         'create role root',
         'create user root (no password: the client certificate CN=root authenticates)',
@@ -316,12 +320,12 @@ function dryRunCases() {
     {
       name: 'users, etcd not healthy',
       step: () =>
-        usersStep(
-          { ...lab, stateDir: '/nonexistent-state', roles: { app: { permissions: [] } }, users: {} },
-          lab.members,
-          etcdDown,
+        usersStep({
+          inventory: { ...lab, stateDir: '/nonexistent-state', roles: { app: { permissions: [] } }, users: {} },
+          members: lab.members,
+          clients: etcdDown,
           identities,
-        ),
+        }),
       dryRun: [
         'record the users and roles the tool manages in etcd-kvm/managed-access and the state directory (managed-access.json)',
         'create role app',
@@ -330,7 +334,7 @@ function dryRunCases() {
     },
     {
       name: 'restore, member still booting',
-      step: () => restoreStep(quick, quick.members, sshRefused([]), source),
+      step: () => restoreStep({ inventory: quick, members: quick.members, connections: sshRefused([]), source }),
       dryRun: [
         "restore etcd-1's data directory from etcd-2026-11-21T09:30:00Z.dump in s3 bucket backups, then start etcd (once the member has booted) (this cluster's latest, taken by etcd-1 at revision 7)",
       ],
@@ -506,7 +510,7 @@ function dryRunCases() {
   });
   test("restore: a booting member's SSH is waited for health_timeout in a run, tried once in a dry-run", async (t) => {
     const windows: number[] = [];
-    const step = restoreStep(quick, quick.members, sshRefused(windows), source);
+    const step = restoreStep({ inventory: quick, members: quick.members, connections: sshRefused(windows), source });
     await step.check('etcd-1', patienceOf(true));
     await t.throwsAsync(step.check('etcd-1', patienceOf(false)));
     t.deepEqual(windows, [0, 1_000]);

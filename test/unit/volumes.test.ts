@@ -45,7 +45,7 @@ function fakeHypervisor(disks: Disks): VolumesContext {
 }
 
 async function plans(inventory: Inventory, disks: Disks, { joining = false, formed = false } = {}): Promise<Record<string, string>> {
-  const step = volumesStep(inventory, inventory.members, fakeHypervisor(disks), { joining, formed });
+  const step = volumesStep({ inventory, members: inventory.members, context: fakeHypervisor(disks), joining, formed });
   const outcome: Record<string, string> = {};
   await Promise.all(
     step.targets.map(async (name) => {
