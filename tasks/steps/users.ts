@@ -5,8 +5,6 @@ import { PUBLIC_FILE_MODE, readIfExists, writeFileAtomic } from '../core/files.t
 import type { Step } from '../core/step.ts';
 import { revealSecret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import type { MemberClients } from '../etcd/client.ts';
-import type { ClientIdentities } from '../etcd/identities.ts';
 import { retryTransient } from '../etcd/transient.ts';
 import { ignoreIf, unlessNotFound } from '../etcd/answers.ts';
 import {
