@@ -12,7 +12,6 @@ import { SnapshotBucket } from '../../tasks/backup/s3.ts';
 import { BACKUP_PACKAGES } from '../../tasks/render/guest/member-agent.ts';
 import { parseDrillRecord, type DrillRecord } from '../../tasks/drill/record.ts';
 import { Secret } from '../../tasks/core/secret.ts';
-import { leaderEndpoint, parseEndpointStatuses } from '../helpers/etcdctl-json.ts';
 import { run } from '../helpers/exec.ts';
 import {
   coldDeploy,
@@ -24,6 +23,7 @@ import {
   freshLab,
   installed,
   lab,
+  leaderNow,
   LAB_STATE,
   labRemoved,
   MEMBER_IPS,
@@ -606,12 +606,11 @@ scenario(
     const latest = dumps().at(-1)!;
     // The leader as the drill begins: it chooses its member from the statuses it reads first (waited for: under load
     // an election may be under way).
-    const leading = () => leaderEndpoint(parseEndpointStatuses(etcdctl(ALL, rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout));
     let leaderBefore: string | undefined;
     await until(
       'one member leads before the drill',
       () => {
-        leaderBefore = leading();
+        leaderBefore = leaderNow();
         return leaderBefore !== undefined;
       },
       60_000,

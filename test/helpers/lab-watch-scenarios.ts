@@ -3,10 +3,10 @@ import { X509Certificate } from 'node:crypto';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { leaderEndpoint, parseEndpointStatuses, valuesUnder } from './etcdctl-json.ts';
+import { valuesUnder } from './etcdctl-json.ts';
 import { DEFRAG_RECORD_PREFIX } from '../../tasks/status/defrag-records.ts';
 import { run } from './exec.ts';
-import { endpoint, etcdctl, raiseNospace, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, tlsArgs } from './lab.ts';
+import { endpoint, etcdctl, leaderNow, raiseNospace, LAB_STATE, MEMBER_IPS, memberSsh, NAMESPACE, rootIdentity, tlsArgs } from './lab.ts';
 import { startLabPrometheus, type LabPrometheus } from './lab-prometheus.ts';
 import { sampledHealth } from './lab-watch.ts';
 
@@ -86,7 +86,7 @@ function defragRecords(): Record<string, { time: string; seconds: number; leader
 }
 
 function leaderName(): (typeof MEMBERS)[number] | undefined {
-  const leading = leaderEndpoint(parseEndpointStatuses(etcdctl(ALL, rootIdentity, ['endpoint', 'status', '-w', 'json']).stdout));
+  const leading = leaderNow();
   return MEMBERS.find((member) => endpoint(member) === leading);
 }
 

@@ -7,6 +7,7 @@ import { livePid, processCommand } from '../../scripts/lab/processes.ts';
 import { freshBuild } from '../../bin/fresh-build.mjs';
 import { run, type Completed } from './exec.ts';
 import { timed } from './timing.ts';
+import { leaderEndpoint, parseEndpointStatuses } from './etcdctl-json.ts';
 import { endpoint, type Identity, LAB_INVENTORY, LAB_STATE, MEMBER_IPS, NAMESPACE, rootIdentity, tlsArgs } from './lab-names.ts';
 
 /** Driving the local lab and looking at it from outside the tool: virsh, and etcdctl inside the namespace. */
@@ -150,6 +151,18 @@ export function etcdctl(endpoints: string[], identity: Identity, args: string[],
     ...within(namespace, 'etcdctl', ['--dial-timeout=5s', '--command-timeout=10s', `--endpoints=${endpoints.join(',')}`, ...tls, ...args]),
   );
 }
+
+/** The endpoint of the lab member that says it leads, as root asks every member; none while no member does. */
+export const leaderNow = (): string | undefined =>
+  leaderEndpoint(
+    parseEndpointStatuses(
+      etcdctl(
+        Object.keys(MEMBER_IPS).map((name) => endpoint(name as keyof typeof MEMBER_IPS)),
+        rootIdentity,
+        ['endpoint', 'status', '-w', 'json'],
+      ).stdout,
+    ),
+  );
 
 /** `count` keys `<prefix>1`… written one request each (one raft entry each), in one shell inside the namespace. */
 export function etcdctlPuts(endpoints: string[], identity: Identity, prefix: string, count: number): Completed {
