@@ -162,7 +162,7 @@ elif command == "drift":
     print(json.dumps(agent.managed_file_drift(argument["manifest"])))
 elif command in ("defrag-tick", "metrics-tick", "backup-tick"):
     # A whole defrag tick, or the metrics task alone, against canned etcdctl answers (by its first
-    # argument, or its first two): prints its exit code, the etcdctl calls it made and the metrics file it wrote.
+    # three arguments, its first two, or its first): prints its exit code, the etcdctl calls it made and the metrics file it wrote.
     # An answer {"in_turn": [a, b, …]} is a at the first such call, b at the next, …; a string is printed as it is
     # (as `get --print-value-only` prints a value).
     calls = []
@@ -170,7 +170,8 @@ elif command in ("defrag-tick", "metrics-tick", "backup-tick"):
 
     def canned(config, args, stdin=None, partial=False, command_timeout="15s"):
         calls.append(args)
-        key = " ".join(args[:2]) if " ".join(args[:2]) in argument["answers"] else args[0]
+        # The longest of its first three, two or one arguments that has an answer.
+        key = next((" ".join(args[:n]) for n in (3, 2) if " ".join(args[:n]) in argument["answers"]), args[0])
         answer = argument["answers"].get(key)
         if isinstance(answer, dict) and "in_turn" in answer:
             asked[key] = asked.get(key, 0) + 1

@@ -188,7 +188,8 @@ test('a defrag tick with nothing to do asks etcd once for each fact, and its met
   const endpoint = 'https://192.168.150.12:2379';
   const answers = {
     'member list': { members: members.map((m) => ({ ID: m.id, name: m.name })) },
-    'endpoint status': [
+    'endpoint status -w': [statusOf(2, endpoint, 2, CORRUPT_ON_2)],
+    'endpoint status --cluster': [
       statusOf(1, 'https://192.168.150.11:2379', 2, CORRUPT_ON_2),
       statusOf(2, endpoint, 2, CORRUPT_ON_2),
       statusOf(3, 'https://192.168.150.13:2379', 2, CORRUPT_ON_2),
@@ -202,16 +203,30 @@ test('a defrag tick with nothing to do asks etcd once for each fact, and its met
     defrag: { enabled: true, rule: RULE, quota_bytes: QUOTA, disarm_below_fraction: 0.9 },
     metrics: { staging: join(dir, 'agent.prom'), manifest: join(dir, 'absent.json') },
   };
-  const tick = agent<{ code: number; calls: string[][]; metrics: string }>('defrag-tick', { config, answers });
+  const tick = agent<{ code: number; calls: string[][]; metrics: string; said: string }>('defrag-tick', { config, answers });
   t.is(tick.code, 0);
-  // The member's own ID comes from its entry in the cluster's statuses, the alarms from their errors:
-  // never `alarm list`, which etcd puts through raft (an entry in every member's log).
+  // An alarm raised: the cluster's view decides. The alarms come from the statuses' errors, never `alarm list`,
+  // which etcd puts through raft (an entry in every member's log).
   t.deepEqual(
-    tick.calls.map((args) => args.slice(0, 2).join(' ')),
-    ['member list', 'endpoint status'],
+    tick.calls.map((args) => args.slice(0, 3).join(' ')),
+    ['endpoint status -w', 'member list -w', 'endpoint status --cluster'],
   );
+  t.is(tick.said, 'nothing done: alarm CORRUPT active: no maintenance until an operator has looked\n');
   t.regex(tick.metrics, /^etcd_kvm_alarm_active\{alarm="CORRUPT"\} 1$/m);
   t.regex(tick.metrics, /^etcd_kvm_alarm_active\{alarm="NOSPACE"\} 0$/m);
+
+  // No alarm, and the rule does not hold here: this member's own status alone, whatever the others' say.
+  const quiet = agent<{ code: number; calls: string[][]; metrics: string; said: string }>('defrag-tick', {
+    config,
+    answers: { 'endpoint status -w': [statusOf(2, endpoint, 2)] },
+  });
+  t.is(quiet.code, 0);
+  t.deepEqual(
+    quiet.calls.map((args) => args.join(' ')),
+    ['endpoint status -w json'],
+  );
+  t.is(quiet.said, `nothing done: the rule does not hold here (size ${2 * MiB}, in use ${2 * MiB})\n`);
+  t.regex(quiet.metrics, /^etcd_kvm_alarm_active\{alarm="CORRUPT"\} 0$/m);
 });
 
 test("the metrics task reads this member's alarms from its own status, in one call: another member's alarm is not its own", (t) => {
@@ -251,7 +266,8 @@ test("a defrag tick that qualifies while a run of the tool holds the cluster's r
   const holder = '{"host":"operator-a","pid":4242,"since":"2026-11-28T09:00:00Z","command":"deploy"}';
   const answers = {
     'member list': { members: members.map((m) => ({ ID: m.id, name: m.name })) },
-    'endpoint status': [
+    'endpoint status -w': [fragmented(2, endpoint)],
+    'endpoint status --cluster': [
       statusOf(1, 'https://192.168.150.11:2379', 2),
       fragmented(2, endpoint),
       statusOf(3, 'https://192.168.150.13:2379', 2),
@@ -274,7 +290,7 @@ test("a defrag tick that qualifies while a run of the tool holds the cluster's r
   t.is(tick.code, 0);
   t.deepEqual(
     tick.calls.map((args) => args.slice(0, 2).join(' ')),
-    ['member list', 'endpoint status', 'lease grant', 'txn -w', 'lease revoke', 'endpoint status'],
+    ['endpoint status', 'member list', 'endpoint status', 'lease grant', 'txn -w', 'lease revoke', 'endpoint status'],
     'no defrag, no move-leader; the lease given back',
   );
   t.is(
@@ -295,12 +311,14 @@ test('a defrag tick that finds the one member not answering holding the lock wai
   const answers = {
     'member list': { members: members.map((m) => ({ ID: m.id, name: m.name })) },
     // First etcd-2 is silent (defragmenting); under the lock it answers again, its database compact.
-    'endpoint status': {
+    'endpoint status --cluster': {
       in_turn: [
         [etcd1, fragmented3],
         [etcd1, statusOf(2, 'https://192.168.150.12:2379', 2), fragmented3],
       ],
     },
+    // Its own: fragmented at the tick, compact after its defragmentation.
+    'endpoint status -w': { in_turn: [[fragmented3], [statusOf(3, endpoint, 2)]] },
     'get --consistency=s': 'etcd-2\n',
     'lease grant': { ID: 7 },
     'txn -w': { succeeded: true },
@@ -324,6 +342,7 @@ test('a defrag tick that finds the one member not answering holding the lock wai
   t.deepEqual(
     tick.calls.map((args) => args.slice(0, 2).join(' ')),
     [
+      'endpoint status',
       'member list',
       'endpoint status',
       'get --consistency=s',
