@@ -180,7 +180,7 @@ export async function etcd3At(
 
 /** Asks the members in order until one answers: for cluster-wide questions and calls any member can take. */
 export async function firstAnswering<T>(
-  clients: EtcdClients,
+  clients: Pick<MemberClients, 'for'>,
   members: readonly Member[],
   ask: (client: Etcd3, member: Member) => Promise<T>,
 ): Promise<{ member: Member; client: Etcd3; answer: T }> {

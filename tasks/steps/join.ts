@@ -1,7 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { retryWhile } from '../core/retry.ts';
 import type { Step } from '../core/step.ts';
-import { firstAnswering, type EtcdClients } from '../etcd/client.ts';
+import { firstAnswering, type MemberClients } from '../etcd/client.ts';
 import { memberHealth } from '../etcd/health.ts';
 import { liveMember, MembershipRefusal, type LiveMember } from '../etcd/membership.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
@@ -35,12 +35,12 @@ export interface JoinFacts {
 }
 
 /** The member list from the first voting member that answers. */
-async function liveMembers(clients: EtcdClients, voting: readonly Member[]): Promise<LiveMember[]> {
+async function liveMembers(clients: MemberClients, voting: readonly Member[]): Promise<LiveMember[]> {
   const { answer } = await firstAnswering(clients, voting, (client) => client.cluster.memberList({}));
   return answer.members.map(liveMember);
 }
 
-async function joinFacts(inventory: Inventory, clients: EtcdClients, voting: readonly Member[], joiner: Member): Promise<JoinFacts> {
+async function joinFacts(inventory: Inventory, clients: MemberClients, voting: readonly Member[], joiner: Member): Promise<JoinFacts> {
   const [list, health] = await Promise.all([
     liveMembers(clients, voting),
     Promise.all(
@@ -59,7 +59,7 @@ type AddAction = { kind: 'add-learner'; peerUrl: string };
 /** A joiner's steps: `voting` is the cluster's voting members before it (the inventory's members etcd already has). */
 interface JoinStepOptions {
   inventory: Inventory;
-  clients: EtcdClients;
+  clients: MemberClients;
   voting: readonly Member[];
   joiner: Member;
 }

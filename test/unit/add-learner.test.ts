@@ -1,8 +1,10 @@
 import test from 'ava';
-import type { EtcdClients } from '../../tasks/etcd/client.ts';
+import { Etcd3 } from 'etcd3';
+import type { MemberClients } from '../../tasks/etcd/client.ts';
 import type { Member } from '../../tasks/inventory/model.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
 import { addLearnerStep } from '../../tasks/steps/join.ts';
+import { standInClients } from '../helpers/stand-ins.ts';
 
 /** Adding a learner while etcd refuses it for a moment: asked again only while nothing can have been added. */
 
@@ -10,24 +12,32 @@ const lab = loadInventory('inventories/lab.yaml');
 const [one, two, three] = lab.members as [Member, Member, Member];
 
 /** etcd's member add as the voting members answer it, in order, one answer per call; what was asked. */
-function clientsAnswering(answers: (Error | 'added')[]): { clients: EtcdClients; calls: string[] } {
+function clientsAnswering(answers: (Error | 'added')[]): { clients: MemberClients; calls: string[] } {
   const calls: string[] = [];
-  const clients = {
-    for: async (member: Member) => ({
-      cluster: {
-        memberAdd: async () => {
-          calls.push(member.name);
-          const answer = answers.shift() ?? new Error('no answer left in the test');
-          if (answer instanceof Error) throw answer;
-          return {};
-        },
-      },
-    }),
-  } as unknown as EtcdClients;
+  const clients = standInClients({
+    for: async (member: Member) => {
+      // A client that connects nowhere (it is never asked over the network): only its member add answers.
+      const client = new Etcd3({ hosts: '127.0.0.1:1' });
+      client.cluster.memberAdd = async () => {
+        calls.push(member.name);
+        const answer = answers.shift() ?? new Error('no answer left in the test');
+        if (answer instanceof Error) throw answer;
+        return { header: { cluster_id: '1', member_id: '1', revision: '1', raft_term: '1' }, member: ADDED, members: [ADDED] };
+      };
+      opened.push(client);
+      return client;
+    },
+  });
   return { clients, calls };
 }
 
-const apply = (clients: EtcdClients) =>
+const ADDED = { ID: '3', name: '', peerURLs: ['https://192.168.150.13:2380'], clientURLs: [], isLearner: true };
+const opened: Etcd3[] = [];
+test.after.always(() => {
+  for (const client of opened) client.close();
+});
+
+const apply = (clients: MemberClients) =>
   addLearnerStep({ inventory: lab, clients, voting: [one, two], joiner: three }).apply(
     [{ summary: 'add etcd-3', action: { kind: 'add-learner', peerUrl: 'https://192.168.150.13:2380' } }],
     three.name,
