@@ -35,6 +35,9 @@ function health(url: string): Promise<{ answered: boolean; healthy: boolean }> {
       res.on('end', () => resolve({ answered: true, healthy: res.statusCode === 200 && /"health":\s*"true"/.test(body) }));
     });
     req.on('timeout', () => req.destroy());
+    // The socket's timeout counts idle time only: a whole answer within 2 s, or none (a sample's every request ends by then).
+    const deadline = setTimeout(() => req.destroy(), 2_000);
+    req.on('close', () => clearTimeout(deadline));
     req.on('error', () => resolve({ answered: false, healthy: false }));
     req.end();
   });

@@ -10,11 +10,20 @@ import { NAMESPACE, rootIdentity } from './lab-names.ts';
  * ava: the e2e's withWriter (test/helpers/lab-watch.ts) and `npm run bench:availability` both use it.
  */
 
-/** A helper script in its own process inside the lab namespace, given root's CA, certificate and key between `before` and `after`. */
+/**
+ * A helper script in its own process inside the lab namespace, given root's CA, certificate and key between `before` and `after`.
+ * An observer (a writer, the health sampler) runs ahead of the guests in the CPU's queue (nice -10; the guests' QEMU
+ * runs at 0), so that a gap it sees is the cluster's, not its own wait for a core: the sampler once went 11.7 s without a
+ * sample during lab-upgrade's 3.4 → 3.5 roll (the run of 2026-12-03 17:20, load 3-4; a starved sampler is one cause that
+ * fits, a request outliving its idle timeout another, which the sampler now bounds too). It takes little: a request each 0.5 s.
+ */
 export const asRootInLab = (script: string, before: string[], after: string[], stdio: StdioOptions) =>
   spawn(
-    'ip',
+    'nice',
     [
+      '-n',
+      '-10',
+      'ip',
       'netns',
       'exec',
       NAMESPACE,
