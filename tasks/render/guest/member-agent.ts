@@ -54,9 +54,9 @@ export const METRICS_UNITS = { service: 'etcd-kvm-metrics.service', timer: 'etcd
 export const VERIFY_UNITS = { service: 'etcd-kvm-verify.service', timer: 'etcd-kvm-verify.timer' } as const;
 
 const DIR = '/etc/etcd-kvm/agent';
-/** The agent's configuration directories: the agent runs as etcd and must enter both (its secrets are 0400 etcd's). */
 const WORK_DIR = '/var/lib/etcd-kvm-agent';
 const AGENT_MODULE_DIR = '/usr/local/lib/etcd-kvm-agent';
+/** The agent's configuration directories and its module's: the agent runs as etcd and must enter each (its secrets are 0400 etcd's). */
 const AGENT_DIRECTORIES: ManagedDirectory[] = ['/etc/etcd-kvm', DIR, AGENT_MODULE_DIR].map((path) => ({
   path,
   mode: 0o755,
@@ -66,8 +66,8 @@ const AGENT_DIRECTORIES: ManagedDirectory[] = ['/etc/etcd-kvm', DIR, AGENT_MODUL
 /**
  * The agent's program: it imports the agent, whose bytecode Python then keeps in the agent's work directory
  * (`sys.pycache_prefix`; /usr is read-only under the units' ProtectSystem=strict). A script run as itself is
- * compiled at every start: 1.0 s of a guest's CPU per run under emulation (measured on the lab, 2026-12-03), of
- * the 3–6 s a defragmentation tick that does nothing cost, on every member several times a minute. Someone else
+ * compiled at every start: on the lab (2026-12-03, load 3-4) a start as the script took 2.4–3.3 s, as the launcher
+ * 1.7–1.9 s, of the 3–6 s of a guest's CPU a tick that does nothing cost, on every member several times a minute. Someone else
  * running it (root, by hand) keeps no bytecode, so the work directory holds only its owner's files.
  */
 export const AGENT_LAUNCHER = [
