@@ -29,13 +29,12 @@ const started = Date.now();
 /** Whether the member answered /health within 2 s at all, and whether it said it is healthy (which needs a leader). */
 function health(url: string): Promise<{ answered: boolean; healthy: boolean }> {
   return new Promise((resolve) => {
-    const req = request(`${url}/health`, { agent, timeout: 2_000 }, (res) => {
+    const req = request(`${url}/health`, { agent }, (res) => {
       let body = '';
       res.on('data', (chunk: Buffer) => (body += chunk.toString()));
       res.on('end', () => resolve({ answered: true, healthy: res.statusCode === 200 && /"health":\s*"true"/.test(body) }));
     });
-    req.on('timeout', () => req.destroy());
-    // The socket's timeout counts idle time only: a whole answer within 2 s, or none (a sample's every request ends by then).
+    // A whole answer within 2 s, or none (a socket timeout would count idle time only): a sample's every request ends by then.
     const deadline = setTimeout(() => req.destroy(), 2_000);
     req.on('close', () => clearTimeout(deadline));
     req.on('error', () => resolve({ answered: false, healthy: false }));
