@@ -891,14 +891,15 @@ def solo_view(status):
     return {"me": me, "statuses": {me: status_facts(status)}, "alarms": alarms_in([status])}
 
 
-def cluster_view(config):
-    """The facts a decision reads: the member list, the status of every member that answered, the alarms."""
+def cluster_view(config, me=None):
+    """The facts a decision reads: the member list, the status of every member that answered, the alarms. `me`: this
+    member's ID when the caller has it (the defrag tick has just read its own status)."""
     listed = json.loads(etcdctl(config, ["member", "list", "-w", "json"]))["members"]
     answered = json.loads(etcdctl(config, ["endpoint", "status", "--cluster", "-w", "json"], partial=True) or b"[]")
     # This member answered the member list, so it is among those that answered: its entry names it.
     mine = [entry["Status"]["header"]["member_id"] for entry in answered if entry.get("Endpoint") == config["etcd"]["endpoint"]]
     view = {
-        "me": mine[0] if mine else own_status(config)["Status"]["header"]["member_id"],
+        "me": mine[0] if mine else me if me is not None else own_status(config)["Status"]["header"]["member_id"],
         "members": [{"id": m["ID"], "name": m.get("name", ""), "learner": bool(m.get("isLearner"))} for m in listed],
         "statuses": {entry["Status"]["header"]["member_id"]: status_facts(entry) for entry in answered},
         "alarms": alarms_in(answered),
@@ -1059,7 +1060,7 @@ def defrag(config):
         if not own["alarms"] and not rule_holds(mine["size"], mine["in_use"], rule, quota):
             print(f"nothing done: the rule does not hold here (size {mine['size']}, in use {mine['in_use']})")
             return write_metrics(config, own)
-        view = cluster_view(config)
+        view = cluster_view(config, own["me"])
     except (RuntimeError, ValueError, KeyError, IndexError, subprocess.TimeoutExpired) as error:
         print(f"nothing done: this member's etcd does not answer ({error})")
         return write_metrics(config)
