@@ -3,7 +3,7 @@ import type { Departure } from '../etcd/departures.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { nextPeerStage, type PeerTrustStage } from '../pki/peer-trust.ts';
 import type { ImageChange, Pass, PlannedPhase } from '../steps/deploy-step.ts';
-import { SELECTABLE_STEPS, type StepId } from '../steps/registry.ts';
+import { CONVERGE_STEPS, SELECTABLE_STEPS, type StepId } from '../steps/registry.ts';
 
 export type { ImageChange, Pass, PlannedPhase };
 
@@ -39,9 +39,6 @@ export interface PlanOptions {
 
 const NOT_SELECTED = 'not selected by --tags / --skip-tags';
 
-/** The steps a member joining needs: without any of them it cannot run. */
-const NEEDED_TO_JOIN: readonly StepId[] = ['volumes', 'cloud-init', 'domain', 'guest'];
-
 export const selectedBy = (options: Pick<PlanOptions, 'tags' | 'skipTags'>) => (step: StepId) =>
   (options.tags ? options.tags.includes(step) : true) && !(options.skipTags ?? []).includes(step);
 
@@ -69,23 +66,35 @@ export function selectMembers(inventory: Inventory, limit: readonly string[] | u
   return inventory.members.filter((member) => limit.includes(member.name));
 }
 
-/** owner → volumes → cloud-init → domain → restore → guest over one pass's members. */
-function convergePhases(pass: Pass, selected: (step: StepId) => boolean, restoreEnabled: boolean): PlannedPhase[] {
-  const phase = (step: 'owner' | 'volumes' | 'cloud-init' | 'domain' | 'restore' | 'guest'): PlannedPhase => ({
-    step,
-    pass,
-    ...(step !== 'owner' && !selected(step) ? { skip: NOT_SELECTED } : {}),
+/**
+ * Which of a pass's converge phases: all of them, those that make and start a joiner's VM before its turn,
+ * or those that run in its turn once it is a learner (its guest).
+ */
+type ConvergePart = 'whole' | 'to-boot' | 'once-added';
+
+/** What every part of the plan reads besides its own arguments: the inventory, and the steps the run selected. */
+interface PlanScope {
+  inventory: Inventory;
+  selected(step: StepId): boolean;
+}
+
+/** The converge steps' phases over one pass's members, in the registry's order (owner, volumes, … guest). */
+function convergePhases(scope: PlanScope, pass: Pass, part: ConvergePart = 'whole'): PlannedPhase[] {
+  return CONVERGE_STEPS.flatMap((step): PlannedPhase[] => {
+    if (part !== 'whole' && (part === 'once-added') !== (step.converge.onceAdded === true)) return [];
+    const has = step.converge.inPass?.(pass, scope.inventory) ?? true;
+    if (has === false) return [];
+    if (typeof has === 'string') return [{ step: step.id, pass, note: has }];
+    return [{ step: step.id, pass, ...(step.selectable && !scope.selected(step.id) ? { skip: NOT_SELECTED } : {}) }];
   });
-  // A restore founds a cluster; a member with an empty data directory in a formed one is a replacement (see membership).
-  const restore: PlannedPhase[] =
-    !restoreEnabled || pass.joining
-      ? []
-      : [
-          pass.formed
-            ? { step: 'restore', pass, note: 'not run: the cluster has formed, and a restore only founds a new one' }
-            : phase('restore'),
-        ];
-  return [phase('owner'), phase('volumes'), phase('cloud-init'), phase('domain'), ...restore, phase('guest')];
+}
+
+/** The steps a member joining needs, without any of which it cannot run: the selectable converge steps of its pass. */
+function neededToJoin(inventory: Inventory): StepId[] {
+  const joining = joinPass('', [], false);
+  return CONVERGE_STEPS.filter((step) => step.selectable && (step.converge.inPass?.(joining, inventory) ?? true) === true).map(
+    (step) => step.id,
+  );
 }
 
 const checkedPhase = (step: 'health' | 'auth' | 'users', pass: Pass, selected: (step: StepId) => boolean): PlannedPhase => ({
@@ -104,10 +113,7 @@ const joinPass = (joiner: string, before: readonly string[], bootedAhead: boolea
 });
 
 /** A joiner's VM made and started: its seed, disks and domain, up to its first boot. */
-const bootPhases = (pass: Pass, selected: (step: StepId) => boolean): PlannedPhase[] => [
-  { step: 'render', pass },
-  ...convergePhases(pass, selected, false).filter((phase) => phase.step !== 'guest'),
-];
+const bootPhases = (pass: Pass, scope: PlanScope): PlannedPhase[] => [{ step: 'render', pass }, ...convergePhases(scope, pass, 'to-boot')];
 
 /**
  * One joiner, strictly after those before: a learner, its VM and guest, promoted, and the cluster healthy.
@@ -119,16 +125,16 @@ function joinPhases(
   before: readonly string[],
   earlierJoiners: readonly string[],
   selection: readonly string[],
-  selected: (step: StepId) => boolean,
+  scope: PlanScope,
   bootedAhead: boolean,
 ): PlannedPhase[] {
   const pass = joinPass(joiner, before, bootedAhead);
   const phases: PlannedPhase[] = [
     { step: 'join', member: joiner, before },
-    ...(bootedAhead ? [] : bootPhases(pass, selected)),
-    ...convergePhases(pass, selected, false).filter((phase) => phase.step === 'guest'),
+    ...(bootedAhead ? [] : bootPhases(pass, scope)),
+    ...convergePhases(scope, pass, 'once-added'),
     { step: 'promote', member: joiner, before },
-    checkedPhase('health', { ...pass, members: selection.filter((name) => pass.cluster.includes(name)) }, selected),
+    checkedPhase('health', { ...pass, members: selection.filter((name) => pass.cluster.includes(name)) }, scope.selected),
   ];
   // Strictly one after another: a joiner whose join failed stops the joins after it.
   return phases.map((phase) => ({ ...phase, needsJoined: [...earlierJoiners, joiner] }));
@@ -142,9 +148,9 @@ function joinPhases(
  * and systemd starts it again every RestartSec. Each is rendered in the pass it joins in, so its seed and
  * its turn's guest are the same.
  */
-function bootAheadPhases(joiners: readonly string[], voting: readonly string[], selected: (step: StepId) => boolean): PlannedPhase[] {
+function bootAheadPhases(joiners: readonly string[], voting: readonly string[], scope: PlanScope): PlannedPhase[] {
   return joiners.slice(1).flatMap((joiner, i) =>
-    bootPhases(joinPass(joiner, [...voting, ...joiners.slice(0, i + 1)], true), selected).map((phase) => ({
+    bootPhases(joinPass(joiner, [...voting, ...joiners.slice(0, i + 1)], true), scope).map((phase) => ({
       ...phase,
       bootedAheadOf: joiners[i]!,
     })),
@@ -161,11 +167,11 @@ const NEEDED_AFTER_REBUILD: readonly StepId[] = ['guest', 'health'];
  * does (leaves the cluster, its VM and disks go, it joins again on the new image as a learner and is
  * promoted), the cluster healthy before the next member goes.
  */
-function rebuildPhases(record: DeployRecord, selection: readonly string[], selected: (step: StepId) => boolean): PlannedPhase[] {
+function rebuildPhases(record: DeployRecord, selection: readonly string[], scope: PlanScope): PlannedPhase[] {
   const rebuilds = record.rebuilds.filter(({ member }) => selection.includes(member));
-  if (rebuilds.length === 0 || !selected('rebuild')) return [];
-  const needed = (change: ImageChange) => (change.how === 'replace' ? NEEDED_TO_JOIN : NEEDED_AFTER_REBUILD);
-  const missing = (change: ImageChange) => needed(change).filter((step) => !selected(step));
+  if (rebuilds.length === 0 || !scope.selected('rebuild')) return [];
+  const needed = (change: ImageChange) => (change.how === 'replace' ? neededToJoin(scope.inventory) : NEEDED_AFTER_REBUILD);
+  const missing = (change: ImageChange) => needed(change).filter((step) => !scope.selected(step));
   return rebuilds.flatMap((change): PlannedPhase[] => {
     const lacking = missing(change);
     if (lacking.length > 0)
@@ -183,7 +189,7 @@ function rebuildPhases(record: DeployRecord, selection: readonly string[], selec
         return [{ step: 'rebuild', ...change, skip: 'waits for the members joining or leaving in this run: the next run replaces it' }];
       // The only voter cannot leave: the rebuild step refuses it, saying so.
       if (record.voting.length < 2) return [{ step: 'rebuild', ...change, onlyIfClean: true }];
-      return imageReplacementPhases(record, change, selection, selected);
+      return imageReplacementPhases(record, change, selection, scope);
     }
     const pass: Pass = { cluster: record.voting, members: [change.member], joining: false, formed: true };
     return [
@@ -196,16 +202,11 @@ function rebuildPhases(record: DeployRecord, selection: readonly string[], selec
 }
 
 /** A member without a data disk onto its new image: it departs as a replacement, then joins again as a joiner does. */
-function imageReplacementPhases(
-  record: DeployRecord,
-  change: ImageChange,
-  selection: readonly string[],
-  selected: (step: StepId) => boolean,
-): PlannedPhase[] {
+function imageReplacementPhases(record: DeployRecord, change: ImageChange, selection: readonly string[], scope: PlanScope): PlannedPhase[] {
   const before = record.voting.filter((name) => name !== change.member);
   return [
     { step: 'depart', departure: 'replace', member: change.member, assumedRemoved: [], image: change, onlyIfClean: true },
-    ...joinPhases(change.member, before, [], selection, selected, false).map((phase) => ({ ...phase, onlyIfClean: true as const })),
+    ...joinPhases(change.member, before, [], selection, scope, false).map((phase) => ({ ...phase, onlyIfClean: true as const })),
   ];
 }
 
@@ -253,11 +254,11 @@ function departurePhases(record: DeployRecord, selection: readonly string[], opt
 }
 
 /** The joiners after the first booted ahead, then each joiner strictly after those before it. */
-function joinsOf(record: DeployRecord, joiners: readonly string[], selection: readonly string[], selected: (step: StepId) => boolean) {
+function joinsOf(record: DeployRecord, joiners: readonly string[], selection: readonly string[], scope: PlanScope) {
   return [
-    ...bootAheadPhases(joiners, record.voting, selected),
+    ...bootAheadPhases(joiners, record.voting, scope),
     ...joiners.flatMap((joiner, i) =>
-      joinPhases(joiner, [...record.voting, ...joiners.slice(0, i)], joiners.slice(0, i), selection, selected, i > 0),
+      joinPhases(joiner, [...record.voting, ...joiners.slice(0, i)], joiners.slice(0, i), selection, scope, i > 0),
     ),
   ];
 }
@@ -339,21 +340,23 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
   };
   if (options.renderOnly !== undefined) return [PKI_PHASE, { step: 'render', pass: main }];
   const joiners = record.joiners.filter((name) => selection.includes(name));
-  if (joiners.length > 0 && !NEEDED_TO_JOIN.every(selected)) {
+  const scope: PlanScope = { inventory, selected };
+  const needed = neededToJoin(inventory);
+  if (joiners.length > 0 && !needed.every(selected)) {
     throw new InputError(
       `${joiners.join(', ')} must join the cluster, which needs the steps ` +
-        `${NEEDED_TO_JOIN.join(', ')}: run without --tags / --skip-tags leaving them out`,
+        `${needed.join(', ')}: run without --tags / --skip-tags leaving them out`,
     );
   }
-  const joins = joinsOf(record, joiners, selection, selected);
-  const rebuilding = rebuildPhases(record, main.members, selected);
+  const joins = joinsOf(record, joiners, selection, scope);
+  const rebuilding = rebuildPhases(record, main.members, scope);
   const { upgrade, clusterVersion } = rollPhases(inventory, record, main, options);
   return [
     PKI_PHASE,
     ...upgrade,
     ...departurePhases(record, selection, options),
     { step: 'render', pass: main },
-    ...convergePhases(main, selected, inventory.restore.enabled),
+    ...convergePhases(scope, main),
     checkedPhase('health', main, selected),
     ...clusterVersion,
     ...accessPhases(inventory, record, main, selected),

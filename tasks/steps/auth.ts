@@ -175,6 +175,12 @@ export function accessPhase(
   };
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    auth: true;
+  }
+}
+
 export const auth = deployStep({
   id: 'auth',
   kind: 'operation',

@@ -86,6 +86,12 @@ export function cloudInitIsoStep({
   };
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    'cloud-init': true;
+  }
+}
+
 export const cloudInit = deployStep({
   id: 'cloud-init',
   kind: 'operation',
@@ -93,6 +99,7 @@ export const cloudInit = deployStep({
   selectable: true,
   changes: ['libvirt'],
   doc: 'the NoCloud seed ISO of each member',
+  converge: {},
   asksHypervisor: (member) => Object.values(seedQuestions(member)),
   run: ({ pass }, run) => {
     const { inventory, remote, membersNamed } = run.resources;

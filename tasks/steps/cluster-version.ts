@@ -53,6 +53,12 @@ export function clusterVersionWait({
   };
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    'cluster-version': true;
+  }
+}
+
 export const clusterVersion = deployStep({
   id: 'cluster-version',
   kind: 'wait',

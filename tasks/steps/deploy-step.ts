@@ -75,20 +75,15 @@ export interface ImageChange {
   how: 'rebuild' | 'replace';
 }
 
-/** The steps that run over one pass's members, each a phase of its own. */
-export type PassStepId =
-  | 'render'
-  | 'owner'
-  | 'volumes'
-  | 'cloud-init'
-  | 'domain'
-  | 'restore'
-  | 'upgrade'
-  | 'guest'
-  | 'health'
-  | 'cluster-version'
-  | 'auth'
-  | 'users';
+/**
+ * The steps that run over one pass's members, each a phase of its own: each such step's module names itself
+ * here, beside its `deployStep` (`declare module './deploy-step.ts' { interface PassSteps { volumes: true } }`).
+ * A declaration merged from the step's own module rather than a list kept here: a new pass step is then its
+ * module and its line in the registry, and this file, which every step imports, imports none of them.
+ */
+// biome-ignore lint/suspicious/noEmptyInterface: the step modules' declarations fill it
+export interface PassSteps {}
+export type PassStepId = keyof PassSteps;
 
 /** One phase of the deploy's plan: the step that runs it, and what it runs on. */
 export type PlannedPhase = (
@@ -208,6 +203,19 @@ export interface DeployStep<S extends PhaseStep = PhaseStep> extends StepEntry {
   /** Before the first phase: work it may start early (auth asks etcd's users while other phases run). */
   prepare?(run: DeployRun): void;
   run?(phase: PhaseOf<S>, run: DeployRun): Shown;
+  /** A converge step's place in every pass: only a step over a pass's members can have one. */
+  converge?: S extends PassStepId ? ConvergeRule : never;
+}
+
+/**
+ * What makes a step a converge step: one phase over each pass's members, in the registry's order among the
+ * others (deploy/plan.ts `convergePhases`), so a new one needs no line in the plan.
+ */
+export interface ConvergeRule {
+  /** Whether a pass has its phase (absent: every pass has it): false for none, a note for a phase shown but not run. */
+  inPass?(pass: Pass, inventory: Inventory): boolean | string;
+  /** In a joiner's turn it runs once the joiner is a learner, not before its VM's first boot (the guest step starts etcd). */
+  onceAdded?: true;
 }
 
 /** A module's step, its id kept literal for the registry's `StepId`; it runs the phases of its own id unless `phases` says. */

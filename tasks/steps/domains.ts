@@ -122,6 +122,12 @@ export function domainsStep({ inventory, members, rendered, context, clients }: 
   };
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    domain: true;
+  }
+}
+
 export const domain = deployStep({
   id: 'domain',
   kind: 'operation',
@@ -129,6 +135,7 @@ export const domain = deployStep({
   selectable: true,
   changes: ['libvirt', 'guest', 'vm'],
   doc: 'define, start, autostart; a changed definition restarts one member at a time, leader last',
+  converge: {},
   asksHypervisor: (member) => Object.values(domainQuestions(member)),
   run: ({ pass }, run) =>
     run.runner.runStep(

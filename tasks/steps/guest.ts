@@ -447,6 +447,12 @@ export function guestStepOf(pass: Pass, run: DeployRun): Step<GuestState, GuestS
   });
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    guest: true;
+  }
+}
+
 export const guest = deployStep({
   id: 'guest',
   kind: 'operation',
@@ -454,6 +460,8 @@ export const guest = deployStep({
   selectable: true,
   changes: ['guest'],
   doc: "every member's files and services as rendered; etcd restarts rolled, leader last, never below quorum",
+  // Its etcd needs the member added: a joiner's guest waits for its turn.
+  converge: { onceAdded: true },
   run: ({ pass }, run) => {
     // Asked in one batch per hypervisor, for the members whose answers the run does not hold already.
     run.prefetchGuests(pass);

@@ -64,6 +64,12 @@ export function healthWait({
   };
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    health: true;
+  }
+}
+
 export const health = deployStep({
   id: 'health',
   kind: 'wait',

@@ -102,6 +102,12 @@ export function adoptionStep({
   };
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    owner: true;
+  }
+}
+
 export const owner = deployStep({
   id: 'owner',
   kind: 'operation',
@@ -109,6 +115,7 @@ export const owner = deployStep({
   selectable: false,
   changes: ['libvirt'],
   doc: "only this cluster's domains are touched: another's or an unmarked one stops that member",
+  converge: {},
   asksHypervisor: (member) => Object.values(ownerQuestions(member)),
   /** Always: whatever else a run does on a member's VM, it does only to this cluster's. */
   async run({ pass }, run) {

@@ -4,7 +4,17 @@ import { cloudInit } from './cloud-init-iso.ts';
 import { clusterVersion } from './cluster-version.ts';
 import { consistency } from './consistency.ts';
 import { depart } from './depart.ts';
-import type { DeployRun, DeployStep, FactKind, PhaseStep, PlannedPhase, Shown, StepEntry } from './deploy-step.ts';
+import type {
+  ConvergeRule,
+  DeployRun,
+  DeployStep,
+  FactKind,
+  PassStepId,
+  PhaseStep,
+  PlannedPhase,
+  Shown,
+  StepEntry,
+} from './deploy-step.ts';
 import { domain } from './domains.ts';
 import { formation } from './formation.ts';
 import { formed } from './formed.ts';
@@ -26,8 +36,9 @@ import { volumes } from './volumes.ts';
 /**
  * The deploy's steps, in the order a run takes them: the table of contents `--tags`, `--help`, the
  * docs' step table, the plan (deploy/plan.ts) and its executor read. Each step is one module under
- * steps/ (its entry, the facts it asks ahead, how it runs its phases); adding one is that module, its
- * place here, and where deploy/plan.ts places its phase. The plan's phases come in this order:
+ * steps/ (its entry, the facts it asks ahead, how it runs its phases). A converge step (one phase per
+ * pass, its entry's `converge`) is that module and its place here; a step with a new place in the run's
+ * coordination is also placed by deploy/plan.ts. The plan's phases come in this order:
  * test/unit/deploy-plan.test.ts holds it against every plan of its decision table.
  */
 export const DEPLOY_STEPS = [
@@ -61,6 +72,12 @@ export const DEPLOY_STEPS = [
 export type { FactKind, StepEntry };
 
 export type StepId = (typeof DEPLOY_STEPS)[number]['id'];
+
+/** A converge step of the registry: a pass step's (deployStep allows a converge rule on no other). */
+export type ConvergeStep = Extract<(typeof DEPLOY_STEPS)[number], { id: PassStepId }> & { converge: ConvergeRule };
+
+/** The converge steps, in the registry's order: each pass takes one phase of each (deploy/plan.ts convergePhases). */
+export const CONVERGE_STEPS: readonly ConvergeStep[] = DEPLOY_STEPS.filter((step): step is ConvergeStep => step.converge !== undefined);
 
 /** The steps `--tags` / `--skip-tags` choose among. */
 export const SELECTABLE_STEPS: readonly StepId[] = DEPLOY_STEPS.filter((step) => step.selectable).map((step) => step.id);

@@ -69,6 +69,12 @@ export function writeRendered(dir: string, rendered: Map<string, RenderedFile[]>
   return written;
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    render: true;
+  }
+}
+
 /** What a pass deploys, rendered and recorded in the state directory (or written for review: --render-only). */
 export const render = deployStep({
   id: 'render',

@@ -136,6 +136,12 @@ async function restoreInto(
   await ssh.run(['sudo', 'systemctl', 'start', '--no-block', 'etcd.service']);
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    restore: true;
+  }
+}
+
 export const restore = deployStep({
   id: 'restore',
   kind: 'operation',
@@ -143,6 +149,13 @@ export const restore = deployStep({
   selectable: true,
   changes: ['guest'],
   doc: "with restore.enabled, while the cluster forms: one snapshot into every member's empty data directory",
+  converge: {
+    // A restore founds a cluster; a member with an empty data directory in a formed one is a replacement (see membership).
+    inPass: (pass, inventory) =>
+      !inventory.restore.enabled || pass.joining
+        ? false
+        : !pass.formed || 'not run: the cluster has formed, and a restore only founds a new one',
+  },
   run: ({ pass }, run) => {
     const { memberSsh, snapshots, membersNamed } = run.resources;
     if (!snapshots) throw new Error('the plan has a restore phase, but restore.enabled is not set');

@@ -190,6 +190,12 @@ async function takeSnapshot({ inventory, clients, root }: UpgradeStepOptions, pa
   throw new Error(`no member gave a snapshot before the roll (${failures.join('; ')}): nothing was changed`);
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    upgrade: true;
+  }
+}
+
 export const upgrade = deployStep({
   id: 'upgrade',
   kind: 'operation',

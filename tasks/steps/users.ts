@@ -200,6 +200,12 @@ export function usersStep({ inventory, members, clients, identities }: AccessSte
   };
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    users: true;
+  }
+}
+
 export const users = deployStep({
   id: 'users',
   kind: 'operation',

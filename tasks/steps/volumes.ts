@@ -206,6 +206,12 @@ export function volumesStep({
   };
 }
 
+declare module './deploy-step.ts' {
+  interface PassSteps {
+    volumes: true;
+  }
+}
+
 export const volumes = deployStep({
   id: 'volumes',
   kind: 'operation',
@@ -213,6 +219,7 @@ export const volumes = deployStep({
   selectable: true,
   changes: ['libvirt'],
   doc: 'OS overlay and data disks',
+  converge: {},
   asksHypervisor: (member) => Object.values(volumeQuestions(member)),
   run: ({ pass }, run) =>
     run.runner.runStep(
