@@ -3,7 +3,7 @@ import type { Departure } from '../etcd/departures.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
 import { nextPeerStage, type PeerTrustStage } from '../pki/peer-trust.ts';
 import type { ImageChange, Pass, PlannedPhase } from '../steps/deploy-step.ts';
-import { CONVERGE_STEPS, SELECTABLE_STEPS, type StepId } from '../steps/registry.ts';
+import { CONVERGE_STEPS, type ConvergeStep, SELECTABLE_STEPS, type StepId } from '../steps/registry.ts';
 
 export type { ImageChange, Pass, PlannedPhase };
 
@@ -72,17 +72,22 @@ export function selectMembers(inventory: Inventory, limit: readonly string[] | u
  */
 type ConvergePart = 'whole' | 'to-boot' | 'once-added';
 
-/** What every part of the plan reads besides its own arguments: the inventory, and the steps the run selected. */
+/** What every part of the plan reads besides its own arguments: the inventory, the steps the run selected, and those a joiner needs. */
 interface PlanScope {
   inventory: Inventory;
   selected(step: StepId): boolean;
+  neededToJoin: readonly StepId[];
 }
+
+/** Whether a pass has a converge step's phase (its rule's `inPass`; absent, every pass has it). */
+const convergeIn = (step: ConvergeStep, pass: Pass, inventory: Inventory): boolean | string =>
+  step.converge.inPass?.(pass, inventory) ?? true;
 
 /** The converge steps' phases over one pass's members, in the registry's order (owner, volumes, … guest). */
 function convergePhases(scope: PlanScope, pass: Pass, part: ConvergePart = 'whole'): PlannedPhase[] {
   return CONVERGE_STEPS.flatMap((step): PlannedPhase[] => {
     if (part !== 'whole' && (part === 'once-added') !== (step.converge.onceAdded === true)) return [];
-    const has = step.converge.inPass?.(pass, scope.inventory) ?? true;
+    const has = convergeIn(step, pass, scope.inventory);
     if (has === false) return [];
     if (typeof has === 'string') return [{ step: step.id, pass, note: has }];
     return [{ step: step.id, pass, ...(step.selectable && !scope.selected(step.id) ? { skip: NOT_SELECTED } : {}) }];
@@ -92,9 +97,7 @@ function convergePhases(scope: PlanScope, pass: Pass, part: ConvergePart = 'whol
 /** The steps a member joining needs, without any of which it cannot run: the selectable converge steps of its pass. */
 function neededToJoin(inventory: Inventory): StepId[] {
   const joining = joinPass('', [], false);
-  return CONVERGE_STEPS.filter((step) => step.selectable && (step.converge.inPass?.(joining, inventory) ?? true) === true).map(
-    (step) => step.id,
-  );
+  return CONVERGE_STEPS.filter((step) => step.selectable && convergeIn(step, joining, inventory) === true).map((step) => step.id);
 }
 
 const checkedPhase = (step: 'health' | 'auth' | 'users', pass: Pass, selected: (step: StepId) => boolean): PlannedPhase => ({
@@ -170,7 +173,7 @@ const NEEDED_AFTER_REBUILD: readonly StepId[] = ['guest', 'health'];
 function rebuildPhases(record: DeployRecord, selection: readonly string[], scope: PlanScope): PlannedPhase[] {
   const rebuilds = record.rebuilds.filter(({ member }) => selection.includes(member));
   if (rebuilds.length === 0 || !scope.selected('rebuild')) return [];
-  const needed = (change: ImageChange) => (change.how === 'replace' ? neededToJoin(scope.inventory) : NEEDED_AFTER_REBUILD);
+  const needed = (change: ImageChange) => (change.how === 'replace' ? scope.neededToJoin : NEEDED_AFTER_REBUILD);
   const missing = (change: ImageChange) => needed(change).filter((step) => !scope.selected(step));
   return rebuilds.flatMap((change): PlannedPhase[] => {
     const lacking = missing(change);
@@ -340,12 +343,11 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
   };
   if (options.renderOnly !== undefined) return [PKI_PHASE, { step: 'render', pass: main }];
   const joiners = record.joiners.filter((name) => selection.includes(name));
-  const scope: PlanScope = { inventory, selected };
-  const needed = neededToJoin(inventory);
-  if (joiners.length > 0 && !needed.every(selected)) {
+  const scope: PlanScope = { inventory, selected, neededToJoin: neededToJoin(inventory) };
+  if (joiners.length > 0 && !scope.neededToJoin.every(selected)) {
     throw new InputError(
       `${joiners.join(', ')} must join the cluster, which needs the steps ` +
-        `${needed.join(', ')}: run without --tags / --skip-tags leaving them out`,
+        `${scope.neededToJoin.join(', ')}: run without --tags / --skip-tags leaving them out`,
     );
   }
   const joins = joinsOf(record, joiners, selection, scope);
