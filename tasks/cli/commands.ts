@@ -32,6 +32,7 @@ export const COMMANDS: readonly Command[] = [
       '--plan-out',
       '--plan',
       '--renew-certs',
+      '--rotate-ca',
       '--replace',
       '--adopt',
       '--accept-mismatch',

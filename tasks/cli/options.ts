@@ -1,5 +1,6 @@
 import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { EXIT, InputError } from '../core/errors.ts';
+import { ROTATION_TARGETS, type RotationTarget } from '../steps/ca-rotation.ts';
 import { tagsHelp } from '../steps/registry.ts';
 
 export interface DeployOptions {
@@ -16,6 +17,8 @@ export interface DeployOptions {
   tags?: string[];
   skipTags?: string[];
   renewCerts: boolean;
+  /** --rotate-ca cluster|peer|both: start or move on a CA rotation (pki/ca-rotation.ts). */
+  rotateCa?: RotationTarget;
   replace?: string[];
   adopt?: string[];
   /** --accept-mismatch: go on after a run found the members' data different (verify/consistency.ts). */
@@ -57,6 +60,12 @@ ${tagsHelp('                           ')}
       --renew-certs      re-issue every member and client certificate now (they are also
                          renewed within pki.early_renewal_period of expiry); the guest step
                          pushes them, no restart needed
+      --rotate-ca WHICH  replace the cluster CA, the peer CA or both (cluster|peer|both) while the
+                         cluster serves: a new CA beside the old, trusted by every member and the
+                         tool, then certificates it issued, then the old CA dropped, each stage
+                         rolled one member at a time with the health gate. The cluster CA's
+                         rotation pauses before members present the new CA, for applications to
+                         take their new bundles (etcd-kvm client); the same flag goes on from there
       --replace NAMES    replace these members (comma-separated), as Terraform's -replace: each is
                          removed from etcd, its VM and volumes deleted, and it joins again empty,
                          taking its data from the cluster; one at a time, never below quorum.
@@ -102,6 +111,7 @@ const DEPLOY_FLAGS = {
   tags: { type: 'string', short: 't' },
   'skip-tags': { type: 'string' },
   'renew-certs': { type: 'boolean', default: false },
+  'rotate-ca': { type: 'string' },
   replace: { type: 'string' },
   adopt: { type: 'string' },
   'accept-mismatch': { type: 'boolean', default: false },
@@ -130,7 +140,7 @@ const HELP_ONLY: DeployOptions = {
 };
 
 /** The flags a plan decides with: a run of a saved plan takes them from it. */
-const DECISION_FLAGS = ['limit', 'tags', 'skip-tags', 'renew-certs', 'replace', 'adopt', 'accept-mismatch'] as const;
+const DECISION_FLAGS = ['limit', 'tags', 'skip-tags', 'renew-certs', 'rotate-ca', 'replace', 'adopt', 'accept-mismatch'] as const;
 
 /** --plan runs a saved plan as it was made; --plan-out makes one in a dry-run. */
 function refusePlanConflicts(values: DeployFlags): void {
@@ -157,6 +167,12 @@ function refuseConflicts(values: DeployFlags, dryRun: boolean): void {
   }
 }
 
+function rotationTargetOf(value: string): RotationTarget {
+  if (!(ROTATION_TARGETS as readonly string[]).includes(value))
+    throw new InputError(`--rotate-ca ${value}: say which CA, one of ${ROTATION_TARGETS.join(', ')}`);
+  return value as RotationTarget;
+}
+
 export function parseDeployOptions(argv: string[]): DeployOptions {
   let values: DeployFlags;
   try {
@@ -180,6 +196,7 @@ export function parseDeployOptions(argv: string[]): DeployOptions {
     ...(values.tags ? { tags: list(values.tags) } : {}),
     ...(values['skip-tags'] ? { skipTags: list(values['skip-tags']) } : {}),
     renewCerts: values['renew-certs'],
+    ...(values['rotate-ca'] !== undefined ? { rotateCa: rotationTargetOf(values['rotate-ca']) } : {}),
     ...(values.replace ? { replace: list(values.replace) } : {}),
     ...(values.adopt ? { adopt: list(values.adopt) } : {}),
     acceptMismatch: values['accept-mismatch'],

@@ -158,8 +158,8 @@ async function deployLocked(inventory: Inventory, options: DeployOptions, invent
 
 /** --plan-out: what the dry-run planned, the options it was planned with, and what it was decided from. */
 function savePlan(path: string, inventory: Inventory, options: DeployOptions, inventorySha256: string, runner: Runner): void {
-  const { limit, tags, skipTags, renewCerts, replace, adopt, acceptMismatch } = options;
-  const decisions = { limit, tags, skipTags, renewCerts, replace, adopt, acceptMismatch };
+  const { limit, tags, skipTags, renewCerts, rotateCa, replace, adopt, acceptMismatch } = options;
+  const decisions = { limit, tags, skipTags, renewCerts, rotateCa, replace, adopt, acceptMismatch };
   const plan: SavedPlan = {
     format: PLAN_FORMAT,
     created: new Date().toISOString(),

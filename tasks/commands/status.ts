@@ -1,4 +1,5 @@
 #!/usr/bin/env -S npx tsx
+import { readCaRotation } from '../pki/ca-rotation.ts';
 import { runTool } from '../cli/tool.ts';
 import { EXIT } from '../core/errors.ts';
 import { withClusterSession } from '../etcd/session.ts';
@@ -31,7 +32,13 @@ process.exitCode = await runTool({
     const report = await withClusterSession(inventory, async ({ clients, connections, root }) => {
       const caNotAfter = root.caCert ? inspectCertificate(root.caCert).notAfter : undefined;
       const clusterId = readIdentity(inventory.stateDir, inventory.cluster.name)?.id;
-      const facts = await gatherStatus(inventory, clients, connections, root, { caNotAfter, clusterId });
+      const rotation = readCaRotation(inventory.stateDir);
+      const caRotation = rotation ? { target: rotation.target, stage: rotation.stage } : undefined;
+      const facts = await gatherStatus(inventory, clients, connections, root, {
+        caNotAfter,
+        clusterId,
+        ...(caRotation ? { caRotation } : {}),
+      });
       return summarizeStatus(
         facts,
         inventory.members.map((member) => member.name),

@@ -251,12 +251,14 @@ export async function gather(
   options: GatherOptions,
 ): Promise<Gathered | undefined> {
   const { inventory, store } = context;
-  const peerStage = peerStageOfFacts(inventory, readFacts(inventory, store));
+  const facts = readFacts(inventory, store);
+  const peerStage = peerStageOfFacts(inventory, facts);
+  const caRotation = facts.caRotation ? { caRotation: facts.caRotation } : {};
   const networkNames: NetworkNames = new Map();
   if (options.renderOnly !== undefined) {
     const formed = !inventory.cluster.isInitializing;
     return {
-      record: { formed, voting: inventory.members.map((m) => m.name), joiners: [], departures: [], peerStage, rebuilds: [] },
+      record: { formed, voting: inventory.members.map((m) => m.name), joiners: [], departures: [], peerStage, ...caRotation, rebuilds: [] },
       membership: everyoneVotes(inventory),
       networkNames,
     };
@@ -294,6 +296,7 @@ export async function gather(
     joiners: membership.joiners.map(({ member }) => member.name),
     departures,
     peerStage,
+    ...caRotation,
     rebuilds: cluster.formed ? await imageChanges(context, staying, cluster.leader) : [],
   });
   return { record, membership, networkNames };

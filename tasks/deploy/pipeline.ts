@@ -1,6 +1,9 @@
 import { InputError } from '../core/errors.ts';
 import type { Runner } from '../core/runner.ts';
 import type { Inventory } from '../inventory/model.ts';
+import { checkRotationFlag, readCaRotation, type RotationTarget } from '../pki/ca-rotation.ts';
+import { readPeerTrust } from '../pki/peer-trust.ts';
+import { rotationRefusal } from '../pki/plan.ts';
 import { requireLoginKeys } from '../inventory/login-keys.ts';
 import type { ClientIdentities } from '../etcd/identities.ts';
 import { preloadEtcdClient, type EtcdClients } from '../etcd/client.ts';
@@ -33,6 +36,8 @@ export interface PipelineOptions {
   skipTags?: string[];
   /** Re-issue every leaf certificate (members, root client) in this run. */
   renewCerts?: boolean;
+  /** --rotate-ca: start a CA rotation, or move the one under way on (pki/ca-rotation.ts). */
+  rotateCa?: RotationTarget;
   /** Members to replace (--replace): removed, their VM and volumes deleted, joined again empty. */
   replace?: string[];
   /** Members whose existing domains, without the tool's mark, are taken as this cluster's (--adopt). */
@@ -84,10 +89,35 @@ function validateNames(inventory: Inventory, options: PipelineOptions): void {
   }
 }
 
+/**
+ * --rotate-ca: over the whole cluster, with the steps that roll it, on a CA the tool can rotate, and the
+ * rotation under way if there is one (pki/ca-rotation.ts).
+ */
+function checkRotation(inventory: Inventory, options: PipelineOptions): void {
+  const target = options.rotateCa;
+  if (!target) return;
+  if (options.limit || options.renderOnly !== undefined)
+    throw new InputError(`--rotate-ca ${target} rolls every member: it excludes --limit and --render-only`);
+  const unselected = (['guest', 'health'] as const).filter((step) => !selectedBy(options)(step));
+  if (unselected.length > 0)
+    throw new InputError(
+      `--rotate-ca ${target} rolls members with the guest and health steps: --tags / --skip-tags leave out ${unselected.join(', ')}`,
+    );
+  checkRotationFlag(readCaRotation(inventory.stateDir), target);
+  const refusal = rotationRefusal(inventory, { ...peerTrustOf(inventory.stateDir) }, target);
+  if (refusal) throw new InputError(`--rotate-ca ${target}: ${refusal}`);
+}
+
+const peerTrustOf = (stateDir: string) => {
+  const peerTrust = readPeerTrust(stateDir);
+  return peerTrust ? { peerTrust } : {};
+};
+
 /** The options' and the inventory's bad input a run can find before it writes or asks anything: exit 2. */
 export function checkDeployInput(inventory: Inventory, options: PipelineOptions): void {
   validateTags(options);
   validateNames(inventory, options);
+  checkRotation(inventory, options);
   // --render-only asks no host.
   if (options.renderOnly === undefined) requireLoginKeys(inventory);
 }

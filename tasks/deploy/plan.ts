@@ -1,6 +1,7 @@
 import { InputError } from '../core/errors.ts';
 import type { Departure } from '../etcd/departures.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
+import { type CaRotation, ROTATION_STAGE_DOC, rotatedCas, rotationAhead, type RotationTarget } from '../pki/ca-rotation.ts';
 import { nextPeerStage, type PeerTrustStage } from '../pki/peer-trust.ts';
 import type { ImageChange, Pass, PlannedPhase } from '../steps/deploy-step.ts';
 import { CONVERGE_STEPS, type ConvergeStep, SELECTABLE_STEPS, type StepId } from '../steps/registry.ts';
@@ -25,6 +26,8 @@ export interface DeployRecord {
   departures: readonly { departure: Departure; member: string }[];
   /** The peer port's stage the members run now (pki/peer-trust.json), or none recorded. */
   peerStage: PeerTrustStage | undefined;
+  /** A CA rotation under way (pki/ca-rotation.json), or none. */
+  caRotation?: CaRotation;
   /** Members whose OS disk was built from another image than base_image, in the order they are rebuilt (the leader last). */
   rebuilds: readonly ImageChange[];
 }
@@ -33,6 +36,8 @@ export interface PlanOptions {
   dryRun: boolean;
   renderOnly?: string;
   limit?: readonly string[];
+  /** --rotate-ca: start a CA rotation, or move the one under way on. */
+  rotateCa?: RotationTarget;
   tags?: readonly string[];
   skipTags?: readonly string[];
 }
@@ -237,6 +242,46 @@ function peerTrustPhases(record: DeployRecord, main: Pass, options: PlanOptions,
 }
 
 /**
+ * A CA rotation's stages this run takes (pki/ca-rotation.ts `rotationAhead`), each rolled over the main pass as the
+ * peer port's are, then its end. A run without --rotate-ca holds the recorded stage (its main pass renders it) and says so.
+ */
+function caRotationPhases(record: DeployRecord, main: Pass, options: PlanOptions, selected: (step: StepId) => boolean): PlannedPhase[] {
+  const ahead = rotationAhead(record.caRotation, options.rotateCa);
+  if (!ahead) return [];
+  const { target, from } = ahead;
+  if (ahead.stages.length === 0 && !ahead.finishes)
+    return [
+      {
+        step: 'ca-rotation',
+        target,
+        stage: 'held',
+        note: `the rotation of ${rotatedCas(target)} waits at ${from}: deploy --rotate-ca ${target} goes on`,
+      },
+    ];
+  if (!record.formed)
+    throw new InputError(`--rotate-ca ${target}: the cluster has not formed yet, so there is no CA in use to rotate; deploy it first`);
+  const ending = ahead.finishes
+    ? 'the old CA deleted'
+    : `the run pauses for applications to take their new bundles; deploy --rotate-ca ${target} goes on`;
+  const steps = [...ahead.stages.map((stage) => `${stage} (${ROTATION_STAGE_DOC[stage]})`), ending];
+  const what = `${from ? 'go on rotating' : 'rotate'} ${rotatedCas(target)}${from ? ` from ${from}` : ''}`;
+  // A dry-run shows no stage's changes (each needs the record the one before writes): it says what follows.
+  if (options.dryRun)
+    return [{ step: 'ca-rotation', target, stage: ahead.stages[0] ?? 'finish', note: `${what}: ${steps.join(', then ')}` }];
+  const stagePass: Pass = { ...main, formed: true };
+  return [
+    ...ahead.stages.flatMap((stage): PlannedPhase[] => [
+      { step: 'ca-rotation', target, stage, onlyIfClean: true },
+      { step: 'render', pass: stagePass, onlyIfClean: true },
+      { step: 'cloud-init', pass: stagePass, onlyIfClean: true, ...(selected('cloud-init') ? {} : { skip: NOT_SELECTED }) },
+      { step: 'guest', pass: stagePass, onlyIfClean: true },
+      { step: 'health', pass: stagePass, onlyIfClean: true },
+    ]),
+    ...(ahead.finishes ? [{ step: 'ca-rotation' as const, target, stage: 'finish' as const, onlyIfClean: true as const }] : []),
+  ];
+}
+
+/**
  * First of all: the CA, the certificates and the cluster's ID. It runs before the gather stage (the
  * clients etcd is asked through need its certificates), so a listed plan shows it done.
  */
@@ -366,6 +411,7 @@ export function buildPlan(inventory: Inventory, options: PlanOptions, record: De
     ...joins,
     ...settlePhases(inventory, record, { joins, rebuilding }, selection, options),
     ...peerTrustPhases(record, main, options, selected),
+    ...caRotationPhases(record, main, options, selected),
     consistencyPhase(options),
   ];
 }
@@ -390,6 +436,8 @@ export function phaseTitle(phase: PlannedPhase): string {
       return `${phase.step} ${phase.member}`;
     case 'peer-trust':
       return 'peer trust';
+    case 'ca-rotation':
+      return `ca rotation ${phase.stage}`;
     default:
       return phase.step;
   }
@@ -398,7 +446,7 @@ export function phaseTitle(phase: PlannedPhase): string {
 /** One line per phase, as `deploy --list-phases` prints them: title, then on whom and how. */
 export function describePlan(plan: readonly PlannedPhase[]): string[] {
   return plan.map((phase) => {
-    const title = phaseTitle(phase).padEnd(18);
+    const title = `${phaseTitle(phase).padEnd(17)} `;
     switch (phase.step) {
       case 'depart':
         if (phase.image)
@@ -425,6 +473,10 @@ export function describePlan(plan: readonly PlannedPhase[]): string[] {
         );
       case 'peer-trust':
         return `${title}${phase.note ?? `move every member to ${phase.stage}`}`;
+      case 'ca-rotation':
+        if (phase.note) return `${title}${phase.note}`;
+        if (phase.stage === 'finish') return `${title}${rotatedCas(phase.target)}: the new takes the old one's files; the record goes`;
+        return `${title}record ${phase.stage} and issue what it needs; every member then rolled to it`;
       case 'pki': {
         const when = 'run first, before the gather stage (etcd is asked with its certificates)';
         return `${title}the CA, certificates and the cluster's ID: ${when}`;

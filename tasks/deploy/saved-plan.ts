@@ -26,7 +26,10 @@ export interface PlannedChange {
 }
 
 /** The options a plan was made with: a run of the plan takes them from the file. */
-export type PlanDecisions = Pick<PipelineOptions, 'limit' | 'tags' | 'skipTags' | 'renewCerts' | 'replace' | 'adopt' | 'acceptMismatch'>;
+export type PlanDecisions = Pick<
+  PipelineOptions,
+  'limit' | 'tags' | 'skipTags' | 'renewCerts' | 'rotateCa' | 'replace' | 'adopt' | 'acceptMismatch'
+>;
 
 export interface SavedPlan {
   format: typeof PLAN_FORMAT;

@@ -1,4 +1,5 @@
 import type { CallContext, Etcd3 } from 'etcd3';
+import { createHash } from 'node:crypto';
 import { MiB } from '../core/limits.ts';
 import { revealSecret, type Secret } from '../core/secret.ts';
 import type { Member } from '../inventory/model.ts';
@@ -66,6 +67,12 @@ export type MemberClients = Pick<EtcdClients, 'for' | 'endpoint' | 'unreachable'
 /** What the clients ask of the run's hypervisor connections: a connection to tunnel through, and which cannot be reached. */
 export type TunnelConnections = Pick<HypervisorConnections, 'get' | 'unreachable'>;
 
+const credentialsDigest = (identity: ClientIdentity): string =>
+  createHash('sha256')
+    .update(`${identity.caCert}\0${identity.cert ?? ''}`)
+    .digest('hex')
+    .slice(0, 16);
+
 export class EtcdClients {
   readonly #clients = new Map<string, Promise<Etcd3>>();
   readonly #tunnels: Tunnel[] = [];
@@ -86,7 +93,9 @@ export class EtcdClients {
   /** A client bound to one member's endpoint only, so an answer is that member's own. */
   for(member: Member, identity: ClientIdentity = this.identity()): Promise<Etcd3> {
     if (this.#closed) return Promise.reject(this.#closedError());
-    const key = `${member.name}\0${identity.label}`;
+    // The credentials are part of the key: a certificate or CA bundle issued in this run (a CA rotation's stage)
+    // opens a new channel, a gRPC channel keeping the credentials it was made with.
+    const key = `${member.name}\0${identity.label}\0${credentialsDigest(identity)}`;
     let client = this.#clients.get(key);
     if (!client) {
       client = this.#open(member, identity);

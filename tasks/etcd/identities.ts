@@ -1,6 +1,6 @@
 import { Secret } from '../core/secret.ts';
 import type { Inventory, Member } from '../inventory/model.ts';
-import { caOf } from '../pki/plan.ts';
+import { clusterTrustFrom } from '../pki/materials.ts';
 import type { PkiStore } from '../pki/store.ts';
 import type { ClientIdentity } from './client.ts';
 
@@ -22,7 +22,7 @@ export interface ClientIdentities {
 }
 
 export function clientIdentities(inventory: Inventory, store: PkiStore): ClientIdentities {
-  const caCert = () => caOf(inventory, store.read('ca')).public ?? '';
+  const caCert = () => clusterTrustFrom(inventory, store) ?? '';
   const rootCertificate = (): ClientIdentity => {
     const pair = inventory.pki.rootClient ?? {
       certificate: store.read('client/root').public ?? '',

@@ -802,7 +802,7 @@ export const pkiSchema = z
       .default(100 * 365 * 24)
       .describe(
         'Hours a generated CA (the CA, the peer CA, the intermediate) is valid (876000: 100 years). The tool never replaces a CA by ' +
-          'itself (docs/operating.md, Rotating the CA).',
+          'itself: `deploy --rotate-ca` does, on purpose (docs/operating.md, Rotating the CA).',
       ),
     early_renewal_period: z
       .number()

@@ -209,7 +209,8 @@ const DEFINITIONS: readonly AlertDefinition[] = [
     summary: `certificate {{ $labels.certificate }} ({{ $labels.subject }}) of ${of} ends in {{ $value | humanizeDuration }}`,
     runbook:
       'Run `etcd-kvm deploy -i INV --renew-certs` to re-issue the member and client certificates; ' +
-      'a CA or peer CA is never rotated by the tool (docs/operating.md, Rotating the CA).',
+      'a CA or peer CA near its end is replaced with `etcd-kvm deploy -i INV --rotate-ca cluster|peer|both` ' +
+      '(docs/operating.md, Rotating the CA).',
   },
   {
     key: 'backup_missing',

@@ -4,9 +4,10 @@ import { Secret } from '../core/secret.ts';
 import { quote } from '../core/shell.ts';
 import type { Inventory } from '../inventory/model.ts';
 import { clientUrl } from '../inventory/urls.ts';
-import { applicationUsers, caOf } from './plan.ts';
+import { clusterTrustFrom } from './materials.ts';
+import { applicationUsers } from './plan.ts';
 import type { PkiStore } from './store.ts';
-import { chainLeadsTo, keyMatchesCertificate } from './x509.ts';
+import { certificatesIn, chainLeadsTo, keyMatchesCertificate } from './x509.ts';
 
 /**
  * What a client machine needs to use the cluster as one user: the CA, the user's certificate and key
@@ -28,7 +29,8 @@ export function clientBundle(inventory: Inventory, store: PkiStore, user: string
   if (!bundleUsers(inventory).includes(user)) {
     throw new InputError(`--user ${user}: the inventory has no such user; users are ${bundleUsers(inventory).join(', ')}`);
   }
-  const caCert = caOf(inventory, store.read('ca')).public;
+  // While a rotation has members trust two CAs, so does the bundle: it keeps working when they present the new one.
+  const caCert = clusterTrustFrom(inventory, store);
   if (!caCert) throw new InputError(`the state directory ${inventory.stateDir} has no CA yet: run the deploy first`);
   const dir = resolve(outDir);
   const env: [string, string][] = [
@@ -42,7 +44,12 @@ export function clientBundle(inventory: Inventory, store: PkiStore, user: string
       user === 'root' && inventory.pki.rootClient
         ? { public: inventory.pki.rootClient.certificate, privateKey: inventory.pki.rootClient.key.reveal() }
         : store.read(`client/${user}`);
-    if (!pair.public || !pair.privateKey || !keyMatchesCertificate(pair.public, pair.privateKey) || !chainLeadsTo(pair.public, caCert)) {
+    if (
+      !pair.public ||
+      !pair.privateKey ||
+      !keyMatchesCertificate(pair.public, pair.privateKey) ||
+      !certificatesIn(caCert).some((ca) => chainLeadsTo(pair.public!, ca))
+    ) {
       throw new InputError(
         `the state directory has no valid certificate for user ${user} yet: run the deploy first (its pki step issues it)`,
       );

@@ -4,7 +4,8 @@ import type { Inventory } from '../inventory/model.ts';
 import { readIdentity, type ClusterIdentity } from './identity.ts';
 import type { MaterialId } from './store.ts';
 import { AGENT_USER, certifiedUsers, toolUsers } from '../inventory/tool-users.ts';
-import { applicationUsers, caOf, identityOf, peerStageOfFacts, type PkiFacts } from './plan.ts';
+import { applicationUsers, clusterTrust, identityOf, peerStageOfFacts, type PkiFacts, trustedBundle } from './plan.ts';
+import { readCaRotation } from './ca-rotation.ts';
 import { PEER_COMMON_NAME, readPeerTrust, type PeerTrustStage } from './peer-trust.ts';
 import type { PkiStore } from './store.ts';
 
@@ -42,7 +43,11 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
   const knownHosts = readIfExists(store.knownHostsPath);
   const identity = readIdentity(store.stateDir, inventory.cluster.name);
   const peerTrust = readPeerTrust(store.stateDir);
+  const caRotation = readCaRotation(store.stateDir);
   return {
+    caNext: store.read('ca-next'),
+    peerCaNext: store.read('peer-ca-next'),
+    ...(caRotation ? { caRotation } : {}),
     ca: store.read('ca'),
     intermediate: store.read('intermediate'),
     peerCa: store.read('peer-ca'),
@@ -58,7 +63,7 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
 }
 
 export function materialsFrom(inventory: Inventory, facts: PkiFacts): PkiMaterials {
-  const caCert = caOf(inventory, facts.ca).public;
+  const caCert = clusterTrust(inventory, facts);
   const peerStage = peerStageOfFacts(inventory, facts);
   const bundle = peerBundle(inventory, facts, caCert, peerStage);
   // What every member's peer port trusts; and the only common name a peer certificate may carry, once
@@ -110,13 +115,14 @@ const pairOf = (stored: { public?: string; privateKey?: string } | undefined): {
 /**
  * What every member's peer port trusts: the peer CA; while members move to it, the cluster CA too; and
  * the CAs of members whose certificates the operator supplies (they present those on the peer port).
- * Undefined while the peer CA is not made yet (a dry-run of a new cluster).
+ * Undefined while the peer CA is not made yet (a dry-run of a new cluster). While the peer CA is rotated, both.
  */
 function peerBundle(inventory: Inventory, facts: PkiFacts, caCert: string | undefined, stage: PeerTrustStage): string | undefined {
-  if (!facts.peerCa.public) return undefined;
+  const peerCas = trustedBundle(facts, 'peer');
+  if (!peerCas) return undefined;
   const operators = inventory.members.flatMap((member) => (member.suppliedTls ? [member.suppliedTls.caCert] : []));
   const moving = stage === 'peer-only' || !caCert ? [] : [caCert];
-  return [...new Set([facts.peerCa.public, ...moving, ...operators].map((pem) => (pem.endsWith('\n') ? pem : `${pem}\n`)))].join('');
+  return [...new Set([peerCas, ...moving, ...operators].map((pem) => (pem.endsWith('\n') ? pem : `${pem}\n`)))].join('');
 }
 
 /**
@@ -137,4 +143,23 @@ export function identityFrom(inventory: Inventory, store: PkiStore): ClusterIden
     cluster: inventory.cluster.name,
     adoptsUnmarked: certificates.some((id) => readIfExists(store.pathsOf(id).public) !== undefined),
   };
+}
+
+/**
+ * What the tool's clients and the bundles it writes trust, from the CA certificates and the rotation's record
+ * alone: asked at every client the run opens, so no private key is read (or decrypted) for it.
+ */
+export function clusterTrustFrom(inventory: Inventory, store: PkiStore): string | undefined {
+  const certificateOf = (id: MaterialId) => {
+    const text = readIfExists(store.pathsOf(id).public);
+    return text === undefined ? {} : { public: text };
+  };
+  const caRotation = readCaRotation(store.stateDir);
+  return clusterTrust(inventory, {
+    ca: certificateOf('ca'),
+    caNext: certificateOf('ca-next'),
+    peerCa: {},
+    peerCaNext: {},
+    ...(caRotation ? { caRotation } : {}),
+  });
 }

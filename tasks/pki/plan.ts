@@ -5,6 +5,16 @@ import type { MaterialId, StoredPair } from './store.ts';
 import { PEER_COMMON_NAME, peerStageOf, type PeerTrustStage } from './peer-trust.ts';
 import { certifiedUsers } from '../inventory/tool-users.ts';
 import {
+  type CaFiles,
+  type CaRotation,
+  type Generation,
+  generationPair,
+  type RotatedCa,
+  rotatedCas,
+  rolesOf,
+  rotates,
+} from './ca-rotation.ts';
+import {
   BACKDATE_MS,
   certificatesIn,
   chainLeadsTo,
@@ -26,6 +36,7 @@ export interface WantedCertificate {
 export type PkiAction =
   | { kind: 'create-ca' }
   | { kind: 'create-peer-ca'; firstStage: PeerTrustStage }
+  | { kind: 'create-next-ca'; ca: RotatedCa }
   | { kind: 'issue-intermediate' }
   | { kind: 'issue'; certificate: WantedCertificate }
   | { kind: 'ssh-key'; id: 'ssh/admin' }
@@ -44,6 +55,10 @@ export interface PkiFacts {
   peerCa: StoredPair;
   /** The peer port's trust as recorded (see peer-trust.ts); absent before the peer CA was made. */
   peerTrust?: PeerTrustStage;
+  /** A rotation's new CA and peer CA (ca-rotation.ts), and the rotation's record while one is under way. */
+  caNext: StoredPair;
+  peerCaNext: StoredPair;
+  caRotation?: CaRotation;
   leaves: Map<MaterialId, StoredPair>;
   adminSsh: StoredPair;
   /** Each member's SSH host key, by member name: generated here, injected by cloud-init, pinned. */
@@ -150,6 +165,30 @@ export function caOf(inventory: Inventory, storedCa: StoredPair): StoredPair {
   return inventory.pki.ca ? { public: inventory.pki.ca.certificate, privateKey: inventory.pki.ca.key.reveal() } : storedCa;
 }
 
+/** What a rotation reads of the facts: the CAs of both kinds, in place and next, and the record. */
+export type RotationFacts = Pick<PkiFacts, 'ca' | 'caNext' | 'peerCa' | 'peerCaNext' | 'caRotation'>;
+
+const caFilesOf = (facts: RotationFacts, ca: RotatedCa): CaFiles =>
+  ca === 'cluster' ? { current: facts.ca, next: facts.caNext } : { current: facts.peerCa, next: facts.peerCaNext };
+
+/** One CA's pair a generation names (ca-rotation.ts); outside a rotation of it, the CA in place. Empty when it is not there. */
+export function caPairOf(facts: RotationFacts, ca: RotatedCa, generation: Generation): StoredPair {
+  if (!rotates(facts.caRotation, ca)) return caFilesOf(facts, ca).current;
+  return generationPair(caFilesOf(facts, ca), facts.caRotation?.next[ca], generation) ?? {};
+}
+
+const withNewline = (pem: string) => (pem.endsWith('\n') ? pem : `${pem}\n`);
+
+/** What trusts one CA holds at the rotation's stage (the old and the new CA while both are trusted), as one bundle. */
+export function trustedBundle(facts: RotationFacts, ca: RotatedCa): string | undefined {
+  const pems = rolesOf(facts.caRotation, ca).trust.flatMap((generation) => caPairOf(facts, ca, generation).public ?? []);
+  return pems.length > 0 ? pems.map(withNewline).join('') : undefined;
+}
+
+/** What members' client ports and every client of the cluster trust: caOf's CA, or both while a rotation has them trusted. */
+export const clusterTrust = (inventory: Inventory, facts: RotationFacts): string | undefined =>
+  rotates(facts.caRotation, 'cluster') ? trustedBundle(facts, 'cluster') : caOf(inventory, facts.ca).public;
+
 /** What a leaf's file carries after the leaf, so whoever presents it sends the chain up to the trusted CA. */
 export function chainAfterLeaf(inventory: Inventory, intermediate: StoredPair): string {
   if (inventory.pki.intermediateCa)
@@ -240,15 +279,83 @@ export function planPki(
   const caChanges = inventory.pki.ca || inventory.pki.intermediateCa ? [] : planOwnCa(inventory, facts, ca, now);
   // No CA yet (caChanges creates it): whatever signs is new in this run.
   const { signer, changes: signerChanges } = planSigner(inventory, facts, ca.public, now);
+  // A rotation of the cluster CA has the new one sign client certificates first, then members' (ca-rotation.ts).
+  const roles = rolesOf(facts.caRotation, 'cluster');
+  const signerOf = (generation: Generation): Signer =>
+    generation === 'old' ? signer : { pem: caPairOf(facts, 'cluster', 'new').public ?? '' };
+  const isClient = (certificate: WantedCertificate) => certificate.profile === 'client';
   return [
     ...caChanges,
+    ...planRotationCas(inventory, facts),
     ...signerChanges,
-    ...planLeaves(inventory, facts, wanted, signer, now, renewIssuedBefore),
+    ...planLeaves(
+      inventory,
+      facts,
+      wanted.filter((certificate) => !isClient(certificate)),
+      signerOf(roles.presented),
+      now,
+      renewIssuedBefore,
+    ),
+    ...planLeaves(inventory, facts, wanted.filter(isClient), signerOf(roles.clients), now, renewIssuedBefore),
     ...planPeerCa(inventory, facts, now, renewIssuedBefore),
     ...planSshKeys(inventory, facts),
     ...planRetiredClients(inventory, facts, wanted),
     ...planStateDirectory(facts),
   ];
+}
+
+/** Why a rotation of `target` cannot run on this inventory and state directory, or undefined when it can. */
+export function rotationRefusal(inventory: Inventory, facts: Pick<PkiFacts, 'peerTrust'>, target: RotatedCa | 'both'): string | undefined {
+  const cluster = target !== 'peer';
+  if (cluster && (inventory.pki.ca || inventory.pki.intermediateCa))
+    return 'rotating a CA the operator gives (pki.ca, pki.intermediate_ca) is not implemented: the tool rotates only its own CA';
+  if (cluster && inventory.pki.intermediate) return 'rotating the CA with pki.intermediate on is not implemented yet';
+  if (cluster && inventory.members.some((member) => member.suppliedTls))
+    return (
+      "members whose certificates the operator supplies (members[].tls) present their own CA's: " +
+      'rotating the cluster CA is not implemented for them'
+    );
+  if (target !== 'cluster' && facts.peerTrust !== undefined && facts.peerTrust !== 'peer-only')
+    return `the peer port's move to the peer CA is at ${facts.peerTrust}: run the deploy to finish it before rotating the peer CA`;
+  return undefined;
+}
+
+/** A rotation under way: its new CAs made (at its first stage) or found where the record says; refused when lost. */
+function planRotationCas(inventory: Inventory, facts: PkiFacts): Change<PkiAction>[] {
+  const rotation = facts.caRotation;
+  if (!rotation) {
+    // The record goes last at a rotation's end, after the new CA's files: a new CA without it is a record lost.
+    const orphans = (['ca-next', 'peer-ca-next'] as const).filter((id) => (id === 'ca-next' ? facts.caNext : facts.peerCaNext).public);
+    if (orphans.length > 0)
+      throw new PkiRefusal(
+        `${orphans.map((id) => `pki/${id}.crt`).join(' and ')}: a rotation's new CA, but pki/ca-rotation.json is missing, so which ` +
+          'stage the members run is unknown and none is guessed: put the record back from where the state directory came from',
+      );
+    return [];
+  }
+  const refusal = rotationRefusal(inventory, facts, rotation.target);
+  if (refusal) throw new PkiRefusal(`a rotation of ${rotatedCas(rotation.target)} is under way (pki/ca-rotation.json), but ${refusal}`);
+  return (['cluster', 'peer'] as const)
+    .filter((ca) => rotates(rotation, ca))
+    .flatMap((ca): Change<PkiAction>[] => {
+      const files = caFilesOf(facts, ca);
+      const name = ca === 'cluster' ? 'CA' : 'peer CA';
+      const next = generationPair(files, rotation.next[ca], 'new');
+      if (rotation.stage !== 'new-only' && !generationPair(files, rotation.next[ca], 'old'))
+        throw new PkiRefusal(`the ${name} in place is missing while members still trust it (rotation at ${rotation.stage}): restore it`);
+      if (next) {
+        if (!next.privateKey || !keyMatchesCertificate(next.public!, next.privateKey))
+          throw new PkiRefusal(`the new ${name}'s key is missing or is not its own: restore the pair the rotation made`);
+        return [];
+      }
+      // Nothing the new CA signed exists before clients-new: one lost then is made again, harmlessly.
+      if (rotation.stage === 'trust-both')
+        return [{ summary: `create the new ${name} the rotation moves the cluster to`, action: { kind: 'create-next-ca', ca } }];
+      throw new PkiRefusal(
+        `the rotation is at ${rotation.stage}, but the new ${name} it recorded (${rotation.next[ca] ?? 'none'}) is in the state ` +
+          'directory no more: restore it from where the state directory came from; a trust root is never guessed',
+      );
+    });
 }
 
 /** Refusals for the CAs the operator gives (pki.ca, pki.intermediate_ca): each with its own key. */
@@ -296,7 +403,8 @@ function planOwnCa(inventory: Inventory, facts: PkiFacts, ca: StoredPair, now: D
   const { notAfter } = inspectCertificate(ca.public);
   if (notAfter.getTime() < now.getTime()) {
     throw new PkiRefusal(
-      `the CA expired ${notAfter.toISOString()}; rotating a CA is a deliberate operation: see "Rotating the CA" in the README`,
+      `the CA expired ${notAfter.toISOString()}; an expired CA cannot be rotated in place (members refuse its ` +
+        'certificates already): see "Rotating the CA" in docs/operating.md',
     );
   }
   return [];
@@ -401,7 +509,7 @@ function planStateDirectory(facts: PkiFacts): Change<PkiAction>[] {
 function planPeerCa(inventory: Inventory, facts: PkiFacts, now: Date, renewIssuedBefore: Date | undefined): Change<PkiAction>[] {
   const changes: Change<PkiAction>[] = [];
   const { peerCa } = facts;
-  let peerCaPem = peerCa.public;
+  let peerCaPem = caPairOf(facts, 'peer', rolesOf(facts.caRotation, 'peer').presented).public;
   if (!peerCa.public) {
     const peerSigned = [...facts.leaves.entries()].filter(([id, pair]) => id.startsWith('peer/') && pair.public).map(([id]) => id);
     if (peerSigned.length > 0)
@@ -427,7 +535,7 @@ function planPeerCa(inventory: Inventory, facts: PkiFacts, now: Date, renewIssue
   } else if (inspectCertificate(peerCa.public).notAfter.getTime() < now.getTime()) {
     throw new PkiRefusal(
       `the peer CA expired ${inspectCertificate(peerCa.public).notAfter.toISOString()}; ` +
-        `rotating a CA is a deliberate operation: see "Rotating the CA" in the README`,
+        `an expired CA cannot be rotated in place (members refuse its certificates already): see "Rotating the CA" in docs/operating.md`,
     );
   }
   for (const certificate of wantedPeerCertificates(inventory)) {

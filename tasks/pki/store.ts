@@ -9,6 +9,9 @@ export type MaterialId =
   | 'ca'
   | 'intermediate'
   | 'peer-ca'
+  /** A rotation's new CA and peer CA (pki/ca-rotation.ts), beside the ones in place until the rotation ends. */
+  | 'ca-next'
+  | 'peer-ca-next'
   | `member/${string}`
   | `peer/${string}`
   | `client/${string}`
@@ -25,7 +28,7 @@ function filesOf(id: MaterialId): { public: string; privateKey: string } {
   if (id === 'ssh/admin') return { public: 'ssh/admin.pub', privateKey: 'ssh/admin.key' };
   if (id.startsWith('ssh-host/'))
     return { public: `ssh/hosts/${id.slice('ssh-host/'.length)}.pub`, privateKey: `ssh/hosts/${id.slice('ssh-host/'.length)}.key` };
-  const [kind, name] = id === 'ca' || id === 'intermediate' || id === 'peer-ca' ? ['', id] : id.split('/');
+  const [kind, name] = !id.includes('/') ? ['', id] : id.split('/');
   const dir = kind === 'member' ? 'pki/members' : kind === 'peer' ? 'pki/peers' : kind === 'client' ? 'pki/clients' : 'pki';
   return { public: `${dir}/${name}.crt`, privateKey: `${dir}/${name}.key` };
 }

@@ -64,6 +64,8 @@ export interface StatusFacts {
   /** `/version`'s `etcdcluster` (`3.5.0`), from the first member that answered: the minor every member supports. */
   clusterVersion: string | { error: string };
   caNotAfter?: Date;
+  /** A CA rotation under way (pki/ca-rotation.json, read by the command): what --rotate-ca names, and its stage. */
+  caRotation?: { target: string; stage: string };
   /** With scheduled backups on: the agent's records in etcd (backup/runs.ts), as their text, from the first member that answered. */
   backupRecords?: { lastRun?: string; lastSuccess?: string } | { error: string };
   /** Restore drills' records (drill/run.ts), whether or not backups are scheduled: read in the same request. */
@@ -157,14 +159,15 @@ export async function vmFacts(
   return facts;
 }
 
+/** `known`: what the state directory says (the cluster's ID; the CA's end and a rotation under way, passed on as they are). */
 export async function gatherStatus(
   inventory: Inventory,
   clients: EtcdClients,
   connections: HypervisorConnections,
   identity: ClientIdentity,
-  known: { caNotAfter?: Date | undefined; clusterId?: string | undefined } = {},
+  known: Pick<StatusFacts, 'caNotAfter' | 'caRotation'> & { clusterId?: string | undefined } = {},
 ): Promise<StatusFacts> {
-  const { caNotAfter, clusterId } = known;
+  const { clusterId, ...fromState } = known;
   const members = inventory.members;
   const at = new Date();
   const [vms, perMember] = await Promise.all([
@@ -228,7 +231,7 @@ export async function gatherStatus(
     memberList,
     alarms,
     clusterVersion,
-    ...(caNotAfter ? { caNotAfter } : {}),
+    ...fromState,
     ...(inventory.backup.enabled ? { backupRecords: scheduledRecords(backupRecords) } : {}),
     ...('error' in backupRecords ? {} : { drillRecords: drillRecords(backupRecords) }),
     ...(inventory.maintenance.defrag.enabled ? { defragRecords } : {}),

@@ -160,8 +160,16 @@ function versionsAndCa(facts: StatusFacts, members: readonly MemberRow[], said: 
   if (facts.caNotAfter) {
     const days = (facts.caNotAfter.getTime() - facts.at.getTime()) / DAY_MS;
     if (days < CERTIFICATE_WARNING_DAYS)
-      said.warnings.push(`the CA expires in ${Math.floor(days)} days (${caExpires}): see "Rotating the CA" in the README`);
+      said.warnings.push(
+        `the CA expires in ${Math.floor(days)} days (${caExpires}): ` +
+          'rotate it with deploy --rotate-ca cluster (docs/operating.md, Rotating the CA)',
+      );
   }
+  if (facts.caRotation)
+    said.warnings.push(
+      `a CA rotation (--rotate-ca ${facts.caRotation.target}) is under way, at ${facts.caRotation.stage}: ` +
+        `deploy --rotate-ca ${facts.caRotation.target} goes on`,
+    );
   return { versions, clusterVersion, caExpires };
 }
 

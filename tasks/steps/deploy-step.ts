@@ -10,6 +10,7 @@ import type { Inventory, Member } from '../inventory/model.ts';
 import type { RemoteContext } from '../libvirt/context.ts';
 import type { Question } from '../libvirt/virsh.ts';
 import type { ClusterIdentity } from '../pki/identity.ts';
+import type { RotationStage, RotationTarget } from '../pki/ca-rotation.ts';
 import type { PeerTrustStage } from '../pki/peer-trust.ts';
 import type { PkiStore } from '../pki/store.ts';
 import type { MemberConnections } from '../remote/members.ts';
@@ -108,6 +109,8 @@ export type PlannedPhase = (
   | ({ step: 'rebuild'; skip?: string } & ImageChange)
   | { step: 'formed'; pass: Pass; seeds: boolean; guests: boolean; formedBefore: boolean; note?: string }
   | { step: 'peer-trust'; stage: PeerTrustStage; note?: string }
+  /** A CA rotation's stage (pki/ca-rotation.ts), its end (the old CA's files gone), or the recorded stage held. */
+  | { step: 'ca-rotation'; target: RotationTarget; stage: RotationStage | 'finish' | 'held'; note?: string }
   | { step: 'consistency'; note?: string }
 ) & {
   /** Runs only if no step has failed in this run and every hypervisor answered (the peer port's stages). */

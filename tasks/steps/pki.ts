@@ -1,11 +1,13 @@
 import { CONTROL_NODE, type ControlNode, type Change, type Step } from '../core/step.ts';
 import type { Inventory } from '../inventory/model.ts';
 import { writeNewIdentity } from '../pki/identity.ts';
+import { fingerprintOf, type Generation, readCaRotation, type RotatedCa, rolesOf, writeCaRotation } from '../pki/ca-rotation.ts';
 import { writePeerTrust } from '../pki/peer-trust.ts';
 import { generateRsaKey, generateSshKey } from '../pki/keys.ts';
 import { readFacts } from '../pki/materials.ts';
 import {
   caOf,
+  caPairOf,
   chainAfterLeaf,
   knownHostsOf,
   planPki,
@@ -77,11 +79,15 @@ async function applyPki(inventory: Inventory, store: PkiStore, actions: PkiActio
   const issues = actions.flatMap((action) => (action.kind === 'issue' ? [action.certificate] : []));
   const hostKeyMembers = actions.flatMap((action) => (action.kind === 'ssh-host-key' ? [action.member] : []));
   const createPeerCa = actions.find((action): action is PeerCaAction => action.kind === 'create-peer-ca');
-  const keys = await generateKeys(inventory, actions, issues.length, hostKeyMembers);
+  const nextCas = actions.flatMap((action) => (action.kind === 'create-next-ca' ? [action.ca] : []));
+  const keys = await generateKeys(inventory, actions, issues.length, hostKeyMembers, nextCas.length);
   const ca = keys.ca ? issueCa(inventory, store, keys.ca) : caOf(inventory, facts.ca);
   const signer = keys.intermediate ? issueIntermediate(inventory, store, keys.intermediate, ca) : currentSigner(inventory, facts, ca);
   const peerCa = keys.peerCa && createPeerCa ? issuePeerCa(inventory, store, keys.peerCa, createPeerCa, facts) : facts.peerCa;
-  issueLeaves(inventory, store, issues, keys.leaves, signer, peerCa);
+  keys.nextCas.forEach((key, i) => {
+    issueNextCa(inventory, store, nextCas[i]!, key);
+  });
+  issueLeaves(inventory, store, issues, keys.leaves, leafSigners(facts, signer, peerCa));
   if (keys.ssh) store.write('ssh/admin', { public: `${keys.ssh.publicLine}\n`, privateKey: keys.ssh.privatePem });
   hostKeyMembers.forEach((member, i) => {
     const { publicLine, privatePem } = keys.hostKeys[i]!;
@@ -91,19 +97,27 @@ async function applyPki(inventory: Inventory, store: PkiStore, actions: PkiActio
 }
 
 /** Every key the actions need, at once on libuv's thread pool (RSA generation dominates); signing is quick and sequential after. */
-async function generateKeys(inventory: Inventory, actions: readonly PkiAction[], leaves: number, hostKeyMembers: readonly string[]) {
+async function generateKeys(
+  inventory: Inventory,
+  actions: readonly PkiAction[],
+  leaves: number,
+  hostKeyMembers: readonly string[],
+  nextCas: number,
+) {
   const bits = inventory.pki.keyLength;
   const wants = (kind: PkiAction['kind']) => actions.some((action) => action.kind === kind);
   const rsaIf = (wanted: boolean) => (wanted ? generateRsaKey(bits) : undefined);
-  const [ca, peerCa, intermediate, leafKeys, ssh, hostKeys] = await Promise.all([
+  const rsaKeys = (count: number) => Promise.all(Array.from({ length: count }, () => generateRsaKey(bits)));
+  const [ca, peerCa, intermediate, leafKeys, ssh, hostKeys, nextCaKeys] = await Promise.all([
     rsaIf(wants('create-ca')),
     rsaIf(wants('create-peer-ca')),
     rsaIf(wants('issue-intermediate')),
-    Promise.all(Array.from({ length: leaves }, () => generateRsaKey(bits))),
+    rsaKeys(leaves),
     wants('ssh-key') ? generateSshKey(`etcd-kvm@${inventory.cluster.name}`) : undefined,
     Promise.all(hostKeyMembers.map((member) => generateSshKey(`${member} host key`))),
+    rsaKeys(nextCas),
   ]);
-  return { ca, peerCa, intermediate, leaves: leafKeys, ssh, hostKeys };
+  return { ca, peerCa, intermediate, leaves: leafKeys, ssh, hostKeys, nextCas: nextCaKeys };
 }
 
 /** What every CA of the cluster carries from the inventory; members' and clients' certificates live pki.validity_period (issueLeaves). */
@@ -149,21 +163,45 @@ function issuePeerCa(inventory: Inventory, store: PkiStore, key: string, action:
   return { public: certificate, privateKey: key };
 }
 
-/** Each wanted leaf with its new key: a member's or client's by `signer` (with the chain after it), a peer's by the peer CA. */
+/**
+ * A rotation's new CA (pki/ca-rotation.ts), beside the one in place, and its fingerprint in the record: the
+ * CA first, so a run killed between the two leaves a CA the record does not name, which the next run makes again.
+ */
+function issueNextCa(inventory: Inventory, store: PkiStore, ca: RotatedCa, key: string): void {
+  const rotation = readCaRotation(store.stateDir);
+  if (!rotation) throw new Error('a new CA is asked for, but no rotation is recorded (pki/ca-rotation.json)');
+  const commonName = `${inventory.cluster.name} etcd ${ca === 'cluster' ? '' : 'peer '}CA ${new Date().toISOString().slice(0, 10)}`;
+  const certificate = issueCertificate({ ...certificateBase(inventory), commonName, profile: 'ca', subjectKeyPem: key });
+  store.write(ca === 'cluster' ? 'ca-next' : 'peer-ca-next', { public: certificate, privateKey: key });
+  writeCaRotation(store.stateDir, { ...rotation, next: { ...rotation.next, [ca]: fingerprintOf(certificate) } });
+}
+
+/** Who signs each kind of leaf: members' and clients' `signer` (or, in a rotation's stages, the new CA), peers' the peer CA. */
+function leafSigners(facts: PkiFacts, signer: StoredPair, peerCa: StoredPair) {
+  const cluster = rolesOf(facts.caRotation, 'cluster');
+  const peer = rolesOf(facts.caRotation, 'peer');
+  const clusterBy = (generation: Generation) => (generation === 'old' ? signer : caPairOf(facts, 'cluster', 'new'));
+  return (leaf: WantedCertificate): StoredPair =>
+    leaf.id.startsWith('peer/')
+      ? peer.presented === 'old' || !facts.caRotation
+        ? peerCa
+        : caPairOf(facts, 'peer', 'new')
+      : clusterBy(leaf.profile === 'client' ? cluster.clients : cluster.presented);
+}
+
+/** Each wanted leaf with its new key, by the signer `signerOf` names (members' and clients' with the chain after it). */
 function issueLeaves(
   inventory: Inventory,
   store: PkiStore,
   wanted: readonly WantedCertificate[],
   keys: readonly string[],
-  signer: StoredPair,
-  peerCa: StoredPair,
+  signerOf: (leaf: WantedCertificate) => StoredPair,
 ): void {
-  const issuer = { certificatePem: signer.public!, keyPem: signer.privateKey! };
-  const chain = chainAfterLeaf(inventory, signer);
   const { organization } = certificateBase(inventory);
   const validityHours = inventory.pki.validityPeriod;
   wanted.forEach((leaf, i) => {
     const key = keys[i]!;
+    const signer = signerOf(leaf);
     // A peer certificate is signed by the peer CA alone, with no chain: members trust that CA directly.
     const peer = leaf.id.startsWith('peer/');
     const certificate = issueCertificate({
@@ -173,9 +211,9 @@ function issueLeaves(
       sans: leaf.sans,
       validityHours,
       subjectKeyPem: key,
-      issuer: peer ? { certificatePem: peerCa.public!, keyPem: peerCa.privateKey! } : issuer,
+      issuer: { certificatePem: signer.public!, keyPem: signer.privateKey! },
     });
-    store.write(leaf.id, { public: `${certificate}${peer ? '' : chain}`, privateKey: key });
+    store.write(leaf.id, { public: `${certificate}${peer ? '' : chainAfterLeaf(inventory, signer)}`, privateKey: key });
   });
 }
 

@@ -24,6 +24,7 @@ import { health } from './health.ts';
 import { join } from './join.ts';
 import { networks } from './networks.ts';
 import { peerTrust } from './peer-trust.ts';
+import { caRotation } from './ca-rotation.ts';
 import { pki } from './pki.ts';
 import { rebuild } from './rebuild.ts';
 import { render } from './rendered-files.ts';
@@ -66,6 +67,7 @@ export const DEPLOY_STEPS = [
   join,
   formed,
   peerTrust,
+  caRotation,
   consistency,
 ] as const;
 

@@ -12,6 +12,7 @@ import { CANARY_KEY } from '../../tasks/verify/facts.ts';
 import { faultDrillLines } from '../../tasks/faults/report.ts';
 import type { FaultDrillReport } from '../../tasks/faults/run.ts';
 import { loadInventory } from '../../tasks/inventory/load.ts';
+import { certificatesIn, isSignedBy } from '../../tasks/pki/x509.ts';
 import {
   deploy,
   deployInBackground,
@@ -1447,6 +1448,130 @@ scenario('--renew-certs: every member serves a new certificate without losing qu
   t.is(etcdctl(ALL, rootIdentity, ['get', '--print-value-only', 'e2e/renewal']).stdout.trim(), 'written before the renewal');
   t.deepEqual(changed(deployed(t)), []);
 });
+
+/** An application user's bundle as `etcd-kvm client` writes it, as the writer and the health sampler take an identity. */
+const bundleIdentity = (dir: string, user: string) => ({
+  caCert: join(dir, 'ca.crt'),
+  cert: join(dir, `${user}.crt`),
+  key: join(dir, `${user}.key`),
+});
+
+scenario(
+  '--rotate-ca both under a writer through every member: both CAs trusted, client certificates of the new one, the pause for bundles, the new CAs presented, then trusted alone; the old refused on the client and peer ports, a run killed between stages finished by the next, nothing lost, the next run changes nothing',
+  async (t) => {
+    const app = variant(
+      'rotation',
+      (yaml) =>
+        `${yaml}\nroles:\n  app1-rw:\n    permissions:\n      - prefix: /app1/\n        access: readwrite\nusers:\n  app1:\n    roles: [app1-rw]\n`,
+    );
+    const kept = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-rotation-'));
+    const [oldBundle, newBundle] = [join(kept, 'old'), join(kept, 'new')];
+    const bundle = (dir: string) => t.is(etcdKvm('client', ['-i', app, '--user', 'app1', '--out', dir]).status, 0);
+    const nothingLost = (prefix: string, acked: string[]) => {
+      const stored = new Set(etcdctl(ALL, rootIdentity, ['get', '--prefix', prefix, '--print-value-only']).stdout.trim().split('\n'));
+      t.true(acked.length > 5, `${acked.length} writes acknowledged`);
+      t.deepEqual(
+        acked.filter((n) => !stored.has(n)),
+        [],
+        'every acknowledged write is there',
+      );
+    };
+    try {
+      t.is(deployed(t, ['-i', app]).status, 0);
+      bundle(oldBundle);
+      // What a member held before: its peer certificate and key, and the peer CA.
+      for (const file of ['pki/peers/etcd-1.crt', 'pki/peers/etcd-1.key', 'pki/peer-ca.crt'])
+        cpSync(join(LAB_STATE, file), join(kept, file.replaceAll('/', '_')));
+      const oldApp = bundleIdentity(oldBundle, 'app1');
+
+      // The first run goes to the pause: members trust both CAs, clients hold certificates of the new one; the old bundle works throughout.
+      let paused: DeployRun | undefined;
+      const firstAcked = await withWriter(
+        t,
+        '/app1/rotation-1/',
+        ALL,
+        async () => {
+          const sampled = sampledHealth(() => deployed(t, ['-i', app, '--rotate-ca', 'both']), oldApp);
+          paused = sampled.result;
+          quorumKept(t, sampled);
+        },
+        undefined,
+        oldApp,
+      );
+      t.is(paused!.status, 0, endOf(paused!));
+      t.regex(paused!.output, /the rotation of the cluster CA and the peer CA pauses here/);
+      t.like(JSON.parse(readFileSync(join(LAB_STATE, 'pki/ca-rotation.json'), 'utf8')), { target: 'both', stage: 'clients-new' });
+      nothingLost('/app1/rotation-1/', firstAcked);
+      bundle(newBundle);
+      t.is(certificatesIn(readFileSync(join(newBundle, 'ca.crt'), 'utf8')).length, 2, 'the bundle written at the pause trusts both CAs');
+      // A plain run holds the stage and changes nothing.
+      const held = deployed(t, ['-i', app]);
+      t.deepEqual(changed(held), []);
+      t.regex(held.output, /waits at clients-new: deploy --rotate-ca both goes on/);
+
+      // The second run killed as its last stage begins; the third finishes. The new bundle works throughout both.
+      const newApp = bundleIdentity(newBundle, 'app1');
+      let finished: DeployRun | undefined;
+      const secondAcked = await withWriter(
+        t,
+        '/app1/rotation-2/',
+        ALL,
+        async () => {
+          const killed = await deployInBackground(['-i', app, '--rotate-ca', 'both'], (output, child) => {
+            if (/ca rotation new-only/.test(output)) child.kill('SIGKILL');
+          });
+          outputs.push(killed.output);
+          t.is(killed.signal, 'SIGKILL', killed.output.slice(-2000));
+          t.true(existsSync(join(LAB_STATE, 'pki/ca-rotation.json')), 'killed before the end: the rotation is still recorded');
+          const sampled = sampledHealth(() => deployed(t, ['-i', app, '--rotate-ca', 'both']), newApp);
+          finished = sampled.result;
+          quorumKept(t, sampled);
+        },
+        undefined,
+        newApp,
+      );
+      t.is(finished!.status, 0, endOf(finished!));
+      t.regex(finished!.output, /the rotation of the cluster CA and the peer CA ended/);
+      t.regex(finished!.output, /consistency: the members agree/);
+      nothingLost('/app1/rotation-2/', secondAcked);
+      t.false(existsSync(join(LAB_STATE, 'pki/ca-rotation.json')));
+      t.false(existsSync(join(LAB_STATE, 'pki/ca-next.crt')));
+      t.deepEqual(
+        certificatesIn(readFileSync(rootIdentity.caCert, 'utf8')),
+        certificatesIn(readFileSync(newApp.caCert, 'utf8')).slice(1),
+        "the new CA took the old one's place",
+      );
+
+      // The old CA's certificates are refused, on the client port and on the peer port; the new bundle and peer certificates work.
+      t.is(asBundle(newBundle, ['put', '/app1/after-rotation', 'yes']).status, 0);
+      t.not(asBundle(oldBundle, ['get', '/app1/after-rotation']).status, 0, 'the old bundle is refused');
+      const oldCertNewCa = etcdctl([endpoint('etcd-1')], { caCert: rootIdentity.caCert, cert: oldApp.cert, key: oldApp.key }, [
+        'get',
+        '/app1/after-rotation',
+      ]);
+      t.not(oldCertNewCa.status, 0, 'a client certificate of the old CA is refused');
+      const oldPeer = peerPortAnswer('etcd-1', join(kept, 'pki_peers_etcd-1.crt'), join(kept, 'pki_peers_etcd-1.key'));
+      t.is(oldPeer.stdout, '000', 'a peer certificate of the old peer CA is refused');
+      t.regex(oldPeer.stderr, /alert|certificate|SSL/i);
+      // What the peer port presents, read as the handshake begins (a client from outside the members' addresses is
+      // dropped once it shows its certificate: etcd matches a peer's certificate against where it connects from).
+      const presented = inLab('sh', ['-c', `openssl s_client -connect ${MEMBER_IPS['etcd-1']}:2380 </dev/null 2>/dev/null | openssl x509`]);
+      t.is(presented.status, 0, presented.stderr);
+      t.true(isSignedBy(presented.stdout, readFileSync(join(LAB_STATE, 'pki/peer-ca.crt'), 'utf8')), 'etcd-1 presents the new peer CA');
+      t.false(isSignedBy(presented.stdout, readFileSync(join(kept, 'pki_peer-ca.crt'), 'utf8')));
+      const healthy = etcdctl(ALL, rootIdentity, ['endpoint', 'health']);
+      t.is((healthy.stdout + healthy.stderr).match(/is healthy/g)?.length, 3, 'the members talk, with the new peer CA alone');
+
+      t.deepEqual(changed(deployed(t, ['-i', app])), [], 'the next run changes nothing');
+    } finally {
+      // Back to the lab's own inventory: app1 and its role leave etcd.
+      deployed(t);
+      etcdctl(ALL, rootIdentity, ['del', '--prefix', '/app1/']);
+      rmSync(app, { force: true });
+      rmSync(kept, { recursive: true, force: true });
+    }
+  },
+);
 
 /** maintain.ts with its arguments; its output is kept with the deploys' (no key material in any of them). */
 function maintained(t: ExecutionContext, args: string[]): { status: number; output: string } {

@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { endpoint, MEMBER_IPS } from './lab-names.ts';
+import { endpoint, type Identity, MEMBER_IPS } from './lab-names.ts';
 import { asRootInLab, startWriter, type WriterTally } from './lab-writer.ts';
 import { belowQuorum, QUORUM_LOST_AFTER_MS } from './quorum-samples.ts';
 
@@ -26,13 +26,14 @@ export interface SampledRun<T> {
   window: { from: number; to: number };
 }
 
-export function sampledHealth<T>(during: () => T): SampledRun<T> {
+export function sampledHealth<T>(during: () => T, identity?: Identity): SampledRun<T> {
   const out = join(mkdtempSync(join(tmpdir(), 'etcd-kvm-health-')), 'samples.jsonl');
   const sampler = asRootInLab(
     'test/helpers/health-sampler.ts',
     [out],
     MEMBERS.map((m) => `${m}=${endpoint(m)}`),
     'ignore',
+    identity,
   );
   const samples = () =>
     existsSync(out)
@@ -95,8 +96,9 @@ export async function withWriter(
   endpoints: string[],
   during: () => Promise<void>,
   longestGapAtMostMs?: number,
+  identity?: Identity,
 ): Promise<string[]> {
-  const writer = startWriter(prefix, endpoints);
+  const writer = startWriter(prefix, endpoints, identity);
   let tally: WriterTally;
   try {
     await during();

@@ -2,7 +2,7 @@ import { spawn, type StdioOptions } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { NAMESPACE, rootIdentity } from './lab-names.ts';
+import { type Identity, NAMESPACE, rootIdentity } from './lab-names.ts';
 
 /**
  * A client writing through the lab's members while something changes them (test/helpers/writer.ts, in the lab's
@@ -17,7 +17,7 @@ import { NAMESPACE, rootIdentity } from './lab-names.ts';
  * sample during lab-upgrade's 3.4 → 3.5 roll (the run of 2026-12-03 17:20, load 3-4; a starved sampler is one cause that
  * fits, a request outliving its idle timeout another, which the sampler now bounds too). It takes little: a request each 0.5 s.
  */
-export const asRootInLab = (script: string, before: string[], after: string[], stdio: StdioOptions) =>
+export const asRootInLab = (script: string, before: string[], after: string[], stdio: StdioOptions, identity: Identity = rootIdentity) =>
   spawn(
     'nice',
     [
@@ -32,9 +32,9 @@ export const asRootInLab = (script: string, before: string[], after: string[], s
       'tsx',
       script,
       ...before,
-      rootIdentity.caCert,
-      rootIdentity.cert!,
-      rootIdentity.key!,
+      identity.caCert,
+      identity.cert!,
+      identity.key!,
       ...after,
     ],
     { stdio },
@@ -73,11 +73,11 @@ export function tallied(acks: string, errors: string): WriterTally {
  * deploy synchronously reads no pipe meanwhile, a pipe's 64 KiB fill within minutes of acknowledgements, and a
  * writer blocked on its own output is a gap that is not the cluster's.
  */
-export function startWriter(prefix: string, endpoints: string[]): { stop: () => Promise<WriterTally> } {
+export function startWriter(prefix: string, endpoints: string[], identity?: Identity): { stop: () => Promise<WriterTally> } {
   const dir = mkdtempSync(join(tmpdir(), 'etcd-kvm-writer-'));
   const [out, err] = [join(dir, 'acks'), join(dir, 'errors')];
   const [outFd, errFd] = [openSync(out, 'w'), openSync(err, 'w')];
-  const writer = asRootInLab('test/helpers/writer.ts', [prefix], endpoints, ['ignore', outFd, errFd]);
+  const writer = asRootInLab('test/helpers/writer.ts', [prefix], endpoints, ['ignore', outFd, errFd], identity);
   const closed = new Promise((resolve) => writer.on('close', resolve));
   return {
     stop: async () => {

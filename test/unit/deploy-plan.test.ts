@@ -53,6 +53,8 @@ const REPLACE = (n: string) => [
   'health@1234',
 ];
 const options = (over: Partial<PlanOptions> = {}): PlanOptions => ({ dryRun: false, ...over });
+/** A CA rotation's stage rolled over every member. */
+const STAGE = (stage: string) => [`ca rotation ${stage}`, 'render@1234', 'cloud-init@1234', 'guest@1234', 'health@1234'];
 
 /** A phase as one short token: title, `-` when skipped, `@` and its members for a pass. */
 const token = (phase: PlannedPhase): string => {
@@ -259,6 +261,41 @@ const rows: {
     record: record({ peerStage: 'trust-both' }),
     options: { limit: ['etcd-1'] },
     phases: MAIN_ALL.map((t) => t.replace('1234', '1')),
+  },
+  {
+    name: '--rotate-ca cluster: trust-both and clients-new rolled after the pass, then the run pauses for the bundles',
+    record: record(),
+    options: { rotateCa: 'cluster' },
+    phases: [...MAIN_ALL, ...STAGE('trust-both'), ...STAGE('clients-new')],
+  },
+  {
+    name: '--rotate-ca cluster at the pause: present-new and new-only rolled, then the end',
+    record: record({ caRotation: { target: 'cluster', stage: 'clients-new', next: {} } }),
+    options: { rotateCa: 'cluster' },
+    phases: [...MAIN_ALL, ...STAGE('present-new'), ...STAGE('new-only'), 'ca rotation finish'],
+  },
+  {
+    name: '--rotate-ca peer: no pause, every stage and the end in one run',
+    record: record(),
+    options: { rotateCa: 'peer' },
+    phases: [...MAIN_ALL, ...STAGE('trust-both'), ...STAGE('present-new'), ...STAGE('new-only'), 'ca rotation finish'],
+  },
+  {
+    name: 'a rotation killed at new-only, run again: its end alone (the pass rendered new-only already)',
+    record: record({ caRotation: { target: 'both', stage: 'new-only', next: {} } }),
+    options: { rotateCa: 'both' },
+    phases: [...MAIN_ALL, 'ca rotation finish'],
+  },
+  {
+    name: 'a rotation under way, a run without --rotate-ca: the stage held, and said',
+    record: record({ caRotation: { target: 'both', stage: 'present-new', next: {} } }),
+    phases: [...MAIN_ALL, 'ca rotation held'],
+  },
+  {
+    name: '--rotate-ca in a dry-run: one line saying every stage that follows',
+    record: record(),
+    options: { rotateCa: 'both', dryRun: true },
+    phases: [...MAIN_ALL, 'ca rotation trust-both'],
   },
   { name: '--render-only: the render alone', record: record(), options: { renderOnly: '/tmp/rendered' }, phases: ['render@1234'] },
   {
