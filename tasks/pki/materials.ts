@@ -47,6 +47,7 @@ export function readFacts(inventory: Inventory, store: PkiStore): PkiFacts {
   return {
     caNext: store.read('ca-next'),
     peerCaNext: store.read('peer-ca-next'),
+    intermediateNext: store.read('intermediate-next'),
     ...(caRotation ? { caRotation } : {}),
     ca: store.read('ca'),
     intermediate: store.read('intermediate'),

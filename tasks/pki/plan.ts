@@ -37,6 +37,7 @@ export type PkiAction =
   | { kind: 'create-ca' }
   | { kind: 'create-peer-ca'; firstStage: PeerTrustStage }
   | { kind: 'create-next-ca'; ca: RotatedCa }
+  | { kind: 'issue-next-intermediate' }
   | { kind: 'issue-intermediate' }
   | { kind: 'issue'; certificate: WantedCertificate }
   | { kind: 'ssh-key'; id: 'ssh/admin' }
@@ -58,6 +59,8 @@ export interface PkiFacts {
   /** A rotation's new CA and peer CA (ca-rotation.ts), and the rotation's record while one is under way. */
   caNext: StoredPair;
   peerCaNext: StoredPair;
+  /** With pki.intermediate: the intermediate the new CA signs. */
+  intermediateNext: StoredPair;
   caRotation?: CaRotation;
   leaves: Map<MaterialId, StoredPair>;
   adminSsh: StoredPair;
@@ -177,6 +180,12 @@ export function caPairOf(facts: RotationFacts, ca: RotatedCa, generation: Genera
   return generationPair(caFilesOf(facts, ca), facts.caRotation?.next[ca], generation) ?? {};
 }
 
+/** What signs one generation's member and client certificates in a rotation of the cluster CA: its intermediate under pki.intermediate, else the CA. */
+export function clusterSignerOf(inventory: Inventory, facts: PkiFacts, generation: Generation): StoredPair {
+  if (!inventory.pki.intermediate) return caPairOf(facts, 'cluster', generation);
+  return generation === 'old' ? facts.intermediate : facts.intermediateNext;
+}
+
 const withNewline = (pem: string) => (pem.endsWith('\n') ? pem : `${pem}\n`);
 
 /** What trusts one CA holds at the rotation's stage (the old and the new CA while both are trusted), as one bundle. */
@@ -281,12 +290,13 @@ export function planPki(
   const { signer, changes: signerChanges } = planSigner(inventory, facts, ca.public, now);
   // A rotation of the cluster CA has the new one sign client certificates first, then members' (ca-rotation.ts).
   const roles = rolesOf(facts.caRotation, 'cluster');
-  const signerOf = (generation: Generation): Signer =>
-    generation === 'old' ? signer : { pem: caPairOf(facts, 'cluster', 'new').public ?? '' };
+  const rotation = planRotationCas(inventory, facts);
+  const newSigner = newClusterSigner(inventory, facts, rotation);
+  const signerOf = (generation: Generation): Signer => (generation === 'old' ? signer : newSigner);
   const isClient = (certificate: WantedCertificate) => certificate.profile === 'client';
   return [
     ...caChanges,
-    ...planRotationCas(inventory, facts),
+    ...rotation,
     ...signerChanges,
     ...planLeaves(
       inventory,
@@ -304,12 +314,35 @@ export function planPki(
   ];
 }
 
+/**
+ * What signs the certificates a rotation gives the new CA (from clients-new on): the new CA, or with pki.intermediate
+ * the intermediate it signs; new in this run when the rotation's changes issue it.
+ */
+function newClusterSigner(inventory: Inventory, facts: PkiFacts, rotation: readonly Change<PkiAction>[]): Signer {
+  if (rotation.some((change) => change.action.kind === 'create-next-ca' || change.action.kind === 'issue-next-intermediate'))
+    return { isNew: 'the new CA is new' };
+  return { pem: (inventory.pki.intermediate ? facts.intermediateNext : caPairOf(facts, 'cluster', 'new')).public ?? '' };
+}
+
+/** With pki.intermediate, the new CA's own intermediate: issued with it, and again whenever it is not the new CA's. */
+function planNextIntermediate(inventory: Inventory, facts: PkiFacts, newCa: StoredPair | undefined): Change<PkiAction>[] {
+  if (!inventory.pki.intermediate) return [];
+  const stored = facts.intermediateNext;
+  const good =
+    newCa?.public !== undefined &&
+    stored.public !== undefined &&
+    stored.privateKey !== undefined &&
+    keyMatchesCertificate(stored.public, stored.privateKey) &&
+    isSignedBy(stored.public, newCa.public);
+  if (good) return [];
+  return [{ summary: 'issue the intermediate CA the new CA signs', action: { kind: 'issue-next-intermediate' } }];
+}
+
 /** Why a rotation of `target` cannot run on this inventory and state directory, or undefined when it can. */
 export function rotationRefusal(inventory: Inventory, facts: Pick<PkiFacts, 'peerTrust'>, target: RotatedCa | 'both'): string | undefined {
   const cluster = target !== 'peer';
   if (cluster && (inventory.pki.ca || inventory.pki.intermediateCa))
     return 'rotating a CA the operator gives (pki.ca, pki.intermediate_ca) is not implemented: the tool rotates only its own CA';
-  if (cluster && inventory.pki.intermediate) return 'rotating the CA with pki.intermediate on is not implemented yet';
   if (cluster && inventory.members.some((member) => member.suppliedTls))
     return (
       "members whose certificates the operator supplies (members[].tls) present their own CA's: " +
@@ -343,14 +376,18 @@ function planRotationCas(inventory: Inventory, facts: PkiFacts): Change<PkiActio
       const next = generationPair(files, rotation.next[ca], 'new');
       if (rotation.stage !== 'new-only' && !generationPair(files, rotation.next[ca], 'old'))
         throw new PkiRefusal(`the ${name} in place is missing while members still trust it (rotation at ${rotation.stage}): restore it`);
+      const intermediate = (newCa: StoredPair | undefined) => (ca === 'cluster' ? planNextIntermediate(inventory, facts, newCa) : []);
       if (next) {
         if (!next.privateKey || !keyMatchesCertificate(next.public!, next.privateKey))
           throw new PkiRefusal(`the new ${name}'s key is missing or is not its own: restore the pair the rotation made`);
-        return [];
+        return intermediate(next);
       }
       // Nothing the new CA signed exists before clients-new: one lost then is made again, harmlessly.
       if (rotation.stage === 'trust-both')
-        return [{ summary: `create the new ${name} the rotation moves the cluster to`, action: { kind: 'create-next-ca', ca } }];
+        return [
+          { summary: `create the new ${name} the rotation moves the cluster to`, action: { kind: 'create-next-ca', ca } },
+          ...intermediate(undefined),
+        ];
       throw new PkiRefusal(
         `the rotation is at ${rotation.stage}, but the new ${name} it recorded (${rotation.next[ca] ?? 'none'}) is in the state ` +
           'directory no more: restore it from where the state directory came from; a trust root is never guessed',

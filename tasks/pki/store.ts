@@ -12,6 +12,8 @@ export type MaterialId =
   /** A rotation's new CA and peer CA (pki/ca-rotation.ts), beside the ones in place until the rotation ends. */
   | 'ca-next'
   | 'peer-ca-next'
+  /** With pki.intermediate: the intermediate the new CA signs, which signs leaves from the rotation's clients-new on. */
+  | 'intermediate-next'
   | `member/${string}`
   | `peer/${string}`
   | `client/${string}`

@@ -15,7 +15,7 @@ import {
 } from '../pki/ca-rotation.ts';
 import { servedCertificate } from '../etcd/served-certificate.ts';
 import { readFacts } from '../pki/materials.ts';
-import { caPairOf } from '../pki/plan.ts';
+import { clusterSignerOf } from '../pki/plan.ts';
 import type { PkiStore } from '../pki/store.ts';
 import { isSignedBy } from '../pki/x509.ts';
 import { deployStep, type DeployRun, type Shown } from './deploy-step.ts';
@@ -65,7 +65,7 @@ async function membersRunRecorded(run: DeployRun, recorded: CaRotation): Promise
   const facts = readFacts(inventory, store);
   const generationOf = (pem: string): Presented =>
     (['new', 'old'] as const).find((generation) => {
-      const ca = caPairOf(facts, 'cluster', generation).public;
+      const ca = clusterSignerOf(inventory, facts, generation).public;
       return ca !== undefined && isSignedBy(pem, ca);
     }) ?? 'neither';
   const seen = await Promise.all(
@@ -84,19 +84,34 @@ async function membersRunRecorded(run: DeployRun, recorded: CaRotation): Promise
 
 /** The end: each new CA takes its old one's files (the old key is gone with them), then the record goes. */
 async function finish(run: DeployRun): Shown {
-  const { stateDir } = run.resources.inventory;
-  const rotation = readCaRotation(stateDir);
+  return endRotation(run.resources.store);
+}
+
+/** The rotation recorded in the store's state directory ended: its new CAs in place, the record gone. */
+export function endRotation(store: PkiStore): string {
+  const rotation = readCaRotation(store.stateDir);
   if (!rotation) return 'no rotation is recorded: nothing to end';
-  const moved = (['cluster', 'peer'] as const).filter((ca) => rotates(rotation, ca)).map((ca) => moveIntoPlace(run.resources.store, ca));
-  removeCaRotation(stateDir);
+  const moved = (['cluster', 'peer'] as const).filter((ca) => rotates(rotation, ca)).map((ca) => moveIntoPlace(store, ca));
+  removeCaRotation(store.stateDir);
   return `the rotation of ${rotatedCas(rotation.target)} ended: ${moved.join('; ')}`;
 }
 
-/** The new CA written over the old one's files, then its own removed: a run killed between the two finds it in both. */
+/**
+ * The new CA written over the old one's files, then its own removed: a run killed between the two finds it in both.
+ * The root before its intermediate: a run killed between them still finds the new intermediate beside the new root.
+ */
 function moveIntoPlace(store: PkiStore, ca: RotatedCa): string {
-  const [current, next] = ca === 'cluster' ? (['ca', 'ca-next'] as const) : (['peer-ca', 'peer-ca-next'] as const);
-  const pair = store.read(next);
-  if (pair.public && pair.privateKey) store.write(current, { public: pair.public, privateKey: pair.privateKey });
-  store.remove(next);
-  return `pki/${current}.crt is the new ${ca === 'cluster' ? 'CA' : 'peer CA'}, the old one's key deleted`;
+  const moves =
+    ca === 'cluster'
+      ? ([
+          ['ca', 'ca-next'],
+          ['intermediate', 'intermediate-next'],
+        ] as const)
+      : ([['peer-ca', 'peer-ca-next']] as const);
+  for (const [current, next] of moves) {
+    const pair = store.read(next);
+    if (pair.public && pair.privateKey) store.write(current, { public: pair.public, privateKey: pair.privateKey });
+    store.remove(next);
+  }
+  return `pki/${moves[0][0]}.crt is the new ${ca === 'cluster' ? 'CA' : 'peer CA'}, the old one's key deleted`;
 }

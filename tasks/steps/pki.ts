@@ -8,6 +8,7 @@ import { readFacts } from '../pki/materials.ts';
 import {
   caOf,
   caPairOf,
+  clusterSignerOf,
   chainAfterLeaf,
   knownHostsOf,
   planPki,
@@ -87,7 +88,10 @@ async function applyPki(inventory: Inventory, store: PkiStore, actions: PkiActio
   keys.nextCas.forEach((key, i) => {
     issueNextCa(inventory, store, nextCas[i]!, key);
   });
-  issueLeaves(inventory, store, issues, keys.leaves, leafSigners(facts, signer, peerCa));
+  if (keys.nextIntermediate) issueNextIntermediate(inventory, store, keys.nextIntermediate);
+  // The new CA's signer as it stands now: made a moment ago, or in an earlier run.
+  const rotated = facts.caRotation ? readFacts(inventory, store) : facts;
+  issueLeaves(inventory, store, issues, keys.leaves, leafSigners(inventory, rotated, signer, peerCa));
   if (keys.ssh) store.write('ssh/admin', { public: `${keys.ssh.publicLine}\n`, privateKey: keys.ssh.privatePem });
   hostKeyMembers.forEach((member, i) => {
     const { publicLine, privatePem } = keys.hostKeys[i]!;
@@ -108,16 +112,17 @@ async function generateKeys(
   const wants = (kind: PkiAction['kind']) => actions.some((action) => action.kind === kind);
   const rsaIf = (wanted: boolean) => (wanted ? generateRsaKey(bits) : undefined);
   const rsaKeys = (count: number) => Promise.all(Array.from({ length: count }, () => generateRsaKey(bits)));
-  const [ca, peerCa, intermediate, leafKeys, ssh, hostKeys, nextCaKeys] = await Promise.all([
+  const [ca, peerCa, intermediate, nextIntermediate, leafKeys, ssh, hostKeys, nextCaKeys] = await Promise.all([
     rsaIf(wants('create-ca')),
     rsaIf(wants('create-peer-ca')),
     rsaIf(wants('issue-intermediate')),
+    rsaIf(wants('issue-next-intermediate')),
     rsaKeys(leaves),
     wants('ssh-key') ? generateSshKey(`etcd-kvm@${inventory.cluster.name}`) : undefined,
     Promise.all(hostKeyMembers.map((member) => generateSshKey(`${member} host key`))),
     rsaKeys(nextCas),
   ]);
-  return { ca, peerCa, intermediate, leaves: leafKeys, ssh, hostKeys, nextCas: nextCaKeys };
+  return { ca, peerCa, intermediate, nextIntermediate, leaves: leafKeys, ssh, hostKeys, nextCas: nextCaKeys };
 }
 
 /** What every CA of the cluster carries from the inventory; members' and clients' certificates live pki.validity_period (issueLeaves). */
@@ -141,7 +146,21 @@ function currentSigner(inventory: Inventory, facts: PkiFacts, ca: StoredPair): S
   return inventory.pki.intermediate ? facts.intermediate : ca;
 }
 
-function issueIntermediate(inventory: Inventory, store: PkiStore, key: string, ca: StoredPair): IssuerPair {
+/** With pki.intermediate, the intermediate the rotation's new CA signs (pki/intermediate-next), beside the one in place. */
+function issueNextIntermediate(inventory: Inventory, store: PkiStore, key: string): void {
+  const rotation = readCaRotation(store.stateDir);
+  const newCa = rotation && caPairOf(readFacts(inventory, store), 'cluster', 'new');
+  if (!newCa?.public || !newCa.privateKey) throw new Error("the new CA's intermediate is asked for, but the new CA is not there");
+  issueIntermediate(inventory, store, key, newCa, 'intermediate-next');
+}
+
+function issueIntermediate(
+  inventory: Inventory,
+  store: PkiStore,
+  key: string,
+  ca: StoredPair,
+  id: 'intermediate' | 'intermediate-next' = 'intermediate',
+): IssuerPair {
   const certificate = issueCertificate({
     ...certificateBase(inventory),
     commonName: `${inventory.cluster.name} etcd intermediate CA`,
@@ -149,7 +168,7 @@ function issueIntermediate(inventory: Inventory, store: PkiStore, key: string, c
     subjectKeyPem: key,
     issuer: { certificatePem: ca.public!, keyPem: ca.privateKey! },
   });
-  store.write('intermediate', { public: certificate, privateKey: key });
+  store.write(id, { public: certificate, privateKey: key });
   return { public: certificate, privateKey: key };
 }
 
@@ -177,10 +196,11 @@ function issueNextCa(inventory: Inventory, store: PkiStore, ca: RotatedCa, key: 
 }
 
 /** Who signs each kind of leaf: members' and clients' `signer` (or, in a rotation's stages, the new CA), peers' the peer CA. */
-function leafSigners(facts: PkiFacts, signer: StoredPair, peerCa: StoredPair) {
+function leafSigners(inventory: Inventory, facts: PkiFacts, signer: StoredPair, peerCa: StoredPair) {
   const cluster = rolesOf(facts.caRotation, 'cluster');
   const peer = rolesOf(facts.caRotation, 'peer');
-  const clusterBy = (generation: Generation) => (generation === 'old' ? signer : caPairOf(facts, 'cluster', 'new'));
+  const newSigner = clusterSignerOf(inventory, facts, 'new');
+  const clusterBy = (generation: Generation) => (generation === 'old' ? signer : newSigner);
   return (leaf: WantedCertificate): StoredPair =>
     leaf.id.startsWith('peer/')
       ? peer.presented === 'old' || !facts.caRotation

@@ -1,6 +1,7 @@
 import test from 'ava';
 import { scenario } from '../helpers/timing.ts';
-import { readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { LAB } from '../../scripts/lab/config.ts';
 import { run } from '../helpers/exec.ts';
@@ -138,6 +139,52 @@ scenario(
     // The chain as served: the member's certificate, then the intermediate.
     t.regex(handshake.stdout, /0 s:.*CN ?= ?etcd-mv-2[\s\S]*1 s:.*CN ?= ?lab-macvtap etcd intermediate CA/);
     t.is(handshake.stdout.match(/BEGIN CERTIFICATE/g)?.length, 2);
+  },
+);
+
+scenario(
+  '--rotate-ca cluster with pki.intermediate: to the pause, then on to the end; every leaf then chains through a new intermediate to a new CA, the old CA refused, the next run changes nothing',
+  (t) => {
+    const pki = join(STATE, 'pki');
+    const before = { ca: readFileSync(join(pki, 'ca.crt'), 'utf8'), intermediate: readFileSync(join(pki, 'intermediate.crt'), 'utf8') };
+    const kept = mkdtempSync(join(tmpdir(), 'etcd-kvm-e2e-rotation-'));
+    try {
+      for (const file of ['ca.crt', 'clients/root.crt', 'clients/root.key']) cpSync(join(pki, file), join(kept, file.replace('/', '_')));
+      const paused = deployed(t, ['--rotate-ca', 'cluster']);
+      t.is(paused.status, 0);
+      t.regex(paused.output, /the rotation of the cluster CA pauses here/);
+      const ended = deployed(t, ['--rotate-ca', 'cluster']);
+      t.is(ended.status, 0);
+      t.regex(ended.output, /the rotation of the cluster CA ended/);
+      t.not(readFileSync(join(pki, 'ca.crt'), 'utf8'), before.ca);
+      t.not(readFileSync(join(pki, 'intermediate.crt'), 'utf8'), before.intermediate);
+      for (const leaf of [...Object.keys(MEMBERS).map((name) => `members/${name}.crt`), 'clients/root.crt']) {
+        const verified = run('openssl', [
+          'verify',
+          '-CAfile',
+          join(pki, 'ca.crt'),
+          '-untrusted',
+          join(pki, 'intermediate.crt'),
+          join(pki, leaf),
+        ]);
+        t.is(verified.status, 0, `${leaf}: ${verified.stderr}`);
+      }
+      t.is(fromClient(ALL, ['put', 'e2e/rotated', 'after the rotation']).status, 0);
+      const oldRoot = { caCert: ROOT.caCert, cert: join(kept, 'clients_root.crt'), key: join(kept, 'clients_root.key') };
+      t.not(fromClient([ALL[0]!], ['get', 'e2e/rotated'], oldRoot).status, 0, "root's certificate of the old CA is refused");
+      t.not(
+        fromClient([ALL[0]!], ['get', 'e2e/rotated'], { ...ROOT, caCert: join(kept, 'ca.crt') }).status,
+        0,
+        'the old CA no longer verifies the members',
+      );
+      const again = deployed(t);
+      t.deepEqual(
+        again.report.results.filter((r) => r.status !== 'ok').map((r) => `${r.host}/${r.step}`),
+        [],
+      );
+    } finally {
+      rmSync(kept, { recursive: true, force: true });
+    }
   },
 );
 

@@ -1,5 +1,5 @@
 import test from 'ava';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { InputError } from '../../tasks/core/errors.ts';
@@ -20,6 +20,7 @@ import { clusterTrustFrom, materialsFrom, readFacts } from '../../tasks/pki/mate
 import { planPki, rotationRefusal } from '../../tasks/pki/plan.ts';
 import { PkiStore } from '../../tasks/pki/store.ts';
 import { certificatesIn, chainLeadsTo, isSignedBy } from '../../tasks/pki/x509.ts';
+import { endRotation } from '../../tasks/steps/ca-rotation.ts';
 import { pkiStep } from '../../tasks/steps/pki.ts';
 import { baseDocument, load } from '../helpers/inventory.ts';
 
@@ -205,11 +206,11 @@ test('a damaged rotation record is bad input, naming the file', (t) => {
 test('the CAs the tool cannot rotate yet are refused with why', (t) => {
   const inventory = load(baseDocument());
   t.is(rotationRefusal(inventory, {}, 'both'), undefined);
+  t.is(rotationRefusal({ ...inventory, pki: { ...inventory.pki, intermediate: true } }, {}, 'cluster'), undefined);
   t.regex(
-    rotationRefusal({ ...inventory, pki: { ...inventory.pki, intermediate: true } }, {}, 'cluster')!,
-    /pki\.intermediate on is not implemented/,
+    rotationRefusal({ ...inventory, members: [{ ...inventory.members[0]!, suppliedTls: {} as never }] }, {}, 'cluster')!,
+    /members\[\]\.tls/,
   );
-  t.is(rotationRefusal({ ...inventory, pki: { ...inventory.pki, intermediate: true } }, {}, 'peer'), undefined);
   t.regex(rotationRefusal(inventory, { peerTrust: 'trust-both' }, 'peer')!, /move to the peer CA is at trust-both/);
 });
 
@@ -248,3 +249,48 @@ for (const row of PRESENTED) {
     t.deepEqual(presentedMismatches(row.at, seen), row.mismatches);
   });
 }
+
+test('with pki.intermediate: the new CA signs an intermediate of its own, which signs the new leaves; roots alone are trusted; the end moves both', async (t) => {
+  const doc = baseDocument();
+  const inventory = {
+    ...load({ ...doc, pki: { ...(doc.pki as object), intermediate: true } }),
+    stateDir: mkdtempSync(join(tmpdir(), 'etcd-kvm-rotation-')),
+  };
+  const store = new PkiStore(inventory.stateDir);
+  const run = async () => {
+    const [result] = await new Runner({ dryRun: false, renderer: 'silent' }).runStep(pkiStep({ inventory, store }));
+    if (result?.status === 'failed') throw new Error(result.error);
+    return result?.changes?.map((change) => change.summary) ?? [];
+  };
+  await run();
+  const oldRoot = store.read('ca').public!;
+  enter(inventory.stateDir, 'trust-both');
+  t.deepEqual(await run(), [
+    'create the new CA the rotation moves the cluster to',
+    'issue the intermediate CA the new CA signs',
+    'create the new peer CA the rotation moves the cluster to',
+  ]);
+  const newRoot = store.read('ca-next').public!;
+  t.true(isSignedBy(store.read('intermediate-next').public!, newRoot));
+  for (const stage of ['clients-new', 'present-new', 'new-only'] as const) {
+    enter(inventory.stateDir, stage);
+    await run();
+  }
+  const member = store.read('member/etcd-1').public!;
+  t.deepEqual(
+    certificatesIn(member).slice(1),
+    certificatesIn(store.read('intermediate-next').public!),
+    'the new intermediate after the leaf',
+  );
+  t.true(chainLeadsTo(member, newRoot));
+  t.false(chainLeadsTo(member, oldRoot));
+  t.deepEqual(
+    certificatesIn(materialsFrom(inventory, readFacts(inventory, store)).caCert!),
+    certificatesIn(newRoot),
+    'roots alone are trusted',
+  );
+  t.regex(endRotation(store), /^the rotation of the cluster CA and the peer CA ended: pki\/ca\.crt is the new CA/);
+  t.is(store.read('ca').public, newRoot);
+  t.false(existsSync(join(inventory.stateDir, 'pki', 'intermediate-next.crt')));
+  t.deepEqual(await run(), [], 'after the end, the new root and intermediate are the ones in place');
+});
