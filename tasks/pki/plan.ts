@@ -180,7 +180,10 @@ export function caPairOf(facts: RotationFacts, ca: RotatedCa, generation: Genera
   return generationPair(caFilesOf(facts, ca), facts.caRotation?.next[ca], generation) ?? {};
 }
 
-/** What signs one generation's member and client certificates in a rotation of the cluster CA: its intermediate under pki.intermediate, else the CA. */
+/**
+ * What signs one generation's member and client certificates in a rotation of the cluster CA:
+ * its intermediate under pki.intermediate, else the CA itself.
+ */
 export function clusterSignerOf(inventory: Inventory, facts: PkiFacts, generation: Generation): StoredPair {
   if (!inventory.pki.intermediate) return caPairOf(facts, 'cluster', generation);
   return generation === 'old' ? facts.intermediate : facts.intermediateNext;
